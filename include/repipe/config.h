@@ -1,0 +1,140 @@
+/*
+** Execution configuration: the IPUConfig vocabulary (DESIGN §2).
+**
+** A configuration is loaded from a JSON object, either repipe's own keys or
+** an Optimum Graphcore `ipu_config.json`. Every key is validated on load; an
+** unknown key is an error that names it (with a "did you mean" hint), a key
+** that has no meaning here is accepted with a warning that names it.
+**
+** Layer lists keep their -1 wildcards; rp_config_stage_layers() expands them
+** once the model's number of layers is known.
+*/
+#ifndef REPIPE_CONFIG_H
+#define REPIPE_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "repipe/core.h"
+#include "repipe/grouping.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RP_MAX_STAGES 256
+#define RP_MAX_WARNINGS 32
+#define RP_WARNING_MAX 256
+#define RP_PATH_MAX 1024
+
+typedef enum rp_output_mode {
+    RP_OUTPUT_FINAL = 0, /* training default */
+    RP_OUTPUT_ALL,
+    RP_OUTPUT_SUM,
+    RP_OUTPUT_DEFAULT /* `all` for inference, `final` for training */
+} rp_output_mode;
+
+typedef enum rp_schedule { RP_SCHEDULE_1F1B = 0, RP_SCHEDULE_GPIPE } rp_schedule;
+
+typedef enum rp_optimizer_type { RP_OPT_SGD = 0, RP_OPT_ADAM, RP_OPT_ADAMW } rp_optimizer_type;
+
+typedef struct rp_optimizer_config {
+    rp_optimizer_type type;
+    double lr;           /* [0.05 for sgd, 0.001 for adam] */
+    double momentum;     /* sgd [0] */
+    double weight_decay; /* [0] */
+    double beta1, beta2; /* adam [0.9, 0.999] */
+    double eps;          /* adam [1e-8] */
+} rp_optimizer_config;
+
+/* A list of layer counts per stage; -1 entries are wildcards. */
+typedef struct rp_layer_list {
+    int count;
+    int layers[RP_MAX_STAGES];
+} rp_layer_list;
+
+typedef struct rp_config {
+    uint64_t seed;
+    int micro_batch_size;
+    int replication_factor;
+    int inference_replication_factor;
+    int gradient_accumulation_steps;
+    rp_layer_list layers_per_stage;
+    bool inference_layers_set; /* else inference uses the training list */
+    rp_layer_list inference_layers_per_stage;
+    int stage_replication_count;          /* 0: every stage has r_s = 1 */
+    int stage_replication[RP_MAX_STAGES]; /* r_s, one per training stage */
+    int device_iterations;
+    int inference_device_iterations;
+    rp_output_mode output_mode;
+    rp_schedule schedule;
+    rp_grouping replica_grouping; /* over replication_factor replicas */
+    bool grouping_set; /* replica_grouping given; else one group of all */
+    bool replicated_tensor_sharding;
+    bool optimizer_state_offchip;
+    bool recompute_checkpoint_every_layer;
+    bool auto_loss_scaling;
+    bool enable_half_partials;
+    int embedding_serialization_factor;
+    int inference_embedding_serialization_factor;
+    /* One value for every stage, or a single value for all (count == 1). */
+    int matmul_proportion_count;
+    double matmul_proportion[RP_MAX_STAGES];
+    int inference_matmul_proportion_count; /* 0: as for training */
+    double inference_matmul_proportion[RP_MAX_STAGES];
+    int64_t device_memory; /* bytes; 0 = unlimited */
+    char executable_cache_dir[RP_PATH_MAX];
+    rp_optimizer_config optimizer;
+
+    /* Keys accepted without effect, one message each. */
+    int num_warnings;
+    char warnings[RP_MAX_WARNINGS][RP_WARNING_MAX];
+} rp_config;
+
+/* Fills cfg with the defaults of DESIGN §2 (one stage, one replica, ...). */
+void rp_config_default(rp_config *cfg);
+
+/* Parses a JSON object. `name` (a file name) prefixes every message. */
+rp_status rp_config_load_string(rp_config *cfg, const char *text, size_t len, const char *name,
+                                rp_error *err);
+rp_status rp_config_load_file(rp_config *cfg, const char *path, rp_error *err);
+
+/* Writes cfg as repipe JSON (its own keys only). The caller frees *out. */
+rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err);
+rp_status rp_config_save_file(const rp_config *cfg, const char *path, rp_error *err);
+
+bool rp_config_equal(const rp_config *a, const rp_config *b);
+
+/* Number of stages for training or inference. */
+int rp_config_num_stages(const rp_config *cfg, bool inference);
+
+/* Expands the wildcards of a layer list for a model of num_layers layers.
+** out receives one count per stage. */
+rp_status rp_layers_expand(const rp_layer_list *list, int num_layers, int *out,
+                           const char *key, rp_error *err);
+
+/* The expanded layer counts of the training or inference stages. */
+rp_status rp_config_stage_layers(const rp_config *cfg, bool inference, int num_layers,
+                                 int *out, rp_error *err);
+
+/* Numbers derived from a configuration (DESIGN §2 "batch arithmetic"). */
+typedef struct rp_derived {
+    int stages, inference_stages;
+    int workers, inference_workers;               /* R * sum(r_s); R_inf * P_inf */
+    long long samples_per_micro_batch;            /* B */
+    long long samples_per_update;                 /* B * GA * R */
+    long long samples_per_host_call;              /* B * GA * R * D */
+    long long inference_samples_per_step;         /* B * R_inf */
+    long long inference_samples_per_host_call;    /* B * R_inf * D_inf */
+} rp_derived;
+
+void rp_config_derive(const rp_config *cfg, rp_derived *out);
+
+const char *rp_output_mode_name(rp_output_mode m);
+const char *rp_schedule_name(rp_schedule s);
+const char *rp_optimizer_name(rp_optimizer_type t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REPIPE_CONFIG_H */

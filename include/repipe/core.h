@@ -1,0 +1,54 @@
+/*
+** repipe core: status codes and error reporting shared by every module.
+**
+** Every library function that can fail returns an rp_status and, when it
+** fails, fills the caller's rp_error with one sentence that names the file,
+** line or key at fault. The library never prints and never exits.
+*/
+#ifndef REPIPE_CORE_H
+#define REPIPE_CORE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rp_status {
+    RP_OK = 0,
+    RP_ERR_INVALID = 1,   /* bad argument or value */
+    RP_ERR_PARSE = 2,     /* malformed input text */
+    RP_ERR_IO = 3,        /* a file could not be read or written */
+    RP_ERR_NOMEM = 4,     /* allocation failed */
+    RP_ERR_INFEASIBLE = 5 /* no solution satisfies the constraints */
+} rp_status;
+
+#define RP_ERROR_MAX 1024
+
+typedef struct rp_error {
+    rp_status status;
+    char msg[RP_ERROR_MAX];
+} rp_error;
+
+/* Records status and a printf-style message in err (if err is not NULL) and
+** returns status, so that callers can write `return rp_fail(err, ...)`. */
+rp_status rp_fail(rp_error *err, rp_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Clears err to RP_OK and an empty message. */
+void rp_error_clear(rp_error *err);
+
+/* A short name for a status ("invalid value", "parse error", ...). */
+const char *rp_status_name(rp_status status);
+
+/* The library version as "MAJOR.MINOR.PATCH". */
+const char *rp_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REPIPE_CORE_H */

@@ -1,0 +1,12 @@
+/*
+** repipe: replicated, pipelined training and inference of neural networks.
+** This header includes every public module.
+*/
+#ifndef REPIPE_H
+#define REPIPE_H
+
+#include "repipe/config.h"
+#include "repipe/core.h"
+#include "repipe/grouping.h"
+
+#endif /* REPIPE_H */

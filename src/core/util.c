@@ -1,0 +1,135 @@
+/*
+** File and text helpers.
+*/
+#define _POSIX_C_SOURCE 200809L
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+rp_status rp_read_file(const char *path, char **out, size_t *len, rp_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return rp_fail(err, RP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        fclose(f);
+        return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    for (;;) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", path);
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return rp_fail(err, RP_ERR_IO, "%s: read error", path);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return RP_OK;
+}
+
+rp_status rp_write_file_atomic(const char *path, const char *data, size_t len, rp_error *err) {
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    if (!tmp)
+        return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", path);
+    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        rp_status s = rp_fail(err, RP_ERR_IO, "%s: cannot create a temporary file: %s", path,
+                              strerror(errno));
+        free(tmp);
+        return s;
+    }
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = write(fd, data + done, len - done);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        done += (size_t)w;
+    }
+    int ok = done == len && fsync(fd) == 0;
+    ok = (close(fd) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        rp_status s = rp_fail(err, RP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return s;
+    }
+    free(tmp);
+    return RP_OK;
+}
+
+void rp_text_position(const char *text, size_t at, int *line, int *col) {
+    int l = 1, c = 1;
+    for (size_t i = 0; i < at && text[i]; i++) {
+        if (text[i] == '\n') {
+            l++;
+            c = 1;
+        } else {
+            c++;
+        }
+    }
+    *line = l;
+    *col = c;
+}
+
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64)
+        return 1 << 20;
+    int prev[65], cur[65];
+    for (size_t j = 0; j <= lb; j++)
+        prev[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            int del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, sizeof(int) * (lb + 1));
+    }
+    return prev[lb];
+}
+
+const char *rp_closest_word(const char *word, const char *const *candidates, int n) {
+    const char *best = NULL;
+    int best_d = 1 << 20;
+    for (int i = 0; i < n; i++) {
+        int d = edit_distance(word, candidates[i]);
+        if (d < best_d) {
+            best_d = d;
+            best = candidates[i];
+        }
+    }
+    /* A typo changes a few characters: allow up to a third of the word. */
+    int limit = (int)strlen(word) / 3;
+    if (limit < 2)
+        limit = 2;
+    return best_d <= limit ? best : NULL;
+}

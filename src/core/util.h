@@ -1,0 +1,25 @@
+/*
+** Internal helpers shared by the library's modules (not part of the API).
+*/
+#ifndef REPIPE_UTIL_H
+#define REPIPE_UTIL_H
+
+#include <stddef.h>
+
+#include "repipe/core.h"
+
+/* Reads a whole file into a NUL-terminated heap buffer (*out, *len). */
+rp_status rp_read_file(const char *path, char **out, size_t *len, rp_error *err);
+
+/* Writes len bytes to path through a temporary file that is fsynced and
+** renamed over path, so a reader never sees a half-written file. */
+rp_status rp_write_file_atomic(const char *path, const char *data, size_t len, rp_error *err);
+
+/* Line and column (1-based) of byte offset `at` in text. */
+void rp_text_position(const char *text, size_t at, int *line, int *col);
+
+/* The candidate closest to `word` by edit distance, or NULL when none is
+** close enough to be a plausible typo. */
+const char *rp_closest_word(const char *word, const char *const *candidates, int n);
+
+#endif /* REPIPE_UTIL_H */

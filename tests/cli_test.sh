@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# End-to-end checks of the repipe command: exact outputs, exit codes and
+# messages. Usage: cli_test.sh REPIPE SOURCE_DIR
+set -u
+bin=$1
+src=$2
+fail=0
+pass=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+
+# expect_out NAME EXPECTED -- CMD...: stdout must equal EXPECTED, exit 0.
+expect_out() {
+  local name=$1 want=$2; shift 3
+  local got; got=$("$@" 2>"$tmp/err"); local rc=$?
+  if [ $rc -ne 0 ] || [ "$got" != "$want" ]; then
+    bad "$name (exit $rc)"; diff <(echo "$want") <(echo "$got") >&2; cat "$tmp/err" >&2
+  else ok; fi
+}
+# expect_fail NAME CODE PATTERN -- CMD...: exit CODE, stderr matches PATTERN.
+expect_fail() {
+  local name=$1 code=$2 pat=$3; shift 4
+  "$@" >/dev/null 2>"$tmp/err"; local rc=$?
+  if [ $rc -ne "$code" ] || ! grep -qE -- "$pat" "$tmp/err"; then
+    bad "$name: exit $rc, stderr: $(cat "$tmp/err")"
+  else ok; fi
+}
+# expect_grep NAME PATTERN -- CMD...: exit 0 and stdout matches PATTERN.
+expect_grep() {
+  local name=$1 pat=$2; shift 3
+  local got; got=$("$@" 2>&1); local rc=$?
+  if [ $rc -ne 0 ] || ! grep -qE -- "$pat" <<<"$got"; then
+    bad "$name: exit $rc, output: $got"
+  else ok; fi
+}
+
+# The seed's three tables.
+expect_out "groups g=4 s=1" "Group  Replicas
+0      0, 1, 2, 3
+1      4, 5, 6, 7
+2      8, 9, 10, 11
+3      12, 13, 14, 15" -- "$bin" groups --replicas 16 --group-size 4 --stride 1
+expect_out "groups g=4 s=4" "Group  Replicas
+0      0, 4, 8, 12
+1      1, 5, 9, 13
+2      2, 6, 10, 14
+3      3, 7, 11, 15" -- "$bin" groups --replicas 16 --group-size 4 --stride 4
+want="Group  Replicas"; for r in $(seq 0 15); do want+=$'\n'"$(printf '%-5d  %d' $r $r)"; done
+expect_out "groups g=1" "$want" -- "$bin" groups --replicas 16 --group-size 1
+expect_out "groups json" '{"replicas":8,"group_size":2,"stride":2,"num_groups":4,"groups":[[0,2],[1,3],[4,6],[5,7]]}' \
+  -- "$bin" groups -r 8 -g 2 -s 2 --json
+expect_out "groups default" '{"replicas":4,"group_size":4,"stride":1,"num_groups":1,"groups":[[0,1,2,3]]}' \
+  -- "$bin" groups --replicas 4 --json
+expect_fail "groups invalid" 1 "multiple of stride \* group_size.*replicas=8, stride=1, group_size=3" \
+  -- "$bin" groups --replicas 8 --group-size 3
+expect_fail "groups zero stride" 1 "stride must be >= 1" -- "$bin" groups --replicas 8 --group-size 2 --stride 0
+expect_fail "groups missing" 2 "--replicas is required" -- "$bin" groups
+expect_fail "groups bad number" 2 "'x' is not a whole number" -- "$bin" groups --replicas x
+expect_fail "unknown option" 2 "unknown option '--bogus'" -- "$bin" groups --bogus
+expect_fail "unknown command" 2 "unknown command 'frobnicate'" -- "$bin" frobnicate
+
+# Help comes from the option tables.
+expect_grep "help" "groups +print which replicas" -- "$bin" --help
+expect_grep "groups help" "--group-size G +replicas per group" -- "$bin" groups --help
+expect_grep "config help" "--layers L" -- "$bin" help config
+
+# Configurations.
+expect_grep "config show workers" "workers needed +4" -- "$bin" config show "$src/examples/pipeline-2x2.json"
+expect_grep "config show update" "samples per update +512" -- "$bin" config show "$src/examples/pipeline-2x2.json"
+expect_grep "config show wildcard note" "pass --layers L" -- "$bin" config show "$src/examples/pipeline-2x2.json"
+expect_grep "config show layers" "stage 1 +layers 3-6 \(4 layers\)" -- "$bin" config show "$src/examples/pipeline-2x2.json" --layers 7
+expect_grep "config show hybrid" "workers needed +16" -- "$bin" config show "$src/examples/hybrid-7-1.json"
+expect_grep "config json" '"training":\{"stages":4,"replication_factor":4,"workers":16,"samples_per_micro_batch":1,"samples_per_update":64,"samples_per_host_call":512' \
+  -- "$bin" config show "$src/examples/ipu_config.json" --json
+"$bin" config check "$src/examples/ipu_config.json" >/dev/null 2>"$tmp/warn"
+if grep -q "'parallelize_kwargs' has no meaning" "$tmp/warn" && grep -q "'optimum_version' has no meaning" "$tmp/warn"; then ok; else bad "ipu warnings: $(cat "$tmp/warn")"; fi
+echo '{"replication_factor": 2, "layers_per_stage": [2, 3]}' > "$tmp/c.json"
+expect_fail "config check sum" 1 "hold 5 layers in all but the model has 7" -- "$bin" config check "$tmp/c.json" --layers 7
+echo '{"replicaton_factor": 2}' > "$tmp/typo.json"
+expect_fail "config typo" 1 "unknown key 'replicaton_factor' \(did you mean 'replication_factor'\?\)" -- "$bin" config check "$tmp/typo.json"
+expect_fail "config missing" 1 "cannot open" -- "$bin" config show "$tmp/none.json"
+expect_fail "config usage" 2 "expected 'show FILE'" -- "$bin" config frob x
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,131 @@
+/*
+** Option tables to getopt_long and to --help.
+*/
+#define _GNU_SOURCE
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cli_help(FILE *f, const cli_cmd *cmd) {
+    fprintf(f, "usage: repipe %s %s\n\n%s\n", cmd->name, cmd->usage, cmd->summary);
+    if (cmd->opts && cmd->opts[0].name) {
+        fprintf(f, "\noptions:\n");
+        for (const cli_opt *o = cmd->opts; o->name; o++) {
+            char left[80];
+            int n = 0;
+            if (o->short_name)
+                n = snprintf(left, sizeof left, "-%c, ", o->short_name);
+            snprintf(left + n, sizeof left - n, "--%s%s%s", o->name, o->metavar ? " " : "",
+                     o->metavar ? o->metavar : "");
+            fprintf(f, "  %-30s %s\n", left, o->help);
+        }
+        fprintf(f, "  %-30s %s\n", "-h, --help", "show this help and exit");
+    }
+    if (cmd->details)
+        fprintf(f, "\n%s\n", cmd->details);
+}
+
+void cli_error(const cli_cmd *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "repipe %s: ", cmd->name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int cli_next(const cli_cmd *cmd, int argc, char **argv, const char **arg, bool *help_shown) {
+    struct option longs[64];
+    char shorts[160];
+    int n = 0, s = 0;
+    shorts[s++] = '+'; /* stop at the first non-option: values of lists follow */
+    shorts[s++] = ':';
+    for (const cli_opt *o = cmd->opts; o && o->name && n < 62; o++, n++) {
+        longs[n].name = o->name;
+        longs[n].has_arg = o->metavar ? required_argument : no_argument;
+        longs[n].flag = NULL;
+        longs[n].val = 1000 + n;
+        if (o->short_name) {
+            shorts[s++] = (char)o->short_name;
+            if (o->metavar)
+                shorts[s++] = ':';
+        }
+    }
+    longs[n] = (struct option){"help", no_argument, NULL, 'h'};
+    longs[n + 1] = (struct option){0, 0, 0, 0};
+    shorts[s++] = 'h';
+    shorts[s] = '\0';
+    *help_shown = false;
+    opterr = 0;
+    int c = getopt_long(argc, argv, shorts, longs, NULL);
+    *arg = optarg;
+    if (c == -1)
+        return -1;
+    if (c == 'h') {
+        cli_help(stdout, cmd);
+        *help_shown = true;
+        return -2;
+    }
+    if (c >= 1000)
+        return c - 1000;
+    for (int i = 0; i < n; i++)
+        if (cmd->opts[i].short_name == c)
+            return i;
+    if (c == ':')
+        cli_error(cmd, "option '%s' needs a value (see 'repipe %s --help')", argv[optind - 1],
+                  cmd->name);
+    else
+        cli_error(cmd, "unknown option '%s' (see 'repipe %s --help')", argv[optind - 1],
+                  cmd->name);
+    return -2;
+}
+
+bool cli_int(const char *opt, const char *text, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) {
+        fprintf(stderr, "repipe: option '--%s': '%s' is not a whole number between %lld and %lld\n",
+                opt, text, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_double(const char *opt, const char *text, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end || !isfinite(v)) {
+        fprintf(stderr, "repipe: option '--%s': '%s' is not a number\n", opt, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+int cli_double_list(const char *opt, const char *first, int argc, char **argv, double *out,
+                    int max) {
+    int n = 0;
+    if (!cli_double(opt, first, &out[n++]))
+        return -1;
+    while (optind < argc && argv[optind][0] != '-') {
+        char *end;
+        double v = strtod(argv[optind], &end);
+        if (end == argv[optind] || *end)
+            break;
+        if (n == max) {
+            fprintf(stderr, "repipe: option '--%s' takes at most %d values\n", opt, max);
+            return -1;
+        }
+        out[n++] = v;
+        optind++;
+    }
+    return n;
+}

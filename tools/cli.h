@@ -1,0 +1,58 @@
+/*
+** Command-line plumbing shared by the subcommands. Each subcommand declares
+** one option table; the parser (getopt_long) and the --help text are both
+** generated from it, so they cannot drift apart.
+*/
+#ifndef REPIPE_CLI_H
+#define REPIPE_CLI_H
+
+#include <stdbool.h>
+#include <getopt.h> /* optind */
+#include <stdio.h>
+
+typedef struct cli_opt {
+    const char *name;    /* long name, without the dashes */
+    int short_name;      /* 0 if none */
+    const char *metavar; /* NULL for a flag without argument */
+    const char *help;
+} cli_opt;
+
+typedef struct cli_cmd {
+    const char *name;
+    const char *summary; /* one line for `repipe --help` */
+    const char *usage;   /* arguments after the command name */
+    const char *details; /* paragraph after the options, or NULL */
+    const cli_opt *opts; /* terminated by an entry with name == NULL */
+    int (*run)(const struct cli_cmd *cmd, int argc, char **argv);
+} cli_cmd;
+
+/* Prints `repipe NAME USAGE`, the summary, the option table and details. */
+void cli_help(FILE *f, const cli_cmd *cmd);
+
+/* getopt_long over the command's table; returns the index of the option in
+** the table, -1 at the end of options, or -2 after printing an error (or
+** help, with *help_shown set). Non-option arguments are left at optind. */
+int cli_next(const cli_cmd *cmd, int argc, char **argv, const char **arg, bool *help_shown);
+
+/* Parses a whole number or a real number; prints an error naming the option
+** and returns false when the text is not one. */
+bool cli_int(const char *opt, const char *text, long long lo, long long hi, long long *out);
+bool cli_double(const char *opt, const char *text, double *out);
+
+/* Consumes the numbers that follow a multi-valued option (`--machines 8 2`):
+** first is optarg; more are taken from argv while they parse as numbers. */
+int cli_double_list(const char *opt, const char *first, int argc, char **argv, double *out,
+                    int max);
+
+/* Prints "repipe NAME: message" to stderr. */
+void cli_error(const cli_cmd *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+extern const cli_cmd cmd_groups;
+extern const cli_cmd cmd_config;
+extern const cli_cmd cmd_plan;
+
+#endif /* REPIPE_CLI_H */

@@ -1,0 +1,202 @@
+/*
+** repipe config show|check FILE: validates a configuration and prints the
+** numbers derived from it.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "repipe/repipe.h"
+
+static const cli_opt OPTS[] = {
+    {"layers", 'l', "L", "number of layers of the model, to resolve -1 wildcards"},
+    {"json", 0, NULL, "print JSON instead of text (show)"},
+    {NULL, 0, NULL, NULL},
+};
+
+static void print_list(const int *v, int n) {
+    printf("[");
+    for (int i = 0; i < n; i++)
+        printf("%s%d", i ? ", " : "", v[i]);
+    printf("]");
+}
+
+/* Stage layer ranges, or a note when wildcards need the layer count. */
+static bool stage_ranges(const cli_cmd *cmd, const rp_config *cfg, bool inference, int layers,
+                         int *out) {
+    const rp_layer_list *l =
+        inference && cfg->inference_layers_set ? &cfg->inference_layers_per_stage
+                                               : &cfg->layers_per_stage;
+    bool wild = false;
+    int sum = 0;
+    for (int i = 0; i < l->count; i++) {
+        wild |= l->layers[i] == -1;
+        sum += l->layers[i];
+    }
+    if (layers == 0 && wild)
+        return false;
+    rp_error err;
+    if (rp_config_stage_layers(cfg, inference, layers ? layers : sum, out, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        exit(1);
+    }
+    return true;
+}
+
+static void show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg, int layers) {
+    rp_derived d;
+    rp_config_derive(cfg, &d);
+    int counts[RP_MAX_STAGES];
+    char gbuf[96];
+    printf("configuration: %s\n\ntraining\n", path);
+    printf("  stages (pipeline depth)    %d\n", d.stages);
+    printf("  stage replication          ");
+    for (int s = 0; s < d.stages; s++)
+        printf("%s%d", s ? ", " : "", cfg->stage_replication_count ? cfg->stage_replication[s] : 1);
+    printf("\n  replication factor         %d\n", cfg->replication_factor);
+    printf("  workers needed             %d\n", d.workers);
+    printf("  replica grouping           %s\n",
+           rp_grouping_to_string(&cfg->replica_grouping, gbuf, sizeof gbuf));
+    printf("  samples per micro-batch    %lld\n", d.samples_per_micro_batch);
+    printf("  samples per update         %lld  (%d x %d accumulation x %d replicas)\n",
+           d.samples_per_update, cfg->micro_batch_size, cfg->gradient_accumulation_steps,
+           cfg->replication_factor);
+    printf("  samples per host call      %lld  (%d device iterations)\n",
+           d.samples_per_host_call, cfg->device_iterations);
+    printf("  schedule                   %s\n", rp_schedule_name(cfg->schedule));
+    printf("  output mode                %s\n", rp_output_mode_name(cfg->output_mode));
+    printf("  optimizer                  %s, lr %g\n", rp_optimizer_name(cfg->optimizer.type),
+           cfg->optimizer.lr);
+    printf("\ninference\n");
+    printf("  stages                     %d\n", d.inference_stages);
+    printf("  replication factor         %d\n", cfg->inference_replication_factor);
+    printf("  workers needed             %d\n", d.inference_workers);
+    printf("  samples per step           %lld\n", d.inference_samples_per_step);
+    printf("  samples per host call      %lld  (%d device iterations)\n",
+           d.inference_samples_per_host_call, cfg->inference_device_iterations);
+    for (int inf = 0; inf < 2; inf++) {
+        int n = inf ? d.inference_stages : d.stages;
+        printf("\n%s stages\n", inf ? "inference" : "training");
+        if (!stage_ranges(cmd, cfg, inf, layers, counts)) {
+            const rp_layer_list *l = inf && cfg->inference_layers_set
+                                         ? &cfg->inference_layers_per_stage
+                                         : &cfg->layers_per_stage;
+            printf("  layers per stage ");
+            print_list(l->layers, l->count);
+            printf(" has wildcards; pass --layers L to resolve them\n");
+            continue;
+        }
+        int first = 0;
+        for (int s = 0; s < n; s++) {
+            if (counts[s] == 0)
+                printf("  stage %-3d no layers\n", s);
+            else
+                printf("  stage %-3d layers %d-%d (%d layer%s)\n", s, first,
+                       first + counts[s] - 1, counts[s], counts[s] == 1 ? "" : "s");
+            first += counts[s];
+        }
+    }
+}
+
+static void json_stages(const cli_cmd *cmd, const rp_config *cfg, bool inf, int layers, int n) {
+    int counts[RP_MAX_STAGES];
+    if (!stage_ranges(cmd, cfg, inf, layers, counts)) {
+        printf("null");
+        return;
+    }
+    printf("[");
+    int first = 0;
+    for (int s = 0; s < n; s++) {
+        printf("%s{\"stage\":%d,\"first_layer\":%d,\"layers\":%d}", s ? "," : "", s, first,
+               counts[s]);
+        first += counts[s];
+    }
+    printf("]");
+}
+
+static void show_json(const cli_cmd *cmd, const rp_config *cfg, int layers) {
+    rp_derived d;
+    rp_config_derive(cfg, &d);
+    printf("{\"training\":{\"stages\":%d,\"replication_factor\":%d,\"workers\":%d,"
+           "\"samples_per_micro_batch\":%lld,\"samples_per_update\":%lld,"
+           "\"samples_per_host_call\":%lld,\"stage_layers\":",
+           d.stages, cfg->replication_factor, d.workers, d.samples_per_micro_batch,
+           d.samples_per_update, d.samples_per_host_call);
+    json_stages(cmd, cfg, false, layers, d.stages);
+    printf("},\"inference\":{\"stages\":%d,\"replication_factor\":%d,\"workers\":%d,"
+           "\"samples_per_micro_batch\":%lld,\"samples_per_step\":%lld,"
+           "\"samples_per_host_call\":%lld,\"stage_layers\":",
+           d.inference_stages, cfg->inference_replication_factor, d.inference_workers,
+           d.samples_per_micro_batch, d.inference_samples_per_step,
+           d.inference_samples_per_host_call);
+    json_stages(cmd, cfg, true, layers, d.inference_stages);
+    printf("}}\n");
+}
+
+static int run(const cli_cmd *cmd, int argc, char **argv) {
+    long long layers = 0;
+    bool json = false, help;
+    const char *pos[4];
+    int npos = 0;
+    const char *arg;
+    for (;;) {
+        int o = cli_next(cmd, argc, argv, &arg, &help);
+        if (o == -2)
+            return help ? 0 : 2;
+        if (o == -1) {
+            if (optind >= argc)
+                break;
+            if (npos == 4) {
+                cli_error(cmd, "too many arguments");
+                return 2;
+            }
+            pos[npos++] = argv[optind++];
+            continue;
+        }
+        if (o == 0 && !cli_int("layers", arg, 1, 1 << 24, &layers))
+            return 2;
+        if (o == 1)
+            json = true;
+    }
+    if (npos != 2 || (strcmp(pos[0], "show") != 0 && strcmp(pos[0], "check") != 0)) {
+        cli_error(cmd, "expected 'show FILE' or 'check FILE' (see 'repipe config --help')");
+        return 2;
+    }
+    rp_config cfg;
+    rp_error err;
+    if (rp_config_load_file(&cfg, pos[1], &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    for (int i = 0; i < cfg.num_warnings; i++)
+        fprintf(stderr, "warning: %s\n", cfg.warnings[i]);
+    if (strcmp(pos[0], "check") == 0) {
+        if (layers) {
+            int counts[RP_MAX_STAGES];
+            for (int inf = 0; inf < 2; inf++)
+                if (rp_config_stage_layers(&cfg, inf, (int)layers, counts, &err)) {
+                    cli_error(cmd, "%s: %s", pos[1], err.msg);
+                    return 1;
+                }
+        }
+        printf("%s: ok\n", pos[1]);
+        return 0;
+    }
+    if (json)
+        show_json(cmd, &cfg, (int)layers);
+    else
+        show_text(cmd, pos[1], &cfg, (int)layers);
+    return 0;
+}
+
+const cli_cmd cmd_config = {
+    "config",
+    "check an execution configuration and print the numbers derived from it",
+    "show|check FILE [--layers L] [--json]",
+    "FILE is repipe's JSON configuration or an Optimum Graphcore ipu_config.json.\n"
+    "'show' prints the workers needed, the samples per micro-batch, update and\n"
+    "host call for training and inference, and the layers of every stage.\n"
+    "'check' exits non-zero with the reason when the file is not valid.",
+    OPTS,
+    run,
+};
