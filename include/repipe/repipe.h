@@ -8,5 +8,7 @@
 #include "repipe/config.h"
 #include "repipe/core.h"
 #include "repipe/grouping.h"
+#include "repipe/planner.h"
+#include "repipe/profile.h"
 
 #endif /* REPIPE_H */

@@ -1,0 +1,92 @@
+/*
+** The planner: PipeDream's hierarchical partitioning (DESIGN §6).
+**
+** Given a profile and a machine hierarchy (level 1 innermost: e.g. 8 devices
+** per server, then 2 servers) it finds, per level, pipeline stages and the
+** number of machines replicating each one, minimising the time per step of
+** the slowest stage. The objective and every number are PipeDream's; ties
+** between optimal plans are broken deterministically (planner.c).
+*/
+#ifndef REPIPE_PLANNER_H
+#define REPIPE_PLANNER_H
+
+#include <stdbool.h>
+
+#include "repipe/core.h"
+#include "repipe/profile.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RP_PLAN_MAX_LEVELS 8
+#define RP_PLAN_MAX_MACHINES 4096 /* per level */
+
+typedef struct rp_plan_options {
+    int num_levels;
+    int machines[RP_PLAN_MAX_LEVELS];     /* per level, innermost first */
+    double bandwidth[RP_PLAN_MAX_LEVELS]; /* bytes/s per level [1e9] */
+    double memory_size;                   /* bytes per machine [16e9] */
+    bool memory_constraint; /* reject stages whose stashed data exceed memory_size */
+    bool straight;          /* no replication of stages */
+    bool fewer_machines;    /* a level may leave machines unused */
+    double activation_compression; /* > 0: also bound by activation transfers; 0 = off */
+    int threads; /* workers for the lower levels' tables; 0 = automatic (2) */
+} rp_plan_options;
+
+/* Defaults: no levels yet, bandwidth 1e9, memory 16e9, options off. */
+void rp_plan_options_default(rp_plan_options *o);
+
+typedef struct rp_plan_stage {
+    int start, end;          /* states [start, end) in state order */
+    double compute_time;     /* seconds per step on one machine */
+    int replication;         /* machines of this level that run it */
+    int parent;              /* stage of the level above that holds it; -1 at the top */
+    double activation_bytes; /* stashed activations of one step, unreplicated */
+    double parameter_bytes;
+} rp_plan_stage;
+
+typedef struct rp_plan_level {
+    int level; /* 1 = innermost */
+    int machines;
+    double bandwidth;
+    int num_stages;
+    rp_plan_stage *stages;
+} rp_plan_level;
+
+typedef struct rp_plan {
+    int num_states;
+    int num_levels;
+    rp_plan_level *levels; /* levels[0] is the outermost (highest) level */
+    double single_stage_time; /* one machine, seconds per step */
+    double data_parallel_time; /* every machine replicating the whole model */
+    double pipeline_time;      /* this plan */
+    double speedup_vs_single, dp_speedup_vs_single, speedup_vs_dp;
+    int machines_available, machines_used;
+    /* Final stages are the stages of level 1, numbered across the levels
+    ** above; workers are numbered replica-major (DESIGN §1). */
+    int num_stages;
+    int *stage_num_ranks;  /* per final stage */
+    int num_workers;
+    int *worker_stage;     /* per worker: its final stage */
+    int num_nodes;
+    int *node_stage;       /* per profile node: final stage, -1 if none */
+    rp_plan_options options;
+} rp_plan;
+
+rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *options,
+                          rp_plan **out, rp_error *err);
+void rp_plan_free(rp_plan *plan);
+
+/* The plan as JSON (the keys of the PipeDream parity fixtures, plus
+** stage_to_rank_map and stage_to_num_ranks). The caller frees *out. */
+rp_status rp_plan_to_json(const rp_plan *plan, const rp_profile *profile, char **out,
+                          rp_error *err);
+
+/* PipeDream's hybrid_conf.json: module_to_stage_map and stage_to_rank_map. */
+rp_status rp_plan_pipedream_conf(const rp_plan *plan, char **out, rp_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REPIPE_PLANNER_H */

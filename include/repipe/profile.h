@@ -1,0 +1,66 @@
+/*
+** Per-layer profiles in PipeDream's graph.txt format (DESIGN §6.1).
+**
+** One node per line:
+**   ID -- DESCRIPTION -- forward_compute_time=F, backward_compute_time=B,
+**         activation_size=A, parameter_size=P[ -- stage_id=S]
+** where A may be a list "[a; b; ...]" (summed), times are milliseconds and
+** sizes bytes. Edge lines start with a tab: "\tX -- Y".
+*/
+#ifndef REPIPE_PROFILE_H
+#define REPIPE_PROFILE_H
+
+#include <stddef.h>
+
+#include "repipe/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rp_profile_node {
+    char *id;
+    char *desc;
+    double forward_ms;
+    double backward_ms;
+    double activation_bytes; /* a list is summed */
+    double parameter_bytes;
+    int stage_id; /* -1 when the line has none */
+    int line;     /* 1-based line in the file */
+} rp_profile_node;
+
+typedef struct rp_profile_edge {
+    int from, to; /* node indices */
+    int line;
+} rp_profile_edge;
+
+typedef struct rp_profile {
+    int num_nodes;
+    rp_profile_node *nodes; /* in file order */
+    int num_edges;
+    rp_profile_edge *edges; /* in file order */
+} rp_profile;
+
+/* Parses graph.txt text; `name` prefixes messages ("graph.txt:12: ..."). The
+** graph must be non-empty, acyclic, with unique ids and known edge ends. */
+rp_status rp_profile_parse(rp_profile **out, const char *text, size_t len, const char *name,
+                           rp_error *err);
+rp_status rp_profile_read(rp_profile **out, const char *path, rp_error *err);
+
+/* Writes the profile in the same format (nodes, then each node's incoming
+** edges). stage_ids, if not NULL, overrides the nodes' stage ids (-1: none).
+** The caller frees *out. */
+rp_status rp_profile_to_string(const rp_profile *p, const int *stage_ids, char **out,
+                               rp_error *err);
+rp_status rp_profile_write(const rp_profile *p, const int *stage_ids, const char *path,
+                           rp_error *err);
+
+/* Index of the node with this id, or -1. */
+int rp_profile_find(const rp_profile *p, const char *id);
+
+void rp_profile_free(rp_profile *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REPIPE_PROFILE_H */

@@ -1,0 +1,37 @@
+/*
+** The antichain DAG of a profile graph (internal to the planner).
+**
+** A state is an antichain of the profile graph, "augmented" with the nodes
+** whose outputs still cross it; states are ordered by a depth-first
+** topological sort of the antichain DAG (PipeDream's construction, with a
+** fixed order where PipeDream iterates hash sets: see antichain.c).
+*/
+#ifndef REPIPE_ANTICHAIN_H
+#define REPIPE_ANTICHAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "repipe/profile.h"
+
+typedef struct rp_states {
+    int n;                   /* number of states */
+    double *compute;         /* C[s]: seconds of all predecessors of state s */
+    double *activation;      /* bytes, cumulative like compute */
+    double *parameter;       /* bytes, cumulative like compute */
+    double *out_activation;  /* bytes leaving the augmented antichain */
+    int **pred;              /* pred[s]: DAG predecessors of s, ascending */
+    int *num_pred;
+    /* Per state, the profile nodes it covers (all predecessors of its
+    ** augmented antichain), as a bitset of nwords words over the nodes. */
+    int nwords;
+    uint64_t *covers;
+    /* Nodes removed before planning: Input sources (stage 0) and
+    ** __getitem__ sinks (no stage). */
+    unsigned char *input_source; /* per profile node */
+} rp_states;
+
+rp_status rp_states_build(const rp_profile *p, rp_states *out, rp_error *err);
+void rp_states_free(rp_states *s);
+
+#endif /* REPIPE_ANTICHAIN_H */

@@ -1,0 +1,108 @@
+/*
+** Plan output: JSON (the parity fixtures' keys) and PipeDream's
+** hybrid_conf.json.
+*/
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "repipe/planner.h"
+
+static rp_status finish(cJSON *root, char **out, rp_error *err) {
+    char *text = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    size_t n = strlen(text);
+    *out = malloc(n + 2);
+    if (*out) {
+        memcpy(*out, text, n);
+        memcpy(*out + n, "\n", 2);
+    }
+    cJSON_free(text);
+    return *out ? RP_OK : rp_fail(err, RP_ERR_NOMEM, "out of memory");
+}
+
+static cJSON *rank_map(const rp_plan *p) {
+    cJSON *m = cJSON_CreateObject();
+    for (int s = 0; s < p->num_stages; s++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", s);
+        cJSON *ranks = cJSON_CreateArray();
+        for (int r = 0; r < p->num_workers; r++)
+            if (p->worker_stage[r] == s)
+                cJSON_AddItemToArray(ranks, cJSON_CreateNumber(r));
+        cJSON_AddItemToObject(m, key, ranks);
+    }
+    return m;
+}
+
+rp_status rp_plan_to_json(const rp_plan *p, const rp_profile *profile, char **out,
+                          rp_error *err) {
+    cJSON *r = cJSON_CreateObject();
+    const rp_plan_options *o = &p->options;
+    cJSON *opt = cJSON_CreateObject();
+    cJSON_AddItemToObject(opt, "machines", cJSON_CreateIntArray(o->machines, o->num_levels));
+    cJSON_AddItemToObject(opt, "bandwidths", cJSON_CreateDoubleArray(o->bandwidth, o->num_levels));
+    cJSON_AddNumberToObject(opt, "memory_size", o->memory_size);
+    cJSON_AddBoolToObject(opt, "straight_pipeline", o->straight);
+    cJSON_AddBoolToObject(opt, "use_memory_constraint", o->memory_constraint);
+    cJSON_AddBoolToObject(opt, "use_fewer_machines", o->fewer_machines);
+    if (o->activation_compression > 0)
+        cJSON_AddNumberToObject(opt, "activation_compression_ratio", o->activation_compression);
+    else
+        cJSON_AddNullToObject(opt, "activation_compression_ratio");
+    cJSON_AddItemToObject(r, "options", opt);
+    cJSON_AddNumberToObject(r, "num_states", p->num_states);
+    cJSON *levels = cJSON_AddArrayToObject(r, "levels");
+    for (int l = 0; l < p->num_levels; l++) {
+        const rp_plan_level *lv = &p->levels[l];
+        cJSON *jl = cJSON_CreateObject();
+        cJSON_AddNumberToObject(jl, "level", lv->level);
+        cJSON_AddNumberToObject(jl, "machines", lv->machines);
+        cJSON_AddNumberToObject(jl, "bandwidth", lv->bandwidth);
+        cJSON *stages = cJSON_AddArrayToObject(jl, "stages");
+        for (int s = 0; s < lv->num_stages; s++) {
+            const rp_plan_stage *ps = &lv->stages[s];
+            cJSON *js = cJSON_CreateObject();
+            cJSON_AddNumberToObject(js, "start", ps->start);
+            cJSON_AddNumberToObject(js, "end", ps->end);
+            cJSON_AddNumberToObject(js, "compute_time", ps->compute_time);
+            cJSON_AddNumberToObject(js, "replication", ps->replication);
+            cJSON_AddNumberToObject(js, "parent", ps->parent);
+            cJSON_AddNumberToObject(js, "activation_bytes", ps->activation_bytes);
+            cJSON_AddNumberToObject(js, "parameter_bytes", ps->parameter_bytes);
+            cJSON_AddItemToArray(stages, js);
+        }
+        cJSON_AddNumberToObject(jl, "total_stages", lv->num_stages);
+        cJSON_AddItemToArray(levels, jl);
+    }
+    cJSON_AddNumberToObject(r, "single_stage_time", p->single_stage_time);
+    cJSON_AddNumberToObject(r, "data_parallel_time", p->data_parallel_time);
+    cJSON_AddNumberToObject(r, "pipeline_time", p->pipeline_time);
+    cJSON_AddNumberToObject(r, "speedup_vs_single", p->speedup_vs_single);
+    cJSON_AddNumberToObject(r, "dp_speedup_vs_single", p->dp_speedup_vs_single);
+    cJSON_AddNumberToObject(r, "speedup_vs_dp", p->speedup_vs_dp);
+    cJSON_AddNumberToObject(r, "machines_available", p->machines_available);
+    cJSON_AddNumberToObject(r, "machines_used", p->machines_used);
+    cJSON *ns = cJSON_AddObjectToObject(r, "node_stage");
+    for (int i = 0; i < p->num_nodes; i++)
+        if (p->node_stage[i] >= 0)
+            cJSON_AddNumberToObject(ns, profile->nodes[i].id, p->node_stage[i]);
+    cJSON_AddItemToObject(r, "stage_to_num_ranks",
+                          cJSON_CreateIntArray(p->stage_num_ranks, p->num_stages));
+    cJSON_AddItemToObject(r, "stage_to_rank_map", rank_map(p));
+    return finish(r, out, err);
+}
+
+rp_status rp_plan_pipedream_conf(const rp_plan *p, char **out, rp_error *err) {
+    cJSON *r = cJSON_CreateObject();
+    /* One module per stage, then the loss, which runs on the last stage. */
+    cJSON *mods = cJSON_AddArrayToObject(r, "module_to_stage_map");
+    for (int s = 0; s < p->num_stages; s++)
+        cJSON_AddItemToArray(mods, cJSON_CreateNumber(s));
+    cJSON_AddItemToArray(mods, cJSON_CreateNumber(p->num_stages - 1));
+    cJSON_AddItemToObject(r, "stage_to_rank_map", rank_map(p));
+    return finish(r, out, err);
+}

@@ -1,0 +1,236 @@
+/*
+** repipe plan: splits a profiled model over a machine hierarchy.
+*/
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "repipe/repipe.h"
+
+static const cli_opt OPTS[] = {
+    {"profile", 'f', "FILE", "per-layer profile in PipeDream's graph.txt format (required)"},
+    {"machines", 'n', "N1 [N2 ...]", "machines per level, innermost first (required)"},
+    {"bandwidth", 'b', "B1 [B2 ...]", "bytes/s per level [1e9 each]"},
+    {"memory-size", 's', "BYTES", "memory per machine, for --memory-constraint [16e9]"},
+    {"memory-constraint", 0, NULL, "reject stages whose stashed data exceed the memory size"},
+    {"straight", 0, NULL, "a straight pipeline: no stage is replicated"},
+    {"fewer-machines", 0, NULL, "allow plans that leave machines unused"},
+    {"activation-compression", 0, "RATIO", "bound stages by activation transfers, compressed by RATIO"},
+    {"json", 0, "OUT", "write the plan as JSON to OUT ('-' for standard output)"},
+    {"graph-out", 0, "FILE", "write the profile with the stage_id of every node"},
+    {"pipedream-conf", 0, "FILE", "write PipeDream's hybrid_conf.json"},
+    {NULL, 0, NULL, NULL},
+};
+
+static bool write_text(const cli_cmd *cmd, const char *path, const char *text) {
+    if (strcmp(path, "-") == 0) {
+        fputs(text, stdout);
+        return true;
+    }
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        cli_error(cmd, "%s: cannot write", path);
+        return false;
+    }
+    return true;
+}
+
+/* "ranks 0–6 and 8–14": runs of consecutive ranks, joined in words. */
+static void print_ranks(const rp_plan *p, int s) {
+    int runs[4096][2], n = 0;
+    for (int r = 0; r < p->num_workers; r++) {
+        if (p->worker_stage[r] != s)
+            continue;
+        if (n && runs[n - 1][1] == r - 1)
+            runs[n - 1][1] = r;
+        else if (n < 4096) {
+            runs[n][0] = runs[n][1] = r;
+            n++;
+        }
+    }
+    int count = p->stage_num_ranks[s];
+    printf("  stage %d: %d worker%s \u2014 rank%s ", s, count, count == 1 ? "" : "s",
+           count == 1 ? "" : "s");
+    for (int i = 0; i < n; i++) {
+        if (i)
+            printf(i == n - 1 ? " and " : ", ");
+        if (runs[i][0] == runs[i][1])
+            printf("%d", runs[i][0]);
+        else
+            printf("%d\u2013%d", runs[i][0], runs[i][1]);
+    }
+    printf("\n");
+}
+
+static void print_plan(const rp_plan *p, const char *profile_path, const rp_profile *prof) {
+    const rp_plan_options *o = &p->options;
+    printf("profile   %s (%d nodes, %d states)\n", profile_path, prof->num_nodes,
+           p->num_states);
+    printf("machines  ");
+    for (int l = o->num_levels - 1; l >= 0; l--)
+        printf("%s%d", l == o->num_levels - 1 ? "" : " x ", o->machines[l]);
+    printf(" = %d (outermost first)\n", p->machines_available);
+    for (int l = 0; l < p->num_levels; l++) {
+        const rp_plan_level *lv = &p->levels[l];
+        printf("\nlevel %d: %d machine%s%s, %.3g GB/s\n", lv->level, lv->machines,
+               lv->machines == 1 ? "" : "s", l ? " inside each of the level above" : "",
+               lv->bandwidth / 1e9);
+        printf("  %-6s %-12s %-14s %-12s %s\n", "stage", "states", "compute (s)",
+               "replication", l ? "within" : "");
+        for (int s = 0; s < lv->num_stages; s++) {
+            const rp_plan_stage *ps = &lv->stages[s];
+            char states[32];
+            snprintf(states, sizeof states, "%d-%d", ps->start, ps->end);
+            printf("  %-6d %-12s %-14.6f %-12d", s, states, ps->compute_time, ps->replication);
+            if (ps->parent >= 0)
+                printf(" stage %d above", ps->parent);
+            printf("\n");
+        }
+    }
+    printf("\nworkers (%d, replica-major; PipeDream's --stage_to_num_ranks ", p->num_workers);
+    for (int s = 0; s < p->num_stages; s++)
+        printf("%s%d", s ? "," : "", p->stage_num_ranks[s]);
+    printf(")\n");
+    for (int s = 0; s < p->num_stages; s++)
+        print_ranks(p, s);
+    if (p->machines_used < p->machines_available)
+        printf("  %d machine%s left unused\n", p->machines_available - p->machines_used,
+               p->machines_available - p->machines_used == 1 ? "" : "s");
+    printf("\npredicted time per step\n");
+    printf("  one machine             %.6f s\n", p->single_stage_time);
+    printf("  data parallel (%d)%*s %.6f s  %.2fx one machine\n", p->machines_available,
+           (int)(6 - snprintf(NULL, 0, "%d", p->machines_available)), "",
+           p->data_parallel_time, p->dp_speedup_vs_single);
+    printf("  this plan               %.6f s  %.2fx one machine, %.2fx data parallel\n",
+           p->pipeline_time, p->speedup_vs_single, p->speedup_vs_dp);
+}
+
+static int run(const cli_cmd *cmd, int argc, char **argv) {
+    rp_plan_options o;
+    rp_plan_options_default(&o);
+    const char *profile = NULL, *json = NULL, *graph_out = NULL, *conf = NULL;
+    double vals[RP_PLAN_MAX_LEVELS + 1];
+    int nbw = 0;
+    bool help;
+    const char *arg;
+    for (;;) {
+        int i = cli_next(cmd, argc, argv, &arg, &help);
+        if (i == -2)
+            return help ? 0 : 2;
+        if (i == -1) {
+            if (optind < argc) {
+                cli_error(cmd, "unexpected argument '%s'", argv[optind]);
+                return 2;
+            }
+            break;
+        }
+        const char *name = OPTS[i].name;
+        int n;
+        switch (i) {
+        case 0: profile = arg; break;
+        case 1:
+        case 2:
+            n = cli_double_list(name, arg, argc, argv, vals, RP_PLAN_MAX_LEVELS);
+            if (n < 0)
+                return 2;
+            for (int k = 0; k < n; k++) {
+                if (i == 1) {
+                    if (vals[k] != floor(vals[k]) || vals[k] < 1 || vals[k] > 4096) {
+                        cli_error(cmd, "--machines: '%g' is not a whole number from 1 to 4096",
+                                  vals[k]);
+                        return 2;
+                    }
+                    o.machines[k] = (int)vals[k];
+                } else {
+                    o.bandwidth[k] = vals[k];
+                }
+            }
+            if (i == 1)
+                o.num_levels = n;
+            else
+                nbw = n;
+            break;
+        case 3:
+            if (!cli_double(name, arg, &o.memory_size))
+                return 2;
+            break;
+        case 4: o.memory_constraint = true; break;
+        case 5: o.straight = true; break;
+        case 6: o.fewer_machines = true; break;
+        case 7:
+            if (!cli_double(name, arg, &o.activation_compression))
+                return 2;
+            if (!(o.activation_compression > 0)) {
+                cli_error(cmd, "--activation-compression must be > 0");
+                return 2;
+            }
+            break;
+        case 8: json = arg; break;
+        case 9: graph_out = arg; break;
+        case 10: conf = arg; break;
+        }
+    }
+    if (!profile || !o.num_levels) {
+        cli_error(cmd, "--profile and --machines are required (see 'repipe plan --help')");
+        return 2;
+    }
+    if (nbw && nbw != o.num_levels) {
+        cli_error(cmd, "--bandwidth has %d value%s but --machines has %d level%s", nbw,
+                  nbw == 1 ? "" : "s", o.num_levels, o.num_levels == 1 ? "" : "s");
+        return 2;
+    }
+    rp_error err;
+    rp_profile *prof;
+    if (rp_profile_read(&prof, profile, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    rp_plan *plan;
+    if (rp_plan_compute(prof, &o, &plan, &err)) {
+        cli_error(cmd, "%s: %s", profile, err.msg);
+        rp_profile_free(prof);
+        return 1;
+    }
+    int rc = 0;
+    char *text;
+    if (json) {
+        if (rp_plan_to_json(plan, prof, &text, &err) == RP_OK) {
+            rc |= !write_text(cmd, json, text);
+            free(text);
+        } else {
+            cli_error(cmd, "%s", err.msg);
+            rc = 1;
+        }
+    }
+    if (conf) {
+        if (rp_plan_pipedream_conf(plan, &text, &err) == RP_OK) {
+            rc |= !write_text(cmd, conf, text);
+            free(text);
+        } else {
+            cli_error(cmd, "%s", err.msg);
+            rc = 1;
+        }
+    }
+    if (graph_out && rp_profile_write(prof, plan->node_stage, graph_out, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        rc = 1;
+    }
+    if (!json || strcmp(json, "-") != 0)
+        print_plan(plan, profile, prof);
+    rp_plan_free(plan);
+    rp_profile_free(prof);
+    return rc;
+}
+
+const cli_cmd cmd_plan = {
+    "plan",
+    "split a profiled model into pipeline stages and replicas over a machine hierarchy",
+    "--profile FILE --machines N1 [N2 ...] [--bandwidth B1 [B2 ...]] [options]",
+    "Level 1 is innermost: '--machines 8 2 --bandwidth 4.29e9 2.15e9' means 2 servers\n"
+    "of 8 devices, 4.29 GB/s between devices of a server and 2.15 GB/s between\n"
+    "servers. The objective and numbers are those of PipeDream's optimizer; see\n"
+    "docs/planner.md for how to read the output.",
+    OPTS,
+    run,
+};
