@@ -84,5 +84,31 @@ expect_fail "config typo" 1 "unknown key 'replicaton_factor' \(did you mean 'rep
 expect_fail "config missing" 1 "cannot open" -- "$bin" config show "$tmp/none.json"
 expect_fail "config usage" 2 "expected 'show FILE'" -- "$bin" config frob x
 
+# The planner on the seed case (skipped without the shared fixtures).
+vgg="$src/../shared/fixtures/pipedream/profiles/vgg16/graph.txt"
+if [ -f "$vgg" ]; then
+  out=$("$bin" plan --profile "$vgg" --machines 8 2 --bandwidth 4294967296 2147483648 \
+        --activation-compression 1 --json "$tmp/plan.json" --graph-out "$tmp/g.txt" \
+        --pipedream-conf "$tmp/conf.json")
+  if grep -q "stage 0: 14 workers — ranks 0–6 and 8–14" <<<"$out" &&
+     grep -q "stage 1: 2 workers — ranks 7 and 15" <<<"$out" &&
+     grep -q "stage_to_num_ranks 14,2" <<<"$out"; then ok; else bad "plan seed text: $out"; fi
+  if grep -q '"stage_to_num_ranks":	\[14, 2\]' "$tmp/plan.json" &&
+     grep -q '"module_to_stage_map":	\[0, 1, 1\]' "$tmp/conf.json" &&
+     grep -q 'node26 -- .* -- stage_id=1$' "$tmp/g.txt" && grep -q 'node1 -- Input.* -- stage_id=0$' "$tmp/g.txt"
+  then ok; else bad "plan seed files"; fi
+  # the written profile plans to the same result
+  "$bin" plan --profile "$tmp/g.txt" --machines 8 2 --bandwidth 4294967296 2147483648 \
+    --activation-compression 1 --json "$tmp/plan2.json" >/dev/null
+  if cmp -s "$tmp/plan.json" "$tmp/plan2.json"; then ok; else bad "plan of the written profile differs"; fi
+else
+  echo "SKIP: planner seed case (no shared fixtures at $vgg)"
+fi
+printf 'a -- A -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=1\n\ta -- zz\n' > "$tmp/bad.txt"
+expect_fail "plan bad profile" 1 "bad.txt:2: the edge names an unknown node 'zz'" -- "$bin" plan --profile "$tmp/bad.txt" --machines 2
+expect_fail "plan bandwidth count" 2 "--bandwidth has 1 value but --machines has 2 levels" -- "$bin" plan --profile "$tmp/bad.txt" --machines 2 2 --bandwidth 1e9
+expect_fail "plan needs profile" 2 "--profile and --machines are required" -- "$bin" plan --machines 2
+expect_grep "plan help" "--fewer-machines +allow plans" -- "$bin" plan --help
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -1,0 +1,123 @@
+/*
+** graph.txt reader and writer: the accepted forms, every error with its
+** line, and write -> read round trips.
+*/
+#include <stdlib.h>
+
+#include "repipe/profile.h"
+#include "test.h"
+
+#define N(id) id " -- Conv2d(3, 64) -- forward_compute_time=1.500, backward_compute_time=2.000, " \
+                 "activation_size=100.0, parameter_size=50.000\n"
+
+static rp_status parse(const char *text, rp_profile **p, rp_error *err) {
+    return rp_profile_parse(p, text, strlen(text), "g.txt", err);
+}
+
+static void test_accepts(void) {
+    rp_profile *p;
+    rp_error err;
+    const char *text =
+        "node1 -- Input0 -- forward_compute_time=0.000, backward_compute_time=0.000, "
+        "activation_size=0.0, parameter_size=0.000\n"
+        "node2 -- LSTM(1024) -- x -- forward_compute_time=3.25, backward_compute_time=4.0, "
+        "activation_size=[1.0; 2.5; 3.5], parameter_size=8.0 -- stage_id=1\r\n"
+        "\n" N("node3") "\tnode1 -- node2\n\tnode2 -- node3\n\tnode1 -- node3\n";
+    CHECK(parse(text, &p, &err) == RP_OK);
+    if (!p)
+        return;
+    CHECK_INT(p->num_nodes, 3);
+    CHECK_INT(p->num_edges, 3);
+    CHECK(strcmp(p->nodes[1].desc, "LSTM(1024) -- x") == 0);
+    CHECK(p->nodes[1].activation_bytes == 7.0);
+    CHECK(p->nodes[1].forward_ms == 3.25);
+    CHECK_INT(p->nodes[1].stage_id, 1);
+    CHECK_INT(p->nodes[2].stage_id, -1);
+    CHECK_INT(p->nodes[2].line, 4);
+    CHECK_INT(p->edges[2].from, 0);
+    CHECK_INT(p->edges[2].to, 2);
+    CHECK_INT(rp_profile_find(p, "node3"), 2);
+    CHECK_INT(rp_profile_find(p, "node9"), -1);
+    /* write -> read gives the same graph; stage ids can be overridden */
+    int stages[3] = {0, 0, 1};
+    char *out;
+    CHECK(rp_profile_to_string(p, stages, &out, &err) == RP_OK);
+    CHECK_STR_HAS(out, "node3 -- Conv2d(3, 64) -- forward_compute_time=1.500, "
+                       "backward_compute_time=2.000, activation_size=100.000, "
+                       "parameter_size=50.000 -- stage_id=1\n");
+    CHECK_STR_HAS(out, "\tnode1 -- node3\n");
+    rp_profile *q;
+    CHECK(parse(out, &q, &err) == RP_OK);
+    if (q) {
+        CHECK_INT(q->num_nodes, 3);
+        CHECK_INT(q->num_edges, 3);
+        for (int i = 0; i < 3; i++) {
+            CHECK(strcmp(q->nodes[i].id, p->nodes[i].id) == 0);
+            CHECK(strcmp(q->nodes[i].desc, p->nodes[i].desc) == 0);
+            CHECK(q->nodes[i].forward_ms == p->nodes[i].forward_ms);
+            CHECK(q->nodes[i].activation_bytes == p->nodes[i].activation_bytes);
+            CHECK_INT(q->nodes[i].stage_id, stages[i]);
+        }
+        rp_profile_free(q);
+    }
+    free(out);
+    rp_profile_free(p);
+}
+
+static void test_errors(void) {
+    static const struct {
+        const char *text, *msg;
+    } cases[] = {
+        {"", "no nodes: the profile is empty"},
+        {"\n\n", "no nodes"},
+        {N("a") N("a"), "g.txt:2: node id 'a' already defined on line 1"},
+        {N("a") "\ta -- b\n", "g.txt:2: the edge names an unknown node 'b'"},
+        {N("a") N("b") "\ta -- b\n\tb -- a\n", "g.txt: the graph has no source"},
+        {N("a") N("b") N("c") "\ta -- b\n\tb -- c\n\tc -- b\n", "g.txt:5: the edge b -- c lies on a cycle"},
+        {N("a") "\ta -- a\n", "g.txt:2: the edge a -- a lies on a cycle"},
+        {N("a") "\ta b\n", "g.txt:2: an edge line must read 'FROM -- TO'"},
+        {"a -- A -- forward_compute_time=x, backward_compute_time=0, activation_size=0, "
+         "parameter_size=0\n",
+         "g.txt:1: forward_compute_time: 'x' is not a non-negative number"},
+        {"a -- A -- forward_compute_time=-1, backward_compute_time=0, activation_size=0, "
+         "parameter_size=0\n",
+         "'-1' is not a non-negative number"},
+        {"a -- A -- forward_compute_time=1, backward_compute_time=0, activation_size=[1; z], "
+         "parameter_size=0\n",
+         "activation_size list has a bad number 'z'"},
+        {"a -- A -- forward_compute_time=1, backward_compute_time=0, activation_size=[1; 2, "
+         "parameter_size=0\n",
+         "lacks its closing ']'"},
+        {"a -- A -- forward_compute_time=1, backward_compute_time=0, parameter_size=0\n",
+         "expected 'activation_size=..., '"},
+        {"a -- A -- forward_compute_time=1, backward_compute_time=0, activation_size=1, "
+         "parameter_size=0 -- stage=2\n",
+         "only ' -- stage_id=N' may follow"},
+        {"a -- forward_compute_time=1, backward_compute_time=0, activation_size=1, "
+         "parameter_size=0\n",
+         "g.txt:1: expected 'ID -- DESCRIPTION"},
+        {"just some words\n", "g.txt:1: expected 'ID -- DESCRIPTION"},
+        {" -- A -- forward_compute_time=1, backward_compute_time=0, activation_size=1, "
+         "parameter_size=0\n",
+         "g.txt:1: expected 'ID -- DESCRIPTION"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rp_profile *p = NULL;
+        rp_error err;
+        rp_status s = parse(cases[i].text, &p, &err);
+        CHECK(s != RP_OK);
+        CHECK(p == NULL);
+        if (s != RP_OK)
+            CHECK_STR_HAS(err.msg, cases[i].msg);
+    }
+    rp_profile *p;
+    rp_error err;
+    CHECK(rp_profile_read(&p, "/nonexistent/graph.txt", &err) == RP_ERR_IO);
+    CHECK_STR_HAS(err.msg, "/nonexistent/graph.txt");
+}
+
+int main(void) {
+    test_accepts();
+    test_errors();
+    return test_finish("test_profile");
+}
