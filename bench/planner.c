@@ -1,0 +1,194 @@
+/*
+** bench/planner: repipe's planner beside PipeDream's optimizer.
+**
+** For every fixture in FIXTURE_DIR/expected it reads the profile and plans
+** it in-process (best of several runs) and prints that time beside the
+** fixture's reference_seconds, PipeDream's own run on this machine, and the
+** ratio. Then it times synthetic profiles (a long chain, residual blocks)
+** for several sizes, to show how the cost grows with states and machines.
+** Usage: bench_planner [FIXTURE_DIR]
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <cJSON.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../src/core/util.h"
+#include "repipe/planner.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Best wall time of `reps` runs of read (or parse) + plan. */
+static double time_plan(const char *path, const char *text, const rp_plan_options *o, int reps,
+                        int *states) {
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        rp_error err;
+        rp_profile *p;
+        rp_plan *plan;
+        double t0 = now();
+        rp_status s = path ? rp_profile_read(&p, path, &err)
+                           : rp_profile_parse(&p, text, strlen(text), "synthetic", &err);
+        if (s == RP_OK) {
+            s = rp_plan_compute(p, o, &plan, &err);
+            rp_profile_free(p);
+        }
+        double dt = now() - t0;
+        if (s) {
+            fprintf(stderr, "bench_planner: %s\n", err.msg);
+            return -1;
+        }
+        *states = plan->num_states;
+        rp_plan_free(plan);
+        if (dt < best)
+            best = dt;
+        if (dt > 0.5)
+            break; /* slow enough to time once */
+    }
+    return best;
+}
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void fixtures(const char *dir) {
+    char exp[2048];
+    snprintf(exp, sizeof exp, "%s/expected", dir);
+    DIR *d = opendir(exp);
+    if (!d) {
+        printf("no fixtures at %s: skipping the comparison with PipeDream\n\n", exp);
+        return;
+    }
+    char *names[256];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < 256)
+        if (strstr(de->d_name, ".json"))
+            names[n++] = strdup(de->d_name);
+    closedir(d);
+    qsort(names, n, sizeof names[0], cmp_name);
+    printf("%-22s %7s %12s %14s %10s\n", "fixture", "states", "repipe (ms)", "PipeDream (s)",
+           "ratio");
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", exp, names[i]);
+        char *text;
+        size_t len;
+        rp_error err;
+        if (rp_read_file(path, &text, &len, &err))
+            continue;
+        cJSON *fx = cJSON_Parse(text);
+        free(text);
+        if (!fx)
+            continue;
+        const cJSON *opt = cJSON_GetObjectItem(fx, "options"), *e;
+        rp_plan_options o;
+        rp_plan_options_default(&o);
+        int k = 0;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(opt, "machines")) o.machines[k++] = e->valueint;
+        o.num_levels = k;
+        k = 0;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(opt, "bandwidths")) o.bandwidth[k++] =
+            e->valuedouble;
+        o.memory_size = cJSON_GetObjectItem(opt, "memory_size")->valuedouble;
+        o.straight = cJSON_IsTrue(cJSON_GetObjectItem(opt, "straight_pipeline"));
+        o.memory_constraint = cJSON_IsTrue(cJSON_GetObjectItem(opt, "use_memory_constraint"));
+        o.fewer_machines = cJSON_IsTrue(cJSON_GetObjectItem(opt, "use_fewer_machines"));
+        const cJSON *acr = cJSON_GetObjectItem(opt, "activation_compression_ratio");
+        o.activation_compression = cJSON_IsNumber(acr) ? acr->valuedouble : 0;
+        snprintf(path, sizeof path, "%s/%s", dir,
+                 cJSON_GetObjectItem(fx, "profile")->valuestring);
+        double ref = cJSON_GetObjectItem(fx, "reference_seconds")->valuedouble;
+        int states = 0;
+        double t = time_plan(path, NULL, &o, 7, &states);
+        if (t > 0)
+            printf("%-22s %7d %12.3f %14.3f %9.0fx\n", names[i], states, t * 1e3, ref, ref / t);
+        cJSON_Delete(fx);
+        free(names[i]);
+    }
+    printf("\n");
+}
+
+/* A chain of n layers, or n residual blocks (conv, relu, conv, add with a
+** skip), with varied costs. */
+static char *synthetic(int n, bool residual) {
+    size_t cap = (size_t)(n * 4 + 4) * 200;
+    char *s = malloc(cap);
+    size_t len = 0;
+    int nodes = residual ? 4 * n + 1 : n;
+    for (int i = 0; i < nodes; i++)
+        len += snprintf(s + len, cap - len,
+                        "n%d -- L%d -- forward_compute_time=%.3f, backward_compute_time=%.3f, "
+                        "activation_size=%d.0, parameter_size=%d.0\n",
+                        i, i, 0.5 + (i * 37 % 11) * 0.25, 1.0 + (i * 53 % 7) * 0.5,
+                        1000000 * (1 + i % 5), 400000 * (i % 3));
+    if (!residual) {
+        for (int i = 1; i < nodes; i++)
+            len += snprintf(s + len, cap - len, "\tn%d -- n%d\n", i - 1, i);
+    } else {
+        for (int b = 0; b < n; b++) {
+            int x = 4 * b; /* block input; x+1 conv, x+2 relu, x+3 conv, x+4 add */
+            len += snprintf(s + len, cap - len,
+                            "\tn%d -- n%d\n\tn%d -- n%d\n\tn%d -- n%d\n\tn%d -- n%d\n\tn%d -- "
+                            "n%d\n",
+                            x, x + 1, x + 1, x + 2, x + 2, x + 3, x + 3, x + 4, x, x + 4);
+        }
+    }
+    return s;
+}
+
+static void scaling(void) {
+    static const struct {
+        const char *name;
+        int levels, m[2];
+    } machines[] = {{"8", 1, {8, 0}}, {"16", 1, {16, 0}}, {"4x4", 2, {4, 4}}, {"8x2", 2, {8, 2}}};
+    printf("synthetic profiles: planning time in ms (states in brackets)\n");
+    printf("%-26s", "profile");
+    for (int k = 0; k < 4; k++)
+        printf(" %10s", machines[k].name);
+    printf("\n");
+    static const struct {
+        int n;
+        bool residual;
+    } shapes[] = {{250, false}, {500, false}, {1000, false}, {2000, false},
+                  {50, true},   {100, true},  {200, true}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        char *text = synthetic(shapes[s].n, shapes[s].residual);
+        char label[64];
+        int states = 0;
+        snprintf(label, sizeof label, "%s %d", shapes[s].residual ? "residual blocks" : "chain",
+                 shapes[s].n);
+        printf("%-18s", label);
+        bool first = true;
+        for (int k = 0; k < 4; k++) {
+            rp_plan_options o;
+            rp_plan_options_default(&o);
+            o.num_levels = machines[k].levels;
+            o.machines[0] = machines[k].m[0];
+            o.machines[1] = machines[k].m[1];
+            double t = time_plan(NULL, text, &o, 3, &states);
+            if (first) {
+                printf("[%5d] ", states);
+                first = false;
+            }
+            printf(" %10.1f", t * 1e3);
+            fflush(stdout);
+        }
+        printf("\n");
+        free(text);
+    }
+}
+
+int main(int argc, char **argv) {
+    fixtures(argc > 1 ? argv[1] : "../shared/fixtures/pipedream");
+    scaling();
+    return 0;
+}
