@@ -54,5 +54,7 @@ void cli_error(const cli_cmd *cmd, const char *fmt, ...)
 extern const cli_cmd cmd_groups;
 extern const cli_cmd cmd_config;
 extern const cli_cmd cmd_plan;
+extern const cli_cmd cmd_train;
+extern const cli_cmd cmd_weights;
 
 #endif /* REPIPE_CLI_H */

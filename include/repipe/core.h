@@ -10,6 +10,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,6 +45,18 @@ void rp_error_clear(rp_error *err);
 
 /* A short name for a status ("invalid value", "parse error", ...). */
 const char *rp_status_name(rp_status status);
+
+/* Counter-based randomness: a pure function of its keys, so a random
+** number does not depend on how work is split across workers or on the
+** order it is done in (dropout masks, initialisation, shuffling). */
+uint64_t rp_hash64(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint64_t d);
+/* Uniform in [0, 1) with 24 bits, from the same keys. */
+float rp_uniform(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint64_t d);
+
+/* Turns on flush-to-zero and denormals-are-zero for the calling thread:
+** denormal floats make products many times slower and carry no useful
+** precision in training. */
+void rp_fpu_fast_denormals(void);
 
 /* The library version as "MAJOR.MINOR.PATCH". */
 const char *rp_version(void);

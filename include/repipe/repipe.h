@@ -10,5 +10,8 @@
 #include "repipe/grouping.h"
 #include "repipe/planner.h"
 #include "repipe/profile.h"
+#include "repipe/model.h"
+#include "repipe/data.h"
+#include "repipe/session.h"
 
 #endif /* REPIPE_H */

@@ -1,0 +1,69 @@
+/*
+** Datasets: IDX files (MNIST, Fashion-MNIST; gzipped or not) and synthetic
+** data for tests, and the global sample stream of DESIGN §4.1: sample
+** order is fixed by (seed, epoch) and consumed an update at a time.
+*/
+#ifndef REPIPE_DATA_H
+#define REPIPE_DATA_H
+
+#include <stdint.h>
+
+#include "repipe/core.h"
+#include "repipe/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rp_dataset {
+    int n;           /* samples */
+    rp_shape sample; /* shape of one sample */
+    float *x;        /* n * size(sample) values (pixels scaled to [0, 1]) */
+    int32_t *labels; /* n labels */
+    int num_classes;
+} rp_dataset;
+
+/* Parses one IDX file's bytes (after decompression): magic 0x0000 08 NDIM,
+** NDIM big-endian u32 sizes, then the unsigned bytes. *dims receives the
+** sizes; *values points into data. */
+rp_status rp_idx_parse(const unsigned char *data, size_t len, const char *name, int *ndim,
+                       int dims[4], const unsigned char **values, rp_error *err);
+
+/* Loads DIR/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]. */
+rp_status rp_dataset_load_idx(rp_dataset **out, const char *dir, bool train, rp_error *err);
+
+/* Debian's dataset-fashion-mnist. */
+#define RP_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+/* n samples of the given shape whose class is decided by a random linear
+** function of the values, so that a model can learn it. */
+rp_status rp_dataset_synthetic(rp_dataset **out, int n, rp_shape sample, int classes,
+                               uint64_t seed, rp_error *err);
+
+void rp_dataset_free(rp_dataset *d);
+
+/* Copies the samples idx[0..count) into x (rows) and labels. */
+void rp_dataset_gather(const rp_dataset *d, const int64_t *idx, int count, float *x,
+                       int32_t *labels);
+
+/* The global sample stream: epoch e visits all n samples in the order of
+** a permutation fixed by (seed, e); an update takes the next `per_update`
+** samples of its epoch, and an epoch's remainder smaller than an update is
+** skipped. */
+typedef struct rp_stream {
+    uint64_t seed;
+    int n, per_update;
+    long long cached_epoch;
+    int32_t *perm;
+} rp_stream;
+
+rp_status rp_stream_init(rp_stream *s, uint64_t seed, int n, int per_update, rp_error *err);
+void rp_stream_free(rp_stream *s);
+long long rp_stream_updates_per_epoch(const rp_stream *s);
+/* Dataset indices of the samples of update u (per_update of them). */
+void rp_stream_update(rp_stream *s, long long u, int64_t *idx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REPIPE_DATA_H */

@@ -1,0 +1,219 @@
+/*
+** Models: the model spec (DESIGN §7), layers over flat buffers, optimizers
+** and weight files.
+**
+** A model spec is a text file, one layer per line:
+**
+**     input 1 28 28
+**     conv2d 16 kernel=3 pad=1
+**     relu
+**     maxpool2d 2
+**     flatten
+**     linear 10
+**     softmax_cross_entropy
+**
+** `input` declares the shape of one sample; every other line is a layer,
+** numbered 0..L-1 in file order. Shapes are inferred line by line.
+**
+** Parameters of a model live in one flat array, layer after layer, so any
+** contiguous range of layers (a pipeline stage) owns a contiguous slice;
+** gradients and optimizer state mirror that layout.
+*/
+#ifndef REPIPE_MODEL_H
+#define REPIPE_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "repipe/config.h"
+#include "repipe/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RP_MAX_DIMS 4
+#define RP_NAME_MAX 64
+
+typedef enum rp_layer_type {
+    RP_LAYER_LINEAR,
+    RP_LAYER_CONV2D,
+    RP_LAYER_RELU,
+    RP_LAYER_GELU,
+    RP_LAYER_MAXPOOL2D,
+    RP_LAYER_FLATTEN,
+    RP_LAYER_DROPOUT,
+    RP_LAYER_LAYERNORM,
+    RP_LAYER_EMBEDDING,
+    RP_LAYER_SOFTMAX_CE
+} rp_layer_type;
+
+/* The shape of one sample (the batch dimension is not included). */
+typedef struct rp_shape {
+    int ndim;
+    int dim[RP_MAX_DIMS];
+} rp_shape;
+
+size_t rp_shape_size(const rp_shape *s);
+/* "1x28x28"; returns buf. */
+char *rp_shape_to_string(const rp_shape *s, char *buf, size_t n);
+
+typedef struct rp_layer {
+    rp_layer_type type;
+    int line; /* in the spec */
+    rp_shape in, out;
+    int units;        /* linear: output features; conv2d: output channels */
+    int kernel, stride, pad;
+    bool bias;
+    float p;          /* dropout probability */
+    float eps;        /* layernorm */
+    int vocab, dim;   /* embedding */
+    int group_size;   /* replica grouping override for this layer; 0 = config's */
+    int num_vars;     /* parameter tensors: 0, 1 or 2 */
+    int first_var;    /* index of its first variable in the model */
+    size_t param_offset, param_count; /* slice of the flat parameter array */
+} rp_layer;
+
+/* A parameter tensor ("3.weight"): a variable in PopXL's sense. */
+typedef struct rp_variable {
+    char name[RP_NAME_MAX];
+    int layer;
+    size_t offset, count; /* in the flat parameter array */
+    rp_shape shape;
+} rp_variable;
+
+typedef struct rp_model {
+    rp_shape input;
+    int num_layers;
+    rp_layer *layers;
+    int num_vars;
+    rp_variable *vars;
+    size_t num_params;
+    int num_classes; /* of the loss layer; 0 if the model has none */
+} rp_model;
+
+rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const char *name,
+                         rp_error *err);
+rp_status rp_model_load(rp_model **out, const char *path, rp_error *err);
+void rp_model_free(rp_model *m);
+const char *rp_layer_name(rp_layer_type t);
+
+/* Default initialisation of the parameters of layers [first, last) into
+** params (which starts at layer `first`'s offset): uniform in
+** ±1/sqrt(fan_in) for linear and conv2d (PyTorch's distribution), N(0, 1)
+** for embeddings, ones and zeros for layernorm. Element e of variable v in
+** replica group k is drawn from the stream (seed, v, k, e). */
+void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed, int group,
+                          float *params);
+
+/* ---- execution ------------------------------------------------------------ */
+
+/* What a forward pass needs to know besides its input. */
+typedef struct rp_step_ctx {
+    bool training;
+    uint64_t seed;
+    uint64_t update;          /* for dropout masks */
+    const int64_t *sample_id; /* global sample ids, one per row, for dropout */
+    const int32_t *labels;    /* for the loss layer, one per row */
+    double loss_scale;        /* the loss gradient is multiplied by this (1 / samples) */
+} rp_step_ctx;
+
+/* A worker's executor for the layers [first, last) of a model. It owns the
+** flat parameter and gradient slices of those layers and the scratch space
+** of the largest micro-batch. */
+typedef struct rp_net rp_net;
+
+/* Activations of one micro-batch in flight through a net. */
+typedef struct rp_acts rp_acts;
+
+rp_status rp_net_create(const rp_model *m, int first, int last, int max_batch, rp_net **out,
+                        rp_error *err);
+void rp_net_free(rp_net *net);
+float *rp_net_params(rp_net *net);
+float *rp_net_grads(rp_net *net);
+size_t rp_net_num_params(const rp_net *net);
+/* Elements per sample of the net's input and output. */
+size_t rp_net_in_size(const rp_net *net);
+size_t rp_net_out_size(const rp_net *net);
+/* Bytes of the net's scratch space and of one activation set of `batch`. */
+size_t rp_net_scratch_bytes(const rp_net *net);
+size_t rp_acts_bytes(const rp_net *net, int batch);
+
+rp_status rp_acts_create(const rp_net *net, int batch, rp_acts **out, rp_error *err);
+void rp_acts_free(rp_acts *a);
+
+/* Runs the layers forward on `batch` rows of input (copied into the
+** activation set). Returns the output rows (owned by acts), or NULL on bad
+** data (a token id or label out of range: rp_net_error says which). When
+** the last layer is the loss, the output is one loss per row and *loss_sum
+** (if not NULL) receives their sum. */
+const float *rp_net_forward(rp_net *net, rp_acts *acts, const float *input, int batch,
+                            const rp_step_ctx *ctx, double *loss_sum);
+
+/* Runs the layers backward, accumulating parameter gradients. dout is the
+** gradient of the output rows (ignored when the last layer is the loss).
+** Returns the gradient of the input rows, or NULL when need_input_grad is
+** false (the first stage of a model needs none). */
+const float *rp_net_backward(rp_net *net, rp_acts *acts, const float *dout,
+                             const rp_step_ctx *ctx, bool need_input_grad);
+
+/* The message of the last failed forward pass. */
+const char *rp_net_error(const rp_net *net);
+
+/* The predicted class of each row of a forward pass through a loss layer. */
+void rp_net_predictions(const rp_net *net, const rp_acts *acts, int32_t *out);
+
+/* ---- optimizers ----------------------------------------------------------- */
+
+/* Floats of optimizer state per parameter: 0 (sgd), 1 (sgd + momentum) or
+** 2 (adam). */
+int rp_optimizer_state_per_param(const rp_optimizer_config *o);
+
+/* One update of n parameters from their gradients. step counts updates from
+** 1 (Adam's bias correction). PyTorch's SGD and Adam/AdamW semantics. */
+void rp_optimizer_step(const rp_optimizer_config *o, long long step, float *params,
+                       const float *grads, float *state, size_t n);
+
+/* ---- weight files ----------------------------------------------------------- */
+
+/* One tensor of a weight file: `groups` copies of `shape` (replica groups;
+** 1 without groupings). */
+typedef struct rp_tensor {
+    char name[RP_NAME_MAX];
+    rp_shape shape;
+    int groups;
+    float *data; /* groups * size(shape) floats */
+} rp_tensor;
+
+typedef struct rp_weights {
+    int num_tensors;
+    rp_tensor *tensors;
+} rp_weights;
+
+/* Weight file: magic "RPWEIGHT", version, then each tensor's name, shape and
+** groups, its data (little-endian float32), and a CRC-32 of everything
+** before it. Written to a temporary file, fsynced and renamed. */
+rp_status rp_weights_save(const rp_weights *w, const char *path, rp_error *err);
+rp_status rp_weights_load(rp_weights **out, const char *path, rp_error *err);
+rp_status rp_weights_parse(rp_weights **out, const unsigned char *data, size_t len,
+                           const char *name, rp_error *err);
+void rp_weights_free(rp_weights *w);
+const rp_tensor *rp_weights_find(const rp_weights *w, const char *name);
+
+/* The weights of a model from its flat parameters (one group). */
+rp_status rp_weights_from_params(const rp_model *m, const float *params, rp_weights **out,
+                                 rp_error *err);
+/* Copies weights into flat parameters; every variable must be present with
+** its shape (group `group` when the file holds several). */
+rp_status rp_weights_to_params(const rp_model *m, const rp_weights *w, int group, float *params,
+                               rp_error *err);
+
+/* Largest difference of two tensors relative to their scale:
+** max |a - b| / max(max |a|, max |b|); 0 for two zero tensors. */
+double rp_tensor_rel_diff(const float *a, const float *b, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REPIPE_MODEL_H */

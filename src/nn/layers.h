@@ -1,0 +1,33 @@
+/*
+** Layer kernels (internal). Each layer type has a forward and a backward
+** function over plain arrays; rows are samples, each holding the layer's
+** per-sample shape contiguously. Backward accumulates into dw and writes
+** din (when not NULL).
+*/
+#ifndef REPIPE_LAYERS_H
+#define REPIPE_LAYERS_H
+
+#include "repipe/model.h"
+
+typedef struct layer_args {
+    const rp_layer *L;
+    int index; /* layer number in the model (keys dropout masks) */
+    int B;     /* rows */
+    const float *in;
+    float *out;
+    const float *w; /* the layer's parameters */
+    float *dw;      /* their gradients */
+    void *aux;      /* per micro-batch state kept for backward */
+    float *col, *tmp; /* scratch for convolutions */
+    const rp_step_ctx *ctx;
+} layer_args;
+
+/* Bytes of aux state per micro-batch of B rows. */
+size_t layer_aux_bytes(const rp_layer *L, int B);
+/* Floats of scratch (col, tmp) a convolution needs for B rows. */
+void layer_scratch(const rp_layer *L, int B, size_t *col, size_t *tmp);
+
+rp_status layer_forward(const layer_args *a, rp_error *err);
+void layer_backward(const layer_args *a, const float *dout, float *din);
+
+#endif /* REPIPE_LAYERS_H */

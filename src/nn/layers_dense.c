@@ -1,0 +1,128 @@
+/*
+** Dense layers: linear, layernorm and embedding. Linear acts on the last
+** dimension of its input, so a (tokens x features) sample is handled as
+** `tokens` rows.
+*/
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "layers.h"
+
+static inline int last_dim(const rp_shape *s) { return s->dim[s->ndim - 1]; }
+
+/* rows of the last dimension in B samples */
+static inline int rows_of(const rp_shape *s, int B) {
+    return (int)(rp_shape_size(s) / (size_t)last_dim(s)) * B;
+}
+
+void linear_forward(const layer_args *a) {
+    const rp_layer *L = a->L;
+    int D = last_dim(&L->in), N = L->units, R = rows_of(&L->in, a->B);
+    const float *W = a->w, *b = a->w + (size_t)N * D;
+    if (L->bias)
+        for (int r = 0; r < R; r++)
+            memcpy(a->out + (size_t)r * N, b, sizeof(float) * N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, D, 1.0f, a->in, D, W, D,
+                L->bias ? 1.0f : 0.0f, a->out, N);
+}
+
+void linear_backward(const layer_args *a, const float *dout, float *din) {
+    const rp_layer *L = a->L;
+    int D = last_dim(&L->in), N = L->units, R = rows_of(&L->in, a->B);
+    float *dW = a->dw, *db = a->dw + (size_t)N * D;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, D, R, 1.0f, dout, N, a->in, D, 1.0f,
+                dW, D);
+    if (L->bias)
+        for (int r = 0; r < R; r++) {
+            const float *g = dout + (size_t)r * N;
+            for (int n = 0; n < N; n++)
+                db[n] += g[n];
+        }
+    if (din)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, N, 1.0f, dout, N, a->w, D,
+                    0.0f, din, D);
+}
+
+/* aux: mean and 1/std of every row */
+void layernorm_forward(const layer_args *a) {
+    const rp_layer *L = a->L;
+    int D = last_dim(&L->in), R = rows_of(&L->in, a->B);
+    const float *g = a->w, *b = a->w + D;
+    float *stats = a->aux;
+    for (int r = 0; r < R; r++) {
+        const float *x = a->in + (size_t)r * D;
+        float *y = a->out + (size_t)r * D;
+        double mean = 0, var = 0;
+        for (int d = 0; d < D; d++)
+            mean += x[d];
+        mean /= D;
+        for (int d = 0; d < D; d++)
+            var += (x[d] - mean) * (x[d] - mean);
+        var /= D;
+        float rstd = (float)(1.0 / sqrt(var + L->eps));
+        float m = (float)mean;
+        for (int d = 0; d < D; d++)
+            y[d] = (x[d] - m) * rstd * g[d] + b[d];
+        stats[2 * r] = m;
+        stats[2 * r + 1] = rstd;
+    }
+}
+
+void layernorm_backward(const layer_args *a, const float *dout, float *din) {
+    const rp_layer *L = a->L;
+    int D = last_dim(&L->in), R = rows_of(&L->in, a->B);
+    const float *g = a->w;
+    float *dg = a->dw, *db = a->dw + D;
+    const float *stats = a->aux;
+    for (int r = 0; r < R; r++) {
+        const float *x = a->in + (size_t)r * D, *dy = dout + (size_t)r * D;
+        float m = stats[2 * r], rstd = stats[2 * r + 1];
+        double sum_dxhat = 0, sum_dxhat_xhat = 0;
+        for (int d = 0; d < D; d++) {
+            float xhat = (x[d] - m) * rstd;
+            dg[d] += dy[d] * xhat;
+            db[d] += dy[d];
+            float dxhat = dy[d] * g[d];
+            sum_dxhat += dxhat;
+            sum_dxhat_xhat += dxhat * xhat;
+        }
+        if (!din)
+            continue;
+        float mean_dxhat = (float)(sum_dxhat / D), mean_dxhat_xhat = (float)(sum_dxhat_xhat / D);
+        float *dx = din + (size_t)r * D;
+        for (int d = 0; d < D; d++) {
+            float xhat = (x[d] - m) * rstd;
+            dx[d] = rstd * (dy[d] * g[d] - mean_dxhat - xhat * mean_dxhat_xhat);
+        }
+    }
+}
+
+rp_status embedding_forward(const layer_args *a, rp_error *err) {
+    const rp_layer *L = a->L;
+    int T = L->in.dim[0], Dm = L->dim;
+    for (int r = 0; r < a->B * T; r++) {
+        float f = a->in[r];
+        int id = (int)f;
+        if (!(f >= 0) || f != (float)id || id >= L->vocab)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "layer %d (embedding, line %d): token id %g is not an integer in "
+                           "[0, %d)",
+                           a->index, L->line, f, L->vocab);
+        memcpy(a->out + (size_t)r * Dm, a->w + (size_t)id * Dm, sizeof(float) * Dm);
+    }
+    return RP_OK;
+}
+
+void embedding_backward(const layer_args *a, const float *dout, float *din) {
+    const rp_layer *L = a->L;
+    int T = L->in.dim[0], Dm = L->dim;
+    for (int r = 0; r < a->B * T; r++) {
+        float *row = a->dw + (size_t)(int)a->in[r] * Dm;
+        const float *g = dout + (size_t)r * Dm;
+        for (int d = 0; d < Dm; d++)
+            row[d] += g[d];
+    }
+    if (din) /* token ids have no gradient */
+        memset(din, 0, sizeof(float) * (size_t)a->B * T);
+}

@@ -1,0 +1,524 @@
+/*
+** Model spec parser and shape inference (DESIGN §7).
+*/
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/util.h"
+#include "repipe/model.h"
+
+size_t rp_shape_size(const rp_shape *s) {
+    size_t n = 1;
+    for (int i = 0; i < s->ndim; i++)
+        n *= (size_t)s->dim[i];
+    return n;
+}
+
+char *rp_shape_to_string(const rp_shape *s, char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < s->ndim && at < n; i++)
+        at += snprintf(buf + at, n - at, "%s%d", i ? "x" : "", s->dim[i]);
+    return buf;
+}
+
+const char *rp_layer_name(rp_layer_type t) {
+    switch (t) {
+    case RP_LAYER_LINEAR: return "linear";
+    case RP_LAYER_CONV2D: return "conv2d";
+    case RP_LAYER_RELU: return "relu";
+    case RP_LAYER_GELU: return "gelu";
+    case RP_LAYER_MAXPOOL2D: return "maxpool2d";
+    case RP_LAYER_FLATTEN: return "flatten";
+    case RP_LAYER_DROPOUT: return "dropout";
+    case RP_LAYER_LAYERNORM: return "layernorm";
+    case RP_LAYER_EMBEDDING: return "embedding";
+    case RP_LAYER_SOFTMAX_CE: return "softmax_cross_entropy";
+    }
+    return "?";
+}
+
+void rp_model_free(rp_model *m) {
+    if (!m)
+        return;
+    free(m->layers);
+    free(m->vars);
+    free(m);
+}
+
+/* One line split into words; options are the words holding '='. */
+typedef struct words {
+    int n;
+    char *w[32];
+} words;
+
+static void split_words(char *s, words *out) {
+    out->n = 0;
+    while (*s && out->n < 32) {
+        while (isspace((unsigned char)*s))
+            s++;
+        if (!*s)
+            break;
+        out->w[out->n++] = s;
+        while (*s && !isspace((unsigned char)*s))
+            s++;
+        if (*s)
+            *s++ = '\0';
+    }
+}
+
+typedef struct pctx {
+    const char *name;
+    int line;
+    rp_error *err;
+} pctx;
+
+static bool parse_int(const char *s, long *v) {
+    char *end;
+    errno = 0;
+    *v = strtol(s, &end, 10);
+    return !errno && end != s && !*end;
+}
+
+static bool parse_float(const char *s, double *v) {
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return !errno && end != s && !*end && isfinite(*v);
+}
+
+static rp_status want_int(pctx *c, const char *what, const char *s, long lo, long hi, int *out) {
+    long v;
+    if (!parse_int(s, &v) || v < lo || v > hi)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s: '%s' is not a whole number from %ld to %ld",
+                       c->name, c->line, what, s, lo, hi);
+    *out = (int)v;
+    return RP_OK;
+}
+
+/* Applies key=value options; `allowed` lists the keys this layer takes. */
+static rp_status apply_options(pctx *c, rp_layer *L, words *w, int first, const char *allowed) {
+    for (int i = first; i < w->n; i++) {
+        char *eq = strchr(w->w[i], '=');
+        if (!eq)
+            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: unexpected '%s' (options are key=value)",
+                           c->name, c->line, w->w[i]);
+        *eq = '\0';
+        const char *k = w->w[i], *v = eq + 1;
+        char key[40];
+        snprintf(key, sizeof key, " %s ", k);
+        if (!strstr(allowed, key))
+            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s takes no option '%s' (it takes:%s)",
+                           c->name, c->line, rp_layer_name(L->type), k,
+                           strlen(allowed) > 1 ? allowed : " none");
+        rp_status s = RP_OK;
+        if (strcmp(k, "kernel") == 0)
+            s = want_int(c, k, v, 1, 1 << 16, &L->kernel);
+        else if (strcmp(k, "stride") == 0)
+            s = want_int(c, k, v, 1, 1 << 16, &L->stride);
+        else if (strcmp(k, "pad") == 0)
+            s = want_int(c, k, v, 0, 1 << 16, &L->pad);
+        else if (strcmp(k, "group_size") == 0)
+            s = want_int(c, k, v, 1, 1 << 20, &L->group_size);
+        else if (strcmp(k, "bias") == 0) {
+            if (strcmp(v, "true") == 0)
+                L->bias = true;
+            else if (strcmp(v, "false") == 0)
+                L->bias = false;
+            else
+                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: bias: '%s' is not true or false",
+                            c->name, c->line, v);
+        } else if (strcmp(k, "eps") == 0 || strcmp(k, "p") == 0) {
+            double d;
+            bool is_p = k[0] == 'p';
+            if (!parse_float(v, &d) || (is_p ? (d < 0 || d >= 1) : d <= 0))
+                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s: '%s' is not a number %s", c->name,
+                            c->line, k, v, is_p ? "in [0, 1)" : "> 0");
+            else if (is_p)
+                L->p = (float)d;
+            else
+                L->eps = (float)d;
+        }
+        if (s)
+            return s;
+    }
+    return RP_OK;
+}
+
+static rp_status shape_error(pctx *c, const rp_layer *L, const char *need) {
+    char buf[64];
+    return rp_fail(c->err, RP_ERR_INVALID, "%s:%d: %s needs %s, but its input has shape %s",
+                   c->name, c->line, rp_layer_name(L->type), need,
+                   rp_shape_to_string(&L->in, buf, sizeof buf));
+}
+
+/* Positional arguments (before the options) of a layer line. */
+static int positional(const words *w) {
+    int n = 1;
+    while (n < w->n && !strchr(w->w[n], '='))
+        n++;
+    return n - 1;
+}
+
+static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
+    static const struct {
+        const char *name;
+        rp_layer_type type;
+        int args; /* positional arguments */
+        const char *options;
+    } kinds[] = {
+        {"linear", RP_LAYER_LINEAR, 1, " bias group_size "},
+        {"conv2d", RP_LAYER_CONV2D, 1, " kernel stride pad bias group_size "},
+        {"relu", RP_LAYER_RELU, 0, " "},
+        {"gelu", RP_LAYER_GELU, 0, " "},
+        {"maxpool2d", RP_LAYER_MAXPOOL2D, 1, " stride "},
+        {"flatten", RP_LAYER_FLATTEN, 0, " "},
+        {"dropout", RP_LAYER_DROPOUT, -1, " p "},
+        {"layernorm", RP_LAYER_LAYERNORM, 0, " eps group_size "},
+        {"embedding", RP_LAYER_EMBEDDING, 2, " group_size "},
+        {"softmax_cross_entropy", RP_LAYER_SOFTMAX_CE, 0, " "},
+    };
+    int k = 0, nk = (int)(sizeof kinds / sizeof kinds[0]);
+    while (k < nk && strcmp(kinds[k].name, w->w[0]) != 0)
+        k++;
+    if (k == nk) {
+        const char *names[16];
+        for (int i = 0; i < nk; i++)
+            names[i] = kinds[i].name;
+        const char *hint = rp_closest_word(w->w[0], names, nk);
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: unknown layer '%s'%s%s%s", c->name, c->line,
+                       w->w[0], hint ? " (did you mean '" : "", hint ? hint : "",
+                       hint ? "'?)" : "");
+    }
+    L->type = kinds[k].type;
+    L->line = c->line;
+    L->bias = true;
+    L->eps = 1e-5f;
+    L->stride = 0;
+    int npos = positional(w);
+    int want = kinds[k].args;
+    if (want >= 0 && npos != want)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s takes %d argument%s before its options, not %d",
+                       c->name, c->line, kinds[k].name, want, want == 1 ? "" : "s", npos);
+    rp_status s = RP_OK;
+    switch (L->type) {
+    case RP_LAYER_LINEAR:
+        s = want_int(c, "output features", w->w[1], 1, 1 << 24, &L->units);
+        break;
+    case RP_LAYER_CONV2D:
+        s = want_int(c, "output channels", w->w[1], 1, 1 << 20, &L->units);
+        break;
+    case RP_LAYER_MAXPOOL2D:
+        s = want_int(c, "kernel size", w->w[1], 1, 1 << 16, &L->kernel);
+        break;
+    case RP_LAYER_EMBEDDING:
+        s = want_int(c, "vocabulary size", w->w[1], 1, 1 << 28, &L->vocab);
+        if (!s)
+            s = want_int(c, "embedding size", w->w[2], 1, 1 << 20, &L->dim);
+        break;
+    case RP_LAYER_DROPOUT:
+        if (npos > 1)
+            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: dropout takes one probability", c->name,
+                           c->line);
+        if (npos == 1) {
+            double d;
+            if (!parse_float(w->w[1], &d) || d < 0 || d >= 1)
+                return rp_fail(c->err, RP_ERR_PARSE,
+                               "%s:%d: dropout probability '%s' is not a number in [0, 1)",
+                               c->name, c->line, w->w[1]);
+            L->p = (float)d;
+        } else {
+            L->p = 0.5f;
+        }
+        break;
+    default:
+        break;
+    }
+    if (s)
+        return s;
+    s = apply_options(c, L, w, 1 + npos, kinds[k].options);
+    if (s)
+        return s;
+    if (L->type == RP_LAYER_CONV2D && L->kernel == 0)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: conv2d needs kernel=K", c->name, c->line);
+    if (L->stride == 0)
+        L->stride = L->type == RP_LAYER_MAXPOOL2D ? L->kernel : 1;
+    return RP_OK;
+}
+
+/* Output shape and parameter count of a layer whose input shape is set. */
+static rp_status infer(pctx *c, rp_layer *L, rp_model *m) {
+    rp_shape in = L->in, out = in;
+    switch (L->type) {
+    case RP_LAYER_LINEAR:
+        out.dim[in.ndim - 1] = L->units;
+        L->num_vars = L->bias ? 2 : 1;
+        break;
+    case RP_LAYER_CONV2D:
+    case RP_LAYER_MAXPOOL2D: {
+        if (in.ndim != 3)
+            return shape_error(c, L, "a 3-dimensional input (channels x height x width)");
+        int pad = L->type == RP_LAYER_CONV2D ? L->pad : 0;
+        int oh = (in.dim[1] + 2 * pad - L->kernel) / L->stride + 1;
+        int ow = (in.dim[2] + 2 * pad - L->kernel) / L->stride + 1;
+        if (in.dim[1] + 2 * pad < L->kernel || in.dim[2] + 2 * pad < L->kernel) {
+            char need[96];
+            snprintf(need, sizeof need, "an input of at least %dx%d (kernel %d, padding %d)",
+                     L->kernel - 2 * pad, L->kernel - 2 * pad, L->kernel, pad);
+            return shape_error(c, L, need);
+        }
+        out.dim[0] = L->type == RP_LAYER_CONV2D ? L->units : in.dim[0];
+        out.dim[1] = oh;
+        out.dim[2] = ow;
+        L->num_vars = L->type == RP_LAYER_CONV2D ? (L->bias ? 2 : 1) : 0;
+        break;
+    }
+    case RP_LAYER_FLATTEN:
+        out.ndim = 1;
+        out.dim[0] = (int)rp_shape_size(&in);
+        break;
+    case RP_LAYER_LAYERNORM:
+        L->num_vars = 2;
+        break;
+    case RP_LAYER_EMBEDDING:
+        if (in.ndim != 1)
+            return shape_error(c, L, "a 1-dimensional input of token ids");
+        out.ndim = 2;
+        out.dim[0] = in.dim[0];
+        out.dim[1] = L->dim;
+        L->num_vars = 1;
+        break;
+    case RP_LAYER_SOFTMAX_CE:
+        if (in.ndim != 1)
+            return shape_error(c, L, "a 1-dimensional input of class scores (flatten first)");
+        if (in.dim[0] < 2)
+            return shape_error(c, L, "at least 2 classes");
+        out.ndim = 1;
+        out.dim[0] = 1;
+        m->num_classes = in.dim[0];
+        break;
+    default:
+        break;
+    }
+    L->out = out;
+    return RP_OK;
+}
+
+/* Fills the layers' variables and parameter offsets. */
+static rp_status layout_params(rp_model *m, rp_error *err) {
+    int nv = 0;
+    for (int l = 0; l < m->num_layers; l++)
+        nv += m->layers[l].num_vars;
+    m->vars = calloc(nv ? nv : 1, sizeof(rp_variable));
+    if (!m->vars)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    size_t off = 0;
+    for (int l = 0; l < m->num_layers; l++) {
+        rp_layer *L = &m->layers[l];
+        L->first_var = m->num_vars;
+        L->param_offset = off;
+        for (int v = 0; v < L->num_vars; v++) {
+            rp_variable *var = &m->vars[m->num_vars++];
+            var->layer = l;
+            var->offset = off;
+            bool weight = v == 0;
+            snprintf(var->name, RP_NAME_MAX, "%d.%s", l, weight ? "weight" : "bias");
+            int D = L->in.dim[L->in.ndim - 1];
+            switch (L->type) {
+            case RP_LAYER_LINEAR:
+                var->shape = weight ? (rp_shape){2, {L->units, D}} : (rp_shape){1, {L->units}};
+                break;
+            case RP_LAYER_CONV2D:
+                var->shape = weight ? (rp_shape){4, {L->units, L->in.dim[0], L->kernel, L->kernel}}
+                                    : (rp_shape){1, {L->units}};
+                break;
+            case RP_LAYER_LAYERNORM:
+                var->shape = (rp_shape){1, {D}};
+                break;
+            case RP_LAYER_EMBEDDING:
+                var->shape = (rp_shape){2, {L->vocab, L->dim}};
+                break;
+            default:
+                break;
+            }
+            var->count = rp_shape_size(&var->shape);
+            off += var->count;
+        }
+        L->param_count = off - L->param_offset;
+    }
+    m->num_params = off;
+    return RP_OK;
+}
+
+rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const char *name,
+                         rp_error *err) {
+    *out = NULL;
+    rp_model *m = calloc(1, sizeof *m);
+    char *buf = malloc(len + 1);
+    int cap = 16;
+    if (m)
+        m->layers = calloc(cap, sizeof(rp_layer));
+    if (!m || !buf || !m->layers) {
+        free(buf);
+        rp_model_free(m);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    rp_status s = RP_OK;
+    pctx c = {name, 0, err};
+    bool have_input = false;
+    if (memchr(text, '\0', len)) {
+        s = rp_fail(err, RP_ERR_PARSE, "%s: the file contains a NUL byte; not a model spec", name);
+        goto done;
+    }
+    char *line = buf;
+    while (line) {
+        c.line++;
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        words w;
+        split_words(line, &w);
+        line = nl ? nl + 1 : NULL;
+        if (w.n == 0)
+            continue;
+        if (w.n == 32) {
+            s = rp_fail(err, RP_ERR_PARSE, "%s:%d: too many words on one line", name, c.line);
+            goto done;
+        }
+        if (strcmp(w.w[0], "input") == 0) {
+            if (have_input) {
+                s = rp_fail(err, RP_ERR_PARSE, "%s:%d: a second 'input' line (a model has one)",
+                            name, c.line);
+                goto done;
+            }
+            if (m->num_layers) {
+                s = rp_fail(err, RP_ERR_PARSE, "%s:%d: 'input' must come before the layers", name,
+                            c.line);
+                goto done;
+            }
+            if (w.n < 2 || w.n > 4) {
+                s = rp_fail(err, RP_ERR_PARSE,
+                            "%s:%d: input takes 1 to 3 dimensions (e.g. 'input 1 28 28')", name,
+                            c.line);
+                goto done;
+            }
+            m->input.ndim = w.n - 1;
+            for (int i = 1; i < w.n; i++)
+                if ((s = want_int(&c, "input dimension", w.w[i], 1, 1 << 24,
+                                  &m->input.dim[i - 1])))
+                    goto done;
+            if (rp_shape_size(&m->input) > (1u << 28)) {
+                s = rp_fail(err, RP_ERR_PARSE, "%s:%d: the input is too large", name, c.line);
+                goto done;
+            }
+            have_input = true;
+            continue;
+        }
+        if (!have_input) {
+            s = rp_fail(err, RP_ERR_PARSE,
+                        "%s:%d: the first line must declare the input shape ('input 1 28 28')",
+                        name, c.line);
+            goto done;
+        }
+        if (m->num_layers == cap) {
+            rp_layer *nl2 = realloc(m->layers, sizeof(rp_layer) * cap * 2);
+            if (!nl2) {
+                s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+                goto done;
+            }
+            memset(nl2 + cap, 0, sizeof(rp_layer) * cap);
+            m->layers = nl2;
+            cap *= 2;
+        }
+        rp_layer *L = &m->layers[m->num_layers];
+        if (m->num_layers && m->layers[m->num_layers - 1].type == RP_LAYER_SOFTMAX_CE) {
+            s = rp_fail(err, RP_ERR_INVALID,
+                        "%s:%d: softmax_cross_entropy (line %d) must be the last layer", name,
+                        c.line, m->layers[m->num_layers - 1].line);
+            goto done;
+        }
+        if ((s = parse_layer(&c, &w, L)))
+            goto done;
+        L->in = m->num_layers ? m->layers[m->num_layers - 1].out : m->input;
+        if ((s = infer(&c, L, m)))
+            goto done;
+        if (rp_shape_size(&L->out) > (1u << 28)) {
+            s = rp_fail(err, RP_ERR_INVALID, "%s:%d: the layer's output is too large", name,
+                        c.line);
+            goto done;
+        }
+        m->num_layers++;
+    }
+    if (!have_input) {
+        s = rp_fail(err, RP_ERR_PARSE, "%s: no 'input' line: the model is empty", name);
+        goto done;
+    }
+    if (m->num_layers == 0) {
+        s = rp_fail(err, RP_ERR_PARSE, "%s: the model has no layers", name);
+        goto done;
+    }
+    s = layout_params(m, err);
+    if (!s && m->num_params > ((size_t)1 << 31))
+        s = rp_fail(err, RP_ERR_INVALID, "%s: %zu parameters: more than 2^31 is not supported",
+                    name, m->num_params);
+done:
+    free(buf);
+    if (s) {
+        rp_model_free(m);
+        return s;
+    }
+    *out = m;
+    return RP_OK;
+}
+
+rp_status rp_model_load(rp_model **out, const char *path, rp_error *err) {
+    char *text;
+    size_t len;
+    rp_status s = rp_read_file(path, &text, &len, err);
+    if (s)
+        return s;
+    s = rp_model_parse(out, text, len, path, err);
+    free(text);
+    return s;
+}
+
+void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed, int group,
+                          float *params) {
+    size_t base = m->layers[first].param_offset;
+    for (int l = first; l < last; l++) {
+        const rp_layer *L = &m->layers[l];
+        for (int v = 0; v < L->num_vars; v++) {
+            int vi = L->first_var + v;
+            const rp_variable *var = &m->vars[vi];
+            float *p = params + (var->offset - base);
+            if (L->type == RP_LAYER_LAYERNORM) {
+                for (size_t e = 0; e < var->count; e++)
+                    p[e] = v == 0 ? 1.0f : 0.0f;
+            } else if (L->type == RP_LAYER_EMBEDDING) {
+                /* Box-Muller from two uniforms of the element's stream */
+                for (size_t e = 0; e < var->count; e++) {
+                    double u1 = rp_uniform(seed, (uint64_t)vi, (uint64_t)group, e, 0);
+                    double u2 = rp_uniform(seed, (uint64_t)vi, (uint64_t)group, e, 1);
+                    p[e] = (float)(sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2));
+                }
+            } else {
+                /* fan_in of the layer's weight: all its dimensions but the first */
+                const rp_variable *w = &m->vars[L->first_var];
+                double fan_in = (double)w->count / w->shape.dim[0];
+                double bound = 1.0 / sqrt(fan_in);
+                for (size_t e = 0; e < var->count; e++)
+                    p[e] = (float)((2.0 * rp_uniform(seed, (uint64_t)vi, (uint64_t)group, e, 0) -
+                                    1.0) * bound);
+            }
+        }
+    }
+}

@@ -1,0 +1,224 @@
+/*
+** A worker's executor for a contiguous range of layers: flat parameter and
+** gradient slices, convolution scratch, and two gradient buffers that
+** backward passes between layers. Everything is allocated at creation;
+** forward and backward allocate nothing.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers.h"
+
+struct rp_net {
+    const rp_model *m;
+    int first, last, max_batch;
+    float *params, *grads;
+    size_t num_params;
+    float *col, *tmp;
+    size_t col_n, tmp_n;
+    float *g[2]; /* gradient ping-pong, max_batch * gmax floats each */
+    size_t gmax;
+    rp_error err;
+};
+
+struct rp_acts {
+    int capacity, rows;
+    float *input;
+    float **out; /* one per layer of the net */
+    void **aux;
+    unsigned char *block;
+};
+
+static inline size_t in_size(const rp_layer *L) { return rp_shape_size(&L->in); }
+static inline size_t out_size(const rp_layer *L) { return rp_shape_size(&L->out); }
+
+rp_status rp_net_create(const rp_model *m, int first, int last, int max_batch, rp_net **out,
+                        rp_error *err) {
+    *out = NULL;
+    if (first < 0 || last > m->num_layers || first >= last || max_batch < 1)
+        return rp_fail(err, RP_ERR_INVALID, "net: bad layer range [%d, %d) of %d layers or batch %d",
+                       first, last, m->num_layers, max_batch);
+    rp_net *n = calloc(1, sizeof *n);
+    if (!n)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    n->m = m;
+    n->first = first;
+    n->last = last;
+    n->max_batch = max_batch;
+    size_t begin = m->layers[first].param_offset;
+    size_t end = m->layers[last - 1].param_offset + m->layers[last - 1].param_count;
+    n->num_params = end - begin;
+    for (int l = first; l < last; l++) {
+        const rp_layer *L = &m->layers[l];
+        size_t c, t;
+        layer_scratch(L, max_batch, &c, &t);
+        n->col_n = c > n->col_n ? c : n->col_n;
+        n->tmp_n = t > n->tmp_n ? t : n->tmp_n;
+        n->gmax = in_size(L) > n->gmax ? in_size(L) : n->gmax;
+        n->gmax = out_size(L) > n->gmax ? out_size(L) : n->gmax;
+    }
+    size_t np = n->num_params ? n->num_params : 1;
+    n->params = calloc(np, sizeof(float));
+    n->grads = calloc(np, sizeof(float));
+    n->col = n->col_n ? malloc(sizeof(float) * n->col_n) : NULL;
+    n->tmp = n->tmp_n ? malloc(sizeof(float) * n->tmp_n) : NULL;
+    n->g[0] = malloc(sizeof(float) * n->gmax * max_batch);
+    n->g[1] = malloc(sizeof(float) * n->gmax * max_batch);
+    if (!n->params || !n->grads || (n->col_n && !n->col) || (n->tmp_n && !n->tmp) || !n->g[0] ||
+        !n->g[1]) {
+        size_t count = n->num_params;
+        rp_net_free(n);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a net of %zu parameters", count);
+    }
+    *out = n;
+    return RP_OK;
+}
+
+void rp_net_free(rp_net *n) {
+    if (!n)
+        return;
+    free(n->params), free(n->grads), free(n->col), free(n->tmp), free(n->g[0]), free(n->g[1]);
+    free(n);
+}
+
+float *rp_net_params(rp_net *n) { return n->params; }
+float *rp_net_grads(rp_net *n) { return n->grads; }
+size_t rp_net_num_params(const rp_net *n) { return n->num_params; }
+size_t rp_net_in_size(const rp_net *n) { return in_size(&n->m->layers[n->first]); }
+size_t rp_net_out_size(const rp_net *n) { return out_size(&n->m->layers[n->last - 1]); }
+const char *rp_net_error(const rp_net *n) { return n->err.msg; }
+
+size_t rp_net_scratch_bytes(const rp_net *n) {
+    return sizeof(float) * (n->col_n + n->tmp_n + 2 * n->gmax * n->max_batch);
+}
+
+/* Layout of an activation set: input, then each layer's output and aux,
+** each 64-byte aligned. */
+static size_t acts_layout(const rp_net *n, int batch, size_t *off_out, size_t *off_aux) {
+    size_t at = 0;
+#define ALIGN(x) (((x) + 63) & ~(size_t)63)
+    at = ALIGN(sizeof(float) * rp_net_in_size(n) * batch);
+    for (int l = n->first; l < n->last; l++) {
+        const rp_layer *L = &n->m->layers[l];
+        if (off_out)
+            off_out[l - n->first] = at;
+        at += ALIGN(sizeof(float) * out_size(L) * batch);
+        if (off_aux)
+            off_aux[l - n->first] = at;
+        at += ALIGN(layer_aux_bytes(L, batch));
+    }
+#undef ALIGN
+    return at;
+}
+
+size_t rp_acts_bytes(const rp_net *n, int batch) { return acts_layout(n, batch, NULL, NULL); }
+
+rp_status rp_acts_create(const rp_net *n, int batch, rp_acts **out, rp_error *err) {
+    int L = n->last - n->first;
+    rp_acts *a = calloc(1, sizeof *a);
+    size_t *oo = malloc(sizeof(size_t) * L), *oa = malloc(sizeof(size_t) * L);
+    if (!a || !oo || !oa) {
+        free(a), free(oo), free(oa);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+    size_t bytes = acts_layout(n, batch, oo, oa);
+    a->block = aligned_alloc(64, bytes ? bytes : 64);
+    a->out = malloc(sizeof(float *) * L);
+    a->aux = malloc(sizeof(void *) * L);
+    if (!a->block || !a->out || !a->aux) {
+        free(oo), free(oa);
+        rp_acts_free(a);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for activations of batch %d", batch);
+    }
+    a->capacity = batch;
+    a->input = (float *)a->block;
+    for (int l = 0; l < L; l++) {
+        a->out[l] = (float *)(a->block + oo[l]);
+        a->aux[l] = a->block + oa[l];
+    }
+    free(oo), free(oa);
+    *out = a;
+    return RP_OK;
+}
+
+void rp_acts_free(rp_acts *a) {
+    if (!a)
+        return;
+    free(a->block), free(a->out), free(a->aux);
+    free(a);
+}
+
+static layer_args args_for(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx) {
+    const rp_layer *L = &n->m->layers[l];
+    size_t base = n->m->layers[n->first].param_offset;
+    layer_args x = {
+        .L = L,
+        .index = l,
+        .B = a->rows,
+        .in = l == n->first ? a->input : a->out[l - 1 - n->first],
+        .out = a->out[l - n->first],
+        .w = n->params + (L->param_offset - base),
+        .dw = n->grads + (L->param_offset - base),
+        .aux = a->aux[l - n->first],
+        .col = n->col,
+        .tmp = n->tmp,
+        .ctx = ctx,
+    };
+    return x;
+}
+
+const float *rp_net_forward(rp_net *n, rp_acts *a, const float *input, int batch,
+                            const rp_step_ctx *ctx, double *loss_sum) {
+    if (batch < 1 || batch > a->capacity || batch > n->max_batch) {
+        rp_fail(&n->err, RP_ERR_INVALID, "forward: batch %d exceeds the capacity %d", batch,
+                a->capacity < n->max_batch ? a->capacity : n->max_batch);
+        return NULL;
+    }
+    a->rows = batch;
+    if (input != a->input)
+        memcpy(a->input, input, sizeof(float) * rp_net_in_size(n) * batch);
+    for (int l = n->first; l < n->last; l++) {
+        layer_args x = args_for(n, a, l, ctx);
+        if (layer_forward(&x, &n->err) != RP_OK)
+            return NULL;
+    }
+    const float *out = a->out[n->last - 1 - n->first];
+    if (loss_sum) {
+        double s = 0;
+        if (n->m->layers[n->last - 1].type == RP_LAYER_SOFTMAX_CE)
+            for (int r = 0; r < batch; r++)
+                s += out[r];
+        *loss_sum = s;
+    }
+    return out;
+}
+
+const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_step_ctx *ctx,
+                             bool need_input_grad) {
+    const float *g = dout;
+    int buf = 0;
+    for (int l = n->last - 1; l >= n->first; l--) {
+        layer_args x = args_for(n, a, l, ctx);
+        bool want = l > n->first || need_input_grad;
+        float *din = want ? n->g[buf] : NULL;
+        layer_backward(&x, g, din);
+        g = din;
+        buf ^= 1;
+    }
+    return g;
+}
+
+void rp_net_predictions(const rp_net *n, const rp_acts *a, int32_t *out) {
+    const rp_layer *L = &n->m->layers[n->last - 1];
+    int C = L->in.dim[0];
+    const float *prob = L->type == RP_LAYER_SOFTMAX_CE ? a->aux[n->last - 1 - n->first]
+                                                        : a->out[n->last - 1 - n->first];
+    for (int r = 0; r < a->rows; r++) {
+        const float *p = prob + (size_t)r * C;
+        int best = 0;
+        for (int c = 1; c < C; c++)
+            if (p[c] > p[best])
+                best = c;
+        out[r] = best;
+    }
+}

@@ -1,0 +1,267 @@
+/*
+** repipe train: trains a model on an IDX dataset and evaluates it.
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "repipe/repipe.h"
+
+static const cli_opt OPTS[] = {
+    {"model", 'm', "FILE", "model spec (required)"},
+    {"config", 'c', "FILE", "execution configuration (required)"},
+    {"epochs", 'e', "N", "passes over the training set [1]"},
+    {"updates", 'u', "N", "optimizer updates to run (instead of --epochs)"},
+    {"data", 'd', "DIR", "IDX dataset directory [" RP_FASHION_MNIST_DIR "]"},
+    {"save", 's', "FILE", "write the trained weights"},
+    {"load", 'l', "FILE", "start from these weights"},
+    {"json-log", 0, "FILE", "write one JSON object per logged update and one for the evaluation"},
+    {"log-every", 0, "N", "updates between log lines when not on a terminal [1/10 epoch]"},
+    {NULL, 0, NULL, NULL},
+};
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void fmt_time(double s, char *buf, size_t n) {
+    long t = s < 0 ? 0 : (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* The mean loss of a host call's result. */
+static double result_loss(const rp_result *r) {
+    double s = 0;
+    for (int i = 0; i < r->count; i++)
+        s += r->losses[i];
+    return s / r->count;
+}
+
+/* Accuracy of a session on a dataset, predicting in chunks. */
+static rp_status evaluate(rp_session *s, const rp_dataset *d, double *acc, rp_error *err) {
+    int32_t *pred = malloc(sizeof(int32_t) * d->n);
+    if (!pred)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    rp_status st = rp_session_predict(s, d->x, d->n, pred, err);
+    int right = 0;
+    for (int i = 0; !st && i < d->n; i++)
+        right += pred[i] == d->labels[i];
+    *acc = (double)right / d->n;
+    free(pred);
+    return st;
+}
+
+static int run(const cli_cmd *cmd, int argc, char **argv) {
+    const char *model_path = NULL, *config_path = NULL, *data = RP_FASHION_MNIST_DIR;
+    const char *save = NULL, *load = NULL, *json_log = NULL;
+    long long epochs = 0, updates = 0, log_every = 0;
+    bool help;
+    const char *arg;
+    for (;;) {
+        int o = cli_next(cmd, argc, argv, &arg, &help);
+        if (o == -2)
+            return help ? 0 : 2;
+        if (o == -1) {
+            if (optind < argc) {
+                cli_error(cmd, "unexpected argument '%s'", argv[optind]);
+                return 2;
+            }
+            break;
+        }
+        switch (o) {
+        case 0: model_path = arg; break;
+        case 1: config_path = arg; break;
+        case 2:
+            if (!cli_int("epochs", arg, 1, 1000000, &epochs))
+                return 2;
+            break;
+        case 3:
+            if (!cli_int("updates", arg, 1, 1LL << 40, &updates))
+                return 2;
+            break;
+        case 4: data = arg; break;
+        case 5: save = arg; break;
+        case 6: load = arg; break;
+        case 7: json_log = arg; break;
+        case 8:
+            if (!cli_int("log-every", arg, 1, 1LL << 40, &log_every))
+                return 2;
+            break;
+        }
+    }
+    if (!model_path || !config_path) {
+        cli_error(cmd, "--model and --config are required (see 'repipe train --help')");
+        return 2;
+    }
+    if (epochs && updates) {
+        cli_error(cmd, "give --epochs or --updates, not both");
+        return 2;
+    }
+    rp_error err;
+    rp_model *m = NULL;
+    rp_config cfg;
+    rp_dataset *train = NULL, *test = NULL;
+    rp_session *s = NULL;
+    FILE *jl = NULL;
+    int rc = 1;
+    if (rp_model_load(&m, model_path, &err) || rp_config_load_file(&cfg, config_path, &err))
+        goto fail;
+    for (int i = 0; i < cfg.num_warnings; i++)
+        fprintf(stderr, "warning: %s\n", cfg.warnings[i]);
+    if (rp_dataset_load_idx(&train, data, true, &err) ||
+        rp_dataset_load_idx(&test, data, false, &err))
+        goto fail;
+    if (rp_shape_size(&train->sample) != rp_shape_size(&m->input)) {
+        char a[64], b[64];
+        rp_fail(&err, RP_ERR_INVALID, "%s: the model's input %s does not fit the data's samples %s",
+                model_path, rp_shape_to_string(&m->input, a, sizeof a),
+                rp_shape_to_string(&train->sample, b, sizeof b));
+        goto fail;
+    }
+    if (train->num_classes > m->num_classes) {
+        rp_fail(&err, RP_ERR_INVALID, "%s: the model scores %d classes but the data has %d",
+                model_path, m->num_classes, train->num_classes);
+        goto fail;
+    }
+    if (rp_session_create(m, &cfg, &s, &err))
+        goto fail;
+    if (load) {
+        rp_weights *w;
+        if (rp_weights_load(&w, load, &err))
+            goto fail;
+        rp_status st = rp_session_set_weights(s, w, &err);
+        rp_weights_free(w);
+        if (st)
+            goto fail;
+    }
+    if (json_log && !(jl = fopen(json_log, "w"))) {
+        rp_fail(&err, RP_ERR_IO, "%s: cannot write", json_log);
+        goto fail;
+    }
+    rp_derived d;
+    rp_config_derive(&cfg, &d);
+    rp_stream stream;
+    if (rp_stream_init(&stream, cfg.seed, train->n, (int)d.samples_per_update, &err))
+        goto fail;
+    long long per_epoch = rp_stream_updates_per_epoch(&stream);
+    long long total = updates ? updates : (epochs ? epochs : 1) * per_epoch;
+    int D = cfg.device_iterations;
+    long long calls = total / D;
+    if (calls < 1) {
+        rp_fail(&err, RP_ERR_INVALID, "%lld updates are fewer than one host call (%d updates)",
+                total, D);
+        rp_stream_free(&stream);
+        goto fail;
+    }
+    if (total % D)
+        fprintf(stderr, "note: running %lld updates, a whole number of host calls of %d\n",
+                calls * D, D);
+    if (!log_every)
+        log_every = per_epoch / 10 > 0 ? per_epoch / 10 : 1;
+    long long per_call = rp_session_samples_per_call(s);
+    size_t in = rp_shape_size(&train->sample);
+    float *x = malloc(sizeof(float) * in * per_call);
+    int32_t *y = malloc(sizeof(int32_t) * per_call);
+    int64_t *ids = malloc(sizeof(int64_t) * per_call);
+    if (!x || !y || !ids) {
+        free(x), free(y), free(ids);
+        rp_stream_free(&stream);
+        rp_fail(&err, RP_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    bool tty = isatty(STDOUT_FILENO);
+    printf("training %s on %d samples (%lld updates of %lld samples, %lld per epoch)\n",
+           model_path, train->n, calls * D, d.samples_per_update, per_epoch);
+    double t0 = now(), ema = -1;
+    long long next_log = log_every;
+    rp_status st = RP_OK;
+    for (long long c = 0; c < calls && !st; c++) {
+        for (int k = 0; k < D; k++)
+            rp_stream_update(&stream, c * D + k, ids + (size_t)k * d.samples_per_update);
+        rp_dataset_gather(train, ids, (int)per_call, x, y);
+        rp_result r;
+        if ((st = rp_session_run(s, x, y, ids, &r, &err)))
+            break;
+        double loss = result_loss(&r);
+        ema = ema < 0 ? loss : 0.95 * ema + 0.05 * loss;
+        long long done = (c + 1) * D;
+        double el = now() - t0, sps = done * d.samples_per_update / el;
+        char eta[32];
+        fmt_time(el / done * (calls * D - done), eta, sizeof eta);
+        if (tty) {
+            int width = 30, filled = (int)(width * done / (calls * D));
+            printf("\r[%.*s%s%*s] %3d%%  %lld/%lld  %.0f samples/s  loss %.4f  ETA %s   ",
+                   filled, "==============================", filled < width ? ">" : "",
+                   width - filled - (filled < width), "", (int)(100 * done / (calls * D)), done,
+                   calls * D, sps, ema, eta);
+            fflush(stdout);
+        }
+        if (done >= next_log || c == calls - 1) {
+            next_log += log_every;
+            if (!tty)
+                printf("update %lld/%lld  epoch %.2f  loss %.4f  %.0f samples/s  ETA %s\n", done,
+                       calls * D, (double)done / per_epoch, ema, sps, eta);
+            if (jl)
+                fprintf(jl,
+                        "{\"update\":%lld,\"epoch\":%.4f,\"loss\":%.6f,\"samples_per_s\":%.1f,"
+                        "\"elapsed_s\":%.3f}\n",
+                        done, (double)done / per_epoch, loss, sps, el);
+        }
+    }
+    if (tty)
+        printf("\n");
+    free(x), free(y), free(ids);
+    rp_stream_free(&stream);
+    if (st)
+        goto fail;
+    double acc = 0;
+    double te = now();
+    if (evaluate(s, test, &acc, &err))
+        goto fail;
+    printf("training took %.1f s; evaluation of %d samples %.1f s\n", te - t0, test->n,
+           now() - te);
+    printf("test accuracy: %.4f\n", acc);
+    if (jl)
+        fprintf(jl, "{\"eval\":\"test\",\"samples\":%d,\"accuracy\":%.6f}\n", test->n, acc);
+    if (save) {
+        rp_weights *w;
+        if (rp_session_get_weights(s, &w, &err))
+            goto fail;
+        rp_status ws = rp_weights_save(w, save, &err);
+        rp_weights_free(w);
+        if (ws)
+            goto fail;
+        printf("weights written to %s\n", save);
+    }
+    rc = 0;
+    goto done;
+fail:
+    cli_error(cmd, "%s", err.msg);
+done:
+    if (jl)
+        fclose(jl);
+    rp_session_free(s);
+    rp_dataset_free(train);
+    rp_dataset_free(test);
+    rp_model_free(m);
+    return rc;
+}
+
+const cli_cmd cmd_train = {
+    "train",
+    "train a model on an IDX dataset and report its test accuracy",
+    "--model FILE --config FILE [--epochs N | --updates N] [options]",
+    "The sample order is fixed by the configuration's seed and the epoch. On a\n"
+    "terminal a progress bar shows samples/s, the loss and the time left;\n"
+    "otherwise one line is printed every --log-every updates.",
+    OPTS,
+    run,
+};
