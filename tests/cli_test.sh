@@ -110,5 +110,34 @@ expect_fail "plan bandwidth count" 2 "--bandwidth has 1 value but --machines has
 expect_fail "plan needs profile" 2 "--profile and --machines are required" -- "$bin" plan --machines 2
 expect_grep "plan help" "--fewer-machines +allow plans" -- "$bin" plan --help
 
+# Training, weight files (skipped without Fashion-MNIST).
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  out=$("$bin" train --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist.json" \
+        --updates 30 --log-every 10 --save "$tmp/a.rpw" --json-log "$tmp/log.jsonl" 2>&1)
+  if grep -q "^update 30/30" <<<"$out" && grep -qE "^test accuracy: 0\.[0-9]{4}$" <<<"$out"; then ok; else bad "train: $out"; fi
+  if [ "$(grep -c '"update"' "$tmp/log.jsonl")" = 3 ] && grep -q '"eval":"test","samples":10000,"accuracy"' "$tmp/log.jsonl"; then ok; else bad "json log: $(cat "$tmp/log.jsonl")"; fi
+  "$bin" train --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist.json" \
+        --updates 30 --save "$tmp/b.rpw" >/dev/null 2>&1
+  expect_grep "weights compare same" "^same: 0 tensors outside rtol" -- "$bin" weights compare "$tmp/a.rpw" "$tmp/b.rpw"
+  "$bin" train --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist.json" \
+        --updates 31 --save "$tmp/c.rpw" >/dev/null 2>&1
+  "$bin" weights compare "$tmp/a.rpw" "$tmp/c.rpw" > "$tmp/cmp.txt"; rc=$?
+  if [ $rc = 1 ] && grep -q "DIFFERENT: 6 tensors outside rtol" "$tmp/cmp.txt"; then ok; else bad "compare (exit $rc): $(cat "$tmp/cmp.txt")"; fi
+  expect_grep "weights show" "^1.weight +512x784 +1 +401408" -- "$bin" weights show "$tmp/a.rpw"
+  # resuming from saved weights starts where the file left off
+  out=$("$bin" train --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist.json" \
+        --updates 1 --load "$tmp/a.rpw" 2>&1)
+  if grep -q "test accuracy" <<<"$out"; then ok; else bad "train --load: $out"; fi
+  head -c 100 "$tmp/a.rpw" > "$tmp/cut.rpw"
+  expect_fail "weights truncated" 1 "cut.rpw: checksum mismatch" -- "$bin" weights show "$tmp/cut.rpw"
+  expect_fail "train bad model" 1 "bad.model:2: unknown layer 'lineer' \(did you mean 'linear'\?\)" \
+    -- bash -c "printf 'input 784\nlineer 10\n' > '$tmp/bad.model'; '$bin' train --model '$tmp/bad.model' --config '$src/examples/fmnist.json'"
+  printf 'input 10 10\nflatten\nlinear 10\nsoftmax_cross_entropy\n' > "$tmp/small.model"
+  expect_fail "train input mismatch" 1 "the model's input 10x10 does not fit the data's samples 1x28x28" \
+    -- "$bin" train --model "$tmp/small.model" --config "$src/examples/fmnist.json" --updates 1
+else
+  echo "SKIP: training checks (no Fashion-MNIST)"
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

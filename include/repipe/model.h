@@ -151,6 +151,10 @@ void rp_acts_free(rp_acts *a);
 const float *rp_net_forward(rp_net *net, rp_acts *acts, const float *input, int batch,
                             const rp_step_ctx *ctx, double *loss_sum);
 
+/* Sets the gradients to zero, lazily: the next backward pass writes them
+** instead of adding to them. */
+void rp_net_zero_grads(rp_net *net);
+
 /* Runs the layers backward, accumulating parameter gradients. dout is the
 ** gradient of the output rows (ignored when the last layer is the loss).
 ** Returns the gradient of the input rows, or NULL when need_input_grad is

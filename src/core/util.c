@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,7 @@ rp_status rp_write_file_atomic(const char *path, const char *data, size_t len, r
         free(tmp);
         return s;
     }
+    fchmod(fd, 0644); /* mkstemp creates 0600; the file is an ordinary output */
     size_t done = 0;
     while (done < len) {
         ssize_t w = write(fd, data + done, len - done);

@@ -94,9 +94,8 @@ rp_status rp_session_run(rp_session *s, const float *x, const int32_t *labels,
     const rp_config *c = &s->cfg;
     int B = c->micro_batch_size, GA = c->gradient_accumulation_steps, D = c->device_iterations;
     size_t in = rp_net_in_size(s->net), n = rp_net_num_params(s->net);
-    float *grads = rp_net_grads(s->net);
     for (int d = 0; d < D; d++) {
-        memset(grads, 0, sizeof(float) * n);
+        rp_net_zero_grads(s->net);
         for (int mb = 0; mb < GA; mb++) {
             size_t row = ((size_t)d * GA + mb) * B;
             rp_step_ctx ctx = {.training = true,
@@ -112,8 +111,8 @@ rp_status rp_session_run(rp_session *s, const float *x, const int32_t *labels,
             s->losses[(size_t)d * GA + mb] = (float)(loss / B);
         }
         s->updates++;
-        rp_optimizer_step(&c->optimizer, s->updates, rp_net_params(s->net), grads, s->opt_state,
-                          n);
+        rp_optimizer_step(&c->optimizer, s->updates, rp_net_params(s->net),
+                          rp_net_grads(s->net), s->opt_state, n);
     }
     /* Shape the losses by output mode (training: default means final). */
     if (c->output_mode == RP_OUTPUT_ALL) {

@@ -1,8 +1,9 @@
 /*
 ** Layer kernels (internal). Each layer type has a forward and a backward
 ** function over plain arrays; rows are samples, each holding the layer's
-** per-sample shape contiguously. Backward accumulates into dw and writes
-** din (when not NULL).
+** per-sample shape contiguously. Backward adds to dw (or, when accumulate
+** is false, overwrites it: the first micro-batch of an update needs no
+** zeroed gradients) and writes din (when not NULL).
 */
 #ifndef REPIPE_LAYERS_H
 #define REPIPE_LAYERS_H
@@ -20,6 +21,7 @@ typedef struct layer_args {
     void *aux;      /* per micro-batch state kept for backward */
     float *col, *tmp; /* scratch for convolutions */
     const rp_step_ctx *ctx;
+    bool accumulate; /* false: dw holds garbage, to be overwritten */
 } layer_args;
 
 /* Bytes of aux state per micro-batch of B rows. */

@@ -78,11 +78,6 @@ size_t layer_aux_bytes(const rp_layer *L, int B) {
     case RP_LAYER_LAYERNORM:
         return sizeof(float) * 2 * (rp_shape_size(&L->in) / L->in.dim[L->in.ndim - 1]) * B;
     case RP_LAYER_SOFTMAX_CE: return sizeof(float) * rp_shape_size(&L->in) * B;
-    case RP_LAYER_CONV2D: {
-        size_t col, tmp;
-        conv_scratch(L, B, &col, &tmp);
-        return sizeof(float) * col;
-    }
     default: return 0;
     }
 }

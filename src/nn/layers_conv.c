@@ -4,17 +4,28 @@
 ** sample form the columns of `col` (channels*k*k rows), and W (out x
 ** channels*k*k) times col gives every output at once; `tmp` holds that
 ** product in (out channel, sample, position) order until it is scattered
-** into the (sample, out channel, position) rows. The columns are kept with
-** the micro-batch's activations for the weight gradient; the shared `col`
-** scratch receives the input gradient's columns.
+** into the (sample, out channel, position) rows. The work is done in tiles
+** of a few samples so that the columns stay in cache.
 */
 #include <cblas.h>
 #include <string.h>
 
 #include "layers.h"
 
+/* Samples per tile: the tile's columns (channels*k*k x positions) should
+** stay in a core's L2 cache while the product reads them. */
+#define CONV_TILE_BYTES (128 * 1024)
+
+int conv_tile(const rp_layer *L, int B) {
+    size_t per = (size_t)L->in.dim[0] * L->kernel * L->kernel * L->out.dim[1] * L->out.dim[2];
+    size_t t = CONV_TILE_BYTES / (sizeof(float) * per);
+    if (t < 1)
+        t = 1;
+    return (int)(t < (size_t)B ? t : (size_t)B);
+}
+
 void conv_scratch(const rp_layer *L, int B, size_t *col, size_t *tmp) {
-    size_t positions = (size_t)B * L->out.dim[1] * L->out.dim[2];
+    size_t positions = (size_t)conv_tile(L, B) * L->out.dim[1] * L->out.dim[2];
     *col = (size_t)L->in.dim[0] * L->kernel * L->kernel * positions;
     *tmp = (size_t)L->units * positions;
 }
@@ -99,58 +110,72 @@ void conv_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     int O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
     int HW = L->out.dim[1] * L->out.dim[2];
-    int ncols = a->B * HW;
-    float *col = a->aux; /* kept for the weight gradient */
-    im2col(L, a->B, a->in, col);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, O, ncols, CKK, 1.0f, a->w, CKK, col,
-                ncols, 0.0f, a->tmp, ncols);
+    size_t in_per = rp_shape_size(&L->in);
     const float *bias = a->w + (size_t)O * CKK;
-    for (int b = 0; b < a->B; b++)
-        for (int o = 0; o < O; o++) {
-            const float *src = a->tmp + (size_t)o * ncols + (size_t)b * HW;
-            float *dst = a->out + ((size_t)b * O + o) * HW;
-            float bo = L->bias ? bias[o] : 0.0f;
-            for (int p = 0; p < HW; p++)
-                dst[p] = src[p] + bo;
-        }
+    int tile = conv_tile(L, a->B);
+    for (int b0 = 0; b0 < a->B; b0 += tile) {
+        int nb = a->B - b0 < tile ? a->B - b0 : tile, ncols = nb * HW;
+        im2col(L, nb, a->in + b0 * in_per, a->col);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, O, ncols, CKK, 1.0f, a->w, CKK,
+                    a->col, ncols, 0.0f, a->tmp, ncols);
+        for (int b = 0; b < nb; b++)
+            for (int o = 0; o < O; o++) {
+                const float *restrict src = a->tmp + (size_t)o * ncols + (size_t)b * HW;
+                float *restrict dst = a->out + ((size_t)(b0 + b) * O + o) * HW;
+                float bo = L->bias ? bias[o] : 0.0f;
+                for (int p = 0; p < HW; p++)
+                    dst[p] = src[p] + bo;
+            }
+    }
 }
 
+/* The columns are recomputed tile by tile rather than kept from forward:
+** cheaper than a round trip through memory, and the activations of a
+** micro-batch stay as small as the layer outputs. */
 void conv_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
     int HW = L->out.dim[1] * L->out.dim[2];
-    int ncols = a->B * HW;
+    size_t in_per = rp_shape_size(&L->in);
     float *db = a->dw + (size_t)O * CKK;
-    for (int b = 0; b < a->B; b++)
-        for (int o = 0; o < O; o++) {
-            const float *restrict src = dout + ((size_t)b * O + o) * HW;
-            float *restrict dst = a->tmp + (size_t)o * ncols + (size_t)b * HW;
-            /* eight running sums in a fixed order: vectorisable and still
-            ** the same result on every run */
-            float acc[8] = {0};
-            int p = 0;
-            for (; p + 8 <= HW; p += 8)
-                for (int k = 0; k < 8; k++) {
-                    acc[k] += src[p + k];
-                    dst[p + k] = src[p + k];
+    int tile = conv_tile(L, a->B);
+    if (L->bias && !a->accumulate)
+        memset(db, 0, sizeof(float) * O);
+    for (int b0 = 0; b0 < a->B; b0 += tile) {
+        int nb = a->B - b0 < tile ? a->B - b0 : tile, ncols = nb * HW;
+        for (int b = 0; b < nb; b++)
+            for (int o = 0; o < O; o++) {
+                const float *restrict src = dout + ((size_t)(b0 + b) * O + o) * HW;
+                float *restrict dst = a->tmp + (size_t)o * ncols + (size_t)b * HW;
+                /* eight running sums in a fixed order: vectorisable and still
+                ** the same result on every run */
+                float acc[8] = {0};
+                int p = 0;
+                for (; p + 8 <= HW; p += 8)
+                    for (int k = 0; k < 8; k++) {
+                        acc[k] += src[p + k];
+                        dst[p + k] = src[p + k];
+                    }
+                float sum = 0;
+                for (; p < HW; p++) {
+                    dst[p] = src[p];
+                    sum += src[p];
                 }
-            float s = 0;
-            for (; p < HW; p++) {
-                dst[p] = src[p];
-                s += src[p];
+                for (int k = 0; k < 8; k++)
+                    sum += acc[k];
+                if (L->bias)
+                    db[o] += sum;
             }
-            for (int k = 0; k < 8; k++)
-                s += acc[k];
-            if (L->bias)
-                db[o] += s;
-        }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, O, CKK, ncols, 1.0f, a->tmp, ncols,
-                (const float *)a->aux, ncols, 1.0f, a->dw, CKK);
-    if (!din)
-        return;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CKK, ncols, O, 1.0f, a->w, CKK, a->tmp,
-                ncols, 0.0f, a->col, ncols);
-    col2im(L, a->B, a->col, din);
+        im2col(L, nb, a->in + b0 * in_per, a->col);
+        bool add = a->accumulate || b0 > 0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, O, CKK, ncols, 1.0f, a->tmp, ncols,
+                    a->col, ncols, add ? 1.0f : 0.0f, a->dw, CKK);
+        if (!din)
+            continue;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CKK, ncols, O, 1.0f, a->w, CKK,
+                    a->tmp, ncols, 0.0f, a->col, ncols);
+        col2im(L, nb, a->col, din + b0 * in_per);
+    }
 }
 
 /* aux: for every output, the offset of its maximum in the input plane */

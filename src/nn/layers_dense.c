@@ -31,8 +31,10 @@ void linear_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int D = last_dim(&L->in), N = L->units, R = rows_of(&L->in, a->B);
     float *dW = a->dw, *db = a->dw + (size_t)N * D;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, D, R, 1.0f, dout, N, a->in, D, 1.0f,
-                dW, D);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, D, R, 1.0f, dout, N, a->in, D,
+                a->accumulate ? 1.0f : 0.0f, dW, D);
+    if (L->bias && !a->accumulate)
+        memset(db, 0, sizeof(float) * N);
     if (L->bias)
         for (int r = 0; r < R; r++) {
             const float *g = dout + (size_t)r * N;
@@ -75,6 +77,8 @@ void layernorm_backward(const layer_args *a, const float *dout, float *din) {
     const float *g = a->w;
     float *dg = a->dw, *db = a->dw + D;
     const float *stats = a->aux;
+    if (!a->accumulate)
+        memset(a->dw, 0, sizeof(float) * 2 * D);
     for (int r = 0; r < R; r++) {
         const float *x = a->in + (size_t)r * D, *dy = dout + (size_t)r * D;
         float m = stats[2 * r], rstd = stats[2 * r + 1];
@@ -117,6 +121,8 @@ rp_status embedding_forward(const layer_args *a, rp_error *err) {
 void embedding_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int T = L->in.dim[0], Dm = L->dim;
+    if (!a->accumulate)
+        memset(a->dw, 0, sizeof(float) * L->param_count);
     for (int r = 0; r < a->B * T; r++) {
         float *row = a->dw + (size_t)(int)a->in[r] * Dm;
         const float *g = dout + (size_t)r * Dm;

@@ -18,6 +18,7 @@ struct rp_net {
     size_t col_n, tmp_n;
     float *g[2]; /* gradient ping-pong, max_batch * gmax floats each */
     size_t gmax;
+    bool grads_clean; /* zero by contract: the next backward overwrites */
     rp_error err;
 };
 
@@ -82,7 +83,15 @@ void rp_net_free(rp_net *n) {
 }
 
 float *rp_net_params(rp_net *n) { return n->params; }
-float *rp_net_grads(rp_net *n) { return n->grads; }
+float *rp_net_grads(rp_net *n) {
+    if (n->grads_clean) { /* materialise the zeros before anyone reads them */
+        memset(n->grads, 0, sizeof(float) * n->num_params);
+        n->grads_clean = false;
+    }
+    return n->grads;
+}
+
+void rp_net_zero_grads(rp_net *n) { n->grads_clean = true; }
 size_t rp_net_num_params(const rp_net *n) { return n->num_params; }
 size_t rp_net_in_size(const rp_net *n) { return in_size(&n->m->layers[n->first]); }
 size_t rp_net_out_size(const rp_net *n) { return out_size(&n->m->layers[n->last - 1]); }
@@ -163,6 +172,7 @@ static layer_args args_for(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx)
         .col = n->col,
         .tmp = n->tmp,
         .ctx = ctx,
+        .accumulate = !n->grads_clean,
     };
     return x;
 }
@@ -195,17 +205,25 @@ const float *rp_net_forward(rp_net *n, rp_acts *a, const float *input, int batch
 
 const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_step_ctx *ctx,
                              bool need_input_grad) {
+    /* Below the first layer with parameters, gradients are only wanted if
+    ** the caller wants the input's: otherwise stop there (no layer below
+    ** it has anything to learn). */
+    int stop = n->first;
+    if (!need_input_grad)
+        while (stop < n->last && n->m->layers[stop].num_vars == 0)
+            stop++;
     const float *g = dout;
     int buf = 0;
-    for (int l = n->last - 1; l >= n->first; l--) {
+    for (int l = n->last - 1; l >= stop; l--) {
         layer_args x = args_for(n, a, l, ctx);
-        bool want = l > n->first || need_input_grad;
+        bool want = l > stop || need_input_grad;
         float *din = want ? n->g[buf] : NULL;
         layer_backward(&x, g, din);
         g = din;
         buf ^= 1;
     }
-    return g;
+    n->grads_clean = false;
+    return need_input_grad ? g : NULL;
 }
 
 void rp_net_predictions(const rp_net *n, const rp_acts *a, int32_t *out) {

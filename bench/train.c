@@ -1,0 +1,70 @@
+/*
+** bench/train: repipe's training throughput on one worker, measured the way
+** ../shared/bench/torch_peer.py measures PyTorch's: 20 warm-up updates,
+** then `steps` timed updates of one micro-batch, samples per second.
+** Prints one JSON line.
+** Usage: bench_train MODEL CONFIG STEPS [DATA_DIR]
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "repipe/repipe.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: bench_train MODEL CONFIG STEPS [DATA_DIR]\n");
+        return 2;
+    }
+    int steps = atoi(argv[3]), warmup = 20;
+    rp_error err;
+    rp_model *m;
+    rp_config cfg;
+    rp_dataset *d;
+    rp_session *s;
+    if (rp_model_load(&m, argv[1], &err) || rp_config_load_file(&cfg, argv[2], &err) ||
+        rp_dataset_load_idx(&d, argc > 4 ? argv[4] : RP_FASHION_MNIST_DIR, true, &err) ||
+        rp_session_create(m, &cfg, &s, &err)) {
+        fprintf(stderr, "bench_train: %s\n", err.msg);
+        return 1;
+    }
+    long long per = rp_session_samples_per_call(s);
+    size_t in = rp_shape_size(&d->sample);
+    float *x = malloc(sizeof(float) * per * in);
+    int32_t *y = malloc(sizeof(int32_t) * per);
+    int64_t *ids = malloc(sizeof(int64_t) * per);
+    rp_stream st;
+    rp_stream_init(&st, cfg.seed, d->n, (int)(per / cfg.device_iterations), &err);
+    double t0 = 0, loss = 0;
+    for (int k = 0; k < warmup + steps; k++) {
+        if (k == warmup)
+            t0 = now();
+        for (int i = 0; i < cfg.device_iterations; i++)
+            rp_stream_update(&st, (long long)k * cfg.device_iterations + i,
+                             ids + i * (per / cfg.device_iterations));
+        rp_dataset_gather(d, ids, (int)per, x, y);
+        rp_result r;
+        if (rp_session_run(s, x, y, ids, &r, &err)) {
+            fprintf(stderr, "bench_train: %s\n", err.msg);
+            return 1;
+        }
+        loss = r.losses[r.count - 1];
+    }
+    double dt = now() - t0;
+    printf("{\"model\": \"%s\", \"mode\": \"repipe1\", \"batch\": %d, \"samples_per_s\": %.1f, "
+           "\"final_loss\": %.4f}\n",
+           argv[1], cfg.micro_batch_size, steps * per / dt, loss);
+    rp_stream_free(&st);
+    free(x), free(y), free(ids);
+    rp_session_free(s);
+    rp_dataset_free(d);
+    rp_model_free(m);
+    return 0;
+}

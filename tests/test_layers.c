@@ -1,0 +1,278 @@
+/*
+** Every layer against an independent double-precision reference: the
+** float forward pass must match the reference, and the gradients of the
+** float backward pass (input and parameters) must match central finite
+** differences of the reference, for the objective sum(out * r).
+*/
+#include <stdlib.h>
+
+#include "repipe/model.h"
+#include "test.h"
+
+typedef struct refctx {
+    const rp_model *m;
+    const rp_layer *L;
+    int B;
+    const rp_step_ctx *ctx;
+} refctx;
+
+/* ---- double-precision references of one layer's forward pass ----------- */
+
+static void ref_forward(const refctx *c, const double *x, const double *w, double *y) {
+    const rp_layer *L = c->L;
+    int B = c->B;
+    size_t in = rp_shape_size(&L->in), out = rp_shape_size(&L->out);
+    switch (L->type) {
+    case RP_LAYER_LINEAR: {
+        int D = L->in.dim[L->in.ndim - 1], N = L->units;
+        size_t rows = in / D * B;
+        for (size_t r = 0; r < rows; r++)
+            for (int n = 0; n < N; n++) {
+                double s = L->bias ? w[(size_t)N * D + n] : 0;
+                for (int d = 0; d < D; d++)
+                    s += x[r * D + d] * w[(size_t)n * D + d];
+                y[r * N + n] = s;
+            }
+        break;
+    }
+    case RP_LAYER_CONV2D: {
+        int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2], O = L->units, K = L->kernel;
+        int OH = L->out.dim[1], OW = L->out.dim[2];
+        for (int b = 0; b < B; b++)
+            for (int o = 0; o < O; o++)
+                for (int oh = 0; oh < OH; oh++)
+                    for (int ow = 0; ow < OW; ow++) {
+                        double s = L->bias ? w[(size_t)O * C * K * K + o] : 0;
+                        for (int ch = 0; ch < C; ch++)
+                            for (int ki = 0; ki < K; ki++)
+                                for (int kj = 0; kj < K; kj++) {
+                                    int h = oh * L->stride - L->pad + ki;
+                                    int ww = ow * L->stride - L->pad + kj;
+                                    if (h >= 0 && h < H && ww >= 0 && ww < W)
+                                        s += x[(((size_t)b * C + ch) * H + h) * W + ww] *
+                                             w[(((size_t)o * C + ch) * K + ki) * K + kj];
+                                }
+                        y[(((size_t)b * O + o) * OH + oh) * OW + ow] = s;
+                    }
+        break;
+    }
+    case RP_LAYER_MAXPOOL2D: {
+        int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
+        int OH = L->out.dim[1], OW = L->out.dim[2];
+        for (int bc = 0; bc < B * C; bc++)
+            for (int oh = 0; oh < OH; oh++)
+                for (int ow = 0; ow < OW; ow++) {
+                    double m = -1e300;
+                    for (int ki = 0; ki < L->kernel; ki++)
+                        for (int kj = 0; kj < L->kernel; kj++) {
+                            double v = x[((size_t)bc * H + oh * L->stride + ki) * W +
+                                         ow * L->stride + kj];
+                            m = v > m ? v : m;
+                        }
+                    y[((size_t)bc * OH + oh) * OW + ow] = m;
+                }
+        break;
+    }
+    case RP_LAYER_RELU:
+        for (size_t i = 0; i < in * B; i++)
+            y[i] = x[i] > 0 ? x[i] : 0;
+        break;
+    case RP_LAYER_GELU:
+        for (size_t i = 0; i < in * B; i++)
+            y[i] = 0.5 * x[i] * (1 + erf(x[i] / sqrt(2.0)));
+        break;
+    case RP_LAYER_FLATTEN:
+        memcpy(y, x, sizeof(double) * in * B);
+        break;
+    case RP_LAYER_DROPOUT:
+        /* the mask is repipe's definition: (seed, update, sample id, layer, element) */
+        for (int b = 0; b < B; b++)
+            for (size_t e = 0; e < in; e++) {
+                float u = rp_uniform(c->ctx->seed, c->ctx->update,
+                                     (uint64_t)c->ctx->sample_id[b], 0, e);
+                y[b * in + e] = u < L->p ? 0 : x[b * in + e] / (1.0 - L->p);
+            }
+        break;
+    case RP_LAYER_LAYERNORM: {
+        int D = L->in.dim[L->in.ndim - 1];
+        size_t rows = in / D * B;
+        for (size_t r = 0; r < rows; r++) {
+            double mean = 0, var = 0;
+            for (int d = 0; d < D; d++)
+                mean += x[r * D + d] / D;
+            for (int d = 0; d < D; d++)
+                var += (x[r * D + d] - mean) * (x[r * D + d] - mean) / D;
+            for (int d = 0; d < D; d++)
+                y[r * D + d] = (x[r * D + d] - mean) / sqrt(var + L->eps) * w[d] + w[D + d];
+        }
+        break;
+    }
+    case RP_LAYER_EMBEDDING:
+        for (size_t t = 0; t < in * B; t++)
+            for (int d = 0; d < L->dim; d++)
+                y[t * L->dim + d] = w[(size_t)x[t] * L->dim + d];
+        break;
+    case RP_LAYER_SOFTMAX_CE: {
+        int C = L->in.dim[0];
+        for (int b = 0; b < B; b++) {
+            double m = -1e300, s = 0;
+            for (int k = 0; k < C; k++)
+                m = x[b * C + k] > m ? x[b * C + k] : m;
+            for (int k = 0; k < C; k++)
+                s += exp(x[b * C + k] - m);
+            y[b] = log(s) + m - x[b * C + c->ctx->labels[b]];
+        }
+        break;
+    }
+    }
+    (void)out;
+}
+
+/* The objective: sum(out * r); for the loss layer, loss_scale * sum(loss). */
+static double objective(const refctx *c, const double *x, const double *w, const double *r,
+                        double *y) {
+    ref_forward(c, x, w, y);
+    size_t out = rp_shape_size(&c->L->out) * c->B;
+    double s = 0;
+    for (size_t i = 0; i < out; i++)
+        s += c->L->type == RP_LAYER_SOFTMAX_CE ? y[i] * c->ctx->loss_scale : y[i] * r[i];
+    return s;
+}
+
+static unsigned long long rng = 0x2545F4914F6CDD1Dull;
+static double urand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (rng >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Checks one single-layer model given as spec text. */
+static void check_layer(const char *spec, int B) {
+    rp_model *m;
+    rp_error err;
+    if (rp_model_parse(&m, spec, strlen(spec), "gradcheck", &err) != RP_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        test_failures++;
+        return;
+    }
+    const rp_layer *L = &m->layers[0];
+    size_t in = rp_shape_size(&L->in) * B, out = rp_shape_size(&L->out) * B;
+    size_t np = m->num_params;
+    rp_net *net;
+    rp_acts *acts;
+    CHECK(rp_net_create(m, 0, 1, B, &net, &err) == RP_OK);
+    CHECK(rp_acts_create(net, B, &acts, &err) == RP_OK);
+    float *xf = malloc(sizeof(float) * in), *rf = malloc(sizeof(float) * out);
+    double *x = malloc(sizeof(double) * in), *w = malloc(sizeof(double) * (np + 1));
+    double *r = malloc(sizeof(double) * out), *y = malloc(sizeof(double) * out);
+    int64_t ids[16];
+    int32_t labels[16];
+    for (int b = 0; b < B; b++) {
+        ids[b] = 1000 + 7 * b;
+        labels[b] = b % (m->num_classes ? m->num_classes : 1);
+    }
+    rp_step_ctx ctx = {.training = true, .seed = 5, .update = 3, .sample_id = ids,
+                       .labels = labels, .loss_scale = 1.0 / B};
+    refctx c = {m, L, B, &ctx};
+    /* inputs away from the kinks of relu and maxpool, token ids for embeddings */
+    for (size_t i = 0; i < in; i++) {
+        double v = urand() * 4 - 2;
+        if (fabs(v) < 0.05)
+            v = v < 0 ? -0.05 - urand() : 0.05 + urand();
+        if (L->type == RP_LAYER_EMBEDDING)
+            v = (double)(i * 5 % L->vocab);
+        xf[i] = (float)v;
+        x[i] = xf[i];
+    }
+    float *pf = rp_net_params(net);
+    for (size_t i = 0; i < np; i++) {
+        pf[i] = (float)(urand() - 0.5);
+        w[i] = pf[i];
+    }
+    for (size_t i = 0; i < out; i++) {
+        rf[i] = (float)(urand() * 2 - 1);
+        r[i] = rf[i];
+    }
+    const float *yf = rp_net_forward(net, acts, xf, B, &ctx, NULL);
+    CHECK(yf != NULL);
+    objective(&c, x, w, r, y);
+    double ymax = 0;
+    for (size_t i = 0; i < out; i++)
+        ymax = fabs(y[i]) > ymax ? fabs(y[i]) : ymax;
+    size_t bad = 0;
+    for (size_t i = 0; yf && i < out; i++)
+        bad += !(fabs(yf[i] - y[i]) <= 1e-5 * (ymax + 1));
+    test_checks++;
+    if (bad) {
+        fprintf(stderr, "%s: forward differs from the reference in %zu of %zu\n", spec, bad, out);
+        test_failures++;
+    }
+    memset(rp_net_grads(net), 0, sizeof(float) * np);
+    bool want_din = L->type != RP_LAYER_EMBEDDING;
+    const float *din = rp_net_backward(net, acts, rf, &ctx, want_din);
+    /* central differences of the double reference */
+    double h = 1e-6;
+    size_t nchk = (want_din ? in : 0) + np;
+    double *fd = malloc(sizeof(double) * (nchk + 1)), *an = malloc(sizeof(double) * (nchk + 1));
+    size_t k = 0;
+    for (size_t i = 0; want_din && i < in; i++, k++) {
+        double keep = x[i];
+        x[i] = keep + h;
+        double up = objective(&c, x, w, r, y);
+        x[i] = keep - h;
+        double dn = objective(&c, x, w, r, y);
+        x[i] = keep;
+        fd[k] = (up - dn) / (2 * h);
+        an[k] = din[i];
+    }
+    for (size_t i = 0; i < np; i++, k++) {
+        double keep = w[i];
+        w[i] = keep + h;
+        double up = objective(&c, x, w, r, y);
+        w[i] = keep - h;
+        double dn = objective(&c, x, w, r, y);
+        w[i] = keep;
+        fd[k] = (up - dn) / (2 * h);
+        an[k] = rp_net_grads(net)[i];
+    }
+    double scale = 0;
+    for (size_t i = 0; i < nchk; i++)
+        scale = fabs(fd[i]) > scale ? fabs(fd[i]) : scale;
+    bad = 0;
+    size_t first = 0;
+    for (size_t i = 0; i < nchk; i++)
+        if (!(fabs(an[i] - fd[i]) <= 1e-4 * (fabs(fd[i]) + scale) + 1e-7)) {
+            if (!bad++)
+                first = i;
+        }
+    test_checks++;
+    if (bad) {
+        fprintf(stderr, "%s: %zu of %zu gradients differ; first [%zu]: %.8g vs %.8g\n", spec, bad,
+                nchk, first, an[first], fd[first]);
+        test_failures++;
+    }
+    CHECK(nchk > 0);
+    free(fd), free(an), free(xf), free(rf), free(x), free(w), free(r), free(y);
+    rp_acts_free(acts);
+    rp_net_free(net);
+    rp_model_free(m);
+}
+
+int main(void) {
+    check_layer("input 3 5\nlinear 4\n", 3);
+    check_layer("input 6\nlinear 2 bias=false\n", 2);
+    check_layer("input 2 6 5\nconv2d 3 kernel=3 pad=1\n", 2);
+    check_layer("input 2 7 7\nconv2d 2 kernel=3 stride=2\n", 2);
+    check_layer("input 3 6 6\nconv2d 2 kernel=2 stride=2 pad=1 bias=false\n", 2);
+    check_layer("input 2 6 4\nmaxpool2d 2\n", 2);
+    check_layer("input 1 7 7\nmaxpool2d 3 stride=2\n", 2);
+    check_layer("input 9\nrelu\n", 3);
+    check_layer("input 2 5\ngelu\n", 3);
+    check_layer("input 2 3 2\nflatten\n", 2);
+    check_layer("input 20\ndropout 0.3\n", 3);
+    check_layer("input 3 6\nlayernorm\n", 2);
+    check_layer("input 5\nembedding 7 3\n", 2);
+    check_layer("input 6\nsoftmax_cross_entropy\n", 4);
+    return test_finish("test_layers");
+}

@@ -1,0 +1,226 @@
+/*
+** Model specs, optimizers, weight files, IDX files and the sample stream.
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+
+#include "repipe/data.h"
+#include "repipe/model.h"
+#include "test.h"
+
+static rp_status parse(const char *spec, rp_model **m, rp_error *err) {
+    return rp_model_parse(m, spec, strlen(spec), "m.model", err);
+}
+
+static void test_examples(void) {
+    rp_model *m;
+    rp_error err;
+    CHECK(parse("input 1 28 28\nflatten\nlinear 512\nrelu\nlinear 512\nrelu\nlinear 10\n"
+                "softmax_cross_entropy\n", &m, &err) == RP_OK);
+    /* 784*512+512 + 512*512+512 + 512*10+10 */
+    CHECK_INT(m->num_params, 669706);
+    CHECK_INT(m->num_layers, 7);
+    CHECK_INT(m->num_vars, 6);
+    CHECK_INT(m->num_classes, 10);
+    CHECK(strcmp(m->vars[2].name, "3.weight") == 0);
+    rp_model_free(m);
+    CHECK(parse("# CNN\ninput 1 28 28\nconv2d 16 kernel=3 pad=1  # same size\nrelu\n"
+                "maxpool2d 2\nconv2d 32 kernel=3 pad=1\nrelu\nmaxpool2d 2\nflatten\nlinear 10\n"
+                "softmax_cross_entropy\n", &m, &err) == RP_OK);
+    /* 16*9+16 + 32*16*9+32 + 1568*10+10 */
+    CHECK_INT(m->num_params, 20490);
+    CHECK_INT(m->layers[2].out.dim[1], 14);
+    CHECK_INT(m->layers[5].out.dim[0], 32);
+    CHECK_INT(m->layers[5].out.dim[2], 7);
+    CHECK_INT(m->layers[6].out.dim[0], 1568);
+    CHECK_INT(m->layers[0].line, 3);
+    rp_model_free(m);
+    CHECK(parse("input 12\nembedding 100 8 group_size=1\nlayernorm eps=1e-6\nlinear 4\nflatten\n"
+                "dropout p=0.1\nlinear 3\nsoftmax_cross_entropy\n", &m, &err) == RP_OK);
+    CHECK_INT(m->layers[0].group_size, 1);
+    CHECK_INT(m->layers[2].out.dim[1], 4);
+    CHECK_INT(m->layers[3].out.dim[0], 48);
+    CHECK(m->layers[4].p == 0.1f);
+    rp_model_free(m);
+}
+
+static void test_spec_errors(void) {
+    static const struct {
+        const char *spec, *msg;
+    } cases[] = {
+        {"", "no 'input' line"},
+        {"linear 3\n", "m.model:1: the first line must declare the input shape"},
+        {"input 4\n", "the model has no layers"},
+        {"input 4\ninput 4\n", "m.model:2: a second 'input' line"},
+        {"input 0\n", "m.model:1: input dimension: '0' is not a whole number"},
+        {"input 4\nlinaer 3\n", "m.model:2: unknown layer 'linaer' (did you mean 'linear'?)"},
+        {"input 4\nlinear\n", "m.model:2: linear takes 1 argument"},
+        {"input 4\nlinear x\n", "m.model:2: output features: 'x' is not a whole number"},
+        {"input 4\nlinear 3 bias=maybe\n", "bias: 'maybe' is not true or false"},
+        {"input 4\nlinear 3 kernel=2\n", "m.model:2: linear takes no option 'kernel'"},
+        {"input 4\nconv2d 3 kernel=3\n",
+         "m.model:2: conv2d needs a 3-dimensional input (channels x height x width), but its "
+         "input has shape 4"},
+        {"input 1 2 2\nconv2d 3 kernel=5\n", "but its input has shape 1x2x2"},
+        {"input 1 4 4\nconv2d 3\n", "m.model:2: conv2d needs kernel=K"},
+        {"input 1 4 4\nmaxpool2d 2\nlinear 3\nsoftmax_cross_entropy\n",
+         "softmax_cross_entropy needs a 1-dimensional input of class scores (flatten first), "
+         "but its input has shape 1x2x3"},
+        {"input 4\nsoftmax_cross_entropy\nlinear 2\n",
+         "m.model:3: softmax_cross_entropy (line 2) must be the last layer"},
+        {"input 4\ndropout 1.5\n", "dropout probability '1.5' is not a number in [0, 1)"},
+        {"input 2 3\nembedding 5 4\n", "embedding needs a 1-dimensional input of token ids"},
+        {"input 4\nlayernorm eps=0\n", "eps: '0' is not a number > 0"},
+        {"input 4\nrelu extra\n", "relu takes 0 arguments"},
+        {"input 4\nlinear 3 stride\n", "m.model:2: linear takes 1 argument before its options, not 2"},
+        {"input 4\nlinear 3 bias=true extra\n", "m.model:2: unexpected 'extra'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rp_model *m = NULL;
+        rp_error err;
+        CHECK(parse(cases[i].spec, &m, &err) != RP_OK);
+        CHECK(m == NULL);
+        CHECK_STR_HAS(err.msg, cases[i].msg);
+    }
+}
+
+static void test_optimizers(void) {
+    /* worked by hand: p = 1, g = 0.5 twice */
+    rp_optimizer_config sgd = {RP_OPT_SGD, 0.1, 0.9, 0.01, 0.9, 0.999, 1e-8};
+    float p = 1, g = 0.5f, st[2] = {0, 0};
+    rp_optimizer_step(&sgd, 1, &p, &g, st, 1);
+    CHECK_CLOSE(p, 0.949, 1e-6); /* v = 0.5 + 0.01 = 0.51 */
+    rp_optimizer_step(&sgd, 2, &p, &g, st, 1);
+    CHECK_CLOSE(p, 0.852151, 1e-6); /* v = 0.9*0.51 + 0.5 + 0.00949 */
+    CHECK_INT(rp_optimizer_state_per_param(&sgd), 1);
+    sgd.momentum = 0;
+    CHECK_INT(rp_optimizer_state_per_param(&sgd), 0);
+    rp_optimizer_config adam = {RP_OPT_ADAM, 0.1, 0, 0, 0.9, 0.999, 1e-8};
+    p = 1;
+    st[0] = st[1] = 0;
+    rp_optimizer_step(&adam, 1, &p, &g, st, 1);
+    CHECK_CLOSE(p, 0.9, 1e-6); /* m^ = 0.5, v^ = 0.25: step 0.1 */
+    rp_optimizer_step(&adam, 2, &p, &g, st, 1);
+    CHECK_CLOSE(p, 0.8, 1e-5); /* float32 moments: 2e-6 off */
+    rp_optimizer_config adamw = {RP_OPT_ADAMW, 0.1, 0, 0.1, 0.9, 0.999, 1e-8};
+    p = 1;
+    st[0] = st[1] = 0;
+    rp_optimizer_step(&adamw, 1, &p, &g, st, 1);
+    CHECK_CLOSE(p, 0.89, 1e-6); /* 1 * (1 - 0.01) - 0.1 */
+    CHECK_INT(rp_optimizer_state_per_param(&adamw), 2);
+}
+
+static void test_weight_files(void) {
+    rp_model *m;
+    rp_error err;
+    CHECK(parse("input 3\nlinear 2\nlayernorm\nsoftmax_cross_entropy\n", &m, &err) == RP_OK);
+    float p[16];
+    for (int i = 0; i < (int)m->num_params; i++)
+        p[i] = 0.25f * i - 1;
+    rp_weights *w, *back;
+    CHECK(rp_weights_from_params(m, p, &w, &err) == RP_OK);
+    char path[] = "/tmp/repipe-w-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    CHECK(rp_weights_save(w, path, &err) == RP_OK);
+    CHECK(rp_weights_load(&back, path, &err) == RP_OK);
+    float q[16] = {0};
+    CHECK(rp_weights_to_params(m, back, 0, q, &err) == RP_OK);
+    CHECK(memcmp(p, q, sizeof(float) * m->num_params) == 0);
+    CHECK(rp_tensor_rel_diff(p, q, m->num_params) == 0);
+    rp_weights_free(back);
+    /* every damaged byte is caught */
+    FILE *f = fopen(path, "rb");
+    unsigned char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    int caught = 0;
+    for (size_t i = 0; i < n; i++) {
+        buf[i] ^= 0x10;
+        if (rp_weights_parse(&back, buf, n, "damaged", &err) != RP_OK)
+            caught++;
+        else
+            rp_weights_free(back);
+        buf[i] ^= 0x10;
+    }
+    CHECK_INT(caught, (long long)n);
+    CHECK(rp_weights_parse(&back, buf, n - 7, "short", &err) == RP_ERR_PARSE);
+    CHECK_STR_HAS(err.msg, "short: checksum mismatch");
+    CHECK(rp_weights_parse(&back, (const unsigned char *)"hello", 5, "x", &err) == RP_ERR_PARSE);
+    CHECK_STR_HAS(err.msg, "bad magic");
+    /* a shape that does not fit the model */
+    rp_model *m2;
+    CHECK(parse("input 4\nlinear 2\nlayernorm\nsoftmax_cross_entropy\n", &m2, &err) == RP_OK);
+    CHECK(rp_weights_to_params(m2, w, 0, q, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "'0.weight' has shape 2x3 in the file but 2x4 in the model");
+    rp_model_free(m2);
+    remove(path);
+    rp_weights_free(w);
+    rp_model_free(m);
+    /* relative difference: to the scale of the tensor */
+    float a[3] = {1, -2, 0}, b[3] = {1, -2.002f, 0};
+    CHECK_CLOSE(rp_tensor_rel_diff(a, b, 3), 0.002 / 2.002, 1e-4);
+}
+
+static void test_idx(void) {
+    unsigned char img[4 + 12 + 2 * 3 * 2] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 2};
+    for (int i = 0; i < 12; i++)
+        img[16 + i] = (unsigned char)(i * 20);
+    int nd, dims[4];
+    const unsigned char *v;
+    rp_error err;
+    CHECK(rp_idx_parse(img, sizeof img, "i", &nd, dims, &v, &err) == RP_OK);
+    CHECK_INT(nd, 3);
+    CHECK_INT(dims[1], 3);
+    CHECK_INT(v[11], 220);
+    CHECK(rp_idx_parse(img, sizeof img - 1, "i", &nd, dims, &v, &err) == RP_ERR_PARSE);
+    CHECK_STR_HAS(err.msg, "i: truncated: the header promises 12 values but 11 are present");
+    img[2] = 0x0d;
+    CHECK(rp_idx_parse(img, sizeof img, "i", &nd, dims, &v, &err) == RP_ERR_PARSE);
+    CHECK_STR_HAS(err.msg, "element type 0x0d");
+    img[2] = 8;
+    img[0] = 1;
+    CHECK(rp_idx_parse(img, sizeof img, "i", &nd, dims, &v, &err) == RP_ERR_PARSE);
+    CHECK_STR_HAS(err.msg, "bad magic");
+    rp_dataset *d;
+    CHECK(rp_dataset_load_idx(&d, "/nonexistent", true, &err) == RP_ERR_IO);
+    CHECK_STR_HAS(err.msg, "/nonexistent/train-images-idx3-ubyte");
+}
+
+static void test_stream(void) {
+    rp_stream a, b;
+    rp_error err;
+    CHECK(rp_stream_init(&a, 7, 100, 30, &err) == RP_OK);
+    CHECK(rp_stream_init(&b, 7, 100, 30, &err) == RP_OK);
+    CHECK_INT(rp_stream_updates_per_epoch(&a), 3);
+    int64_t ia[30], ib[30];
+    int seen[100] = {0};
+    for (int u = 0; u < 3; u++) {
+        rp_stream_update(&a, u, ia);
+        for (int i = 0; i < 30; i++)
+            seen[ia[i]]++;
+    }
+    int once = 0;
+    for (int i = 0; i < 100; i++)
+        once += seen[i] == 1;
+    CHECK_INT(once, 90); /* an epoch visits distinct samples; 10 left over */
+    rp_stream_update(&a, 4, ia);
+    rp_stream_update(&b, 1, ib); /* b jumps straight to epoch 1's second update */
+    rp_stream_update(&b, 4, ib);
+    CHECK(memcmp(ia, ib, sizeof ia) == 0);
+    rp_stream_update(&b, 1, ib);
+    CHECK(memcmp(ia, ib, sizeof ia) != 0); /* epochs are shuffled differently */
+    rp_stream_free(&a);
+    rp_stream_free(&b);
+    CHECK(rp_stream_init(&a, 7, 10, 30, &err) == RP_ERR_INVALID);
+}
+
+int main(void) {
+    test_examples();
+    test_spec_errors();
+    test_optimizers();
+    test_weight_files();
+    test_idx();
+    test_stream();
+    return test_finish("test_model");
+}

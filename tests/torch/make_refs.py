@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Writes tests/torch/refs.txt: PyTorch's outputs and gradients for each repipe layer and
+for both example models, for tests/test_torch_refs.c to compare against (the tests need no
+torch). Run with Debian's python3-torch:
+
+    /usr/bin/python3 tests/torch/make_refs.py > tests/torch/refs.txt
+
+Inputs, parameters, labels and output weights come from an integer formula that the C test
+computes identically (value()), so the file holds only results. Each case is a model spec, a
+batch size, and:
+  - per-layer cases: the objective sum(out * r) with r = value(.., salt 7); the file holds
+    out, the input gradient and every parameter gradient in full;
+  - model cases: the mean softmax cross-entropy; the file holds the logits, the loss, and per
+    parameter gradient its sum, sum of absolute values and 64 sampled entries.
+Dropout is left out (its masks come from repipe's own counter-based generator); the
+finite-difference checks of tests/test_layers.c cover it.
+"""
+import torch
+
+torch.set_default_dtype(torch.float32)
+torch.set_num_threads(1)
+
+
+def value(i, salt, scale):
+    # ((i * 7919 + salt * 104729) mod 2003) / 2003 - 0.5, times scale; exact in C too
+    return (((i * 7919 + salt * 104729) % 2003) / 2003.0 - 0.5) * scale
+
+
+def tensor(n, salt, scale, shape):
+    return torch.tensor([value(i, salt, scale) for i in range(n)], dtype=torch.float64).float().reshape(shape)
+
+
+def emit(name, t):
+    flat = t.detach().reshape(-1).tolist()
+    print(name, len(flat), " ".join("%.9g" % v for v in flat))
+
+
+def emit_stats(name, t):
+    flat = t.detach().reshape(-1).double()
+    n = flat.numel()
+    picks = [flat[(k * n) // 64].item() for k in range(64)]
+    print(name + ".stats", 66, "%.12g %.12g" % (flat.sum().item(), flat.abs().sum().item()),
+          " ".join("%.9g" % v for v in picks))
+
+
+def params_of(mods):
+    out = []
+    for m in mods:
+        for p in (getattr(m, "weight", None), getattr(m, "bias", None)):
+            if p is not None:
+                out.append(p)
+    return out
+
+
+def set_params(params):
+    for v, p in enumerate(params):
+        with torch.no_grad():
+            p.copy_(tensor(p.numel(), 100 + v, 0.5, p.shape))
+
+
+LAYER_CASES = [
+    # name, spec (without the input line), input shape, torch modules
+    ("linear", "linear 5", (2, 3, 4), lambda: [torch.nn.Linear(4, 5)]),
+    ("linear_nobias", "linear 3 bias=false", (2, 6), lambda: [torch.nn.Linear(6, 3, bias=False)]),
+    ("conv2d", "conv2d 4 kernel=3 stride=2 pad=1", (2, 3, 7, 6),
+     lambda: [torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)]),
+    ("conv2d_1x1", "conv2d 2 kernel=1", (2, 3, 4, 4), lambda: [torch.nn.Conv2d(3, 2, 1)]),
+    ("relu", "relu", (2, 7), lambda: [torch.nn.ReLU()]),
+    ("gelu", "gelu", (2, 7), lambda: [torch.nn.GELU()]),
+    ("maxpool2d", "maxpool2d 2", (2, 3, 6, 4), lambda: [torch.nn.MaxPool2d(2)]),
+    ("maxpool2d_k3s2", "maxpool2d 3 stride=2", (2, 2, 7, 7), lambda: [torch.nn.MaxPool2d(3, stride=2)]),
+    ("flatten", "flatten", (2, 2, 3, 2), lambda: [torch.nn.Flatten()]),
+    ("layernorm", "layernorm", (2, 3, 8), lambda: [torch.nn.LayerNorm(8)]),
+]
+
+
+def layer_case(name, spec, shape, make):
+    mods = make()
+    params = params_of(mods)
+    set_params(params)
+    n = 1
+    for d in shape:
+        n *= d
+    x = tensor(n, 1, 4.0, shape).requires_grad_(True)
+    out = x
+    for m in mods:
+        out = m(out)
+    r = tensor(out.numel(), 7, 2.0, out.shape)
+    (out * r).sum().backward()
+    print("case", name, "layer", shape[0])
+    print("spec", "input " + " ".join(str(d) for d in shape[1:]), "|", spec)
+    emit("out", out)
+    emit("din", x.grad)
+    for v, p in enumerate(params):
+        emit("grad%d" % v, p.grad)
+    print("end")
+
+
+def embedding_case():
+    V, D, T, B = 11, 4, 5, 3
+    emb = torch.nn.Embedding(V, D)
+    ln = torch.nn.LayerNorm(D)
+    set_params([emb.weight, ln.weight, ln.bias])
+    ids = torch.tensor([[(b * T + t) * 13 % V for t in range(T)] for b in range(B)])
+    out = ln(emb(ids))
+    r = tensor(out.numel(), 7, 2.0, out.shape)
+    (out * r).sum().backward()
+    print("case embedding layer", B)
+    print("spec input %d | embedding %d %d | layernorm" % (T, V, D))
+    emit("out", out)
+    emit("grad0", emb.weight.grad)
+    emit("grad1", ln.weight.grad)
+    emit("grad2", ln.bias.grad)
+    print("end")
+
+
+def model_case(name, spec, mods, B):
+    seq = torch.nn.Sequential(*mods)
+    params = params_of(mods)
+    set_params(params)
+    x = tensor(B * 784, 1, 2.0, (B, 1, 28, 28)) + 0.5
+    y = torch.tensor([(i * 31 + 3) % 10 for i in range(B)])
+    logits = seq(x)
+    loss = torch.nn.functional.cross_entropy(logits, y)
+    loss.backward()
+    print("case", name, "model", B)
+    print("spec", spec)
+    emit("logits", logits)
+    emit("loss", loss.reshape(1))
+    for v, p in enumerate(params):
+        emit_stats("grad%d" % v, p.grad)
+    print("end")
+
+
+def main():
+    print("# PyTorch %s reference outputs; see make_refs.py" % torch.__version__)
+    for case in LAYER_CASES:
+        layer_case(*case)
+    embedding_case()
+    nn = torch.nn
+    model_case("mlp",
+               "input 1 28 28 | flatten | linear 512 | relu | linear 512 | relu | linear 10 | softmax_cross_entropy",
+               [nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)], 8)
+    model_case("cnn",
+               "input 1 28 28 | conv2d 16 kernel=3 pad=1 | relu | maxpool2d 2 | conv2d 32 kernel=3 pad=1 | relu | "
+               "maxpool2d 2 | flatten | linear 10 | softmax_cross_entropy",
+               [nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1),
+                nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 7 * 7, 10)], 8)
+
+
+if __name__ == "__main__":
+    main()
