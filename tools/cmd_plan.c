@@ -97,12 +97,13 @@ static void print_plan(const rp_plan *p, const char *profile_path, const rp_prof
     if (p->machines_used < p->machines_available)
         printf("  %d machine%s left unused\n", p->machines_available - p->machines_used,
                p->machines_available - p->machines_used == 1 ? "" : "s");
+    char dp[48];
+    snprintf(dp, sizeof dp, "data parallel (%d)", p->machines_available);
     printf("\npredicted time per step\n");
-    printf("  one machine             %.6f s\n", p->single_stage_time);
-    printf("  data parallel (%d)%*s %.6f s  %.2fx one machine\n", p->machines_available,
-           (int)(6 - snprintf(NULL, 0, "%d", p->machines_available)), "",
-           p->data_parallel_time, p->dp_speedup_vs_single);
-    printf("  this plan               %.6f s  %.2fx one machine, %.2fx data parallel\n",
+    printf("  %-22s %.6f s\n", "one machine", p->single_stage_time);
+    printf("  %-22s %.6f s  %.2fx one machine\n", dp, p->data_parallel_time,
+           p->dp_speedup_vs_single);
+    printf("  %-22s %.6f s  %.2fx one machine, %.2fx data parallel\n", "this plan",
            p->pipeline_time, p->speedup_vs_single, p->speedup_vs_dp);
 }
 
