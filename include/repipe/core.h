@@ -22,7 +22,8 @@ typedef enum rp_status {
     RP_ERR_PARSE = 2,     /* malformed input text */
     RP_ERR_IO = 3,        /* a file could not be read or written */
     RP_ERR_NOMEM = 4,     /* allocation failed */
-    RP_ERR_INFEASIBLE = 5 /* no solution satisfies the constraints */
+    RP_ERR_INFEASIBLE = 5, /* no solution satisfies the constraints */
+    RP_ERR_ABORTED = 6     /* another worker failed; the message is its own */
 } rp_status;
 
 #define RP_ERROR_MAX 1024

@@ -33,6 +33,7 @@ const char *rp_status_name(rp_status status) {
     case RP_ERR_IO: return "i/o error";
     case RP_ERR_NOMEM: return "out of memory";
     case RP_ERR_INFEASIBLE: return "infeasible";
+    case RP_ERR_ABORTED: return "aborted";
     }
     return "unknown status";
 }

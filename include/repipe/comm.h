@@ -1,0 +1,110 @@
+/*
+** Communicators: how workers talk (DESIGN §5.2).
+**
+** One interface, two backends with the same semantics:
+**   local  workers are threads of one process; messages and collectives go
+**          through shared memory, waits block on a condition variable;
+**   mpi    workers are MPI ranks (Open MPI); collectives are MPI's own.
+**
+** Collectives take a replica grouping over the communicator's ranks and act
+** within every group at once, members in ascending order: rank r takes part
+** in the collective of group_of(r) with the other members of that group.
+** Every member of a group must make the same sequence of collective calls.
+**
+** If a worker fails (rp_comm_fail), every worker blocked in, or later
+** entering, a call of the same world returns RP_ERR_ABORTED with the
+** failing worker's message; nothing hangs. Under MPI the job is aborted.
+*/
+#ifndef REPIPE_COMM_H
+#define REPIPE_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "repipe/core.h"
+#include "repipe/grouping.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rp_backend { RP_BACKEND_LOCAL = 0, RP_BACKEND_MPI } rp_backend;
+
+const char *rp_backend_name(rp_backend b);
+
+typedef struct rp_comm rp_comm;
+
+/* ---- local backend ---------------------------------------------------------- */
+
+/* A set of `size` workers in this process; each thread takes its own
+** communicator with rp_world_comm. */
+typedef struct rp_world rp_world;
+
+rp_status rp_world_create(int size, rp_world **out, rp_error *err);
+rp_comm *rp_world_comm(rp_world *w, int rank);
+/* Frees the world and its communicators, once every thread is done. */
+void rp_world_free(rp_world *w);
+
+/* ---- mpi backend ------------------------------------------------------------ */
+
+/* MPI_Init (if not yet done) and the communicator of MPI_COMM_WORLD. */
+rp_status rp_comm_mpi_init(int *argc, char ***argv, rp_comm **out, rp_error *err);
+/* Frees the communicator and calls MPI_Finalize. */
+void rp_comm_mpi_finalize(rp_comm *c);
+/* True when this process was started by mpirun (several ranks or one). */
+bool rp_mpi_launched(void);
+
+/* ---- both --------------------------------------------------------------------- */
+
+int rp_comm_rank(const rp_comm *c);
+int rp_comm_size(const rp_comm *c);
+rp_backend rp_comm_backend(const rp_comm *c);
+
+/* Point to point, tagged (tag >= 0); a receive names its source. */
+rp_status rp_comm_send(rp_comm *c, int dst, int tag, const void *buf, size_t bytes,
+                       rp_error *err);
+rp_status rp_comm_recv(rp_comm *c, int src, int tag, void *buf, size_t bytes, rp_error *err);
+
+/* Non-blocking: the request lives in the caller's memory until waited for;
+** the buffer must not be touched until then. */
+typedef struct rp_request {
+    unsigned char opaque[128];
+} rp_request;
+
+rp_status rp_comm_isend(rp_comm *c, int dst, int tag, const void *buf, size_t bytes,
+                        rp_request *req, rp_error *err);
+rp_status rp_comm_irecv(rp_comm *c, int src, int tag, void *buf, size_t bytes,
+                        rp_request *req, rp_error *err);
+rp_status rp_comm_wait(rp_comm *c, rp_request *req, rp_error *err);
+
+rp_status rp_comm_barrier(rp_comm *c, rp_error *err);
+
+/* Collectives within each group of g (over rp_comm_size ranks); g == NULL
+** means one group of all ranks. Sums are taken in ascending member order
+** by the local backend, so its results are the same on every run. */
+rp_status rp_comm_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
+                            rp_error *err); /* root: index in the group */
+rp_status rp_comm_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n,
+                            rp_error *err); /* sum, in place */
+/* Member i receives elements [i*k, (i+1)*k) of the sum, k = ceil(n / g),
+** zero-padded at the tail: out holds k floats. */
+rp_status rp_comm_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
+                                 float *out, rp_error *err);
+/* Every member contributes k floats; out holds the group's g * k, in
+** member order. */
+rp_status rp_comm_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
+                            float *out, rp_error *err);
+
+/* Ranks with the same color form a new communicator, ordered by (key, rank).
+** Collective over c. The result is freed with rp_comm_free. */
+rp_status rp_comm_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err);
+void rp_comm_free(rp_comm *c);
+
+/* Reports a failure: every worker of the world wakes with RP_ERR_ABORTED and
+** this message. Under MPI the job is aborted (MPI_Abort). */
+void rp_comm_fail(rp_comm *c, const char *msg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REPIPE_COMM_H */

@@ -1,0 +1,409 @@
+/*
+** The local backend: workers are threads sharing memory.
+**
+** Collectives meet at a sync object, one per set of members. A member
+** publishes its buffer pointer and waits at a barrier; once all are there,
+** each member reads the others' buffers directly. In an allreduce member i
+** sums chunk i of every buffer, in ascending member order, and writes the
+** sum into every member's buffer: each element is read once and written
+** once per member, and the sums are the same on every run.
+**
+** Point-to-point is a rendezvous: the sender's buffer is copied straight
+** into the receiver's, outside the lock. All waits block on one condition
+** variable; a failure sets a flag and wakes everybody.
+*/
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_impl.h"
+
+typedef struct sync {
+    int g;
+    int *members; /* world ranks, ascending member order */
+    int count;
+    unsigned long gen;
+    const void **ptr; /* published by each member */
+    int *ints;        /* two per member, for split */
+    struct sync *next;
+} sync_obj;
+
+typedef struct lreq {
+    int src, dst, tag; /* world ranks */
+    void *buf;
+    size_t bytes;
+    bool is_send, done, matched;
+    rp_status status;
+    struct lreq *next;
+} lreq;
+
+struct rp_world {
+    int size;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool failed;
+    char msg[RP_ERROR_MAX];
+    rp_comm *comms;
+    int *identity;
+    sync_obj *syncs;
+    lreq *sends, *recvs;
+};
+
+_Static_assert(sizeof(lreq) <= sizeof(rp_request), "rp_request too small");
+
+rp_status rp_world_create(int size, rp_world **out, rp_error *err) {
+    *out = NULL;
+    if (size < 1 || size > 4096)
+        return rp_fail(err, RP_ERR_INVALID, "a local world needs 1 to 4096 workers (got %d)",
+                       size);
+    rp_world *w = calloc(1, sizeof *w);
+    if (!w || !(w->comms = calloc(size, sizeof(rp_comm))) ||
+        !(w->identity = malloc(sizeof(int) * size))) {
+        if (w)
+            free(w->comms);
+        free(w);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+    w->size = size;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    for (int r = 0; r < size; r++) {
+        w->identity[r] = r;
+        w->comms[r] = (rp_comm){RP_BACKEND_LOCAL, r, size, w, w->identity, true, NULL};
+    }
+    *out = w;
+    return RP_OK;
+}
+
+rp_comm *rp_world_comm(rp_world *w, int rank) {
+    return rank >= 0 && rank < w->size ? &w->comms[rank] : NULL;
+}
+
+void rp_world_free(rp_world *w) {
+    if (!w)
+        return;
+    for (sync_obj *s = w->syncs, *n; s; s = n) {
+        n = s->next;
+        free(s->members), free(s->ptr), free(s->ints), free(s);
+    }
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w->comms), free(w->identity), free(w);
+}
+
+static rp_status aborted(rp_world *w, rp_error *err) {
+    return rp_fail(err, RP_ERR_ABORTED, "%s", w->msg);
+}
+
+void local_fail(rp_comm *c, const char *msg) {
+    rp_world *w = c->world;
+    pthread_mutex_lock(&w->mu);
+    if (!w->failed) {
+        w->failed = true;
+        snprintf(w->msg, sizeof w->msg, "worker %d failed: %s", c->members[c->rank], msg);
+    }
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* The sync object of a member set (world ranks); created on first use.
+** Called with the world's mutex held. */
+static sync_obj *find_sync(rp_world *w, const int *members, int g) {
+    for (sync_obj *s = w->syncs; s; s = s->next)
+        if (s->g == g && memcmp(s->members, members, sizeof(int) * g) == 0)
+            return s;
+    sync_obj *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->g = g;
+    s->members = malloc(sizeof(int) * g);
+    s->ptr = calloc(g, sizeof(void *));
+    s->ints = calloc(2 * (size_t)g, sizeof(int));
+    if (!s->members || !s->ptr || !s->ints) {
+        free(s->members), free(s->ptr), free(s->ints), free(s);
+        return NULL;
+    }
+    memcpy(s->members, members, sizeof(int) * g);
+    s->next = w->syncs;
+    w->syncs = s;
+    return s;
+}
+
+/* Barrier of the sync's members; mutex held. */
+static rp_status arrive(rp_world *w, sync_obj *s) {
+    unsigned long gen = s->gen;
+    if (++s->count == s->g) {
+        s->count = 0;
+        s->gen++;
+        pthread_cond_broadcast(&w->cv);
+    } else {
+        while (s->gen == gen && !w->failed)
+            pthread_cond_wait(&w->cv, &w->mu);
+    }
+    return w->failed ? RP_ERR_ABORTED : RP_OK;
+}
+
+/* A member's view of one collective call. */
+typedef struct group_call {
+    rp_world *w;
+    sync_obj *s;
+    int g, index;
+} group_call;
+
+/* Finds the group of c's rank under g, publishes ptr and waits for all. */
+static rp_status enter(rp_comm *c, const rp_grouping *g, const void *ptr, group_call *gc,
+                       rp_error *err) {
+    rp_world *w = c->world;
+    int local[4096], world[4096];
+    gc->w = w;
+    gc->g = comm_group(c, g, c->rank, local, &gc->index);
+    for (int i = 0; i < gc->g; i++)
+        world[i] = c->members[local[i]];
+    pthread_mutex_lock(&w->mu);
+    if (w->failed) {
+        pthread_mutex_unlock(&w->mu);
+        return aborted(w, err);
+    }
+    gc->s = find_sync(w, world, gc->g);
+    if (!gc->s) {
+        pthread_mutex_unlock(&w->mu);
+        local_fail(c, "out of memory in a collective");
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory in a collective");
+    }
+    gc->s->ptr[gc->index] = ptr;
+    rp_status st = arrive(w, gc->s);
+    pthread_mutex_unlock(&w->mu);
+    return st ? aborted(w, err) : RP_OK;
+}
+
+static rp_status step(group_call *gc, rp_error *err) {
+    pthread_mutex_lock(&gc->w->mu);
+    rp_status st = arrive(gc->w, gc->s);
+    pthread_mutex_unlock(&gc->w->mu);
+    return st ? aborted(gc->w, err) : RP_OK;
+}
+
+/* Sums elements [from, to) of the members' buffers in member order
+** (p_0 + p_1 + ...) and writes the sum to every destination (dsts[j] + x
+** for x in the range; dsts may be the sources). Blocks go through a stack
+** buffer, so the sources are all read before any of them is written. */
+static void sum_members(const void **ptrs, int g, size_t from, size_t to, float *const *dsts,
+                        int ndst, size_t dst_base) {
+    enum { BLOCK = 2048 };
+    float acc[BLOCK];
+    for (size_t b = from; b < to; b += BLOCK) {
+        size_t n = to - b < BLOCK ? to - b : BLOCK;
+        const float *p0 = (const float *)ptrs[0] + b;
+        for (size_t x = 0; x < n; x++)
+            acc[x] = p0[x];
+        for (int j = 1; j < g; j++) {
+            const float *pj = (const float *)ptrs[j] + b;
+            for (size_t x = 0; x < n; x++)
+                acc[x] += pj[x];
+        }
+        for (int d = 0; d < ndst; d++)
+            memcpy(dsts[d] + (b - dst_base), acc, sizeof(float) * n);
+    }
+}
+
+/* Member i alone touches chunk i of every buffer: it sums the chunk over
+** all members and writes the sum into all of them. Two barriers: enter
+** (every buffer published) and leave (every chunk written). */
+rp_status local_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n,
+                          rp_error *err) {
+    group_call gc;
+    rp_status st = enter(c, g, buf, &gc, err);
+    if (st || gc.g == 1)
+        return st;
+    size_t k = (n + gc.g - 1) / gc.g;
+    size_t from = gc.index * k < n ? gc.index * k : n, to = from + k < n ? from + k : n;
+    float *dsts[4096];
+    for (int j = 0; j < gc.g; j++)
+        dsts[j] = (float *)gc.s->ptr[j];
+    sum_members(gc.s->ptr, gc.g, from, to, dsts, gc.g, 0);
+    return step(&gc, err);
+}
+
+rp_status local_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
+                               float *out, rp_error *err) {
+    group_call gc;
+    rp_status st = enter(c, g, in, &gc, err);
+    if (st)
+        return st;
+    size_t k = (n + gc.g - 1) / gc.g;
+    size_t from = gc.index * k < n ? gc.index * k : n, to = from + k < n ? from + k : n;
+    sum_members(gc.s->ptr, gc.g, from, to, &out, 1, from);
+    memset(out + (to - from), 0, sizeof(float) * (k - (to - from)));
+    return gc.g == 1 ? RP_OK : step(&gc, err);
+}
+
+rp_status local_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
+                          float *out, rp_error *err) {
+    group_call gc;
+    rp_status st = enter(c, g, in, &gc, err);
+    if (st)
+        return st;
+    for (int j = 0; j < gc.g; j++)
+        memcpy(out + j * k, gc.s->ptr[j], sizeof(float) * k);
+    return gc.g == 1 ? RP_OK : step(&gc, err);
+}
+
+rp_status local_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
+                          rp_error *err) {
+    group_call gc;
+    rp_status st = enter(c, g, buf, &gc, err);
+    if (st || gc.g == 1)
+        return st;
+    if (gc.index != root)
+        memcpy(buf, gc.s->ptr[root], sizeof(float) * n);
+    return step(&gc, err);
+}
+
+rp_status local_barrier(rp_comm *c, rp_error *err) {
+    group_call gc;
+    return enter(c, NULL, NULL, &gc, err);
+}
+
+rp_status local_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err) {
+    group_call gc;
+    int mine[2] = {color, key};
+    rp_status st = enter(c, NULL, mine, &gc, err);
+    if (st)
+        return st;
+    /* members with my color, ordered by (key, rank) */
+    int *members = malloc(sizeof(int) * c->size), n = 0, me = 0;
+    rp_comm *nc = calloc(1, sizeof *nc);
+    if (!members || !nc) {
+        free(members), free(nc);
+        local_fail(c, "out of memory in split");
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+    for (int r = 0; r < c->size; r++) {
+        const int *p = gc.s->ptr[r];
+        if (p[0] != color)
+            continue;
+        int at = n++;
+        while (at > 0) { /* insertion by (key, rank) */
+            const int *q = gc.s->ptr[members[at - 1]];
+            if (q[1] < p[1] || (q[1] == p[1] && members[at - 1] < r))
+                break;
+            members[at] = members[at - 1];
+            at--;
+        }
+        members[at] = r;
+    }
+    for (int i = 0; i < n; i++) {
+        if (members[i] == c->rank)
+            me = i;
+        members[i] = c->members[members[i]]; /* to world ranks */
+    }
+    *nc = (rp_comm){RP_BACKEND_LOCAL, me, n, c->world, members, false, NULL};
+    if ((st = step(&gc, err))) {
+        free(members), free(nc);
+        return st;
+    }
+    *out = nc;
+    return RP_OK;
+}
+
+void local_free(rp_comm *c) {
+    free(c->members);
+    free(c);
+}
+
+/* ---- point to point ----------------------------------------------------------- */
+
+static lreq **list_of(rp_world *w, bool sends) { return sends ? &w->sends : &w->recvs; }
+
+/* Takes the first request of the other kind matching (src, dst, tag). */
+static lreq *take_match(rp_world *w, bool want_send, int src, int dst, int tag) {
+    for (lreq **p = list_of(w, want_send); *p; p = &(*p)->next)
+        if ((*p)->src == src && (*p)->dst == dst && (*p)->tag == tag) {
+            lreq *r = *p;
+            *p = r->next;
+            return r;
+        }
+    return NULL;
+}
+
+static rp_status post(rp_comm *c, bool is_send, int peer, int tag, void *buf, size_t bytes,
+                      rp_request *out, rp_error *err) {
+    rp_world *w = c->world;
+    if (peer < 0 || peer >= c->size || tag < 0)
+        return rp_fail(err, RP_ERR_INVALID, "%s: rank %d or tag %d out of range (size %d)",
+                       is_send ? "send" : "receive", peer, tag, c->size);
+    lreq *r = (lreq *)out->opaque;
+    int me = c->members[c->rank], other = c->members[peer];
+    *r = (lreq){is_send ? me : other, is_send ? other : me, tag, buf, bytes, is_send, false,
+                false, RP_OK, NULL};
+    pthread_mutex_lock(&w->mu);
+    if (w->failed) {
+        pthread_mutex_unlock(&w->mu);
+        return aborted(w, err);
+    }
+    lreq *m = take_match(w, !is_send, r->src, r->dst, tag);
+    if (!m) {
+        lreq **tail = list_of(w, is_send);
+        while (*tail)
+            tail = &(*tail)->next;
+        *tail = r;
+        pthread_mutex_unlock(&w->mu);
+        return RP_OK;
+    }
+    /* matched: copy outside the lock; the peer waits until done */
+    m->matched = r->matched = true;
+    pthread_mutex_unlock(&w->mu);
+    lreq *snd = is_send ? r : m, *rcv = is_send ? m : r;
+    rp_status st = RP_OK;
+    if (snd->bytes != rcv->bytes)
+        st = RP_ERR_INVALID;
+    else if (snd->bytes)
+        memcpy(rcv->buf, snd->buf, snd->bytes);
+    pthread_mutex_lock(&w->mu);
+    m->status = r->status = st;
+    m->done = r->done = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return RP_OK;
+}
+
+rp_status local_isend(rp_comm *c, int dst, int tag, const void *buf, size_t bytes,
+                      rp_request *req, rp_error *err) {
+    return post(c, true, dst, tag, (void *)buf, bytes, req, err);
+}
+
+rp_status local_irecv(rp_comm *c, int src, int tag, void *buf, size_t bytes, rp_request *req,
+                      rp_error *err) {
+    return post(c, false, src, tag, buf, bytes, req, err);
+}
+
+rp_status local_wait(rp_comm *c, rp_request *req, rp_error *err) {
+    rp_world *w = c->world;
+    lreq *r = (lreq *)req->opaque;
+    pthread_mutex_lock(&w->mu);
+    while (!r->done && !w->failed)
+        pthread_cond_wait(&w->cv, &w->mu);
+    bool done = r->done;
+    if (!done) {
+        /* unlink, so that no late match writes into a buffer the caller
+        ** may free */
+        for (lreq **p = list_of(w, r->is_send); *p; p = &(*p)->next)
+            if (*p == r) {
+                *p = r->next;
+                break;
+            }
+        /* a match in progress copies outside the lock: let it finish */
+        while (r->matched && !r->done)
+            pthread_cond_wait(&w->cv, &w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!done)
+        return aborted(w, err);
+    if (r->status)
+        return rp_fail(err, r->status,
+                       "message from worker %d to %d, tag %d: sizes differ between the send and "
+                       "the receive",
+                       r->src, r->dst, r->tag);
+    return RP_OK;
+}

@@ -1,0 +1,237 @@
+/*
+** The MPI backend: Open MPI's communicators and collectives. A grouping's
+** groups are communicators made once with MPI_Comm_split and cached.
+*/
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_impl.h"
+
+#define MAX_CACHED 16
+
+typedef struct mpi_state {
+    MPI_Comm comm;
+    bool owns; /* free the communicator on rp_comm_free */
+    bool world;
+    struct {
+        int g, s;
+        MPI_Comm comm;
+    } groups[MAX_CACHED];
+    int num_groups;
+    float *pad; /* reduce-scatter input padded to g * k */
+    size_t pad_n;
+} mpi_state;
+
+_Static_assert(sizeof(MPI_Request) <= sizeof(rp_request), "rp_request too small");
+
+static mpi_state *S(rp_comm *c) { return c->mpi; }
+
+static rp_status mpi_error(int code, const char *what, rp_error *err) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, text, &len);
+    return rp_fail(err, RP_ERR_IO, "MPI %s failed: %.*s", what, len, text);
+}
+
+bool rp_mpi_launched(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+static rp_comm *wrap(MPI_Comm comm, bool owns, bool world, rp_error *err) {
+    rp_comm *c = calloc(1, sizeof *c);
+    mpi_state *s = calloc(1, sizeof *s);
+    if (!c || !s) {
+        free(c), free(s);
+        rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    s->comm = comm;
+    s->owns = owns;
+    s->world = world;
+    MPI_Comm_rank(comm, &c->rank);
+    MPI_Comm_size(comm, &c->size);
+    c->backend = RP_BACKEND_MPI;
+    c->mpi = s;
+    return c;
+}
+
+rp_status rp_comm_mpi_init(int *argc, char ***argv, rp_comm **out, rp_error *err) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int provided;
+        int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        if (rc != MPI_SUCCESS)
+            return mpi_error(rc, "initialisation", err);
+    }
+    /* errors come back as codes, so that they can be reported */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    *out = wrap(MPI_COMM_WORLD, false, true, err);
+    return *out ? RP_OK : RP_ERR_NOMEM;
+}
+
+void rp_comm_mpi_finalize(rp_comm *c) {
+    rp_comm_free(c);
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin)
+        MPI_Finalize();
+}
+
+void mpi_free(rp_comm *c) {
+    mpi_state *s = S(c);
+    for (int i = 0; i < s->num_groups; i++)
+        if (s->groups[i].comm != s->comm)
+            MPI_Comm_free(&s->groups[i].comm);
+    if (s->owns)
+        MPI_Comm_free(&s->comm);
+    free(s->pad);
+    free(s);
+    free(c);
+}
+
+void mpi_fail(rp_comm *c, const char *msg) {
+    (void)msg; /* the caller reports it; MPI_Abort ends every rank */
+    MPI_Abort(S(c)->comm, 1);
+}
+
+/* The communicator of this rank's group under g. */
+static rp_status group_comm(rp_comm *c, const rp_grouping *g, MPI_Comm *out, rp_error *err) {
+    mpi_state *s = S(c);
+    if (!g || g->group_size == c->size) {
+        *out = s->comm;
+        return RP_OK;
+    }
+    for (int i = 0; i < s->num_groups; i++)
+        if (s->groups[i].g == g->group_size && s->groups[i].s == g->stride) {
+            *out = s->groups[i].comm;
+            return RP_OK;
+        }
+    if (s->num_groups == MAX_CACHED)
+        return rp_fail(err, RP_ERR_INVALID, "more than %d groupings on one communicator",
+                       MAX_CACHED);
+    MPI_Comm nc;
+    int rc = MPI_Comm_split(s->comm, rp_grouping_group_of(g, c->rank),
+                            rp_grouping_index_in_group(g, c->rank), &nc);
+    if (rc != MPI_SUCCESS)
+        return mpi_error(rc, "Comm_split", err);
+    s->groups[s->num_groups].g = g->group_size;
+    s->groups[s->num_groups].s = g->stride;
+    s->groups[s->num_groups++].comm = nc;
+    *out = nc;
+    return RP_OK;
+}
+
+static rp_status count_ok(size_t n, const char *what, rp_error *err) {
+    if (n > (size_t)0x7fffffff)
+        return rp_fail(err, RP_ERR_INVALID, "%s of %zu elements exceeds MPI's count limit", what,
+                       n);
+    return RP_OK;
+}
+
+rp_status mpi_send(rp_comm *c, int dst, int tag, const void *buf, size_t bytes, bool wait,
+                   rp_request *req, rp_error *err) {
+    rp_status st = count_ok(bytes, "a message", err);
+    if (st)
+        return st;
+    int rc = wait ? MPI_Send(buf, (int)bytes, MPI_BYTE, dst, tag, S(c)->comm)
+                  : MPI_Isend(buf, (int)bytes, MPI_BYTE, dst, tag, S(c)->comm,
+                              (MPI_Request *)req->opaque);
+    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "send", err);
+}
+
+rp_status mpi_recv(rp_comm *c, int src, int tag, void *buf, size_t bytes, bool wait,
+                   rp_request *req, rp_error *err) {
+    rp_status st = count_ok(bytes, "a message", err);
+    if (st)
+        return st;
+    int rc = wait ? MPI_Recv(buf, (int)bytes, MPI_BYTE, src, tag, S(c)->comm, MPI_STATUS_IGNORE)
+                  : MPI_Irecv(buf, (int)bytes, MPI_BYTE, src, tag, S(c)->comm,
+                              (MPI_Request *)req->opaque);
+    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "receive", err);
+}
+
+rp_status mpi_wait(rp_comm *c, rp_request *req, rp_error *err) {
+    (void)c;
+    int rc = MPI_Wait((MPI_Request *)req->opaque, MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "wait", err);
+}
+
+rp_status mpi_barrier(rp_comm *c, rp_error *err) {
+    int rc = MPI_Barrier(S(c)->comm);
+    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "barrier", err);
+}
+
+rp_status mpi_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
+                        rp_error *err) {
+    MPI_Comm gc;
+    rp_status st = count_ok(n, "a broadcast", err);
+    if (st || (st = group_comm(c, g, &gc, err)))
+        return st;
+    int rc = MPI_Bcast(buf, (int)n, MPI_FLOAT, root, gc);
+    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "Bcast", err);
+}
+
+rp_status mpi_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n, rp_error *err) {
+    MPI_Comm gc;
+    rp_status st = count_ok(n, "an allreduce", err);
+    if (st || (st = group_comm(c, g, &gc, err)))
+        return st;
+    if (n == 0)
+        return RP_OK;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, gc);
+    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "Allreduce", err);
+}
+
+rp_status mpi_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
+                             float *out, rp_error *err) {
+    MPI_Comm gc;
+    rp_status st = group_comm(c, g, &gc, err);
+    if (st)
+        return st;
+    int size = g ? g->group_size : c->size;
+    size_t k = (n + size - 1) / size;
+    if ((st = count_ok(k * size, "a reduce-scatter", err)))
+        return st;
+    if (k == 0)
+        return RP_OK;
+    const float *src = in;
+    if (k * size != n) { /* pad the tail with zeros */
+        mpi_state *s = S(c);
+        if (s->pad_n < k * size) {
+            float *np = realloc(s->pad, sizeof(float) * k * size);
+            if (!np)
+                return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+            s->pad = np;
+            s->pad_n = k * size;
+        }
+        memcpy(s->pad, in, sizeof(float) * n);
+        memset(s->pad + n, 0, sizeof(float) * (k * size - n));
+        src = s->pad;
+    }
+    int rc = MPI_Reduce_scatter_block(src, out, (int)k, MPI_FLOAT, MPI_SUM, gc);
+    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "Reduce_scatter_block", err);
+}
+
+rp_status mpi_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k, float *out,
+                        rp_error *err) {
+    MPI_Comm gc;
+    rp_status st = count_ok(k, "an allgather", err);
+    if (st || (st = group_comm(c, g, &gc, err)))
+        return st;
+    if (k == 0)
+        return RP_OK;
+    int rc = MPI_Allgather(in, (int)k, MPI_FLOAT, out, (int)k, MPI_FLOAT, gc);
+    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "Allgather", err);
+}
+
+rp_status mpi_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err) {
+    MPI_Comm nc;
+    int rc = MPI_Comm_split(S(c)->comm, color, key, &nc);
+    if (rc != MPI_SUCCESS)
+        return mpi_error(rc, "Comm_split", err);
+    *out = wrap(nc, true, false, err);
+    return *out ? RP_OK : RP_ERR_NOMEM;
+}
