@@ -2,12 +2,13 @@
 ** bench/train: repipe's training throughput on one worker, measured the way
 ** ../shared/bench/torch_peer.py measures PyTorch's: 20 warm-up updates,
 ** then `steps` timed updates of one micro-batch, samples per second.
-** Prints one JSON line.
-** Usage: bench_train MODEL CONFIG STEPS [DATA_DIR]
+** Prints one JSON line (rank 0 under MPI).
+** Usage: bench_train MODEL CONFIG STEPS [--mpi]
 */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "repipe/repipe.h"
@@ -20,7 +21,7 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_train MODEL CONFIG STEPS [DATA_DIR]\n");
+        fprintf(stderr, "usage: bench_train MODEL CONFIG STEPS [--mpi]\n");
         return 2;
     }
     int steps = atoi(argv[3]), warmup = 20;
@@ -29,9 +30,15 @@ int main(int argc, char **argv) {
     rp_config cfg;
     rp_dataset *d;
     rp_session *s;
+    rp_comm *comm = NULL;
+    if (argc > 4 && strcmp(argv[4], "--mpi") == 0 && rp_comm_mpi_init(&argc, &argv, &comm, &err)) {
+        fprintf(stderr, "bench_train: %s\n", err.msg);
+        return 1;
+    }
     if (rp_model_load(&m, argv[1], &err) || rp_config_load_file(&cfg, argv[2], &err) ||
-        rp_dataset_load_idx(&d, argc > 4 ? argv[4] : RP_FASHION_MNIST_DIR, true, &err) ||
-        rp_session_create(m, &cfg, &s, &err)) {
+        rp_dataset_load_idx(&d, RP_FASHION_MNIST_DIR, true, &err) ||
+        (comm ? rp_session_create_mpi(m, &cfg, comm, &s, &err)
+              : rp_session_create(m, &cfg, &s, &err))) {
         fprintf(stderr, "bench_train: %s\n", err.msg);
         return 1;
     }
@@ -58,13 +65,17 @@ int main(int argc, char **argv) {
         loss = r.losses[r.count - 1];
     }
     double dt = now() - t0;
-    printf("{\"model\": \"%s\", \"mode\": \"repipe1\", \"batch\": %d, \"samples_per_s\": %.1f, "
-           "\"final_loss\": %.4f}\n",
-           argv[1], cfg.micro_batch_size, steps * per / dt, loss);
+    if (!comm || rp_comm_rank(comm) == 0)
+        printf("{\"model\": \"%s\", \"mode\": \"repipe-%s%d\", \"batch\": %d, "
+               "\"samples_per_s\": %.1f, \"final_loss\": %.4f}\n",
+               argv[1], comm ? "mpi" : "local", cfg.replication_factor, cfg.micro_batch_size,
+               steps * per / dt, loss);
     rp_stream_free(&st);
     free(x), free(y), free(ids);
     rp_session_free(s);
     rp_dataset_free(d);
     rp_model_free(m);
+    if (comm)
+        rp_comm_mpi_finalize(comm);
     return 0;
 }

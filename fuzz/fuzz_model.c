@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (m->num_params < 100000 && biggest < 100000 &&
         rp_net_create(m, 0, m->num_layers, 1, &net, &err) == RP_OK) {
         if (rp_acts_create(net, 1, &acts, &err) == RP_OK) {
-            rp_model_init_params(m, 0, m->num_layers, 1, 0, rp_net_params(net));
+            rp_model_init_params(m, 0, m->num_layers, 1, NULL, rp_net_params(net));
             float *x = calloc(rp_net_in_size(net), sizeof(float));
             int64_t id = 0;
             int32_t label = 0;

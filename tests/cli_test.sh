@@ -139,5 +139,25 @@ else
   echo "SKIP: training checks (no Fashion-MNIST)"
 fi
 
+# Two replicas on threads, then the same under MPI: the same weights.
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  out=$("$bin" train --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist-r2.json" \
+        --updates 20 --save "$tmp/r2.rpw" 2>&1)
+  if grep -q "^2 workers (local backend)" <<<"$out" && grep -q "^test accuracy" <<<"$out"; then ok; else bad "train R=2: $out"; fi
+  expect_grep "eval" "^test accuracy: 0\.[0-9]{4}$" -- "$bin" eval --model "$src/examples/fmnist-mlp.model" \
+    --config "$src/examples/fmnist-r2.json" --load "$tmp/r2.rpw" --out "$tmp/pred.csv"
+  if [ "$(wc -l < "$tmp/pred.csv")" = 10001 ] && head -2 "$tmp/pred.csv" | grep -q "^0,[0-9],9$"; then ok; else bad "predictions csv"; fi
+  if command -v mpirun >/dev/null; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none \
+      --mca btl self,vader -np 2 "$bin" train --model "$src/examples/fmnist-mlp.model" \
+      --config "$src/examples/fmnist-r2.json" --updates 20 --backend mpi --save "$tmp/r2mpi.rpw" >/dev/null 2>&1
+    expect_grep "local == mpi" "^same: 0 tensors" -- "$bin" weights compare "$tmp/r2.rpw" "$tmp/r2mpi.rpw" --rtol 1e-6
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none \
+      --mca btl self,vader -np 3 "$bin" train --model "$src/examples/fmnist-mlp.model" \
+      --config "$src/examples/fmnist-r2.json" --updates 2 --backend mpi > "$tmp/np3.txt" 2>&1
+    if grep -q "needs 2 workers (replication_factor 2 x 1 stage) but 3 MPI ranks were started" "$tmp/np3.txt"; then ok; else bad "np 3: $(head -5 "$tmp/np3.txt")"; fi
+  fi
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -62,7 +62,7 @@ static float *train(const rp_model *m, const rp_config *c, int calls, float *los
             memcpy(losses, r.losses, sizeof(float) * r.count);
     }
     rp_weights *w;
-    CHECK(rp_session_get_weights(s, &w, &err) == RP_OK);
+    CHECK(rp_session_get_weights(s, RP_ONE_PER_GROUP, &w, &err) == RP_OK);
     float *p = malloc(sizeof(float) * m->num_params);
     CHECK(rp_weights_to_params(m, w, 0, p, &err) == RP_OK);
     rp_weights_free(w);
@@ -145,7 +145,7 @@ static void test_output_modes(void) {
     rp_error err;
     CHECK(rp_net_create(m, 0, m->num_layers, 8, &net, &err) == RP_OK);
     CHECK(rp_acts_create(net, 8, &acts, &err) == RP_OK);
-    rp_model_init_params(m, 0, m->num_layers, 11, 0, rp_net_params(net));
+    rp_model_init_params(m, 0, m->num_layers, 11, NULL, rp_net_params(net));
     int64_t ids[8];
     float x[8 * 784];
     int32_t y[8];

@@ -55,6 +55,7 @@ extern const cli_cmd cmd_groups;
 extern const cli_cmd cmd_config;
 extern const cli_cmd cmd_plan;
 extern const cli_cmd cmd_train;
+extern const cli_cmd cmd_eval;
 extern const cli_cmd cmd_weights;
 
 #endif /* REPIPE_CLI_H */

@@ -20,6 +20,7 @@ static const cli_opt OPTS[] = {
     {"load", 'l', "FILE", "start from these weights"},
     {"json-log", 0, "FILE", "write one JSON object per logged update and one for the evaluation"},
     {"log-every", 0, "N", "updates between log lines when not on a terminal [1/10 epoch]"},
+    {"backend", 'b', "local|mpi", "workers as threads, or as MPI ranks under mpirun [local]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -63,6 +64,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *model_path = NULL, *config_path = NULL, *data = RP_FASHION_MNIST_DIR;
     const char *save = NULL, *load = NULL, *json_log = NULL;
     long long epochs = 0, updates = 0, log_every = 0;
+    bool use_mpi = false;
     bool help;
     const char *arg;
     for (;;) {
@@ -95,6 +97,14 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             if (!cli_int("log-every", arg, 1, 1LL << 40, &log_every))
                 return 2;
             break;
+        case 9:
+            if (strcmp(arg, "mpi") == 0)
+                use_mpi = true;
+            else if (strcmp(arg, "local") != 0) {
+                cli_error(cmd, "--backend: '%s' is not 'local' or 'mpi'", arg);
+                return 2;
+            }
+            break;
         }
     }
     if (!model_path || !config_path) {
@@ -110,11 +120,20 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_config cfg;
     rp_dataset *train = NULL, *test = NULL;
     rp_session *s = NULL;
+    rp_comm *comm = NULL;
     FILE *jl = NULL;
     int rc = 1;
+    bool lead = true; /* prints: rank 0 under MPI */
+    if (use_mpi) {
+        if (rp_comm_mpi_init(&argc, &argv, &comm, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            return 1;
+        }
+        lead = rp_comm_rank(comm) == 0;
+    }
     if (rp_model_load(&m, model_path, &err) || rp_config_load_file(&cfg, config_path, &err))
         goto fail;
-    for (int i = 0; i < cfg.num_warnings; i++)
+    for (int i = 0; lead && i < cfg.num_warnings; i++)
         fprintf(stderr, "warning: %s\n", cfg.warnings[i]);
     if (rp_dataset_load_idx(&train, data, true, &err) ||
         rp_dataset_load_idx(&test, data, false, &err))
@@ -131,18 +150,30 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                 model_path, m->num_classes, train->num_classes);
         goto fail;
     }
-    if (rp_session_create(m, &cfg, &s, &err))
+    if ((comm ? rp_session_create_mpi(m, &cfg, comm, &s, &err)
+              : rp_session_create(m, &cfg, &s, &err)))
         goto fail;
+    if (lead) {
+        rp_memory mem;
+        rp_session_memory(s, &mem);
+        size_t total = mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch;
+        printf("%d worker%s (%s backend); memory of each worker:\n", rp_session_workers(s),
+               rp_session_workers(s) == 1 ? "" : "s", comm ? "mpi" : "local");
+        printf("  parameters %.2f MB, gradients %.2f MB, optimizer state %.2f MB, activations "
+               "%.2f MB, scratch %.2f MB: %.2f MB\n",
+               mem.params / 1e6, mem.grads / 1e6, mem.optimizer / 1e6, mem.activations / 1e6,
+               mem.scratch / 1e6, total / 1e6);
+    }
     if (load) {
         rp_weights *w;
         if (rp_weights_load(&w, load, &err))
             goto fail;
-        rp_status st = rp_session_set_weights(s, w, &err);
+        rp_status st = rp_session_set_weights(s, w, RP_ONE_PER_GROUP, &err);
         rp_weights_free(w);
         if (st)
             goto fail;
     }
-    if (json_log && !(jl = fopen(json_log, "w"))) {
+    if (lead && json_log && !(jl = fopen(json_log, "w"))) {
         rp_fail(&err, RP_ERR_IO, "%s: cannot write", json_log);
         goto fail;
     }
@@ -177,8 +208,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         rp_fail(&err, RP_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    bool tty = isatty(STDOUT_FILENO);
-    printf("training %s on %d samples (%lld updates of %lld samples, %lld per epoch)\n",
+    bool tty = lead && !comm && isatty(STDOUT_FILENO); /* mpirun forwards through a pty */
+    if (lead)
+        printf("training %s on %d samples (%lld updates of %lld samples, %lld per epoch)\n",
            model_path, train->n, calls * D, d.samples_per_update, per_epoch);
     double t0 = now(), ema = -1;
     long long next_log = log_every;
@@ -206,7 +238,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         }
         if (done >= next_log || c == calls - 1) {
             next_log += log_every;
-            if (!tty)
+            if (!tty && lead)
                 printf("update %lld/%lld  epoch %.2f  loss %.4f  %.0f samples/s  ETA %s\n", done,
                        calls * D, (double)done / per_epoch, ema, sps, eta);
             if (jl)
@@ -226,25 +258,32 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     double te = now();
     if (evaluate(s, test, &acc, &err))
         goto fail;
-    printf("training took %.1f s; evaluation of %d samples %.1f s\n", te - t0, test->n,
-           now() - te);
-    printf("test accuracy: %.4f\n", acc);
+    if (lead) {
+        printf("training took %.1f s; evaluation of %d samples %.1f s\n", te - t0, test->n,
+               now() - te);
+        printf("test accuracy: %.4f\n", acc);
+    }
     if (jl)
         fprintf(jl, "{\"eval\":\"test\",\"samples\":%d,\"accuracy\":%.6f}\n", test->n, acc);
     if (save) {
         rp_weights *w;
-        if (rp_session_get_weights(s, &w, &err))
+        if (rp_session_get_weights(s, RP_ONE_PER_GROUP, &w, &err)) /* collective */
             goto fail;
-        rp_status ws = rp_weights_save(w, save, &err);
+        rp_status ws = lead ? rp_weights_save(w, save, &err) : RP_OK;
         rp_weights_free(w);
         if (ws)
             goto fail;
-        printf("weights written to %s\n", save);
+        if (lead)
+            printf("weights written to %s\n", save);
     }
     rc = 0;
     goto done;
 fail:
     cli_error(cmd, "%s", err.msg);
+    if (comm) { /* end every rank: the others may be waiting for this one */
+        fflush(stderr);
+        rp_comm_fail(comm, err.msg);
+    }
 done:
     if (jl)
         fclose(jl);
@@ -252,6 +291,8 @@ done:
     rp_dataset_free(train);
     rp_dataset_free(test);
     rp_model_free(m);
+    if (comm)
+        rp_comm_mpi_finalize(comm);
     return rc;
 }
 
@@ -261,7 +302,9 @@ const cli_cmd cmd_train = {
     "--model FILE --config FILE [--epochs N | --updates N] [options]",
     "The sample order is fixed by the configuration's seed and the epoch. On a\n"
     "terminal a progress bar shows samples/s, the loss and the time left;\n"
-    "otherwise one line is printed every --log-every updates.",
+    "otherwise one line is printed every --log-every updates.\n"
+    "With --backend mpi, start it as 'mpirun -np R repipe train ... --backend mpi',\n"
+    "R being the workers the configuration needs.",
     OPTS,
     run,
 };

@@ -103,9 +103,10 @@ const char *rp_layer_name(rp_layer_type t);
 ** params (which starts at layer `first`'s offset): uniform in
 ** ±1/sqrt(fan_in) for linear and conv2d (PyTorch's distribution), N(0, 1)
 ** for embeddings, ones and zeros for layernorm. Element e of variable v in
-** replica group k is drawn from the stream (seed, v, k, e). */
-void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed, int group,
-                          float *params);
+** replica group k is drawn from the stream (seed, v, k, e); var_group[v]
+** gives k for each variable of the model (NULL: group 0 for all). */
+void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed,
+                          const int *var_group, float *params);
 
 /* ---- execution ------------------------------------------------------------ */
 

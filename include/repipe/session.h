@@ -1,13 +1,20 @@
 /*
 ** Sessions: a model, an execution configuration and the workers that run
-** them. A host call (rp_session_run) performs device_iterations updates on
-** data handed over at once and returns the losses shaped by output_mode.
+** them (DESIGN §1, §3, §4). A host call (rp_session_run) performs
+** device_iterations updates on data handed over at once and returns the
+** losses shaped by output_mode.
+**
+** Workers are replicas of the whole model: threads of this process (the
+** local backend) or MPI ranks, one replica per rank. Every update equals
+** plain mini-batch SGD on the update's samples within each variable's
+** replica group.
 */
 #ifndef REPIPE_SESSION_H
 #define REPIPE_SESSION_H
 
 #include <stdint.h>
 
+#include "repipe/comm.h"
 #include "repipe/config.h"
 #include "repipe/core.h"
 #include "repipe/model.h"
@@ -19,8 +26,9 @@ extern "C" {
 typedef struct rp_session rp_session;
 
 /* Losses of a host call (DESIGN §4.4): `all` gives [D][R][GA] micro-batch
-** losses, `sum` and `final` give [R]. Each loss is the mean over the samples
-** of its micro-batch. Owned by the session until the next call. */
+** losses, `sum` (per replica, over its D * GA micro-batches) and `final`
+** (per replica, its last micro-batch) give [R]. Each loss is the mean over
+** the samples of its micro-batch. Owned by the session until the next call. */
 typedef struct rp_result {
     int ndim;
     int dims[3];
@@ -28,8 +36,13 @@ typedef struct rp_result {
     const float *losses;
 } rp_result;
 
+/* Local backend: replication_factor worker threads. */
 rp_status rp_session_create(const rp_model *m, const rp_config *cfg, rp_session **out,
                             rp_error *err);
+/* MPI backend: this rank is one replica; the world size must equal the
+** workers the configuration needs. */
+rp_status rp_session_create_mpi(const rp_model *m, const rp_config *cfg, rp_comm *comm,
+                                rp_session **out, rp_error *err);
 void rp_session_free(rp_session *s);
 
 /* Samples one host call takes: B * GA * R * D. */
@@ -39,17 +52,44 @@ long long rp_session_updates(const rp_session *s);
 
 /* One host call: D updates on rows x (samples_per_call of them, in stream
 ** order: update by update, replica by replica, micro-batch by micro-batch),
-** their labels and global sample ids. */
+** their labels and global sample ids. Under MPI every rank passes the same
+** data and receives the same result.
+**
+** If a worker fails, the call returns that worker's message; the local
+** backend's other workers stop. Under MPI the other ranks are left waiting:
+** the caller reports the message and calls rp_comm_fail, which ends the job. */
 rp_status rp_session_run(rp_session *s, const float *x, const int32_t *labels,
                          const int64_t *sample_ids, rp_result *res, rp_error *err);
 
-/* Inference on n rows: the predicted class of each row, in row order. */
+/* Inference on n rows: the predicted class of each row, in row order, with
+** replica 0's weights. */
 rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred,
                              rp_error *err);
 
-/* The model's weights, or replaces them (every variable, with its shape). */
-rp_status rp_session_get_weights(rp_session *s, rp_weights **out, rp_error *err);
-rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_error *err);
+/* How weights are read and written (PopXL's retrieval modes). */
+typedef enum rp_weights_mode {
+    RP_ONE_PER_GROUP = 0, /* [G] + shape: each group's value, from its first member */
+    RP_ALL_REPLICAS       /* [R] + shape, in replica order */
+} rp_weights_mode;
+
+/* The model's weights; tensors have `groups` copies (1 when G == 1). */
+rp_status rp_session_get_weights(rp_session *s, rp_weights_mode mode, rp_weights **out,
+                                 rp_error *err);
+/* Replaces the weights. A tensor with one copy sets every group; with G
+** copies, group by group. Writing in all_replicas mode is refused when a
+** group has more than one member (its replicas must stay identical). */
+rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_weights_mode mode,
+                                 rp_error *err);
+
+/* What one worker holds, in bytes. */
+typedef struct rp_memory {
+    size_t params, grads, optimizer, activations, scratch;
+} rp_memory;
+
+void rp_session_memory(const rp_session *s, rp_memory *out);
+int rp_session_workers(const rp_session *s);
+/* The grouping of a variable over the replicas. */
+rp_grouping rp_session_var_grouping(const rp_session *s, int var);
 
 #ifdef __cplusplus
 }

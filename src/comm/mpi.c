@@ -2,10 +2,12 @@
 ** The MPI backend: Open MPI's communicators and collectives. A grouping's
 ** groups are communicators made once with MPI_Comm_split and cached.
 */
+#define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm_impl.h"
 
@@ -94,6 +96,11 @@ void mpi_free(rp_comm *c) {
 
 void mpi_fail(rp_comm *c, const char *msg) {
     (void)msg; /* the caller reports it; MPI_Abort ends every rank */
+    /* mpirun forwards a rank's output asynchronously and MPI_Abort kills at
+    ** once: flush, and give the forwarder a moment to deliver the message */
+    fflush(NULL);
+    struct timespec pause = {0, 300 * 1000 * 1000};
+    nanosleep(&pause, NULL);
     MPI_Abort(S(c)->comm, 1);
 }
 

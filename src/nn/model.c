@@ -491,14 +491,15 @@ rp_status rp_model_load(rp_model **out, const char *path, rp_error *err) {
     return s;
 }
 
-void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed, int group,
-                          float *params) {
+void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed,
+                          const int *var_group, float *params) {
     size_t base = m->layers[first].param_offset;
     for (int l = first; l < last; l++) {
         const rp_layer *L = &m->layers[l];
         for (int v = 0; v < L->num_vars; v++) {
             int vi = L->first_var + v;
             const rp_variable *var = &m->vars[vi];
+            int group = var_group ? var_group[vi] : 0;
             float *p = params + (var->offset - base);
             if (L->type == RP_LAYER_LAYERNORM) {
                 for (size_t e = 0; e < var->count; e++)

@@ -1,0 +1,108 @@
+/*
+** repipe eval: inference on the test set with saved weights.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "repipe/repipe.h"
+
+static const cli_opt OPTS[] = {
+    {"model", 'm', "FILE", "model spec (required)"},
+    {"config", 'c', "FILE", "execution configuration (required)"},
+    {"load", 'l', "FILE", "weights to evaluate (required)"},
+    {"data", 'd', "DIR", "IDX dataset directory [" RP_FASHION_MNIST_DIR "]"},
+    {"out", 'o', "FILE", "write one prediction per test sample, in sample order (CSV)"},
+    {NULL, 0, NULL, NULL},
+};
+
+static int run(const cli_cmd *cmd, int argc, char **argv) {
+    const char *model_path = NULL, *config_path = NULL, *load = NULL, *out = NULL;
+    const char *data = RP_FASHION_MNIST_DIR;
+    bool help;
+    const char *arg;
+    for (;;) {
+        int o = cli_next(cmd, argc, argv, &arg, &help);
+        if (o == -2)
+            return help ? 0 : 2;
+        if (o == -1) {
+            if (optind < argc) {
+                cli_error(cmd, "unexpected argument '%s'", argv[optind]);
+                return 2;
+            }
+            break;
+        }
+        const char **dst[] = {&model_path, &config_path, &load, &data, &out};
+        *dst[o] = arg;
+    }
+    if (!model_path || !config_path || !load) {
+        cli_error(cmd, "--model, --config and --load are required (see 'repipe eval --help')");
+        return 2;
+    }
+    rp_error err;
+    rp_model *m = NULL;
+    rp_config cfg;
+    rp_dataset *test = NULL;
+    rp_session *s = NULL;
+    rp_weights *w = NULL;
+    int32_t *pred = NULL;
+    int rc = 1;
+    if (rp_model_load(&m, model_path, &err) || rp_config_load_file(&cfg, config_path, &err) ||
+        rp_dataset_load_idx(&test, data, false, &err) || rp_weights_load(&w, load, &err))
+        goto fail;
+    if (rp_shape_size(&test->sample) != rp_shape_size(&m->input)) {
+        rp_fail(&err, RP_ERR_INVALID, "%s: the model's input does not fit the data's samples",
+                model_path);
+        goto fail;
+    }
+    if (rp_session_create(m, &cfg, &s, &err) ||
+        rp_session_set_weights(s, w, RP_ONE_PER_GROUP, &err))
+        goto fail;
+    pred = malloc(sizeof(int32_t) * test->n);
+    if (!pred) {
+        rp_fail(&err, RP_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (rp_session_predict(s, test->x, test->n, pred, &err))
+        goto fail;
+    int right = 0;
+    for (int i = 0; i < test->n; i++)
+        right += pred[i] == test->labels[i];
+    if (out) {
+        FILE *f = fopen(out, "w");
+        if (!f) {
+            rp_fail(&err, RP_ERR_IO, "%s: cannot write", out);
+            goto fail;
+        }
+        fprintf(f, "sample,prediction,label\n");
+        for (int i = 0; i < test->n; i++)
+            fprintf(f, "%d,%d,%d\n", i, pred[i], test->labels[i]);
+        if (fclose(f) != 0) {
+            rp_fail(&err, RP_ERR_IO, "%s: write failed", out);
+            goto fail;
+        }
+    }
+    printf("%d samples, %d right\ntest accuracy: %.4f\n", test->n, right,
+           (double)right / test->n);
+    rc = 0;
+    goto done;
+fail:
+    cli_error(cmd, "%s", err.msg);
+done:
+    free(pred);
+    rp_weights_free(w);
+    rp_session_free(s);
+    rp_dataset_free(test);
+    rp_model_free(m);
+    return rc;
+}
+
+const cli_cmd cmd_eval = {
+    "eval",
+    "evaluate saved weights on the test set and write the predictions",
+    "--model FILE --config FILE --load FILE [--data DIR] [--out predictions.csv]",
+    "Predictions come out one per test sample, in sample order, whatever the\n"
+    "replication; with replica groupings, replica 0's group is evaluated.",
+    OPTS,
+    run,
+};
