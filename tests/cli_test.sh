@@ -155,7 +155,7 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none \
       --mca btl self,vader -np 3 "$bin" train --model "$src/examples/fmnist-mlp.model" \
       --config "$src/examples/fmnist-r2.json" --updates 2 --backend mpi > "$tmp/np3.txt" 2>&1
-    if grep -q "needs 2 workers (replication_factor 2 x 1 stage) but 3 MPI ranks were started" "$tmp/np3.txt"; then ok; else bad "np 3: $(head -5 "$tmp/np3.txt")"; fi
+    if grep -q "needs 2 workers (replication_factor 2 x 1 per replica) but 3 MPI ranks were started" "$tmp/np3.txt"; then ok; else bad "np 3: $(head -5 "$tmp/np3.txt")"; fi
   fi
 fi
 

@@ -21,6 +21,7 @@ static const cli_opt OPTS[] = {
     {"json-log", 0, "FILE", "write one JSON object per logged update and one for the evaluation"},
     {"log-every", 0, "N", "updates between log lines when not on a terminal [1/10 epoch]"},
     {"backend", 'b', "local|mpi", "workers as threads, or as MPI ranks under mpirun [local]"},
+    {"trace", 't', "FILE", "write a Chrome trace-event JSON of every worker's operations"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -65,6 +66,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *save = NULL, *load = NULL, *json_log = NULL;
     long long epochs = 0, updates = 0, log_every = 0;
     bool use_mpi = false;
+    const char *trace = NULL;
     bool help;
     const char *arg;
     for (;;) {
@@ -97,6 +99,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             if (!cli_int("log-every", arg, 1, 1LL << 40, &log_every))
                 return 2;
             break;
+        case 10: trace = arg; break;
         case 9:
             if (strcmp(arg, "mpi") == 0)
                 use_mpi = true;
@@ -154,15 +157,21 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
               : rp_session_create(m, &cfg, &s, &err)))
         goto fail;
     if (lead) {
-        rp_memory mem;
-        rp_session_memory(s, &mem);
-        size_t total = mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch;
-        printf("%d worker%s (%s backend); memory of each worker:\n", rp_session_workers(s),
-               rp_session_workers(s) == 1 ? "" : "s", comm ? "mpi" : "local");
-        printf("  parameters %.2f MB, gradients %.2f MB, optimizer state %.2f MB, activations "
-               "%.2f MB, scratch %.2f MB: %.2f MB\n",
-               mem.params / 1e6, mem.grads / 1e6, mem.optimizer / 1e6, mem.activations / 1e6,
-               mem.scratch / 1e6, total / 1e6);
+        printf("%d worker%s (%s backend), %d stage%s; memory of a worker (MB):\n",
+               rp_session_workers(s), rp_session_workers(s) == 1 ? "" : "s",
+               comm ? "mpi" : "local", rp_session_stages(s),
+               rp_session_stages(s) == 1 ? "" : "s");
+        printf("  %-6s %11s %10s %10s %12s %8s %8s\n", "stage", "parameters", "gradients",
+               "optimizer", "activations", "scratch", "total");
+        for (int t = 0; t < rp_session_stages(s); t++) {
+            rp_memory mem;
+            if (rp_session_memory(s, t, &mem, &err))
+                goto fail;
+            size_t total = mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch;
+            printf("  %-6d %11.2f %10.2f %10.2f %12.2f %8.2f %8.2f\n", t, mem.params / 1e6,
+                   mem.grads / 1e6, mem.optimizer / 1e6, mem.activations / 1e6,
+                   mem.scratch / 1e6, total / 1e6);
+        }
     }
     if (load) {
         rp_weights *w;
@@ -209,6 +218,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         goto fail;
     }
     bool tty = lead && !comm && isatty(STDOUT_FILENO); /* mpirun forwards through a pty */
+    if (trace)
+        rp_session_trace(s, true);
     if (lead)
         printf("training %s on %d samples (%lld updates of %lld samples, %lld per epoch)\n",
            model_path, train->n, calls * D, d.samples_per_update, per_epoch);
@@ -254,6 +265,17 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_stream_free(&stream);
     if (st)
         goto fail;
+    if (trace) {
+        char path[4096];
+        if (comm) /* one file per rank */
+            snprintf(path, sizeof path, "%s.%d", trace, rp_comm_rank(comm));
+        else
+            snprintf(path, sizeof path, "%s", trace);
+        if (rp_session_write_trace(s, path, &err))
+            goto fail;
+        if (lead)
+            printf("trace written to %s%s\n", trace, comm ? ".RANK" : "");
+    }
     double acc = 0;
     double te = now();
     if (evaluate(s, test, &acc, &err))

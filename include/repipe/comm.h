@@ -44,6 +44,10 @@ rp_status rp_world_create(int size, rp_world **out, rp_error *err);
 rp_comm *rp_world_comm(rp_world *w, int rank);
 /* Frees the world and its communicators, once every thread is done. */
 void rp_world_free(rp_world *w);
+/* A communicator of the world's ranks members[0..n) (ascending order of
+** rank within it), as seen by members[me]; made without a collective call.
+** Freed with rp_comm_free. */
+rp_comm *rp_world_subcomm(rp_world *w, const int *members, int n, int me);
 
 /* ---- mpi backend ------------------------------------------------------------ */
 

@@ -143,6 +143,9 @@ size_t rp_acts_bytes(const rp_net *net, int batch);
 
 rp_status rp_acts_create(const rp_net *net, int batch, rp_acts **out, rp_error *err);
 void rp_acts_free(rp_acts *a);
+/* The activation set's input rows: data received into it needs no copy
+** when passed to rp_net_forward. */
+float *rp_acts_input(rp_acts *a);
 
 /* Runs the layers forward on `batch` rows of input (copied into the
 ** activation set). Returns the output rows (owned by acts), or NULL on bad

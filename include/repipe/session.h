@@ -4,10 +4,12 @@
 ** device_iterations updates on data handed over at once and returns the
 ** losses shaped by output_mode.
 **
-** Workers are replicas of the whole model: threads of this process (the
-** local backend) or MPI ranks, one replica per rank. Every update equals
-** plain mini-batch SGD on the update's samples within each variable's
-** replica group.
+** Workers run a stage of a replica: R replicas of a pipeline of P stages,
+** stage s on r_s workers inside each replica (layers_per_stage,
+** stage_replication), numbered as rp_workplan_worker says. They are threads
+** of this process (the local backend) or MPI ranks, one worker per rank.
+** Every update equals plain mini-batch SGD on the update's samples within
+** each variable's replica group.
 */
 #ifndef REPIPE_SESSION_H
 #define REPIPE_SESSION_H
@@ -36,10 +38,10 @@ typedef struct rp_result {
     const float *losses;
 } rp_result;
 
-/* Local backend: replication_factor worker threads. */
+/* Local backend: one thread per worker. */
 rp_status rp_session_create(const rp_model *m, const rp_config *cfg, rp_session **out,
                             rp_error *err);
-/* MPI backend: this rank is one replica; the world size must equal the
+/* MPI backend: this rank is one worker; the world size must equal the
 ** workers the configuration needs. */
 rp_status rp_session_create_mpi(const rp_model *m, const rp_config *cfg, rp_comm *comm,
                                 rp_session **out, rp_error *err);
@@ -86,8 +88,16 @@ typedef struct rp_memory {
     size_t params, grads, optimizer, activations, scratch;
 } rp_memory;
 
-void rp_session_memory(const rp_session *s, rp_memory *out);
+/* What a worker of `stage` holds. */
+rp_status rp_session_memory(const rp_session *s, int stage, rp_memory *out, rp_error *err);
 int rp_session_workers(const rp_session *s);
+int rp_session_stages(const rp_session *s);
+
+/* Records every worker's operations from now on (on) or stops (off), and
+** writes them as Chrome trace-event JSON, one track per worker (Perfetto
+** and chrome://tracing open it). */
+void rp_session_trace(rp_session *s, bool on);
+rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error *err);
 /* The grouping of a variable over the replicas. */
 rp_grouping rp_session_var_grouping(const rp_session *s, int var);
 

@@ -80,6 +80,18 @@ rp_comm *rp_world_comm(rp_world *w, int rank) {
     return rank >= 0 && rank < w->size ? &w->comms[rank] : NULL;
 }
 
+rp_comm *rp_world_subcomm(rp_world *w, const int *members, int n, int me) {
+    rp_comm *c = calloc(1, sizeof *c);
+    int *m = malloc(sizeof(int) * n);
+    if (!c || !m) {
+        free(c), free(m);
+        return NULL;
+    }
+    memcpy(m, members, sizeof(int) * n);
+    *c = (rp_comm){RP_BACKEND_LOCAL, me, n, w, m, false, NULL};
+    return c;
+}
+
 void rp_world_free(rp_world *w) {
     if (!w)
         return;

@@ -1,10 +1,13 @@
 /*
-** Sessions: R replicas of the whole model, each on its own worker.
+** Sessions: R replicas of a pipeline of P stages, stage s replicated r_s
+** times inside each replica (DESIGN §1, §4, §5).
 **
-** A worker runs its share of every update (replica c takes micro-batches
-** c*GA .. c*GA+GA-1 of the update's slice), then the gradients of each
-** variable are SUM-reduced once within the variable's replica group, and
-** every worker applies the same optimizer step to its flat buffers.
+** Every worker runs the operation list the schedule gives it (forwards,
+** backwards, sends and receives of micro-batches tagged by their number),
+** then the gradients of each variable are SUM-reduced once per update among
+** the workers that hold the same group's copy: every stage replica of the
+** variable's stage in every replica of the group. Then each worker applies
+** the same optimizer step to its flat buffers.
 **
 ** The loss gradient is scaled once, at the loss layer, by 1 / (samples of
 ** the update in a group) = 1 / (B * GA * g) for the configuration's group
@@ -13,53 +16,79 @@
 ** over its group's samples.
 **
 ** On the local backend the workers are threads that wait for host calls;
-** with one replica the calling thread does the work. Under MPI this process
-** is one replica and the others are ranks.
+** with one worker the calling thread does the work. Under MPI this process
+** is one worker (its rank) and the others are ranks.
 */
+#define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "repipe/schedule.h"
 #include "repipe/session.h"
 
 /* OpenBLAS's own thread control (not part of CBLAS). */
 void openblas_set_num_threads(int num_threads);
 
+#define MAX_GROUPINGS 8
+
+/* A run of consecutive variables of a stage that share a grouping. */
+typedef struct var_run {
+    size_t offset, count; /* in the worker's flat buffers */
+    int grouping;         /* index into the session's distinct groupings */
+    float rescale;
+} var_run;
+
+typedef struct trace_event {
+    int kind, mb;
+    double t0, t1;
+} trace_event;
+
 typedef struct worker {
     struct rp_session *s;
-    int replica;
-    rp_comm *comm;
+    int id, replica, stage, stage_replica;
+    const rp_worker_ops *plan;
+    rp_comm *comm;                     /* the world */
+    rp_comm *reduce[MAX_GROUPINGS];    /* per distinct grouping: this stage, this group */
     rp_net *net;
-    rp_acts *acts;
+    rp_acts **acts;                    /* one per slot */
+    const float **out;                 /* output rows of each slot's forward */
     float *opt;
-    float *losses; /* D * GA of the last host call */
+    float *losses;                     /* D * GA, last stage: this worker's micro-batches */
+    float *grad_in;                    /* gradient received from the next stage */
+    float *grad_out;                   /* GA gradients sent to the previous stage */
+    rp_request *req;                   /* 2 * GA: activation and gradient sends */
+    bool *req_live;
+    var_run *runs;
+    int nruns;
     rp_status status;
     rp_error err;
     pthread_t thread;
+    trace_event *trace;
+    int ntrace, trace_cap;
 } worker;
-
-/* A run of consecutive variables that share a grouping: one reduction. */
-typedef struct var_run {
-    size_t offset, count;
-    rp_grouping g;
-    float rescale;
-} var_run;
 
 struct rp_session {
     const rp_model *m;
     rp_config cfg;
     rp_backend backend;
-    int R, B, GA, D;
+    int R, B, GA, D, P, W;
+    int first[RP_MAX_STAGES + 1]; /* layer range of stage s: [first[s], first[s+1]) */
+    rp_workplan *plan;
     rp_world *world;
     rp_comm *comm; /* MPI: the world communicator (not owned) */
     int nlocal;
     worker *w;
     rp_grouping *var_group;
-    var_run *runs;
-    int nruns;
+    rp_grouping groupings[MAX_GROUPINGS];
+    int ngroupings;
     double loss_scale;
     size_t state_per_param;
+    bool tracing;
+    double t_origin;
     /* host calls to the worker threads */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -71,15 +100,25 @@ struct rp_session {
     const int64_t *ids;
     long long updates;
     float *all;     /* D * R * GA */
-    float *gather;  /* MPI: the ranks' losses, rank by rank */
+    float *gather;  /* MPI: every worker's D * GA losses */
     float *reduced; /* R */
 };
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int stage_replicas(const rp_config *cfg, int s) {
+    return cfg->stage_replication_count ? cfg->stage_replication[s] : 1;
+}
 
 /* ---- one worker's part of a host call ------------------------------------- */
 
 /* Threads of this process wake each other; under MPI the caller reports
 ** the error and calls rp_comm_fail, which ends the job (the other ranks are
-** waiting in a collective). */
+** waiting). */
 static void worker_fail(worker *w, rp_status st, const char *msg) {
     w->status = st;
     if (msg != w->err.msg)
@@ -88,50 +127,111 @@ static void worker_fail(worker *w, rp_status st, const char *msg) {
         rp_comm_fail(w->comm, w->err.msg);
 }
 
+/* A communication error: the first worker to see one reports it. */
+static bool comm_failed(worker *w, rp_status st) {
+    if (!st)
+        return false;
+    w->status = st;
+    if (st != RP_ERR_ABORTED)
+        worker_fail(w, st, w->err.msg);
+    return true;
+}
+
 static void worker_run(worker *w) {
     rp_session *s = w->s;
     int B = s->B, GA = s->GA, c = w->replica;
-    size_t in = rp_net_in_size(w->net), n = rp_net_num_params(w->net);
-    size_t S = (size_t)B * GA * s->R;
+    bool last = w->stage == s->P - 1;
+    size_t in = rp_net_in_size(w->net), out = rp_net_out_size(w->net);
+    size_t n = rp_net_num_params(w->net);
+    size_t S = (size_t)B * GA * s->R, data_in = rp_shape_size(&s->m->input);
     w->status = RP_OK;
     for (int d = 0; d < s->D; d++) {
         rp_net_zero_grads(w->net);
-        for (int mb = 0; mb < GA; mb++) {
-            size_t row = d * S + ((size_t)c * GA + mb) * B;
+        for (int i = 0; i < w->plan->num_ops; i++) {
+            const rp_op *op = &w->plan->ops[i];
+            size_t row = op->mb >= 0 ? d * S + ((size_t)c * GA + op->mb) * B : 0;
+            int tag = op->mb * 2;
             rp_step_ctx ctx = {.training = true,
                                .seed = s->cfg.seed,
                                .update = (uint64_t)(s->updates + d),
                                .sample_id = s->ids + row,
                                .labels = s->y + row,
                                .loss_scale = s->loss_scale};
-            double loss;
-            if (!rp_net_forward(w->net, w->acts, s->x + row * in, B, &ctx, &loss)) {
-                char msg[RP_ERROR_MAX];
-                snprintf(msg, sizeof msg, "replica %d: %s", c, rp_net_error(w->net));
-                worker_fail(w, RP_ERR_INVALID, msg);
-                return;
-            }
-            rp_net_backward(w->net, w->acts, NULL, &ctx, false);
-            w->losses[(size_t)d * GA + mb] = (float)(loss / B);
-        }
-        float *g = rp_net_grads(w->net);
-        for (int r = 0; r < s->nruns; r++) {
-            const var_run *vr = &s->runs[r];
-            if (vr->g.group_size > 1) {
-                rp_status st = rp_comm_allreduce(w->comm, &vr->g, g + vr->offset, vr->count, &w->err);
-                if (st) {
-                    w->status = st;
-                    if (st != RP_ERR_ABORTED)
-                        worker_fail(w, st, w->err.msg);
+            double t0 = s->tracing ? now() : 0;
+            rp_status st = RP_OK;
+            switch (op->kind) {
+            case RP_OP_RECV_ACT: /* straight into the slot the forward will use */
+                st = rp_comm_recv(w->comm, op->peer, tag, rp_acts_input(w->acts[w->plan->ops[i + 1].slot]),
+                                  sizeof(float) * in * B, &w->err);
+                break;
+            case RP_OP_FORWARD: {
+                rp_acts *a = w->acts[op->slot];
+                const float *x = w->stage == 0 ? s->x + row * data_in : rp_acts_input(a);
+                double loss;
+                const float *y = rp_net_forward(w->net, a, x, B, &ctx, last ? &loss : NULL);
+                if (!y) {
+                    char msg[RP_ERROR_MAX];
+                    snprintf(msg, sizeof msg, "replica %d, stage %d: %s", c, w->stage,
+                             rp_net_error(w->net));
+                    worker_fail(w, RP_ERR_INVALID, msg);
                     return;
                 }
+                w->out[op->slot] = y;
+                if (last)
+                    w->losses[(size_t)d * GA + op->mb] = (float)(loss / B);
+                break;
             }
-            if (vr->rescale != 1.0f)
-                for (size_t i = 0; i < vr->count; i++)
-                    g[vr->offset + i] *= vr->rescale;
+            case RP_OP_SEND_ACT:
+                st = rp_comm_isend(w->comm, op->peer, tag, w->out[w->plan->ops[i - 1].slot],
+                                   sizeof(float) * out * B, &w->req[op->mb], &w->err);
+                w->req_live[op->mb] = !st;
+                break;
+            case RP_OP_RECV_GRAD:
+                st = rp_comm_recv(w->comm, op->peer, tag + 1, w->grad_in, sizeof(float) * out * B,
+                                  &w->err);
+                break;
+            case RP_OP_BACKWARD: {
+                const float *din = rp_net_backward(w->net, w->acts[op->slot],
+                                                   last ? NULL : w->grad_in, &ctx, w->stage > 0);
+                if (w->stage > 0)
+                    memcpy(w->grad_out + (size_t)op->mb * in * B, din, sizeof(float) * in * B);
+                break;
+            }
+            case RP_OP_SEND_GRAD:
+                st = rp_comm_isend(w->comm, op->peer, tag + 1, w->grad_out + (size_t)op->mb * in * B,
+                                   sizeof(float) * in * B, &w->req[GA + op->mb], &w->err);
+                w->req_live[GA + op->mb] = !st;
+                break;
+            case RP_OP_WAIT_SENDS:
+                for (int r = 0; r < 2 * GA && !st; r++)
+                    if (w->req_live[r]) {
+                        w->req_live[r] = false;
+                        st = rp_comm_wait(w->comm, &w->req[r], &w->err);
+                    }
+                break;
+            case RP_OP_REDUCE: {
+                float *g = rp_net_grads(w->net);
+                for (int r = 0; r < w->nruns && !st; r++) {
+                    const var_run *vr = &w->runs[r];
+                    rp_comm *rc = w->reduce[vr->grouping];
+                    if (rp_comm_size(rc) > 1)
+                        st = rp_comm_allreduce(rc, NULL, g + vr->offset, vr->count, &w->err);
+                    if (vr->rescale != 1.0f)
+                        for (size_t k = 0; k < vr->count; k++)
+                            g[vr->offset + k] *= vr->rescale;
+                }
+                break;
+            }
+            case RP_OP_STEP:
+                rp_optimizer_step(&s->cfg.optimizer, s->updates + d + 1, rp_net_params(w->net),
+                                  rp_net_grads(w->net), w->opt, n);
+                break;
+            }
+            if (comm_failed(w, st))
+                return;
+            if (s->tracing && w->ntrace < w->trace_cap)
+                w->trace[w->ntrace++] = (trace_event){op->kind, op->mb, t0, now()};
         }
-        rp_optimizer_step(&s->cfg.optimizer, s->updates + d + 1, rp_net_params(w->net), g, w->opt,
-                          n);
     }
 }
 
@@ -159,21 +259,6 @@ static void *worker_thread(void *arg) {
 
 /* ---- creation ---------------------------------------------------------------- */
 
-static rp_status check_config(const rp_model *m, const rp_config *cfg, rp_error *err) {
-    rp_derived d;
-    rp_config_derive(cfg, &d);
-    if (d.stages != 1 || (cfg->stage_replication_count && cfg->stage_replication[0] != 1))
-        return rp_fail(err, RP_ERR_INVALID,
-                       "layers_per_stage lists %d stages: sessions run whole-model replicas "
-                       "(one stage, stage_replication 1)",
-                       d.stages);
-    if (m->num_classes == 0 || m->layers[m->num_layers - 1].type != RP_LAYER_SOFTMAX_CE)
-        return rp_fail(err, RP_ERR_INVALID,
-                       "the model must end with softmax_cross_entropy to be trained");
-    int counts[RP_MAX_STAGES];
-    return rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
-}
-
 void rp_session_free(rp_session *s) {
     if (!s)
         return;
@@ -186,31 +271,116 @@ void rp_session_free(rp_session *s) {
             pthread_join(s->w[i].thread, NULL);
     }
     for (int i = 0; s->w && i < s->nlocal; i++) {
-        rp_acts_free(s->w[i].acts);
-        rp_net_free(s->w[i].net);
-        free(s->w[i].opt), free(s->w[i].losses);
+        worker *w = &s->w[i];
+        for (int k = 0; w->acts && w->plan && k < w->plan->slots; k++)
+            rp_acts_free(w->acts[k]);
+        for (int q = 0; q < s->ngroupings; q++)
+            rp_comm_free(w->reduce[q]);
+        rp_net_free(w->net);
+        free(w->acts), free(w->out), free(w->opt), free(w->losses), free(w->grad_in);
+        free(w->grad_out), free(w->req), free(w->req_live), free(w->runs), free(w->trace);
     }
     rp_world_free(s->world);
+    rp_workplan_free(s->plan);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
-    free(s->w), free(s->var_group), free(s->runs), free(s->all), free(s->gather);
-    free(s->reduced);
+    free(s->w), free(s->var_group), free(s->all), free(s->gather), free(s->reduced);
     free(s);
+}
+
+/* The workers that reduce worker (c, s) under grouping g: every stage
+** replica of stage s in every replica of c's group, by worker id. */
+static int reduce_members(const rp_session *s, const rp_grouping *g, int c, int stage, int *out) {
+    int n = 0, k = rp_grouping_group_of(g, c);
+    for (int i = 0; i < g->group_size; i++)
+        for (int j = 0; j < stage_replicas(&s->cfg, stage); j++)
+            out[n++] = rp_workplan_worker(&s->cfg, rp_grouping_member(g, k, i), stage, j);
+    return n;
+}
+
+static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
+    const rp_model *m = s->m;
+    w->s = s;
+    w->id = id;
+    w->plan = &s->plan->w[id];
+    w->replica = w->plan->replica;
+    w->stage = w->plan->stage;
+    w->stage_replica = w->plan->stage_replica;
+    int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
+    rp_status st = rp_net_create(m, l0, l1, s->B, &w->net, err);
+    if (st)
+        return st;
+    int slots = w->plan->slots > 0 ? w->plan->slots : 1;
+    size_t in = rp_net_in_size(w->net), out = rp_net_out_size(w->net);
+    size_t n = rp_net_num_params(w->net);
+    w->acts = calloc(slots, sizeof(rp_acts *));
+    w->out = calloc(slots, sizeof(float *));
+    w->opt = calloc(s->state_per_param ? n * s->state_per_param : 1, sizeof(float));
+    w->losses = calloc((size_t)s->D * s->GA, sizeof(float));
+    w->grad_in = malloc(sizeof(float) * out * s->B);
+    w->grad_out = malloc(sizeof(float) * in * s->B * s->GA);
+    w->req = calloc(2 * (size_t)s->GA, sizeof(rp_request));
+    w->req_live = calloc(2 * (size_t)s->GA, sizeof(bool));
+    w->runs = calloc(m->num_vars ? m->num_vars : 1, sizeof(var_run));
+    if (!w->acts || !w->out || !w->opt || !w->losses || !w->grad_in || !w->grad_out || !w->req ||
+        !w->req_live || !w->runs)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < w->plan->slots; k++)
+        if ((st = rp_acts_create(w->net, s->B, &w->acts[k], err)))
+            return st;
+    /* this stage's variables, in runs of one grouping */
+    int gcfg = s->cfg.replica_grouping.group_size;
+    size_t base = m->layers[l0].param_offset;
+    for (int v = 0; v < m->num_vars; v++) {
+        int layer = m->vars[v].layer;
+        if (layer < l0 || layer >= l1)
+            continue;
+        int q = 0;
+        while (!rp_grouping_equal(&s->groupings[q], &s->var_group[v]))
+            q++;
+        size_t off = m->vars[v].offset - base;
+        var_run *last = w->nruns ? &w->runs[w->nruns - 1] : NULL;
+        if (last && last->grouping == q && last->offset + last->count == off)
+            last->count += m->vars[v].count;
+        else
+            w->runs[w->nruns++] = (var_run){off, m->vars[v].count, q,
+                                            (float)gcfg / s->var_group[v].group_size};
+    }
+    /* replica c starts from its group's row of each variable */
+    int *var_index = malloc(sizeof(int) * (m->num_vars ? m->num_vars : 1));
+    if (!var_index)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    for (int v = 0; v < m->num_vars; v++)
+        var_index[v] = rp_grouping_group_of(&s->var_group[v], w->replica);
+    rp_model_init_params(m, l0, l1, s->cfg.seed, var_index, rp_net_params(w->net));
+    free(var_index);
+    return RP_OK;
 }
 
 static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, rp_session **out,
                         rp_error *err) {
     *out = NULL;
-    rp_status st = check_config(m, cfg, err);
+    if (m->num_classes == 0 || m->layers[m->num_layers - 1].type != RP_LAYER_SOFTMAX_CE)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "the model must end with softmax_cross_entropy to be trained");
+    int counts[RP_MAX_STAGES];
+    rp_status st = rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
     if (st)
         return st;
-    int R = cfg->replication_factor;
-    if (comm && rp_comm_size(comm) != R)
+    rp_derived der;
+    rp_config_derive(cfg, &der);
+    int P = der.stages, W = der.workers, R = cfg->replication_factor;
+    for (int t = 0; t < P; t++)
+        if (counts[t] == 0)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "layers_per_stage: stage %d has no layers; every stage of a training "
+                           "pipeline needs at least one",
+                           t);
+    if (comm && rp_comm_size(comm) != W)
         return rp_fail(err, RP_ERR_INVALID,
-                       "the configuration needs %d workers (replication_factor %d x 1 stage) but "
-                       "%d MPI ranks were started: run 'mpirun -np %d ...' or set "
-                       "replication_factor to %d",
-                       R, R, rp_comm_size(comm), R, rp_comm_size(comm));
+                       "the configuration needs %d workers (replication_factor %d x %d per "
+                       "replica) but %d MPI ranks were started: run 'mpirun -np %d ...'",
+                       W, R, W / R, rp_comm_size(comm), W);
     rp_session *s = calloc(1, sizeof *s);
     if (!s)
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
@@ -219,26 +389,29 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     s->m = m;
     s->cfg = *cfg;
     s->R = R;
+    s->P = P;
+    s->W = W;
     s->B = cfg->micro_batch_size;
     s->GA = cfg->gradient_accumulation_steps;
     s->D = cfg->device_iterations;
+    for (int t = 0; t < P; t++)
+        s->first[t + 1] = s->first[t] + counts[t];
     s->backend = comm ? RP_BACKEND_MPI : RP_BACKEND_LOCAL;
     s->comm = comm;
-    s->nlocal = comm ? 1 : R;
+    s->nlocal = comm ? 1 : W;
     s->var_group = calloc(m->num_vars ? m->num_vars : 1, sizeof(rp_grouping));
-    s->runs = calloc(m->num_vars ? m->num_vars : 1, sizeof(var_run));
     s->w = calloc(s->nlocal, sizeof(worker));
     s->all = malloc(sizeof(float) * (size_t)s->D * R * s->GA);
-    s->gather = malloc(sizeof(float) * (size_t)s->D * R * s->GA);
+    s->gather = malloc(sizeof(float) * (size_t)s->D * W * s->GA);
     s->reduced = malloc(sizeof(float) * R);
-    int *var_index = malloc(sizeof(int) * (m->num_vars ? m->num_vars : 1));
-    if (!s->var_group || !s->runs || !s->w || !s->all || !s->gather || !s->reduced || !var_index) {
+    if (!s->var_group || !s->w || !s->all || !s->gather || !s->reduced) {
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
         goto fail;
     }
     /* each variable's grouping: the configuration's, or its layer's own */
     int gcfg = cfg->replica_grouping.group_size;
     s->loss_scale = 1.0 / ((double)s->B * s->GA * gcfg);
+    s->groupings[s->ngroupings++] = cfg->replica_grouping;
     for (int v = 0; v < m->num_vars; v++) {
         const rp_layer *L = &m->layers[m->vars[v].layer];
         s->var_group[v] = cfg->replica_grouping;
@@ -250,71 +423,101 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
                 goto fail;
             }
         }
-        const rp_variable *var = &m->vars[v];
-        var_run *last = s->nruns ? &s->runs[s->nruns - 1] : NULL;
-        if (last && rp_grouping_equal(&last->g, &s->var_group[v]) &&
-            last->offset + last->count == var->offset) {
-            last->count += var->count;
-        } else {
-            s->runs[s->nruns++] = (var_run){var->offset, var->count, s->var_group[v],
-                                            (float)gcfg / s->var_group[v].group_size};
+        int q = 0;
+        while (q < s->ngroupings && !rp_grouping_equal(&s->groupings[q], &s->var_group[v]))
+            q++;
+        if (q == s->ngroupings) {
+            if (q == MAX_GROUPINGS) {
+                st = rp_fail(err, RP_ERR_INVALID, "more than %d different groupings in one model",
+                             MAX_GROUPINGS);
+                goto fail;
+            }
+            s->groupings[s->ngroupings++] = s->var_group[v];
         }
+    }
+    /* the schedule, checked before anything runs */
+    if ((st = rp_workplan_build(cfg, &s->plan, err)))
+        goto fail;
+    {
+        int *gid = malloc(sizeof(int) * W), G = rp_grouping_num_groups(&cfg->replica_grouping);
+        if (!gid) {
+            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        for (int k = 0; k < W; k++)
+            gid[k] = s->plan->w[k].stage * G +
+                     rp_grouping_group_of(&cfg->replica_grouping, s->plan->w[k].replica);
+        st = rp_workplan_check(s->plan, gid, err);
+        free(gid);
+        if (st)
+            goto fail;
     }
     rp_fpu_fast_denormals();
     openblas_set_num_threads(1); /* one BLAS thread per worker */
-    if (!comm && (st = rp_world_create(R, &s->world, err)))
+    if (!comm && (st = rp_world_create(W, &s->world, err)))
         goto fail;
     s->state_per_param = (size_t)rp_optimizer_state_per_param(&cfg->optimizer);
     for (int i = 0; i < s->nlocal; i++) {
         worker *w = &s->w[i];
-        w->s = s;
-        w->replica = comm ? rp_comm_rank(comm) : i;
+        int id = comm ? rp_comm_rank(comm) : i;
         w->comm = comm ? comm : rp_world_comm(s->world, i);
-        if ((st = rp_net_create(m, 0, m->num_layers, s->B, &w->net, err)) ||
-            (st = rp_acts_create(w->net, s->B, &w->acts, err)))
+        if ((st = setup_worker(s, w, id, err)))
             goto fail;
-        size_t n = rp_net_num_params(w->net);
-        w->opt = calloc(s->state_per_param ? n * s->state_per_param : 1, sizeof(float));
-        w->losses = malloc(sizeof(float) * (size_t)s->D * s->GA);
-        if (!w->opt || !w->losses) {
-            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-            goto fail;
+        /* reduction communicators, one per distinct grouping */
+        for (int q = 0; q < s->ngroupings; q++) {
+            int members[4096], nm = reduce_members(s, &s->groupings[q], w->replica, w->stage, members);
+            if (comm) {
+                int color = w->stage * R + rp_grouping_group_of(&s->groupings[q], w->replica);
+                if ((st = rp_comm_split(comm, color, id, &w->reduce[q], err)))
+                    goto fail;
+            } else {
+                /* members come out ascending by worker id: the split's order */
+                for (int a = 1; a < nm; a++)
+                    for (int b = a; b > 0 && members[b - 1] > members[b]; b--) {
+                        int t = members[b];
+                        members[b] = members[b - 1];
+                        members[b - 1] = t;
+                    }
+                int me = 0;
+                while (members[me] != id)
+                    me++;
+                if (!(w->reduce[q] = rp_world_subcomm(s->world, members, nm, me))) {
+                    st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+                    goto fail;
+                }
+            }
         }
-        /* replica c starts from its group's row of each variable */
-        for (int v = 0; v < m->num_vars; v++)
-            var_index[v] = rp_grouping_group_of(&s->var_group[v], w->replica);
-        rp_model_init_params(m, 0, m->num_layers, cfg->seed, var_index, rp_net_params(w->net));
     }
     if (cfg->device_memory > 0) {
-        rp_memory mem;
-        rp_session_memory(s, &mem);
-        size_t total = mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch;
-        if (total > (size_t)cfg->device_memory) {
-            st = rp_fail(err, RP_ERR_INFEASIBLE,
-                         "device_memory: a worker needs %zu bytes but device_memory is %lld: "
-                         "parameters %zu, gradients %zu, optimizer state %zu, activations %zu, "
-                         "scratch %zu",
-                         total, (long long)cfg->device_memory, mem.params, mem.grads,
-                         mem.optimizer, mem.activations, mem.scratch);
-            goto fail;
+        for (int t = 0; t < P; t++) {
+            rp_memory mem;
+            if ((st = rp_session_memory(s, t, &mem, err)))
+                goto fail;
+            size_t total = mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch;
+            if (total > (size_t)cfg->device_memory) {
+                st = rp_fail(err, RP_ERR_INFEASIBLE,
+                             "device_memory: a worker of stage %d needs %zu bytes but "
+                             "device_memory is %lld: parameters %zu, gradients %zu, optimizer "
+                             "state %zu, activations %zu, scratch %zu",
+                             t, total, (long long)cfg->device_memory, mem.params, mem.grads,
+                             mem.optimizer, mem.activations, mem.scratch);
+                goto fail;
+            }
         }
     }
     if (s->nlocal > 1) {
         for (int i = 0; i < s->nlocal; i++)
             if (pthread_create(&s->w[i].thread, NULL, worker_thread, &s->w[i]) != 0) {
-                /* stop the ones that started */
-                s->nlocal = i;
                 s->threads = true;
+                s->nlocal = i; /* those started are stopped by free */
                 st = rp_fail(err, RP_ERR_NOMEM, "cannot start worker thread %d", i);
                 goto fail;
             }
         s->threads = true;
     }
-    free(var_index);
     *out = s;
     return RP_OK;
 fail:
-    free(var_index);
     rp_session_free(s);
     return st;
 }
@@ -334,7 +537,8 @@ long long rp_session_samples_per_call(const rp_session *s) {
 }
 
 long long rp_session_updates(const rp_session *s) { return s->updates; }
-int rp_session_workers(const rp_session *s) { return s->R; }
+int rp_session_workers(const rp_session *s) { return s->W; }
+int rp_session_stages(const rp_session *s) { return s->P; }
 rp_grouping rp_session_var_grouping(const rp_session *s, int var) { return s->var_group[var]; }
 
 /* ---- host calls ------------------------------------------------------------------ */
@@ -362,21 +566,24 @@ rp_status rp_session_run(rp_session *s, const float *x, const int32_t *labels,
             bad = &s->w[i];
     if (bad)
         return rp_fail(err, bad->status, "%s", bad->err.msg);
-    int R = s->R, D = s->D, GA = s->GA;
-    /* [D][R][GA] from each replica's [D][GA] */
-    const float *by_replica = NULL;
+    int R = s->R, D = s->D, GA = s->GA, P = s->P;
+    int rl = stage_replicas(&s->cfg, P - 1);
     if (s->backend == RP_BACKEND_MPI) {
         rp_status st = rp_comm_allgather(s->comm, NULL, s->w[0].losses, (size_t)D * GA, s->gather,
                                          err);
         if (st)
             return st;
-        by_replica = s->gather;
     }
-    for (int c = 0; c < R; c++) {
-        const float *src = by_replica ? by_replica + (size_t)c * D * GA : s->w[c].losses;
-        for (int d = 0; d < D; d++)
-            memcpy(s->all + ((size_t)d * R + c) * GA, src + (size_t)d * GA, sizeof(float) * GA);
-    }
+    /* [D][R][GA]: micro-batch mb of replica c was the last stage's, on its
+    ** stage replica mb mod r */
+    for (int c = 0; c < R; c++)
+        for (int mb = 0; mb < GA; mb++) {
+            int id = rp_workplan_worker(&s->cfg, c, P - 1, mb % rl);
+            const float *src = s->backend == RP_BACKEND_MPI ? s->gather + (size_t)id * D * GA
+                                                            : s->w[id].losses;
+            for (int d = 0; d < D; d++)
+                s->all[((size_t)d * R + c) * GA + mb] = src[(size_t)d * GA + mb];
+        }
     s->updates += D;
     if (s->cfg.output_mode == RP_OUTPUT_ALL) {
         *res = (rp_result){3, {D, R, GA}, D * R * GA, s->all};
@@ -397,38 +604,50 @@ rp_status rp_session_run(rp_session *s, const float *x, const int32_t *labels,
     return RP_OK;
 }
 
-rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred,
-                             rp_error *err) {
-    worker *w = &s->w[0];
-    size_t in = rp_net_in_size(w->net);
-    rp_step_ctx ctx = {.training = false, .seed = s->cfg.seed, .loss_scale = 1.0};
-    for (int at = 0; at < n; at += s->B) {
-        int rows = n - at < s->B ? n - at : s->B;
-        if (!rp_net_forward(w->net, w->acts, x + (size_t)at * in, rows, &ctx, NULL))
-            return rp_fail(err, RP_ERR_INVALID, "%s", rp_net_error(w->net));
-        rp_net_predictions(w->net, w->acts, pred + at);
-    }
-    return RP_OK;
-}
-
 /* ---- weights ---------------------------------------------------------------------- */
 
-/* Every replica's flat parameters: pointers into the local workers, or,
-** under MPI, gathered from all ranks into buf (R * n floats). */
-static rp_status all_params(rp_session *s, const float **rows, float **buf, rp_error *err) {
-    size_t n = s->m->num_params;
-    *buf = NULL;
+/* Every replica's full flat parameters, R * num_params floats: each stage's
+** slice from the replica's first stage replica. Collective under MPI. */
+static rp_status all_params(rp_session *s, float **out, rp_error *err) {
+    const rp_model *m = s->m;
+    size_t n = m->num_params;
+    float *buf = calloc(n * s->R, sizeof(float));
+    if (!buf)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     if (s->backend == RP_BACKEND_LOCAL) {
         for (int c = 0; c < s->R; c++)
-            rows[c] = rp_net_params(s->w[c].net);
+            for (int t = 0; t < s->P; t++) {
+                worker *w = &s->w[rp_workplan_worker(&s->cfg, c, t, 0)];
+                memcpy(buf + (size_t)c * n + m->layers[s->first[t]].param_offset,
+                       rp_net_params(w->net), sizeof(float) * rp_net_num_params(w->net));
+            }
+        *out = buf;
         return RP_OK;
     }
-    *buf = malloc(sizeof(float) * n * s->R);
-    if (!*buf)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    rp_status st = rp_comm_allgather(s->comm, NULL, rp_net_params(s->w[0].net), n, *buf, err);
-    for (int c = 0; c < s->R; c++)
-        rows[c] = *buf + (size_t)c * n;
+    /* MPI: every rank contributes its slice in a zero vector */
+    float *mine = calloc(n ? n : 1, sizeof(float)), *every = malloc(sizeof(float) * n * s->W);
+    rp_status st = RP_OK;
+    if (!mine || !every) {
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    } else {
+        worker *w = &s->w[0];
+        memcpy(mine + m->layers[s->first[w->stage]].param_offset, rp_net_params(w->net),
+               sizeof(float) * rp_net_num_params(w->net));
+        st = rp_comm_allgather(s->comm, NULL, mine, n, every, err);
+        for (int c = 0; !st && c < s->R; c++)
+            for (int t = 0; t < s->P; t++) {
+                size_t a = m->layers[s->first[t]].param_offset;
+                size_t b = t + 1 < s->P ? m->layers[s->first[t + 1]].param_offset : n;
+                memcpy(buf + (size_t)c * n + a,
+                       every + (size_t)rp_workplan_worker(&s->cfg, c, t, 0) * n + a,
+                       sizeof(float) * (b - a));
+            }
+    }
+    free(mine), free(every);
+    if (st)
+        free(buf);
+    else
+        *out = buf;
     return st;
 }
 
@@ -436,15 +655,14 @@ rp_status rp_session_get_weights(rp_session *s, rp_weights_mode mode, rp_weights
                                  rp_error *err) {
     *out = NULL;
     const rp_model *m = s->m;
-    const float **rows = malloc(sizeof(float *) * s->R);
-    float *buf = NULL;
+    float *rows = NULL;
     rp_weights *w = calloc(1, sizeof *w);
     rp_status st = RP_OK;
-    if (!rows || !w || !(w->tensors = calloc(m->num_vars ? m->num_vars : 1, sizeof(rp_tensor)))) {
+    if (!w || !(w->tensors = calloc(m->num_vars ? m->num_vars : 1, sizeof(rp_tensor)))) {
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if ((st = all_params(s, rows, &buf, err)))
+    if ((st = all_params(s, &rows, err)))
         goto done;
     for (int v = 0; v < m->num_vars; v++) {
         const rp_variable *var = &m->vars[v];
@@ -461,12 +679,12 @@ rp_status rp_session_get_weights(rp_session *s, rp_weights_mode mode, rp_weights
         w->num_tensors++;
         for (int k = 0; k < t->groups; k++) {
             int c = mode == RP_ALL_REPLICAS ? k : rp_grouping_first(g, k);
-            memcpy(t->data + (size_t)k * var->count, rows[c] + var->offset,
+            memcpy(t->data + (size_t)k * var->count, rows + (size_t)c * m->num_params + var->offset,
                    sizeof(float) * var->count);
         }
     }
 done:
-    free(rows), free(buf);
+    free(rows);
     if (st) {
         rp_weights_free(w);
         return st;
@@ -507,27 +725,151 @@ rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_weights_
                            mode == RP_ALL_REPLICAS ? "replicas" : "groups");
     }
     for (int i = 0; i < s->nlocal; i++) {
-        int c = s->w[i].replica;
-        float *p = rp_net_params(s->w[i].net);
+        worker *wk = &s->w[i];
+        int c = wk->replica, l0 = s->first[wk->stage], l1 = s->first[wk->stage + 1];
+        float *p = rp_net_params(wk->net);
+        size_t base = m->layers[l0].param_offset;
         for (int v = 0; v < m->num_vars; v++) {
             const rp_variable *var = &m->vars[v];
+            if (var->layer < l0 || var->layer >= l1)
+                continue;
             const rp_tensor *t = rp_weights_find(w, var->name);
             int row = t->groups == 1 ? 0
                       : mode == RP_ALL_REPLICAS ? c
                                                 : rp_grouping_group_of(&s->var_group[v], c);
-            memcpy(p + var->offset, t->data + (size_t)row * var->count,
+            memcpy(p + (var->offset - base), t->data + (size_t)row * var->count,
                    sizeof(float) * var->count);
         }
     }
     return RP_OK;
 }
 
-void rp_session_memory(const rp_session *s, rp_memory *out) {
-    const worker *w = &s->w[0];
-    size_t n = rp_net_num_params(w->net);
+/* ---- inference ---------------------------------------------------------------------- */
+
+/* Sharded inference (DESIGN §5.3): the inference stages one after another
+** for every micro-batch, with replica 0's weights. */
+rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred,
+                             rp_error *err) {
+    const rp_model *m = s->m;
+    int counts[RP_MAX_STAGES], P = rp_config_num_stages(&s->cfg, true);
+    rp_status st = rp_config_stage_layers(&s->cfg, true, m->num_layers, counts, err);
+    if (st)
+        return st;
+    float *rows = NULL;
+    if ((st = all_params(s, &rows, err)))
+        return st;
+    rp_net *nets[RP_MAX_STAGES] = {0};
+    rp_acts *acts[RP_MAX_STAGES] = {0};
+    int l0 = 0, used = 0;
+    for (int t = 0; t < P && !st; t++) {
+        if (counts[t] == 0)
+            continue;
+        if ((st = rp_net_create(m, l0, l0 + counts[t], s->B, &nets[used], err)) ||
+            (st = rp_acts_create(nets[used], s->B, &acts[used], err)))
+            break;
+        memcpy(rp_net_params(nets[used]), rows + m->layers[l0].param_offset,
+               sizeof(float) * rp_net_num_params(nets[used]));
+        used++;
+        l0 += counts[t];
+    }
+    free(rows);
+    size_t in = rp_shape_size(&m->input);
+    rp_step_ctx ctx = {.training = false, .seed = s->cfg.seed, .loss_scale = 1.0};
+    for (int at = 0; !st && at < n; at += s->B) {
+        int k = n - at < s->B ? n - at : s->B;
+        const float *y = x + (size_t)at * in;
+        for (int t = 0; t < used && y; t++)
+            y = rp_net_forward(nets[t], acts[t], y, k, &ctx, NULL);
+        if (!y) {
+            for (int t = 0; t < used; t++)
+                if (rp_net_error(nets[t])[0])
+                    st = rp_fail(err, RP_ERR_INVALID, "%s", rp_net_error(nets[t]));
+            if (!st)
+                st = rp_fail(err, RP_ERR_INVALID, "inference failed");
+            break;
+        }
+        rp_net_predictions(nets[used - 1], acts[used - 1], pred + at);
+    }
+    for (int t = 0; t < used; t++) {
+        rp_acts_free(acts[t]);
+        rp_net_free(nets[t]);
+    }
+    return st;
+}
+
+/* ---- memory and traces -------------------------------------------------------------- */
+
+rp_status rp_session_memory(const rp_session *s, int stage, rp_memory *out, rp_error *err) {
+    const worker *w = NULL;
+    for (int i = 0; i < s->nlocal && !w; i++)
+        if (s->w[i].stage == stage && s->w[i].net)
+            w = &s->w[i];
+    rp_net *tmp = NULL;
+    const rp_net *net = w ? w->net : NULL;
+    if (!net) { /* under MPI, another rank's stage: measure a net of it */
+        rp_status st = rp_net_create(s->m, s->first[stage], s->first[stage + 1], s->B, &tmp, err);
+        if (st)
+            return st;
+        net = tmp;
+    }
+    int slots = 0; /* the stage's largest in-flight bound */
+    for (int k = 0; k < s->W; k++)
+        if (s->plan->w[k].stage == stage && s->plan->w[k].slots > slots)
+            slots = s->plan->w[k].slots;
+    size_t n = rp_net_num_params(net);
     out->params = sizeof(float) * n;
     out->grads = sizeof(float) * n;
     out->optimizer = sizeof(float) * n * s->state_per_param;
-    out->activations = rp_acts_bytes(w->net, s->B);
-    out->scratch = rp_net_scratch_bytes(w->net);
+    out->activations = rp_acts_bytes(net, s->B) * (size_t)slots;
+    out->scratch = rp_net_scratch_bytes(net);
+    rp_net_free(tmp);
+    return RP_OK;
+}
+
+void rp_session_trace(rp_session *s, bool on) {
+    if (on && !s->tracing) {
+        for (int i = 0; i < s->nlocal; i++) {
+            worker *w = &s->w[i];
+            if (!w->trace) {
+                w->trace_cap = 1 << 16;
+                w->trace = malloc(sizeof(trace_event) * w->trace_cap);
+                if (!w->trace)
+                    w->trace_cap = 0;
+            }
+        }
+        s->t_origin = now();
+    }
+    s->tracing = on;
+}
+
+rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error *err) {
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return rp_fail(err, RP_ERR_IO, "%s: cannot write the trace", path);
+    fprintf(f, "{\"traceEvents\":[\n");
+    bool first = true;
+    for (int i = 0; i < s->nlocal; i++) {
+        const worker *w = &s->w[i];
+        fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":"
+                   "{\"name\":\"worker %d: replica %d, stage %d.%d\"}}",
+                first ? "" : ",\n", w->id, w->id, w->replica, w->stage, w->stage_replica);
+        first = false;
+        for (int e = 0; e < w->ntrace; e++) {
+            const trace_event *ev = &w->trace[e];
+            char name[64];
+            if (ev->mb >= 0)
+                snprintf(name, sizeof name, "%s %d", rp_op_name((rp_op_kind)ev->kind), ev->mb);
+            else
+                snprintf(name, sizeof name, "%s", rp_op_name((rp_op_kind)ev->kind));
+            fprintf(f,
+                    ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
+                    "\"ts\":%.3f,\"dur\":%.3f}",
+                    name, rp_op_name((rp_op_kind)ev->kind), w->id,
+                    (ev->t0 - s->t_origin) * 1e6, (ev->t1 - ev->t0) * 1e6);
+        }
+    }
+    fprintf(f, "\n]}\n");
+    if (fclose(f) != 0)
+        return rp_fail(err, RP_ERR_IO, "%s: write failed", path);
+    return RP_OK;
 }

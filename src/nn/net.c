@@ -150,6 +150,8 @@ rp_status rp_acts_create(const rp_net *n, int batch, rp_acts **out, rp_error *er
     return RP_OK;
 }
 
+float *rp_acts_input(rp_acts *a) { return a->input; }
+
 void rp_acts_free(rp_acts *a) {
     if (!a)
         return;

@@ -1,0 +1,77 @@
+/*
+** Pipeline schedules (DESIGN §5.1): each worker's list of operations for
+** one update, built from the configuration and checked by simulation before
+** anything runs.
+**
+** Worker w = c * sum(r) + sum(r_t, t < s) + j runs stage s of replica c as
+** stage replica j; micro-batch m of a replica goes to stage replica
+** m mod r_s at every stage. A stage's operations are ordered as if one
+** worker ran them all (gpipe: every forward, then every backward in reverse;
+** 1f1b: P - s - 1 warm-up forwards, then one forward and one backward in
+** turn, then the remaining backwards); each stage replica takes the
+** operations of its own micro-batches in that order.
+**
+** Sends never block (they are buffered until received); a receive waits
+** for its message, WAIT_SENDS for all the worker's messages to be received,
+** REDUCE for every worker of the reduction group.
+*/
+#ifndef REPIPE_SCHEDULE_H
+#define REPIPE_SCHEDULE_H
+
+#include "repipe/config.h"
+#include "repipe/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rp_op_kind {
+    RP_OP_RECV_ACT, /* activation of micro-batch mb from the previous stage */
+    RP_OP_FORWARD,
+    RP_OP_SEND_ACT,
+    RP_OP_RECV_GRAD, /* gradient from the next stage */
+    RP_OP_BACKWARD,
+    RP_OP_SEND_GRAD,
+    RP_OP_WAIT_SENDS,
+    RP_OP_REDUCE,
+    RP_OP_STEP
+} rp_op_kind;
+
+typedef struct rp_op {
+    rp_op_kind kind;
+    int mb;   /* micro-batch, -1 for the last three kinds */
+    int peer; /* worker sent to or received from, -1 if none */
+    int slot; /* activation slot of the micro-batch (forward, backward) */
+} rp_op;
+
+typedef struct rp_worker_ops {
+    int stage, replica, stage_replica;
+    int num_ops;
+    rp_op *ops;
+    int slots; /* activation sets the worker needs: its in-flight bound */
+} rp_worker_ops;
+
+typedef struct rp_workplan {
+    int workers, stages;
+    rp_worker_ops *w;
+} rp_workplan;
+
+/* The worker running stage s of replica c as stage replica j. */
+int rp_workplan_worker(const rp_config *cfg, int c, int s, int j);
+
+rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *err);
+void rp_workplan_free(rp_workplan *s);
+
+/* Simulates the schedule: every receive must meet its send, every worker
+** must finish. A schedule that would wait forever is rejected with the
+** workers, operations and micro-batches that would wait. `reduce_group`
+** gives, for each worker, an id shared by the workers that reduce together
+** (NULL: the workers of a stage across all replicas). */
+rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_error *err);
+
+const char *rp_op_name(rp_op_kind k);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REPIPE_SCHEDULE_H */

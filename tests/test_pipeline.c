@@ -1,0 +1,261 @@
+/*
+** Pipelines: every configuration of the sweep equals one worker on the same
+** samples; the schedule checker accepts them all and rejects a hanging op
+** list; 1F1B keeps at most P - s micro-batches in flight at stage s.
+**
+**   test_pipeline          local backend: the whole sweep
+**   test_pipeline --mpi    under mpirun -np W: the sweep's cases of W workers
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+
+#include "repipe/data.h"
+#include "repipe/schedule.h"
+#include "repipe/session.h"
+#include "test.h"
+
+static const char *MLP = "input 1 28 28\nflatten\nlinear 256\nrelu\nlinear 128\nrelu\n"
+                         "linear 10\nsoftmax_cross_entropy\n";
+static const char *CNN = "input 1 28 28\nconv2d 4 kernel=3 pad=1\nrelu\nmaxpool2d 2\n"
+                         "conv2d 8 kernel=3 pad=1\nrelu\nmaxpool2d 2\nflatten\ndropout 0.2\n"
+                         "linear 10\nsoftmax_cross_entropy\n";
+
+static rp_dataset *data;
+static rp_comm *mpi;
+
+typedef struct pcase {
+    int P, R;
+    int r[3];
+    int GA;
+    const char *schedule;
+} pcase;
+
+/* Every axis and corner: P 2 and 3, R 1 and 2, stage replication [2,1],
+** [1,3,1] and [3,1], GA 1, 3, 4, 5 (also not multiples of r_s), both
+** schedules. */
+static const pcase CASES[] = {
+    {2, 1, {1, 1}, 1, "1f1b"},    {2, 1, {1, 1}, 3, "gpipe"},   {2, 1, {1, 1}, 4, "1f1b"},
+    {2, 1, {1, 1}, 5, "gpipe"},   {2, 2, {1, 1}, 3, "1f1b"},    {2, 2, {1, 1}, 4, "gpipe"},
+    {2, 1, {2, 1}, 3, "1f1b"},    {2, 1, {2, 1}, 4, "gpipe"},   {2, 1, {2, 1}, 5, "1f1b"},
+    {2, 2, {2, 1}, 5, "gpipe"},   {3, 1, {1, 1, 1}, 1, "gpipe"}, {3, 1, {1, 1, 1}, 4, "1f1b"},
+    {3, 1, {1, 1, 1}, 5, "gpipe"}, {3, 1, {1, 3, 1}, 3, "1f1b"}, {3, 1, {1, 3, 1}, 4, "gpipe"},
+    {3, 1, {1, 3, 1}, 5, "1f1b"}, {3, 2, {1, 1, 1}, 4, "1f1b"}, {2, 1, {3, 1}, 3, "gpipe"},
+    {2, 1, {3, 1}, 4, "1f1b"},    {2, 1, {3, 1}, 5, "gpipe"},   {2, 2, {3, 1}, 5, "1f1b"},
+};
+
+static rp_model *model(const char *spec) {
+    rp_model *m;
+    rp_error err;
+    if (rp_model_parse(&m, spec, strlen(spec), "test", &err) != RP_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    return m;
+}
+
+static rp_config config(const pcase *pc, bool single, const char *opt) {
+    char layers[64] = "[-1", reps[64] = "[1";
+    int P = single ? 1 : pc->P;
+    for (int s = 1; s < P; s++)
+        strcat(layers, ", -1");
+    snprintf(reps, sizeof reps, "[%d", single ? 1 : pc->r[0]);
+    for (int s = 1; s < P; s++)
+        snprintf(reps + strlen(reps), sizeof reps - strlen(reps), ", %d", pc->r[s]);
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"seed\": 3, \"micro_batch_size\": 4, \"gradient_accumulation_steps\": %d, "
+             "\"replication_factor\": %d, \"layers_per_stage\": %s], \"stage_replication\": %s], "
+             "\"schedule\": \"%s\", \"output_mode\": \"all\", \"optimizer\": %s}",
+             single ? pc->GA * pc->R : pc->GA, single ? 1 : pc->R, layers, reps, pc->schedule,
+             opt);
+    rp_config c;
+    rp_error err;
+    if (rp_config_load_string(&c, json, strlen(json), "test", &err) != RP_OK) {
+        fprintf(stderr, "%s\n%s\n", json, err.msg);
+        exit(1);
+    }
+    return c;
+}
+
+static rp_weights *train(const rp_model *m, const rp_config *c, bool use_mpi, float *losses) {
+    rp_session *s;
+    rp_error err;
+    rp_status st = use_mpi ? rp_session_create_mpi(m, c, mpi, &s, &err)
+                           : rp_session_create(m, c, &s, &err);
+    if (st) {
+        fprintf(stderr, "session: %s\n", err.msg);
+        test_failures++;
+        return NULL;
+    }
+    long long per = rp_session_samples_per_call(s);
+    int64_t *ids = malloc(sizeof(int64_t) * per);
+    float *x = malloc(sizeof(float) * per * 784);
+    int32_t *y = malloc(sizeof(int32_t) * per);
+    for (long long i = 0; i < per; i++)
+        ids[i] = (i * 7) % data->n;
+    rp_dataset_gather(data, ids, (int)per, x, y);
+    rp_result r;
+    CHECK(rp_session_run(s, x, y, ids, &r, &err) == RP_OK);
+    if (losses)
+        memcpy(losses, r.losses, sizeof(float) * r.count);
+    rp_weights *w;
+    CHECK(rp_session_get_weights(s, RP_ONE_PER_GROUP, &w, &err) == RP_OK);
+    free(ids), free(x), free(y);
+    rp_session_free(s);
+    return w;
+}
+
+static double diff(const rp_weights *a, const rp_weights *b) {
+    double worst = 0;
+    for (int t = 0; t < a->num_tensors; t++) {
+        const rp_tensor *tb = rp_weights_find(b, a->tensors[t].name);
+        double d = rp_tensor_rel_diff(a->tensors[t].data, tb->data,
+                                      rp_shape_size(&a->tensors[t].shape));
+        worst = d > worst ? d : worst;
+    }
+    return worst;
+}
+
+static int workers_of(const pcase *pc) {
+    int w = 0;
+    for (int s = 0; s < pc->P; s++)
+        w += pc->r[s];
+    return w * pc->R;
+}
+
+static void sweep(bool use_mpi, int only_workers) {
+    const char *sgd = "{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}";
+    int run = 0;
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+        const pcase *pc = &CASES[k];
+        if (only_workers && workers_of(pc) != only_workers)
+            continue;
+        for (int mi = 0; mi < 2; mi++) {
+            rp_model *m = model(mi ? CNN : MLP);
+            rp_config pipe = config(pc, false, sgd), one = config(pc, true, sgd);
+            float lp[64], lo[64];
+            rp_weights *a = train(m, &pipe, use_mpi, lp), *b = train(m, &one, false, lo);
+            if (a && b) {
+                double d = diff(a, b);
+                test_checks++;
+                if (!(d <= 1e-5)) {
+                    fprintf(stderr, "%s P=%d R=%d r=[%d,%d,%d] GA=%d %s: differs by %g\n",
+                            mi ? "cnn" : "mlp", pc->P, pc->R, pc->r[0], pc->r[1], pc->r[2],
+                            pc->GA, pc->schedule, d);
+                    test_failures++;
+                }
+                /* the first update's losses: [1][R][GA] == [1][1][R*GA] */
+                size_t bad = 0;
+                for (int i = 0; i < pc->R * pc->GA; i++)
+                    bad += fabs(lp[i] - lo[i]) > 1e-6 * (1 + fabs(lo[i]));
+                CHECK(bad == 0);
+            }
+            rp_weights_free(a), rp_weights_free(b);
+            rp_model_free(m);
+            run++;
+        }
+    }
+    CHECK(run > 0);
+    printf("%d pipeline configurations compared with one worker\n", run);
+}
+
+/* A pipeline twice: the same bits. */
+static void determinism(void) {
+    rp_model *m = model(CNN);
+    pcase pc = {3, 2, {1, 3, 1}, 5, "1f1b"};
+    rp_config c = config(&pc, false, "{\"type\": \"adam\", \"lr\": 0.001}");
+    rp_weights *a = train(m, &c, false, NULL), *b = train(m, &c, false, NULL);
+    CHECK(diff(a, b) == 0);
+    rp_weights_free(a), rp_weights_free(b);
+    rp_model_free(m);
+}
+
+static void checker(void) {
+    /* every configuration of the sweep is accepted */
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+        rp_config c = config(&CASES[k], false, "{\"type\": \"sgd\"}");
+        rp_workplan *p;
+        rp_error err;
+        CHECK(rp_workplan_build(&c, &p, &err) == RP_OK);
+        CHECK(rp_workplan_check(p, NULL, &err) == RP_OK);
+        rp_workplan_free(p);
+    }
+    /* 1F1B: at most P - s micro-batches in flight at stage s (r = 1);
+    ** GPipe keeps all GA */
+    for (int P = 2; P <= 4; P++) {
+        pcase pc = {P, 1, {1, 1, 1}, 8, "1f1b"};
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"gradient_accumulation_steps\": 8, \"ipus_per_replica\": %d, "
+                 "\"schedule\": \"1f1b\"}",
+                 P);
+        (void)pc;
+        rp_config c;
+        rp_error err;
+        CHECK(rp_config_load_string(&c, json, strlen(json), "t", &err) == RP_OK);
+        rp_workplan *p;
+        CHECK(rp_workplan_build(&c, &p, &err) == RP_OK);
+        for (int s = 0; s < P; s++)
+            CHECK_INT(p->w[s].slots, P - s);
+        rp_workplan_free(p);
+        c.schedule = RP_SCHEDULE_GPIPE;
+        CHECK(rp_workplan_build(&c, &p, &err) == RP_OK);
+        for (int s = 0; s < P; s++)
+            CHECK_INT(p->w[s].slots, 8);
+        rp_workplan_free(p);
+    }
+    /* a crafted list that hangs: stage 1 wants micro-batch 1 before 0, but
+    ** stage 0 waits for 0's gradient before sending 1 */
+    rp_config c;
+    rp_error err;
+    const char *json = "{\"gradient_accumulation_steps\": 2, \"ipus_per_replica\": 2, "
+                       "\"schedule\": \"gpipe\"}";
+    CHECK(rp_config_load_string(&c, json, strlen(json), "t", &err) == RP_OK);
+    rp_workplan *p;
+    CHECK(rp_workplan_build(&c, &p, &err) == RP_OK);
+    rp_op stage0[] = {{RP_OP_FORWARD, 0, -1, 0},   {RP_OP_SEND_ACT, 0, 1, -1},
+                      {RP_OP_RECV_GRAD, 0, 1, -1}, {RP_OP_BACKWARD, 0, -1, 0},
+                      {RP_OP_FORWARD, 1, -1, 0},   {RP_OP_SEND_ACT, 1, 1, -1},
+                      {RP_OP_RECV_GRAD, 1, 1, -1}, {RP_OP_BACKWARD, 1, -1, 0}};
+    rp_op stage1[] = {{RP_OP_RECV_ACT, 1, 0, -1}, {RP_OP_FORWARD, 1, -1, 0},
+                      {RP_OP_RECV_ACT, 0, 0, -1}, {RP_OP_FORWARD, 0, -1, 1},
+                      {RP_OP_BACKWARD, 0, -1, 1}, {RP_OP_SEND_GRAD, 0, 0, -1},
+                      {RP_OP_BACKWARD, 1, -1, 0}, {RP_OP_SEND_GRAD, 1, 0, -1}};
+    memcpy(p->w[0].ops, stage0, sizeof stage0);
+    p->w[0].num_ops = 8;
+    memcpy(p->w[1].ops, stage1, sizeof stage1);
+    p->w[1].num_ops = 8;
+    CHECK(rp_workplan_check(p, NULL, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "schedule would hang");
+    CHECK_STR_HAS(err.msg, "receive");
+    /* and a send nobody receives */
+    p->w[1].num_ops = 0;
+    p->w[0].num_ops = 2;
+    CHECK(rp_workplan_check(p, NULL, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "never received");
+    rp_workplan_free(p);
+}
+
+int main(int argc, char **argv) {
+    rp_error err;
+    rp_shape shape = {3, {1, 28, 28}};
+    if (rp_dataset_synthetic(&data, 512, shape, 10, 9, &err) != RP_OK)
+        return 1;
+    int rc;
+    if (argc > 1 && strcmp(argv[1], "--mpi") == 0) {
+        if (rp_comm_mpi_init(&argc, &argv, &mpi, &err))
+            return 1;
+        sweep(true, rp_comm_size(mpi));
+        char name[64];
+        snprintf(name, sizeof name, "test_pipeline (mpi rank %d)", rp_comm_rank(mpi));
+        rc = test_finish(name);
+        rp_comm_mpi_finalize(mpi);
+    } else {
+        checker();
+        sweep(false, 0);
+        determinism();
+        rc = test_finish("test_pipeline (local)");
+    }
+    rp_dataset_free(data);
+    return rc;
+}
