@@ -86,24 +86,11 @@ static void fixtures(const char *dir) {
         if (rp_read_file(path, &text, &len, &err))
             continue;
         cJSON *fx = cJSON_Parse(text);
-        free(text);
-        if (!fx)
-            continue;
-        const cJSON *opt = cJSON_GetObjectItem(fx, "options"), *e;
         rp_plan_options o;
-        rp_plan_options_default(&o);
-        int k = 0;
-        cJSON_ArrayForEach(e, cJSON_GetObjectItem(opt, "machines")) o.machines[k++] = e->valueint;
-        o.num_levels = k;
-        k = 0;
-        cJSON_ArrayForEach(e, cJSON_GetObjectItem(opt, "bandwidths")) o.bandwidth[k++] =
-            e->valuedouble;
-        o.memory_size = cJSON_GetObjectItem(opt, "memory_size")->valuedouble;
-        o.straight = cJSON_IsTrue(cJSON_GetObjectItem(opt, "straight_pipeline"));
-        o.memory_constraint = cJSON_IsTrue(cJSON_GetObjectItem(opt, "use_memory_constraint"));
-        o.fewer_machines = cJSON_IsTrue(cJSON_GetObjectItem(opt, "use_fewer_machines"));
-        const cJSON *acr = cJSON_GetObjectItem(opt, "activation_compression_ratio");
-        o.activation_compression = cJSON_IsNumber(acr) ? acr->valuedouble : 0;
+        rp_status st = rp_plan_options_from_json(&o, text, len, names[i], &err);
+        free(text);
+        if (!fx || st)
+            continue;
         snprintf(path, sizeof path, "%s/%s", dir,
                  cJSON_GetObjectItem(fx, "profile")->valuestring);
         double ref = cJSON_GetObjectItem(fx, "reference_seconds")->valuedouble;

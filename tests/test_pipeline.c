@@ -12,6 +12,7 @@
 #include "repipe/data.h"
 #include "repipe/schedule.h"
 #include "repipe/session.h"
+#include "support.h"
 #include "test.h"
 
 static const char *MLP = "input 1 28 28\nflatten\nlinear 256\nrelu\nlinear 128\nrelu\n"
@@ -43,15 +44,6 @@ static const pcase CASES[] = {
     {2, 1, {3, 1}, 4, "1f1b"},    {2, 1, {3, 1}, 5, "gpipe"},   {2, 2, {3, 1}, 5, "1f1b"},
 };
 
-static rp_model *model(const char *spec) {
-    rp_model *m;
-    rp_error err;
-    if (rp_model_parse(&m, spec, strlen(spec), "test", &err) != RP_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
-    return m;
-}
 
 static rp_config config(const pcase *pc, bool single, const char *opt) {
     char layers[64] = "[-1", reps[64] = "[1";
@@ -131,7 +123,7 @@ static void sweep(bool use_mpi, int only_workers) {
         if (only_workers && workers_of(pc) != only_workers)
             continue;
         for (int mi = 0; mi < 2; mi++) {
-            rp_model *m = model(mi ? CNN : MLP);
+            rp_model *m = test_model(mi ? CNN : MLP);
             rp_config pipe = config(pc, false, sgd), one = config(pc, true, sgd);
             float lp[64], lo[64];
             rp_weights *a = train(m, &pipe, use_mpi, lp), *b = train(m, &one, false, lo);
@@ -161,7 +153,7 @@ static void sweep(bool use_mpi, int only_workers) {
 
 /* A pipeline twice: the same bits. */
 static void determinism(void) {
-    rp_model *m = model(CNN);
+    rp_model *m = test_model(CNN);
     pcase pc = {3, 2, {1, 3, 1}, 5, "1f1b"};
     rp_config c = config(&pc, false, "{\"type\": \"adam\", \"lr\": 0.001}");
     rp_weights *a = train(m, &c, false, NULL), *b = train(m, &c, false, NULL);

@@ -392,6 +392,16 @@ static void test_rank_layout(void) {
     CHECK(rp_plan_to_json(plan, p, &json, &err) == RP_OK);
     CHECK_STR_HAS(json, "\"stage_to_rank_map\"");
     CHECK_STR_HAS(json, "\"node_stage\"");
+    /* the options written are the options read back */
+    rp_plan_options back;
+    CHECK(rp_plan_options_from_json(&back, json, strlen(json), "plan", &err) == RP_OK);
+    CHECK_INT(back.num_levels, 2);
+    CHECK_INT(back.machines[0], 8);
+    CHECK_INT(back.machines[1], 2);
+    CHECK(back.bandwidth[1] == o.bandwidth[1] && back.memory_size == o.memory_size);
+    CHECK(rp_plan_options_from_json(&back, "{\"machines\": 3}", 15, "bad", &err) ==
+          RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "bad: 'machines' must list");
     free(json);
     CHECK(rp_plan_pipedream_conf(plan, &json, &err) == RP_OK);
     CHECK_STR_HAS(json, "\"module_to_stage_map\"");

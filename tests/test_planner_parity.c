@@ -25,26 +25,12 @@ static void check_fixture(const char *dir, const char *name) {
     rp_error err;
     CHECK(rp_read_file(path, &text, &len, &err) == RP_OK);
     cJSON *fx = cJSON_Parse(text);
+    rp_plan_options o;
+    CHECK(rp_plan_options_from_json(&o, text, len, name, &err) == RP_OK);
     free(text);
     CHECK(fx != NULL);
     if (!fx)
         return;
-    const cJSON *opt = cJSON_GetObjectItem(fx, "options");
-    rp_plan_options o;
-    rp_plan_options_default(&o);
-    const cJSON *e;
-    int n = 0;
-    cJSON_ArrayForEach(e, cJSON_GetObjectItem(opt, "machines")) o.machines[n++] = e->valueint;
-    o.num_levels = n;
-    n = 0;
-    cJSON_ArrayForEach(e, cJSON_GetObjectItem(opt, "bandwidths")) o.bandwidth[n++] =
-        e->valuedouble;
-    o.memory_size = cJSON_GetObjectItem(opt, "memory_size")->valuedouble;
-    o.straight = cJSON_IsTrue(cJSON_GetObjectItem(opt, "straight_pipeline"));
-    o.memory_constraint = cJSON_IsTrue(cJSON_GetObjectItem(opt, "use_memory_constraint"));
-    o.fewer_machines = cJSON_IsTrue(cJSON_GetObjectItem(opt, "use_fewer_machines"));
-    const cJSON *acr = cJSON_GetObjectItem(opt, "activation_compression_ratio");
-    o.activation_compression = cJSON_IsNumber(acr) ? acr->valuedouble : 0;
 
     snprintf(path, sizeof path, "%s/%s", dir, cJSON_GetObjectItem(fx, "profile")->valuestring);
     rp_profile *prof;

@@ -14,6 +14,7 @@
 
 #include "repipe/data.h"
 #include "repipe/session.h"
+#include "support.h"
 #include "test.h"
 
 static const char *MLP = "input 1 28 28\nflatten\nlinear 512\nrelu\nlinear 512\nrelu\n"
@@ -27,15 +28,6 @@ static const char *OPTS[] = {"{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.
 static rp_dataset *data;
 static rp_comm *mpi; /* NULL: local backend */
 
-static rp_model *model(const char *spec) {
-    rp_model *m;
-    rp_error err;
-    if (rp_model_parse(&m, spec, strlen(spec), "test", &err) != RP_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
-    return m;
-}
 
 static rp_config config(int B, int GA, int R, int D, const char *opt, const char *extra) {
     char json[1024];
@@ -105,7 +97,7 @@ static rp_weights *weights(rp_session *s, rp_weights_mode mode) {
 static void equivalence(int R, bool use_mpi) {
     const char *specs[] = {MLP, DROP};
     for (int sp = 0; sp < 2; sp++) {
-        rp_model *m = model(specs[sp]);
+        rp_model *m = test_model(specs[sp]);
         for (int o = 0; o < 2; o++)
             for (int GA = 1; GA <= 4; GA += (GA == 1 ? 2 : 1)) {
                 rp_config rc = config(8, GA, R, 1, OPTS[o], NULL);
@@ -144,7 +136,7 @@ static void groupings(int R, int g, int s) {
     char extra[96];
     snprintf(extra, sizeof extra, ", \"replica_grouping\": {\"group_size\": %d, \"stride\": %d}",
              g, s);
-    rp_model *m = model(DROP);
+    rp_model *m = test_model(DROP);
     int GA = 2, B = 8, G = R / g;
     rp_config rc = config(B, GA, R, 1, OPTS[0], extra);
     rp_session *a = session(m, &rc, false);
@@ -208,7 +200,7 @@ static void groupings(int R, int g, int s) {
 static void per_replica_head(void) {
     const char *spec = "input 1 28 28\nflatten\nlinear 32\nrelu\nlinear 10 group_size=1\n"
                        "softmax_cross_entropy\n";
-    rp_model *m = model(spec);
+    rp_model *m = test_model(spec);
     const char *sgd = "{\"type\": \"sgd\", \"lr\": 0.1}";
     int R = 4, B = 8, GA = 1;
     rp_config rc = config(B, GA, R, 1, sgd, NULL);
@@ -255,7 +247,7 @@ static void per_replica_head(void) {
 
 /* D = 3 in one call equals three calls; output modes; determinism. */
 static void iterations_and_outputs(void) {
-    rp_model *m = model(DROP);
+    rp_model *m = test_model(DROP);
     int R = 3, GA = 2, B = 4;
     rp_config c1 = config(B, GA, R, 1, OPTS[0], NULL), c3 = config(B, GA, R, 3, OPTS[0], NULL);
     rp_session *a = session(m, &c1, false), *b = session(m, &c3, false), *a2 = session(m, &c1, false);
@@ -320,7 +312,7 @@ static double now(void) {
 /* A bad label in replica 2's rows: that worker fails, the others wake, and
 ** the call returns replica 2's message. */
 static void failure(void) {
-    rp_model *m = model(MLP);
+    rp_model *m = test_model(MLP);
     int R = 4, B = 8;
     rp_config c = config(B, 1, R, 1, OPTS[0], NULL);
     rp_session *s = session(m, &c, false);
@@ -368,7 +360,7 @@ int main(int argc, char **argv) {
     }
     int R = rp_comm_size(mpi);
     if (argc > 2 && strcmp(argv[2], "--fail") == 0) {
-        rp_model *m = model(MLP);
+        rp_model *m = test_model(MLP);
         rp_config c = config(8, 1, R, 1, OPTS[0], NULL);
         rp_session *s = session(m, &c, true);
         int64_t ids[64];
@@ -387,7 +379,7 @@ int main(int argc, char **argv) {
     }
     equivalence(R, true);
     /* a world of the wrong size is refused with both numbers */
-    rp_model *m = model(MLP);
+    rp_model *m = test_model(MLP);
     rp_config c = config(8, 1, R + 1, 1, OPTS[0], NULL);
     rp_session *s;
     CHECK(rp_session_create_mpi(m, &c, mpi, &s, &err) == RP_ERR_INVALID);

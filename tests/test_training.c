@@ -7,6 +7,7 @@
 
 #include "repipe/data.h"
 #include "repipe/session.h"
+#include "support.h"
 #include "test.h"
 
 static const char *MLP = "input 1 28 28\nflatten\nlinear 512\nrelu\nlinear 512\nrelu\n"
@@ -16,15 +17,6 @@ static const char *DROP = "input 1 28 28\nflatten\nlinear 64\ngelu\ndropout 0.25
 
 static rp_dataset *data;
 
-static rp_model *model(const char *spec) {
-    rp_model *m;
-    rp_error err;
-    if (rp_model_parse(&m, spec, strlen(spec), "test", &err) != RP_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
-    return m;
-}
 
 static rp_config config(int B, int GA, int D, const char *opt) {
     char json[512];
@@ -95,7 +87,7 @@ static void test_accumulation(void) {
         "{\"type\": \"adamw\", \"lr\": 0.001, \"weight_decay\": 0.1, \"eps\": 1e-5}"};
     const char *specs[] = {MLP, DROP};
     for (int sp = 0; sp < 2; sp++) {
-        rp_model *m = model(specs[sp]);
+        rp_model *m = test_model(specs[sp]);
         for (int o = 0; o < 3; o++)
             for (int calls = 1; calls <= 3; calls += 2) {
                 rp_config big = config(64, 1, 1, opts[o]), acc = config(16, 4, 1, opts[o]);
@@ -117,7 +109,7 @@ static void test_accumulation(void) {
 }
 
 static void test_determinism_and_iterations(void) {
-    rp_model *m = model(DROP);
+    rp_model *m = test_model(DROP);
     const char *opt = "{\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.5}";
     rp_config c1 = config(8, 2, 1, opt), c3 = config(8, 2, 3, opt);
     float l1[8], l3[8];
@@ -134,7 +126,7 @@ static void test_determinism_and_iterations(void) {
 }
 
 static void test_output_modes(void) {
-    rp_model *m = model(MLP);
+    rp_model *m = test_model(MLP);
     const char *opt = "{\"type\": \"sgd\", \"lr\": 0.05}";
     rp_config c = config(8, 3, 2, opt);
     float all[6];

@@ -209,6 +209,11 @@ rp_status rp_weights_parse(rp_weights **out, const unsigned char *data, size_t l
 void rp_weights_free(rp_weights *w);
 const rp_tensor *rp_weights_find(const rp_weights *w, const char *name);
 
+/* The tensor of a model variable, checked: present, with the variable's
+** shape. Errors name the variable and both shapes. */
+rp_status rp_weights_var(const rp_weights *w, const rp_variable *var, const rp_tensor **out,
+                         rp_error *err);
+
 /* The weights of a model from its flat parameters (one group). */
 rp_status rp_weights_from_params(const rp_model *m, const float *params, rp_weights **out,
                                  rp_error *err);

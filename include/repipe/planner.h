@@ -37,6 +37,14 @@ typedef struct rp_plan_options {
 /* Defaults: no levels yet, bandwidth 1e9, memory 16e9, options off. */
 void rp_plan_options_default(rp_plan_options *o);
 
+/* Reads options from JSON as rp_plan_to_json writes them: an object with
+** "machines", "bandwidths", "memory_size", "straight_pipeline",
+** "use_memory_constraint", "use_fewer_machines" and
+** "activation_compression_ratio" (null: off), or an object holding such an
+** object under "options". */
+rp_status rp_plan_options_from_json(rp_plan_options *o, const char *text, size_t len,
+                                    const char *name, rp_error *err);
+
 typedef struct rp_plan_stage {
     int start, end;          /* states [start, end) in state order */
     double compute_time;     /* seconds per step on one machine */

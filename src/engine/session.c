@@ -700,17 +700,10 @@ rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_weights_
     for (int v = 0; v < m->num_vars; v++) {
         const rp_variable *var = &m->vars[v];
         const rp_grouping *g = &s->var_group[v];
-        const rp_tensor *t = rp_weights_find(w, var->name);
-        char a[64], b[64];
-        if (!t)
-            return rp_fail(err, RP_ERR_INVALID, "weights: the model's variable '%s' is missing",
-                           var->name);
-        if (t->shape.ndim != var->shape.ndim ||
-            memcmp(t->shape.dim, var->shape.dim, sizeof(int) * t->shape.ndim) != 0)
-            return rp_fail(err, RP_ERR_INVALID,
-                           "weights: variable '%s' has shape %s in the file but %s in the model",
-                           var->name, rp_shape_to_string(&t->shape, a, sizeof a),
-                           rp_shape_to_string(&var->shape, b, sizeof b));
+        const rp_tensor *t;
+        rp_status st = rp_weights_var(w, var, &t, err);
+        if (st)
+            return st;
         int want = mode == RP_ALL_REPLICAS ? s->R : rp_grouping_num_groups(g);
         if (mode == RP_ALL_REPLICAS && g->group_size > 1)
             return rp_fail(err, RP_ERR_INVALID,

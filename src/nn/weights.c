@@ -217,21 +217,31 @@ rp_status rp_weights_from_params(const rp_model *m, const float *params, rp_weig
     return RP_OK;
 }
 
+rp_status rp_weights_var(const rp_weights *w, const rp_variable *var, const rp_tensor **out,
+                         rp_error *err) {
+    const rp_tensor *t = rp_weights_find(w, var->name);
+    char a[64], b[64];
+    if (!t)
+        return rp_fail(err, RP_ERR_INVALID, "weights: the model's variable '%s' is missing",
+                       var->name);
+    if (t->shape.ndim != var->shape.ndim ||
+        memcmp(t->shape.dim, var->shape.dim, sizeof(int) * t->shape.ndim) != 0)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "weights: variable '%s' has shape %s in the file but %s in the model",
+                       var->name, rp_shape_to_string(&t->shape, a, sizeof a),
+                       rp_shape_to_string(&var->shape, b, sizeof b));
+    *out = t;
+    return RP_OK;
+}
+
 rp_status rp_weights_to_params(const rp_model *m, const rp_weights *w, int group, float *params,
                                rp_error *err) {
     for (int v = 0; v < m->num_vars; v++) {
         const rp_variable *var = &m->vars[v];
-        const rp_tensor *t = rp_weights_find(w, var->name);
-        char a[64], b[64];
-        if (!t)
-            return rp_fail(err, RP_ERR_INVALID, "weights: the model's variable '%s' is missing",
-                           var->name);
-        if (t->shape.ndim != var->shape.ndim ||
-            memcmp(t->shape.dim, var->shape.dim, sizeof(int) * t->shape.ndim) != 0)
-            return rp_fail(err, RP_ERR_INVALID,
-                           "weights: variable '%s' has shape %s in the file but %s in the model",
-                           var->name, rp_shape_to_string(&t->shape, a, sizeof a),
-                           rp_shape_to_string(&var->shape, b, sizeof b));
+        const rp_tensor *t;
+        rp_status st = rp_weights_var(w, var, &t, err);
+        if (st)
+            return st;
         int g = t->groups == 1 ? 0 : group;
         if (g >= t->groups)
             return rp_fail(err, RP_ERR_INVALID,

@@ -96,6 +96,42 @@ rp_status rp_plan_to_json(const rp_plan *p, const rp_profile *profile, char **ou
     return finish(r, out, err);
 }
 
+rp_status rp_plan_options_from_json(rp_plan_options *o, const char *text, size_t len,
+                                    const char *name, rp_error *err) {
+    rp_plan_options_default(o);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root)
+        return rp_fail(err, RP_ERR_PARSE, "%s: not valid JSON", name);
+    const cJSON *opt = cJSON_GetObjectItem(root, "options");
+    if (!opt)
+        opt = root;
+    const cJSON *mach = cJSON_GetObjectItem(opt, "machines"), *bw = cJSON_GetObjectItem(opt, "bandwidths");
+    rp_status st = RP_OK;
+    if (!cJSON_IsArray(mach) || cJSON_GetArraySize(mach) < 1 ||
+        cJSON_GetArraySize(mach) > RP_PLAN_MAX_LEVELS ||
+        (bw && (!cJSON_IsArray(bw) || cJSON_GetArraySize(bw) != cJSON_GetArraySize(mach)))) {
+        st = rp_fail(err, RP_ERR_INVALID,
+                     "%s: 'machines' must list 1 to %d levels, and 'bandwidths' as many", name,
+                     RP_PLAN_MAX_LEVELS);
+        goto done;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, mach) o->machines[o->num_levels++] = e->valueint;
+    int n = 0;
+    cJSON_ArrayForEach(e, bw) o->bandwidth[n++] = e->valuedouble;
+    const cJSON *v = cJSON_GetObjectItem(opt, "memory_size");
+    if (cJSON_IsNumber(v))
+        o->memory_size = v->valuedouble;
+    o->straight = cJSON_IsTrue(cJSON_GetObjectItem(opt, "straight_pipeline"));
+    o->memory_constraint = cJSON_IsTrue(cJSON_GetObjectItem(opt, "use_memory_constraint"));
+    o->fewer_machines = cJSON_IsTrue(cJSON_GetObjectItem(opt, "use_fewer_machines"));
+    v = cJSON_GetObjectItem(opt, "activation_compression_ratio");
+    o->activation_compression = cJSON_IsNumber(v) ? v->valuedouble : 0;
+done:
+    cJSON_Delete(root);
+    return st;
+}
+
 rp_status rp_plan_pipedream_conf(const rp_plan *p, char **out, rp_error *err) {
     cJSON *r = cJSON_CreateObject();
     /* One module per stage, then the loss, which runs on the last stage. */
