@@ -159,5 +159,21 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   fi
 fi
 
+# Workflow: profile a repipe model, plan it, turn the plan into a configuration.
+"$bin" profile --model "$src/examples/fmnist-mlp.model" --micro-batch 8 --repeats 3 --out "$tmp/mlp.txt" >/dev/null 2>&1
+if [ "$(grep -c ' -- ' "$tmp/mlp.txt")" -ge 15 ] && grep -q "^node0 -- Input0 -- " "$tmp/mlp.txt" &&
+   grep -q "^node2 -- linear (layer 1, line 4) -- .*parameter_size=1607680.000$" "$tmp/mlp.txt"; then ok; else bad "profile: $(head -3 "$tmp/mlp.txt")"; fi
+out=$("$bin" plan --profile "$tmp/mlp.txt" --machines 2 --straight --config-out "$tmp/mlp-plan.json" \
+      --base-config "$src/examples/fmnist.json" 2>&1)
+if grep -q "execution configuration written to" <<<"$out" &&
+   "$bin" config check "$tmp/mlp-plan.json" --layers 7 >/dev/null 2>&1 &&
+   grep -q '"micro_batch_size":	64' "$tmp/mlp-plan.json"; then ok; else bad "plan --config-out: $out"; fi
+if [ -f "$vgg" ]; then
+  out=$("$bin" plan --profile "$vgg" --machines 8 2 --bandwidth 4294967296 2147483648 \
+        --activation-compression 1 --config-out "$tmp/vgg.json" 2>&1)
+  if grep -q "replication_factor 2, layers_per_stage \[24, 16\], stage_replication \[7, 1\]" <<<"$out"; then ok; else bad "seed config: $out"; fi
+  expect_grep "seed config workers" "workers needed +16" -- "$bin" config show "$tmp/vgg.json"
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

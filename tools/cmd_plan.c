@@ -20,6 +20,8 @@ static const cli_opt OPTS[] = {
     {"json", 0, "OUT", "write the plan as JSON to OUT ('-' for standard output)"},
     {"graph-out", 0, "FILE", "write the profile with the stage_id of every node"},
     {"pipedream-conf", 0, "FILE", "write PipeDream's hybrid_conf.json"},
+    {"config-out", 0, "FILE", "write the plan as an execution configuration (chain profiles)"},
+    {"base-config", 0, "FILE", "with --config-out: keep this configuration's other settings"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -111,6 +113,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_plan_options o;
     rp_plan_options_default(&o);
     const char *profile = NULL, *json = NULL, *graph_out = NULL, *conf = NULL;
+    const char *config_out = NULL, *base_config = NULL;
     double vals[RP_PLAN_MAX_LEVELS + 1];
     int nbw = 0;
     bool help;
@@ -170,6 +173,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         case 8: json = arg; break;
         case 9: graph_out = arg; break;
         case 10: conf = arg; break;
+        case 11: config_out = arg; break;
+        case 12: base_config = arg; break;
         }
     }
     if (!profile || !o.num_levels) {
@@ -219,6 +224,20 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     if (!json || strcmp(json, "-") != 0)
         print_plan(plan, profile, prof);
+    if (config_out) {
+        rp_config cfg;
+        char explain[512];
+        rp_config_default(&cfg);
+        if ((base_config && rp_config_load_file(&cfg, base_config, &err)) ||
+            rp_plan_to_config(plan, prof, &cfg, explain, sizeof explain, &err) ||
+            rp_config_save_file(&cfg, config_out, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            rc = 1;
+        } else {
+            printf("\nexecution configuration written to %s%s%s:\n  %s\n", config_out,
+                   base_config ? ", based on " : "", base_config ? base_config : "", explain);
+        }
+    }
     rp_plan_free(plan);
     rp_profile_free(prof);
     return rc;

@@ -12,7 +12,9 @@
 
 #include <stdbool.h>
 
+#include "repipe/config.h"
 #include "repipe/core.h"
+#include "repipe/model.h"
 #include "repipe/profile.h"
 
 #ifdef __cplusplus
@@ -90,6 +92,22 @@ void rp_plan_free(rp_plan *plan);
 ** stage_to_rank_map and stage_to_num_ranks). The caller frees *out. */
 rp_status rp_plan_to_json(const rp_plan *plan, const rp_profile *profile, char **out,
                           rp_error *err);
+
+/* Measures a repipe model on this machine: per layer the median forward and
+** backward time of `repeats` runs on `batch` rows, its output bytes and its
+** parameter bytes, as a profile that starts with an Input source and chains
+** the layers in order (PipeDream's optimizer reads it too). */
+rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profile **out,
+                             rp_error *err);
+
+/* Writes a plan of a chain profile (one node per layer after the Input
+** source, as rp_profile_measure makes) into cfg: layers_per_stage,
+** stage_replication and replication_factor; the rest of cfg is kept. A top
+** level that only replicates becomes the replication factor; otherwise every
+** level's stages are flattened into one pipeline. explain (if not NULL)
+** receives a sentence on the mapping. */
+rp_status rp_plan_to_config(const rp_plan *plan, const rp_profile *profile, rp_config *cfg,
+                            char *explain, size_t explain_len, rp_error *err);
 
 /* PipeDream's hybrid_conf.json: module_to_stage_map and stage_to_rank_map. */
 rp_status rp_plan_pipedream_conf(const rp_plan *plan, char **out, rp_error *err);

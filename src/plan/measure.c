@@ -1,0 +1,196 @@
+/*
+** Profiles of repipe models, measured on this machine, and execution
+** configurations from plans of them.
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "repipe/planner.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static char *dupstr(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profile **out,
+                             rp_error *err) {
+    *out = NULL;
+    if (batch < 1 || repeats < 1)
+        return rp_fail(err, RP_ERR_INVALID, "profile: batch and repeats must be >= 1");
+    rp_profile *p = calloc(1, sizeof *p);
+    if (!p || !(p->nodes = calloc(m->num_layers + 1, sizeof(rp_profile_node))) ||
+        !(p->edges = calloc(m->num_layers + 1, sizeof(rp_profile_edge)))) {
+        rp_profile_free(p);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+    double *fw = malloc(sizeof(double) * repeats), *bw = malloc(sizeof(double) * repeats);
+    int32_t *labels = calloc(batch, sizeof(int32_t));
+    int64_t *ids = calloc(batch, sizeof(int64_t));
+    rp_status st = RP_OK;
+    if (!fw || !bw || !labels || !ids) {
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    /* the input: PipeDream's convention, a source named Input */
+    rp_profile_node *in = &p->nodes[p->num_nodes++];
+    in->id = dupstr("node0");
+    in->desc = dupstr("Input0");
+    in->activation_bytes = sizeof(float) * rp_shape_size(&m->input) * (double)batch;
+    in->stage_id = -1;
+    for (int l = 0; l < m->num_layers && !st; l++) {
+        const rp_layer *L = &m->layers[l];
+        rp_net *net = NULL;
+        rp_acts *acts = NULL;
+        if ((st = rp_net_create(m, l, l + 1, batch, &net, err)) ||
+            (st = rp_acts_create(net, batch, &acts, err))) {
+            rp_net_free(net);
+            break;
+        }
+        rp_model_init_params(m, l, l + 1, 1, NULL, rp_net_params(net));
+        size_t ni = rp_net_in_size(net) * batch, no = rp_net_out_size(net) * batch;
+        float *x = malloc(sizeof(float) * ni), *dy = malloc(sizeof(float) * no);
+        if (!x || !dy) {
+            free(x), free(dy);
+            rp_acts_free(acts);
+            rp_net_free(net);
+            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+            break;
+        }
+        for (size_t i = 0; i < ni; i++) /* token ids for embeddings, values otherwise */
+            x[i] = L->type == RP_LAYER_EMBEDDING ? (float)(i % L->vocab) : (float)((i % 17) * 0.1);
+        for (size_t i = 0; i < no; i++)
+            dy[i] = 1e-3f;
+        rp_step_ctx ctx = {.training = true, .sample_id = ids, .labels = labels,
+                           .loss_scale = 1.0 / batch};
+        rp_net_forward(net, acts, x, batch, &ctx, NULL); /* warm up */
+        for (int r = 0; r < repeats; r++) {
+            double t = now();
+            rp_net_forward(net, acts, x, batch, &ctx, NULL);
+            fw[r] = now() - t;
+            t = now();
+            rp_net_backward(net, acts, dy, &ctx, l > 0);
+            bw[r] = now() - t;
+        }
+        qsort(fw, repeats, sizeof(double), cmp_double);
+        qsort(bw, repeats, sizeof(double), cmp_double);
+        rp_profile_node *n = &p->nodes[p->num_nodes];
+        char id[32], desc[96];
+        snprintf(id, sizeof id, "node%d", l + 1);
+        snprintf(desc, sizeof desc, "%s (layer %d, line %d)", rp_layer_name(L->type), l, L->line);
+        n->id = dupstr(id);
+        n->desc = dupstr(desc);
+        n->forward_ms = fw[repeats / 2] * 1e3;
+        n->backward_ms = bw[repeats / 2] * 1e3;
+        n->activation_bytes = sizeof(float) * (double)no;
+        n->parameter_bytes = sizeof(float) * (double)L->param_count;
+        n->stage_id = -1;
+        n->line = L->line;
+        p->num_nodes++;
+        p->edges[p->num_edges++] = (rp_profile_edge){l, l + 1, 0};
+        free(x), free(dy);
+        rp_acts_free(acts);
+        rp_net_free(net);
+        if (!n->id || !n->desc)
+            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+done:
+    free(fw), free(bw), free(labels), free(ids);
+    if (st) {
+        rp_profile_free(p);
+        return st;
+    }
+    *out = p;
+    return RP_OK;
+}
+
+rp_status rp_plan_to_config(const rp_plan *plan, const rp_profile *prof, rp_config *cfg,
+                            char *explain, size_t explain_len, rp_error *err) {
+    int S = plan->num_stages;
+    if (S > RP_MAX_STAGES)
+        return rp_fail(err, RP_ERR_INVALID, "the plan has %d stages, more than %d", S,
+                       RP_MAX_STAGES);
+    /* layers: the profile's nodes in topological order (Kahn, ties by file
+    ** order; a chain has one order), Input sources left out */
+    int n = prof->num_nodes, counts[RP_MAX_STAGES] = {0}, last = 0;
+    int *indeg = calloc(n, sizeof(int)), *order = malloc(sizeof(int) * (n ? n : 1));
+    if (!indeg || !order) {
+        free(indeg), free(order);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+    for (int e = 0; e < prof->num_edges; e++)
+        indeg[prof->edges[e].to]++;
+    int head = 0, tail = 0;
+    for (int i = 0; i < n; i++)
+        if (!indeg[i])
+            order[tail++] = i;
+    while (head < tail) {
+        int u = order[head++];
+        for (int e = 0; e < prof->num_edges; e++)
+            if (prof->edges[e].from == u && --indeg[prof->edges[e].to] == 0)
+                order[tail++] = prof->edges[e].to;
+    }
+    rp_status bad = RP_OK;
+    for (int k = 0; k < tail && !bad; k++) {
+        int i = order[k], st = plan->node_stage[i];
+        if (strncmp(prof->nodes[i].desc, "Input", 5) == 0 || st < 0)
+            continue;
+        if (st < last)
+            bad = rp_fail(err, RP_ERR_INVALID,
+                          "the plan puts node %s (line %d) in stage %d after a node of stage "
+                          "%d: its stages are not consecutive runs of the profile's layers, so "
+                          "they are not layers_per_stage",
+                          prof->nodes[i].id, prof->nodes[i].line, st, last);
+        last = st;
+        counts[st]++;
+    }
+    free(indeg), free(order);
+    if (bad)
+        return bad;
+    /* a top level that only replicates is the replication factor */
+    int R = plan->levels[0].num_stages == 1 ? plan->levels[0].stages[0].replication : 1;
+    cfg->replication_factor = R;
+    cfg->layers_per_stage.count = S;
+    cfg->stage_replication_count = S;
+    for (int k = 0; k < S; k++) {
+        cfg->layers_per_stage.layers[k] = counts[k];
+        cfg->stage_replication[k] = plan->stage_num_ranks[k] / R;
+    }
+    if (cfg->matmul_proportion_count != 1 && cfg->matmul_proportion_count != S) {
+        cfg->matmul_proportion_count = 1; /* a per-stage list of the old pipeline */
+    }
+    cfg->grouping_set = false;
+    cfg->replica_grouping = rp_grouping_all(R);
+    if (explain) {
+        size_t at = (size_t)snprintf(explain, explain_len, "replication_factor %d, layers_per_stage [", R);
+        for (int k = 0; k < S && at < explain_len; k++)
+            at += (size_t)snprintf(explain + at, explain_len - at, "%s%d", k ? ", " : "", counts[k]);
+        at += at < explain_len ? (size_t)snprintf(explain + at, explain_len - at, "], stage_replication [") : 0;
+        for (int k = 0; k < S && at < explain_len; k++)
+            at += (size_t)snprintf(explain + at, explain_len - at, "%s%d", k ? ", " : "",
+                                   cfg->stage_replication[k]);
+        if (at < explain_len)
+            snprintf(explain + at, explain_len - at, "]: %s",
+                     R > 1 ? "the top level replicates the whole pipeline, so its copies are "
+                             "the replicas"
+                           : "the stages of every level are flattened into one pipeline, each "
+                             "stage on as many workers as the plan gives it");
+    }
+    return RP_OK;
+}

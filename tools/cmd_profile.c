@@ -1,0 +1,81 @@
+/*
+** repipe profile: measures a model's layers and writes PipeDream's graph.txt.
+*/
+#include <stdlib.h>
+
+#include "cli.h"
+#include "repipe/repipe.h"
+
+static const cli_opt OPTS[] = {
+    {"model", 'm', "FILE", "model spec (required)"},
+    {"micro-batch", 'b', "B", "rows per forward and backward [64]"},
+    {"repeats", 'r', "N", "timed runs per layer; the median is kept [20]"},
+    {"out", 'o', "FILE", "where to write the profile (required)"},
+    {NULL, 0, NULL, NULL},
+};
+
+static int run(const cli_cmd *cmd, int argc, char **argv) {
+    const char *model_path = NULL, *out = NULL;
+    long long batch = 64, repeats = 20;
+    bool help;
+    const char *arg;
+    for (;;) {
+        int o = cli_next(cmd, argc, argv, &arg, &help);
+        if (o == -2)
+            return help ? 0 : 2;
+        if (o == -1) {
+            if (optind < argc) {
+                cli_error(cmd, "unexpected argument '%s'", argv[optind]);
+                return 2;
+            }
+            break;
+        }
+        if ((o == 1 && !cli_int("micro-batch", arg, 1, 1 << 20, &batch)) ||
+            (o == 2 && !cli_int("repeats", arg, 1, 100000, &repeats)))
+            return 2;
+        if (o == 0)
+            model_path = arg;
+        if (o == 3)
+            out = arg;
+    }
+    if (!model_path || !out) {
+        cli_error(cmd, "--model and --out are required (see 'repipe profile --help')");
+        return 2;
+    }
+    rp_error err;
+    rp_model *m;
+    rp_profile *p;
+    if (rp_model_load(&m, model_path, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    rp_fpu_fast_denormals();
+    int rc = 0;
+    if (rp_profile_measure(m, (int)batch, (int)repeats, &p, &err) ||
+        rp_profile_write(p, NULL, out, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        rc = 1;
+    } else {
+        double total = 0;
+        for (int i = 0; i < p->num_nodes; i++)
+            total += p->nodes[i].forward_ms + p->nodes[i].backward_ms;
+        printf("%d layers of %s measured on micro-batches of %lld (median of %lld runs): "
+               "%.3f ms forward + backward in all\nprofile written to %s\n",
+               m->num_layers, model_path, batch, repeats, total, out);
+        rp_profile_free(p);
+    }
+    rp_model_free(m);
+    return rc;
+}
+
+const cli_cmd cmd_profile = {
+    "profile",
+    "measure a model's layers and write a profile for the planner",
+    "--model FILE --out graph.txt [--micro-batch B] [--repeats N]",
+    "The profile is PipeDream's graph.txt: an Input source, then one node per\n"
+    "layer with its median forward and backward time (ms), output bytes and\n"
+    "parameter bytes, chained in order. 'repipe plan --profile graph.txt\n"
+    "--config-out exec.json' turns it into an execution configuration.",
+    OPTS,
+    run,
+};
