@@ -175,5 +175,11 @@ if [ -f "$vgg" ]; then
   expect_grep "seed config workers" "workers needed +16" -- "$bin" config show "$tmp/vgg.json"
 fi
 
+# Simulation of a 2-stage pipeline from a profile: a time and a timeline.
+printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [3, -1]}\n' > "$tmp/p2.json"
+out=$("$bin" simulate --config "$tmp/p2.json" --profile "$tmp/mlp.txt" --svg "$tmp/t.svg" 2>&1)
+if grep -qE "^predicted time per update +[0-9.]+ ms" <<<"$out" && grep -q "<svg" "$tmp/t.svg" &&
+   [ "$(grep -c 'fill="#4e79a7"' "$tmp/t.svg")" = 8 ]; then ok; else bad "simulate: $out"; fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

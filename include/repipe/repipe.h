@@ -14,5 +14,7 @@
 #include "repipe/model.h"
 #include "repipe/data.h"
 #include "repipe/session.h"
+#include "repipe/schedule.h"
+#include "repipe/simulate.h"
 
 #endif /* REPIPE_H */

@@ -1,0 +1,192 @@
+/*
+** repipe simulate: predicts an update's time from a profile and draws the
+** schedule; with --model, also measures it.
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "repipe/repipe.h"
+
+static const cli_opt OPTS[] = {
+    {"config", 'c', "FILE", "execution configuration, e.g. from 'repipe plan --config-out' (required)"},
+    {"profile", 'f', "FILE", "per-layer profile, e.g. from 'repipe profile' (required)"},
+    {"profile-batch", 'b', "B", "micro-batch the profile was measured on [the config's]"},
+    {"svg", 's', "FILE", "draw the schedule: one row per worker"},
+    {"model", 'm', "FILE", "also run the configuration with this model and measure it"},
+    {NULL, 0, NULL, NULL},
+};
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Median time of an update over a few host calls of Fashion-MNIST samples
+** (the median, as the profile's times are). */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static rp_status measure(const char *model_path, const rp_config *cfg, double *best,
+                         rp_error *err) {
+    rp_model *m = NULL;
+    rp_dataset *d = NULL;
+    rp_session *s = NULL;
+    rp_status st;
+    if ((st = rp_model_load(&m, model_path, err)) ||
+        (st = rp_dataset_load_idx(&d, RP_FASHION_MNIST_DIR, true, err)) ||
+        (st = rp_session_create(m, cfg, &s, err)))
+        goto done;
+    long long per = rp_session_samples_per_call(s);
+    size_t in = rp_shape_size(&d->sample);
+    float *x = malloc(sizeof(float) * per * in);
+    int32_t *y = malloc(sizeof(int32_t) * per);
+    int64_t *ids = malloc(sizeof(int64_t) * per);
+    if (!x || !y || !ids) {
+        free(x), free(y), free(ids);
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (long long i = 0; i < per; i++)
+        ids[i] = i % d->n;
+    rp_dataset_gather(d, ids, (int)per, x, y);
+    double times[25];
+    int nt = 0;
+    for (int k = 0; k < 25 && !st; k++) {
+        rp_result r;
+        double t = now();
+        st = rp_session_run(s, x, y, ids, &r, err);
+        t = (now() - t) / cfg->device_iterations;
+        if (k >= 3)
+            times[nt++] = t;
+    }
+    qsort(times, nt, sizeof(double), cmp_double);
+    *best = nt ? times[nt / 2] : 0;
+    free(x), free(y), free(ids);
+done:
+    rp_session_free(s);
+    rp_dataset_free(d);
+    rp_model_free(m);
+    return st;
+}
+
+static int run(const cli_cmd *cmd, int argc, char **argv) {
+    const char *config_path = NULL, *profile_path = NULL, *svg = NULL, *model = NULL;
+    long long pbatch = 0;
+    bool help;
+    const char *arg;
+    for (;;) {
+        int o = cli_next(cmd, argc, argv, &arg, &help);
+        if (o == -2)
+            return help ? 0 : 2;
+        if (o == -1) {
+            if (optind < argc) {
+                cli_error(cmd, "unexpected argument '%s'", argv[optind]);
+                return 2;
+            }
+            break;
+        }
+        if (o == 2 && !cli_int("profile-batch", arg, 1, 1 << 20, &pbatch))
+            return 2;
+        const char **dst[] = {&config_path, &profile_path, NULL, &svg, &model};
+        if (dst[o])
+            *dst[o] = arg;
+    }
+    if (!config_path || !profile_path) {
+        cli_error(cmd, "--config and --profile are required (see 'repipe simulate --help')");
+        return 2;
+    }
+    rp_error err;
+    rp_config cfg;
+    rp_profile *p;
+    if (rp_config_load_file(&cfg, config_path, &err) || rp_profile_read(&p, profile_path, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    /* the layers: the profile's nodes in topological order, Input left out */
+    int n = p->num_nodes, L = 0;
+    double *fw = calloc(n + 1, sizeof(double)), *bw = calloc(n + 1, sizeof(double));
+    double *ob = calloc(n + 1, sizeof(double)), *pb = calloc(n + 1, sizeof(double));
+    int *indeg = calloc(n + 1, sizeof(int)), *order = malloc(sizeof(int) * (n + 1));
+    int rc = 1;
+    if (!fw || !bw || !ob || !pb || !indeg || !order) {
+        cli_error(cmd, "out of memory");
+        goto done;
+    }
+    for (int e = 0; e < p->num_edges; e++)
+        indeg[p->edges[e].to]++;
+    int head = 0, tail = 0;
+    for (int i = 0; i < n; i++)
+        if (!indeg[i])
+            order[tail++] = i;
+    while (head < tail) {
+        int u = order[head++];
+        for (int e = 0; e < p->num_edges; e++)
+            if (p->edges[e].from == u && --indeg[p->edges[e].to] == 0)
+                order[tail++] = p->edges[e].to;
+    }
+    for (int k = 0; k < tail; k++) {
+        const rp_profile_node *nd = &p->nodes[order[k]];
+        if (strncmp(nd->desc, "Input", 5) == 0)
+            continue;
+        fw[L] = nd->forward_ms;
+        bw[L] = nd->backward_ms;
+        ob[L] = nd->activation_bytes;
+        pb[L] = nd->parameter_bytes;
+        L++;
+    }
+    rp_sim_options opt = {pbatch ? (double)pbatch : cfg.micro_batch_size, 1e10, 2e-5};
+    rp_sim_result res;
+    if (rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    rp_derived d;
+    rp_config_derive(&cfg, &d);
+    printf("%s: %d workers, %d stages, %d micro-batches of %d per replica\n", config_path,
+           d.workers, d.stages, cfg.gradient_accumulation_steps, cfg.micro_batch_size);
+    printf("predicted time per update   %.3f ms  (%.0f samples/s)\n", res.update_time * 1e3,
+           d.samples_per_update / res.update_time);
+    if (svg) {
+        if (rp_sim_svg(&res, config_path, svg, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            rp_sim_result_free(&res);
+            goto done;
+        }
+        printf("timeline written to %s\n", svg);
+    }
+    if (model) {
+        double t = 0;
+        if (measure(model, &cfg, &t, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            rp_sim_result_free(&res);
+            goto done;
+        }
+        printf("measured time per update    %.3f ms  (%.0f samples/s): prediction %+.1f %%\n",
+               t * 1e3, d.samples_per_update / t, 100 * (res.update_time - t) / t);
+    }
+    rp_sim_result_free(&res);
+    rc = 0;
+done:
+    free(fw), free(bw), free(ob), free(pb), free(indeg), free(order);
+    rp_profile_free(p);
+    return rc;
+}
+
+const cli_cmd cmd_simulate = {
+    "simulate",
+    "predict a configuration's time per update from a profile, and draw its schedule",
+    "--config FILE --profile FILE [--svg timeline.svg] [--model FILE]",
+    "Every worker's checked operation list is played on its own clock: compute\n"
+    "takes the profile's time (scaled to the micro-batch), a receive waits for\n"
+    "its send, a reduction for its group. Each worker is assumed to have a core\n"
+    "of its own. With --model the configuration is also run on Fashion-MNIST and\n"
+    "the measured time per update printed beside the prediction.",
+    OPTS,
+    run,
+};
