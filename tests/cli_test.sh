@@ -181,5 +181,17 @@ out=$("$bin" simulate --config "$tmp/p2.json" --profile "$tmp/mlp.txt" --svg "$t
 if grep -qE "^predicted time per update +[0-9.]+ ms" <<<"$out" && grep -q "<svg" "$tmp/t.svg" &&
    [ "$(grep -c 'fill="#4e79a7"' "$tmp/t.svg")" = 8 ]; then ok; else bad "simulate: $out"; fi
 
+# A plan file runs directly: train and simulate take its stages and replication.
+"$bin" plan --profile "$tmp/mlp.txt" --machines 2 --straight --json "$tmp/mlp-plan.json" >/dev/null 2>&1
+if grep -q '"execution_config"' "$tmp/mlp-plan.json"; then ok; else bad "plan json has no execution_config"; fi
+expect_grep "simulate --plan" "^predicted time per update" -- "$bin" simulate --plan "$tmp/mlp-plan.json" \
+  --config "$src/examples/fmnist.json" --profile "$tmp/mlp.txt"
+expect_fail "plan over device memory" 1 "more than --device-memory" -- "$bin" plan --profile "$tmp/mlp.txt" \
+  --machines 2 --straight --schedule gpipe --micro-batches 8 --device-memory 1000
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  expect_grep "train --plan" "^2 workers \(local backend\), 2 stages" -- "$bin" train --model "$src/examples/fmnist-mlp.model" \
+    --config "$src/examples/fmnist.json" --plan "$tmp/mlp-plan.json" --updates 5
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -10,6 +10,8 @@
 #include <getopt.h> /* optind */
 #include <stdio.h>
 
+#include "repipe/core.h"
+
 typedef struct cli_opt {
     const char *name;    /* long name, without the dashes */
     int short_name;      /* 0 if none */
@@ -43,6 +45,9 @@ bool cli_double(const char *opt, const char *text, double *out);
 ** first is optarg; more are taken from argv while they parse as numbers. */
 int cli_double_list(const char *opt, const char *first, int argc, char **argv, double *out,
                     int max);
+
+/* Reads a whole file (a plan) into a NUL-terminated buffer. */
+rp_status cli_read_file(const char *path, char **text, size_t *len, rp_error *err);
 
 /* Prints "repipe NAME: message" to stderr. */
 void cli_error(const cli_cmd *cmd, const char *fmt, ...)

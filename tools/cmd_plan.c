@@ -22,6 +22,9 @@ static const cli_opt OPTS[] = {
     {"pipedream-conf", 0, "FILE", "write PipeDream's hybrid_conf.json"},
     {"config-out", 0, "FILE", "write the plan as an execution configuration (chain profiles)"},
     {"base-config", 0, "FILE", "with --config-out: keep this configuration's other settings"},
+    {"schedule", 0, "gpipe|1f1b", "also predict repipe's engine running the plan with this schedule"},
+    {"micro-batches", 0, "M", "with --schedule: micro-batches per replica and update [8]"},
+    {"device-memory", 0, "BYTES", "with --schedule: reject a plan whose workers need more"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -109,11 +112,66 @@ static void print_plan(const rp_plan *p, const char *profile_path, const rp_prof
            p->pipeline_time, p->speedup_vs_single, p->speedup_vs_dp);
 }
 
+/* The plan run by repipe's engine: its time per update with the flush of
+** the schedule (the bubble) and each stage's memory. */
+static int engine_mode(const cli_cmd *cmd, const rp_plan *plan, const rp_profile *prof,
+                       const char *base_config, const char *schedule, int M, double device_memory,
+                       double bandwidth) {
+    rp_config cfg;
+    rp_error err;
+    rp_config_default(&cfg);
+    if (base_config && rp_config_load_file(&cfg, base_config, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    cfg.gradient_accumulation_steps = M;
+    cfg.schedule = strcmp(schedule, "gpipe") == 0 ? RP_SCHEDULE_GPIPE : RP_SCHEDULE_1F1B;
+    double *fw = NULL, *bw = NULL, *ob = NULL, *pb = NULL;
+    int L = 0, rc = 1;
+    rp_sim_result res = {0};
+    /* the profile's times are per micro-batch as profiled: no rescaling */
+    rp_sim_options opt = {cfg.micro_batch_size, bandwidth, 2e-5, 1};
+    if (rp_plan_to_config(plan, prof, &cfg, NULL, 0, &err) ||
+        rp_profile_layers(prof, &fw, &bw, &ob, &pb, NULL, &L, &err) ||
+        rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    rp_derived d;
+    rp_config_derive(&cfg, &d);
+    printf("\nrepipe's engine, %s with %d micro-batches per replica and update (micro-batches as "
+           "profiled):\n",
+           schedule, M);
+    printf("  predicted %.6f s per update, %.6f s per micro-batch (flush included; %.2fx the "
+           "plan's steady-state time)\n",
+           res.update_time, res.update_time / M,
+           res.update_time / M / plan->pipeline_time);
+    rc = 0;
+    for (int s = 0; s < res.stages; s++) {
+        bool over = device_memory > 0 && res.stage_bytes[s] > device_memory;
+        printf("  stage %d: a worker holds %.1f MB (parameters, gradients, activations in "
+               "flight)%s\n",
+               s, res.stage_bytes[s] / 1e6, over ? "  > device memory" : "");
+        if (over)
+            rc = 1;
+    }
+    if (rc)
+        cli_error(cmd, "the plan needs more than --device-memory %.0f bytes on a worker; try "
+                       "more machines, --memory-constraint, or fewer micro-batches with 1f1b",
+                  device_memory);
+done:
+    rp_sim_result_free(&res);
+    free(fw), free(bw), free(ob), free(pb);
+    return rc;
+}
+
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_plan_options o;
     rp_plan_options_default(&o);
     const char *profile = NULL, *json = NULL, *graph_out = NULL, *conf = NULL;
-    const char *config_out = NULL, *base_config = NULL;
+    const char *config_out = NULL, *base_config = NULL, *schedule = NULL;
+    long long micro_batches = 8;
+    double device_memory = 0;
     double vals[RP_PLAN_MAX_LEVELS + 1];
     int nbw = 0;
     bool help;
@@ -175,6 +233,21 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         case 10: conf = arg; break;
         case 11: config_out = arg; break;
         case 12: base_config = arg; break;
+        case 13:
+            if (strcmp(arg, "gpipe") != 0 && strcmp(arg, "1f1b") != 0) {
+                cli_error(cmd, "--schedule: '%s' is not 'gpipe' or '1f1b'", arg);
+                return 2;
+            }
+            schedule = arg;
+            break;
+        case 14:
+            if (!cli_int(name, arg, 1, 1 << 20, &micro_batches))
+                return 2;
+            break;
+        case 15:
+            if (!cli_double(name, arg, &device_memory) || device_memory < 0)
+                return 2;
+            break;
         }
     }
     if (!profile || !o.num_levels) {
@@ -224,6 +297,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     if (!json || strcmp(json, "-") != 0)
         print_plan(plan, profile, prof);
+    if (schedule && rc == 0)
+        rc = engine_mode(cmd, plan, prof, base_config, schedule, (int)micro_batches,
+                         device_memory, o.bandwidth[0]);
     if (config_out) {
         rp_config cfg;
         char explain[512];

@@ -6,16 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "repipe/repipe.h"
 
 static const cli_opt OPTS[] = {
-    {"config", 'c', "FILE", "execution configuration, e.g. from 'repipe plan --config-out' (required)"},
+    {"config", 'c', "FILE", "execution configuration, e.g. from 'repipe plan --config-out'"},
+    {"plan", 'p', "FILE", "a plan ('repipe plan --json'): its stages and replication"},
     {"profile", 'f', "FILE", "per-layer profile, e.g. from 'repipe profile' (required)"},
     {"profile-batch", 'b', "B", "micro-batch the profile was measured on [the config's]"},
     {"svg", 's', "FILE", "draw the schedule: one row per worker"},
     {"model", 'm', "FILE", "also run the configuration with this model and measure it"},
+    {"cores", 0, "N", "cores the workers share [this machine's]; fewer than workers slows them"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -77,7 +80,8 @@ done:
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *config_path = NULL, *profile_path = NULL, *svg = NULL, *model = NULL;
-    long long pbatch = 0;
+    const char *plan = NULL;
+    long long pbatch = 0, cores = sysconf(_SC_NPROCESSORS_ONLN);
     bool help;
     const char *arg;
     for (;;) {
@@ -91,67 +95,65 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             }
             break;
         }
-        if (o == 2 && !cli_int("profile-batch", arg, 1, 1 << 20, &pbatch))
+        if ((o == 3 && !cli_int("profile-batch", arg, 1, 1 << 20, &pbatch)) ||
+            (o == 6 && !cli_int("cores", arg, 1, 1 << 20, &cores)))
             return 2;
-        const char **dst[] = {&config_path, &profile_path, NULL, &svg, &model};
+        if (o == 6)
+            continue;
+        const char **dst[] = {&config_path, &plan, &profile_path, NULL, &svg, &model};
         if (dst[o])
             *dst[o] = arg;
     }
-    if (!config_path || !profile_path) {
-        cli_error(cmd, "--config and --profile are required (see 'repipe simulate --help')");
+    if ((!config_path && !plan) || !profile_path) {
+        cli_error(cmd, "--profile and --config or --plan are required (see 'repipe simulate --help')");
         return 2;
     }
     rp_error err;
     rp_config cfg;
     rp_profile *p;
-    if (rp_config_load_file(&cfg, config_path, &err) || rp_profile_read(&p, profile_path, &err)) {
+    rp_config_default(&cfg);
+    if ((config_path && rp_config_load_file(&cfg, config_path, &err)) ||
+        rp_profile_read(&p, profile_path, &err)) {
         cli_error(cmd, "%s", err.msg);
         return 1;
     }
-    /* the layers: the profile's nodes in topological order, Input left out */
-    int n = p->num_nodes, L = 0;
-    double *fw = calloc(n + 1, sizeof(double)), *bw = calloc(n + 1, sizeof(double));
-    double *ob = calloc(n + 1, sizeof(double)), *pb = calloc(n + 1, sizeof(double));
-    int *indeg = calloc(n + 1, sizeof(int)), *order = malloc(sizeof(int) * (n + 1));
+    if (plan) {
+        char *text;
+        size_t len;
+        rp_status ps = cli_read_file(plan, &text, &len, &err);
+        if (!ps) {
+            ps = rp_config_apply_plan(&cfg, text, len, plan, &err);
+            free(text);
+        }
+        if (ps) {
+            cli_error(cmd, "%s", err.msg);
+            rp_profile_free(p);
+            return 1;
+        }
+        if (!config_path)
+            config_path = plan;
+    }
+    int L = 0;
+    double *fw = NULL, *bw = NULL, *ob = NULL, *pb = NULL;
     int rc = 1;
-    if (!fw || !bw || !ob || !pb || !indeg || !order) {
-        cli_error(cmd, "out of memory");
-        goto done;
-    }
-    for (int e = 0; e < p->num_edges; e++)
-        indeg[p->edges[e].to]++;
-    int head = 0, tail = 0;
-    for (int i = 0; i < n; i++)
-        if (!indeg[i])
-            order[tail++] = i;
-    while (head < tail) {
-        int u = order[head++];
-        for (int e = 0; e < p->num_edges; e++)
-            if (p->edges[e].from == u && --indeg[p->edges[e].to] == 0)
-                order[tail++] = p->edges[e].to;
-    }
-    for (int k = 0; k < tail; k++) {
-        const rp_profile_node *nd = &p->nodes[order[k]];
-        if (strncmp(nd->desc, "Input", 5) == 0)
-            continue;
-        fw[L] = nd->forward_ms;
-        bw[L] = nd->backward_ms;
-        ob[L] = nd->activation_bytes;
-        pb[L] = nd->parameter_bytes;
-        L++;
-    }
-    rp_sim_options opt = {pbatch ? (double)pbatch : cfg.micro_batch_size, 1e10, 2e-5};
-    rp_sim_result res;
-    if (rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
+    if (rp_profile_layers(p, &fw, &bw, &ob, &pb, NULL, &L, &err)) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
     rp_derived d;
     rp_config_derive(&cfg, &d);
+    double share = cores > 0 && d.workers > cores ? (double)d.workers / cores : 1;
+    rp_sim_options opt = {pbatch ? (double)pbatch : cfg.micro_batch_size, 1e10, 2e-5, share};
+    rp_sim_result res;
+    if (rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
     printf("%s: %d workers, %d stages, %d micro-batches of %d per replica\n", config_path,
            d.workers, d.stages, cfg.gradient_accumulation_steps, cfg.micro_batch_size);
-    printf("predicted time per update   %.3f ms  (%.0f samples/s)\n", res.update_time * 1e3,
-           d.samples_per_update / res.update_time);
+    printf("predicted time per update   %.3f ms  (%.0f samples/s)%s\n", res.update_time * 1e3,
+           d.samples_per_update / res.update_time,
+           share > 1 ? "  (workers share the cores: compute stretched)" : "");
     if (svg) {
         if (rp_sim_svg(&res, config_path, svg, &err)) {
             cli_error(cmd, "%s", err.msg);
@@ -173,7 +175,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_sim_result_free(&res);
     rc = 0;
 done:
-    free(fw), free(bw), free(ob), free(pb), free(indeg), free(order);
+    free(fw), free(bw), free(ob), free(pb);
     rp_profile_free(p);
     return rc;
 }
@@ -181,7 +183,9 @@ done:
 const cli_cmd cmd_simulate = {
     "simulate",
     "predict a configuration's time per update from a profile, and draw its schedule",
-    "--config FILE --profile FILE [--svg timeline.svg] [--model FILE]",
+    "--profile FILE (--config FILE | --plan FILE [--config FILE]) [--svg F] [--model FILE]",
+    "--plan takes the stages and replication of a plan written by 'repipe plan\n"
+    "--json'; --config adds the batch, accumulation and schedule (or gives all).\n"
     "Every worker's checked operation list is played on its own clock: compute\n"
     "takes the profile's time (scaled to the micro-batch), a receive waits for\n"
     "its send, a reduction for its group. Each worker is assumed to have a core\n"

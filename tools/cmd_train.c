@@ -22,6 +22,7 @@ static const cli_opt OPTS[] = {
     {"log-every", 0, "N", "updates between log lines when not on a terminal [1/10 epoch]"},
     {"backend", 'b', "local|mpi", "workers as threads, or as MPI ranks under mpirun [local]"},
     {"trace", 't', "FILE", "write a Chrome trace-event JSON of every worker's operations"},
+    {"plan", 'p', "FILE", "run this plan ('repipe plan --json'): its stages and replication"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -66,7 +67,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *save = NULL, *load = NULL, *json_log = NULL;
     long long epochs = 0, updates = 0, log_every = 0;
     bool use_mpi = false;
-    const char *trace = NULL;
+    const char *trace = NULL, *plan = NULL;
     bool help;
     const char *arg;
     for (;;) {
@@ -100,6 +101,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                 return 2;
             break;
         case 10: trace = arg; break;
+        case 11: plan = arg; break;
         case 9:
             if (strcmp(arg, "mpi") == 0)
                 use_mpi = true;
@@ -138,6 +140,17 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         goto fail;
     for (int i = 0; lead && i < cfg.num_warnings; i++)
         fprintf(stderr, "warning: %s\n", cfg.warnings[i]);
+    if (plan) {
+        char *text;
+        size_t len;
+        rp_status ps = cli_read_file(plan, &text, &len, &err);
+        if (!ps) {
+            ps = rp_config_apply_plan(&cfg, text, len, plan, &err);
+            free(text);
+        }
+        if (ps)
+            goto fail;
+    }
     if (rp_dataset_load_idx(&train, data, true, &err) ||
         rp_dataset_load_idx(&test, data, false, &err))
         goto fail;

@@ -99,6 +99,12 @@ rp_status rp_config_load_string(rp_config *cfg, const char *text, size_t len, co
                                 rp_error *err);
 rp_status rp_config_load_file(rp_config *cfg, const char *path, rp_error *err);
 
+/* Applies the "execution_config" object of a plan written by `repipe plan
+** --json` (replication_factor, layers_per_stage, stage_replication) to cfg,
+** keeping its other settings. */
+rp_status rp_config_apply_plan(rp_config *cfg, const char *plan_text, size_t len,
+                               const char *name, rp_error *err);
+
 /* Writes cfg as repipe JSON (its own keys only). The caller frees *out. */
 rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err);
 rp_status rp_config_save_file(const rp_config *cfg, const char *path, rp_error *err);

@@ -55,6 +55,13 @@ rp_status rp_profile_to_string(const rp_profile *p, const int *stage_ids, char *
 rp_status rp_profile_write(const rp_profile *p, const int *stage_ids, const char *path,
                            rp_error *err);
 
+/* The profile's layers: its nodes in topological order (ties by file
+** order), Input sources left out, as parallel arrays (forward and backward
+** ms, output and parameter bytes) of *n entries. The caller frees each. */
+rp_status rp_profile_layers(const rp_profile *p, double **fwd_ms, double **bwd_ms,
+                            double **out_bytes, double **param_bytes, int **node, int *n,
+                            rp_error *err);
+
 /* Index of the node with this id, or -1. */
 int rp_profile_find(const rp_profile *p, const char *id);
 

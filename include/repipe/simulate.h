@@ -19,6 +19,8 @@ typedef struct rp_sim_options {
     double profile_batch; /* rows the profile's times were measured on */
     double bandwidth;     /* bytes/s between workers [1e10: shared memory] */
     double latency;       /* seconds per message [2e-5] */
+    double compute_scale; /* compute takes this many times the profile's [1]; e.g.
+                          ** workers / cores when workers share cores */
 } rp_sim_options;
 
 typedef struct rp_sim_event {
@@ -28,7 +30,11 @@ typedef struct rp_sim_event {
 
 typedef struct rp_sim_result {
     double update_time; /* seconds */
-    int workers;
+    int workers, stages;
+    /* A worker of each stage holds its parameters and gradients and the
+    ** activations of every micro-batch it has in flight (optimizer state
+    ** not counted), in bytes. */
+    double stage_bytes[RP_MAX_STAGES];
     int num_events;
     rp_sim_event *events;
 } rp_sim_result;

@@ -12,10 +12,12 @@
 ** into the receiver's, outside the lock. All waits block on one condition
 ** variable; a failure sets a flag and wakes everybody.
 */
+#define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm_impl.h"
 
@@ -41,6 +43,7 @@ typedef struct lreq {
 
 struct rp_world {
     int size;
+    bool spin; /* every worker has a core: waiters may spin before sleeping */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool failed;
@@ -67,6 +70,7 @@ rp_status rp_world_create(int size, rp_world **out, rp_error *err) {
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
     w->size = size;
+    w->spin = size <= sysconf(_SC_NPROCESSORS_ONLN);
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     for (int r = 0; r < size; r++) {
@@ -120,6 +124,8 @@ static inline void cpu_relax(void) {
 /* Spins, with the world's mutex released, until *flag differs from `from`
 ** or the world fails; returns with the mutex held again. */
 static void spin_unlocked(rp_world *w, const unsigned long *flag, unsigned long from) {
+    if (!w->spin) /* oversubscribed: a spinning waiter would slow the workers it waits for */
+        return;
     pthread_mutex_unlock(&w->mu);
     for (int i = 0; i < SPIN_LIMIT; i++) {
         if (__atomic_load_n(flag, __ATOMIC_ACQUIRE) != from ||

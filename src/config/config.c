@@ -581,6 +581,45 @@ rp_status rp_config_load_file(rp_config *cfg, const char *path, rp_error *err) {
     return s;
 }
 
+rp_status rp_config_apply_plan(rp_config *cfg, const char *plan_text, size_t len,
+                               const char *name, rp_error *err) {
+    cJSON *root = cJSON_ParseWithLength(plan_text, len);
+    if (!root)
+        return rp_fail(err, RP_ERR_PARSE, "%s: not valid JSON", name);
+    const cJSON *ec = cJSON_GetObjectItem(root, "execution_config");
+    rp_status s = RP_OK;
+    if (!cJSON_IsObject(ec)) {
+        s = rp_fail(err, RP_ERR_INVALID,
+                    "%s: no 'execution_config': the plan's profile was not a chain of layers "
+                    "(write one with 'repipe plan --json' from a 'repipe profile' profile)",
+                    name);
+        goto done;
+    }
+    /* through the loader, so that every value is validated */
+    char *text = cJSON_PrintUnformatted(ec);
+    if (!text) {
+        s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    rp_config part;
+    s = rp_config_load_string(&part, text, strlen(text), name, err);
+    cJSON_free(text);
+    if (s)
+        goto done;
+    cfg->replication_factor = part.replication_factor;
+    cfg->layers_per_stage = part.layers_per_stage;
+    cfg->stage_replication_count = part.stage_replication_count;
+    memcpy(cfg->stage_replication, part.stage_replication, sizeof part.stage_replication);
+    cfg->grouping_set = false;
+    cfg->replica_grouping = rp_grouping_all(cfg->replication_factor);
+    if (cfg->matmul_proportion_count != 1 &&
+        cfg->matmul_proportion_count != cfg->layers_per_stage.count)
+        cfg->matmul_proportion_count = 1;
+done:
+    cJSON_Delete(root);
+    return s;
+}
+
 /* ---- saving ------------------------------------------------------------- */
 
 const char *rp_output_mode_name(rp_output_mode m) {

@@ -26,11 +26,12 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     }
     int P = plan->stages, W = plan->workers;
     double tf[RP_MAX_STAGES], tb[RP_MAX_STAGES], act[RP_MAX_STAGES], par[RP_MAX_STAGES];
+    double scale = opt->compute_scale > 0 ? opt->compute_scale : 1;
     for (int s = 0, l = 0; s < P; s++) {
         tf[s] = tb[s] = par[s] = 0;
         for (int k = 0; k < counts[s]; k++, l++) {
-            tf[s] += fwd_ms[l] * 1e-3;
-            tb[s] += bwd_ms[l] * 1e-3;
+            tf[s] += fwd_ms[l] * 1e-3 * scale;
+            tb[s] += bwd_ms[l] * 1e-3 * scale;
             par[s] += param_bytes[l];
         }
         act[s] = l > 0 ? out_bytes[l - 1] : 0; /* the stage's output, per micro-batch */
@@ -124,6 +125,17 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     for (int w = 0; w < W; w++)
         res->update_time = clock[w] > res->update_time ? clock[w] : res->update_time;
     res->workers = W;
+    res->stages = P;
+    for (int s = 0, l = 0; s < P; s++) {
+        double acts = 0;
+        for (int k = 0; k < counts[s]; k++, l++)
+            acts += out_bytes[l];
+        int slots = 0;
+        for (int w = 0; w < W; w++)
+            if (plan->w[w].stage == s && plan->w[w].slots > slots)
+                slots = plan->w[w].slots;
+        res->stage_bytes[s] = 2 * par[s] + slots * acts * cfg->micro_batch_size / opt->profile_batch;
+    }
     free(clock), free(pc), free(avail), free(arrive);
     rp_workplan_free(plan);
     return RP_OK;

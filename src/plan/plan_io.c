@@ -93,6 +93,20 @@ rp_status rp_plan_to_json(const rp_plan *p, const rp_profile *profile, char **ou
     cJSON_AddItemToObject(r, "stage_to_num_ranks",
                           cJSON_CreateIntArray(p->stage_num_ranks, p->num_stages));
     cJSON_AddItemToObject(r, "stage_to_rank_map", rank_map(p));
+    /* what the engine runs, when the profile is a chain of layers */
+    rp_config cfg;
+    rp_error ignored;
+    rp_config_default(&cfg);
+    if (rp_plan_to_config(p, profile, &cfg, NULL, 0, &ignored) == RP_OK) {
+        cJSON *ec = cJSON_AddObjectToObject(r, "execution_config");
+        cJSON_AddNumberToObject(ec, "replication_factor", cfg.replication_factor);
+        cJSON_AddItemToObject(ec, "layers_per_stage",
+                              cJSON_CreateIntArray(cfg.layers_per_stage.layers,
+                                                   cfg.layers_per_stage.count));
+        cJSON_AddItemToObject(ec, "stage_replication",
+                              cJSON_CreateIntArray(cfg.stage_replication,
+                                                   cfg.stage_replication_count));
+    }
     return finish(r, out, err);
 }
 

@@ -88,6 +88,50 @@ static void map_put(id_map *m, const rp_profile *p, int idx) {
     m->slot[h] = idx + 1;
 }
 
+rp_status rp_profile_layers(const rp_profile *p, double **fwd_ms, double **bwd_ms,
+                            double **out_bytes, double **param_bytes, int **node, int *n,
+                            rp_error *err) {
+    int N = p->num_nodes;
+    double *fw = calloc(N + 1, sizeof(double)), *bw = calloc(N + 1, sizeof(double));
+    double *ob = calloc(N + 1, sizeof(double)), *pb = calloc(N + 1, sizeof(double));
+    int *nd = calloc(N + 1, sizeof(int)), *indeg = calloc(N + 1, sizeof(int));
+    int *order = malloc(sizeof(int) * (N + 1));
+    if (!fw || !bw || !ob || !pb || !nd || !indeg || !order) {
+        free(fw), free(bw), free(ob), free(pb), free(nd), free(indeg), free(order);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+    for (int e = 0; e < p->num_edges; e++)
+        indeg[p->edges[e].to]++;
+    int head = 0, tail = 0, L = 0;
+    for (int i = 0; i < N; i++)
+        if (!indeg[i])
+            order[tail++] = i;
+    while (head < tail) {
+        int u = order[head++];
+        for (int e = 0; e < p->num_edges; e++)
+            if (p->edges[e].from == u && --indeg[p->edges[e].to] == 0)
+                order[tail++] = p->edges[e].to;
+    }
+    for (int k = 0; k < tail; k++) {
+        const rp_profile_node *x = &p->nodes[order[k]];
+        if (strncmp(x->desc, "Input", 5) == 0)
+            continue;
+        fw[L] = x->forward_ms;
+        bw[L] = x->backward_ms;
+        ob[L] = x->activation_bytes;
+        pb[L] = x->parameter_bytes;
+        nd[L++] = order[k];
+    }
+    free(indeg), free(order);
+    *fwd_ms = fw, *bwd_ms = bw, *out_bytes = ob, *param_bytes = pb;
+    if (node)
+        *node = nd;
+    else
+        free(nd);
+    *n = L;
+    return RP_OK;
+}
+
 int rp_profile_find(const rp_profile *p, const char *id) {
     for (int i = 0; i < p->num_nodes; i++)
         if (strcmp(p->nodes[i].id, id) == 0)
