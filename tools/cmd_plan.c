@@ -24,7 +24,7 @@ static const cli_opt OPTS[] = {
     {"base-config", 0, "FILE", "with --config-out: keep this configuration's other settings"},
     {"schedule", 0, "gpipe|1f1b", "also predict repipe's engine running the plan with this schedule"},
     {"micro-batches", 0, "M", "with --schedule: micro-batches per replica and update [8]"},
-    {"device-memory", 0, "BYTES", "with --schedule: reject a plan whose workers need more"},
+    {"device-memory", 0, "BYTES", "with --schedule: reject a plan whose workers need more [the base config's]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -126,6 +126,8 @@ static int engine_mode(const cli_cmd *cmd, const rp_plan *plan, const rp_profile
     }
     cfg.gradient_accumulation_steps = M;
     cfg.schedule = strcmp(schedule, "gpipe") == 0 ? RP_SCHEDULE_GPIPE : RP_SCHEDULE_1F1B;
+    if (device_memory == 0 && cfg.device_memory > 0) /* the base configuration's budget */
+        device_memory = (double)cfg.device_memory;
     double *fw = NULL, *bw = NULL, *ob = NULL, *pb = NULL;
     int L = 0, rc = 1;
     rp_sim_result res = {0};
