@@ -85,6 +85,18 @@ int cli_next(const cli_cmd *cmd, int argc, char **argv, const char **arg, bool *
     return -2;
 }
 
+int cli_next_option(const cli_cmd *cmd, int argc, char **argv, const char **arg,
+                    bool *help_shown) {
+    int o = cli_next(cmd, argc, argv, arg, help_shown);
+    if (o == -1 && optind < argc) {
+        cli_error(cmd, "unexpected argument '%s' (see 'repipe %s --help')", argv[optind],
+                  cmd->name);
+        *help_shown = false;
+        return -2;
+    }
+    return o;
+}
+
 bool cli_int(const char *opt, const char *text, long long lo, long long hi, long long *out) {
     char *end;
     errno = 0;

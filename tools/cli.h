@@ -36,6 +36,11 @@ void cli_help(FILE *f, const cli_cmd *cmd);
 ** help, with *help_shown set). Non-option arguments are left at optind. */
 int cli_next(const cli_cmd *cmd, int argc, char **argv, const char **arg, bool *help_shown);
 
+/* cli_next for commands without positional arguments: one is an error
+** (-2, after printing it). */
+int cli_next_option(const cli_cmd *cmd, int argc, char **argv, const char **arg,
+                    bool *help_shown);
+
 /* Parses a whole number or a real number; prints an error naming the option
 ** and returns false when the text is not one. */
 bool cli_int(const char *opt, const char *text, long long lo, long long hi, long long *out);

@@ -21,17 +21,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *data = RP_FASHION_MNIST_DIR;
     bool help;
     const char *arg;
-    for (;;) {
-        int o = cli_next(cmd, argc, argv, &arg, &help);
+    for (int o; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
         if (o == -2)
             return help ? 0 : 2;
-        if (o == -1) {
-            if (optind < argc) {
-                cli_error(cmd, "unexpected argument '%s'", argv[optind]);
-                return 2;
-            }
-            break;
-        }
         const char **dst[] = {&model_path, &config_path, &load, &data, &out};
         *dst[o] = arg;
     }

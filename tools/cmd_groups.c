@@ -19,7 +19,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     bool json = false, help;
     const char *arg;
     int o;
-    while ((o = cli_next(cmd, argc, argv, &arg, &help)) != -1) {
+    while ((o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1) {
         if (o == -2)
             return help ? 0 : 2;
         const char *name = OPTS[o].name;

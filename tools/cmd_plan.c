@@ -178,17 +178,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     int nbw = 0;
     bool help;
     const char *arg;
-    for (;;) {
-        int i = cli_next(cmd, argc, argv, &arg, &help);
+    for (int i; (i = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
         if (i == -2)
             return help ? 0 : 2;
-        if (i == -1) {
-            if (optind < argc) {
-                cli_error(cmd, "unexpected argument '%s'", argv[optind]);
-                return 2;
-            }
-            break;
-        }
         const char *name = OPTS[i].name;
         int n;
         switch (i) {

@@ -19,17 +19,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     long long batch = 64, repeats = 20;
     bool help;
     const char *arg;
-    for (;;) {
-        int o = cli_next(cmd, argc, argv, &arg, &help);
+    for (int o; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
         if (o == -2)
             return help ? 0 : 2;
-        if (o == -1) {
-            if (optind < argc) {
-                cli_error(cmd, "unexpected argument '%s'", argv[optind]);
-                return 2;
-            }
-            break;
-        }
         if ((o == 1 && !cli_int("micro-batch", arg, 1, 1 << 20, &batch)) ||
             (o == 2 && !cli_int("repeats", arg, 1, 100000, &repeats)))
             return 2;

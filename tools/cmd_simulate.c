@@ -84,17 +84,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     long long pbatch = 0, cores = sysconf(_SC_NPROCESSORS_ONLN);
     bool help;
     const char *arg;
-    for (;;) {
-        int o = cli_next(cmd, argc, argv, &arg, &help);
+    for (int o; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
         if (o == -2)
             return help ? 0 : 2;
-        if (o == -1) {
-            if (optind < argc) {
-                cli_error(cmd, "unexpected argument '%s'", argv[optind]);
-                return 2;
-            }
-            break;
-        }
         if ((o == 3 && !cli_int("profile-batch", arg, 1, 1 << 20, &pbatch)) ||
             (o == 6 && !cli_int("cores", arg, 1, 1 << 20, &cores)))
             return 2;

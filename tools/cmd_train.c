@@ -70,17 +70,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *trace = NULL, *plan = NULL;
     bool help;
     const char *arg;
-    for (;;) {
-        int o = cli_next(cmd, argc, argv, &arg, &help);
+    for (int o; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
         if (o == -2)
             return help ? 0 : 2;
-        if (o == -1) {
-            if (optind < argc) {
-                cli_error(cmd, "unexpected argument '%s'", argv[optind]);
-                return 2;
-            }
-            break;
-        }
         switch (o) {
         case 0: model_path = arg; break;
         case 1: config_path = arg; break;
