@@ -4,6 +4,7 @@
 # the MPI backend (mpirun -np 2), and PyTorch DistributedDataParallel with
 # two processes (../shared/bench/torch_peer.py --ddp 2). Batch 64 per worker,
 # one thread per worker. Each case runs ROUNDS times; the best is kept.
+# Part 2 times 2-stage pipelines against the bubble model (bench_pipeline).
 # Usage: bench/scaling.sh BUILD_DIR [ROUNDS]
 set -eu
 build=${1:-build}
@@ -34,3 +35,8 @@ for spec in "mlp 600" "cnn 200"; do
     printf "%-5s %12.0f %12.0f %12.0f %12.0f %8.2fx %8s\n", n, o, l, m, d, l / o,
            (d > 0 ? sprintf("%.2fx", l / d) : "n/a") }'
 done
+
+echo
+echo "== part 2: pipelines (P = 2, and R = 2 x P = 2 on four workers) against the bubble model"
+"$build/bench/bench_pipeline" examples/fmnist-mlp.model 3 32
+"$build/bench/bench_pipeline" examples/fmnist-cnn.model 4 32
