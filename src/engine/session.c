@@ -40,6 +40,9 @@ typedef struct var_run {
     size_t offset, count; /* in the worker's flat buffers */
     int grouping;         /* index into the session's distinct groupings */
     float rescale;
+    bool sharded;         /* replicated tensor sharding: this worker updates one shard */
+    size_t shard;         /* elements per shard: ceil(count / members) */
+    size_t state_offset;  /* of its optimizer state */
 } var_run;
 
 typedef struct trace_event {
@@ -64,6 +67,10 @@ typedef struct worker {
     bool *req_live;
     var_run *runs;
     int nruns;
+    bool any_sharded;
+    size_t state_floats;     /* optimizer state held by this worker */
+    float *shard_g, *shard_p; /* a shard's gradients and parameters */
+    float *gathered;         /* all shards of a run */
     rp_status status;
     rp_error err;
     pthread_t thread;
@@ -210,21 +217,54 @@ static void worker_run(worker *w) {
                     }
                 break;
             case RP_OP_REDUCE: {
-                float *g = rp_net_grads(w->net);
+                float *g = rp_net_grads(w->net), *prm = rp_net_params(w->net);
                 for (int r = 0; r < w->nruns && !st; r++) {
                     const var_run *vr = &w->runs[r];
                     rp_comm *rc = w->reduce[vr->grouping];
-                    if (rp_comm_size(rc) > 1)
-                        st = rp_comm_allreduce(rc, NULL, g + vr->offset, vr->count, &w->err);
+                    if (!vr->sharded) {
+                        if (rp_comm_size(rc) > 1)
+                            st = rp_comm_allreduce(rc, NULL, g + vr->offset, vr->count, &w->err);
+                        if (vr->rescale != 1.0f)
+                            for (size_t k = 0; k < vr->count; k++)
+                                g[vr->offset + k] *= vr->rescale;
+                        continue;
+                    }
+                    /* ZeRO stage 1: reduce-scatter the gradients, update this
+                    ** worker's shard with its shard of the optimizer state,
+                    ** all-gather the parameters */
+                    size_t c = vr->shard, first = (size_t)rp_comm_rank(rc) * c;
+                    size_t have = first < vr->count ? vr->count - first : 0;
+                    have = have < c ? have : c;
+                    if ((st = rp_comm_reduce_scatter(rc, NULL, g + vr->offset, vr->count,
+                                                     w->shard_g, &w->err)))
+                        break;
                     if (vr->rescale != 1.0f)
-                        for (size_t k = 0; k < vr->count; k++)
-                            g[vr->offset + k] *= vr->rescale;
+                        for (size_t k = 0; k < c; k++)
+                            w->shard_g[k] *= vr->rescale;
+                    memcpy(w->shard_p, prm + vr->offset + first, sizeof(float) * have);
+                    memset(w->shard_p + have, 0, sizeof(float) * (c - have));
+                    rp_optimizer_step(&s->cfg.optimizer, s->updates + d + 1, w->shard_p,
+                                      w->shard_g, w->opt + vr->state_offset, c);
+                    if ((st = rp_comm_allgather(rc, NULL, w->shard_p, c, w->gathered, &w->err)))
+                        break;
+                    memcpy(prm + vr->offset, w->gathered, sizeof(float) * vr->count);
                 }
                 break;
             }
             case RP_OP_STEP:
-                rp_optimizer_step(&s->cfg.optimizer, s->updates + d + 1, rp_net_params(w->net),
-                                  rp_net_grads(w->net), w->opt, n);
+                if (!w->any_sharded) {
+                    rp_optimizer_step(&s->cfg.optimizer, s->updates + d + 1,
+                                      rp_net_params(w->net), rp_net_grads(w->net), w->opt, n);
+                    break;
+                }
+                for (int r = 0; r < w->nruns; r++) { /* the sharded ones stepped above */
+                    const var_run *vr = &w->runs[r];
+                    if (!vr->sharded)
+                        rp_optimizer_step(&s->cfg.optimizer, s->updates + d + 1,
+                                          rp_net_params(w->net) + vr->offset,
+                                          rp_net_grads(w->net) + vr->offset,
+                                          w->opt + vr->state_offset, vr->count);
+                }
                 break;
             }
             if (comm_failed(w, st))
@@ -279,6 +319,7 @@ void rp_session_free(rp_session *s) {
         rp_net_free(w->net);
         free(w->acts), free(w->out), free(w->opt), free(w->losses), free(w->grad_in);
         free(w->grad_out), free(w->req), free(w->req_live), free(w->runs), free(w->trace);
+        free(w->shard_g), free(w->shard_p), free(w->gathered);
     }
     rp_world_free(s->world);
     rp_workplan_free(s->plan);
@@ -312,17 +353,15 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         return st;
     int slots = w->plan->slots > 0 ? w->plan->slots : 1;
     size_t in = rp_net_in_size(w->net), out = rp_net_out_size(w->net);
-    size_t n = rp_net_num_params(w->net);
     w->acts = calloc(slots, sizeof(rp_acts *));
     w->out = calloc(slots, sizeof(float *));
-    w->opt = calloc(s->state_per_param ? n * s->state_per_param : 1, sizeof(float));
     w->losses = calloc((size_t)s->D * s->GA, sizeof(float));
     w->grad_in = malloc(sizeof(float) * out * s->B);
     w->grad_out = malloc(sizeof(float) * in * s->B * s->GA);
     w->req = calloc(2 * (size_t)s->GA, sizeof(rp_request));
     w->req_live = calloc(2 * (size_t)s->GA, sizeof(bool));
     w->runs = calloc(m->num_vars ? m->num_vars : 1, sizeof(var_run));
-    if (!w->acts || !w->out || !w->opt || !w->losses || !w->grad_in || !w->grad_out || !w->req ||
+    if (!w->acts || !w->out || !w->losses || !w->grad_in || !w->grad_out || !w->req ||
         !w->req_live || !w->runs)
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     for (int k = 0; k < w->plan->slots; k++)
@@ -344,8 +383,34 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
             last->count += m->vars[v].count;
         else
             w->runs[w->nruns++] = (var_run){off, m->vars[v].count, q,
-                                            (float)gcfg / s->var_group[v].group_size};
+                                            (float)gcfg / s->var_group[v].group_size, false,
+                                            0, 0};
     }
+    /* optimizer state: whole runs, or one shard of each sharded run */
+    size_t per = s->state_per_param, maxc = 1, maxg = 1;
+    for (int r = 0; r < w->nruns; r++) {
+        var_run *vr = &w->runs[r];
+        /* members of the run's reduction: its group's replicas x stage replicas */
+        const rp_grouping *g = &s->groupings[vr->grouping];
+        int k = g->group_size * stage_replicas(&s->cfg, w->stage);
+        vr->sharded = s->cfg.replicated_tensor_sharding && k > 1;
+        vr->shard = vr->sharded ? (vr->count + k - 1) / k : vr->count;
+        vr->state_offset = w->state_floats;
+        w->state_floats += vr->shard * per;
+        w->any_sharded |= vr->sharded;
+        if (vr->sharded) {
+            maxc = vr->shard > maxc ? vr->shard : maxc;
+            maxg = vr->shard * k > maxg ? vr->shard * k : maxg;
+        }
+    }
+    w->opt = calloc(w->state_floats ? w->state_floats : 1, sizeof(float));
+    if (w->any_sharded) {
+        w->shard_g = malloc(sizeof(float) * maxc);
+        w->shard_p = malloc(sizeof(float) * maxc);
+        w->gathered = malloc(sizeof(float) * maxg);
+    }
+    if (!w->opt || (w->any_sharded && (!w->shard_g || !w->shard_p || !w->gathered)))
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     /* replica c starts from its group's row of each variable */
     int *var_index = malloc(sizeof(int) * (m->num_vars ? m->num_vars : 1));
     if (!var_index)
@@ -792,6 +857,36 @@ rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred
 
 /* ---- memory and traces -------------------------------------------------------------- */
 
+/* Floats of optimizer state a worker of `stage` holds: each run of its
+** variables that share a grouping, or, sharded, one shard of it. */
+static size_t stage_state_floats(const rp_session *s, int stage) {
+    const rp_model *m = s->m;
+    int l0 = s->first[stage], l1 = s->first[stage + 1];
+    size_t total = 0, run = 0;
+    int run_q = -1;
+    for (int v = 0; v <= m->num_vars; v++) {
+        int q = -1;
+        if (v < m->num_vars && m->vars[v].layer >= l0 && m->vars[v].layer < l1) {
+            q = 0;
+            while (!rp_grouping_equal(&s->groupings[q], &s->var_group[v]))
+                q++;
+        } else if (v < m->num_vars) {
+            continue;
+        }
+        if (q != run_q && run) { /* close the run */
+            int k = s->groupings[run_q].group_size * stage_replicas(&s->cfg, stage);
+            bool sharded = s->cfg.replicated_tensor_sharding && k > 1;
+            total += (sharded ? (run + k - 1) / k : run) * s->state_per_param;
+            run = 0;
+        }
+        if (q >= 0) {
+            run += m->vars[v].count;
+            run_q = q;
+        }
+    }
+    return total;
+}
+
 rp_status rp_session_memory(const rp_session *s, int stage, rp_memory *out, rp_error *err) {
     const worker *w = NULL;
     for (int i = 0; i < s->nlocal && !w; i++)
@@ -812,7 +907,8 @@ rp_status rp_session_memory(const rp_session *s, int stage, rp_memory *out, rp_e
     size_t n = rp_net_num_params(net);
     out->params = sizeof(float) * n;
     out->grads = sizeof(float) * n;
-    out->optimizer = sizeof(float) * n * s->state_per_param;
+    /* sharded: each worker keeps its shard of the state */
+    out->optimizer = sizeof(float) * stage_state_floats(s, stage);
     out->activations = rp_acts_bytes(net, s->B) * (size_t)slots;
     out->scratch = rp_net_scratch_bytes(net);
     rp_net_free(tmp);
