@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "repipe/schedule.h"
 #include "repipe/session.h"
@@ -70,6 +71,8 @@ typedef struct worker {
     bool any_sharded;
     size_t state_floats;     /* optimizer state held by this worker */
     float *shard_g, *shard_p; /* a shard's gradients and parameters */
+    int state_fd;            /* optimizer_state_offchip: the state's file, else -1 */
+    float *chunk;            /* offchip: the state of one chunk, streamed in and out */
     float *gathered;         /* all shards of a run */
     rp_status status;
     rp_error err;
@@ -142,6 +145,47 @@ static bool comm_failed(worker *w, rp_status st) {
     if (st != RP_ERR_ABORTED)
         worker_fail(w, st, w->err.msg);
     return true;
+}
+
+/* Elements per chunk of offchip optimizer state: the only part of it in
+** working memory during an update. */
+#define OFFCHIP_CHUNK ((size_t)1 << 18)
+
+static rp_status pio(int fd, void *buf, size_t bytes, off_t at, bool write_it) {
+    unsigned char *p = buf;
+    while (bytes) {
+        ssize_t k = write_it ? pwrite(fd, p, bytes, at) : pread(fd, p, bytes, at);
+        if (k <= 0)
+            return RP_ERR_IO;
+        p += k, at += k, bytes -= (size_t)k;
+    }
+    return RP_OK;
+}
+
+/* One optimizer step of `count` parameters whose state starts at
+** state_offset (the state of a run: `per` arrays of count floats). Offchip,
+** the state is streamed through the chunk buffer: read, step, write back. */
+static rp_status opt_step(worker *w, long long step, float *p, const float *g, size_t state_offset,
+                          size_t count) {
+    rp_session *s = w->s;
+    if (w->state_fd < 0) {
+        rp_optimizer_step(&s->cfg.optimizer, step, p, g, w->opt + state_offset, count);
+        return RP_OK;
+    }
+    size_t per = s->state_per_param;
+    for (size_t at = 0; at < count; at += OFFCHIP_CHUNK) {
+        size_t n = count - at < OFFCHIP_CHUNK ? count - at : OFFCHIP_CHUNK;
+        for (size_t a = 0; a < per; a++) /* array a of the run, elements [at, at + n) */
+            if (pio(w->state_fd, w->chunk + a * n, sizeof(float) * n,
+                    (off_t)(sizeof(float) * (state_offset + a * count + at)), false))
+                return rp_fail(&w->err, RP_ERR_IO, "offchip optimizer state: read failed");
+        rp_optimizer_step(&s->cfg.optimizer, step, p + at, g + at, w->chunk, n);
+        for (size_t a = 0; a < per; a++)
+            if (pio(w->state_fd, w->chunk + a * n, sizeof(float) * n,
+                    (off_t)(sizeof(float) * (state_offset + a * count + at)), true))
+                return rp_fail(&w->err, RP_ERR_IO, "offchip optimizer state: write failed");
+    }
+    return RP_OK;
 }
 
 static void worker_run(worker *w) {
@@ -243,8 +287,9 @@ static void worker_run(worker *w) {
                             w->shard_g[k] *= vr->rescale;
                     memcpy(w->shard_p, prm + vr->offset + first, sizeof(float) * have);
                     memset(w->shard_p + have, 0, sizeof(float) * (c - have));
-                    rp_optimizer_step(&s->cfg.optimizer, s->updates + d + 1, w->shard_p,
-                                      w->shard_g, w->opt + vr->state_offset, c);
+                    if ((st = opt_step(w, s->updates + d + 1, w->shard_p, w->shard_g,
+                                       vr->state_offset, c)))
+                        break;
                     if ((st = rp_comm_allgather(rc, NULL, w->shard_p, c, w->gathered, &w->err)))
                         break;
                     memcpy(prm + vr->offset, w->gathered, sizeof(float) * vr->count);
@@ -252,18 +297,17 @@ static void worker_run(worker *w) {
                 break;
             }
             case RP_OP_STEP:
-                if (!w->any_sharded) {
+                if (!w->any_sharded && w->state_fd < 0) {
                     rp_optimizer_step(&s->cfg.optimizer, s->updates + d + 1,
                                       rp_net_params(w->net), rp_net_grads(w->net), w->opt, n);
                     break;
                 }
-                for (int r = 0; r < w->nruns; r++) { /* the sharded ones stepped above */
+                for (int r = 0; r < w->nruns && !st; r++) { /* sharded ones stepped above */
                     const var_run *vr = &w->runs[r];
                     if (!vr->sharded)
-                        rp_optimizer_step(&s->cfg.optimizer, s->updates + d + 1,
-                                          rp_net_params(w->net) + vr->offset,
-                                          rp_net_grads(w->net) + vr->offset,
-                                          w->opt + vr->state_offset, vr->count);
+                        st = opt_step(w, s->updates + d + 1, rp_net_params(w->net) + vr->offset,
+                                      rp_net_grads(w->net) + vr->offset, vr->state_offset,
+                                      vr->count);
                 }
                 break;
             }
@@ -319,7 +363,9 @@ void rp_session_free(rp_session *s) {
         rp_net_free(w->net);
         free(w->acts), free(w->out), free(w->opt), free(w->losses), free(w->grad_in);
         free(w->grad_out), free(w->req), free(w->req_live), free(w->runs), free(w->trace);
-        free(w->shard_g), free(w->shard_p), free(w->gathered);
+        free(w->shard_g), free(w->shard_p), free(w->gathered), free(w->chunk);
+        if (w->state_fd >= 0)
+            close(w->state_fd);
     }
     rp_world_free(s->world);
     rp_workplan_free(s->plan);
@@ -403,7 +449,22 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
             maxg = vr->shard * k > maxg ? vr->shard * k : maxg;
         }
     }
-    w->opt = calloc(w->state_floats ? w->state_floats : 1, sizeof(float));
+    if (s->cfg.optimizer_state_offchip && w->state_floats) {
+        /* an unlinked file: it goes away with the process, whatever happens */
+        char path[] = "/tmp/repipe-optimizer-XXXXXX";
+        w->state_fd = mkstemp(path);
+        if (w->state_fd < 0)
+            return rp_fail(err, RP_ERR_IO, "optimizer_state_offchip: cannot create %s", path);
+        unlink(path);
+        if (ftruncate(w->state_fd, (off_t)(sizeof(float) * w->state_floats)) != 0)
+            return rp_fail(err, RP_ERR_IO, "optimizer_state_offchip: cannot size the state file");
+        w->chunk = calloc(OFFCHIP_CHUNK * s->state_per_param, sizeof(float));
+        w->opt = calloc(1, sizeof(float));
+    } else {
+        w->opt = calloc(w->state_floats ? w->state_floats : 1, sizeof(float));
+    }
+    if (w->state_fd >= 0 && !w->chunk)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     if (w->any_sharded) {
         w->shard_g = malloc(sizeof(float) * maxc);
         w->shard_p = malloc(sizeof(float) * maxc);
@@ -473,6 +534,8 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
         goto fail;
     }
+    for (int i = 0; i < s->nlocal; i++)
+        s->w[i].state_fd = -1; /* no state file yet (0 would be stdin) */
     /* each variable's grouping: the configuration's, or its layer's own */
     int gcfg = cfg->replica_grouping.group_size;
     s->loss_scale = 1.0 / ((double)s->B * s->GA * gcfg);
@@ -909,6 +972,10 @@ rp_status rp_session_memory(const rp_session *s, int stage, rp_memory *out, rp_e
     out->grads = sizeof(float) * n;
     /* sharded: each worker keeps its shard of the state */
     out->optimizer = sizeof(float) * stage_state_floats(s, stage);
+    if (s->cfg.optimizer_state_offchip && out->optimizer) { /* one chunk in memory */
+        size_t chunk = sizeof(float) * OFFCHIP_CHUNK * s->state_per_param;
+        out->optimizer = out->optimizer < chunk ? out->optimizer : chunk;
+    }
     out->activations = rp_acts_bytes(net, s->B) * (size_t)slots;
     out->scratch = rp_net_scratch_bytes(net);
     rp_net_free(tmp);
