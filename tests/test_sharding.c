@@ -107,6 +107,57 @@ static void compare(const char *shape, int sharers, int workers) {
     rp_model_free(m);
 }
 
+/* embedding_serialization_factor: the table as row blocks, the same weights
+** bit for bit; a vocabulary the factor does not divide is refused. */
+static void embedding_blocks(void) {
+    rp_model *m = test_model("input 12\nembedding 60 8\nlayernorm\nflatten\nlinear 10\n"
+                             "softmax_cross_entropy\n");
+    rp_weights *w[3] = {0};
+    static const int factors[3] = {1, 4, 3};
+    for (int k = 0; k < 3; k++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"seed\": 2, \"micro_batch_size\": 4, \"replication_factor\": 2, "
+                 "\"embedding_serialization_factor\": %d, \"optimizer\": {\"type\": \"adam\"}}",
+                 factors[k]);
+        rp_config c;
+        rp_error err;
+        rp_session *s;
+        CHECK(rp_config_load_string(&c, json, strlen(json), "t", &err) == RP_OK);
+        CHECK(rp_session_create(m, &c, &s, &err) == RP_OK);
+        float x[8 * 12];
+        int32_t y[8];
+        int64_t ids[8];
+        for (int call = 0; call < 2; call++) {
+            for (int i = 0; i < 8; i++) {
+                ids[i] = call * 8 + i;
+                y[i] = (i * 3 + call) % 10;
+                for (int t = 0; t < 12; t++) /* repeated tokens too */
+                    x[i * 12 + t] = (float)((i * 7 + t * 5 + call) % 60);
+            }
+            rp_result r;
+            CHECK(rp_session_run(s, x, y, ids, &r, &err) == RP_OK);
+        }
+        CHECK(rp_session_get_weights(s, RP_ONE_PER_GROUP, &w[k], &err) == RP_OK);
+        rp_session_free(s);
+    }
+    for (int k = 1; k < 3; k++)
+        for (int t = 0; t < w[0]->num_tensors; t++)
+            CHECK(memcmp(w[0]->tensors[t].data, w[k]->tensors[t].data,
+                         sizeof(float) * rp_shape_size(&w[0]->tensors[t].shape)) == 0);
+    for (int k = 0; k < 3; k++)
+        rp_weights_free(w[k]);
+    const char *bad = "{\"embedding_serialization_factor\": 7}";
+    rp_config c;
+    rp_error err;
+    rp_session *s;
+    CHECK(rp_config_load_string(&c, bad, strlen(bad), "t", &err) == RP_OK);
+    CHECK(rp_session_create(m, &c, &s, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "embedding_serialization_factor 7: the vocabulary of layer 0 "
+                           "(embedding, line 2) has 60 rows, not a multiple of 7");
+    rp_model_free(m);
+}
+
 int main(int argc, char **argv) {
     rp_error err;
     rp_shape shape = {3, {1, 28, 28}};
@@ -119,6 +170,8 @@ int main(int argc, char **argv) {
     compare("\"replication_factor\": 2, \"layers_per_stage\": [3, -1], "
             "\"stage_replication\": [2, 1]", 4, 6);
     compare("\"replication_factor\": 4, \"replica_grouping\": {\"group_size\": 2}", 2, 4);
+    if (!mpi)
+        embedding_blocks();
     char name[64];
     snprintf(name, sizeof name, "test_sharding (%s)", mpi ? "mpi" : "local");
     int rc = test_finish(name);

@@ -118,6 +118,7 @@ typedef struct rp_step_ctx {
     const int64_t *sample_id; /* global sample ids, one per row, for dropout */
     const int32_t *labels;    /* for the loss layer, one per row */
     double loss_scale;        /* the loss gradient is multiplied by this (1 / samples) */
+    int embedding_blocks;     /* embedding tables processed as this many row blocks (0, 1: whole) */
 } rp_step_ctx;
 
 /* A worker's executor for the layers [first, last) of a model. It owns the

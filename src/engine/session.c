@@ -207,7 +207,8 @@ static void worker_run(worker *w) {
                                .update = (uint64_t)(s->updates + d),
                                .sample_id = s->ids + row,
                                .labels = s->y + row,
-                               .loss_scale = s->loss_scale};
+                               .loss_scale = s->loss_scale,
+                               .embedding_blocks = s->cfg.embedding_serialization_factor};
             double t0 = s->tracing ? now() : 0;
             rp_status st = RP_OK;
             switch (op->kind) {
@@ -493,6 +494,17 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     rp_status st = rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
     if (st)
         return st;
+    for (int l = 0; l < m->num_layers; l++) {
+        const rp_layer *L = &m->layers[l];
+        int f[2] = {cfg->embedding_serialization_factor,
+                    cfg->inference_embedding_serialization_factor};
+        for (int k = 0; k < 2 && L->type == RP_LAYER_EMBEDDING; k++)
+            if (L->vocab % f[k] != 0)
+                return rp_fail(err, RP_ERR_INVALID,
+                               "%sembedding_serialization_factor %d: the vocabulary of layer %d "
+                               "(embedding, line %d) has %d rows, not a multiple of %d",
+                               k ? "inference_" : "", f[k], l, L->line, L->vocab, f[k]);
+    }
     rp_derived der;
     rp_config_derive(cfg, &der);
     int P = der.stages, W = der.workers, R = cfg->replication_factor;
@@ -895,7 +907,10 @@ rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred
     }
     free(rows);
     size_t in = rp_shape_size(&m->input);
-    rp_step_ctx ctx = {.training = false, .seed = s->cfg.seed, .loss_scale = 1.0};
+    rp_step_ctx ctx = {.training = false,
+                       .seed = s->cfg.seed,
+                       .loss_scale = 1.0,
+                       .embedding_blocks = s->cfg.inference_embedding_serialization_factor};
     for (int at = 0; !st && at < n; at += s->B) {
         int k = n - at < s->B ? n - at : s->B;
         const float *y = x + (size_t)at * in;

@@ -102,6 +102,15 @@ void layernorm_backward(const layer_args *a, const float *dout, float *din) {
     }
 }
 
+/* The table is processed as ctx->embedding_blocks row blocks, one after
+** another (embedding_serialization_factor): a token is looked up, or its
+** gradient added, while its block is processed. Tokens keep their order
+** within a block, so the sums per row are the same as without blocks. */
+static int blocks_of(const layer_args *a) {
+    int n = a->ctx->embedding_blocks;
+    return n > 1 ? n : 1;
+}
+
 rp_status embedding_forward(const layer_args *a, rp_error *err) {
     const rp_layer *L = a->L;
     int T = L->in.dim[0], Dm = L->dim;
@@ -113,7 +122,15 @@ rp_status embedding_forward(const layer_args *a, rp_error *err) {
                            "layer %d (embedding, line %d): token id %g is not an integer in "
                            "[0, %d)",
                            a->index, L->line, f, L->vocab);
-        memcpy(a->out + (size_t)r * Dm, a->w + (size_t)id * Dm, sizeof(float) * Dm);
+    }
+    int nb = blocks_of(a), rows = L->vocab / nb;
+    for (int b = 0; b < nb; b++) {
+        int lo = b * rows, hi = b == nb - 1 ? L->vocab : lo + rows;
+        for (int r = 0; r < a->B * T; r++) {
+            int id = (int)a->in[r];
+            if (id >= lo && id < hi)
+                memcpy(a->out + (size_t)r * Dm, a->w + (size_t)id * Dm, sizeof(float) * Dm);
+        }
     }
     return RP_OK;
 }
@@ -123,11 +140,18 @@ void embedding_backward(const layer_args *a, const float *dout, float *din) {
     int T = L->in.dim[0], Dm = L->dim;
     if (!a->accumulate)
         memset(a->dw, 0, sizeof(float) * L->param_count);
-    for (int r = 0; r < a->B * T; r++) {
-        float *row = a->dw + (size_t)(int)a->in[r] * Dm;
-        const float *g = dout + (size_t)r * Dm;
-        for (int d = 0; d < Dm; d++)
-            row[d] += g[d];
+    int nb = blocks_of(a), rows = L->vocab / nb;
+    for (int b = 0; b < nb; b++) {
+        int lo = b * rows, hi = b == nb - 1 ? L->vocab : lo + rows;
+        for (int r = 0; r < a->B * T; r++) {
+            int id = (int)a->in[r];
+            if (id < lo || id >= hi)
+                continue;
+            float *row = a->dw + (size_t)id * Dm;
+            const float *g = dout + (size_t)r * Dm;
+            for (int d = 0; d < Dm; d++)
+                row[d] += g[d];
+        }
     }
     if (din) /* token ids have no gradient */
         memset(din, 0, sizeof(float) * (size_t)a->B * T);
