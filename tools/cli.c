@@ -97,6 +97,16 @@ int cli_next_option(const cli_cmd *cmd, int argc, char **argv, const char **arg,
     return o;
 }
 
+int cli_next_arg(const cli_cmd *cmd, int argc, char **argv, const char **arg,
+                 bool *help_shown) {
+    int o = cli_next(cmd, argc, argv, arg, help_shown);
+    if (o == -1 && optind < argc) {
+        *arg = argv[optind++];
+        return -3;
+    }
+    return o;
+}
+
 bool cli_int(const char *opt, const char *text, long long lo, long long hi, long long *out) {
     char *end;
     errno = 0;
@@ -120,35 +130,6 @@ bool cli_double(const char *opt, const char *text, double *out) {
     }
     *out = v;
     return true;
-}
-
-rp_status cli_read_file(const char *path, char **text, size_t *len, rp_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return rp_fail(err, RP_ERR_IO, "%s: cannot open", path);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (n + 1 < cap)
-            break;
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    fclose(f);
-    if (!buf)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    buf[n] = '\0';
-    *text = buf;
-    *len = n;
-    return RP_OK;
 }
 
 int cli_double_list(const char *opt, const char *first, int argc, char **argv, double *out,

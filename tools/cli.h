@@ -41,6 +41,10 @@ int cli_next(const cli_cmd *cmd, int argc, char **argv, const char **arg, bool *
 int cli_next_option(const cli_cmd *cmd, int argc, char **argv, const char **arg,
                     bool *help_shown);
 
+/* cli_next for commands with positional arguments: one is returned as -3
+** with *arg pointing at it. */
+int cli_next_arg(const cli_cmd *cmd, int argc, char **argv, const char **arg, bool *help_shown);
+
 /* Parses a whole number or a real number; prints an error naming the option
 ** and returns false when the text is not one. */
 bool cli_int(const char *opt, const char *text, long long lo, long long hi, long long *out);
@@ -50,9 +54,6 @@ bool cli_double(const char *opt, const char *text, double *out);
 ** first is optarg; more are taken from argv while they parse as numbers. */
 int cli_double_list(const char *opt, const char *first, int argc, char **argv, double *out,
                     int max);
-
-/* Reads a whole file (a plan) into a NUL-terminated buffer. */
-rp_status cli_read_file(const char *path, char **text, size_t *len, rp_error *err);
 
 /* Prints "repipe NAME: message" to stderr. */
 void cli_error(const cli_cmd *cmd, const char *fmt, ...)

@@ -139,18 +139,15 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *pos[4];
     int npos = 0;
     const char *arg;
-    for (;;) {
-        int o = cli_next(cmd, argc, argv, &arg, &help);
+    for (int o; (o = cli_next_arg(cmd, argc, argv, &arg, &help)) != -1;) {
         if (o == -2)
             return help ? 0 : 2;
-        if (o == -1) {
-            if (optind >= argc)
-                break;
+        if (o == -3) {
             if (npos == 4) {
                 cli_error(cmd, "too many arguments");
                 return 2;
             }
-            pos[npos++] = argv[optind++];
+            pos[npos++] = arg;
             continue;
         }
         if (o == 0 && !cli_int("layers", arg, 1, 1 << 24, &layers))

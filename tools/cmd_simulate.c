@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../src/core/util.h"
 #include "cli.h"
 #include "repipe/repipe.h"
 
@@ -112,7 +113,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (plan) {
         char *text;
         size_t len;
-        rp_status ps = cli_read_file(plan, &text, &len, &err);
+        rp_status ps = rp_read_file(plan, &text, &len, &err);
         if (!ps) {
             ps = rp_config_apply_plan(&cfg, text, len, plan, &err);
             free(text);

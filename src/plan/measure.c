@@ -126,30 +126,15 @@ rp_status rp_plan_to_config(const rp_plan *plan, const rp_profile *prof, rp_conf
     if (S > RP_MAX_STAGES)
         return rp_fail(err, RP_ERR_INVALID, "the plan has %d stages, more than %d", S,
                        RP_MAX_STAGES);
-    /* layers: the profile's nodes in topological order (Kahn, ties by file
-    ** order; a chain has one order), Input sources left out */
-    int n = prof->num_nodes, counts[RP_MAX_STAGES] = {0}, last = 0;
-    int *indeg = calloc(n, sizeof(int)), *order = malloc(sizeof(int) * (n ? n : 1));
-    if (!indeg || !order) {
-        free(indeg), free(order);
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    }
-    for (int e = 0; e < prof->num_edges; e++)
-        indeg[prof->edges[e].to]++;
-    int head = 0, tail = 0;
-    for (int i = 0; i < n; i++)
-        if (!indeg[i])
-            order[tail++] = i;
-    while (head < tail) {
-        int u = order[head++];
-        for (int e = 0; e < prof->num_edges; e++)
-            if (prof->edges[e].from == u && --indeg[prof->edges[e].to] == 0)
-                order[tail++] = prof->edges[e].to;
-    }
-    rp_status bad = RP_OK;
-    for (int k = 0; k < tail && !bad; k++) {
-        int i = order[k], st = plan->node_stage[i];
-        if (strncmp(prof->nodes[i].desc, "Input", 5) == 0 || st < 0)
+    /* layers: the profile's nodes in topological order, Input sources left out */
+    double *fw, *bw, *ob, *pb;
+    int *node, L, counts[RP_MAX_STAGES] = {0}, last = 0;
+    rp_status bad = rp_profile_layers(prof, &fw, &bw, &ob, &pb, &node, &L, err);
+    if (bad)
+        return bad;
+    for (int k = 0; k < L && !bad; k++) {
+        int i = node[k], st = plan->node_stage[i];
+        if (st < 0)
             continue;
         if (st < last)
             bad = rp_fail(err, RP_ERR_INVALID,
@@ -160,7 +145,7 @@ rp_status rp_plan_to_config(const rp_plan *plan, const rp_profile *prof, rp_conf
         last = st;
         counts[st]++;
     }
-    free(indeg), free(order);
+    free(fw), free(bw), free(ob), free(pb), free(node);
     if (bad)
         return bad;
     /* a top level that only replicates is the replication factor */
