@@ -75,6 +75,10 @@ typedef struct rp_config {
     bool recompute_checkpoint_every_layer;
     bool auto_loss_scaling;
     bool enable_half_partials;
+    /* The loss scale (a power of two): fixed, or the first of auto_loss_scaling.
+    ** 0: the default, 2^16 with auto_loss_scaling and 1 without. */
+    double loss_scaling;
+    int loss_scaling_growth_interval; /* clean updates before the scale doubles [2000] */
     int embedding_serialization_factor;
     int inference_embedding_serialization_factor;
     /* One value for every stage, or a single value for all (count == 1). */
@@ -110,6 +114,9 @@ rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err);
 rp_status rp_config_save_file(const rp_config *cfg, const char *path, rp_error *err);
 
 bool rp_config_equal(const rp_config *a, const rp_config *b);
+
+/* The loss scale a run starts with (loss_scaling or its default). */
+double rp_config_loss_scale(const rp_config *cfg);
 
 /* Number of stages for training or inference. */
 int rp_config_num_stages(const rp_config *cfg, bool inference);

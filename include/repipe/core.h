@@ -59,6 +59,13 @@ float rp_uniform(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint64_t d);
 ** precision in training. */
 void rp_fpu_fast_denormals(void);
 
+/* IEEE half precision (binary16), rounded to nearest even; values past
+** 65504 become infinities, as on a device that exchanges fp16. */
+uint16_t rp_half_from_float(float f);
+float rp_half_to_float(uint16_t h);
+void rp_half_encode(const float *in, uint16_t *out, size_t n);
+void rp_half_decode(const uint16_t *in, float *out, size_t n);
+
 /* The library version as "MAJOR.MINOR.PATCH". */
 const char *rp_version(void);
 

@@ -131,6 +131,23 @@ typedef struct rp_acts rp_acts;
 
 rp_status rp_net_create(const rp_model *m, int first, int last, int max_batch, rp_net **out,
                         rp_error *err);
+
+/* How a net trades memory for compute. */
+typedef struct rp_net_options {
+    /* recompute_checkpoint_every_layer: an activation set keeps only the
+    ** checkpoints (the input of the net and of every layer with parameters)
+    ** and the last layer's output; the activations between two checkpoints
+    ** are recomputed from the first during backward, in one buffer the net
+    ** shares between its activation sets. */
+    bool recompute;
+    /* matmul_proportion x device_memory: bytes the scratch of one product
+    ** (im2col columns and the product) may take; convolutions are tiled to
+    ** fit. 0: no limit. A limit below one sample's scratch is refused. */
+    size_t scratch_limit;
+} rp_net_options;
+
+rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_batch,
+                             const rp_net_options *opt, rp_net **out, rp_error *err);
 void rp_net_free(rp_net *net);
 float *rp_net_params(rp_net *net);
 float *rp_net_grads(rp_net *net);

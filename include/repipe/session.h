@@ -49,8 +49,11 @@ void rp_session_free(rp_session *s);
 
 /* Samples one host call takes: B * GA * R * D. */
 long long rp_session_samples_per_call(const rp_session *s);
-/* Updates done so far. */
+/* Updates done so far (skipped ones included). */
 long long rp_session_updates(const rp_session *s);
+/* The loss scale of the next update, and the updates skipped so far by
+** auto_loss_scaling because their gradients were not finite. */
+void rp_session_loss_scale(const rp_session *s, double *scale, long long *skipped);
 
 /* One host call: D updates on rows x (samples_per_call of them, in stream
 ** order: update by update, replica by replica, micro-batch by micro-batch),

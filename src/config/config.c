@@ -31,6 +31,7 @@ void rp_config_default(rp_config *cfg) {
     cfg->inference_embedding_serialization_factor = 1;
     cfg->matmul_proportion_count = 1;
     cfg->matmul_proportion[0] = 0.6;
+    cfg->loss_scaling_growth_interval = 2000;
     cfg->optimizer.type = RP_OPT_SGD;
     cfg->optimizer.lr = 0.05;
     cfg->optimizer.beta1 = 0.9;
@@ -173,6 +174,7 @@ BOOL_KEY(k_offchip, optimizer_state_offchip)
 BOOL_KEY(k_recompute, recompute_checkpoint_every_layer)
 BOOL_KEY(k_als, auto_loss_scaling)
 BOOL_KEY(k_half, enable_half_partials)
+INT_KEY(k_growth, loss_scaling_growth_interval, 1)
 
 static rp_status k_seed(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
     /* JSON numbers are doubles: integers beyond 2^53 would not survive. */
@@ -292,6 +294,17 @@ static rp_status k_device_memory(rp_config *cfg, load_ctx *c, const char *key, c
     if (!is_int(v, 0, 9007199254740992.0))
         return bad_value(c, key, v, "must be a number of bytes >= 0 (0 = unlimited)");
     cfg->device_memory = (int64_t)v->valuedouble;
+    return RP_OK;
+}
+
+/* A power of two, so that scaling the loss and unscaling the gradients is
+** exact: with nothing overflowing, the weights are those of no scaling. */
+static rp_status k_loss_scaling(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
+    int e;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 1 && v->valuedouble <= 0x1p100) ||
+        frexp(v->valuedouble, &e) != 0.5)
+        return bad_value(c, key, v, "must be a power of two between 1 and 2^100");
+    cfg->loss_scaling = v->valuedouble;
     return RP_OK;
 }
 
@@ -425,6 +438,8 @@ static const struct key_def {
     {"recompute_checkpoint_every_layer", k_recompute},
     {"auto_loss_scaling", k_als},
     {"enable_half_partials", k_half},
+    {"loss_scaling", k_loss_scaling},
+    {"loss_scaling_growth_interval", k_growth},
     {"embedding_serialization_factor", k_embedding_ser},
     {"inference_embedding_serialization_factor", k_inf_embedding_ser},
     {"matmul_proportion", k_matmul},
@@ -686,6 +701,9 @@ rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
                           cfg->recompute_checkpoint_every_layer);
     cJSON_AddBoolToObject(r, "auto_loss_scaling", cfg->auto_loss_scaling);
     cJSON_AddBoolToObject(r, "enable_half_partials", cfg->enable_half_partials);
+    if (cfg->loss_scaling > 0)
+        cJSON_AddNumberToObject(r, "loss_scaling", cfg->loss_scaling);
+    cJSON_AddNumberToObject(r, "loss_scaling_growth_interval", cfg->loss_scaling_growth_interval);
     cJSON_AddNumberToObject(r, "embedding_serialization_factor",
                             cfg->embedding_serialization_factor);
     cJSON_AddNumberToObject(r, "inference_embedding_serialization_factor",
@@ -766,6 +784,8 @@ bool rp_config_equal(const rp_config *a, const rp_config *b) {
            a->recompute_checkpoint_every_layer == b->recompute_checkpoint_every_layer &&
            a->auto_loss_scaling == b->auto_loss_scaling &&
            a->enable_half_partials == b->enable_half_partials &&
+           a->loss_scaling == b->loss_scaling &&
+           a->loss_scaling_growth_interval == b->loss_scaling_growth_interval &&
            a->embedding_serialization_factor == b->embedding_serialization_factor &&
            a->inference_embedding_serialization_factor ==
                b->inference_embedding_serialization_factor &&
@@ -783,6 +803,12 @@ bool rp_config_equal(const rp_config *a, const rp_config *b) {
 }
 
 /* ---- derived numbers ---------------------------------------------------- */
+
+double rp_config_loss_scale(const rp_config *cfg) {
+    if (cfg->loss_scaling > 0)
+        return cfg->loss_scaling;
+    return cfg->auto_loss_scaling ? 65536.0 : 1.0;
+}
 
 int rp_config_num_stages(const rp_config *cfg, bool inference) {
     if (inference && cfg->inference_layers_set)

@@ -44,6 +44,7 @@ typedef struct var_run {
     bool sharded;         /* replicated tensor sharding: this worker updates one shard */
     size_t shard;         /* elements per shard: ceil(count / members) */
     size_t state_offset;  /* of its optimizer state */
+    size_t shard_offset;  /* of its reduced gradient shard in shard_g */
 } var_run;
 
 typedef struct trace_event {
@@ -70,10 +71,18 @@ typedef struct worker {
     int nruns;
     bool any_sharded;
     size_t state_floats;     /* optimizer state held by this worker */
-    float *shard_g, *shard_p; /* a shard's gradients and parameters */
+    float *shard_g;          /* the reduced gradient shard of every sharded run */
+    float *shard_p;          /* a shard's parameters */
     int state_fd;            /* optimizer_state_offchip: the state's file, else -1 */
     float *chunk;            /* offchip: the state of one chunk, streamed in and out */
     float *gathered;         /* all shards of a run */
+    uint16_t *h_act, *h_grad; /* enable_half_partials: GA fp16 sends each way */
+    uint16_t *h_recv;         /* an fp16 receive */
+    double scale;             /* the loss scale of the next update */
+    int clean;                /* updates without inf/NaN since the scale last changed */
+    long long applied;        /* optimizer steps taken (skipped updates take none) */
+    long long skipped;
+    bool skip;                /* this update's gradients were not finite */
     rp_status status;
     rp_error err;
     pthread_t thread;
@@ -114,6 +123,36 @@ struct rp_session {
     float *reduced; /* R */
 };
 
+/* ---- loss scaling ----------------------------------------------------------- */
+
+/* The loss is multiplied by a power of two `scale` before backward, so
+** gradients that would underflow, or overflow fp16 on their way between
+** stages, stay representable. The reduced gradients are divided by it
+** again (exactly: a power of two) before the update. With
+** auto_loss_scaling, an update whose gradients hold an inf or a NaN
+** anywhere in the world is skipped by every worker and the scale halved;
+** loss_scaling_growth_interval clean updates in a row double it. */
+#define MIN_SCALE 0x1p-24
+#define MAX_SCALE 0x1p100
+
+static bool all_finite(const float *x, size_t n) {
+    float acc = 0; /* inf and NaN survive x * 0: one test at the end */
+    for (size_t i = 0; i < n; i++)
+        acc += x[i] * 0.0f;
+    return acc == 0.0f;
+}
+
+static void next_scale(worker *w, const rp_config *cfg) {
+    if (w->skip) {
+        w->skipped++;
+        w->scale = w->scale / 2 < MIN_SCALE ? MIN_SCALE : w->scale / 2;
+        w->clean = 0;
+    } else if (++w->clean >= cfg->loss_scaling_growth_interval) {
+        w->scale = w->scale * 2 > MAX_SCALE ? MAX_SCALE : w->scale * 2;
+        w->clean = 0;
+    }
+}
+
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -122,6 +161,19 @@ static double now(void) {
 
 static int stage_replicas(const rp_config *cfg, int s) {
     return cfg->stage_replication_count ? cfg->stage_replication[s] : 1;
+}
+
+/* How the nets of a stage trade memory for compute: recomputation, and the
+** scratch of a product limited to matmul_proportion of device_memory. */
+static rp_net_options net_options(const rp_config *cfg, int stage, bool inference) {
+    rp_net_options o = {.recompute = !inference && cfg->recompute_checkpoint_every_layer};
+    const double *prop = cfg->matmul_proportion;
+    int count = cfg->matmul_proportion_count;
+    if (inference && cfg->inference_matmul_proportion_count)
+        prop = cfg->inference_matmul_proportion, count = cfg->inference_matmul_proportion_count;
+    if (cfg->device_memory > 0)
+        o.scratch_limit = (size_t)(prop[stage < count ? stage : 0] * (double)cfg->device_memory);
+    return o;
 }
 
 /* ---- one worker's part of a host call ------------------------------------- */
@@ -188,6 +240,69 @@ static rp_status opt_step(worker *w, long long step, float *p, const float *g, s
     return RP_OK;
 }
 
+/* The gradients of an update, reduced within each variable's group and
+** unscaled; with auto_loss_scaling, every worker of the world learns
+** whether any gradient is not finite and skips the update if so.
+** Sharded runs are reduce-scattered, then (unless skipped) their shard is
+** updated and the parameters all-gathered (ZeRO stage 1). */
+static rp_status reduce(worker *w) {
+    rp_session *s = w->s;
+    float *g = rp_net_grads(w->net), *prm = rp_net_params(w->net);
+    rp_status st = RP_OK;
+    for (int r = 0; r < w->nruns && !st; r++) {
+        const var_run *vr = &w->runs[r];
+        rp_comm *rc = w->reduce[vr->grouping];
+        float f = (float)(vr->rescale / w->scale), *x = g + vr->offset;
+        size_t k = vr->count;
+        if (vr->sharded) {
+            x = w->shard_g + vr->shard_offset, k = vr->shard;
+            st = rp_comm_reduce_scatter(rc, NULL, g + vr->offset, vr->count, x, &w->err);
+        } else if (rp_comm_size(rc) > 1) {
+            st = rp_comm_allreduce(rc, NULL, x, k, &w->err);
+        }
+        if (f != 1.0f)
+            for (size_t e = 0; e < k; e++)
+                x[e] *= f;
+    }
+    if (st)
+        return st;
+    w->skip = false;
+    if (s->cfg.auto_loss_scaling) {
+        float bad = 0;
+        for (int r = 0; r < w->nruns; r++) {
+            const var_run *vr = &w->runs[r];
+            bool ok = vr->sharded ? all_finite(w->shard_g + vr->shard_offset, vr->shard)
+                                  : all_finite(g + vr->offset, vr->count);
+            bad += ok ? 0.0f : 1.0f;
+        }
+        if (rp_comm_size(w->comm) > 1 && (st = rp_comm_allreduce(w->comm, NULL, &bad, 1, &w->err)))
+            return st;
+        w->skip = bad > 0;
+        next_scale(w, &s->cfg);
+    }
+    if (w->skip)
+        return RP_OK;
+    w->applied++;
+    for (int r = 0; r < w->nruns && !st; r++) {
+        const var_run *vr = &w->runs[r];
+        if (!vr->sharded)
+            continue;
+        rp_comm *rc = w->reduce[vr->grouping];
+        size_t c = vr->shard, first = (size_t)rp_comm_rank(rc) * c;
+        size_t have = first < vr->count ? vr->count - first : 0;
+        have = have < c ? have : c;
+        memcpy(w->shard_p, prm + vr->offset + first, sizeof(float) * have);
+        memset(w->shard_p + have, 0, sizeof(float) * (c - have));
+        if ((st = opt_step(w, w->applied, w->shard_p, w->shard_g + vr->shard_offset,
+                           vr->state_offset, c)))
+            break;
+        if ((st = rp_comm_allgather(rc, NULL, w->shard_p, c, w->gathered, &w->err)))
+            break;
+        memcpy(prm + vr->offset, w->gathered, sizeof(float) * vr->count);
+    }
+    return st;
+}
+
 static void worker_run(worker *w) {
     rp_session *s = w->s;
     int B = s->B, GA = s->GA, c = w->replica;
@@ -195,6 +310,7 @@ static void worker_run(worker *w) {
     size_t in = rp_net_in_size(w->net), out = rp_net_out_size(w->net);
     size_t n = rp_net_num_params(w->net);
     size_t S = (size_t)B * GA * s->R, data_in = rp_shape_size(&s->m->input);
+    bool half = s->cfg.enable_half_partials;
     w->status = RP_OK;
     for (int d = 0; d < s->D; d++) {
         rp_net_zero_grads(w->net);
@@ -207,15 +323,21 @@ static void worker_run(worker *w) {
                                .update = (uint64_t)(s->updates + d),
                                .sample_id = s->ids + row,
                                .labels = s->y + row,
-                               .loss_scale = s->loss_scale,
+                               .loss_scale = s->loss_scale * w->scale,
                                .embedding_blocks = s->cfg.embedding_serialization_factor};
             double t0 = s->tracing ? now() : 0;
             rp_status st = RP_OK;
             switch (op->kind) {
-            case RP_OP_RECV_ACT: /* straight into the slot the forward will use */
-                st = rp_comm_recv(w->comm, op->peer, tag, rp_acts_input(w->acts[w->plan->ops[i + 1].slot]),
-                                  sizeof(float) * in * B, &w->err);
+            case RP_OP_RECV_ACT: { /* straight into the slot the forward will use */
+                float *dst = rp_acts_input(w->acts[w->plan->ops[i + 1].slot]);
+                if (!half) {
+                    st = rp_comm_recv(w->comm, op->peer, tag, dst, sizeof(float) * in * B, &w->err);
+                } else if (!(st = rp_comm_recv(w->comm, op->peer, tag, w->h_recv,
+                                               sizeof(uint16_t) * in * B, &w->err))) {
+                    rp_half_decode(w->h_recv, dst, in * B);
+                }
                 break;
+            }
             case RP_OP_FORWARD: {
                 rp_acts *a = w->acts[op->slot];
                 const float *x = w->stage == 0 ? s->x + row * data_in : rp_acts_input(a);
@@ -233,27 +355,46 @@ static void worker_run(worker *w) {
                     w->losses[(size_t)d * GA + op->mb] = (float)(loss / B);
                 break;
             }
-            case RP_OP_SEND_ACT:
-                st = rp_comm_isend(w->comm, op->peer, tag, w->out[w->plan->ops[i - 1].slot],
-                                   sizeof(float) * out * B, &w->req[op->mb], &w->err);
+            case RP_OP_SEND_ACT: {
+                const void *src = w->out[w->plan->ops[i - 1].slot];
+                size_t bytes = sizeof(float) * out * B;
+                if (half) {
+                    uint16_t *h = w->h_act + (size_t)op->mb * out * B;
+                    rp_half_encode(src, h, out * B);
+                    src = h, bytes /= 2;
+                }
+                st = rp_comm_isend(w->comm, op->peer, tag, src, bytes, &w->req[op->mb], &w->err);
                 w->req_live[op->mb] = !st;
                 break;
+            }
             case RP_OP_RECV_GRAD:
-                st = rp_comm_recv(w->comm, op->peer, tag + 1, w->grad_in, sizeof(float) * out * B,
-                                  &w->err);
+                if (!half) {
+                    st = rp_comm_recv(w->comm, op->peer, tag + 1, w->grad_in,
+                                      sizeof(float) * out * B, &w->err);
+                } else if (!(st = rp_comm_recv(w->comm, op->peer, tag + 1, w->h_recv,
+                                               sizeof(uint16_t) * out * B, &w->err))) {
+                    rp_half_decode(w->h_recv, w->grad_in, out * B);
+                }
                 break;
             case RP_OP_BACKWARD: {
                 const float *din = rp_net_backward(w->net, w->acts[op->slot],
                                                    last ? NULL : w->grad_in, &ctx, w->stage > 0);
-                if (w->stage > 0)
+                if (w->stage > 0 && half)
+                    rp_half_encode(din, w->h_grad + (size_t)op->mb * in * B, in * B);
+                else if (w->stage > 0)
                     memcpy(w->grad_out + (size_t)op->mb * in * B, din, sizeof(float) * in * B);
                 break;
             }
-            case RP_OP_SEND_GRAD:
-                st = rp_comm_isend(w->comm, op->peer, tag + 1, w->grad_out + (size_t)op->mb * in * B,
-                                   sizeof(float) * in * B, &w->req[GA + op->mb], &w->err);
+            case RP_OP_SEND_GRAD: {
+                const void *src = w->grad_out + (size_t)op->mb * in * B;
+                size_t bytes = sizeof(float) * in * B;
+                if (half)
+                    src = w->h_grad + (size_t)op->mb * in * B, bytes /= 2;
+                st = rp_comm_isend(w->comm, op->peer, tag + 1, src, bytes, &w->req[GA + op->mb],
+                                   &w->err);
                 w->req_live[GA + op->mb] = !st;
                 break;
+            }
             case RP_OP_WAIT_SENDS:
                 for (int r = 0; r < 2 * GA && !st; r++)
                     if (w->req_live[r]) {
@@ -261,52 +402,21 @@ static void worker_run(worker *w) {
                         st = rp_comm_wait(w->comm, &w->req[r], &w->err);
                     }
                 break;
-            case RP_OP_REDUCE: {
-                float *g = rp_net_grads(w->net), *prm = rp_net_params(w->net);
-                for (int r = 0; r < w->nruns && !st; r++) {
-                    const var_run *vr = &w->runs[r];
-                    rp_comm *rc = w->reduce[vr->grouping];
-                    if (!vr->sharded) {
-                        if (rp_comm_size(rc) > 1)
-                            st = rp_comm_allreduce(rc, NULL, g + vr->offset, vr->count, &w->err);
-                        if (vr->rescale != 1.0f)
-                            for (size_t k = 0; k < vr->count; k++)
-                                g[vr->offset + k] *= vr->rescale;
-                        continue;
-                    }
-                    /* ZeRO stage 1: reduce-scatter the gradients, update this
-                    ** worker's shard with its shard of the optimizer state,
-                    ** all-gather the parameters */
-                    size_t c = vr->shard, first = (size_t)rp_comm_rank(rc) * c;
-                    size_t have = first < vr->count ? vr->count - first : 0;
-                    have = have < c ? have : c;
-                    if ((st = rp_comm_reduce_scatter(rc, NULL, g + vr->offset, vr->count,
-                                                     w->shard_g, &w->err)))
-                        break;
-                    if (vr->rescale != 1.0f)
-                        for (size_t k = 0; k < c; k++)
-                            w->shard_g[k] *= vr->rescale;
-                    memcpy(w->shard_p, prm + vr->offset + first, sizeof(float) * have);
-                    memset(w->shard_p + have, 0, sizeof(float) * (c - have));
-                    if ((st = opt_step(w, s->updates + d + 1, w->shard_p, w->shard_g,
-                                       vr->state_offset, c)))
-                        break;
-                    if ((st = rp_comm_allgather(rc, NULL, w->shard_p, c, w->gathered, &w->err)))
-                        break;
-                    memcpy(prm + vr->offset, w->gathered, sizeof(float) * vr->count);
-                }
+            case RP_OP_REDUCE:
+                st = reduce(w);
                 break;
-            }
             case RP_OP_STEP:
+                if (w->skip)
+                    break;
                 if (!w->any_sharded && w->state_fd < 0) {
-                    rp_optimizer_step(&s->cfg.optimizer, s->updates + d + 1,
-                                      rp_net_params(w->net), rp_net_grads(w->net), w->opt, n);
+                    rp_optimizer_step(&s->cfg.optimizer, w->applied, rp_net_params(w->net),
+                                      rp_net_grads(w->net), w->opt, n);
                     break;
                 }
                 for (int r = 0; r < w->nruns && !st; r++) { /* sharded ones stepped above */
                     const var_run *vr = &w->runs[r];
                     if (!vr->sharded)
-                        st = opt_step(w, s->updates + d + 1, rp_net_params(w->net) + vr->offset,
+                        st = opt_step(w, w->applied, rp_net_params(w->net) + vr->offset,
                                       rp_net_grads(w->net) + vr->offset, vr->state_offset,
                                       vr->count);
                 }
@@ -365,6 +475,7 @@ void rp_session_free(rp_session *s) {
         free(w->acts), free(w->out), free(w->opt), free(w->losses), free(w->grad_in);
         free(w->grad_out), free(w->req), free(w->req_live), free(w->runs), free(w->trace);
         free(w->shard_g), free(w->shard_p), free(w->gathered), free(w->chunk);
+        free(w->h_act), free(w->h_grad), free(w->h_recv);
         if (w->state_fd >= 0)
             close(w->state_fd);
     }
@@ -395,7 +506,8 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     w->stage = w->plan->stage;
     w->stage_replica = w->plan->stage_replica;
     int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
-    rp_status st = rp_net_create(m, l0, l1, s->B, &w->net, err);
+    rp_net_options no = net_options(&s->cfg, w->stage, false);
+    rp_status st = rp_net_create_with(m, l0, l1, s->B, &no, &w->net, err);
     if (st)
         return st;
     int slots = w->plan->slots > 0 ? w->plan->slots : 1;
@@ -408,6 +520,15 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     w->req = calloc(2 * (size_t)s->GA, sizeof(rp_request));
     w->req_live = calloc(2 * (size_t)s->GA, sizeof(bool));
     w->runs = calloc(m->num_vars ? m->num_vars : 1, sizeof(var_run));
+    w->scale = rp_config_loss_scale(&s->cfg);
+    if (s->cfg.enable_half_partials) {
+        size_t big = in > out ? in : out;
+        w->h_act = malloc(sizeof(uint16_t) * out * s->B * s->GA);
+        w->h_grad = malloc(sizeof(uint16_t) * in * s->B * s->GA);
+        w->h_recv = malloc(sizeof(uint16_t) * big * s->B);
+        if (!w->h_act || !w->h_grad || !w->h_recv)
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
     if (!w->acts || !w->out || !w->losses || !w->grad_in || !w->grad_out || !w->req ||
         !w->req_live || !w->runs)
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
@@ -429,12 +550,13 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         if (last && last->grouping == q && last->offset + last->count == off)
             last->count += m->vars[v].count;
         else
-            w->runs[w->nruns++] = (var_run){off, m->vars[v].count, q,
-                                            (float)gcfg / s->var_group[v].group_size, false,
-                                            0, 0};
+            w->runs[w->nruns++] = (var_run){.offset = off,
+                                            .count = m->vars[v].count,
+                                            .grouping = q,
+                                            .rescale = (float)gcfg / s->var_group[v].group_size};
     }
     /* optimizer state: whole runs, or one shard of each sharded run */
-    size_t per = s->state_per_param, maxc = 1, maxg = 1;
+    size_t per = s->state_per_param, maxc = 1, maxg = 1, shards = 0;
     for (int r = 0; r < w->nruns; r++) {
         var_run *vr = &w->runs[r];
         /* members of the run's reduction: its group's replicas x stage replicas */
@@ -446,6 +568,8 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         w->state_floats += vr->shard * per;
         w->any_sharded |= vr->sharded;
         if (vr->sharded) {
+            vr->shard_offset = shards;
+            shards += vr->shard;
             maxc = vr->shard > maxc ? vr->shard : maxc;
             maxg = vr->shard * k > maxg ? vr->shard * k : maxg;
         }
@@ -467,7 +591,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     if (w->state_fd >= 0 && !w->chunk)
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     if (w->any_sharded) {
-        w->shard_g = malloc(sizeof(float) * maxc);
+        w->shard_g = malloc(sizeof(float) * shards);
         w->shard_p = malloc(sizeof(float) * maxc);
         w->gathered = malloc(sizeof(float) * maxg);
     }
@@ -677,6 +801,11 @@ long long rp_session_samples_per_call(const rp_session *s) {
 }
 
 long long rp_session_updates(const rp_session *s) { return s->updates; }
+
+void rp_session_loss_scale(const rp_session *s, double *scale, long long *skipped) {
+    *scale = s->w[0].scale; /* every worker took the same decisions */
+    *skipped = s->w[0].skipped;
+}
 int rp_session_workers(const rp_session *s) { return s->W; }
 int rp_session_stages(const rp_session *s) { return s->P; }
 rp_grouping rp_session_var_grouping(const rp_session *s, int var) { return s->var_group[var]; }
@@ -897,7 +1026,8 @@ rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred
     for (int t = 0; t < P && !st; t++) {
         if (counts[t] == 0)
             continue;
-        if ((st = rp_net_create(m, l0, l0 + counts[t], s->B, &nets[used], err)) ||
+        rp_net_options no = net_options(&s->cfg, t, true);
+        if ((st = rp_net_create_with(m, l0, l0 + counts[t], s->B, &no, &nets[used], err)) ||
             (st = rp_acts_create(nets[used], s->B, &acts[used], err)))
             break;
         memcpy(rp_net_params(nets[used]), rows + m->layers[l0].param_offset,
@@ -973,7 +1103,9 @@ rp_status rp_session_memory(const rp_session *s, int stage, rp_memory *out, rp_e
     rp_net *tmp = NULL;
     const rp_net *net = w ? w->net : NULL;
     if (!net) { /* under MPI, another rank's stage: measure a net of it */
-        rp_status st = rp_net_create(s->m, s->first[stage], s->first[stage + 1], s->B, &tmp, err);
+        rp_net_options no = net_options(&s->cfg, stage, false);
+        rp_status st = rp_net_create_with(s->m, s->first[stage], s->first[stage + 1], s->B, &no,
+                                          &tmp, err);
         if (st)
             return st;
         net = tmp;

@@ -22,12 +22,16 @@ typedef struct layer_args {
     float *col, *tmp; /* scratch for convolutions */
     const rp_step_ctx *ctx;
     bool accumulate; /* false: dw holds garbage, to be overwritten */
+    size_t scratch_limit; /* bytes of col + tmp a product may use (0: no limit) */
 } layer_args;
 
 /* Bytes of aux state per micro-batch of B rows. */
 size_t layer_aux_bytes(const rp_layer *L, int B);
-/* Floats of scratch (col, tmp) a convolution needs for B rows. */
-void layer_scratch(const rp_layer *L, int B, size_t *col, size_t *tmp);
+/* Floats of scratch (col, tmp) a convolution needs for B rows, tiled to
+** fit `limit` bytes (0: no limit). */
+void layer_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp);
+/* Bytes of scratch one sample of a convolution needs: the least tile. */
+size_t conv_sample_scratch(const rp_layer *L);
 
 rp_status layer_forward(const layer_args *a, rp_error *err);
 void layer_backward(const layer_args *a, const float *dout, float *din);

@@ -13,7 +13,7 @@ void layernorm_forward(const layer_args *a);
 void layernorm_backward(const layer_args *a, const float *dout, float *din);
 rp_status embedding_forward(const layer_args *a, rp_error *err);
 void embedding_backward(const layer_args *a, const float *dout, float *din);
-void conv_scratch(const rp_layer *L, int B, size_t *col, size_t *tmp);
+void conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp);
 void conv_forward(const layer_args *a);
 void conv_backward(const layer_args *a, const float *dout, float *din);
 void maxpool_forward(const layer_args *a);
@@ -82,10 +82,10 @@ size_t layer_aux_bytes(const rp_layer *L, int B) {
     }
 }
 
-void layer_scratch(const rp_layer *L, int B, size_t *col, size_t *tmp) {
+void layer_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp) {
     *col = *tmp = 0;
     if (L->type == RP_LAYER_CONV2D)
-        conv_scratch(L, B, col, tmp);
+        conv_scratch(L, B, limit, col, tmp);
 }
 
 static void relu_forward(const float *restrict x, float *restrict y, size_t n) {

@@ -16,16 +16,26 @@
 ** stay in a core's L2 cache while the product reads them. */
 #define CONV_TILE_BYTES (128 * 1024)
 
-int conv_tile(const rp_layer *L, int B) {
+size_t conv_sample_scratch(const rp_layer *L) {
+    size_t ckk = (size_t)L->in.dim[0] * L->kernel * L->kernel;
+    return sizeof(float) * (ckk + (size_t)L->units) * L->out.dim[1] * L->out.dim[2];
+}
+
+/* The cache's tile, made smaller when a tile's scratch (columns and
+** product) must fit `limit` bytes (0: no limit). One sample at least: the
+** net refuses a limit below that. */
+static int conv_tile(const rp_layer *L, int B, size_t limit) {
     size_t per = (size_t)L->in.dim[0] * L->kernel * L->kernel * L->out.dim[1] * L->out.dim[2];
     size_t t = CONV_TILE_BYTES / (sizeof(float) * per);
+    if (limit && limit / conv_sample_scratch(L) < t)
+        t = limit / conv_sample_scratch(L);
     if (t < 1)
         t = 1;
     return (int)(t < (size_t)B ? t : (size_t)B);
 }
 
-void conv_scratch(const rp_layer *L, int B, size_t *col, size_t *tmp) {
-    size_t positions = (size_t)conv_tile(L, B) * L->out.dim[1] * L->out.dim[2];
+void conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp) {
+    size_t positions = (size_t)conv_tile(L, B, limit) * L->out.dim[1] * L->out.dim[2];
     *col = (size_t)L->in.dim[0] * L->kernel * L->kernel * positions;
     *tmp = (size_t)L->units * positions;
 }
@@ -112,7 +122,7 @@ void conv_forward(const layer_args *a) {
     int HW = L->out.dim[1] * L->out.dim[2];
     size_t in_per = rp_shape_size(&L->in);
     const float *bias = a->w + (size_t)O * CKK;
-    int tile = conv_tile(L, a->B);
+    int tile = conv_tile(L, a->B, a->scratch_limit);
     for (int b0 = 0; b0 < a->B; b0 += tile) {
         int nb = a->B - b0 < tile ? a->B - b0 : tile, ncols = nb * HW;
         im2col(L, nb, a->in + b0 * in_per, a->col);
@@ -138,7 +148,7 @@ void conv_backward(const layer_args *a, const float *dout, float *din) {
     int HW = L->out.dim[1] * L->out.dim[2];
     size_t in_per = rp_shape_size(&L->in);
     float *db = a->dw + (size_t)O * CKK;
-    int tile = conv_tile(L, a->B);
+    int tile = conv_tile(L, a->B, a->scratch_limit);
     if (L->bias && !a->accumulate)
         memset(db, 0, sizeof(float) * O);
     for (int b0 = 0; b0 < a->B; b0 += tile) {

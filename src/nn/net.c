@@ -3,6 +3,15 @@
 ** gradient slices, convolution scratch, and two gradient buffers that
 ** backward passes between layers. Everything is allocated at creation;
 ** forward and backward allocate nothing.
+**
+** With recomputation, the layers fall into segments that each begin at a
+** checkpoint (the net's first layer, or a layer with parameters). An
+** activation set keeps a segment's output and nothing inside it: those
+** outputs and aux states live in one overlay buffer the net shares, laid
+** out for the largest segment. Forward writes them there and forgets them;
+** backward runs the segment forward again from its kept input, then back.
+** Dropout masks come from a counter-based stream, so the recomputed forward
+** is the same bit for bit.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +28,11 @@ struct rp_net {
     float *g[2]; /* gradient ping-pong, max_batch * gmax floats each */
     size_t gmax;
     bool grads_clean; /* zero by contract: the next backward overwrites */
+    rp_net_options opt;
+    bool *keep_out, *keep_aux; /* per layer: held by the activation set */
+    size_t *ov_out, *ov_aux;   /* per layer not kept: offset in the overlay */
+    unsigned char *overlay;
+    size_t overlay_bytes;
     rp_error err;
 };
 
@@ -33,8 +47,53 @@ struct rp_acts {
 static inline size_t in_size(const rp_layer *L) { return rp_shape_size(&L->in); }
 static inline size_t out_size(const rp_layer *L) { return rp_shape_size(&L->out); }
 
+#define ALIGN64(x) (((x) + 63) & ~(size_t)63)
+
+static bool is_checkpoint(const rp_net *n, int l) {
+    return l == n->first || n->m->layers[l].num_vars > 0;
+}
+
+/* Which outputs and aux states an activation set keeps, and where the
+** others go in the overlay: each segment's from offset 0. */
+static rp_status plan_recompute(rp_net *n, rp_error *err) {
+    int L = n->last - n->first;
+    n->keep_out = malloc(sizeof(bool) * L);
+    n->keep_aux = malloc(sizeof(bool) * L);
+    n->ov_out = calloc(L, sizeof(size_t));
+    n->ov_aux = calloc(L, sizeof(size_t));
+    if (!n->keep_out || !n->keep_aux || !n->ov_out || !n->ov_aux)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    size_t at = 0;
+    for (int l = n->first; l < n->last; l++) {
+        const rp_layer *Ly = &n->m->layers[l];
+        int i = l - n->first;
+        bool end = l == n->last - 1 || is_checkpoint(n, l + 1);
+        n->keep_out[i] = !n->opt.recompute || end;
+        n->keep_aux[i] = !n->opt.recompute || l == n->last - 1;
+        if (is_checkpoint(n, l))
+            at = 0;
+        if (!n->keep_out[i]) {
+            n->ov_out[i] = at;
+            at += ALIGN64(sizeof(float) * out_size(Ly) * n->max_batch);
+        }
+        if (!n->keep_aux[i]) {
+            n->ov_aux[i] = at;
+            at += ALIGN64(layer_aux_bytes(Ly, n->max_batch));
+        }
+        n->overlay_bytes = at > n->overlay_bytes ? at : n->overlay_bytes;
+    }
+    if (n->overlay_bytes && !(n->overlay = aligned_alloc(64, n->overlay_bytes)))
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the recomputation buffer");
+    return RP_OK;
+}
+
 rp_status rp_net_create(const rp_model *m, int first, int last, int max_batch, rp_net **out,
                         rp_error *err) {
+    return rp_net_create_with(m, first, last, max_batch, NULL, out, err);
+}
+
+rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_batch,
+                             const rp_net_options *opt, rp_net **out, rp_error *err) {
     *out = NULL;
     if (first < 0 || last > m->num_layers || first >= last || max_batch < 1)
         return rp_fail(err, RP_ERR_INVALID, "net: bad layer range [%d, %d) of %d layers or batch %d",
@@ -46,13 +105,25 @@ rp_status rp_net_create(const rp_model *m, int first, int last, int max_batch, r
     n->first = first;
     n->last = last;
     n->max_batch = max_batch;
+    if (opt)
+        n->opt = *opt;
     size_t begin = m->layers[first].param_offset;
     size_t end = m->layers[last - 1].param_offset + m->layers[last - 1].param_count;
     n->num_params = end - begin;
     for (int l = first; l < last; l++) {
         const rp_layer *L = &m->layers[l];
         size_t c, t;
-        layer_scratch(L, max_batch, &c, &t);
+        if (L->type == RP_LAYER_CONV2D && n->opt.scratch_limit &&
+            conv_sample_scratch(L) > n->opt.scratch_limit) {
+            size_t need = conv_sample_scratch(L), limit = n->opt.scratch_limit;
+            free(n);
+            return rp_fail(err, RP_ERR_INFEASIBLE,
+                           "matmul_proportion: layer %d (conv2d, line %d) needs %zu bytes of "
+                           "scratch for one sample but the proportion of device_memory allows "
+                           "%zu",
+                           l, L->line, need, limit);
+        }
+        layer_scratch(L, max_batch, n->opt.scratch_limit, &c, &t);
         n->col_n = c > n->col_n ? c : n->col_n;
         n->tmp_n = t > n->tmp_n ? t : n->tmp_n;
         n->gmax = in_size(L) > n->gmax ? in_size(L) : n->gmax;
@@ -71,6 +142,11 @@ rp_status rp_net_create(const rp_model *m, int first, int last, int max_batch, r
         rp_net_free(n);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a net of %zu parameters", count);
     }
+    rp_status st = plan_recompute(n, err);
+    if (st) {
+        rp_net_free(n);
+        return st;
+    }
     *out = n;
     return RP_OK;
 }
@@ -79,6 +155,7 @@ void rp_net_free(rp_net *n) {
     if (!n)
         return;
     free(n->params), free(n->grads), free(n->col), free(n->tmp), free(n->g[0]), free(n->g[1]);
+    free(n->keep_out), free(n->keep_aux), free(n->ov_out), free(n->ov_aux), free(n->overlay);
     free(n);
 }
 
@@ -98,25 +175,27 @@ size_t rp_net_out_size(const rp_net *n) { return out_size(&n->m->layers[n->last 
 const char *rp_net_error(const rp_net *n) { return n->err.msg; }
 
 size_t rp_net_scratch_bytes(const rp_net *n) {
-    return sizeof(float) * (n->col_n + n->tmp_n + 2 * n->gmax * n->max_batch);
+    return sizeof(float) * (n->col_n + n->tmp_n + 2 * n->gmax * n->max_batch) + n->overlay_bytes;
 }
 
-/* Layout of an activation set: input, then each layer's output and aux,
+/* Layout of an activation set: input, then each kept output and aux state,
 ** each 64-byte aligned. */
 static size_t acts_layout(const rp_net *n, int batch, size_t *off_out, size_t *off_aux) {
-    size_t at = 0;
-#define ALIGN(x) (((x) + 63) & ~(size_t)63)
-    at = ALIGN(sizeof(float) * rp_net_in_size(n) * batch);
+    size_t at = ALIGN64(sizeof(float) * rp_net_in_size(n) * batch);
     for (int l = n->first; l < n->last; l++) {
         const rp_layer *L = &n->m->layers[l];
-        if (off_out)
-            off_out[l - n->first] = at;
-        at += ALIGN(sizeof(float) * out_size(L) * batch);
-        if (off_aux)
-            off_aux[l - n->first] = at;
-        at += ALIGN(layer_aux_bytes(L, batch));
+        int i = l - n->first;
+        if (n->keep_out[i]) {
+            if (off_out)
+                off_out[i] = at;
+            at += ALIGN64(sizeof(float) * out_size(L) * batch);
+        }
+        if (n->keep_aux[i]) {
+            if (off_aux)
+                off_aux[i] = at;
+            at += ALIGN64(layer_aux_bytes(L, batch));
+        }
     }
-#undef ALIGN
     return at;
 }
 
@@ -141,9 +220,9 @@ rp_status rp_acts_create(const rp_net *n, int batch, rp_acts **out, rp_error *er
     }
     a->capacity = batch;
     a->input = (float *)a->block;
-    for (int l = 0; l < L; l++) {
-        a->out[l] = (float *)(a->block + oo[l]);
-        a->aux[l] = a->block + oa[l];
+    for (int l = 0; l < L; l++) { /* what is not kept lives in the overlay */
+        a->out[l] = (float *)(n->keep_out[l] ? a->block + oo[l] : n->overlay + n->ov_out[l]);
+        a->aux[l] = n->keep_aux[l] ? a->block + oa[l] : n->overlay + n->ov_aux[l];
     }
     free(oo), free(oa);
     *out = a;
@@ -175,6 +254,7 @@ static layer_args args_for(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx)
         .tmp = n->tmp,
         .ctx = ctx,
         .accumulate = !n->grads_clean,
+        .scratch_limit = n->opt.scratch_limit,
     };
     return x;
 }
@@ -217,6 +297,20 @@ const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_
     const float *g = dout;
     int buf = 0;
     for (int l = n->last - 1; l >= stop; l--) {
+        if (n->opt.recompute && (l == n->last - 1 || is_checkpoint(n, l + 1))) {
+            /* the end of a segment: run it forward again from its checkpoint,
+            ** skipping a last layer whose output and aux are kept */
+            int s0 = l;
+            while (!is_checkpoint(n, s0))
+                s0--;
+            for (int k = s0; k <= l; k++) {
+                int i = k - n->first;
+                if (n->keep_out[i] && (n->keep_aux[i] || !layer_aux_bytes(&n->m->layers[k], 1)))
+                    continue;
+                layer_args x = args_for(n, a, k, ctx);
+                layer_forward(&x, &n->err); /* it succeeded on these rows before */
+            }
+        }
         layer_args x = args_for(n, a, l, ctx);
         bool want = l > stop || need_input_grad;
         float *din = want ? n->g[buf] : NULL;

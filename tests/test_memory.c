@@ -1,0 +1,327 @@
+/*
+** Memory features: each one on gives the weights of it off after three
+** updates, and changes what a worker holds the way it should.
+**
+**   replicated_tensor_sharding, optimizer_state_offchip, both:
+**       bit-identical on the local backend (a shard's sum is the
+**       allreduce's, the arithmetic the same); each worker keeps its share
+**       of the optimizer state, offchip one chunk at most;
+**   recompute_checkpoint_every_layer: bit-identical (the same products on
+**       the same rows, dropout masks from a counter-based stream); fewer
+**       activation bytes;
+**   auto_loss_scaling: bit-identical while nothing overflows (the scale is a
+**       power of two, so scaling and unscaling are exact);
+**   enable_half_partials: activations and gradients cross stage boundaries
+**       as fp16, each value rounded with a relative error of at most 2^-11.
+**       That error enters gradients, and the weights only through the lr-
+**       sized updates: three updates stay within 2^-11 of a tensor's scale.
+**       Checked with SGD + momentum, whose update is linear in the gradient:
+**       Adam divides each gradient by its own RMS, so a gradient that nearly
+**       cancels can change sign under any rounding (see test_training.c).
+**       Without a stage boundary (R = 4) nothing is exchanged in fp16 and
+**       the weights are identical.
+**
+**   test_memory          local backend
+**   test_memory --mpi    under mpirun -np 4: R = 4 and R = 2 x P = 2
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+
+#include "repipe/data.h"
+#include "repipe/session.h"
+#include "support.h"
+#include "test.h"
+
+static const char *MLP = "input 1 28 28\nflatten\nlinear 400\nrelu\ndropout 0.1\nlinear 37\n"
+                         "relu\nlinear 10\nsoftmax_cross_entropy\n";
+
+static rp_dataset *data;
+static rp_comm *mpi;
+
+static rp_config config(const char *shape, const char *opt, const char *extra) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"seed\": 4, \"micro_batch_size\": 4, \"gradient_accumulation_steps\": 3, %s, "
+             "\"optimizer\": %s%s%s}",
+             shape, opt, *extra ? ", " : "", extra);
+    rp_config c;
+    rp_error err;
+    if (rp_config_load_string(&c, json, strlen(json), "test", &err) != RP_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    return c;
+}
+
+static rp_weights *train_n(const rp_model *m, const rp_config *c, int updates, rp_memory *mem,
+                           double *scale, long long *skipped) {
+    rp_session *s;
+    rp_error err;
+    rp_status st = mpi ? rp_session_create_mpi(m, c, mpi, &s, &err) : rp_session_create(m, c, &s, &err);
+    if (st) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    if (mem)
+        CHECK(rp_session_memory(s, 0, mem, &err) == RP_OK);
+    long long per = rp_session_samples_per_call(s);
+    int64_t *ids = malloc(sizeof(int64_t) * per);
+    float *x = malloc(sizeof(float) * per * 784);
+    int32_t *y = malloc(sizeof(int32_t) * per);
+    for (int k = 0; k < updates; k++) {
+        for (long long i = 0; i < per; i++)
+            ids[i] = (k * per + i) % data->n;
+        rp_dataset_gather(data, ids, (int)per, x, y);
+        rp_result r;
+        CHECK(rp_session_run(s, x, y, ids, &r, &err) == RP_OK);
+    }
+    rp_weights *w;
+    CHECK(rp_session_get_weights(s, RP_ALL_REPLICAS, &w, &err) == RP_OK);
+    if (scale)
+        rp_session_loss_scale(s, scale, skipped);
+    free(ids), free(x), free(y);
+    rp_session_free(s);
+    return w;
+}
+
+static rp_weights *train(const rp_model *m, const rp_config *c, rp_memory *mem) {
+    return train_n(m, c, 3, mem, NULL, NULL);
+}
+
+static double weights_diff(const rp_weights *a, const rp_weights *b) {
+    double worst = 0;
+    for (int t = 0; t < a->num_tensors; t++) {
+        size_t n = rp_shape_size(&a->tensors[t].shape) * a->tensors[t].groups;
+        double d = rp_tensor_rel_diff(a->tensors[t].data, b->tensors[t].data, n);
+        worst = d > worst ? d : worst;
+    }
+    return worst;
+}
+
+enum { EXACT, SUM_ORDER, HALF };
+
+static const struct variant {
+    const char *name, *json;
+    int tolerance; /* EXACT: bit for bit; SUM_ORDER: bit for bit locally, 1e-5 under MPI */
+} VARIANTS[] = {
+    {"sharded", "\"replicated_tensor_sharding\": true", SUM_ORDER},
+    {"offchip", "\"optimizer_state_offchip\": true", EXACT},
+    {"sharded + offchip",
+     "\"replicated_tensor_sharding\": true, \"optimizer_state_offchip\": true", SUM_ORDER},
+    {"recompute", "\"recompute_checkpoint_every_layer\": true", EXACT},
+    {"loss scaling", "\"auto_loss_scaling\": true", EXACT},
+    {"fp16 exchange", "\"auto_loss_scaling\": true, \"enable_half_partials\": true", HALF},
+};
+#define NVARIANTS (int)(sizeof VARIANTS / sizeof VARIANTS[0])
+
+static void compare(const char *shape, int sharers, int workers, bool stages) {
+    /* Adam's eps as in test_training.c: under MPI the reduce-scatter and the
+    ** allreduce sum in different orders, which eps = 1e-8 would amplify */
+    static const char *opts[] = {"{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}",
+                                 "{\"type\": \"adam\", \"lr\": 0.001, \"eps\": 1e-5}"};
+    if (mpi && workers != rp_comm_size(mpi))
+        return;
+    rp_model *m = test_model(MLP);
+    for (int o = 0; o < 2; o++) {
+        rp_config off = config(shape, opts[o], "");
+        rp_memory mo, mem[NVARIANTS];
+        rp_weights *a = train(m, &off, &mo);
+        for (int k = 0; k < NVARIANTS; k++) {
+            if (VARIANTS[k].tolerance == HALF && o == 1)
+                continue;
+            rp_config on = config(shape, opts[o], VARIANTS[k].json);
+            rp_weights *b = train(m, &on, &mem[k]);
+            double d = weights_diff(a, b);
+            bool ok;
+            switch (VARIANTS[k].tolerance) {
+            case EXACT: ok = d == 0; break;
+            case SUM_ORDER: ok = mpi ? d <= 1e-5 : d == 0; break;
+            default: ok = stages ? d > 0 && d <= 0x1p-11 : d == 0; break;
+            }
+            test_checks++;
+            if (!ok) {
+                fprintf(stderr, "%s, optimizer %d, %s: differs by %g\n", shape, o,
+                        VARIANTS[k].name, d);
+                test_failures++;
+            }
+            rp_weights_free(b);
+        }
+        /* a worker of stage 0 keeps ceil(n / sharers) of each run's state */
+        CHECK(mo.optimizer > 0);
+        CHECK(mem[0].optimizer * sharers <= mo.optimizer + (size_t)sharers * 64 * sizeof(float));
+        CHECK(mem[0].optimizer * sharers >= mo.optimizer);
+        /* offchip: one chunk of state in memory at most */
+        CHECK(mem[1].optimizer <= mo.optimizer);
+        CHECK(mem[2].optimizer <= mem[0].optimizer);
+        /* recomputation keeps fewer activations and adds one segment's buffer */
+        CHECK(mem[3].activations < mo.activations);
+        CHECK(mem[3].scratch > mo.scratch);
+        rp_weights_free(a);
+    }
+    rp_model_free(m);
+}
+
+/* matmul_proportion with device_memory: convolution scratch tiled to fit
+** the proportion (here one sample per tile instead of the cache's four) gives
+** the weights of the untiled run within summation order (the weight
+** gradient sums over tiles); recomputation of a convolutional model is
+** exact. A proportion below one sample's scratch is refused, naming the
+** layer. */
+static void cnn_features(const char *shape, int workers) {
+    if (mpi && workers != rp_comm_size(mpi))
+        return;
+    rp_model *m = test_model("input 1 28 28\nconv2d 8 kernel=3 pad=1\nrelu\nmaxpool2d 2\n"
+                             "conv2d 4 kernel=3 pad=1\nrelu\nflatten\nlinear 10\n"
+                             "softmax_cross_entropy\n");
+    const char *sgd = "{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}";
+    rp_config off = config(shape, sgd, "\"device_memory\": 10000000");
+    /* one sample of the first convolution: (9 + 8) x 784 floats = 53 312 bytes */
+    rp_config tiled = config(shape, sgd, "\"device_memory\": 10000000, "
+                                         "\"matmul_proportion\": 0.006");
+    rp_config rc = config(shape, sgd, "\"device_memory\": 10000000, "
+                                      "\"recompute_checkpoint_every_layer\": true");
+    rp_memory mo, mt, mr;
+    rp_weights *a = train(m, &off, &mo), *b = train(m, &tiled, &mt), *c = train(m, &rc, &mr);
+    double dt = weights_diff(a, b), dr = weights_diff(a, c);
+    CHECK(dt <= 1e-5);
+    CHECK(dr == 0);
+    if (dt > 1e-5 || dr != 0)
+        fprintf(stderr, "%s: tiled differs by %g, recomputed by %g\n", shape, dt, dr);
+    CHECK(mt.scratch < mo.scratch);
+    CHECK(mr.activations < mo.activations);
+    rp_weights_free(a), rp_weights_free(b), rp_weights_free(c);
+    if (!mpi) {
+        rp_config tiny = config(shape, sgd, "\"device_memory\": 10000000, "
+                                            "\"matmul_proportion\": 0.001");
+        rp_session *s;
+        rp_error err;
+        CHECK(rp_session_create(m, &tiny, &s, &err) == RP_ERR_INFEASIBLE);
+        CHECK_STR_HAS(err.msg, "matmul_proportion: layer 0 (conv2d, line 2) needs 53312 bytes "
+                               "of scratch for one sample but the proportion of device_memory "
+                               "allows 10000");
+    }
+    rp_model_free(m);
+}
+
+/* auto_loss_scaling: a scale that overflows fp16 on the way between stages
+** makes every worker skip the update (the weights stay as they were) and
+** halves the scale until gradients fit; clean updates double it after
+** loss_scaling_growth_interval of them. */
+static void loss_scale_recovery(void) {
+    rp_model *m = test_model(MLP);
+    const char *shape = "\"layers_per_stage\": [3, -1]", *sgd = "{\"type\": \"sgd\"}";
+    const char *huge = "\"auto_loss_scaling\": true, \"loss_scaling\": 1152921504606846976";
+    char json[256];
+    snprintf(json, sizeof json, "%s, \"enable_half_partials\": true", huge);
+    rp_config half = config(shape, sgd, json), full = config(shape, sgd, huge);
+    double scale;
+    long long skipped;
+    rp_weights *w0 = train_n(m, &half, 0, NULL, &scale, &skipped);
+    CHECK(scale == 0x1p60 && skipped == 0);
+    /* 2^60 overflows fp16 (65504) but not fp32 */
+    rp_weights *w1 = train_n(m, &half, 1, NULL, &scale, &skipped);
+    CHECK(skipped == 1 && scale == 0x1p59);
+    CHECK(weights_diff(w0, w1) == 0);
+    rp_weights *f1 = train_n(m, &full, 1, NULL, &scale, &skipped);
+    CHECK(skipped == 0 && scale == 0x1p60);
+    CHECK(weights_diff(w0, f1) > 0);
+    /* it recovers: skips until the scale fits, then trains */
+    rp_weights *wn = train_n(m, &half, 60, NULL, &scale, &skipped);
+    CHECK(skipped > 30 && skipped < 60 && scale <= 0x1p30);
+    CHECK(weights_diff(w0, wn) > 0);
+    for (int t = 0; t < wn->num_tensors; t++) {
+        const rp_tensor *x = &wn->tensors[t];
+        size_t n = rp_shape_size(&x->shape) * x->groups;
+        bool finite = true;
+        for (size_t e = 0; e < n; e++)
+            finite &= isfinite(x->data[e]);
+        CHECK(finite);
+    }
+    /* growth: with an interval of one, every clean update doubles it */
+    rp_config grow = config(shape, sgd, "\"auto_loss_scaling\": true, \"loss_scaling\": 2, "
+                                        "\"loss_scaling_growth_interval\": 1");
+    rp_weights *g3 = train_n(m, &grow, 3, NULL, &scale, &skipped);
+    CHECK(scale == 16 && skipped == 0);
+    rp_weights_free(w0), rp_weights_free(w1), rp_weights_free(f1), rp_weights_free(wn);
+    rp_weights_free(g3);
+    rp_model_free(m);
+}
+
+/* embedding_serialization_factor: the table as row blocks, the same weights
+** bit for bit; a vocabulary the factor does not divide is refused. */
+static void embedding_blocks(void) {
+    rp_model *m = test_model("input 12\nembedding 60 8\nlayernorm\nflatten\nlinear 10\n"
+                             "softmax_cross_entropy\n");
+    rp_weights *w[3] = {0};
+    static const int factors[3] = {1, 4, 3};
+    for (int k = 0; k < 3; k++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"seed\": 2, \"micro_batch_size\": 4, \"replication_factor\": 2, "
+                 "\"embedding_serialization_factor\": %d, \"optimizer\": {\"type\": \"adam\"}}",
+                 factors[k]);
+        rp_config c;
+        rp_error err;
+        rp_session *s;
+        CHECK(rp_config_load_string(&c, json, strlen(json), "t", &err) == RP_OK);
+        CHECK(rp_session_create(m, &c, &s, &err) == RP_OK);
+        float x[8 * 12];
+        int32_t y[8];
+        int64_t ids[8];
+        for (int call = 0; call < 2; call++) {
+            for (int i = 0; i < 8; i++) {
+                ids[i] = call * 8 + i;
+                y[i] = (i * 3 + call) % 10;
+                for (int t = 0; t < 12; t++) /* repeated tokens too */
+                    x[i * 12 + t] = (float)((i * 7 + t * 5 + call) % 60);
+            }
+            rp_result r;
+            CHECK(rp_session_run(s, x, y, ids, &r, &err) == RP_OK);
+        }
+        CHECK(rp_session_get_weights(s, RP_ONE_PER_GROUP, &w[k], &err) == RP_OK);
+        rp_session_free(s);
+    }
+    for (int k = 1; k < 3; k++)
+        for (int t = 0; t < w[0]->num_tensors; t++)
+            CHECK(memcmp(w[0]->tensors[t].data, w[k]->tensors[t].data,
+                         sizeof(float) * rp_shape_size(&w[0]->tensors[t].shape)) == 0);
+    for (int k = 0; k < 3; k++)
+        rp_weights_free(w[k]);
+    const char *bad = "{\"embedding_serialization_factor\": 7}";
+    rp_config c;
+    rp_error err;
+    rp_session *s;
+    CHECK(rp_config_load_string(&c, bad, strlen(bad), "t", &err) == RP_OK);
+    CHECK(rp_session_create(m, &c, &s, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "embedding_serialization_factor 7: the vocabulary of layer 0 "
+                           "(embedding, line 2) has 60 rows, not a multiple of 7");
+    rp_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    rp_error err;
+    rp_shape shape = {3, {1, 28, 28}};
+    if (rp_dataset_synthetic(&data, 256, shape, 10, 2, &err) != RP_OK)
+        return 1;
+    if (argc > 1 && strcmp(argv[1], "--mpi") == 0 && rp_comm_mpi_init(&argc, &argv, &mpi, &err))
+        return 1;
+    compare("\"replication_factor\": 4", 4, 4, false);
+    compare("\"replication_factor\": 2, \"layers_per_stage\": [3, -1]", 2, 4, true);
+    compare("\"replication_factor\": 2, \"layers_per_stage\": [3, -1], "
+            "\"stage_replication\": [2, 1]", 4, 6, true);
+    compare("\"replication_factor\": 4, \"replica_grouping\": {\"group_size\": 2}", 2, 4,
+            false);
+    cnn_features("\"replication_factor\": 4", 4);
+    cnn_features("\"replication_factor\": 2, \"layers_per_stage\": [4, -1]", 4);
+    if (!mpi) {
+        embedding_blocks();
+        loss_scale_recovery();
+    }
+    char name[64];
+    snprintf(name, sizeof name, "test_memory (%s)", mpi ? "mpi" : "local");
+    int rc = test_finish(name);
+    rp_dataset_free(data);
+    if (mpi)
+        rp_comm_mpi_finalize(mpi);
+    return rc;
+}
