@@ -255,14 +255,23 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         }
         if (done >= next_log || c == calls - 1) {
             next_log += log_every;
+            double scale;
+            long long skipped;
+            rp_session_loss_scale(s, &scale, &skipped);
+            char ls[96] = "", ljs[96] = "";
+            if (cfg.auto_loss_scaling) {
+                snprintf(ls, sizeof ls, "  loss scale %.10g (%lld skipped)", scale, skipped);
+                snprintf(ljs, sizeof ljs, ",\"loss_scale\":%.17g,\"skipped_updates\":%lld",
+                         scale, skipped);
+            }
             if (!tty && lead)
-                printf("update %lld/%lld  epoch %.2f  loss %.4f  %.0f samples/s  ETA %s\n", done,
-                       calls * D, (double)done / per_epoch, ema, sps, eta);
+                printf("update %lld/%lld  epoch %.2f  loss %.4f  %.0f samples/s  ETA %s%s\n",
+                       done, calls * D, (double)done / per_epoch, ema, sps, eta, ls);
             if (jl)
                 fprintf(jl,
                         "{\"update\":%lld,\"epoch\":%.4f,\"loss\":%.6f,\"samples_per_s\":%.1f,"
-                        "\"elapsed_s\":%.3f}\n",
-                        done, (double)done / per_epoch, loss, sps, el);
+                        "\"elapsed_s\":%.3f%s}\n",
+                        done, (double)done / per_epoch, loss, sps, el, ljs);
         }
     }
     if (tty)
@@ -286,6 +295,14 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     double te = now();
     if (evaluate(s, test, &acc, &err))
         goto fail;
+    if (lead && cfg.auto_loss_scaling) {
+        double scale;
+        long long skipped;
+        rp_session_loss_scale(s, &scale, &skipped);
+        printf("loss scaling: %lld update%s skipped (gradients not finite); "
+               "the scale is now %.10g\n",
+               skipped, skipped == 1 ? "" : "s", scale);
+    }
     if (lead) {
         printf("training took %.1f s; evaluation of %d samples %.1f s\n", te - t0, test->n,
                now() - te);
