@@ -132,6 +132,13 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   expect_fail "weights truncated" 1 "cut.rpw: checksum mismatch" -- "$bin" weights show "$tmp/cut.rpw"
   expect_fail "train bad model" 1 "bad.model:2: unknown layer 'lineer' \(did you mean 'linear'\?\)" \
     -- bash -c "printf 'input 784\nlineer 10\n' > '$tmp/bad.model'; '$bin' train --model '$tmp/bad.model' --config '$src/examples/fmnist.json'"
+  # executable cache: stored on the first start, reused on the second, also under MPI
+  printf '{"micro_batch_size": 64, "layers_per_stage": [-1, -1], "executable_cache_dir": "%s"}' \
+    "$tmp/cache" > "$tmp/cached.json"
+  expect_grep "cache stored" "^executable cache: stored $tmp/cache/[0-9a-f]{16}\.rpx$" -- "$bin" train \
+    --model "$src/examples/fmnist-mlp.model" --config "$tmp/cached.json" --updates 2
+  expect_grep "cache reused" "^executable cache: reused the schedule and memory plan in $tmp/cache/" \
+    -- "$bin" train --model "$src/examples/fmnist-mlp.model" --config "$tmp/cached.json" --updates 2
   printf 'input 10 10\nflatten\nlinear 10\nsoftmax_cross_entropy\n' > "$tmp/small.model"
   expect_fail "train input mismatch" 1 "the model's input 10x10 does not fit the data's samples 1x28x28" \
     -- "$bin" train --model "$tmp/small.model" --config "$src/examples/fmnist.json" --updates 1

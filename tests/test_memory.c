@@ -26,6 +26,7 @@
 */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "repipe/data.h"
 #include "repipe/session.h"
@@ -247,6 +248,85 @@ static void loss_scale_recovery(void) {
     rp_model_free(m);
 }
 
+/* executable_cache_dir: the first start stores the schedule and memory plan,
+** the second reuses them and trains the same weights; a damaged entry and an
+** entry written for another configuration are rebuilt, and the next start
+** reuses the rebuilt one. */
+static char *cache_note(const rp_model *m, const rp_config *c) {
+    rp_session *s;
+    rp_error err;
+    if (rp_session_create(m, c, &s, &err) != RP_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    char *note = strdup(rp_session_cache_note(s));
+    rp_session_free(s);
+    return note;
+}
+
+static void check_note(const rp_model *m, const rp_config *c, const char *want) {
+    char *note = cache_note(m, c);
+    CHECK_STR_HAS(note, want);
+    free(note);
+}
+
+static void cache_entries(void) {
+    char dir[] = "/tmp/repipe-cache-test-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    rp_model *m = test_model(MLP);
+    const char *shape = "\"replication_factor\": 2, \"layers_per_stage\": [3, -1]";
+    const char *sgd = "{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}";
+    char extra[256];
+    snprintf(extra, sizeof extra, "\"executable_cache_dir\": \"%s\"", dir);
+    rp_config plain = config(shape, sgd, ""), c = config(shape, sgd, extra);
+    check_note(m, &plain, ""); /* no cache, nothing said */
+    check_note(m, &c, "executable cache: stored ");
+    char *note = cache_note(m, &c);
+    CHECK_STR_HAS(note, "executable cache: reused the schedule and memory plan in ");
+    const char *path = strstr(note, dir);
+    char entry[512];
+    snprintf(entry, sizeof entry, "%s", path ? path : "");
+    free(note);
+    /* a cached plan trains exactly as a fresh one */
+    rp_memory m1, m2;
+    rp_weights *a = train(m, &plain, &m1), *b = train(m, &c, &m2);
+    CHECK(weights_diff(a, b) == 0);
+    CHECK(memcmp(&m1, &m2, sizeof m1) == 0);
+    rp_weights_free(a), rp_weights_free(b);
+    /* damage one byte in the middle */
+    FILE *f = fopen(entry, "r+b");
+    CHECK(f != NULL);
+    if (f) {
+        fseek(f, 40, SEEK_SET);
+        int ch = fgetc(f);
+        fseek(f, 40, SEEK_SET);
+        fputc(ch ^ 0x5a, f);
+        fclose(f);
+    }
+    check_note(m, &c, "was damaged: checksum mismatch; rebuilt it");
+    check_note(m, &c, "executable cache: reused");
+    /* an entry of another configuration (GA 4) under this one's name */
+    char extra4[300];
+    snprintf(extra4, sizeof extra4, "%s, \"device_iterations\": 2", extra);
+    rp_config other = config(shape, sgd, extra4);
+    char *n4 = cache_note(m, &other), other_entry[512];
+    CHECK_STR_HAS(n4, "executable cache: stored ");
+    const char *p4 = strstr(n4, dir);
+    snprintf(other_entry, sizeof other_entry, "%s", p4 ? p4 : "");
+    other_entry[strcspn(other_entry, " ")] = 0;
+    free(n4);
+    CHECK(strcmp(entry, other_entry) != 0);
+    CHECK(rename(other_entry, entry) == 0);
+    check_note(m, &c, "was stale: written for another model or configuration; rebuilt it");
+    check_note(m, &c, "executable cache: reused");
+    remove(entry);
+    rmdir(dir);
+    rp_model_free(m);
+}
+
 /* embedding_serialization_factor: the table as row blocks, the same weights
 ** bit for bit; a vocabulary the factor does not divide is refused. */
 static void embedding_blocks(void) {
@@ -316,6 +396,7 @@ int main(int argc, char **argv) {
     if (!mpi) {
         embedding_blocks();
         loss_scale_recovery();
+        cache_entries();
     }
     char name[64];
     snprintf(name, sizeof name, "test_memory (%s)", mpi ? "mpi" : "local");

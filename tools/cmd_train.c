@@ -162,6 +162,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if ((comm ? rp_session_create_mpi(m, &cfg, comm, &s, &err)
               : rp_session_create(m, &cfg, &s, &err)))
         goto fail;
+    if (lead && rp_session_cache_note(s)[0])
+        printf("%s\n", rp_session_cache_note(s));
     if (lead) {
         printf("%d worker%s (%s backend), %d stage%s; memory of a worker (MB):\n",
                rp_session_workers(s), rp_session_workers(s) == 1 ? "" : "s",

@@ -91,9 +91,14 @@ typedef struct rp_memory {
     size_t params, grads, optimizer, activations, scratch;
 } rp_memory;
 
-/* What a worker of `stage` holds. */
+/* What a worker of `stage` holds: the session's memory plan, made at
+** creation or read from the executable cache. */
 rp_status rp_session_memory(const rp_session *s, int stage, rp_memory *out, rp_error *err);
 int rp_session_workers(const rp_session *s);
+/* With executable_cache_dir: whether the session reused a cached schedule
+** and memory plan, stored a new one, or rebuilt a stale or damaged entry
+** (one line for the log); "" without. */
+const char *rp_session_cache_note(const rp_session *s);
 int rp_session_stages(const rp_session *s);
 
 /* Records every worker's operations from now on (on) or stops (off), and

@@ -25,9 +25,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "repipe/schedule.h"
 #include "repipe/session.h"
 
@@ -121,6 +123,8 @@ struct rp_session {
     float *all;     /* D * R * GA */
     float *gather;  /* MPI: every worker's D * GA losses */
     float *reduced; /* R */
+    rp_memory mem[RP_MAX_STAGES]; /* the memory plan: a worker of each stage */
+    char cache_note[RP_PATH_MAX + 512];
 };
 
 /* ---- loss scaling ----------------------------------------------------------- */
@@ -608,6 +612,8 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     return RP_OK;
 }
 
+static rp_status plan_memory(const rp_session *s, int stage, rp_memory *out, rp_error *err);
+
 static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, rp_session **out,
                         rp_error *err) {
     *out = NULL;
@@ -699,10 +705,31 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             s->groupings[s->ngroupings++] = s->var_group[v];
         }
     }
-    /* the schedule, checked before anything runs */
-    if ((st = rp_workplan_build(cfg, &s->plan, err)))
+    /* the schedule, checked before anything runs, or a cached one */
+    char cpath[RP_PATH_MAX + 32];
+    uint64_t ckey = 0;
+    bool cached = false;
+    if (cfg->executable_cache_dir[0]) {
+        char why[160];
+        cache_key(m, cfg, cpath, sizeof cpath, &ckey);
+        switch (cache_load(cpath, ckey, W, P, s->GA, &s->plan, s->mem, why, sizeof why)) {
+        case CACHE_HIT:
+            cached = true;
+            snprintf(s->cache_note, sizeof s->cache_note,
+                     "executable cache: reused the schedule and memory plan in %s", cpath);
+            break;
+        case CACHE_MISS:
+            snprintf(s->cache_note, sizeof s->cache_note, "executable cache: stored %s", cpath);
+            break;
+        case CACHE_REBUILD:
+            snprintf(s->cache_note, sizeof s->cache_note,
+                     "executable cache: %s was %s; rebuilt it", cpath, why);
+            break;
+        }
+    }
+    if (!cached && (st = rp_workplan_build(cfg, &s->plan, err)))
         goto fail;
-    {
+    if (!cached) {
         int *gid = malloc(sizeof(int) * W), G = rp_grouping_num_groups(&cfg->replica_grouping);
         if (!gid) {
             st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
@@ -752,11 +779,12 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             }
         }
     }
+    for (int t = 0; t < P && !cached; t++)
+        if ((st = plan_memory(s, t, &s->mem[t], err)))
+            goto fail;
     if (cfg->device_memory > 0) {
         for (int t = 0; t < P; t++) {
-            rp_memory mem;
-            if ((st = rp_session_memory(s, t, &mem, err)))
-                goto fail;
+            const rp_memory mem = s->mem[t];
             size_t total = mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch;
             if (total > (size_t)cfg->device_memory) {
                 st = rp_fail(err, RP_ERR_INFEASIBLE,
@@ -767,6 +795,14 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
                              mem.optimizer, mem.activations, mem.scratch);
                 goto fail;
             }
+        }
+    }
+    if (cfg->executable_cache_dir[0] && !cached && (!comm || rp_comm_rank(comm) == 0)) {
+        mkdir(cfg->executable_cache_dir, 0777); /* one level; an existing one is fine */
+        if ((st = cache_store(cpath, ckey, s->plan, s->mem, err))) {
+            rp_error e2 = *err;
+            st = rp_fail(err, st, "executable_cache_dir: %s", e2.msg);
+            goto fail;
         }
     }
     if (s->nlocal > 1) {
@@ -801,6 +837,8 @@ long long rp_session_samples_per_call(const rp_session *s) {
 }
 
 long long rp_session_updates(const rp_session *s) { return s->updates; }
+
+const char *rp_session_cache_note(const rp_session *s) { return s->cache_note; }
 
 void rp_session_loss_scale(const rp_session *s, double *scale, long long *skipped) {
     *scale = s->w[0].scale; /* every worker took the same decisions */
@@ -1096,6 +1134,14 @@ static size_t stage_state_floats(const rp_session *s, int stage) {
 }
 
 rp_status rp_session_memory(const rp_session *s, int stage, rp_memory *out, rp_error *err) {
+    if (stage < 0 || stage >= s->P)
+        return rp_fail(err, RP_ERR_INVALID, "stage %d: the pipeline has %d stages", stage, s->P);
+    *out = s->mem[stage];
+    return RP_OK;
+}
+
+/* What a worker of `stage` holds, from a net of the stage. */
+static rp_status plan_memory(const rp_session *s, int stage, rp_memory *out, rp_error *err) {
     const worker *w = NULL;
     for (int i = 0; i < s->nlocal && !w; i++)
         if (s->w[i].stage == stage && s->w[i].net)
