@@ -74,10 +74,10 @@ typedef struct worker {
     bool any_sharded;
     size_t state_floats;     /* optimizer state held by this worker */
     float *shard_g;          /* the reduced gradient shard of every sharded run */
-    float *shard_p;          /* a shard's parameters */
+    float *shard_p;          /* a padded shard's parameters (the last member's) */
+    float *tail;             /* gradients under a padded all-gather's tail */
     int state_fd;            /* optimizer_state_offchip: the state's file, else -1 */
     float *chunk;            /* offchip: the state of one chunk, streamed in and out */
-    float *gathered;         /* all shards of a run */
     uint16_t *h_act, *h_grad; /* enable_half_partials: GA fp16 sends each way */
     uint16_t *h_recv;         /* an fp16 receive */
     double scale;             /* the loss scale of the next update */
@@ -295,14 +295,25 @@ static rp_status reduce(worker *w) {
         size_t c = vr->shard, first = (size_t)rp_comm_rank(rc) * c;
         size_t have = first < vr->count ? vr->count - first : 0;
         have = have < c ? have : c;
-        memcpy(w->shard_p, prm + vr->offset + first, sizeof(float) * have);
-        memset(w->shard_p + have, 0, sizeof(float) * (c - have));
-        if ((st = opt_step(w, w->applied, w->shard_p, w->shard_g + vr->shard_offset,
-                           vr->state_offset, c)))
+        /* the shard is updated where it lies; the all-gather writes the
+        ** whole run into its (spent) gradients, and its padded tail, fewer
+        ** floats than members, over the next run's or the net's slack */
+        float *p = prm + vr->offset + first;
+        if ((st = opt_step(w, w->applied, p, w->shard_g + vr->shard_offset, vr->state_offset,
+                           have)))
             break;
-        if ((st = rp_comm_allgather(rc, NULL, w->shard_p, c, w->gathered, &w->err)))
+        if (have < c) {
+            memcpy(w->shard_p, p, sizeof(float) * have);
+            memset(w->shard_p + have, 0, sizeof(float) * (c - have));
+            p = w->shard_p;
+        }
+        size_t pad = c * (size_t)rp_comm_size(rc) - vr->count;
+        float *out = g + vr->offset;
+        memcpy(w->tail, out + vr->count, sizeof(float) * pad);
+        if ((st = rp_comm_allgather(rc, NULL, p, c, out, &w->err)))
             break;
-        memcpy(prm + vr->offset, w->gathered, sizeof(float) * vr->count);
+        memcpy(prm + vr->offset, out, sizeof(float) * vr->count);
+        memcpy(out + vr->count, w->tail, sizeof(float) * pad);
     }
     return st;
 }
@@ -478,7 +489,7 @@ void rp_session_free(rp_session *s) {
         rp_net_free(w->net);
         free(w->acts), free(w->out), free(w->opt), free(w->losses), free(w->grad_in);
         free(w->grad_out), free(w->req), free(w->req_live), free(w->runs), free(w->trace);
-        free(w->shard_g), free(w->shard_p), free(w->gathered), free(w->chunk);
+        free(w->shard_g), free(w->shard_p), free(w->tail), free(w->chunk);
         free(w->h_act), free(w->h_grad), free(w->h_recv);
         if (w->state_fd >= 0)
             close(w->state_fd);
@@ -511,6 +522,8 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     w->stage_replica = w->plan->stage_replica;
     int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
     rp_net_options no = net_options(&s->cfg, w->stage, false);
+    if (s->cfg.replicated_tensor_sharding) /* room for a padded all-gather's tail */
+        no.grad_slack = (size_t)s->R * stage_replicas(&s->cfg, w->stage);
     rp_status st = rp_net_create_with(m, l0, l1, s->B, &no, &w->net, err);
     if (st)
         return st;
@@ -560,7 +573,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
                                             .rescale = (float)gcfg / s->var_group[v].group_size};
     }
     /* optimizer state: whole runs, or one shard of each sharded run */
-    size_t per = s->state_per_param, maxc = 1, maxg = 1, shards = 0;
+    size_t per = s->state_per_param, maxc = 1, maxk = 1, shards = 0;
     for (int r = 0; r < w->nruns; r++) {
         var_run *vr = &w->runs[r];
         /* members of the run's reduction: its group's replicas x stage replicas */
@@ -575,7 +588,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
             vr->shard_offset = shards;
             shards += vr->shard;
             maxc = vr->shard > maxc ? vr->shard : maxc;
-            maxg = vr->shard * k > maxg ? vr->shard * k : maxg;
+            maxk = (size_t)k > maxk ? (size_t)k : maxk;
         }
     }
     if (s->cfg.optimizer_state_offchip && w->state_floats) {
@@ -596,10 +609,10 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     if (w->any_sharded) {
         w->shard_g = malloc(sizeof(float) * shards);
-        w->shard_p = malloc(sizeof(float) * maxc);
-        w->gathered = malloc(sizeof(float) * maxg);
+        w->shard_p = malloc(sizeof(float) * maxc); /* touched by the last member only */
+        w->tail = malloc(sizeof(float) * maxk);
     }
-    if (!w->opt || (w->any_sharded && (!w->shard_g || !w->shard_p || !w->gathered)))
+    if (!w->opt || (w->any_sharded && (!w->shard_g || !w->shard_p || !w->tail)))
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     /* replica c starts from its group's row of each variable */
     int *var_index = malloc(sizeof(int) * (m->num_vars ? m->num_vars : 1));
@@ -1104,8 +1117,9 @@ rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred
 /* ---- memory and traces -------------------------------------------------------------- */
 
 /* Floats of optimizer state a worker of `stage` holds: each run of its
-** variables that share a grouping, or, sharded, one shard of it. */
-static size_t stage_state_floats(const rp_session *s, int stage) {
+** variables that share a grouping, or, sharded, one shard of it; *shards
+** receives the floats of the sharded runs' shards (their reduced gradients). */
+static size_t stage_state_floats(const rp_session *s, int stage, size_t *shards) {
     const rp_model *m = s->m;
     int l0 = s->first[stage], l1 = s->first[stage + 1];
     size_t total = 0, run = 0;
@@ -1123,6 +1137,7 @@ static size_t stage_state_floats(const rp_session *s, int stage) {
             int k = s->groupings[run_q].group_size * stage_replicas(&s->cfg, stage);
             bool sharded = s->cfg.replicated_tensor_sharding && k > 1;
             total += (sharded ? (run + k - 1) / k : run) * s->state_per_param;
+            *shards += sharded ? (run + k - 1) / k : 0;
             run = 0;
         }
         if (q >= 0) {
@@ -1164,7 +1179,9 @@ static rp_status plan_memory(const rp_session *s, int stage, rp_memory *out, rp_
     out->params = sizeof(float) * n;
     out->grads = sizeof(float) * n;
     /* sharded: each worker keeps its shard of the state */
-    out->optimizer = sizeof(float) * stage_state_floats(s, stage);
+    size_t shards = 0;
+    out->optimizer = sizeof(float) * stage_state_floats(s, stage, &shards);
+    out->grads += sizeof(float) * shards;
     if (s->cfg.optimizer_state_offchip && out->optimizer) { /* one chunk in memory */
         size_t chunk = sizeof(float) * OFFCHIP_CHUNK * s->state_per_param;
         out->optimizer = out->optimizer < chunk ? out->optimizer : chunk;
