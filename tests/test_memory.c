@@ -270,14 +270,13 @@ static void check_note(const rp_model *m, const rp_config *c, const char *want) 
     free(note);
 }
 
-static void cache_entries(void) {
+static void cache_entries(const char *shape) {
     char dir[] = "/tmp/repipe-cache-test-XXXXXX";
     if (!mkdtemp(dir)) {
         CHECK(!"mkdtemp");
         return;
     }
     rp_model *m = test_model(MLP);
-    const char *shape = "\"replication_factor\": 2, \"layers_per_stage\": [3, -1]";
     const char *sgd = "{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}";
     char extra[256];
     snprintf(extra, sizeof extra, "\"executable_cache_dir\": \"%s\"", dir);
@@ -329,28 +328,30 @@ static void cache_entries(void) {
 
 /* embedding_serialization_factor: the table as row blocks, the same weights
 ** bit for bit; a vocabulary the factor does not divide is refused. */
-static void embedding_blocks(void) {
+static void embedding_blocks(const char *shape) {
     rp_model *m = test_model("input 12\nembedding 60 8\nlayernorm\nflatten\nlinear 10\n"
                              "softmax_cross_entropy\n");
     rp_weights *w[3] = {0};
     static const int factors[3] = {1, 4, 3};
     for (int k = 0; k < 3; k++) {
-        char json[256];
+        char json[320];
         snprintf(json, sizeof json,
-                 "{\"seed\": 2, \"micro_batch_size\": 4, \"replication_factor\": 2, "
+                 "{\"seed\": 2, \"micro_batch_size\": 4, %s, "
                  "\"embedding_serialization_factor\": %d, \"optimizer\": {\"type\": \"adam\"}}",
-                 factors[k]);
+                 shape, factors[k]);
         rp_config c;
         rp_error err;
         rp_session *s;
         CHECK(rp_config_load_string(&c, json, strlen(json), "t", &err) == RP_OK);
         CHECK(rp_session_create(m, &c, &s, &err) == RP_OK);
-        float x[8 * 12];
-        int32_t y[8];
-        int64_t ids[8];
-        for (int call = 0; call < 2; call++) {
-            for (int i = 0; i < 8; i++) {
-                ids[i] = call * 8 + i;
+        float x[16 * 12];
+        int32_t y[16];
+        int64_t ids[16];
+        int n = (int)rp_session_samples_per_call(s);
+        CHECK(n <= 16);
+        for (int call = 0; call < 3 && n <= 16; call++) {
+            for (int i = 0; i < n; i++) {
+                ids[i] = call * n + i;
                 y[i] = (i * 3 + call) % 10;
                 for (int t = 0; t < 12; t++) /* repeated tokens too */
                     x[i * 12 + t] = (float)((i * 7 + t * 5 + call) % 60);
@@ -394,9 +395,11 @@ int main(int argc, char **argv) {
     cnn_features("\"replication_factor\": 4", 4);
     cnn_features("\"replication_factor\": 2, \"layers_per_stage\": [4, -1]", 4);
     if (!mpi) {
-        embedding_blocks();
+        embedding_blocks("\"replication_factor\": 4");
+        embedding_blocks("\"replication_factor\": 2, \"layers_per_stage\": [2, -1]");
         loss_scale_recovery();
-        cache_entries();
+        cache_entries("\"replication_factor\": 4");
+        cache_entries("\"replication_factor\": 2, \"layers_per_stage\": [3, -1]");
     }
     char name[64];
     snprintf(name, sizeof name, "test_memory (%s)", mpi ? "mpi" : "local");
