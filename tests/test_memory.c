@@ -25,6 +25,7 @@
 **   test_memory --mpi    under mpirun -np 4: R = 4 and R = 2 x P = 2
 */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -326,6 +327,52 @@ static void cache_entries(const char *shape) {
     rp_model_free(m);
 }
 
+/* Entries under dir (recursively), "." and ".." not counted. */
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char sub[1024];
+        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+        n += 1 + count_entries(sub);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* optimizer_state_offchip: one file per worker in a run directory under
+** $TMPDIR while the session lives, nothing left after it. */
+static void offchip_files(void) {
+    char dir[] = "/tmp/repipe-offchip-test-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    const char *old = getenv("TMPDIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("TMPDIR", dir, 1);
+    rp_model *m = test_model(MLP);
+    rp_config c = config("\"replication_factor\": 4", "{\"type\": \"adam\"}",
+                         "\"optimizer_state_offchip\": true");
+    rp_session *s;
+    rp_error err;
+    CHECK(rp_session_create(m, &c, &s, &err) == RP_OK);
+    CHECK_INT(count_entries(dir), 1 + 4); /* repipe-run-XXXXXX/worker-{0..3}.state */
+    rp_session_free(s);
+    CHECK_INT(count_entries(dir), 0);
+    if (saved)
+        setenv("TMPDIR", saved, 1);
+    else
+        unsetenv("TMPDIR");
+    free(saved);
+    rmdir(dir);
+    rp_model_free(m);
+}
+
 /* embedding_serialization_factor: the table as row blocks, the same weights
 ** bit for bit; a vocabulary the factor does not divide is refused. */
 static void embedding_blocks(const char *shape) {
@@ -398,6 +445,7 @@ int main(int argc, char **argv) {
         embedding_blocks("\"replication_factor\": 4");
         embedding_blocks("\"replication_factor\": 2, \"layers_per_stage\": [2, -1]");
         loss_scale_recovery();
+        offchip_files();
         cache_entries("\"replication_factor\": 4");
         cache_entries("\"replication_factor\": 2, \"layers_per_stage\": [3, -1]");
     }

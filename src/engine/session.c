@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -125,6 +126,7 @@ struct rp_session {
     float *reduced; /* R */
     rp_memory mem[RP_MAX_STAGES]; /* the memory plan: a worker of each stage */
     char cache_note[RP_PATH_MAX + 512];
+    char run_dir[RP_PATH_MAX]; /* optimizer_state_offchip: this process's state files */
 };
 
 /* ---- loss scaling ----------------------------------------------------------- */
@@ -491,9 +493,15 @@ void rp_session_free(rp_session *s) {
         free(w->grad_out), free(w->req), free(w->req_live), free(w->runs), free(w->trace);
         free(w->shard_g), free(w->shard_p), free(w->tail), free(w->chunk);
         free(w->h_act), free(w->h_grad), free(w->h_recv);
-        if (w->state_fd >= 0)
+        if (w->state_fd >= 0) {
+            char path[RP_PATH_MAX + 32];
+            snprintf(path, sizeof path, "%s/worker-%d.state", s->run_dir, w->id);
             close(w->state_fd);
+            unlink(path);
+        }
     }
+    if (s->run_dir[0])
+        rmdir(s->run_dir);
     rp_world_free(s->world);
     rp_workplan_free(s->plan);
     pthread_mutex_destroy(&s->mu);
@@ -592,14 +600,14 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         }
     }
     if (s->cfg.optimizer_state_offchip && w->state_floats) {
-        /* an unlinked file: it goes away with the process, whatever happens */
-        char path[] = "/tmp/repipe-optimizer-XXXXXX";
-        w->state_fd = mkstemp(path);
+        /* worker-ID.state in the session's run directory, removed with it */
+        char path[RP_PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/worker-%d.state", s->run_dir, w->id);
+        w->state_fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
         if (w->state_fd < 0)
             return rp_fail(err, RP_ERR_IO, "optimizer_state_offchip: cannot create %s", path);
-        unlink(path);
         if (ftruncate(w->state_fd, (off_t)(sizeof(float) * w->state_floats)) != 0)
-            return rp_fail(err, RP_ERR_IO, "optimizer_state_offchip: cannot size the state file");
+            return rp_fail(err, RP_ERR_IO, "optimizer_state_offchip: cannot size %s", path);
         w->chunk = calloc(OFFCHIP_CHUNK * s->state_per_param, sizeof(float));
         w->opt = calloc(1, sizeof(float));
     } else {
@@ -691,6 +699,16 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     }
     for (int i = 0; i < s->nlocal; i++)
         s->w[i].state_fd = -1; /* no state file yet (0 would be stdin) */
+    if (cfg->optimizer_state_offchip) { /* under $TMPDIR, else /tmp */
+        const char *tmp = getenv("TMPDIR");
+        snprintf(s->run_dir, sizeof s->run_dir, "%s/repipe-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(s->run_dir)) {
+            st = rp_fail(err, RP_ERR_IO, "optimizer_state_offchip: cannot create a run directory %s",
+                         s->run_dir);
+            s->run_dir[0] = 0;
+            goto fail;
+        }
+    }
     /* each variable's grouping: the configuration's, or its layer's own */
     int gcfg = cfg->replica_grouping.group_size;
     s->loss_scale = 1.0 / ((double)s->B * s->GA * gcfg);
