@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "repipe/config.h"
 #include "repipe/model.h"
 
 /* Parses a model spec or ends the test with the parser's message. */
@@ -19,6 +20,17 @@ static inline rp_model *test_model(const char *spec) {
         exit(1);
     }
     return m;
+}
+
+/* Parses a configuration or ends the test with the JSON and the message. */
+static inline rp_config test_config(const char *json) {
+    rp_config c;
+    rp_error err;
+    if (rp_config_load_string(&c, json, strlen(json), "test", &err) != RP_OK) {
+        fprintf(stderr, "%s\n%s\n", json, err.msg);
+        exit(1);
+    }
+    return c;
 }
 
 #endif /* REPIPE_TEST_SUPPORT_H */

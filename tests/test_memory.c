@@ -46,13 +46,7 @@ static rp_config config(const char *shape, const char *opt, const char *extra) {
              "{\"seed\": 4, \"micro_batch_size\": 4, \"gradient_accumulation_steps\": 3, %s, "
              "\"optimizer\": %s%s%s}",
              shape, opt, *extra ? ", " : "", extra);
-    rp_config c;
-    rp_error err;
-    if (rp_config_load_string(&c, json, strlen(json), "test", &err) != RP_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
-    return c;
+    return test_config(json);
 }
 
 static rp_weights *train_n(const rp_model *m, const rp_config *c, int updates, rp_memory *mem,

@@ -60,13 +60,7 @@ static rp_config config(const pcase *pc, bool single, const char *opt) {
              "\"schedule\": \"%s\", \"output_mode\": \"all\", \"optimizer\": %s}",
              single ? pc->GA * pc->R : pc->GA, single ? 1 : pc->R, layers, reps, pc->schedule,
              opt);
-    rp_config c;
-    rp_error err;
-    if (rp_config_load_string(&c, json, strlen(json), "test", &err) != RP_OK) {
-        fprintf(stderr, "%s\n%s\n", json, err.msg);
-        exit(1);
-    }
-    return c;
+    return test_config(json);
 }
 
 static rp_weights *train(const rp_model *m, const rp_config *c, bool use_mpi, float *losses) {

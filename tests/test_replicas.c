@@ -36,13 +36,7 @@ static rp_config config(int B, int GA, int R, int D, const char *opt, const char
              "\"replication_factor\": %d, \"device_iterations\": %d, \"output_mode\": \"all\", "
              "\"optimizer\": %s%s}",
              B, GA, R, D, opt, extra ? extra : "");
-    rp_config c;
-    rp_error err;
-    if (rp_config_load_string(&c, json, strlen(json), "test", &err) != RP_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
-    return c;
+    return test_config(json);
 }
 
 static rp_session *session(const rp_model *m, const rp_config *c, bool use_mpi) {

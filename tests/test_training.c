@@ -24,13 +24,7 @@ static rp_config config(int B, int GA, int D, const char *opt) {
              "{\"seed\": 11, \"micro_batch_size\": %d, \"gradient_accumulation_steps\": %d, "
              "\"device_iterations\": %d, \"output_mode\": \"all\", \"optimizer\": %s}",
              B, GA, D, opt);
-    rp_config c;
-    rp_error err;
-    if (rp_config_load_string(&c, json, strlen(json), "test", &err) != RP_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
-    return c;
+    return test_config(json);
 }
 
 /* Runs `calls` host calls over the first samples of the data; returns the
