@@ -195,29 +195,29 @@ void maxpool_forward(const layer_args *a) {
     int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride;
     int *arg = a->aux;
     if (K == 2 && S == 2) {
+        /* the window's four values in the general loop's order; ifs the
+        ** compiler turns into blends, and restrict so it need not check for
+        ** overlap at run time */
         for (int bc = 0; bc < a->B * C; bc++) {
-            const float *plane = a->in + (size_t)bc * H * W;
-            float *out = a->out + (size_t)bc * OH * OW;
-            int *ag = arg + (size_t)bc * OH * OW;
+            const float *restrict plane = a->in + (size_t)bc * H * W;
+            float *restrict o = a->out + (size_t)bc * OH * OW;
+            int *restrict g = arg + (size_t)bc * OH * OW;
             for (int oh = 0; oh < OH; oh++) {
-                const float *r0 = plane + (size_t)(2 * oh) * W, *r1 = r0 + W;
-                float *restrict o = out + oh * OW;
-                int *restrict g = ag + oh * OW;
-                /* branch-free: selects, which the compiler turns into blends */
+                const float *restrict r0 = plane + (size_t)(2 * oh) * W;
+                const float *restrict r1 = r0 + W;
+                int base = 2 * oh * W;
                 for (int ow = 0; ow < OW; ow++) {
-                    int at = 2 * oh * W + 2 * ow;
-                    float m = r0[2 * ow], v = r0[2 * ow + 1];
-                    int i = at;
-                    i = v > m ? at + 1 : i;
-                    m = v > m ? v : m;
-                    v = r1[2 * ow];
-                    i = v > m ? at + W : i;
-                    m = v > m ? v : m;
-                    v = r1[2 * ow + 1];
-                    i = v > m ? at + W + 1 : i;
-                    m = v > m ? v : m;
-                    o[ow] = m;
-                    g[ow] = i;
+                    float v0 = r0[2 * ow], v1 = r0[2 * ow + 1], v2 = r1[2 * ow], v3 = r1[2 * ow + 1];
+                    float m = v0;
+                    int i = 0;
+                    if (v1 > m)
+                        m = v1, i = 1;
+                    if (v2 > m)
+                        m = v2, i = W;
+                    if (v3 > m)
+                        m = v3, i = W + 1;
+                    o[oh * OW + ow] = m;
+                    g[oh * OW + ow] = base + 2 * ow + i;
                 }
             }
         }
