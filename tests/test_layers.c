@@ -262,7 +262,12 @@ static void check_layer(const char *spec, int B) {
 int main(void) {
     check_layer("input 3 5\nlinear 4\n", 3);
     check_layer("input 6\nlinear 2 bias=false\n", 2);
+    /* output of the input's size: the flat im2col and col2im */
     check_layer("input 2 6 5\nconv2d 3 kernel=3 pad=1\n", 2);
+    check_layer("input 2 6 7\nconv2d 2 kernel=5 pad=2\n", 2);
+    check_layer("input 3 4 5\nconv2d 2 kernel=1\n", 2);
+    /* the row by row ones */
+    check_layer("input 2 6 5\nconv2d 3 kernel=3\n", 2);
     check_layer("input 2 7 7\nconv2d 2 kernel=3 stride=2\n", 2);
     check_layer("input 3 6 6\nconv2d 2 kernel=2 stride=2 pad=1 bias=false\n", 2);
     check_layer("input 2 6 4\nmaxpool2d 2\n", 2);

@@ -8,6 +8,7 @@
 ** of a few samples so that the columns stay in cache.
 */
 #include <cblas.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "layers.h"
@@ -52,10 +53,97 @@ static inline void valid_cols(int OW, int W, int S, int P, int kj, int *lo, int 
         *lo = *hi;
 }
 
+/* A convolution whose output has its input's size at stride 1 (3 x 3 with
+** padding 1, say): the taps of kernel offset (ki, kj) over a whole plane
+** are the plane shifted by off = (ki - P) * W + kj - P. One flat loop per
+** plane then does the work of H short row loops; the taps that a row shift
+** would wrap into the neighbouring row are masked out. Flat position q is
+** in row oh = q / W when the tap's row oh + ki - P is inside the plane:
+** [q0, q1); within it, q + off falls outside the plane only for masked taps,
+** so [a, e) is what may be touched. */
+#define SAME_MAX 16384 /* K * H * W of the masks kept on the stack */
+
+typedef struct same_shift {
+    int off, a, e;
+} same_shift;
+
+static bool same_size(const rp_layer *L) {
+    return L->stride == 1 && L->out.dim[1] == L->in.dim[1] && L->out.dim[2] == L->in.dim[2] &&
+           (size_t)L->kernel * L->in.dim[1] * L->in.dim[2] <= SAME_MAX;
+}
+
+/* mask[kj * HW + q]: the tap of column offset kj is inside the row */
+static void same_masks(int H, int W, int K, int P, int *mask) {
+    for (int kj = 0; kj < K; kj++)
+        for (int q = 0; q < H * W; q++) {
+            int w = q % W + kj - P;
+            mask[kj * H * W + q] = w >= 0 && w < W;
+        }
+}
+
+static same_shift same_range(int H, int W, int P, int ki, int kj) {
+    int lo = P - ki > 0 ? P - ki : 0, hi = H + P - ki < H ? H + P - ki : H;
+    same_shift r = {(ki - P) * W + kj - P, lo * W, hi > lo ? hi * W : lo * W};
+    if (r.a < -r.off)
+        r.a = -r.off;
+    if (r.e > H * W - r.off)
+        r.e = H * W - r.off;
+    if (r.e < r.a)
+        r.e = r.a;
+    return r;
+}
+
+static void im2col_same(const rp_layer *L, int B, const float *in, float *col) {
+    int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2], K = L->kernel, P = L->pad;
+    int HW = H * W, mask[SAME_MAX];
+    size_t ncols = (size_t)B * HW;
+    same_masks(H, W, K, P, mask);
+    for (int c = 0; c < C; c++)
+        for (int ki = 0; ki < K; ki++)
+            for (int kj = 0; kj < K; kj++) {
+                same_shift r = same_range(H, W, P, ki, kj);
+                const int *restrict m = mask + kj * HW;
+                for (int b = 0; b < B; b++) {
+                    const float *restrict src = in + ((size_t)b * C + c) * HW + r.off;
+                    float *restrict dst = col + ((size_t)(c * K + ki) * K + kj) * ncols +
+                                          (size_t)b * HW;
+                    memset(dst, 0, sizeof(float) * r.a);
+                    for (int q = r.a; q < r.e; q++)
+                        dst[q] = m[q] ? src[q] : 0.0f;
+                    memset(dst + r.e, 0, sizeof(float) * (HW - r.e));
+                }
+            }
+}
+
+static void col2im_same(const rp_layer *L, int B, const float *col, float *din) {
+    int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2], K = L->kernel, P = L->pad;
+    int HW = H * W, mask[SAME_MAX];
+    size_t ncols = (size_t)B * HW;
+    same_masks(H, W, K, P, mask);
+    memset(din, 0, sizeof(float) * (size_t)B * C * HW);
+    for (int c = 0; c < C; c++)
+        for (int ki = 0; ki < K; ki++)
+            for (int kj = 0; kj < K; kj++) {
+                same_shift r = same_range(H, W, P, ki, kj);
+                const int *restrict m = mask + kj * HW;
+                for (int b = 0; b < B; b++) {
+                    const float *restrict src = col + ((size_t)(c * K + ki) * K + kj) * ncols +
+                                                (size_t)b * HW;
+                    float *restrict dst = din + ((size_t)b * C + c) * HW + r.off;
+                    for (int q = r.a; q < r.e; q++)
+                        dst[q] += m[q] ? src[q] : 0.0f;
+                }
+            }
+}
+
 static void im2col(const rp_layer *L, int B, const float *in, float *col) {
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
     int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride, P = L->pad;
     size_t ncols = (size_t)B * OH * OW;
+    if (same_size(L)) {
+        im2col_same(L, B, in, col);
+        return;
+    }
     for (int c = 0; c < C; c++)
         for (int ki = 0; ki < K; ki++)
             for (int kj = 0; kj < K; kj++) {
@@ -90,6 +178,10 @@ static void col2im(const rp_layer *L, int B, const float *col, float *din) {
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
     int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride, P = L->pad;
     size_t ncols = (size_t)B * OH * OW;
+    if (same_size(L)) {
+        col2im_same(L, B, col, din);
+        return;
+    }
     memset(din, 0, sizeof(float) * (size_t)B * C * H * W);
     for (int c = 0; c < C; c++)
         for (int ki = 0; ki < K; ki++)
