@@ -75,10 +75,9 @@ static bool same_size(const rp_layer *L) {
 /* mask[kj * HW + q]: the tap of column offset kj is inside the row */
 static void same_masks(int H, int W, int K, int P, int *mask) {
     for (int kj = 0; kj < K; kj++)
-        for (int q = 0; q < H * W; q++) {
-            int w = q % W + kj - P;
-            mask[kj * H * W + q] = w >= 0 && w < W;
-        }
+        for (int h = 0; h < H; h++)
+            for (int w = 0; w < W; w++)
+                mask[(kj * H + h) * W + w] = w + kj - P >= 0 && w + kj - P < W;
 }
 
 static same_shift same_range(int H, int W, int P, int ki, int kj) {
