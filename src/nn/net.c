@@ -30,6 +30,7 @@ struct rp_net {
     bool grads_clean; /* zero by contract: the next backward overwrites */
     rp_net_options opt;
     bool *keep_out, *keep_aux; /* per layer: held by the activation set */
+    bool *alias;               /* per layer: a flatten whose output is its input */
     size_t *ov_out, *ov_aux;   /* per layer not kept: offset in the overlay */
     unsigned char *overlay;
     size_t overlay_bytes;
@@ -61,7 +62,8 @@ static rp_status plan_recompute(rp_net *n, rp_error *err) {
     n->keep_aux = malloc(sizeof(bool) * L);
     n->ov_out = calloc(L, sizeof(size_t));
     n->ov_aux = calloc(L, sizeof(size_t));
-    if (!n->keep_out || !n->keep_aux || !n->ov_out || !n->ov_aux)
+    n->alias = calloc(L, sizeof(bool));
+    if (!n->keep_out || !n->keep_aux || !n->ov_out || !n->ov_aux || !n->alias)
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     size_t at = 0;
     for (int l = n->first; l < n->last; l++) {
@@ -81,6 +83,10 @@ static rp_status plan_recompute(rp_net *n, rp_error *err) {
             at += ALIGN64(layer_aux_bytes(Ly, n->max_batch));
         }
         n->overlay_bytes = at > n->overlay_bytes ? at : n->overlay_bytes;
+        /* a flatten changes only the shape: its output is its input's memory,
+        ** unless that would make a kept output live in the overlay */
+        n->alias[i] = Ly->type == RP_LAYER_FLATTEN &&
+                      (i == 0 || n->keep_out[i - 1] || !n->keep_out[i]);
     }
     if (n->overlay_bytes && !(n->overlay = aligned_alloc(64, n->overlay_bytes)))
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for the recomputation buffer");
@@ -156,6 +162,7 @@ void rp_net_free(rp_net *n) {
         return;
     free(n->params), free(n->grads), free(n->col), free(n->tmp), free(n->g[0]), free(n->g[1]);
     free(n->keep_out), free(n->keep_aux), free(n->ov_out), free(n->ov_aux), free(n->overlay);
+    free(n->alias);
     free(n);
 }
 
@@ -185,7 +192,7 @@ static size_t acts_layout(const rp_net *n, int batch, size_t *off_out, size_t *o
     for (int l = n->first; l < n->last; l++) {
         const rp_layer *L = &n->m->layers[l];
         int i = l - n->first;
-        if (n->keep_out[i]) {
+        if (n->keep_out[i] && !n->alias[i]) {
             if (off_out)
                 off_out[i] = at;
             at += ALIGN64(sizeof(float) * out_size(L) * batch);
@@ -204,7 +211,7 @@ size_t rp_acts_bytes(const rp_net *n, int batch) { return acts_layout(n, batch, 
 rp_status rp_acts_create(const rp_net *n, int batch, rp_acts **out, rp_error *err) {
     int L = n->last - n->first;
     rp_acts *a = calloc(1, sizeof *a);
-    size_t *oo = malloc(sizeof(size_t) * L), *oa = malloc(sizeof(size_t) * L);
+    size_t *oo = calloc(L, sizeof(size_t)), *oa = calloc(L, sizeof(size_t));
     if (!a || !oo || !oa) {
         free(a), free(oo), free(oa);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
@@ -222,6 +229,8 @@ rp_status rp_acts_create(const rp_net *n, int batch, rp_acts **out, rp_error *er
     a->input = (float *)a->block;
     for (int l = 0; l < L; l++) { /* what is not kept lives in the overlay */
         a->out[l] = (float *)(n->keep_out[l] ? a->block + oo[l] : n->overlay + n->ov_out[l]);
+        if (n->alias[l])
+            a->out[l] = l ? a->out[l - 1] : a->input;
         a->aux[l] = n->keep_aux[l] ? a->block + oa[l] : n->overlay + n->ov_aux[l];
     }
     free(oo), free(oa);
@@ -270,6 +279,8 @@ const float *rp_net_forward(rp_net *n, rp_acts *a, const float *input, int batch
     if (input != a->input)
         memcpy(a->input, input, sizeof(float) * rp_net_in_size(n) * batch);
     for (int l = n->first; l < n->last; l++) {
+        if (n->alias[l - n->first])
+            continue;
         layer_args x = args_for(n, a, l, ctx);
         if (layer_forward(&x, &n->err) != RP_OK)
             return NULL;
@@ -305,12 +316,15 @@ const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_
                 s0--;
             for (int k = s0; k <= l; k++) {
                 int i = k - n->first;
-                if (n->keep_out[i] && (n->keep_aux[i] || !layer_aux_bytes(&n->m->layers[k], 1)))
+                if (n->alias[i] ||
+                    (n->keep_out[i] && (n->keep_aux[i] || !layer_aux_bytes(&n->m->layers[k], 1))))
                     continue;
                 layer_args x = args_for(n, a, k, ctx);
                 layer_forward(&x, &n->err); /* it succeeded on these rows before */
             }
         }
+        if (n->alias[l - n->first])
+            continue; /* the gradient passes through as it is */
         layer_args x = args_for(n, a, l, ctx);
         bool want = l > stop || need_input_grad;
         float *din = want ? n->g[buf] : NULL;
