@@ -107,6 +107,16 @@ static void check_collectives(rp_comm *c, const rp_grouping *g, bool exact) {
                 if (checked(i, n) && out[j * n + i] != val(members[j], i))
                     bad++;
         TCHECK(bad == 0);
+        /* in place: the member's block of out is its input */
+        for (size_t i = 0; i < n; i++)
+            out[idx * n + i] = val(r, i);
+        TCHECK(rp_comm_allgather(c, g, out + idx * n, n, out, &err) == RP_OK);
+        bad = 0;
+        for (int j = 0; j < gs; j++)
+            for (size_t i = 0; i < n; i++)
+                if (checked(i, n) && out[j * n + i] != val(members[j], i))
+                    bad++;
+        TCHECK(bad == 0);
         /* broadcast from the last member */
         TCHECK(rp_comm_broadcast(c, g, buf, n, gs - 1, &err) == RP_OK);
         bad = 0;

@@ -95,7 +95,8 @@ rp_status rp_comm_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t
 rp_status rp_comm_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
                                  float *out, rp_error *err);
 /* Every member contributes k floats; out holds the group's g * k, in
-** member order. */
+** member order. In place when in is the member's own block of out
+** (out + i * k for member i). */
 rp_status rp_comm_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
                             float *out, rp_error *err);
 

@@ -144,9 +144,9 @@ typedef struct rp_net_options {
     ** (im2col columns and the product) may take; convolutions are tiled to
     ** fit. 0: no limit. A limit below one sample's scratch is refused. */
     size_t scratch_limit;
-    /* Floats allocated after the gradients, for a collective that writes a
-    ** padded tail past them. */
-    size_t grad_slack;
+    /* Floats allocated after the parameters, for a collective that writes
+    ** a padded tail past them. */
+    size_t param_slack;
 } rp_net_options;
 
 rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_batch,

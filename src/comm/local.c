@@ -290,7 +290,8 @@ rp_status local_allgather(rp_comm *c, const rp_grouping *g, const float *in, siz
     if (st)
         return st;
     for (int j = 0; j < gc.g; j++)
-        memcpy(out + j * k, gc.s->ptr[j], sizeof(float) * k);
+        if (out + j * k != gc.s->ptr[j]) /* in place: a member's own block is its input */
+            memcpy(out + j * k, gc.s->ptr[j], sizeof(float) * k);
     return gc.g == 1 ? RP_OK : step(&gc, err);
 }
 

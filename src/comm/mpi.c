@@ -230,7 +230,10 @@ rp_status mpi_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_
         return st;
     if (k == 0)
         return RP_OK;
-    int rc = MPI_Allgather(in, (int)k, MPI_FLOAT, out, (int)k, MPI_FLOAT, gc);
+    int me;
+    MPI_Comm_rank(gc, &me);
+    const void *send = in == out + (size_t)me * k ? MPI_IN_PLACE : (const void *)in;
+    int rc = MPI_Allgather(send, (int)k, MPI_FLOAT, out, (int)k, MPI_FLOAT, gc);
     return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "Allgather", err);
 }
 

@@ -297,10 +297,10 @@ static rp_status reduce(worker *w) {
         size_t c = vr->shard, first = (size_t)rp_comm_rank(rc) * c;
         size_t have = first < vr->count ? vr->count - first : 0;
         have = have < c ? have : c;
-        /* the shard is updated where it lies; the all-gather writes the
-        ** whole run into its (spent) gradients, and its padded tail, fewer
-        ** floats than members, over the next run's or the net's slack */
-        float *p = prm + vr->offset + first;
+        /* the shard is updated where it lies and all-gathered in place; the
+        ** padded tail, fewer floats than members, lands on the next run's
+        ** parameters (or the net's slack) and is put back */
+        float *p = prm + vr->offset + first, *out = prm + vr->offset;
         if ((st = opt_step(w, w->applied, p, w->shard_g + vr->shard_offset, vr->state_offset,
                            have)))
             break;
@@ -310,11 +310,9 @@ static rp_status reduce(worker *w) {
             p = w->shard_p;
         }
         size_t pad = c * (size_t)rp_comm_size(rc) - vr->count;
-        float *out = g + vr->offset;
         memcpy(w->tail, out + vr->count, sizeof(float) * pad);
         if ((st = rp_comm_allgather(rc, NULL, p, c, out, &w->err)))
             break;
-        memcpy(prm + vr->offset, out, sizeof(float) * vr->count);
         memcpy(out + vr->count, w->tail, sizeof(float) * pad);
     }
     return st;
@@ -531,7 +529,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
     rp_net_options no = net_options(&s->cfg, w->stage, false);
     if (s->cfg.replicated_tensor_sharding) /* room for a padded all-gather's tail */
-        no.grad_slack = (size_t)s->R * stage_replicas(&s->cfg, w->stage);
+        no.param_slack = (size_t)s->R * stage_replicas(&s->cfg, w->stage);
     rp_status st = rp_net_create_with(m, l0, l1, s->B, &no, &w->net, err);
     if (st)
         return st;
@@ -587,7 +585,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         /* members of the run's reduction: its group's replicas x stage replicas */
         const rp_grouping *g = &s->groupings[vr->grouping];
         int k = g->group_size * stage_replicas(&s->cfg, w->stage);
-        vr->sharded = s->cfg.replicated_tensor_sharding && k > 1;
+        vr->sharded = s->cfg.replicated_tensor_sharding && k > 1 && per > 0; /* state to shard */
         vr->shard = vr->sharded ? (vr->count + k - 1) / k : vr->count;
         vr->state_offset = w->state_floats;
         w->state_floats += vr->shard * per;
@@ -1153,7 +1151,7 @@ static size_t stage_state_floats(const rp_session *s, int stage, size_t *shards)
         }
         if (q != run_q && run) { /* close the run */
             int k = s->groupings[run_q].group_size * stage_replicas(&s->cfg, stage);
-            bool sharded = s->cfg.replicated_tensor_sharding && k > 1;
+            bool sharded = s->cfg.replicated_tensor_sharding && k > 1 && s->state_per_param > 0;
             total += (sharded ? (run + k - 1) / k : run) * s->state_per_param;
             *shards += sharded ? (run + k - 1) / k : 0;
             run = 0;

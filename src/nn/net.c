@@ -136,8 +136,8 @@ rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_bat
         n->gmax = out_size(L) > n->gmax ? out_size(L) : n->gmax;
     }
     size_t np = n->num_params ? n->num_params : 1;
-    n->params = calloc(np, sizeof(float));
-    n->grads = calloc(np + n->opt.grad_slack, sizeof(float));
+    n->params = calloc(np + n->opt.param_slack, sizeof(float));
+    n->grads = calloc(np, sizeof(float));
     n->col = n->col_n ? malloc(sizeof(float) * n->col_n) : NULL;
     n->tmp = n->tmp_n ? malloc(sizeof(float) * n->tmp_n) : NULL;
     n->g[0] = malloc(sizeof(float) * n->gmax * max_batch);
