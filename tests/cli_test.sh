@@ -68,6 +68,7 @@ expect_grep "groups help" "--group-size G +replicas per group" -- "$bin" groups 
 expect_grep "config help" "--layers L" -- "$bin" help config
 
 # Configurations.
+expect_grep "config show features" "^    fp16 activations and gradients between stages$" -- "$bin" config show "$src/examples/fmnist-fp16.json"
 expect_grep "config show workers" "workers needed +4" -- "$bin" config show "$src/examples/pipeline-2x2.json"
 expect_grep "config show update" "samples per update +512" -- "$bin" config show "$src/examples/pipeline-2x2.json"
 expect_grep "config show wildcard note" "pass --layers L" -- "$bin" config show "$src/examples/pipeline-2x2.json"

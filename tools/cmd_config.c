@@ -67,6 +67,32 @@ static void show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
     printf("  output mode                %s\n", rp_output_mode_name(cfg->output_mode));
     printf("  optimizer                  %s, lr %g\n", rp_optimizer_name(cfg->optimizer.type),
            cfg->optimizer.lr);
+    /* the memory features that are on, one line each */
+    bool any = cfg->replicated_tensor_sharding || cfg->optimizer_state_offchip ||
+               cfg->recompute_checkpoint_every_layer || cfg->auto_loss_scaling ||
+               cfg->enable_half_partials || cfg->loss_scaling > 0 ||
+               cfg->embedding_serialization_factor > 1 || cfg->executable_cache_dir[0];
+    printf("  memory features%s\n", any ? "" : "            none");
+    if (cfg->replicated_tensor_sharding)
+        printf("    optimizer state sharded over the workers that share a variable\n");
+    if (cfg->optimizer_state_offchip)
+        printf("    optimizer state in files, streamed in for the update\n");
+    if (cfg->recompute_checkpoint_every_layer)
+        printf("    activations recomputed from checkpoints in backward\n");
+    if (cfg->auto_loss_scaling)
+        printf("    dynamic loss scaling from %g, doubling after %d clean updates\n",
+               rp_config_loss_scale(cfg), cfg->loss_scaling_growth_interval);
+    else if (cfg->loss_scaling > 0)
+        printf("    loss scaled by %g\n", cfg->loss_scaling);
+    if (cfg->enable_half_partials)
+        printf("    fp16 activations and gradients between stages\n");
+    if (cfg->embedding_serialization_factor > 1)
+        printf("    embedding tables in %d row blocks\n", cfg->embedding_serialization_factor);
+    if (cfg->executable_cache_dir[0])
+        printf("    executable cache in %s\n", cfg->executable_cache_dir);
+    if (cfg->device_memory > 0)
+        printf("  device memory              %lld bytes; products' scratch within %g of it\n",
+               (long long)cfg->device_memory, cfg->matmul_proportion[0]);
     printf("\ninference\n");
     printf("  stages                     %d\n", d.inference_stages);
     printf("  replication factor         %d\n", cfg->inference_replication_factor);
