@@ -133,6 +133,12 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   expect_fail "weights truncated" 1 "cut.rpw: checksum mismatch" -- "$bin" weights show "$tmp/cut.rpw"
   expect_fail "train bad model" 1 "bad.model:2: unknown layer 'lineer' \(did you mean 'linear'\?\)" \
     -- bash -c "printf 'input 784\nlineer 10\n' > '$tmp/bad.model'; '$bin' train --model '$tmp/bad.model' --config '$src/examples/fmnist.json'"
+  # loss scaling is logged, on the terminal's lines and in the JSON log
+  out=$("$bin" train --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist-fp16.json" \
+        --updates 20 --log-every 10 --json-log "$tmp/ls.jsonl" 2>&1)
+  if grep -q "^update 20/20 .* loss scale 65536 (0 skipped)$" <<<"$out" &&
+     grep -q "^loss scaling: 0 updates skipped (gradients not finite); the scale is now 65536$" <<<"$out" &&
+     grep -q '"loss_scale":65536,"skipped_updates":0}' "$tmp/ls.jsonl"; then ok; else bad "loss scale log: $out"; fi
   # executable cache: stored on the first start, reused on the second, also under MPI
   printf '{"micro_batch_size": 64, "layers_per_stage": [-1, -1], "executable_cache_dir": "%s"}' \
     "$tmp/cache" > "$tmp/cached.json"
