@@ -20,6 +20,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "repipe/core.h"
 #include "repipe/grouping.h"
@@ -90,6 +91,14 @@ rp_status rp_comm_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t
                             rp_error *err); /* root: index in the group */
 rp_status rp_comm_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n,
                             rp_error *err); /* sum, in place */
+/* The allreduce with values exchanged in half precision (half the bytes):
+** each member's values are rounded to fp16 and the sum, taken in fp32, is
+** rounded to fp16 again, so buf ends with fp16 values. `stage` is the
+** caller's scratch of n halves. The local backend sums in ascending member
+** order; MPI may group the partial sums differently (each rounded to fp16),
+** which for two members gives the same result. */
+rp_status rp_comm_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
+                                 size_t n, rp_error *err);
 /* Member i receives elements [i*k, (i+1)*k) of the sum, k = ceil(n / g),
 ** zero-padded at the tail: out holds k floats. */
 rp_status rp_comm_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,

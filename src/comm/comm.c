@@ -8,6 +8,8 @@
 
 rp_status local_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n,
                           rp_error *err);
+rp_status local_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
+                               size_t n, rp_error *err);
 rp_status local_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
                                float *out, rp_error *err);
 rp_status local_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
@@ -106,6 +108,15 @@ rp_status rp_comm_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *
         return s;
     return LOCAL(c) ? local_reduce_scatter(c, g, in, n, out, err)
                     : mpi_reduce_scatter(c, g, in, n, out, err);
+}
+
+rp_status rp_comm_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
+                                 size_t n, rp_error *err) {
+    rp_status s = comm_check_grouping(c, g, err);
+    if (s)
+        return s;
+    return LOCAL(c) ? local_allreduce_half(c, g, buf, stage, n, err)
+                    : mpi_allreduce_half(c, g, buf, stage, n, err);
 }
 
 rp_status rp_comm_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,

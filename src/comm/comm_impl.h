@@ -45,6 +45,8 @@ rp_status mpi_barrier(rp_comm *c, rp_error *err);
 rp_status mpi_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
                         rp_error *err);
 rp_status mpi_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n, rp_error *err);
+rp_status mpi_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
+                             size_t n, rp_error *err);
 rp_status mpi_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
                              float *out, rp_error *err);
 rp_status mpi_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k, float *out,

@@ -270,6 +270,36 @@ rp_status local_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n
     return step(&gc, err);
 }
 
+/* fp16 exchange: each member publishes its values as halves; member i sums
+** chunk i of every member's halves in fp32, in member order, and writes the
+** sum, rounded to half, back into every member's halves; then each member
+** reads its own. Half the bytes of the fp32 allreduce cross between cores. */
+rp_status local_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
+                               size_t n, rp_error *err) {
+    rp_half_encode(buf, stage, n);
+    group_call gc;
+    rp_status st = enter(c, g, stage, &gc, err);
+    if (st)
+        return st;
+    if (gc.g > 1) {
+        size_t k = (n + gc.g - 1) / gc.g;
+        size_t from = gc.index * k < n ? gc.index * k : n, to = from + k < n ? from + k : n;
+        const uint16_t *const *src = (const uint16_t *const *)gc.s->ptr;
+        for (size_t i = from; i < to; i++) {
+            float sum = 0.0f;
+            for (int j = 0; j < gc.g; j++)
+                sum += rp_half_to_float(src[j][i]);
+            uint16_t h = rp_half_from_float(sum);
+            for (int j = 0; j < gc.g; j++)
+                ((uint16_t *)gc.s->ptr[j])[i] = h;
+        }
+        if ((st = step(&gc, err)))
+            return st;
+    }
+    rp_half_decode(stage, buf, n);
+    return RP_OK;
+}
+
 rp_status local_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
                                float *out, rp_error *err) {
     group_call gc;

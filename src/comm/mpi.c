@@ -192,6 +192,34 @@ rp_status mpi_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n, 
     return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "Allreduce", err);
 }
 
+/* Sum of two vectors of halves, in fp32, rounded to half. */
+static void half_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] = rp_half_from_float(rp_half_to_float(a[i]) + rp_half_to_float(b[i]));
+}
+
+rp_status mpi_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
+                             size_t n, rp_error *err) {
+    MPI_Comm gc;
+    rp_status st = count_ok(n, "an allreduce", err);
+    if (st || (st = group_comm(c, g, &gc, err)))
+        return st;
+    static MPI_Op op = MPI_OP_NULL; /* made once; MPI_Finalize frees it */
+    if (op == MPI_OP_NULL)
+        MPI_Op_create(half_sum, 1, &op);
+    rp_half_encode(buf, stage, n);
+    if (n) {
+        int rc = MPI_Allreduce(MPI_IN_PLACE, stage, (int)n, MPI_UINT16_T, op, gc);
+        if (rc != MPI_SUCCESS)
+            return mpi_error(rc, "Allreduce", err);
+    }
+    rp_half_decode(stage, buf, n);
+    return RP_OK;
+}
+
 rp_status mpi_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
                              float *out, rp_error *err) {
     MPI_Comm gc;

@@ -81,6 +81,7 @@ typedef struct worker {
     float *chunk;            /* offchip: the state of one chunk, streamed in and out */
     uint16_t *h_act, *h_grad; /* enable_half_partials: GA fp16 sends each way */
     uint16_t *h_recv;         /* an fp16 receive */
+    uint16_t *h_stage;        /* the fp16 gradients of a reduction */
     double scale;             /* the loss scale of the next update */
     int clean;                /* updates without inf/NaN since the scale last changed */
     long long applied;        /* optimizer steps taken (skipped updates take none) */
@@ -263,6 +264,8 @@ static rp_status reduce(worker *w) {
         if (vr->sharded) {
             x = w->shard_g + vr->shard_offset, k = vr->shard;
             st = rp_comm_reduce_scatter(rc, NULL, g + vr->offset, vr->count, x, &w->err);
+        } else if (rp_comm_size(rc) > 1 && w->h_stage) {
+            st = rp_comm_allreduce_half(rc, NULL, x, w->h_stage, k, &w->err);
         } else if (rp_comm_size(rc) > 1) {
             st = rp_comm_allreduce(rc, NULL, x, k, &w->err);
         }
@@ -490,7 +493,7 @@ void rp_session_free(rp_session *s) {
         free(w->acts), free(w->out), free(w->opt), free(w->losses), free(w->grad_in);
         free(w->grad_out), free(w->req), free(w->req_live), free(w->runs), free(w->trace);
         free(w->shard_g), free(w->shard_p), free(w->tail), free(w->chunk);
-        free(w->h_act), free(w->h_grad), free(w->h_recv);
+        free(w->h_act), free(w->h_grad), free(w->h_recv), free(w->h_stage);
         if (w->state_fd >= 0) {
             char path[RP_PATH_MAX + 32];
             snprintf(path, sizeof path, "%s/worker-%d.state", s->run_dir, w->id);
@@ -596,6 +599,14 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
             maxc = vr->shard > maxc ? vr->shard : maxc;
             maxk = (size_t)k > maxk ? (size_t)k : maxk;
         }
+    }
+    if (s->cfg.enable_half_partials) { /* gradients reduced in fp16: the largest unsharded run */
+        size_t most = 0;
+        for (int r = 0; r < w->nruns; r++)
+            if (!w->runs[r].sharded && w->runs[r].count > most)
+                most = w->runs[r].count;
+        if (most && !(w->h_stage = malloc(sizeof(uint16_t) * most)))
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
     if (s->cfg.optimizer_state_offchip && w->state_floats) {
         /* worker-ID.state in the session's run directory, removed with it */
