@@ -285,13 +285,19 @@ rp_status local_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uin
         size_t k = (n + gc.g - 1) / gc.g;
         size_t from = gc.index * k < n ? gc.index * k : n, to = from + k < n ? from + k : n;
         const uint16_t *const *src = (const uint16_t *const *)gc.s->ptr;
-        for (size_t i = from; i < to; i++) {
-            float sum = 0.0f;
+        float acc[256], t[256];
+        uint16_t h[256];
+        for (size_t at = from; at < to; at += 256) { /* blocks of the chunk */
+            size_t len = to - at < 256 ? to - at : 256;
+            rp_half_decode(src[0] + at, acc, len);
+            for (int j = 1; j < gc.g; j++) {
+                rp_half_decode(src[j] + at, t, len);
+                for (size_t i = 0; i < len; i++)
+                    acc[i] += t[i];
+            }
+            rp_half_encode(acc, h, len);
             for (int j = 0; j < gc.g; j++)
-                sum += rp_half_to_float(src[j][i]);
-            uint16_t h = rp_half_from_float(sum);
-            for (int j = 0; j < gc.g; j++)
-                ((uint16_t *)gc.s->ptr[j])[i] = h;
+                memcpy((uint16_t *)gc.s->ptr[j] + at, h, sizeof(uint16_t) * len);
         }
         if ((st = step(&gc, err)))
             return st;
