@@ -59,6 +59,16 @@ static bool same(float got, float want, bool exact, double scale) {
     return exact ? got == want : fabs((double)got - want) <= 1e-6 * scale;
 }
 
+/* Mismatches of an all-gather's output: every member's n values in order. */
+static size_t gather_errors(const float *out, const int *members, int gs, size_t n) {
+    size_t bad = 0;
+    for (int j = 0; j < gs; j++)
+        for (size_t i = 0; i < n; i++)
+            if (checked(i, n) && out[j * n + i] != val(members[j], i))
+                bad++;
+    return bad;
+}
+
 static void check_collectives(rp_comm *c, const rp_grouping *g, bool exact) {
     rp_error err;
     int r = rp_comm_rank(c), members[64], idx;
@@ -124,22 +134,12 @@ static void check_collectives(rp_comm *c, const rp_grouping *g, bool exact) {
         TCHECK(bad == 0);
         /* all-gather: every member's n values, in member order */
         TCHECK(rp_comm_allgather(c, g, buf, n, out, &err) == RP_OK);
-        bad = 0;
-        for (int j = 0; j < gs; j++)
-            for (size_t i = 0; i < n; i++)
-                if (checked(i, n) && out[j * n + i] != val(members[j], i))
-                    bad++;
-        TCHECK(bad == 0);
+        TCHECK(gather_errors(out, members, gs, n) == 0);
         /* in place: the member's block of out is its input */
         for (size_t i = 0; i < n; i++)
             out[idx * n + i] = val(r, i);
         TCHECK(rp_comm_allgather(c, g, out + idx * n, n, out, &err) == RP_OK);
-        bad = 0;
-        for (int j = 0; j < gs; j++)
-            for (size_t i = 0; i < n; i++)
-                if (checked(i, n) && out[j * n + i] != val(members[j], i))
-                    bad++;
-        TCHECK(bad == 0);
+        TCHECK(gather_errors(out, members, gs, n) == 0);
         /* broadcast from the last member */
         TCHECK(rp_comm_broadcast(c, g, buf, n, gs - 1, &err) == RP_OK);
         bad = 0;

@@ -92,45 +92,40 @@ static same_shift same_range(int H, int W, int P, int ki, int kj) {
     return r;
 }
 
-static void im2col_same(const rp_layer *L, int B, const float *in, float *col) {
+/* im2col (in to col) or col2im (cin added into din, zeroed first) of a
+** same-size convolution: one of the two pairs is given, the other NULL. */
+static void same_cols(const rp_layer *L, int B, const float *in, float *col, const float *cin,
+                      float *din) {
+    bool to_col = in != NULL;
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2], K = L->kernel, P = L->pad;
     int HW = H * W, mask[SAME_MAX];
     size_t ncols = (size_t)B * HW;
     same_masks(H, W, K, P, mask);
+    if (!to_col)
+        memset(din, 0, sizeof(float) * (size_t)B * C * HW);
     for (int c = 0; c < C; c++)
         for (int ki = 0; ki < K; ki++)
             for (int kj = 0; kj < K; kj++) {
                 same_shift r = same_range(H, W, P, ki, kj);
                 const int *restrict m = mask + kj * HW;
-                for (int b = 0; b < B; b++) {
-                    const float *restrict src = in + ((size_t)b * C + c) * HW + r.off;
-                    float *restrict dst = col + ((size_t)(c * K + ki) * K + kj) * ncols +
-                                          (size_t)b * HW;
-                    memset(dst, 0, sizeof(float) * r.a);
-                    for (int q = r.a; q < r.e; q++)
-                        dst[q] = m[q] ? src[q] : 0.0f;
-                    memset(dst + r.e, 0, sizeof(float) * (HW - r.e));
-                }
-            }
-}
-
-static void col2im_same(const rp_layer *L, int B, const float *col, float *din) {
-    int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2], K = L->kernel, P = L->pad;
-    int HW = H * W, mask[SAME_MAX];
-    size_t ncols = (size_t)B * HW;
-    same_masks(H, W, K, P, mask);
-    memset(din, 0, sizeof(float) * (size_t)B * C * HW);
-    for (int c = 0; c < C; c++)
-        for (int ki = 0; ki < K; ki++)
-            for (int kj = 0; kj < K; kj++) {
-                same_shift r = same_range(H, W, P, ki, kj);
-                const int *restrict m = mask + kj * HW;
-                for (int b = 0; b < B; b++) {
-                    const float *restrict src = col + ((size_t)(c * K + ki) * K + kj) * ncols +
-                                                (size_t)b * HW;
-                    float *restrict dst = din + ((size_t)b * C + c) * HW + r.off;
-                    for (int q = r.a; q < r.e; q++)
-                        dst[q] += m[q] ? src[q] : 0.0f;
+                size_t plane = (size_t)c * HW, row = ((size_t)(c * K + ki) * K + kj) * ncols;
+                int off = r.off; /* a + off >= 0: the pointers stay inside the planes */
+                for (int b = 0; b < B; b++, plane += (size_t)C * HW, row += HW) {
+                    if (to_col) {
+                        const float *restrict x = in + plane + r.a + off;
+                        float *restrict y = col + row;
+                        const int *restrict mm = m + r.a;
+                        memset(y, 0, sizeof(float) * r.a);
+                        for (int q = 0; q < r.e - r.a; q++)
+                            y[r.a + q] = mm[q] ? x[q] : 0.0f;
+                        memset(y + r.e, 0, sizeof(float) * (HW - r.e));
+                    } else {
+                        float *restrict x = din + plane + r.a + off;
+                        const float *restrict y = cin + row + r.a;
+                        const int *restrict mm = m + r.a;
+                        for (int q = 0; q < r.e - r.a; q++)
+                            x[q] += mm[q] ? y[q] : 0.0f;
+                    }
                 }
             }
 }
@@ -140,7 +135,7 @@ static void im2col(const rp_layer *L, int B, const float *in, float *col) {
     int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride, P = L->pad;
     size_t ncols = (size_t)B * OH * OW;
     if (same_size(L)) {
-        im2col_same(L, B, in, col);
+        same_cols(L, B, in, col, NULL, NULL);
         return;
     }
     for (int c = 0; c < C; c++)
@@ -178,7 +173,7 @@ static void col2im(const rp_layer *L, int B, const float *col, float *din) {
     int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride, P = L->pad;
     size_t ncols = (size_t)B * OH * OW;
     if (same_size(L)) {
-        col2im_same(L, B, col, din);
+        same_cols(L, B, NULL, NULL, col, din);
         return;
     }
     memset(din, 0, sizeof(float) * (size_t)B * C * H * W);
