@@ -107,6 +107,15 @@ int cli_next_arg(const cli_cmd *cmd, int argc, char **argv, const char **arg,
     return o;
 }
 
+bool cli_positional(const cli_cmd *cmd, const char *arg, const char **pos, int *n, int max) {
+    if (*n == max) {
+        cli_error(cmd, "too many arguments");
+        return false;
+    }
+    pos[(*n)++] = arg;
+    return true;
+}
+
 bool cli_int(const char *opt, const char *text, long long lo, long long hi, long long *out) {
     char *end;
     errno = 0;

@@ -45,6 +45,10 @@ int cli_next_option(const cli_cmd *cmd, int argc, char **argv, const char **arg,
 ** with *arg pointing at it. */
 int cli_next_arg(const cli_cmd *cmd, int argc, char **argv, const char **arg, bool *help_shown);
 
+/* Keeps a positional argument in pos[*n]; prints an error and returns false
+** when there are already max of them. */
+bool cli_positional(const cli_cmd *cmd, const char *arg, const char **pos, int *n, int max);
+
 /* Parses a whole number or a real number; prints an error naming the option
 ** and returns false when the text is not one. */
 bool cli_int(const char *opt, const char *text, long long lo, long long hi, long long *out);

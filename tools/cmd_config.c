@@ -169,11 +169,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         if (o == -2)
             return help ? 0 : 2;
         if (o == -3) {
-            if (npos == 4) {
-                cli_error(cmd, "too many arguments");
+            if (!cli_positional(cmd, arg, pos, &npos, 4))
                 return 2;
-            }
-            pos[npos++] = arg;
             continue;
         }
         if (o == 0 && !cli_int("layers", arg, 1, 1 << 24, &layers))

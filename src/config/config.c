@@ -176,12 +176,20 @@ BOOL_KEY(k_als, auto_loss_scaling)
 BOOL_KEY(k_half, enable_half_partials)
 INT_KEY(k_growth, loss_scaling_growth_interval, 1)
 
-static rp_status k_seed(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
-    /* JSON numbers are doubles: integers beyond 2^53 would not survive. */
+/* JSON numbers are doubles: integers beyond 2^53 would not survive. */
+static rp_status get_int53(load_ctx *c, const char *key, const cJSON *v, const char *rule,
+                           int64_t *out) {
     if (!is_int(v, 0, 9007199254740992.0))
-        return bad_value(c, key, v, "must be an integer between 0 and 2^53");
-    cfg->seed = (uint64_t)v->valuedouble;
+        return bad_value(c, key, v, rule);
+    *out = (int64_t)v->valuedouble;
     return RP_OK;
+}
+
+static rp_status k_seed(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
+    int64_t seed = 0;
+    rp_status st = get_int53(c, key, v, "must be an integer between 0 and 2^53", &seed);
+    cfg->seed = st ? cfg->seed : (uint64_t)seed;
+    return st;
 }
 
 static rp_status k_ipus(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
@@ -291,10 +299,8 @@ static rp_status k_inf_matmul(rp_config *cfg, load_ctx *c, const char *key, cons
 }
 
 static rp_status k_device_memory(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
-    if (!is_int(v, 0, 9007199254740992.0))
-        return bad_value(c, key, v, "must be a number of bytes >= 0 (0 = unlimited)");
-    cfg->device_memory = (int64_t)v->valuedouble;
-    return RP_OK;
+    return get_int53(c, key, v, "must be a number of bytes >= 0 (0 = unlimited)",
+                     &cfg->device_memory);
 }
 
 /* A power of two, so that scaling the loss and unscaling the gradients is
