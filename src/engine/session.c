@@ -15,9 +15,10 @@
 ** its reduced gradient rescaled by g / g_layer, so that it too is the mean
 ** over its group's samples.
 **
-** On the local backend the workers are threads that wait for host calls;
-** with one worker the calling thread does the work. Under MPI this process
-** is one worker (its rank) and the others are ranks.
+** On the local backend the calling thread is worker 0 and every other
+** worker is a thread that waits for host calls: W workers take W threads,
+** none of them idle while the others work. Under MPI this process is one
+** worker (its rank) and the others are ranks.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
@@ -117,7 +118,8 @@ struct rp_session {
     pthread_cond_t cv;
     unsigned long gen;
     int done;
-    bool quit, threads;
+    bool quit;
+    int started; /* worker threads running: workers 1..started */
     const float *x;
     const int32_t *y;
     const int64_t *ids;
@@ -475,12 +477,12 @@ static void *worker_thread(void *arg) {
 void rp_session_free(rp_session *s) {
     if (!s)
         return;
-    if (s->threads) {
+    if (s->started) {
         pthread_mutex_lock(&s->mu);
         s->quit = true;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
-        for (int i = 0; i < s->nlocal; i++)
+        for (int i = 1; i <= s->started; i++)
             pthread_join(s->w[i].thread, NULL);
     }
     for (int i = 0; s->w && i < s->nlocal; i++) {
@@ -845,15 +847,13 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             goto fail;
         }
     }
-    if (s->nlocal > 1) {
-        for (int i = 0; i < s->nlocal; i++)
-            if (pthread_create(&s->w[i].thread, NULL, worker_thread, &s->w[i]) != 0) {
-                s->threads = true;
-                s->nlocal = i; /* those started are stopped by free */
-                st = rp_fail(err, RP_ERR_NOMEM, "cannot start worker thread %d", i);
-                goto fail;
-            }
-        s->threads = true;
+    /* worker 0 runs on the calling thread, the others on threads of their own */
+    for (int i = 1; i < s->nlocal; i++) {
+        if (pthread_create(&s->w[i].thread, NULL, worker_thread, &s->w[i]) != 0) {
+            st = rp_fail(err, RP_ERR_NOMEM, "cannot start worker thread %d", i);
+            goto fail; /* those started are stopped by free */
+        }
+        s->started = i;
     }
     *out = s;
     return RP_OK;
@@ -895,16 +895,19 @@ rp_status rp_session_run(rp_session *s, const float *x, const int32_t *labels,
     s->x = x;
     s->y = labels;
     s->ids = sample_ids;
-    if (s->threads) {
+    if (s->started) {
         pthread_mutex_lock(&s->mu);
         s->done = 0;
         s->gen++;
         pthread_cond_broadcast(&s->cv);
-        while (s->done < s->nlocal)
+        pthread_mutex_unlock(&s->mu);
+    }
+    worker_run(&s->w[0]); /* the calling thread is worker 0 */
+    if (s->started) {
+        pthread_mutex_lock(&s->mu);
+        while (s->done < s->started)
             pthread_cond_wait(&s->cv, &s->mu);
         pthread_mutex_unlock(&s->mu);
-    } else {
-        worker_run(&s->w[0]);
     }
     /* the failing worker's own message, not the others' "aborted" */
     const worker *bad = NULL;
