@@ -374,19 +374,21 @@ static void offchip_files(void) {
     rp_model_free(m);
 }
 
-/* embedding_serialization_factor: the table as row blocks, the same weights
+/* embedding_serialization_factor (and recomputation from an embedding
+** checkpoint): the table as row blocks, the same weights
 ** bit for bit; a vocabulary the factor does not divide is refused. */
 static void embedding_blocks(const char *shape) {
     rp_model *m = test_model("input 12\nembedding 60 8\nlayernorm\nflatten\nlinear 10\n"
                              "softmax_cross_entropy\n");
-    rp_weights *w[3] = {0};
-    static const int factors[3] = {1, 4, 3};
-    for (int k = 0; k < 3; k++) {
+    rp_weights *w[4] = {0};
+    static const int factors[4] = {1, 4, 3, 1};
+    for (int k = 0; k < 4; k++) { /* the last recomputes: the embedding is a checkpoint */
         char json[320];
         snprintf(json, sizeof json,
                  "{\"seed\": 2, \"micro_batch_size\": 4, %s, "
-                 "\"embedding_serialization_factor\": %d, \"optimizer\": {\"type\": \"adam\"}}",
-                 shape, factors[k]);
+                 "\"embedding_serialization_factor\": %d, \"optimizer\": {\"type\": \"adam\"}, "
+                 "\"recompute_checkpoint_every_layer\": %s}",
+                 shape, factors[k], k == 3 ? "true" : "false");
         rp_config c;
         rp_error err;
         rp_session *s;
@@ -410,11 +412,11 @@ static void embedding_blocks(const char *shape) {
         CHECK(rp_session_get_weights(s, RP_ONE_PER_GROUP, &w[k], &err) == RP_OK);
         rp_session_free(s);
     }
-    for (int k = 1; k < 3; k++)
+    for (int k = 1; k < 4; k++)
         for (int t = 0; t < w[0]->num_tensors; t++)
             CHECK(memcmp(w[0]->tensors[t].data, w[k]->tensors[t].data,
                          sizeof(float) * rp_shape_size(&w[0]->tensors[t].shape)) == 0);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         rp_weights_free(w[k]);
     const char *bad = "{\"embedding_serialization_factor\": 7}";
     rp_config c;
