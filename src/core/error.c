@@ -38,4 +38,4 @@ const char *rp_status_name(rp_status status) {
     return "unknown status";
 }
 
-const char *rp_version(void) { return "0.1.0"; }
+const char *rp_version(void) { return "0.2.0"; }
