@@ -305,6 +305,59 @@ static double now(void) {
 
 /* A bad label in replica 2's rows: that worker fails, the others wake, and
 ** the call returns replica 2's message. */
+/* Inference: predictions in row order whatever the inference replication
+** and sharding, each the class a plain forward pass with replica 0's
+** weights scores highest (the rows are not a whole number of micro-batches). */
+static void inference(void) {
+    rp_model *m = test_model(MLP);
+    enum { N = 203, B = 8 };
+    size_t in = rp_shape_size(&data->sample);
+    float *x = malloc(sizeof(float) * N * in);
+    int32_t y[N], want[N], got[N];
+    int64_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = i;
+    rp_dataset_gather(data, ids, N, x, y);
+    /* the reference: trained weights through one net, B rows at a time */
+    rp_config base = config(B, 1, 2, 1, OPTS[0], NULL);
+    rp_session *s = session(m, &base, false);
+    rp_result r;
+    rp_error err;
+    CHECK(call(s, 0, NULL, &r, &err) == RP_OK);
+    rp_weights *w = weights(s, RP_ONE_PER_GROUP);
+    rp_session_free(s);
+    rp_net *net;
+    rp_acts *acts;
+    CHECK(rp_net_create(m, 0, m->num_layers, B, &net, &err) == RP_OK);
+    CHECK(rp_acts_create(net, B, &acts, &err) == RP_OK);
+    CHECK(rp_weights_to_params(m, w, 0, rp_net_params(net), &err) == RP_OK);
+    rp_step_ctx ctx = {.training = false, .loss_scale = 1.0, .labels = y};
+    for (int at = 0; at < N; at += B) {
+        int k = N - at < B ? N - at : B;
+        ctx.labels = y + at;
+        CHECK(rp_net_forward(net, acts, x + (size_t)at * in, k, &ctx, NULL) != NULL);
+        rp_net_predictions(net, acts, want + at);
+    }
+    static const char *shapes[] = {"", ", \"inference_replication_factor\": 3",
+                                   ", \"inference_replication_factor\": 4, "
+                                   "\"inference_layers_per_stage\": [2, -1]",
+                                   ", \"inference_replication_factor\": 40"};
+    for (int k = 0; k < 4; k++) {
+        rp_config c = config(B, 1, 2, 1, OPTS[0], shapes[k]);
+        s = session(m, &c, false);
+        CHECK(rp_session_set_weights(s, w, RP_ONE_PER_GROUP, &err) == RP_OK);
+        memset(got, 0xff, sizeof got);
+        CHECK(rp_session_predict(s, x, N, got, &err) == RP_OK);
+        CHECK(memcmp(got, want, sizeof got) == 0);
+        rp_session_free(s);
+    }
+    rp_acts_free(acts);
+    rp_net_free(net);
+    rp_weights_free(w);
+    free(x);
+    rp_model_free(m);
+}
+
 static void failure(void) {
     rp_model *m = test_model(MLP);
     int R = 4, B = 8;
@@ -344,6 +397,7 @@ int main(int argc, char **argv) {
         groupings(8, 2, 2);
         per_replica_head();
         iterations_and_outputs();
+        inference();
         failure();
         rp_dataset_free(data);
         return test_finish("test_replicas (local)");

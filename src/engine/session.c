@@ -1089,8 +1089,75 @@ rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_weights_
 
 /* ---- inference ---------------------------------------------------------------------- */
 
-/* Sharded inference (DESIGN §5.3): the inference stages one after another
-** for every micro-batch, with replica 0's weights. */
+/* Sharded inference (DESIGN §5.3) with replica 0's weights: each inference
+** replica runs the inference stages one after another on micro-batches r,
+** r + R, r + 2R, ... of the rows. On the local backend the replicas are
+** threads (replica 0 the calling thread); under MPI every rank computes all
+** rows itself, one replica. A row's prediction does not depend on R: the
+** micro-batches are the same. */
+typedef struct infer_replica {
+    const rp_session *s;
+    const float *x;
+    int n, r, R, used;
+    int32_t *pred;
+    rp_net *nets[RP_MAX_STAGES];
+    rp_acts *acts[RP_MAX_STAGES];
+    rp_status st;
+    rp_error err;
+    pthread_t thread;
+} infer_replica;
+
+static rp_status infer_setup(infer_replica *ir, const int *counts, int P, const float *params) {
+    const rp_model *m = ir->s->m;
+    int l0 = 0;
+    rp_status st = RP_OK;
+    for (int t = 0; t < P && !st; t++) {
+        if (counts[t] == 0)
+            continue;
+        rp_net_options no = net_options(&ir->s->cfg, t, true);
+        rp_net **net = &ir->nets[ir->used];
+        if ((st = rp_net_create_with(m, l0, l0 + counts[t], ir->s->B, &no, net, &ir->err)) ||
+            (st = rp_acts_create(*net, ir->s->B, &ir->acts[ir->used], &ir->err)))
+            break;
+        memcpy(rp_net_params(*net), params + m->layers[l0].param_offset,
+               sizeof(float) * rp_net_num_params(*net));
+        ir->used++;
+        l0 += counts[t];
+    }
+    return st;
+}
+
+static void infer_run(infer_replica *ir) {
+    const rp_session *s = ir->s;
+    size_t in = rp_shape_size(&s->m->input);
+    rp_step_ctx ctx = {.training = false,
+                       .seed = s->cfg.seed,
+                       .loss_scale = 1.0,
+                       .embedding_blocks = s->cfg.inference_embedding_serialization_factor};
+    for (int at = ir->r * s->B; !ir->st && at < ir->n; at += ir->R * s->B) {
+        int k = ir->n - at < s->B ? ir->n - at : s->B;
+        const float *y = ir->x + (size_t)at * in;
+        for (int t = 0; t < ir->used && y; t++)
+            y = rp_net_forward(ir->nets[t], ir->acts[t], y, k, &ctx, NULL);
+        if (!y) {
+            ir->st = RP_ERR_INVALID;
+            for (int t = 0; t < ir->used; t++)
+                if (rp_net_error(ir->nets[t])[0])
+                    rp_fail(&ir->err, RP_ERR_INVALID, "%s", rp_net_error(ir->nets[t]));
+            if (!ir->err.msg[0])
+                rp_fail(&ir->err, RP_ERR_INVALID, "inference failed");
+            return;
+        }
+        rp_net_predictions(ir->nets[ir->used - 1], ir->acts[ir->used - 1], ir->pred + at);
+    }
+}
+
+static void *infer_thread(void *arg) {
+    rp_fpu_fast_denormals();
+    infer_run(arg);
+    return NULL;
+}
+
 rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred,
                              rp_error *err) {
     const rp_model *m = s->m;
@@ -1098,49 +1165,47 @@ rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred
     rp_status st = rp_config_stage_layers(&s->cfg, true, m->num_layers, counts, err);
     if (st)
         return st;
-    float *rows = NULL;
-    if ((st = all_params(s, &rows, err)))
+    float *params = NULL;
+    if ((st = all_params(s, &params, err))) /* replica 0's come first */
         return st;
-    rp_net *nets[RP_MAX_STAGES] = {0};
-    rp_acts *acts[RP_MAX_STAGES] = {0};
-    int l0 = 0, used = 0;
-    for (int t = 0; t < P && !st; t++) {
-        if (counts[t] == 0)
-            continue;
-        rp_net_options no = net_options(&s->cfg, t, true);
-        if ((st = rp_net_create_with(m, l0, l0 + counts[t], s->B, &no, &nets[used], err)) ||
-            (st = rp_acts_create(nets[used], s->B, &acts[used], err)))
-            break;
-        memcpy(rp_net_params(nets[used]), rows + m->layers[l0].param_offset,
-               sizeof(float) * rp_net_num_params(nets[used]));
-        used++;
-        l0 += counts[t];
+    int batches = (n + s->B - 1) / s->B;
+    int R = s->backend == RP_BACKEND_LOCAL ? s->cfg.inference_replication_factor : 1;
+    R = R < batches ? R : (batches > 0 ? batches : 1);
+    infer_replica *ir = calloc((size_t)R, sizeof *ir);
+    if (!ir) {
+        free(params);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
-    free(rows);
-    size_t in = rp_shape_size(&m->input);
-    rp_step_ctx ctx = {.training = false,
-                       .seed = s->cfg.seed,
-                       .loss_scale = 1.0,
-                       .embedding_blocks = s->cfg.inference_embedding_serialization_factor};
-    for (int at = 0; !st && at < n; at += s->B) {
-        int k = n - at < s->B ? n - at : s->B;
-        const float *y = x + (size_t)at * in;
-        for (int t = 0; t < used && y; t++)
-            y = rp_net_forward(nets[t], acts[t], y, k, &ctx, NULL);
-        if (!y) {
-            for (int t = 0; t < used; t++)
-                if (rp_net_error(nets[t])[0])
-                    st = rp_fail(err, RP_ERR_INVALID, "%s", rp_net_error(nets[t]));
-            if (!st)
-                st = rp_fail(err, RP_ERR_INVALID, "inference failed");
+    int made = 0, started = 0;
+    while (made < R) {
+        infer_replica *q = &ir[made++];
+        *q = (infer_replica){.s = s, .x = x, .n = n, .r = made - 1, .R = R, .pred = pred};
+        if ((st = infer_setup(q, counts, P, params))) {
+            rp_fail(err, st, "%s", q->err.msg);
             break;
         }
-        rp_net_predictions(nets[used - 1], acts[used - 1], pred + at);
     }
-    for (int t = 0; t < used; t++) {
-        rp_acts_free(acts[t]);
-        rp_net_free(nets[t]);
+    free(params);
+    for (int r = 1; r < R && !st; r++, started++)
+        if (pthread_create(&ir[r].thread, NULL, infer_thread, &ir[r]) != 0)
+            break;
+    if (!st && started < R - 1) { /* not every replica got a thread: run them here */
+        for (int r = started + 1; r < R; r++)
+            infer_run(&ir[r]);
     }
+    if (!st)
+        infer_run(&ir[0]);
+    for (int r = 1; r <= started; r++)
+        pthread_join(ir[r].thread, NULL);
+    for (int r = 0; r < made; r++) {
+        if (!st && ir[r].st) /* the first replica's failure */
+            st = rp_fail(err, ir[r].st, "%s", ir[r].err.msg);
+        for (int t = 0; t < ir[r].used; t++) {
+            rp_acts_free(ir[r].acts[t]);
+            rp_net_free(ir[r].nets[t]);
+        }
+    }
+    free(ir);
     return st;
 }
 
