@@ -195,6 +195,14 @@ out=$("$bin" simulate --config "$tmp/p2.json" --profile "$tmp/mlp.txt" --svg "$t
 if grep -qE "^predicted time per update +[0-9.]+ ms" <<<"$out" && grep -q "<svg" "$tmp/t.svg" &&
    [ "$(grep -c 'fill="#4e79a7"' "$tmp/t.svg")" = 8 ]; then ok; else bad "simulate: $out"; fi
 
+# The simulation knows the memory features: recomputation adds a forward pass to every
+# backward, fp16 exchange halves the bytes between workers.
+printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [3, -1], "recompute_checkpoint_every_layer": true}\n' > "$tmp/p2rc.json"
+printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [3, -1], "enable_half_partials": true}\n' > "$tmp/p2h.json"
+simt() { "$bin" simulate --config "$1" --profile "$tmp/mlp.txt" --cores 8 2>&1 | sed -n 's/^predicted time per update *\([0-9.]*\) ms.*/\1/p'; }
+t0=$(simt "$tmp/p2.json"); trc=$(simt "$tmp/p2rc.json"); th=$(simt "$tmp/p2h.json")
+if [ -n "$t0" ] && awk -v a="$t0" -v r="$trc" -v h="$th" 'BEGIN { exit !(r > a && h <= a && h != "") }'; then ok; else bad "simulate features: $t0 $trc $th"; fi
+
 # A plan file runs directly: train and simulate take its stages and replication.
 "$bin" plan --profile "$tmp/mlp.txt" --machines 2 --straight --json "$tmp/mlp-plan.json" >/dev/null 2>&1
 if grep -q '"execution_config"' "$tmp/mlp-plan.json"; then ok; else bad "plan json has no execution_config"; fi

@@ -2,6 +2,7 @@
 ** Predicting an update's time: the workers' operation lists, played on a
 ** clock per worker with the profile's layer times.
 */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,10 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     int P = plan->stages, W = plan->workers;
     double tf[RP_MAX_STAGES], tb[RP_MAX_STAGES], act[RP_MAX_STAGES], par[RP_MAX_STAGES];
     double scale = opt->compute_scale > 0 ? opt->compute_scale : 1;
+    /* fp16 exchange halves what crosses between workers: activations, their
+    ** gradients and the replicas' sums (a sharded reduction stays fp32) */
+    double wire = cfg->enable_half_partials ? 0.5 : 1.0;
+    double wire_sum = cfg->enable_half_partials && !cfg->replicated_tensor_sharding ? 0.5 : 1.0;
     for (int s = 0, l = 0; s < P; s++) {
         tf[s] = tb[s] = par[s] = 0;
         for (int k = 0; k < counts[s]; k++, l++) {
@@ -34,7 +39,9 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
             tb[s] += bwd_ms[l] * 1e-3 * scale;
             par[s] += param_bytes[l];
         }
-        act[s] = l > 0 ? out_bytes[l - 1] : 0; /* the stage's output, per micro-batch */
+        if (cfg->recompute_checkpoint_every_layer) /* backward runs the stage forward again */
+            tb[s] += tf[s];
+        act[s] = l > 0 ? out_bytes[l - 1] * wire : 0; /* the stage's output, per micro-batch */
     }
     int nev = 0;
     for (int w = 0; w < W; w++)
@@ -105,7 +112,8 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                         last = arrive[v] > last ? arrive[v] : last;
                         n++;
                     }
-                    t1 = last + (n > 1 ? opt->latency + 2.0 * (n - 1) / n * par[s] / opt->bandwidth
+                    t1 = last + (n > 1 ? opt->latency +
+                                             2.0 * (n - 1) / n * par[s] * wire_sum / opt->bandwidth
                                        : 0);
                     break;
                 }
@@ -127,14 +135,25 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     res->workers = W;
     res->stages = P;
     for (int s = 0, l = 0; s < P; s++) {
-        double acts = 0;
-        for (int k = 0; k < counts[s]; k++, l++)
-            acts += out_bytes[l];
+        /* activations a micro-batch keeps: every output, or with recomputation
+        ** the outputs that end a segment (the next layer has parameters, or
+        ** the stage ends) and one segment's worth of the others, shared */
+        double acts = 0, seg = 0, most = 0;
+        for (int k = 0; k < counts[s]; k++, l++) {
+            bool end = k == counts[s] - 1 || param_bytes[l + 1] > 0;
+            if (!cfg->recompute_checkpoint_every_layer || end)
+                acts += out_bytes[l];
+            else
+                seg += out_bytes[l];
+            if (end)
+                most = seg > most ? seg : most, seg = 0;
+        }
         int slots = 0;
         for (int w = 0; w < W; w++)
             if (plan->w[w].stage == s && plan->w[w].slots > slots)
                 slots = plan->w[w].slots;
-        res->stage_bytes[s] = 2 * par[s] + slots * acts * cfg->micro_batch_size / opt->profile_batch;
+        res->stage_bytes[s] =
+            2 * par[s] + (slots * acts + most) * cfg->micro_batch_size / opt->profile_batch;
     }
     free(clock), free(pc), free(avail), free(arrive);
     rp_workplan_free(plan);
