@@ -21,7 +21,7 @@ static const cli_opt OPTS[] = {
     {"graph-out", 0, "FILE", "write the profile with the stage_id of every node"},
     {"pipedream-conf", 0, "FILE", "write PipeDream's hybrid_conf.json"},
     {"config-out", 0, "FILE", "write the plan as an execution configuration (chain profiles)"},
-    {"base-config", 0, "FILE", "with --config-out: keep this configuration's other settings"},
+    {"base-config", 0, "FILE", "keep this configuration's other settings (--config-out), memory features (--schedule)"},
     {"schedule", 0, "gpipe|1f1b", "also predict repipe's engine running the plan with this schedule"},
     {"micro-batches", 0, "M", "with --schedule: micro-batches per replica and update [8]"},
     {"device-memory", 0, "BYTES", "with --schedule: reject a plan whose workers need more [the base config's]"},

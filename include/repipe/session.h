@@ -86,6 +86,11 @@ rp_status rp_session_get_weights(rp_session *s, rp_weights_mode mode, rp_weights
 rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_weights_mode mode,
                                  rp_error *err);
 
+/* Elements of each optimizer state array that a worker with
+** optimizer_state_offchip streams through memory at a time: the only part
+** of its state in working memory during an update. */
+#define RP_OFFCHIP_CHUNK ((size_t)1 << 18)
+
 /* What one worker holds, in bytes. */
 typedef struct rp_memory {
     size_t params, grads, optimizer, activations, scratch;

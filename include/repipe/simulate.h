@@ -31,9 +31,10 @@ typedef struct rp_sim_event {
 typedef struct rp_sim_result {
     double update_time; /* seconds */
     int workers, stages;
-    /* A worker of each stage holds its parameters and gradients and the
-    ** activations of every micro-batch it has in flight (optimizer state
-    ** not counted), in bytes. */
+    /* A worker of each stage holds its parameters and gradients, its
+    ** optimizer state (its shard with replicated_tensor_sharding, one chunk
+    ** with optimizer_state_offchip) and the activations of every
+    ** micro-batch it has in flight, in bytes. */
     double stage_bytes[RP_MAX_STAGES];
     int num_events;
     rp_sim_event *events;

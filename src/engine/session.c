@@ -208,9 +208,6 @@ static bool comm_failed(worker *w, rp_status st) {
     return true;
 }
 
-/* Elements per chunk of offchip optimizer state: the only part of it in
-** working memory during an update. */
-#define OFFCHIP_CHUNK ((size_t)1 << 18)
 
 static rp_status pio(int fd, void *buf, size_t bytes, off_t at, bool write_it) {
     unsigned char *p = buf;
@@ -234,8 +231,8 @@ static rp_status opt_step(worker *w, long long step, float *p, const float *g, s
         return RP_OK;
     }
     size_t per = s->state_per_param;
-    for (size_t at = 0; at < count; at += OFFCHIP_CHUNK) {
-        size_t n = count - at < OFFCHIP_CHUNK ? count - at : OFFCHIP_CHUNK;
+    for (size_t at = 0; at < count; at += RP_OFFCHIP_CHUNK) {
+        size_t n = count - at < RP_OFFCHIP_CHUNK ? count - at : RP_OFFCHIP_CHUNK;
         for (size_t a = 0; a < per; a++) /* array a of the run, elements [at, at + n) */
             if (pio(w->state_fd, w->chunk + a * n, sizeof(float) * n,
                     (off_t)(sizeof(float) * (state_offset + a * count + at)), false))
@@ -619,7 +616,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
             return rp_fail(err, RP_ERR_IO, "optimizer_state_offchip: cannot create %s", path);
         if (ftruncate(w->state_fd, (off_t)(sizeof(float) * w->state_floats)) != 0)
             return rp_fail(err, RP_ERR_IO, "optimizer_state_offchip: cannot size %s", path);
-        w->chunk = calloc(OFFCHIP_CHUNK * s->state_per_param, sizeof(float));
+        w->chunk = calloc(RP_OFFCHIP_CHUNK * s->state_per_param, sizeof(float));
         w->opt = calloc(1, sizeof(float));
     } else {
         w->opt = calloc(w->state_floats ? w->state_floats : 1, sizeof(float));
@@ -1278,7 +1275,7 @@ static rp_status plan_memory(const rp_session *s, int stage, rp_memory *out, rp_
     out->optimizer = sizeof(float) * stage_state_floats(s, stage, &shards);
     out->grads += sizeof(float) * shards;
     if (s->cfg.optimizer_state_offchip && out->optimizer) { /* one chunk in memory */
-        size_t chunk = sizeof(float) * OFFCHIP_CHUNK * s->state_per_param;
+        size_t chunk = sizeof(float) * RP_OFFCHIP_CHUNK * s->state_per_param;
         out->optimizer = out->optimizer < chunk ? out->optimizer : chunk;
     }
     out->activations = rp_acts_bytes(net, s->B) * (size_t)slots;

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "repipe/model.h"
 #include "repipe/schedule.h"
+#include "repipe/session.h"
 #include "repipe/simulate.h"
 
 rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *bwd_ms,
@@ -152,8 +154,19 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         for (int w = 0; w < W; w++)
             if (plan->w[w].stage == s && plan->w[w].slots > slots)
                 slots = plan->w[w].slots;
-        res->stage_bytes[s] =
-            2 * par[s] + (slots * acts + most) * cfg->micro_batch_size / opt->profile_batch;
+        /* optimizer state: per parameter, sharded over the workers that share
+        ** the stage's variables, streamed a chunk at a time when offchip */
+        double state = par[s] * rp_optimizer_state_per_param(&cfg->optimizer);
+        int sharers = cfg->replica_grouping.group_size *
+                      (cfg->stage_replication_count ? cfg->stage_replication[s] : 1);
+        if (cfg->replicated_tensor_sharding && sharers > 1)
+            state /= sharers;
+        double chunk = sizeof(float) * (double)RP_OFFCHIP_CHUNK *
+                       rp_optimizer_state_per_param(&cfg->optimizer);
+        if (cfg->optimizer_state_offchip && state > chunk)
+            state = chunk;
+        res->stage_bytes[s] = 2 * par[s] + state +
+                              (slots * acts + most) * cfg->micro_batch_size / opt->profile_batch;
     }
     free(clock), free(pc), free(avail), free(arrive);
     rp_workplan_free(plan);
