@@ -14,13 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../src/core/util.h"
 #include "repipe/comm.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static const size_t SIZES[] = {4u << 20, 64u << 20};
 
@@ -49,10 +44,10 @@ static void *local_body(void *p) {
         a->best[s] = 1e30;
         for (int r = 0; r < reps_for(SIZES[s]); r++) {
             rp_comm_barrier(a->c, &err);
-            double t = now();
+            double t = rp_now();
             rp_comm_allreduce(a->c, NULL, buf, n, &err);
             rp_comm_barrier(a->c, &err);
-            t = now() - t;
+            t = rp_now() - t;
             if (t < a->best[s])
                 a->best[s] = t;
         }
@@ -97,14 +92,14 @@ static int run_mpi(int *argc, char ***argv) {
         for (int r = 0; r < reps_for(SIZES[s]); r++) {
             for (int which = 0; which < 2; which++) {
                 MPI_Barrier(MPI_COMM_WORLD);
-                double t = now();
+                double t = rp_now();
                 if (which == 0)
                     rp_comm_allreduce(c, NULL, buf, cnt, &err);
                 else
                     MPI_Allreduce(MPI_IN_PLACE, buf, (int)cnt, MPI_FLOAT, MPI_SUM,
                                   MPI_COMM_WORLD);
                 MPI_Barrier(MPI_COMM_WORLD);
-                t = now() - t;
+                t = rp_now() - t;
                 double *best = which ? &best_bare : &best_rp;
                 if (t < *best)
                     *best = t;

@@ -17,15 +17,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "../src/core/util.h"
 #include "repipe/repipe.h"
 
 void openblas_set_num_threads(int num_threads);
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static rp_dataset *data;
 
@@ -53,15 +48,15 @@ static void stage_time(const rp_model *m, int l0, int l1, int B, double *fb, dou
     rp_optimizer_config sgd = {RP_OPT_SGD, 0.01, 0, 0, 0.9, 0.999, 1e-8};
     *fb = *step = 1e30;
     for (int r = 0; r < 60; r++) {
-        double t = now();
+        double t = rp_now();
         rp_net_forward(n, a, x, B, &ctx, NULL);
         rp_net_backward(n, a, last ? NULL : dy, &ctx, l0 > 0);
-        t = now() - t;
+        t = rp_now() - t;
         if (r > 5 && t < *fb)
             *fb = t;
-        t = now();
+        t = rp_now();
         rp_optimizer_step(&sgd, r + 1, rp_net_params(n), rp_net_grads(n), st, rp_net_num_params(n));
-        t = now() - t;
+        t = rp_now() - t;
         if (r > 5 && t < *step)
             *step = t;
     }
@@ -90,9 +85,9 @@ static double session_time(const rp_model *m, const char *json, double *sps) {
     double best = 1e30;
     for (int k = 0; k < 40; k++) {
         rp_result r;
-        double t = now();
+        double t = rp_now();
         rp_session_run(s, x, y, ids, &r, &err);
-        t = now() - t;
+        t = rp_now() - t;
         if (k > 3 && t < best)
             best = t;
     }

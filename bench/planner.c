@@ -10,7 +10,6 @@
 */
 #define _POSIX_C_SOURCE 200809L
 #include <cJSON.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,12 +17,6 @@
 
 #include "../src/core/util.h"
 #include "repipe/planner.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Best wall time of `reps` runs of read (or parse) + plan. */
 static double time_plan(const char *path, const char *text, const rp_plan_options *o, int reps,
@@ -33,14 +26,14 @@ static double time_plan(const char *path, const char *text, const rp_plan_option
         rp_error err;
         rp_profile *p;
         rp_plan *plan;
-        double t0 = now();
+        double t0 = rp_now();
         rp_status s = path ? rp_profile_read(&p, path, &err)
                            : rp_profile_parse(&p, text, strlen(text), "synthetic", &err);
         if (s == RP_OK) {
             s = rp_plan_compute(p, o, &plan, &err);
             rp_profile_free(p);
         }
-        double dt = now() - t0;
+        double dt = rp_now() - t0;
         if (s) {
             fprintf(stderr, "bench_planner: %s\n", err.msg);
             return -1;
@@ -55,26 +48,15 @@ static double time_plan(const char *path, const char *text, const rp_plan_option
     return best;
 }
 
-static int cmp_name(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 static void fixtures(const char *dir) {
     char exp[2048];
     snprintf(exp, sizeof exp, "%s/expected", dir);
-    DIR *d = opendir(exp);
-    if (!d) {
+    char *names[256];
+    int n = rp_list_dir(exp, ".json", names, 256);
+    if (n < 0) {
         printf("no fixtures at %s: skipping the comparison with PipeDream\n\n", exp);
         return;
     }
-    char *names[256];
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && n < 256)
-        if (strstr(de->d_name, ".json"))
-            names[n++] = strdup(de->d_name);
-    closedir(d);
-    qsort(names, n, sizeof names[0], cmp_name);
     printf("%-22s %7s %12s %14s %10s\n", "fixture", "states", "repipe (ms)", "PipeDream (s)",
            "ratio");
     for (int i = 0; i < n; i++) {

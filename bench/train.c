@@ -11,13 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../src/core/util.h"
 #include "repipe/repipe.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv) {
     if (argc < 4) {
@@ -52,7 +47,7 @@ int main(int argc, char **argv) {
     double t0 = 0, loss = 0;
     for (int k = 0; k < warmup + steps; k++) {
         if (k == warmup)
-            t0 = now();
+            t0 = rp_now();
         for (int i = 0; i < cfg.device_iterations; i++)
             rp_stream_update(&st, (long long)k * cfg.device_iterations + i,
                              ids + i * (per / cfg.device_iterations));
@@ -64,7 +59,7 @@ int main(int argc, char **argv) {
         }
         loss = r.losses[r.count - 1];
     }
-    double dt = now() - t0;
+    double dt = rp_now() - t0;
     if (!comm || rp_comm_rank(comm) == 0)
         printf("{\"model\": \"%s\", \"mode\": \"repipe-%s%d\", \"batch\": %d, "
                "\"samples_per_s\": %.1f, \"final_loss\": %.4f}\n",

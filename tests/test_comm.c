@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../src/core/util.h"
 #include "repipe/comm.h"
 #include "test.h"
 
@@ -248,12 +249,6 @@ static void local_world(int size) {
 
 /* ---- failure ---------------------------------------------------------------- */
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 typedef struct fail_args {
     rp_comm *comm;
     rp_status status;
@@ -272,12 +267,12 @@ static void *fail_body(void *p) {
         a->status = RP_ERR_INVALID;
         return NULL;
     }
-    double t0 = now();
+    double t0 = rp_now();
     if (rp_comm_rank(a->comm) == 3) /* blocked in a receive from the failing worker */
         a->status = rp_comm_recv(a->comm, 2, 1, buf, sizeof buf, &err);
     else
         a->status = rp_comm_allreduce(a->comm, NULL, buf, 16, &err);
-    a->waited = now() - t0 - 0.2;
+    a->waited = rp_now() - t0 - 0.2;
     snprintf(a->msg, sizeof a->msg, "%s", err.msg);
     /* and every later call fails at once */
     if (rp_comm_barrier(a->comm, &err) != RP_ERR_ABORTED)

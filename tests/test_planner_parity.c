@@ -8,7 +8,6 @@
 ** Usage: test_planner_parity FIXTURE_DIR (skips when it is absent).
 */
 #include <cJSON.h>
-#include <dirent.h>
 #include <stdlib.h>
 
 #include "../src/core/util.h"
@@ -106,27 +105,16 @@ static void check_fixture(const char *dir, const char *name) {
     cJSON_Delete(fx);
 }
 
-static int cmp_name(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "../shared/fixtures/pipedream";
     char exp[2048];
     snprintf(exp, sizeof exp, "%s/expected", dir);
-    DIR *d = opendir(exp);
-    if (!d) {
+    char *names[256];
+    int n = rp_list_dir(exp, ".json", names, 256);
+    if (n < 0) {
         printf("SKIP: no PipeDream fixtures at %s (the shared fixtures are not here)\n", exp);
         return 77;
     }
-    char *names[256];
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && n < 256)
-        if (strstr(de->d_name, ".json"))
-            names[n++] = strdup(de->d_name);
-    closedir(d);
-    qsort(names, n, sizeof names[0], cmp_name);
     for (int i = 0; i < n; i++) {
         check_fixture(dir, names[i]);
         free(names[i]);

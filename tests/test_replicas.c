@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "../src/core/util.h"
 #include "repipe/data.h"
 #include "repipe/session.h"
 #include "support.h"
@@ -297,12 +298,6 @@ static void iterations_and_outputs(void) {
     rp_model_free(m);
 }
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* A bad label in replica 2's rows: that worker fails, the others wake, and
 ** the call returns replica 2's message. */
 /* Inference: predictions in row order whatever the inference replication
@@ -373,9 +368,9 @@ static void failure(void) {
     y[2 * B + 3] = 99;
     rp_result r;
     rp_error err;
-    double t0 = now();
+    double t0 = rp_now();
     CHECK(rp_session_run(s, x, y, ids, &r, &err) == RP_ERR_INVALID);
-    CHECK(now() - t0 < 5);
+    CHECK(rp_now() - t0 < 5);
     CHECK_STR_HAS(err.msg, "replica 2");
     CHECK_STR_HAS(err.msg, "label 99");
     free(x);

@@ -97,23 +97,19 @@ int cli_next_option(const cli_cmd *cmd, int argc, char **argv, const char **arg,
     return o;
 }
 
-int cli_next_arg(const cli_cmd *cmd, int argc, char **argv, const char **arg,
-                 bool *help_shown) {
-    int o = cli_next(cmd, argc, argv, arg, help_shown);
-    if (o == -1 && optind < argc) {
-        *arg = argv[optind++];
-        return -3;
+int cli_next_arg(const cli_cmd *cmd, int argc, char **argv, const char **arg, bool *help_shown,
+                 const char **pos, int *npos, int max) {
+    for (;;) {
+        int o = cli_next(cmd, argc, argv, arg, help_shown);
+        if (o != -1 || optind >= argc)
+            return o;
+        if (*npos == max) {
+            cli_error(cmd, "too many arguments");
+            *help_shown = false;
+            return -2;
+        }
+        pos[(*npos)++] = argv[optind++];
     }
-    return o;
-}
-
-bool cli_positional(const cli_cmd *cmd, const char *arg, const char **pos, int *n, int max) {
-    if (*n == max) {
-        cli_error(cmd, "too many arguments");
-        return false;
-    }
-    pos[(*n)++] = arg;
-    return true;
 }
 
 bool cli_int(const char *opt, const char *text, long long lo, long long hi, long long *out) {

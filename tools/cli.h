@@ -41,13 +41,10 @@ int cli_next(const cli_cmd *cmd, int argc, char **argv, const char **arg, bool *
 int cli_next_option(const cli_cmd *cmd, int argc, char **argv, const char **arg,
                     bool *help_shown);
 
-/* cli_next for commands with positional arguments: one is returned as -3
-** with *arg pointing at it. */
-int cli_next_arg(const cli_cmd *cmd, int argc, char **argv, const char **arg, bool *help_shown);
-
-/* Keeps a positional argument in pos[*n]; prints an error and returns false
-** when there are already max of them. */
-bool cli_positional(const cli_cmd *cmd, const char *arg, const char **pos, int *n, int max);
+/* cli_next for commands with positional arguments: they are kept in
+** pos[*npos] as they come, at most max (one more is an error, -2). */
+int cli_next_arg(const cli_cmd *cmd, int argc, char **argv, const char **arg, bool *help_shown,
+                 const char **pos, int *npos, int max);
 
 /* Parses a whole number or a real number; prints an error naming the option
 ** and returns false when the text is not one. */

@@ -165,14 +165,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *pos[4];
     int npos = 0;
     const char *arg;
-    for (int o; (o = cli_next_arg(cmd, argc, argv, &arg, &help)) != -1;) {
+    for (int o; (o = cli_next_arg(cmd, argc, argv, &arg, &help, pos, &npos, 4)) != -1;) {
         if (o == -2)
             return help ? 0 : 2;
-        if (o == -3) {
-            if (!cli_positional(cmd, arg, pos, &npos, 4))
-                return 2;
-            continue;
-        }
         if (o == 0 && !cli_int("layers", arg, 1, 1 << 24, &layers))
             return 2;
         if (o == 1)

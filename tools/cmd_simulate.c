@@ -23,19 +23,8 @@ static const cli_opt OPTS[] = {
     {NULL, 0, NULL, NULL},
 };
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Median time of an update over a few host calls of Fashion-MNIST samples
 ** (the median, as the profile's times are). */
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static rp_status measure(const char *model_path, const rp_config *cfg, double *best,
                          rp_error *err) {
     rp_model *m = NULL;
@@ -63,13 +52,13 @@ static rp_status measure(const char *model_path, const rp_config *cfg, double *b
     int nt = 0;
     for (int k = 0; k < 25 && !st; k++) {
         rp_result r;
-        double t = now();
+        double t = rp_now();
         st = rp_session_run(s, x, y, ids, &r, err);
-        t = (now() - t) / cfg->device_iterations;
+        t = (rp_now() - t) / cfg->device_iterations;
         if (k >= 3)
             times[nt++] = t;
     }
-    qsort(times, nt, sizeof(double), cmp_double);
+    qsort(times, nt, sizeof(double), rp_cmp_double);
     *best = nt ? times[nt / 2] : 0;
     free(x), free(y), free(ids);
 done:

@@ -27,12 +27,6 @@ static const cli_opt OPTS[] = {
     {NULL, 0, NULL, NULL},
 };
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void fmt_time(double s, char *buf, size_t n) {
     long t = s < 0 ? 0 : (long)(s + 0.5);
     if (t >= 3600)
@@ -231,7 +225,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (lead)
         printf("training %s on %d samples (%lld updates of %lld samples, %lld per epoch)\n",
            model_path, train->n, calls * D, d.samples_per_update, per_epoch);
-    double t0 = now(), ema = -1;
+    double t0 = rp_now(), ema = -1;
     long long next_log = log_every;
     rp_status st = RP_OK;
     for (long long c = 0; c < calls && !st; c++) {
@@ -244,7 +238,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         double loss = result_loss(&r);
         ema = ema < 0 ? loss : 0.95 * ema + 0.05 * loss;
         long long done = (c + 1) * D;
-        double el = now() - t0, sps = done * d.samples_per_update / el;
+        double el = rp_now() - t0, sps = done * d.samples_per_update / el;
         char eta[32];
         fmt_time(el / done * (calls * D - done), eta, sizeof eta);
         if (tty) {
@@ -294,7 +288,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             printf("trace written to %s%s\n", trace, comm ? ".RANK" : "");
     }
     double acc = 0;
-    double te = now();
+    double te = rp_now();
     if (evaluate(s, test, &acc, &err))
         goto fail;
     if (lead && cfg.auto_loss_scaling) {
@@ -307,7 +301,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     if (lead) {
         printf("training took %.1f s; evaluation of %d samples %.1f s\n", te - t0, test->n,
-               now() - te);
+               rp_now() - te);
         printf("test accuracy: %.4f\n", acc);
     }
     if (jl)

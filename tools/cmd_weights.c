@@ -100,14 +100,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     int npos = 0;
     bool help;
     const char *arg;
-    for (int o; (o = cli_next_arg(cmd, argc, argv, &arg, &help)) != -1;) {
+    for (int o; (o = cli_next_arg(cmd, argc, argv, &arg, &help, pos, &npos, 4)) != -1;) {
         if (o == -2)
             return help ? 0 : 2;
-        if (o == -3) {
-            if (!cli_positional(cmd, arg, pos, &npos, 4))
-                return 2;
-            continue;
-        }
         if (o == 0 && (!cli_double("rtol", arg, &rtol) || rtol < 0))
             return 2;
     }

@@ -4,9 +4,11 @@
 #define _POSIX_C_SOURCE 200809L
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,4 +136,36 @@ const char *rp_closest_word(const char *word, const char *const *candidates, int
     if (limit < 2)
         limit = 2;
     return best_d <= limit ? best : NULL;
+}
+
+double rp_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int rp_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int rp_list_dir(const char *dir, const char *suffix, char **names, int max) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    size_t k = strlen(suffix);
+    struct dirent *de;
+    while (n < max && (de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len >= k && strcmp(de->d_name + len - k, suffix) == 0 && (names[n] = strdup(de->d_name)))
+            n++;
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], cmp_name);
+    return n;
 }

@@ -22,4 +22,15 @@ void rp_text_position(const char *text, size_t at, int *line, int *col);
 ** close enough to be a plausible typo. */
 const char *rp_closest_word(const char *word, const char *const *candidates, int n);
 
+/* The names in directory `dir` that end with `suffix`, sorted, at most max
+** (each malloc'd; the caller frees them). Returns their number, or -1 when
+** the directory cannot be read. */
+int rp_list_dir(const char *dir, const char *suffix, char **names, int max);
+
+/* Seconds on the monotonic clock. */
+double rp_now(void);
+
+/* qsort comparison of doubles, ascending. */
+int rp_cmp_double(const void *a, const void *b);
+
 #endif /* REPIPE_UTIL_H */

@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../core/util.h"
 #include "cache.h"
 #include "repipe/schedule.h"
 #include "repipe/session.h"
@@ -160,12 +161,6 @@ static void next_scale(worker *w, const rp_config *cfg) {
         w->scale = w->scale * 2 > MAX_SCALE ? MAX_SCALE : w->scale * 2;
         w->clean = 0;
     }
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int stage_replicas(const rp_config *cfg, int s) {
@@ -342,7 +337,7 @@ static void worker_run(worker *w) {
                                .labels = s->y + row,
                                .loss_scale = s->loss_scale * w->scale,
                                .embedding_blocks = s->cfg.embedding_serialization_factor};
-            double t0 = s->tracing ? now() : 0;
+            double t0 = s->tracing ? rp_now() : 0;
             rp_status st = RP_OK;
             switch (op->kind) {
             case RP_OP_RECV_ACT: { /* straight into the slot the forward will use */
@@ -442,7 +437,7 @@ static void worker_run(worker *w) {
             if (comm_failed(w, st))
                 return;
             if (s->tracing && w->ntrace < w->trace_cap)
-                w->trace[w->ntrace++] = (trace_event){op->kind, op->mb, t0, now()};
+                w->trace[w->ntrace++] = (trace_event){op->kind, op->mb, t0, rp_now()};
         }
     }
 }
@@ -1295,7 +1290,7 @@ void rp_session_trace(rp_session *s, bool on) {
                     w->trace_cap = 0;
             }
         }
-        s->t_origin = now();
+        s->t_origin = rp_now();
     }
     s->tracing = on;
 }

@@ -8,18 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../core/util.h"
 #include "repipe/planner.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static char *dupstr(const char *s) {
     size_t n = strlen(s) + 1;
@@ -81,15 +71,15 @@ rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profi
                            .loss_scale = 1.0 / batch};
         rp_net_forward(net, acts, x, batch, &ctx, NULL); /* warm up */
         for (int r = 0; r < repeats; r++) {
-            double t = now();
+            double t = rp_now();
             rp_net_forward(net, acts, x, batch, &ctx, NULL);
-            fw[r] = now() - t;
-            t = now();
+            fw[r] = rp_now() - t;
+            t = rp_now();
             rp_net_backward(net, acts, dy, &ctx, l > 0);
-            bw[r] = now() - t;
+            bw[r] = rp_now() - t;
         }
-        qsort(fw, repeats, sizeof(double), cmp_double);
-        qsort(bw, repeats, sizeof(double), cmp_double);
+        qsort(fw, repeats, sizeof(double), rp_cmp_double);
+        qsort(bw, repeats, sizeof(double), rp_cmp_double);
         rp_profile_node *n = &p->nodes[p->num_nodes];
         char id[32], desc[96];
         snprintf(id, sizeof id, "node%d", l + 1);
