@@ -92,17 +92,14 @@ static same_shift same_range(int H, int W, int P, int ki, int kj) {
     return r;
 }
 
-/* im2col (in to col) or col2im (cin added into din, zeroed first) of a
-** same-size convolution: one of the two pairs is given, the other NULL. */
-static void same_cols(const rp_layer *L, int B, const float *in, float *col, const float *cin,
-                      float *din) {
+/* im2col (in to col) or col2im (cin added into din) of a same-size
+** convolution: one of the two pairs is given, the other NULL. */
+static void same_cols(const rp_layer *L, int B, const int *mask, const float *in, float *col,
+                      const float *cin, float *din) {
     bool to_col = in != NULL;
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2], K = L->kernel, P = L->pad;
-    int HW = H * W, mask[SAME_MAX];
+    int HW = H * W;
     size_t ncols = (size_t)B * HW;
-    same_masks(H, W, K, P, mask);
-    if (!to_col)
-        memset(din, 0, sizeof(float) * (size_t)B * C * HW);
     for (int c = 0; c < C; c++)
         for (int ki = 0; ki < K; ki++)
             for (int kj = 0; kj < K; kj++) {
@@ -130,12 +127,21 @@ static void same_cols(const rp_layer *L, int B, const float *in, float *col, con
             }
 }
 
-static void im2col(const rp_layer *L, int B, const float *in, float *col) {
+/* The masks of a same-size convolution, once per layer call rather than
+** once per tile: NULL for the others. */
+static const int *conv_masks(const rp_layer *L, int *mask) {
+    if (!same_size(L))
+        return NULL;
+    same_masks(L->in.dim[1], L->in.dim[2], L->kernel, L->pad, mask);
+    return mask;
+}
+
+static void im2col(const rp_layer *L, int B, const int *mask, const float *in, float *col) {
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
     int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride, P = L->pad;
     size_t ncols = (size_t)B * OH * OW;
-    if (same_size(L)) {
-        same_cols(L, B, in, col, NULL, NULL);
+    if (mask) {
+        same_cols(L, B, mask, in, col, NULL, NULL);
         return;
     }
     for (int c = 0; c < C; c++)
@@ -168,15 +174,15 @@ static void im2col(const rp_layer *L, int B, const float *in, float *col) {
             }
 }
 
-static void col2im(const rp_layer *L, int B, const float *col, float *din) {
+static void col2im(const rp_layer *L, int B, const int *mask, const float *col, float *din) {
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
     int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride, P = L->pad;
     size_t ncols = (size_t)B * OH * OW;
-    if (same_size(L)) {
-        same_cols(L, B, NULL, NULL, col, din);
+    memset(din, 0, sizeof(float) * (size_t)B * C * H * W);
+    if (mask) {
+        same_cols(L, B, mask, NULL, NULL, col, din);
         return;
     }
-    memset(din, 0, sizeof(float) * (size_t)B * C * H * W);
     for (int c = 0; c < C; c++)
         for (int ki = 0; ki < K; ki++)
             for (int kj = 0; kj < K; kj++) {
@@ -208,10 +214,11 @@ void conv_forward(const layer_args *a) {
     int HW = L->out.dim[1] * L->out.dim[2];
     size_t in_per = rp_shape_size(&L->in);
     const float *bias = a->w + (size_t)O * CKK;
-    int tile = conv_tile(L, a->B, a->scratch_limit);
+    int tile = conv_tile(L, a->B, a->scratch_limit), mask_buf[SAME_MAX];
+    const int *mask = conv_masks(L, mask_buf);
     for (int b0 = 0; b0 < a->B; b0 += tile) {
         int nb = a->B - b0 < tile ? a->B - b0 : tile, ncols = nb * HW;
-        im2col(L, nb, a->in + b0 * in_per, a->col);
+        im2col(L, nb, mask, a->in + b0 * in_per, a->col);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, O, ncols, CKK, 1.0f, a->w, CKK,
                     a->col, ncols, 0.0f, a->tmp, ncols);
         for (int b = 0; b < nb; b++)
@@ -234,7 +241,8 @@ void conv_backward(const layer_args *a, const float *dout, float *din) {
     int HW = L->out.dim[1] * L->out.dim[2];
     size_t in_per = rp_shape_size(&L->in);
     float *db = a->dw + (size_t)O * CKK;
-    int tile = conv_tile(L, a->B, a->scratch_limit);
+    int tile = conv_tile(L, a->B, a->scratch_limit), mask_buf[SAME_MAX];
+    const int *mask = conv_masks(L, mask_buf);
     if (L->bias && !a->accumulate)
         memset(db, 0, sizeof(float) * O);
     for (int b0 = 0; b0 < a->B; b0 += tile) {
@@ -262,7 +270,7 @@ void conv_backward(const layer_args *a, const float *dout, float *din) {
                 if (L->bias)
                     db[o] += sum;
             }
-        im2col(L, nb, a->in + b0 * in_per, a->col);
+        im2col(L, nb, mask, a->in + b0 * in_per, a->col);
         bool add = a->accumulate || b0 > 0;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, O, CKK, ncols, 1.0f, a->tmp, ncols,
                     a->col, ncols, add ? 1.0f : 0.0f, a->dw, CKK);
@@ -270,7 +278,7 @@ void conv_backward(const layer_args *a, const float *dout, float *din) {
             continue;
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CKK, ncols, O, 1.0f, a->w, CKK,
                     a->tmp, ncols, 0.0f, a->col, ncols);
-        col2im(L, nb, a->col, din + b0 * in_per);
+        col2im(L, nb, mask, a->col, din + b0 * in_per);
     }
 }
 
