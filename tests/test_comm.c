@@ -70,6 +70,26 @@ static size_t gather_errors(const float *out, const int *members, int gs, size_t
     return bad;
 }
 
+/* reduce_update's callback: p -= sum / 4, and a record of the pieces. */
+typedef struct pieces {
+    float *params;
+    size_t next, covered; /* where the next piece must start; elements seen */
+    bool ordered;
+    int calls;
+} pieces;
+
+static void quarter_step(void *ctx, size_t at, float *sum, size_t len) {
+    pieces *p = ctx;
+    if (p->calls++ == 0)
+        p->next = at;
+    p->ordered &= at == p->next;
+    p->next = at + len, p->covered += len;
+    for (size_t x = 0; x < len; x++)
+        p->params[at + x] -= 0.25f * sum[x];
+}
+
+static float start_param(size_t i) { return (float)(i % 1013) * 0.5f; }
+
 static void check_collectives(rp_comm *c, const rp_grouping *g, bool exact) {
     rp_error err;
     int r = rp_comm_rank(c), members[64], idx;
@@ -98,6 +118,25 @@ static void check_collectives(rp_comm *c, const rp_grouping *g, bool exact) {
                 bad++;
         TCHECK(bad == 0);
         TCHECK(memcmp(buf, again, sizeof(float) * n) == 0);
+        /* reduce_update: the member updates its share in ascending pieces
+        ** (locally its chunk, under MPI everything) from the allreduce's
+        ** sums, and every member ends with every element updated */
+        float *params = malloc(sizeof(float) * (n + 1));
+        for (size_t i = 0; i < n; i++)
+            again[i] = val(r, i), params[i] = start_param(i);
+        pieces pc = {params, 0, 0, true, 0};
+        TCHECK(rp_comm_reduce_update(c, g, again, params, n, quarter_step, &pc, &err) == RP_OK);
+        size_t from = idx * k < n ? idx * k : n, mine = from + k < n ? k : n - from;
+        if (rp_comm_backend(c) == RP_BACKEND_MPI)
+            from = 0, mine = n;
+        TCHECK(pc.ordered && pc.covered == mine && (pc.calls == 0 || pc.next == from + mine));
+        TCHECK(mine == 0 || pc.calls > 0);
+        bad = 0;
+        for (size_t i = 0; i < n; i++)
+            if (checked(i, n) && params[i] != start_param(i) - 0.25f * buf[i])
+                bad++;
+        TCHECK(bad == 0);
+        free(params);
         /* in half precision: the members' halves summed in fp32 and rounded;
         ** MPI may round partial sums of more than two members too */
         uint16_t *stage = malloc(sizeof(uint16_t) * (n + 1));

@@ -109,6 +109,20 @@ rp_status rp_comm_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *
 rp_status rp_comm_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
                             float *out, rp_error *err);
 
+/* Data parallelism's sum-then-update as one collective. The member calls
+** update(ctx, at, sum, len) on pieces of its share of the group's sum of
+** grads, in ascending order; update must write the member's own
+** params[at, at + len) from sum (which it may overwrite). On the local
+** backend the share is a chunk, member i's elements [i*k, min((i+1)*k, n)),
+** k = ceil(n / g), and the new values are copied to every member, so each
+** element is updated once per group; under MPI it is all n elements (Open
+** MPI's reduce-scatter and all-gather cost more than its allreduce). On
+** return every member's params hold every element's update, made from the
+** sums rp_comm_allreduce gives. grads are left unspecified. */
+typedef void (*rp_update_fn)(void *ctx, size_t at, float *sum, size_t len);
+rp_status rp_comm_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
+                                size_t n, rp_update_fn update, void *ctx, rp_error *err);
+
 /* Ranks with the same color form a new communicator, ordered by (key, rank).
 ** Collective over c. The result is freed with rp_comm_free. */
 rp_status rp_comm_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err);

@@ -200,9 +200,15 @@ void rp_net_predictions(const rp_net *net, const rp_acts *acts, int32_t *out);
 int rp_optimizer_state_per_param(const rp_optimizer_config *o);
 
 /* One update of n parameters from their gradients. step counts updates from
-** 1 (Adam's bias correction). PyTorch's SGD and Adam/AdamW semantics. */
+** 1 (Adam's bias correction). PyTorch's SGD and Adam/AdamW semantics. The
+** state is rp_optimizer_state_per_param arrays of n floats, one after the
+** other. */
 void rp_optimizer_step(const rp_optimizer_config *o, long long step, float *params,
                        const float *grads, float *state, size_t n);
+/* The same with the state's arrays `stride` floats apart (stride >= n): a
+** piece of a larger run updated on its own. */
+void rp_optimizer_step_at(const rp_optimizer_config *o, long long step, float *params,
+                          const float *grads, float *state, size_t stride, size_t n);
 
 /* ---- weight files ----------------------------------------------------------- */
 

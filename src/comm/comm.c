@@ -14,6 +14,8 @@ rp_status local_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in
                                float *out, rp_error *err);
 rp_status local_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
                           float *out, rp_error *err);
+rp_status local_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
+                              size_t n, rp_update_fn update, void *ctx, rp_error *err);
 rp_status local_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
                           rp_error *err);
 rp_status local_barrier(rp_comm *c, rp_error *err);
@@ -126,6 +128,15 @@ rp_status rp_comm_allgather(rp_comm *c, const rp_grouping *g, const float *in, s
         return s;
     return LOCAL(c) ? local_allgather(c, g, in, k, out, err)
                     : mpi_allgather(c, g, in, k, out, err);
+}
+
+rp_status rp_comm_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
+                                size_t n, rp_update_fn update, void *ctx, rp_error *err) {
+    rp_status s = comm_check_grouping(c, g, err);
+    if (s)
+        return s;
+    return LOCAL(c) ? local_reduce_update(c, g, grads, params, n, update, ctx, err)
+                    : mpi_reduce_update(c, g, grads, params, n, update, ctx, err);
 }
 
 rp_status rp_comm_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err) {

@@ -51,6 +51,8 @@ rp_status mpi_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, 
                              float *out, rp_error *err);
 rp_status mpi_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k, float *out,
                         rp_error *err);
+rp_status mpi_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
+                            size_t n, rp_update_fn update, void *ctx, rp_error *err);
 rp_status mpi_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err);
 void mpi_free(rp_comm *c);
 void mpi_fail(rp_comm *c, const char *msg);

@@ -229,24 +229,30 @@ static rp_status step(group_call *gc, rp_error *err) {
     return st ? aborted(gc->w, err) : RP_OK;
 }
 
+/* acc[0, n) = p_0[at + x] + p_1[at + x] + ..., in member order. */
+static void sum_block(const void **ptrs, int g, size_t at, size_t n, float *acc) {
+    const float *p0 = (const float *)ptrs[0] + at;
+    for (size_t x = 0; x < n; x++)
+        acc[x] = p0[x];
+    for (int j = 1; j < g; j++) {
+        const float *pj = (const float *)ptrs[j] + at;
+        for (size_t x = 0; x < n; x++)
+            acc[x] += pj[x];
+    }
+}
+
+enum { SUM_BLOCK = 2048 };
+
 /* Sums elements [from, to) of the members' buffers in member order
 ** (p_0 + p_1 + ...) and writes the sum to every destination (dsts[j] + x
 ** for x in the range; dsts may be the sources). Blocks go through a stack
 ** buffer, so the sources are all read before any of them is written. */
 static void sum_members(const void **ptrs, int g, size_t from, size_t to, float *const *dsts,
                         int ndst, size_t dst_base) {
-    enum { BLOCK = 2048 };
-    float acc[BLOCK];
-    for (size_t b = from; b < to; b += BLOCK) {
-        size_t n = to - b < BLOCK ? to - b : BLOCK;
-        const float *p0 = (const float *)ptrs[0] + b;
-        for (size_t x = 0; x < n; x++)
-            acc[x] = p0[x];
-        for (int j = 1; j < g; j++) {
-            const float *pj = (const float *)ptrs[j] + b;
-            for (size_t x = 0; x < n; x++)
-                acc[x] += pj[x];
-        }
+    float acc[SUM_BLOCK];
+    for (size_t b = from; b < to; b += SUM_BLOCK) {
+        size_t n = to - b < SUM_BLOCK ? to - b : SUM_BLOCK;
+        sum_block(ptrs, g, b, n, acc);
         for (int d = 0; d < ndst; d++)
             memcpy(dsts[d] + (b - dst_base), acc, sizeof(float) * n);
     }
@@ -329,6 +335,45 @@ rp_status local_allgather(rp_comm *c, const rp_grouping *g, const float *in, siz
         if (out + j * k != gc.s->ptr[j]) /* in place: a member's own block is its input */
             memcpy(out + j * k, gc.s->ptr[j], sizeof(float) * k);
     return gc.g == 1 ? RP_OK : step(&gc, err);
+}
+
+/* Member i sums its chunk block by block, as the allreduce does, hands each
+** block's sum to update (which writes the member's own parameters) and
+** copies the new parameters straight into every other member's: each block
+** is read from the gradients and written out while it is in L1. */
+typedef struct update_bufs {
+    float *grads, *params;
+} update_bufs;
+
+rp_status local_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
+                              size_t n, rp_update_fn update, void *ctx, rp_error *err) {
+    update_bufs mine = {grads, params};
+    group_call gc;
+    rp_status st = enter(c, g, &mine, &gc, err);
+    if (st)
+        return st;
+    size_t k = (n + gc.g - 1) / gc.g;
+    size_t from = gc.index * k < n ? gc.index * k : n, to = from + k < n ? from + k : n;
+    const void *src[4096];
+    for (int j = 0; j < gc.g; j++)
+        src[j] = ((const update_bufs *)gc.s->ptr[j])->grads;
+    float acc[SUM_BLOCK];
+    for (size_t b = from; b < to; b += SUM_BLOCK) {
+        size_t len = to - b < SUM_BLOCK ? to - b : SUM_BLOCK;
+        sum_block(src, gc.g, b, len, acc);
+        update(ctx, b, acc, len);
+    }
+    if (gc.g == 1)
+        return RP_OK;
+    if ((st = step(&gc, err)))
+        return st;
+    for (int j = 0; j < gc.g; j++) {
+        size_t f = j * k < n ? j * k : n, t = f + k < n ? f + k : n;
+        if (j != gc.index)
+            memcpy(params + f, ((const update_bufs *)gc.s->ptr[j])->params + f,
+                   sizeof(float) * (t - f));
+    }
+    return step(&gc, err);
 }
 
 rp_status local_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,

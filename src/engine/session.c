@@ -47,6 +47,7 @@ typedef struct var_run {
     int grouping;         /* index into the session's distinct groupings */
     float rescale;
     bool sharded;         /* replicated tensor sharding: this worker updates one shard */
+    bool fused;           /* summed and updated by one rp_comm_reduce_update */
     size_t shard;         /* elements per shard: ceil(count / members) */
     size_t state_offset;  /* of its optimizer state */
     size_t shard_offset;  /* of its reduced gradient shard in shard_g */
@@ -74,7 +75,7 @@ typedef struct worker {
     bool *req_live;
     var_run *runs;
     int nruns;
-    bool any_sharded;
+    bool any_sharded, any_fused;
     size_t state_floats;     /* optimizer state held by this worker */
     float *shard_g;          /* the reduced gradient shard of every sharded run */
     float *shard_p;          /* a padded shard's parameters (the last member's) */
@@ -241,20 +242,48 @@ static rp_status opt_step(worker *w, long long step, float *p, const float *g, s
     return RP_OK;
 }
 
+/* A fused run's update of one piece of this member's share: the state keeps
+** the run's layout, arrays of count floats. */
+typedef struct fused_update {
+    worker *w;
+    const var_run *vr;
+    float f; /* the group's rescale over the loss scale */
+} fused_update;
+
+static void apply_update(void *ctx, size_t at, float *sum, size_t len) {
+    const fused_update *u = ctx;
+    worker *w = u->w;
+    if (u->f != 1.0f)
+        for (size_t e = 0; e < len; e++)
+            sum[e] *= u->f;
+    rp_optimizer_step_at(&w->s->cfg.optimizer, w->applied,
+                         rp_net_params(w->net) + u->vr->offset + at, sum,
+                         w->opt + u->vr->state_offset + at, u->vr->count, len);
+}
+
 /* The gradients of an update, reduced within each variable's group and
 ** unscaled; with auto_loss_scaling, every worker of the world learns
 ** whether any gradient is not finite and skips the update if so.
 ** Sharded runs are reduce-scattered, then (unless skipped) their shard is
-** updated and the parameters all-gathered (ZeRO stage 1). */
+** updated and the parameters all-gathered (ZeRO stage 1). Fused runs are
+** summed and updated here too (rp_comm_reduce_update). */
 static rp_status reduce(worker *w) {
     rp_session *s = w->s;
     float *g = rp_net_grads(w->net), *prm = rp_net_params(w->net);
     rp_status st = RP_OK;
+    if (w->any_fused) /* never skipped: no auto_loss_scaling */
+        w->applied++;
     for (int r = 0; r < w->nruns && !st; r++) {
         const var_run *vr = &w->runs[r];
         rp_comm *rc = w->reduce[vr->grouping];
         float f = (float)(vr->rescale / w->scale), *x = g + vr->offset;
         size_t k = vr->count;
+        if (vr->fused) {
+            fused_update u = {w, vr, f};
+            st = rp_comm_reduce_update(rc, NULL, x, prm + vr->offset, k, apply_update, &u,
+                                       &w->err);
+            continue;
+        }
         if (vr->sharded) {
             x = w->shard_g + vr->shard_offset, k = vr->shard;
             st = rp_comm_reduce_scatter(rc, NULL, g + vr->offset, vr->count, x, &w->err);
@@ -285,7 +314,8 @@ static rp_status reduce(worker *w) {
     }
     if (w->skip)
         return RP_OK;
-    w->applied++;
+    if (!w->any_fused)
+        w->applied++;
     for (int r = 0; r < w->nruns && !st; r++) {
         const var_run *vr = &w->runs[r];
         if (!vr->sharded)
@@ -420,14 +450,14 @@ static void worker_run(worker *w) {
             case RP_OP_STEP:
                 if (w->skip)
                     break;
-                if (!w->any_sharded && w->state_fd < 0) {
+                if (!w->any_sharded && !w->any_fused && w->state_fd < 0) {
                     rp_optimizer_step(&s->cfg.optimizer, w->applied, rp_net_params(w->net),
                                       rp_net_grads(w->net), w->opt, n);
                     break;
                 }
-                for (int r = 0; r < w->nruns && !st; r++) { /* sharded ones stepped above */
+                for (int r = 0; r < w->nruns && !st; r++) { /* the others stepped above */
                     const var_run *vr = &w->runs[r];
-                    if (!vr->sharded)
+                    if (!vr->sharded && !vr->fused)
                         st = opt_step(w, w->applied, rp_net_params(w->net) + vr->offset,
                                       rp_net_grads(w->net) + vr->offset, vr->state_offset,
                                       vr->count);
@@ -587,6 +617,13 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         vr->state_offset = w->state_floats;
         w->state_floats += vr->shard * per;
         w->any_sharded |= vr->sharded;
+        /* Unsharded runs of several members are summed and updated in one
+        ** collective (locally each member updates a chunk for all). Not with
+        ** auto_loss_scaling (the update may yet be skipped), fp16 sums or
+        ** offchip state. */
+        vr->fused = !vr->sharded && k > 1 && !s->cfg.auto_loss_scaling &&
+                    !s->cfg.enable_half_partials && !(s->cfg.optimizer_state_offchip && per > 0);
+        w->any_fused |= vr->fused;
         if (vr->sharded) {
             vr->shard_offset = shards;
             shards += vr->shard;
