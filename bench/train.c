@@ -1,7 +1,9 @@
 /*
 ** bench/train: repipe's training throughput on one worker, measured the way
 ** ../shared/bench/torch_peer.py measures PyTorch's: 20 warm-up updates,
-** then `steps` timed updates of one micro-batch, samples per second.
+** then `steps` timed updates of one micro-batch, samples per second. The
+** workers copy their rows from the dataset (rp_session_run_samples);
+** PyTorch's loop takes contiguous slices of its tensors and copies none.
 ** Prints one JSON line (rank 0 under MPI).
 ** Usage: bench_train MODEL CONFIG STEPS [--mpi]
 */
@@ -38,9 +40,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     long long per = rp_session_samples_per_call(s);
-    size_t in = rp_shape_size(&d->sample);
-    float *x = malloc(sizeof(float) * per * in);
-    int32_t *y = malloc(sizeof(int32_t) * per);
     int64_t *ids = malloc(sizeof(int64_t) * per);
     rp_stream st;
     rp_stream_init(&st, cfg.seed, d->n, (int)(per / cfg.device_iterations), &err);
@@ -51,9 +50,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < cfg.device_iterations; i++)
             rp_stream_update(&st, (long long)k * cfg.device_iterations + i,
                              ids + i * (per / cfg.device_iterations));
-        rp_dataset_gather(d, ids, (int)per, x, y);
         rp_result r;
-        if (rp_session_run(s, x, y, ids, &r, &err)) {
+        if (rp_session_run_samples(s, d, ids, &r, &err)) {
             fprintf(stderr, "bench_train: %s\n", err.msg);
             return 1;
         }
@@ -66,7 +64,7 @@ int main(int argc, char **argv) {
                argv[1], comm ? "mpi" : "local", cfg.replication_factor, cfg.micro_batch_size,
                steps * per / dt, loss);
     rp_stream_free(&st);
-    free(x), free(y), free(ids);
+    free(ids);
     rp_session_free(s);
     rp_dataset_free(d);
     rp_model_free(m);

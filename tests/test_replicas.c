@@ -3,7 +3,8 @@
 ** Replicas: every configuration of R replicas equals one worker on the same
 ** samples; groupings train independent models; per-layer groupings keep
 ** per-replica heads; device iterations, output modes, weights modes and
-** failures.
+** failures; workers that copy their own rows (rp_session_run_samples) match
+** a host that hands them over.
 **
 **   test_replicas              local backend, R = 1..4 and the groupings
 **   test_replicas --mpi        under mpirun -np R: the equivalence sweep
@@ -28,7 +29,6 @@ static const char *OPTS[] = {"{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.
 
 static rp_dataset *data;
 static rp_comm *mpi; /* NULL: local backend */
-
 
 static rp_config config(int B, int GA, int R, int D, const char *opt, const char *extra) {
     char json[1024];
@@ -123,6 +123,43 @@ static void equivalence(int R, bool use_mpi) {
             }
         rp_model_free(m);
     }
+}
+
+/* rp_session_run_samples (each worker copies its own rows from the dataset)
+** gives the bits of rp_session_run on the same rows: weights of every
+** replica and every loss, with dropout (sample ids) and device iterations,
+** with one stage and with two (R replicas over 2R workers); ids outside the
+** dataset are refused. */
+static void from_dataset(int R, bool use_mpi) {
+    static const char *shapes[] = {"", ", \"layers_per_stage\": [5, -1]"};
+    rp_model *m = test_model(DROP);
+    for (int sh = 0; sh < 2; sh++) {
+        if (use_mpi && rp_comm_size(mpi) != R * (sh + 1))
+            continue;
+        rp_config c = config(8, 2, R, 2, OPTS[1], shapes[sh]);
+        rp_session *a = session(m, &c, use_mpi), *b = session(m, &c, use_mpi);
+        long long per = rp_session_samples_per_call(b);
+        int64_t *ids = malloc(sizeof(int64_t) * per);
+        rp_result ra, rb;
+        rp_error err;
+        for (int k = 0; k < 3; k++) {
+            CHECK(call(a, k, NULL, &ra, &err) == RP_OK);
+            for (long long i = 0; i < per; i++)
+                ids[i] = (k * per + i) % data->n;
+            CHECK(rp_session_run_samples(b, data, ids, &rb, &err) == RP_OK);
+            CHECK(ra.count == rb.count && memcmp(ra.losses, rb.losses, sizeof(float) * ra.count) == 0);
+        }
+        rp_weights *wa = weights(a, RP_ALL_REPLICAS), *wb = weights(b, RP_ALL_REPLICAS);
+        for (int r = 0; r < R; r++)
+            CHECK(diff(wa, r, wb, r) == 0);
+        ids[per - 1] = data->n;
+        CHECK(rp_session_run_samples(b, data, ids, &rb, &err) == RP_ERR_INVALID);
+        CHECK_STR_HAS(err.msg, "sample id 1024");
+        rp_weights_free(wa), rp_weights_free(wb);
+        free(ids);
+        rp_session_free(a), rp_session_free(b);
+    }
+    rp_model_free(m);
 }
 
 /* A grouping of R replicas trains G models; group k equals one worker that
@@ -387,6 +424,8 @@ int main(int argc, char **argv) {
     if (!use_mpi) {
         for (int R = 1; R <= 4; R++)
             equivalence(R, false);
+        from_dataset(1, false);
+        from_dataset(3, false);
         groupings(4, 2, 1);
         groupings(8, 2, 4);
         groupings(8, 2, 2);
@@ -421,6 +460,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     equivalence(R, true);
+    from_dataset(R, true);
+    if (R % 2 == 0)
+        from_dataset(R / 2, true);
     /* a world of the wrong size is refused with both numbers */
     rp_model *m = test_model(MLP);
     rp_config c = config(8, 1, R + 1, 1, OPTS[0], NULL);

@@ -209,12 +209,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (!log_every)
         log_every = per_epoch / 10 > 0 ? per_epoch / 10 : 1;
     long long per_call = rp_session_samples_per_call(s);
-    size_t in = rp_shape_size(&train->sample);
-    float *x = malloc(sizeof(float) * in * per_call);
-    int32_t *y = malloc(sizeof(int32_t) * per_call);
     int64_t *ids = malloc(sizeof(int64_t) * per_call);
-    if (!x || !y || !ids) {
-        free(x), free(y), free(ids);
+    if (!ids) {
         rp_stream_free(&stream);
         rp_fail(&err, RP_ERR_NOMEM, "out of memory");
         goto fail;
@@ -231,9 +227,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     for (long long c = 0; c < calls && !st; c++) {
         for (int k = 0; k < D; k++)
             rp_stream_update(&stream, c * D + k, ids + (size_t)k * d.samples_per_update);
-        rp_dataset_gather(train, ids, (int)per_call, x, y);
-        rp_result r;
-        if ((st = rp_session_run(s, x, y, ids, &r, &err)))
+        rp_result r; /* the workers copy their own rows */
+        if ((st = rp_session_run_samples(s, train, ids, &r, &err)))
             break;
         double loss = result_loss(&r);
         ema = ema < 0 ? loss : 0.95 * ema + 0.05 * loss;
@@ -272,7 +267,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     if (tty)
         printf("\n");
-    free(x), free(y), free(ids);
+    free(ids);
     rp_stream_free(&stream);
     if (st)
         goto fail;

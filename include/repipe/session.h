@@ -19,6 +19,7 @@
 #include "repipe/comm.h"
 #include "repipe/config.h"
 #include "repipe/core.h"
+#include "repipe/data.h"
 #include "repipe/model.h"
 
 #ifdef __cplusplus
@@ -65,6 +66,14 @@ void rp_session_loss_scale(const rp_session *s, double *scale, long long *skippe
 ** the caller reports the message and calls rp_comm_fail, which ends the job. */
 rp_status rp_session_run(rp_session *s, const float *x, const int32_t *labels,
                          const int64_t *sample_ids, rp_result *res, rp_error *err);
+
+/* rp_session_run on samples of d: sample_ids (samples_per_call of them, in
+** the same order) index d, and the labels are d's. Each worker of the first
+** stage copies its own micro-batches' rows, straight into its activations:
+** the copy is spread over the workers, and under MPI a rank reads only the
+** rows it trains on. Ids outside d are refused before any work. */
+rp_status rp_session_run_samples(rp_session *s, const rp_dataset *d, const int64_t *sample_ids,
+                                 rp_result *res, rp_error *err);
 
 /* Inference on n rows: the predicted class of each row, in row order, with
 ** replica 0's weights. */

@@ -122,9 +122,11 @@ struct rp_session {
     int done;
     bool quit;
     int started; /* worker threads running: workers 1..started */
-    const float *x;
+    const float *x;         /* the call's rows, or NULL: */
+    const rp_dataset *data; /* rp_session_run_samples: workers copy their own rows */
     const int32_t *y;
     const int64_t *ids;
+    int32_t *labels;        /* the call's labels when read from a dataset */
     long long updates;
     float *all;     /* D * R * GA */
     float *gather;  /* MPI: every worker's D * GA losses */
@@ -382,7 +384,11 @@ static void worker_run(worker *w) {
             }
             case RP_OP_FORWARD: {
                 rp_acts *a = w->acts[op->slot];
-                const float *x = w->stage == 0 ? s->x + row * data_in : rp_acts_input(a);
+                const float *x = rp_acts_input(a);
+                if (w->stage == 0 && s->x)
+                    x = s->x + row * data_in;
+                else if (w->stage == 0) /* straight into the activations: no second copy */
+                    rp_dataset_gather(s->data, s->ids + row, B, rp_acts_input(a), NULL);
                 double loss;
                 const float *y = rp_net_forward(w->net, a, x, B, &ctx, last ? &loss : NULL);
                 if (!y) {
@@ -532,6 +538,7 @@ void rp_session_free(rp_session *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s->w), free(s->var_group), free(s->all), free(s->gather), free(s->reduced);
+    free(s->labels);
     free(s);
 }
 
@@ -733,7 +740,8 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     s->all = malloc(sizeof(float) * (size_t)s->D * R * s->GA);
     s->gather = malloc(sizeof(float) * (size_t)s->D * W * s->GA);
     s->reduced = malloc(sizeof(float) * R);
-    if (!s->var_group || !s->w || !s->all || !s->gather || !s->reduced) {
+    s->labels = malloc(sizeof(int32_t) * (size_t)s->D * R * s->GA * s->B);
+    if (!s->var_group || !s->w || !s->all || !s->gather || !s->reduced || !s->labels) {
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -919,11 +927,37 @@ rp_grouping rp_session_var_grouping(const rp_session *s, int var) { return s->va
 
 /* ---- host calls ------------------------------------------------------------------ */
 
+static rp_status run(rp_session *s, rp_result *res, rp_error *err);
+
 rp_status rp_session_run(rp_session *s, const float *x, const int32_t *labels,
                          const int64_t *sample_ids, rp_result *res, rp_error *err) {
     s->x = x;
+    s->data = NULL;
     s->y = labels;
     s->ids = sample_ids;
+    return run(s, res, err);
+}
+
+rp_status rp_session_run_samples(rp_session *s, const rp_dataset *d, const int64_t *sample_ids,
+                                 rp_result *res, rp_error *err) {
+    if (rp_shape_size(&d->sample) != rp_shape_size(&s->m->input))
+        return rp_fail(err, RP_ERR_INVALID, "the dataset's samples have %zu values, the model's "
+                       "input %zu", rp_shape_size(&d->sample), rp_shape_size(&s->m->input));
+    size_t n = (size_t)s->D * s->R * s->GA * s->B;
+    for (size_t i = 0; i < n; i++) {
+        if (sample_ids[i] < 0 || sample_ids[i] >= d->n)
+            return rp_fail(err, RP_ERR_INVALID, "sample id %lld (row %zu of the call) is not "
+                           "in the dataset's %d samples", (long long)sample_ids[i], i, d->n);
+        s->labels[i] = d->labels[sample_ids[i]];
+    }
+    s->x = NULL;
+    s->data = d;
+    s->y = s->labels;
+    s->ids = sample_ids;
+    return run(s, res, err);
+}
+
+static rp_status run(rp_session *s, rp_result *res, rp_error *err) {
     if (s->started) {
         pthread_mutex_lock(&s->mu);
         s->done = 0;
