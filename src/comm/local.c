@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../core/util.h"
 #include "comm_impl.h"
 
 typedef struct sync {
@@ -109,17 +110,10 @@ void rp_world_free(rp_world *w) {
     free(w->comms), free(w->identity), free(w);
 }
 
-/* Before sleeping on the condition variable a waiter spins briefly: a
-** message or a barrier that completes within microseconds (the usual case
-** when every worker has its own core) then costs no wake-up. The spin is
-** bounded (about 20 us) so that oversubscribed workers soon yield the core. */
-#define SPIN_LIMIT 4000
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
+/* Before sleeping on the condition variable a waiter spins briefly
+** (RP_SPIN_LIMIT): a message or a barrier that completes within
+** microseconds, the usual case when every worker has its own core, then
+** costs no wake-up. */
 
 /* Spins, with the world's mutex released, until *flag differs from `from`
 ** or the world fails; returns with the mutex held again. */
@@ -127,11 +121,11 @@ static void spin_unlocked(rp_world *w, const unsigned long *flag, unsigned long 
     if (!w->spin) /* oversubscribed: a spinning waiter would slow the workers it waits for */
         return;
     pthread_mutex_unlock(&w->mu);
-    for (int i = 0; i < SPIN_LIMIT; i++) {
+    for (int i = 0; i < RP_SPIN_LIMIT; i++) {
         if (__atomic_load_n(flag, __ATOMIC_ACQUIRE) != from ||
             __atomic_load_n(&w->failed, __ATOMIC_ACQUIRE))
             break;
-        cpu_relax();
+        rp_cpu_relax();
     }
     pthread_mutex_lock(&w->mu);
 }

@@ -30,6 +30,17 @@ int rp_list_dir(const char *dir, const char *suffix, char **names, int max);
 /* Seconds on the monotonic clock. */
 double rp_now(void);
 
+/* A waiter with a core to itself spins this many pauses (tens of
+** microseconds) before sleeping: a hand-over that comes within that time
+** then costs no wake-up, and an oversubscribed one soon yields the core. */
+#define RP_SPIN_LIMIT 4000
+
+static inline void rp_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 /* qsort comparison of doubles, ascending. */
 int rp_cmp_double(const void *a, const void *b);
 

@@ -122,6 +122,7 @@ struct rp_session {
     int done;
     bool quit;
     int started; /* worker threads running: workers 1..started */
+    bool spin;   /* every worker has a core: hand-overs spin before sleeping */
     const float *x;         /* the call's rows, or NULL: */
     const rp_dataset *data; /* rp_session_run_samples: workers copy their own rows */
     const int32_t *y;
@@ -485,6 +486,13 @@ static void *worker_thread(void *arg) {
     unsigned long seen = 0;
     pthread_mutex_lock(&s->mu);
     for (;;) {
+        if (s->spin && s->gen == seen && !s->quit) { /* the next call often comes at once */
+            pthread_mutex_unlock(&s->mu);
+            for (int i = 0; i < RP_SPIN_LIMIT && __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE) == seen;
+                 i++)
+                rp_cpu_relax();
+            pthread_mutex_lock(&s->mu);
+        }
         while (s->gen == seen && !s->quit)
             pthread_cond_wait(&s->cv, &s->mu);
         if (s->quit)
@@ -493,7 +501,7 @@ static void *worker_thread(void *arg) {
         pthread_mutex_unlock(&s->mu);
         worker_run(w);
         pthread_mutex_lock(&s->mu);
-        s->done++;
+        __atomic_store_n(&s->done, s->done + 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
@@ -735,6 +743,7 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     s->backend = comm ? RP_BACKEND_MPI : RP_BACKEND_LOCAL;
     s->comm = comm;
     s->nlocal = comm ? 1 : W;
+    s->spin = s->nlocal <= sysconf(_SC_NPROCESSORS_ONLN);
     s->var_group = calloc(m->num_vars ? m->num_vars : 1, sizeof(rp_grouping));
     s->w = calloc(s->nlocal, sizeof(worker));
     s->all = malloc(sizeof(float) * (size_t)s->D * R * s->GA);
@@ -960,13 +969,17 @@ rp_status rp_session_run_samples(rp_session *s, const rp_dataset *d, const int64
 static rp_status run(rp_session *s, rp_result *res, rp_error *err) {
     if (s->started) {
         pthread_mutex_lock(&s->mu);
-        s->done = 0;
-        s->gen++;
+        __atomic_store_n(&s->done, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->gen, s->gen + 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
     }
     worker_run(&s->w[0]); /* the calling thread is worker 0 */
     if (s->started) {
+        for (int i = 0; s->spin && i < RP_SPIN_LIMIT &&
+                        __atomic_load_n(&s->done, __ATOMIC_ACQUIRE) < s->started;
+             i++)
+            rp_cpu_relax();
         pthread_mutex_lock(&s->mu);
         while (s->done < s->started)
             pthread_cond_wait(&s->cv, &s->mu);
