@@ -8,7 +8,7 @@
 # Usage: bench/scaling.sh BUILD_DIR [ROUNDS]
 set -eu
 build=${1:-build}
-rounds=${2:-3}
+rounds=${2:-5}
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 mpirun="mpirun --oversubscribe --bind-to none --mca btl self,vader"
