@@ -202,23 +202,26 @@ static rp_status k_inf_ipus(rp_config *cfg, load_ctx *c, const char *key, const 
     return get_int(c, key, v, 1, &c->inference_ipus_per_replica);
 }
 
-static rp_status k_layers(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
-    if (c->layers_seen)
+/* layers_per_stage and its alias (and the inference pair) may be given once. */
+static rp_status once(load_ctx *c, bool *seen, const char **first, const char *key) {
+    if (*seen)
         return rp_fail(c->err, RP_ERR_INVALID,
                        "%s: keys '%s' and '%s' both given; they are the same setting, keep one",
-                       c->name, c->layers_key, key);
-    c->layers_seen = true;
-    c->layers_key = key;
-    return get_layer_list(c, key, v, &cfg->layers_per_stage);
+                       c->name, *first, key);
+    *seen = true;
+    *first = key;
+    return RP_OK;
+}
+
+static rp_status k_layers(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
+    rp_status st = once(c, &c->layers_seen, &c->layers_key, key);
+    return st ? st : get_layer_list(c, key, v, &cfg->layers_per_stage);
 }
 
 static rp_status k_inf_layers(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
-    if (c->inference_layers_seen)
-        return rp_fail(c->err, RP_ERR_INVALID,
-                       "%s: keys '%s' and '%s' both given; they are the same setting, keep one",
-                       c->name, c->inference_layers_key, key);
-    c->inference_layers_seen = true;
-    c->inference_layers_key = key;
+    rp_status st = once(c, &c->inference_layers_seen, &c->inference_layers_key, key);
+    if (st)
+        return st;
     cfg->inference_layers_set = true;
     return get_layer_list(c, key, v, &cfg->inference_layers_per_stage);
 }
