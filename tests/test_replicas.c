@@ -7,7 +7,8 @@
 ** a host that hands them over.
 **
 **   test_replicas              local backend, R = 1..4 and the groupings
-**   test_replicas --mpi        under mpirun -np R: the equivalence sweep
+**   test_replicas --mpi        under mpirun -np R: the equivalence sweep, rows
+**                              from the dataset, inference over the ranks
 **   test_replicas --mpi --fail replica 2 gets a bad label: the job must end
 */
 #include <stdlib.h>
@@ -338,9 +339,10 @@ static void iterations_and_outputs(void) {
 /* A bad label in replica 2's rows: that worker fails, the others wake, and
 ** the call returns replica 2's message. */
 /* Inference: predictions in row order whatever the inference replication
-** and sharding, each the class a plain forward pass with replica 0's
-** weights scores highest (the rows are not a whole number of micro-batches). */
-static void inference(void) {
+** and sharding (under MPI, spread over the ranks), each the class a plain
+** forward pass with replica 0's weights scores highest (the rows are not a
+** whole number of micro-batches). */
+static void inference(bool use_mpi) {
     rp_model *m = test_model(MLP);
     enum { N = 203, B = 8 };
     size_t in = rp_shape_size(&data->sample);
@@ -375,8 +377,8 @@ static void inference(void) {
                                    "\"inference_layers_per_stage\": [2, -1]",
                                    ", \"inference_replication_factor\": 40"};
     for (int k = 0; k < 4; k++) {
-        rp_config c = config(B, 1, 2, 1, OPTS[0], shapes[k]);
-        s = session(m, &c, false);
+        rp_config c = config(B, 1, use_mpi ? rp_comm_size(mpi) : 2, 1, OPTS[0], shapes[k]);
+        s = session(m, &c, use_mpi);
         CHECK(rp_session_set_weights(s, w, RP_ONE_PER_GROUP, &err) == RP_OK);
         memset(got, 0xff, sizeof got);
         CHECK(rp_session_predict(s, x, N, got, &err) == RP_OK);
@@ -431,7 +433,7 @@ int main(int argc, char **argv) {
         groupings(8, 2, 2);
         per_replica_head();
         iterations_and_outputs();
-        inference();
+        inference(false);
         failure();
         rp_dataset_free(data);
         return test_finish("test_replicas (local)");
@@ -463,6 +465,7 @@ int main(int argc, char **argv) {
     from_dataset(R, true);
     if (R % 2 == 0)
         from_dataset(R / 2, true);
+    inference(true);
     /* a world of the wrong size is refused with both numbers */
     rp_model *m = test_model(MLP);
     rp_config c = config(8, 1, R + 1, 1, OPTS[0], NULL);

@@ -76,7 +76,9 @@ rp_status rp_session_run_samples(rp_session *s, const rp_dataset *d, const int64
                                  rp_result *res, rp_error *err);
 
 /* Inference on n rows: the predicted class of each row, in row order, with
-** replica 0's weights. */
+** replica 0's weights. inference_replication_factor replicas (threads, or
+** under MPI ranks, at most the world) take every R-th micro-batch of B rows;
+** under MPI the call is collective and every rank receives every row. */
 rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred,
                              rp_error *err);
 

@@ -1234,6 +1234,40 @@ static void *infer_thread(void *arg) {
     return NULL;
 }
 
+/* Under MPI rank r < R takes micro-batches r, r + R, ...; the predictions
+** are then summed over the world as floats (exact: each row has one
+** nonzero contribution, a class index below 2^24), with one more element
+** that counts the ranks that failed, so that all return together. */
+static rp_status predict_mpi(rp_session *s, const float *x, int n, int32_t *pred,
+                             const int *counts, int P, const float *params, int R,
+                             rp_error *err) {
+    int me = rp_comm_rank(s->comm);
+    infer_replica q = {.s = s, .x = x, .n = n, .r = me, .R = R, .pred = pred};
+    float *votes = calloc((size_t)n + 1, sizeof(float));
+    if (!votes)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    if (me < R && !(q.st = infer_setup(&q, counts, P, params)))
+        infer_run(&q);
+    if (q.st)
+        votes[n] = 1;
+    for (int at = me * s->B; me < R && !q.st && at < n; at += R * s->B)
+        for (int i = at; i < n && i < at + s->B; i++)
+            votes[i] = (float)pred[i];
+    rp_status st = rp_comm_allreduce(s->comm, NULL, votes, (size_t)n + 1, err);
+    if (!st && q.st)
+        st = rp_fail(err, q.st, "%s", q.err.msg);
+    else if (!st && votes[n] > 0)
+        st = rp_fail(err, RP_ERR_INVALID, "inference failed on %d other rank(s)", (int)votes[n]);
+    for (int i = 0; !st && i < n; i++)
+        pred[i] = (int32_t)votes[i];
+    for (int t = 0; t < q.used; t++) {
+        rp_acts_free(q.acts[t]);
+        rp_net_free(q.nets[t]);
+    }
+    free(votes);
+    return st;
+}
+
 rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred,
                              rp_error *err) {
     const rp_model *m = s->m;
@@ -1245,8 +1279,15 @@ rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred
     if ((st = all_params(s, &params, err))) /* replica 0's come first */
         return st;
     int batches = (n + s->B - 1) / s->B;
-    int R = s->backend == RP_BACKEND_LOCAL ? s->cfg.inference_replication_factor : 1;
+    int R = s->cfg.inference_replication_factor;
+    if (s->backend == RP_BACKEND_MPI && R > rp_comm_size(s->comm))
+        R = rp_comm_size(s->comm);
     R = R < batches ? R : (batches > 0 ? batches : 1);
+    if (s->backend == RP_BACKEND_MPI) {
+        st = predict_mpi(s, x, n, pred, counts, P, params, R, err);
+        free(params);
+        return st;
+    }
     infer_replica *ir = calloc((size_t)R, sizeof *ir);
     if (!ir) {
         free(params);
