@@ -25,8 +25,10 @@ static const char *MLP = "input 1 28 28\nflatten\nlinear 512\nrelu\nlinear 512\n
 static const char *DROP = "input 1 28 28\nflatten\nlinear 48\ngelu\ndropout 0.25\nlinear 32\n"
                           "layernorm\nrelu\nlinear 10\nsoftmax_cross_entropy\n";
 /* see test_training.c for why Adam's eps is 1e-5 in equivalence tests */
+/* plain SGD keeps no state: its replicas sum and update in one collective */
 static const char *OPTS[] = {"{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}",
-                             "{\"type\": \"adam\", \"lr\": 0.001, \"eps\": 1e-5}"};
+                             "{\"type\": \"adam\", \"lr\": 0.001, \"eps\": 1e-5}",
+                             "{\"type\": \"sgd\", \"lr\": 0.05, \"weight_decay\": 0.01}"};
 
 static rp_dataset *data;
 static rp_comm *mpi; /* NULL: local backend */
@@ -94,7 +96,7 @@ static void equivalence(int R, bool use_mpi) {
     const char *specs[] = {MLP, DROP};
     for (int sp = 0; sp < 2; sp++) {
         rp_model *m = test_model(specs[sp]);
-        for (int o = 0; o < 2; o++)
+        for (int o = 0; o < 3; o++)
             for (int GA = 1; GA <= 4; GA += (GA == 1 ? 2 : 1)) {
                 rp_config rc = config(8, GA, R, 1, OPTS[o], NULL);
                 rp_config one = config(8, GA * R, 1, 1, OPTS[o], NULL);
@@ -165,13 +167,13 @@ static void from_dataset(int R, bool use_mpi) {
 
 /* A grouping of R replicas trains G models; group k equals one worker that
 ** starts from group k's initial weights and sees its members' samples. */
-static void groupings(int R, int g, int s) {
+static void groupings(int R, int g, int s, const char *opt) {
     char extra[96];
     snprintf(extra, sizeof extra, ", \"replica_grouping\": {\"group_size\": %d, \"stride\": %d}",
              g, s);
     rp_model *m = test_model(DROP);
     int GA = 2, B = 8, G = R / g;
-    rp_config rc = config(B, GA, R, 1, OPTS[0], extra);
+    rp_config rc = config(B, GA, R, 1, opt, extra);
     rp_session *a = session(m, &rc, false);
     rp_weights *init = weights(a, RP_ONE_PER_GROUP);
     CHECK_INT(init->tensors[0].groups, G);
@@ -191,7 +193,7 @@ static void groupings(int R, int g, int s) {
             for (int x = 0; x < GA * B; x++)
                 order[at++] = c * GA * B + x;
         }
-        rp_config one = config(B, GA * g, 1, 1, OPTS[0], NULL);
+        rp_config one = config(B, GA * g, 1, 1, opt, NULL);
         rp_session *b = session(m, &one, false);
         /* group k's initial weights */
         rp_weights *wk;
@@ -428,9 +430,11 @@ int main(int argc, char **argv) {
             equivalence(R, false);
         from_dataset(1, false);
         from_dataset(3, false);
-        groupings(4, 2, 1);
-        groupings(8, 2, 4);
-        groupings(8, 2, 2);
+        for (int o = 0; o < 3; o += 2) {
+            groupings(4, 2, 1, OPTS[o]);
+            groupings(8, 2, 4, OPTS[o]);
+            groupings(8, 2, 2, OPTS[o]);
+        }
         per_replica_head();
         iterations_and_outputs();
         inference(false);

@@ -202,13 +202,9 @@ int rp_optimizer_state_per_param(const rp_optimizer_config *o);
 /* One update of n parameters from their gradients. step counts updates from
 ** 1 (Adam's bias correction). PyTorch's SGD and Adam/AdamW semantics. The
 ** state is rp_optimizer_state_per_param arrays of n floats, one after the
-** other. */
+** other (NULL when there are none). */
 void rp_optimizer_step(const rp_optimizer_config *o, long long step, float *params,
                        const float *grads, float *state, size_t n);
-/* The same with the state's arrays `stride` floats apart (stride >= n): a
-** piece of a larger run updated on its own. */
-void rp_optimizer_step_at(const rp_optimizer_config *o, long long step, float *params,
-                          const float *grads, float *state, size_t stride, size_t n);
 
 /* ---- weight files ----------------------------------------------------------- */
 

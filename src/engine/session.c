@@ -245,8 +245,7 @@ static rp_status opt_step(worker *w, long long step, float *p, const float *g, s
     return RP_OK;
 }
 
-/* A fused run's update of one piece of this member's share: the state keeps
-** the run's layout, arrays of count floats. */
+/* A fused run's update of one piece of this member's share (no state). */
 typedef struct fused_update {
     worker *w;
     const var_run *vr;
@@ -259,9 +258,8 @@ static void apply_update(void *ctx, size_t at, float *sum, size_t len) {
     if (u->f != 1.0f)
         for (size_t e = 0; e < len; e++)
             sum[e] *= u->f;
-    rp_optimizer_step_at(&w->s->cfg.optimizer, w->applied,
-                         rp_net_params(w->net) + u->vr->offset + at, sum,
-                         w->opt + u->vr->state_offset + at, u->vr->count, len);
+    rp_optimizer_step(&w->s->cfg.optimizer, w->applied, rp_net_params(w->net) + u->vr->offset + at,
+                      sum, NULL, len);
 }
 
 /* The gradients of an update, reduced within each variable's group and
@@ -632,12 +630,13 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         vr->state_offset = w->state_floats;
         w->state_floats += vr->shard * per;
         w->any_sharded |= vr->sharded;
-        /* Unsharded runs of several members are summed and updated in one
-        ** collective (locally each member updates a chunk for all). Not with
-        ** auto_loss_scaling (the update may yet be skipped), fp16 sums or
-        ** offchip state. */
-        vr->fused = !vr->sharded && k > 1 && !s->cfg.auto_loss_scaling &&
-                    !s->cfg.enable_half_partials && !(s->cfg.optimizer_state_offchip && per > 0);
+        /* With an optimizer that keeps no state, runs of several members are
+        ** summed and updated in one collective (locally each member updates
+        ** a chunk for all). Splitting a stateful update would shard its
+        ** state, which is replicated_tensor_sharding's to choose. Not with
+        ** auto_loss_scaling (the update may yet be skipped) or fp16 sums. */
+        vr->fused = !vr->sharded && k > 1 && per == 0 && !s->cfg.auto_loss_scaling &&
+                    !s->cfg.enable_half_partials;
         w->any_fused |= vr->fused;
         if (vr->sharded) {
             vr->shard_offset = shards;
