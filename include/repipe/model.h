@@ -205,6 +205,10 @@ int rp_optimizer_state_per_param(const rp_optimizer_config *o);
 ** other (NULL when there are none). */
 void rp_optimizer_step(const rp_optimizer_config *o, long long step, float *params,
                        const float *grads, float *state, size_t n);
+/* The same with the state's arrays `stride` floats apart (stride >= n): a
+** piece of a longer run of parameters, updated on its own. */
+void rp_optimizer_step_at(const rp_optimizer_config *o, long long step, float *params,
+                          const float *grads, float *state, size_t stride, size_t n);
 
 /* ---- weight files ----------------------------------------------------------- */
 

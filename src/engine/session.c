@@ -245,11 +245,14 @@ static rp_status opt_step(worker *w, long long step, float *p, const float *g, s
     return RP_OK;
 }
 
-/* A fused run's update of one piece of this member's share (no state). */
+/* A fused run's update of one piece of this member's share. A sharded
+** run's state is its shard's, laid out as the reduce-scatter path lays it
+** out: arrays of the shard's length. */
 typedef struct fused_update {
     worker *w;
     const var_run *vr;
-    float f; /* the group's rescale over the loss scale */
+    float f;            /* the group's rescale over the loss scale */
+    size_t first, have; /* the shard: where it starts, its length */
 } fused_update;
 
 static void apply_update(void *ctx, size_t at, float *sum, size_t len) {
@@ -258,8 +261,9 @@ static void apply_update(void *ctx, size_t at, float *sum, size_t len) {
     if (u->f != 1.0f)
         for (size_t e = 0; e < len; e++)
             sum[e] *= u->f;
-    rp_optimizer_step(&w->s->cfg.optimizer, w->applied, rp_net_params(w->net) + u->vr->offset + at,
-                      sum, NULL, len);
+    float *state = u->vr->sharded ? w->opt + u->vr->state_offset + (at - u->first) : NULL;
+    rp_optimizer_step_at(&w->s->cfg.optimizer, w->applied,
+                         rp_net_params(w->net) + u->vr->offset + at, sum, state, u->have, len);
 }
 
 /* The gradients of an update, reduced within each variable's group and
@@ -280,7 +284,9 @@ static rp_status reduce(worker *w) {
         float f = (float)(vr->rescale / w->scale), *x = g + vr->offset;
         size_t k = vr->count;
         if (vr->fused) {
-            fused_update u = {w, vr, f};
+            size_t first = (size_t)rp_comm_rank(rc) * vr->shard;
+            size_t have = first < vr->count ? vr->count - first : 0;
+            fused_update u = {w, vr, f, first, have < vr->shard ? have : vr->shard};
             st = rp_comm_reduce_update(rc, NULL, x, prm + vr->offset, k, apply_update, &u,
                                        &w->err);
             continue;
@@ -319,7 +325,7 @@ static rp_status reduce(worker *w) {
         w->applied++;
     for (int r = 0; r < w->nruns && !st; r++) {
         const var_run *vr = &w->runs[r];
-        if (!vr->sharded)
+        if (!vr->sharded || vr->fused)
             continue;
         rp_comm *rc = w->reduce[vr->grouping];
         size_t c = vr->shard, first = (size_t)rp_comm_rank(rc) * c;
@@ -558,6 +564,21 @@ static int reduce_members(const rp_session *s, const rp_grouping *g, int c, int 
     return n;
 }
 
+/* Whether a run reduced over k workers is summed and updated by one
+** rp_comm_reduce_update. With an optimizer that keeps no state, always:
+** locally each member then updates a chunk for all. A stateful update may be
+** split only where its state is: sharded runs on the local backend, whose
+** chunk is the member's shard (under MPI every rank would update all of it).
+** Never with auto_loss_scaling (the update may yet be skipped), fp16 sums or
+** offchip state (streamed a chunk at a time). */
+static bool fused_run(const rp_session *s, int k, bool sharded) {
+    if (k < 2 || s->cfg.auto_loss_scaling || s->cfg.enable_half_partials)
+        return false;
+    if (s->state_per_param == 0)
+        return true;
+    return sharded && s->backend == RP_BACKEND_LOCAL && !s->cfg.optimizer_state_offchip;
+}
+
 static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     const rp_model *m = s->m;
     w->s = s;
@@ -629,16 +650,10 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         vr->shard = vr->sharded ? (vr->count + k - 1) / k : vr->count;
         vr->state_offset = w->state_floats;
         w->state_floats += vr->shard * per;
-        w->any_sharded |= vr->sharded;
-        /* With an optimizer that keeps no state, runs of several members are
-        ** summed and updated in one collective (locally each member updates
-        ** a chunk for all). Splitting a stateful update would shard its
-        ** state, which is replicated_tensor_sharding's to choose. Not with
-        ** auto_loss_scaling (the update may yet be skipped) or fp16 sums. */
-        vr->fused = !vr->sharded && k > 1 && per == 0 && !s->cfg.auto_loss_scaling &&
-                    !s->cfg.enable_half_partials;
+        vr->fused = fused_run(s, k, vr->sharded);
         w->any_fused |= vr->fused;
-        if (vr->sharded) {
+        w->any_sharded |= vr->sharded && !vr->fused; /* reduce-scattered, all-gathered */
+        if (vr->sharded && !vr->fused) {
             vr->shard_offset = shards;
             shards += vr->shard;
             maxc = vr->shard > maxc ? vr->shard : maxc;
@@ -1329,7 +1344,8 @@ rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred
 
 /* Floats of optimizer state a worker of `stage` holds: each run of its
 ** variables that share a grouping, or, sharded, one shard of it; *shards
-** receives the floats of the sharded runs' shards (their reduced gradients). */
+** receives the floats of the reduce-scattered runs' shards (their reduced
+** gradients; a fused run needs none). */
 static size_t stage_state_floats(const rp_session *s, int stage, size_t *shards) {
     const rp_model *m = s->m;
     int l0 = s->first[stage], l1 = s->first[stage + 1];
@@ -1348,7 +1364,7 @@ static size_t stage_state_floats(const rp_session *s, int stage, size_t *shards)
             int k = s->groupings[run_q].group_size * stage_replicas(&s->cfg, stage);
             bool sharded = s->cfg.replicated_tensor_sharding && k > 1 && s->state_per_param > 0;
             total += (sharded ? (run + k - 1) / k : run) * s->state_per_param;
-            *shards += sharded ? (run + k - 1) / k : 0;
+            *shards += sharded && !fused_run(s, k, true) ? (run + k - 1) / k : 0;
             run = 0;
         }
         if (q >= 0) {

@@ -16,6 +16,11 @@ int rp_optimizer_state_per_param(const rp_optimizer_config *o) {
 
 void rp_optimizer_step(const rp_optimizer_config *o, long long step, float *p, const float *g,
                        float *state, size_t n) {
+    rp_optimizer_step_at(o, step, p, g, state, n, n);
+}
+
+void rp_optimizer_step_at(const rp_optimizer_config *o, long long step, float *p, const float *g,
+                          float *state, size_t stride, size_t n) {
     float lr = (float)o->lr, wd = (float)o->weight_decay;
     if (o->type == RP_OPT_SGD) {
         float mu = (float)o->momentum;
@@ -36,7 +41,7 @@ void rp_optimizer_step(const rp_optimizer_config *o, long long step, float *p, c
     double bc1 = 1.0 - pow(o->beta1, (double)step), bc2 = 1.0 - pow(o->beta2, (double)step);
     float step_size = (float)(o->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     bool decoupled = o->type == RP_OPT_ADAMW;
-    float *m = state, *v = state + n;
+    float *m = state, *v = state + stride;
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
         if (decoupled)
