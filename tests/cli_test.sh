@@ -166,6 +166,12 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
       --mca btl self,vader -np 2 "$bin" train --model "$src/examples/fmnist-mlp.model" \
       --config "$src/examples/fmnist-r2.json" --updates 20 --backend mpi --save "$tmp/r2mpi.rpw" >/dev/null 2>&1
     expect_grep "local == mpi" "^same: 0 tensors" -- "$bin" weights compare "$tmp/r2.rpw" "$tmp/r2mpi.rpw" --rtol 1e-6
+    # eval on two ranks, each predicting every other micro-batch: the same predictions
+    printf '{"micro_batch_size": 64, "replication_factor": 2, "inference_replication_factor": 2}' > "$tmp/inf2.json"
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none \
+      --mca btl self,vader -np 2 "$bin" eval --model "$src/examples/fmnist-mlp.model" \
+      --config "$tmp/inf2.json" --load "$tmp/r2.rpw" --out "$tmp/pred-mpi.csv" --backend mpi > "$tmp/evmpi.txt" 2>&1
+    if [ "$(grep -c '^test accuracy' "$tmp/evmpi.txt")" = 1 ] && cmp -s "$tmp/pred.csv" "$tmp/pred-mpi.csv"; then ok; else bad "eval under MPI: $(cat "$tmp/evmpi.txt")"; fi
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none \
       --mca btl self,vader -np 3 "$bin" train --model "$src/examples/fmnist-mlp.model" \
       --config "$src/examples/fmnist-r2.json" --updates 2 --backend mpi > "$tmp/np3.txt" 2>&1

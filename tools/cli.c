@@ -137,6 +137,15 @@ bool cli_double(const char *opt, const char *text, double *out) {
     return true;
 }
 
+bool cli_backend(const cli_cmd *cmd, const char *text, bool *mpi) {
+    if (strcmp(text, "mpi") != 0 && strcmp(text, "local") != 0) {
+        cli_error(cmd, "--backend: '%s' is not 'local' or 'mpi'", text);
+        return false;
+    }
+    *mpi = strcmp(text, "mpi") == 0;
+    return true;
+}
+
 int cli_double_list(const char *opt, const char *first, int argc, char **argv, double *out,
                     int max) {
     int n = 0;

@@ -51,6 +51,10 @@ int cli_next_arg(const cli_cmd *cmd, int argc, char **argv, const char **arg, bo
 bool cli_int(const char *opt, const char *text, long long lo, long long hi, long long *out);
 bool cli_double(const char *opt, const char *text, double *out);
 
+/* Parses --backend: "local" or "mpi" (sets *mpi); prints an error and
+** returns false otherwise. */
+bool cli_backend(const cli_cmd *cmd, const char *text, bool *mpi);
+
 /* Consumes the numbers that follow a multi-valued option (`--machines 8 2`):
 ** first is optarg; more are taken from argv while they parse as numbers. */
 int cli_double_list(const char *opt, const char *first, int argc, char **argv, double *out,

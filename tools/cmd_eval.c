@@ -13,17 +13,23 @@ static const cli_opt OPTS[] = {
     {"load", 'l', "FILE", "weights to evaluate (required)"},
     {"data", 'd', "DIR", "IDX dataset directory [" RP_FASHION_MNIST_DIR "]"},
     {"out", 'o', "FILE", "write one prediction per test sample, in sample order (CSV)"},
+    {"backend", 'b', "local|mpi", "replicas as threads, or as MPI ranks under mpirun [local]"},
     {NULL, 0, NULL, NULL},
 };
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *model_path = NULL, *config_path = NULL, *load = NULL, *out = NULL;
     const char *data = RP_FASHION_MNIST_DIR;
-    bool help;
+    bool help, use_mpi = false;
     const char *arg;
     for (int o; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
         if (o == -2)
             return help ? 0 : 2;
+        if (o == 5) {
+            if (!cli_backend(cmd, arg, &use_mpi))
+                return 2;
+            continue;
+        }
         const char **dst[] = {&model_path, &config_path, &load, &data, &out};
         *dst[o] = arg;
     }
@@ -38,7 +44,16 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_session *s = NULL;
     rp_weights *w = NULL;
     int32_t *pred = NULL;
+    rp_comm *comm = NULL;
     int rc = 1;
+    bool lead = true; /* prints and writes: rank 0 under MPI */
+    if (use_mpi) {
+        if (rp_comm_mpi_init(&argc, &argv, &comm, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            return 1;
+        }
+        lead = rp_comm_rank(comm) == 0;
+    }
     if (rp_model_load(&m, model_path, &err) || rp_config_load_file(&cfg, config_path, &err) ||
         rp_dataset_load_idx(&test, data, false, &err) || rp_weights_load(&w, load, &err))
         goto fail;
@@ -47,7 +62,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                 model_path);
         goto fail;
     }
-    if (rp_session_create(m, &cfg, &s, &err) ||
+    if ((comm ? rp_session_create_mpi(m, &cfg, comm, &s, &err)
+              : rp_session_create(m, &cfg, &s, &err)) ||
         rp_session_set_weights(s, w, RP_ONE_PER_GROUP, &err))
         goto fail;
     pred = malloc(sizeof(int32_t) * test->n);
@@ -55,12 +71,12 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         rp_fail(&err, RP_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if (rp_session_predict(s, test->x, test->n, pred, &err))
+    if (rp_session_predict(s, test->x, test->n, pred, &err)) /* collective under MPI */
         goto fail;
     int right = 0;
     for (int i = 0; i < test->n; i++)
         right += pred[i] == test->labels[i];
-    if (out) {
+    if (out && lead) {
         FILE *f = fopen(out, "w");
         if (!f) {
             rp_fail(&err, RP_ERR_IO, "%s: cannot write", out);
@@ -74,27 +90,37 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             goto fail;
         }
     }
-    printf("%d samples, %d right\ntest accuracy: %.4f\n", test->n, right,
-           (double)right / test->n);
+    if (lead)
+        printf("%d samples, %d right\ntest accuracy: %.4f\n", test->n, right,
+               (double)right / test->n);
     rc = 0;
     goto done;
 fail:
     cli_error(cmd, "%s", err.msg);
+    if (comm) { /* end every rank: the others may be waiting for this one */
+        fflush(stderr);
+        rp_comm_fail(comm, err.msg);
+    }
 done:
     free(pred);
     rp_weights_free(w);
     rp_session_free(s);
     rp_dataset_free(test);
     rp_model_free(m);
+    if (comm)
+        rp_comm_mpi_finalize(comm);
     return rc;
 }
 
 const cli_cmd cmd_eval = {
     "eval",
     "evaluate saved weights on the test set and write the predictions",
-    "--model FILE --config FILE --load FILE [--data DIR] [--out predictions.csv]",
+    "--model FILE --config FILE --load FILE [--data DIR] [--out predictions.csv] [--backend B]",
     "Predictions come out one per test sample, in sample order, whatever the\n"
-    "replication; with replica groupings, replica 0's group is evaluated.",
+    "replication; with replica groupings, replica 0's group is evaluated.\n"
+    "With --backend mpi, start it as 'mpirun -np R repipe eval ... --backend mpi',\n"
+    "R being the workers the configuration needs for training; the\n"
+    "inference_replication_factor ranks share the rows.",
     OPTS,
     run,
 };

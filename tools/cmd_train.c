@@ -90,12 +90,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         case 10: trace = arg; break;
         case 11: plan = arg; break;
         case 9:
-            if (strcmp(arg, "mpi") == 0)
-                use_mpi = true;
-            else if (strcmp(arg, "local") != 0) {
-                cli_error(cmd, "--backend: '%s' is not 'local' or 'mpi'", arg);
+            if (!cli_backend(cmd, arg, &use_mpi))
                 return 2;
-            }
             break;
         }
     }
