@@ -331,10 +331,12 @@ rp_status local_allgather(rp_comm *c, const rp_grouping *g, const float *in, siz
     return gc.g == 1 ? RP_OK : step(&gc, err);
 }
 
-/* Member i sums its chunk block by block, as the allreduce does, hands each
-** block's sum to update (which writes the member's own parameters) and
-** copies the new parameters straight into every other member's: each block
-** is read from the gradients and written out while it is in L1. */
+/* Member i sums its chunk block by block, as the allreduce does, and hands
+** each block's sum to update, which writes the member's own parameters while
+** the block is in L1. After a barrier it copies the other chunks' new values
+** from their owners. A core thus reads the others' memory and never writes
+** it: pushing the values instead left the lines in the wrong cache, and the
+** next forward pass paid for them. */
 typedef struct update_bufs {
     float *grads, *params;
 } update_bufs;
