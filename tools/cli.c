@@ -146,6 +146,28 @@ bool cli_backend(const cli_cmd *cmd, const char *text, bool *mpi) {
     return true;
 }
 
+bool cli_mpi_start(const cli_cmd *cmd, bool use_mpi, int *argc, char ***argv, rp_comm **comm,
+                   bool *lead) {
+    rp_error err;
+    *comm = NULL;
+    *lead = true;
+    if (!use_mpi)
+        return true;
+    if (rp_comm_mpi_init(argc, argv, comm, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return false;
+    }
+    *lead = rp_comm_rank(*comm) == 0;
+    return true;
+}
+
+void cli_mpi_abort(rp_comm *comm, const char *msg) {
+    if (!comm)
+        return;
+    fflush(stderr);
+    rp_comm_fail(comm, msg);
+}
+
 int cli_double_list(const char *opt, const char *first, int argc, char **argv, double *out,
                     int max) {
     int n = 0;

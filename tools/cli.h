@@ -10,6 +10,7 @@
 #include <getopt.h> /* optind */
 #include <stdio.h>
 
+#include "repipe/comm.h"
 #include "repipe/core.h"
 
 typedef struct cli_opt {
@@ -54,6 +55,15 @@ bool cli_double(const char *opt, const char *text, double *out);
 /* Parses --backend: "local" or "mpi" (sets *mpi); prints an error and
 ** returns false otherwise. */
 bool cli_backend(const cli_cmd *cmd, const char *text, bool *mpi);
+
+/* With --backend mpi: MPI_Init and the world communicator in *comm (NULL
+** otherwise); *lead says whether this process prints, rank 0 under MPI.
+** Returns false, the error printed, when MPI cannot start. */
+bool cli_mpi_start(const cli_cmd *cmd, bool use_mpi, int *argc, char ***argv, rp_comm **comm,
+                   bool *lead);
+/* After an error that was printed: ends every rank, since the others may be
+** waiting for this one. Nothing without MPI. */
+void cli_mpi_abort(rp_comm *comm, const char *msg);
 
 /* Consumes the numbers that follow a multi-valued option (`--machines 8 2`):
 ** first is optarg; more are taken from argv while they parse as numbers. */

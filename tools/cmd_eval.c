@@ -44,16 +44,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_session *s = NULL;
     rp_weights *w = NULL;
     int32_t *pred = NULL;
-    rp_comm *comm = NULL;
+    rp_comm *comm;
     int rc = 1;
-    bool lead = true; /* prints and writes: rank 0 under MPI */
-    if (use_mpi) {
-        if (rp_comm_mpi_init(&argc, &argv, &comm, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            return 1;
-        }
-        lead = rp_comm_rank(comm) == 0;
-    }
+    bool lead; /* prints and writes: rank 0 under MPI */
+    if (!cli_mpi_start(cmd, use_mpi, &argc, &argv, &comm, &lead))
+        return 1;
     if (rp_model_load(&m, model_path, &err) || rp_config_load_file(&cfg, config_path, &err) ||
         rp_dataset_load_idx(&test, data, false, &err) || rp_weights_load(&w, load, &err))
         goto fail;
@@ -97,10 +92,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     goto done;
 fail:
     cli_error(cmd, "%s", err.msg);
-    if (comm) { /* end every rank: the others may be waiting for this one */
-        fflush(stderr);
-        rp_comm_fail(comm, err.msg);
-    }
+    cli_mpi_abort(comm, err.msg);
 done:
     free(pred);
     rp_weights_free(w);

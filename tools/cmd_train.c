@@ -108,17 +108,12 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_config cfg;
     rp_dataset *train = NULL, *test = NULL;
     rp_session *s = NULL;
-    rp_comm *comm = NULL;
+    rp_comm *comm;
     FILE *jl = NULL;
     int rc = 1;
-    bool lead = true; /* prints: rank 0 under MPI */
-    if (use_mpi) {
-        if (rp_comm_mpi_init(&argc, &argv, &comm, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            return 1;
-        }
-        lead = rp_comm_rank(comm) == 0;
-    }
+    bool lead; /* prints: rank 0 under MPI */
+    if (!cli_mpi_start(cmd, use_mpi, &argc, &argv, &comm, &lead))
+        return 1;
     if (rp_model_load(&m, model_path, &err) || rp_config_load_file(&cfg, config_path, &err))
         goto fail;
     for (int i = 0; lead && i < cfg.num_warnings; i++)
@@ -312,10 +307,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     goto done;
 fail:
     cli_error(cmd, "%s", err.msg);
-    if (comm) { /* end every rank: the others may be waiting for this one */
-        fflush(stderr);
-        rp_comm_fail(comm, err.msg);
-    }
+    cli_mpi_abort(comm, err.msg);
 done:
     if (jl)
         fclose(jl);
