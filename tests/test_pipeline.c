@@ -1,7 +1,8 @@
 /*
 ** Pipelines: every configuration of the sweep equals one worker on the same
 ** samples; the schedule checker accepts them all and rejects a hanging op
-** list; 1F1B keeps at most P - s micro-batches in flight at stage s.
+** list; 1F1B keeps P - s micro-batches in flight at stage s, and with stage
+** replication as many as the stage and those after it have workers.
 **
 **   test_pipeline          local backend: the whole sweep
 **   test_pipeline --mpi    under mpirun -np W: the sweep's cases of W workers
@@ -32,8 +33,8 @@ typedef struct pcase {
 } pcase;
 
 /* Every axis and corner: P 2 and 3, R 1 and 2, stage replication [2,1],
-** [1,3,1] and [3,1], GA 1, 3, 4, 5 (also not multiples of r_s), both
-** schedules. */
+** [1,3,1], [3,1], [2,2] and [4,3,1], GA 1, 3, 4, 5, 9 (also not multiples
+** of r_s), both schedules. */
 static const pcase CASES[] = {
     {2, 1, {1, 1}, 1, "1f1b"},    {2, 1, {1, 1}, 3, "gpipe"},   {2, 1, {1, 1}, 4, "1f1b"},
     {2, 1, {1, 1}, 5, "gpipe"},   {2, 2, {1, 1}, 3, "1f1b"},    {2, 2, {1, 1}, 4, "gpipe"},
@@ -42,6 +43,7 @@ static const pcase CASES[] = {
     {3, 1, {1, 1, 1}, 5, "gpipe"}, {3, 1, {1, 3, 1}, 3, "1f1b"}, {3, 1, {1, 3, 1}, 4, "gpipe"},
     {3, 1, {1, 3, 1}, 5, "1f1b"}, {3, 2, {1, 1, 1}, 4, "1f1b"}, {2, 1, {3, 1}, 3, "gpipe"},
     {2, 1, {3, 1}, 4, "1f1b"},    {2, 1, {3, 1}, 5, "gpipe"},   {2, 2, {3, 1}, 5, "1f1b"},
+    {2, 1, {2, 2}, 9, "1f1b"},    {3, 1, {4, 3, 1}, 9, "1f1b"}, {3, 1, {4, 3, 1}, 5, "gpipe"},
 };
 
 
@@ -156,6 +158,49 @@ static void determinism(void) {
     rp_model_free(m);
 }
 
+/* Stage replication: stage s keeps one micro-batch in flight for every
+** worker of stages s..P-1 of its replica, spread over its r_s replicas, so
+** each stage replica holds ceil((r_s + ... + r_{P-1}) / r_s) of them. The
+** tables are that rule worked by hand; [4, 3, 1] hangs PipeDream's
+** runtime. */
+static void in_flight(void) {
+    static const struct {
+        int P, r[3], slots[3];
+    } T[] = {
+        {2, {7, 1}, {2, 1}},       /* 8 / 7, 1 / 1 */
+        {2, {3, 1}, {2, 1}},       /* 4 / 3 */
+        {3, {1, 3, 1}, {5, 2, 1}}, /* 5 / 1, 4 / 3 */
+        {2, {2, 2}, {2, 1}},       /* 4 / 2, 2 / 2: two 2-stage pipelines */
+        {3, {4, 3, 1}, {2, 2, 1}}, /* 8 / 4, 4 / 3 */
+    };
+    for (size_t k = 0; k < sizeof T / sizeof T[0]; k++)
+        for (int R = 1; R <= 2; R++) {
+            pcase pc = {T[k].P, R, {T[k].r[0], T[k].r[1], T[k].r[2]}, 24, "1f1b"};
+            rp_config c = config(&pc, false, "{\"type\": \"sgd\"}");
+            rp_workplan *p;
+            rp_error err;
+            CHECK(rp_workplan_build(&c, &p, &err) == RP_OK);
+            CHECK(rp_workplan_check(p, NULL, &err) == RP_OK);
+            for (int w = 0; w < p->workers; w++)
+                CHECK_INT(p->w[w].slots, T[k].slots[p->w[w].stage]);
+            rp_workplan_free(p);
+            /* fewer micro-batches than the rule asks for: all in flight,
+            ** one each where a replica gets only one */
+            pc.GA = 3;
+            c = config(&pc, false, "{\"type\": \"sgd\"}");
+            CHECK(rp_workplan_build(&c, &p, &err) == RP_OK);
+            CHECK(rp_workplan_check(p, NULL, &err) == RP_OK);
+            for (int w = 0; w < p->workers; w++) {
+                int s = p->w[w].stage, r = T[k].r[s], mine = 0;
+                for (int m = 0; m < 3; m++)
+                    mine += m % r == p->w[w].stage_replica;
+                int want = mine < T[k].slots[s] ? mine : T[k].slots[s];
+                CHECK_INT(p->w[w].slots, want);
+            }
+            rp_workplan_free(p);
+        }
+}
+
 static void checker(void) {
     /* every configuration of the sweep is accepted */
     for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
@@ -190,6 +235,7 @@ static void checker(void) {
             CHECK_INT(p->w[s].slots, 8);
         rp_workplan_free(p);
     }
+    in_flight();
     /* a crafted list that hangs: stage 1 wants micro-batch 1 before 0, but
     ** stage 0 waits for 0's gradient before sending 1 */
     rp_config c;

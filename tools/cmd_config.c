@@ -52,7 +52,7 @@ static void show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
     printf("  stages (pipeline depth)    %d\n", d.stages);
     printf("  stage replication          ");
     for (int s = 0; s < d.stages; s++)
-        printf("%s%d", s ? ", " : "", cfg->stage_replication_count ? cfg->stage_replication[s] : 1);
+        printf("%s%d", s ? ", " : "", rp_config_stage_replicas(cfg, s));
     printf("\n  replication factor         %d\n", cfg->replication_factor);
     printf("  workers needed             %d\n", d.workers);
     printf("  replica grouping           %s\n",

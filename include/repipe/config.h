@@ -141,6 +141,10 @@ typedef struct rp_derived {
     long long inference_samples_per_host_call;    /* B * R_inf * D_inf */
 } rp_derived;
 
+/* r_s: the workers that share training stage s inside a replica (1 when
+** stage_replication is not given). */
+int rp_config_stage_replicas(const rp_config *cfg, int s);
+
 void rp_config_derive(const rp_config *cfg, rp_derived *out);
 
 const char *rp_output_mode_name(rp_output_mode m);

@@ -7,9 +7,12 @@
 ** stage replica j; micro-batch m of a replica goes to stage replica
 ** m mod r_s at every stage. A stage's operations are ordered as if one
 ** worker ran them all (gpipe: every forward, then every backward in reverse;
-** 1f1b: P - s - 1 warm-up forwards, then one forward and one backward in
-** turn, then the remaining backwards); each stage replica takes the
-** operations of its own micro-batches in that order.
+** 1f1b: n_s - 1 warm-up forwards, then one forward and one backward in
+** turn, then the remaining backwards, where n_s = rp_workplan_in_flight);
+** each stage replica takes the operations of its own micro-batches in that
+** order, and so keeps ceil(n_s / r_s) of them in flight. Taking a
+** subsequence only drops waits, so a stage order that cannot hang with one
+** worker per stage cannot hang with many.
 **
 ** Sends never block (they are buffered until received); a receive waits
 ** for its message, WAIT_SENDS for all the worker's messages to be received,
@@ -58,6 +61,11 @@ typedef struct rp_workplan {
 
 /* The worker running stage s of replica c as stage replica j. */
 int rp_workplan_worker(const rp_config *cfg, int c, int s, int j);
+
+/* Micro-batches stage s keeps in flight over all its stage replicas: under
+** 1f1b the workers of stages s..P-1 of one replica (P - s without stage
+** replication), under gpipe all of them; never more than GA. */
+int rp_workplan_in_flight(const rp_config *cfg, int s);
 
 rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *err);
 void rp_workplan_free(rp_workplan *s);

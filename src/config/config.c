@@ -867,13 +867,17 @@ rp_status rp_config_stage_layers(const rp_config *cfg, bool inference, int num_l
     return rp_layers_expand(&cfg->layers_per_stage, num_layers, out, "layers_per_stage", err);
 }
 
+int rp_config_stage_replicas(const rp_config *cfg, int s) {
+    return cfg->stage_replication_count ? cfg->stage_replication[s] : 1;
+}
+
 void rp_config_derive(const rp_config *cfg, rp_derived *d) {
     memset(d, 0, sizeof *d);
     d->stages = rp_config_num_stages(cfg, false);
     d->inference_stages = rp_config_num_stages(cfg, true);
     int per_replica = 0;
     for (int s = 0; s < d->stages; s++)
-        per_replica += cfg->stage_replication_count ? cfg->stage_replication[s] : 1;
+        per_replica += rp_config_stage_replicas(cfg, s);
     d->workers = cfg->replication_factor * per_replica;
     d->inference_workers = cfg->inference_replication_factor * d->inference_stages;
     long long b = cfg->micro_batch_size;

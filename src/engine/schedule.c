@@ -15,16 +15,12 @@ const char *rp_op_name(rp_op_kind k) {
     return names[k];
 }
 
-static int stage_replicas(const rp_config *cfg, int s) {
-    return cfg->stage_replication_count ? cfg->stage_replication[s] : 1;
-}
-
 int rp_workplan_worker(const rp_config *cfg, int c, int s, int j) {
     int P = cfg->layers_per_stage.count, per = 0, before = 0;
     for (int t = 0; t < P; t++) {
         if (t < s)
-            before += stage_replicas(cfg, t);
-        per += stage_replicas(cfg, t);
+            before += rp_config_stage_replicas(cfg, t);
+        per += rp_config_stage_replicas(cfg, t);
     }
     return c * per + before + j;
 }
@@ -47,17 +43,34 @@ static void add_pass(const rp_config *cfg, rp_worker_ops *w, bool forward, int m
     int P = cfg->layers_per_stage.count, s = w->stage, c = w->replica;
     if (forward) {
         if (s > 0)
-            push(w, RP_OP_RECV_ACT, mb, rp_workplan_worker(cfg, c, s - 1, mb % stage_replicas(cfg, s - 1)));
+            push(w, RP_OP_RECV_ACT, mb, rp_workplan_worker(cfg, c, s - 1, mb % rp_config_stage_replicas(cfg, s - 1)));
         push(w, RP_OP_FORWARD, mb, -1);
         if (s < P - 1)
-            push(w, RP_OP_SEND_ACT, mb, rp_workplan_worker(cfg, c, s + 1, mb % stage_replicas(cfg, s + 1)));
+            push(w, RP_OP_SEND_ACT, mb, rp_workplan_worker(cfg, c, s + 1, mb % rp_config_stage_replicas(cfg, s + 1)));
     } else {
         if (s < P - 1)
-            push(w, RP_OP_RECV_GRAD, mb, rp_workplan_worker(cfg, c, s + 1, mb % stage_replicas(cfg, s + 1)));
+            push(w, RP_OP_RECV_GRAD, mb, rp_workplan_worker(cfg, c, s + 1, mb % rp_config_stage_replicas(cfg, s + 1)));
         push(w, RP_OP_BACKWARD, mb, -1);
         if (s > 0)
-            push(w, RP_OP_SEND_GRAD, mb, rp_workplan_worker(cfg, c, s - 1, mb % stage_replicas(cfg, s - 1)));
+            push(w, RP_OP_SEND_GRAD, mb, rp_workplan_worker(cfg, c, s - 1, mb % rp_config_stage_replicas(cfg, s - 1)));
     }
+}
+
+/* A balanced pipeline completes a micro-batch per stage replica every
+** f + b; one that enters stage s returns after every stage from s on has
+** run it. By Little's law the stage then needs as many micro-batches in
+** flight as there are workers from s to the end of the replica: r_s + ... +
+** r_{P-1}, which is P - s without stage replication and PipeDream's
+** workers / r_0 per input-stage replica. The counts fall along the pipeline,
+** so a stage always has sent the forwards that the next one's warm-up
+** waits for. */
+int rp_workplan_in_flight(const rp_config *cfg, int s) {
+    int P = cfg->layers_per_stage.count, GA = cfg->gradient_accumulation_steps, n = 0;
+    if (cfg->schedule == RP_SCHEDULE_GPIPE)
+        return GA;
+    for (int t = s; t < P; t++)
+        n += rp_config_stage_replicas(cfg, t);
+    return n < GA ? n : GA;
 }
 
 rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *err) {
@@ -65,7 +78,7 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
     int P = cfg->layers_per_stage.count, R = cfg->replication_factor;
     int GA = cfg->gradient_accumulation_steps, per = 0;
     for (int s = 0; s < P; s++)
-        per += stage_replicas(cfg, s);
+        per += rp_config_stage_replicas(cfg, s);
     rp_workplan *sc = calloc(1, sizeof *sc);
     if (!sc || !(sc->w = calloc((size_t)R * per, sizeof(rp_worker_ops)))) {
         free(sc);
@@ -90,7 +103,7 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
                 for (int m = GA - 1; m >= 0; m--)
                     order_fw[n] = 0, order_mb[n++] = m;
             } else {
-                int warm = P - s - 1 < GA ? P - s - 1 : GA, f = 0, b = 0;
+                int warm = rp_workplan_in_flight(cfg, s) - 1, f = 0, b = 0;
                 while (f < warm)
                     order_fw[n] = 1, order_mb[n++] = f++;
                 while (b < GA) {
@@ -99,7 +112,7 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
                     order_fw[n] = 0, order_mb[n++] = b++;
                 }
             }
-            for (int j = 0; j < stage_replicas(cfg, s); j++) {
+            for (int j = 0; j < rp_config_stage_replicas(cfg, s); j++) {
                 rp_worker_ops *w = &sc->w[rp_workplan_worker(cfg, c, s, j)];
                 w->stage = s;
                 w->replica = c;
@@ -111,7 +124,7 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
                     return rp_fail(err, RP_ERR_NOMEM, "out of memory");
                 }
                 for (int i = 0; i < n; i++)
-                    if (order_mb[i] % stage_replicas(cfg, s) == j)
+                    if (order_mb[i] % rp_config_stage_replicas(cfg, s) == j)
                         add_pass(cfg, w, order_fw[i], order_mb[i]);
                 push(w, RP_OP_WAIT_SENDS, -1, -1);
                 push(w, RP_OP_REDUCE, -1, -1);

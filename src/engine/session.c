@@ -167,10 +167,6 @@ static void next_scale(worker *w, const rp_config *cfg) {
     }
 }
 
-static int stage_replicas(const rp_config *cfg, int s) {
-    return cfg->stage_replication_count ? cfg->stage_replication[s] : 1;
-}
-
 /* How the nets of a stage trade memory for compute: recomputation, and the
 ** scratch of a product limited to matmul_proportion of device_memory. */
 static rp_net_options net_options(const rp_config *cfg, int stage, bool inference) {
@@ -559,7 +555,7 @@ void rp_session_free(rp_session *s) {
 static int reduce_members(const rp_session *s, const rp_grouping *g, int c, int stage, int *out) {
     int n = 0, k = rp_grouping_group_of(g, c);
     for (int i = 0; i < g->group_size; i++)
-        for (int j = 0; j < stage_replicas(&s->cfg, stage); j++)
+        for (int j = 0; j < rp_config_stage_replicas(&s->cfg, stage); j++)
             out[n++] = rp_workplan_worker(&s->cfg, rp_grouping_member(g, k, i), stage, j);
     return n;
 }
@@ -590,7 +586,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
     rp_net_options no = net_options(&s->cfg, w->stage, false);
     if (s->cfg.replicated_tensor_sharding) /* room for a padded all-gather's tail */
-        no.param_slack = (size_t)s->R * stage_replicas(&s->cfg, w->stage);
+        no.param_slack = (size_t)s->R * rp_config_stage_replicas(&s->cfg, w->stage);
     rp_status st = rp_net_create_with(m, l0, l1, s->B, &no, &w->net, err);
     if (st)
         return st;
@@ -645,7 +641,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         var_run *vr = &w->runs[r];
         /* members of the run's reduction: its group's replicas x stage replicas */
         const rp_grouping *g = &s->groupings[vr->grouping];
-        int k = g->group_size * stage_replicas(&s->cfg, w->stage);
+        int k = g->group_size * rp_config_stage_replicas(&s->cfg, w->stage);
         vr->sharded = s->cfg.replicated_tensor_sharding && k > 1 && per > 0; /* state to shard */
         vr->shard = vr->sharded ? (vr->count + k - 1) / k : vr->count;
         vr->state_offset = w->state_floats;
@@ -1007,7 +1003,7 @@ static rp_status run(rp_session *s, rp_result *res, rp_error *err) {
     if (bad)
         return rp_fail(err, bad->status, "%s", bad->err.msg);
     int R = s->R, D = s->D, GA = s->GA, P = s->P;
-    int rl = stage_replicas(&s->cfg, P - 1);
+    int rl = rp_config_stage_replicas(&s->cfg, P - 1);
     if (s->backend == RP_BACKEND_MPI) {
         rp_status st = rp_comm_allgather(s->comm, NULL, s->w[0].losses, (size_t)D * GA, s->gather,
                                          err);
@@ -1361,7 +1357,7 @@ static size_t stage_state_floats(const rp_session *s, int stage, size_t *shards)
             continue;
         }
         if (q != run_q && run) { /* close the run */
-            int k = s->groupings[run_q].group_size * stage_replicas(&s->cfg, stage);
+            int k = s->groupings[run_q].group_size * rp_config_stage_replicas(&s->cfg, stage);
             bool sharded = s->cfg.replicated_tensor_sharding && k > 1 && s->state_per_param > 0;
             total += (sharded ? (run + k - 1) / k : run) * s->state_per_param;
             *shards += sharded && !fused_run(s, k, true) ? (run + k - 1) / k : 0;
