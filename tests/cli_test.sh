@@ -85,26 +85,22 @@ expect_fail "config typo" 1 "unknown key 'replicaton_factor' \(did you mean 'rep
 expect_fail "config missing" 1 "cannot open" -- "$bin" config show "$tmp/none.json"
 expect_fail "config usage" 2 "expected 'show FILE'" -- "$bin" config frob x
 
-# The planner on the seed case (skipped without the shared fixtures).
-vgg="$src/../shared/fixtures/pipedream/profiles/vgg16/graph.txt"
-if [ -f "$vgg" ]; then
-  out=$("$bin" plan --profile "$vgg" --machines 8 2 --bandwidth 4294967296 2147483648 \
-        --activation-compression 1 --json "$tmp/plan.json" --graph-out "$tmp/g.txt" \
-        --pipedream-conf "$tmp/conf.json")
-  if grep -q "stage 0: 14 workers — ranks 0–6 and 8–14" <<<"$out" &&
-     grep -q "stage 1: 2 workers — ranks 7 and 15" <<<"$out" &&
-     grep -q "stage_to_num_ranks 14,2" <<<"$out"; then ok; else bad "plan seed text: $out"; fi
-  if grep -q '"stage_to_num_ranks":	\[14, 2\]' "$tmp/plan.json" &&
-     grep -q '"module_to_stage_map":	\[0, 1, 1\]' "$tmp/conf.json" &&
-     grep -q 'node26 -- .* -- stage_id=1$' "$tmp/g.txt" && grep -q 'node1 -- Input.* -- stage_id=0$' "$tmp/g.txt"
-  then ok; else bad "plan seed files"; fi
-  # the written profile plans to the same result
-  "$bin" plan --profile "$tmp/g.txt" --machines 8 2 --bandwidth 4294967296 2147483648 \
-    --activation-compression 1 --json "$tmp/plan2.json" >/dev/null
-  if cmp -s "$tmp/plan.json" "$tmp/plan2.json"; then ok; else bad "plan of the written profile differs"; fi
-else
-  echo "SKIP: planner seed case (no shared fixtures at $vgg)"
-fi
+# The planner on the seed case.
+vgg="$src/tests/fixtures/pipedream/profiles/vgg16/graph.txt"
+out=$("$bin" plan --profile "$vgg" --machines 8 2 --bandwidth 4294967296 2147483648 \
+      --activation-compression 1 --json "$tmp/plan.json" --graph-out "$tmp/g.txt" \
+      --pipedream-conf "$tmp/conf.json")
+if grep -q "stage 0: 14 workers — ranks 0–6 and 8–14" <<<"$out" &&
+   grep -q "stage 1: 2 workers — ranks 7 and 15" <<<"$out" &&
+   grep -q "stage_to_num_ranks 14,2" <<<"$out"; then ok; else bad "plan seed text: $out"; fi
+if grep -q '"stage_to_num_ranks":	\[14, 2\]' "$tmp/plan.json" &&
+   grep -q '"module_to_stage_map":	\[0, 1, 1\]' "$tmp/conf.json" &&
+   grep -q 'node26 -- .* -- stage_id=1$' "$tmp/g.txt" && grep -q 'node1 -- Input.* -- stage_id=0$' "$tmp/g.txt"
+then ok; else bad "plan seed files"; fi
+# the written profile plans to the same result
+"$bin" plan --profile "$tmp/g.txt" --machines 8 2 --bandwidth 4294967296 2147483648 \
+  --activation-compression 1 --json "$tmp/plan2.json" >/dev/null
+if cmp -s "$tmp/plan.json" "$tmp/plan2.json"; then ok; else bad "plan of the written profile differs"; fi
 printf 'a -- A -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=1\n\ta -- zz\n' > "$tmp/bad.txt"
 expect_fail "plan bad profile" 1 "bad.txt:2: the edge names an unknown node 'zz'" -- "$bin" plan --profile "$tmp/bad.txt" --machines 2
 expect_fail "plan bandwidth count" 2 "--bandwidth has 1 value but --machines has 2 levels" -- "$bin" plan --profile "$tmp/bad.txt" --machines 2 2 --bandwidth 1e9
@@ -188,12 +184,10 @@ out=$("$bin" plan --profile "$tmp/mlp.txt" --machines 2 --straight --config-out 
 if grep -q "execution configuration written to" <<<"$out" &&
    "$bin" config check "$tmp/mlp-plan.json" --layers 7 >/dev/null 2>&1 &&
    grep -q '"micro_batch_size":	64' "$tmp/mlp-plan.json"; then ok; else bad "plan --config-out: $out"; fi
-if [ -f "$vgg" ]; then
-  out=$("$bin" plan --profile "$vgg" --machines 8 2 --bandwidth 4294967296 2147483648 \
-        --activation-compression 1 --config-out "$tmp/vgg.json" 2>&1)
-  if grep -q "replication_factor 2, layers_per_stage \[24, 16\], stage_replication \[7, 1\]" <<<"$out"; then ok; else bad "seed config: $out"; fi
-  expect_grep "seed config workers" "workers needed +16" -- "$bin" config show "$tmp/vgg.json"
-fi
+out=$("$bin" plan --profile "$vgg" --machines 8 2 --bandwidth 4294967296 2147483648 \
+      --activation-compression 1 --config-out "$tmp/vgg.json" 2>&1)
+if grep -q "replication_factor 2, layers_per_stage \[24, 16\], stage_replication \[7, 1\]" <<<"$out"; then ok; else bad "seed config: $out"; fi
+expect_grep "seed config workers" "workers needed +16" -- "$bin" config show "$tmp/vgg.json"
 
 # Simulation of a 2-stage pipeline from a profile: a time and a timeline.
 printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [3, -1]}\n' > "$tmp/p2.json"
@@ -220,6 +214,21 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   expect_grep "train --plan" "^2 workers \(local backend\), 2 stages" -- "$bin" train --model "$src/examples/fmnist-mlp.model" \
     --config "$src/examples/fmnist.json" --plan "$tmp/mlp-plan.json" --updates 5
 fi
+
+# Simulation on a cluster: the seed plan on 2 servers of 8, JSON out, the
+# machines taken from a plan, and the errors that name what is wrong.
+printf '{"micro_batch_size": 64, "replication_factor": 2, "gradient_accumulation_steps": 28, "layers_per_stage": [24, 16], "stage_replication": [7, 1]}\n' > "$tmp/seed28.json"
+out=$("$bin" simulate --config "$tmp/seed28.json" --profile "$vgg" --machines 8 2 \
+      --bandwidth 4294967296 2147483648 --json "$tmp/sim.json" --svg "$tmp/seed.svg" 2>&1)
+if grep -q "^machines 8 x 2 (innermost level first" <<<"$out" &&
+   grep -q '"seconds_per_update"' "$tmp/sim.json" && grep -q '"in_flight":	2' "$tmp/sim.json" &&
+   grep -q "micro-batches in flight" "$tmp/seed.svg"; then ok; else bad "simulate cluster: $out"; fi
+out=$("$bin" simulate --plan "$tmp/plan.json" --config "$tmp/seed28.json" --profile "$vgg" 2>&1)
+if grep -q "^machines 8 x 2" <<<"$out"; then ok; else bad "simulate --plan machines: $out"; fi
+expect_fail "simulate too few machines" 1 "needs 16 workers but the machines hold 8" -- "$bin" simulate \
+  --config "$tmp/seed28.json" --profile "$vgg" --machines 8
+expect_fail "simulate bandwidth count" 2 "--bandwidth has 1 value but --machines has 2 levels" -- \
+  "$bin" simulate --config "$tmp/seed28.json" --profile "$vgg" --machines 8 2 --bandwidth 1e9
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -43,6 +43,18 @@ static int test_checks;
         }                                                                                \
     } while (0)
 
+/* A condition, and on failure a message saying why. */
+#define CHECKF(cond, ...)                                                               \
+    do {                                                                                \
+        test_checks++;                                                                  \
+        if (!(cond)) {                                                                  \
+            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);    \
+            fprintf(stderr, __VA_ARGS__);                                               \
+            fputc('\n', stderr);                                                        \
+            test_failures++;                                                            \
+        }                                                                               \
+    } while (0)
+
 /* Relative closeness: |a - b| <= rtol * max(|a|, |b|). */
 #define CHECK_CLOSE(a, b, rtol)                                                          \
     do {                                                                                 \

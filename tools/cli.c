@@ -187,3 +187,39 @@ int cli_double_list(const char *opt, const char *first, int argc, char **argv, d
     }
     return n;
 }
+
+int cli_machines(const cli_cmd *cmd, const char *first, int argc, char **argv, int *out,
+                 int max) {
+    double v[64];
+    int n = cli_double_list("machines", first, argc, argv, v, max < 64 ? max : 64);
+    for (int k = 0; k < n; k++) {
+        if (v[k] != floor(v[k]) || v[k] < 1 || v[k] > 4096) {
+            cli_error(cmd, "--machines: '%g' is not a whole number from 1 to 4096", v[k]);
+            return -1;
+        }
+        out[k] = (int)v[k];
+    }
+    return n;
+}
+
+bool cli_levels_match(const cli_cmd *cmd, int machines, int bandwidths) {
+    if (!bandwidths || bandwidths == machines)
+        return true;
+    cli_error(cmd, "--bandwidth has %d value%s but --machines has %d level%s", bandwidths,
+              bandwidths == 1 ? "" : "s", machines, machines == 1 ? "" : "s");
+    return false;
+}
+
+void cli_print_machines(const int *machines, const double *bandwidth, int levels) {
+    printf("machines ");
+    for (int l = 0; l < levels; l++)
+        printf("%s%d", l ? " x " : "", machines[l]);
+    printf(" (innermost level first, as --machines takes them):");
+    long long n = 1;
+    for (int l = 0; l < levels; l++) {
+        n *= machines[l];
+        printf("%s level %d, %d %s at %.3g GB/s", l ? ";" : "", l + 1, machines[l],
+               l == 0 ? "workers" : "units of the level below", bandwidth[l] / 1e9);
+    }
+    printf("; %lld workers in all\n", n);
+}

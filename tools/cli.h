@@ -70,6 +70,15 @@ void cli_mpi_abort(rp_comm *comm, const char *msg);
 int cli_double_list(const char *opt, const char *first, int argc, char **argv, double *out,
                     int max);
 
+/* --machines N1 [N2 ...], innermost level first: whole numbers from 1 to
+** 4096 into out; returns how many, or -1 after printing an error. */
+int cli_machines(const cli_cmd *cmd, const char *first, int argc, char **argv, int *out,
+                 int max);
+/* --bandwidth gives one value per level of --machines, or none. */
+bool cli_levels_match(const cli_cmd *cmd, int machines, int bandwidths);
+/* One line: the hierarchy innermost first, as --machines takes it. */
+void cli_print_machines(const int *machines, const double *bandwidth, int levels);
+
 /* Prints "repipe NAME: message" to stderr. */
 void cli_error(const cli_cmd *cmd, const char *fmt, ...)
 #if defined(__GNUC__)

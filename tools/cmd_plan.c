@@ -72,10 +72,7 @@ static void print_plan(const rp_plan *p, const char *profile_path, const rp_prof
     const rp_plan_options *o = &p->options;
     printf("profile   %s (%d nodes, %d states)\n", profile_path, prof->num_nodes,
            p->num_states);
-    printf("machines  ");
-    for (int l = o->num_levels - 1; l >= 0; l--)
-        printf("%s%d", l == o->num_levels - 1 ? "" : " x ", o->machines[l]);
-    printf(" = %d (outermost first)\n", p->machines_available);
+    cli_print_machines(o->machines, o->bandwidth, o->num_levels);
     for (int l = 0; l < p->num_levels; l++) {
         const rp_plan_level *lv = &p->levels[l];
         printf("\nlevel %d: %d machine%s%s, %.3g GB/s\n", lv->level, lv->machines,
@@ -115,8 +112,7 @@ static void print_plan(const rp_plan *p, const char *profile_path, const rp_prof
 /* The plan run by repipe's engine: its time per update with the flush of
 ** the schedule (the bubble) and each stage's memory. */
 static int engine_mode(const cli_cmd *cmd, const rp_plan *plan, const rp_profile *prof,
-                       const char *base_config, const char *schedule, int M, double device_memory,
-                       double bandwidth) {
+                       const char *base_config, const char *schedule, int M, double device_memory) {
     rp_config cfg;
     rp_error err;
     rp_config_default(&cfg);
@@ -131,8 +127,13 @@ static int engine_mode(const cli_cmd *cmd, const rp_plan *plan, const rp_profile
     double *fw = NULL, *bw = NULL, *ob = NULL, *pb = NULL;
     int L = 0, rc = 1;
     rp_sim_result res = {0};
-    /* the profile's times are per micro-batch as profiled: no rescaling */
-    rp_sim_options opt = {cfg.micro_batch_size, bandwidth, 2e-5, 1};
+    /* the profile's times are per micro-batch as profiled: no rescaling;
+    ** the workers sit on the plan's machines */
+    rp_sim_options opt;
+    rp_sim_options_default(&opt);
+    opt.num_levels = plan->options.num_levels;
+    memcpy(opt.machines, plan->options.machines, sizeof(int) * opt.num_levels);
+    memcpy(opt.bandwidth, plan->options.bandwidth, sizeof(double) * opt.num_levels);
     if (rp_plan_to_config(plan, prof, &cfg, NULL, 0, &err) ||
         rp_profile_layers(prof, &fw, &bw, &ob, &pb, NULL, &L, &err) ||
         rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
@@ -186,26 +187,16 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         switch (i) {
         case 0: profile = arg; break;
         case 1:
-        case 2:
-            n = cli_double_list(name, arg, argc, argv, vals, RP_PLAN_MAX_LEVELS);
-            if (n < 0)
+            if ((n = cli_machines(cmd, arg, argc, argv, o.machines, RP_PLAN_MAX_LEVELS)) < 0)
                 return 2;
-            for (int k = 0; k < n; k++) {
-                if (i == 1) {
-                    if (vals[k] != floor(vals[k]) || vals[k] < 1 || vals[k] > 4096) {
-                        cli_error(cmd, "--machines: '%g' is not a whole number from 1 to 4096",
-                                  vals[k]);
-                        return 2;
-                    }
-                    o.machines[k] = (int)vals[k];
-                } else {
-                    o.bandwidth[k] = vals[k];
-                }
-            }
-            if (i == 1)
-                o.num_levels = n;
-            else
-                nbw = n;
+            o.num_levels = n;
+            break;
+        case 2:
+            if ((n = cli_double_list(name, arg, argc, argv, vals, RP_PLAN_MAX_LEVELS)) < 0)
+                return 2;
+            for (int k = 0; k < n; k++)
+                o.bandwidth[k] = vals[k];
+            nbw = n;
             break;
         case 3:
             if (!cli_double(name, arg, &o.memory_size))
@@ -248,11 +239,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         cli_error(cmd, "--profile and --machines are required (see 'repipe plan --help')");
         return 2;
     }
-    if (nbw && nbw != o.num_levels) {
-        cli_error(cmd, "--bandwidth has %d value%s but --machines has %d level%s", nbw,
-                  nbw == 1 ? "" : "s", o.num_levels, o.num_levels == 1 ? "" : "s");
+    if (!cli_levels_match(cmd, o.num_levels, nbw))
         return 2;
-    }
     rp_error err;
     rp_profile *prof;
     if (rp_profile_read(&prof, profile, &err)) {
@@ -293,7 +281,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         print_plan(plan, profile, prof);
     if (schedule && rc == 0)
         rc = engine_mode(cmd, plan, prof, base_config, schedule, (int)micro_batches,
-                         device_memory, o.bandwidth[0]);
+                         device_memory);
     if (config_out) {
         rp_config cfg;
         char explain[512];

@@ -12,14 +12,32 @@
 #include "cli.h"
 #include "repipe/repipe.h"
 
+enum {
+    OPT_CONFIG,
+    OPT_PLAN,
+    OPT_PROFILE,
+    OPT_PROFILE_BATCH,
+    OPT_SVG,
+    OPT_MODEL,
+    OPT_CORES,
+    OPT_MACHINES,
+    OPT_BANDWIDTH,
+    OPT_LATENCY,
+    OPT_JSON,
+};
+
 static const cli_opt OPTS[] = {
-    {"config", 'c', "FILE", "execution configuration, e.g. from 'repipe plan --config-out'"},
-    {"plan", 'p', "FILE", "a plan ('repipe plan --json'): its stages and replication"},
-    {"profile", 'f', "FILE", "per-layer profile, e.g. from 'repipe profile' (required)"},
-    {"profile-batch", 'b', "B", "micro-batch the profile was measured on [the config's]"},
-    {"svg", 's', "FILE", "draw the schedule: one row per worker"},
-    {"model", 'm', "FILE", "also run the configuration with this model and measure it"},
-    {"cores", 0, "N", "cores the workers share [this machine's]; fewer than workers slows them"},
+    [OPT_CONFIG] = {"config", 'c', "FILE", "execution configuration, e.g. from 'repipe plan --config-out'"},
+    [OPT_PLAN] = {"plan", 'p', "FILE", "a plan ('repipe plan --json'): its stages, replication and machines"},
+    [OPT_PROFILE] = {"profile", 'f', "FILE", "per-layer profile, e.g. from 'repipe profile' (required)"},
+    [OPT_PROFILE_BATCH] = {"profile-batch", 'b', "B", "micro-batch the profile was measured on [the config's]"},
+    [OPT_SVG] = {"svg", 's', "FILE", "draw the schedule and the micro-batches in flight: one row per worker"},
+    [OPT_MODEL] = {"model", 'm', "FILE", "also run the configuration with this model and measure it"},
+    [OPT_CORES] = {"cores", 0, "N", "the workers share N cores, compute stretched by workers / N [a core each]"},
+    [OPT_MACHINES] = {"machines", 'n', "N1 [N2 ...]", "machines per level, innermost first, as 'repipe plan' [one machine]"},
+    [OPT_BANDWIDTH] = {"bandwidth", 0, "B1 [B2 ...]", "bytes/s per level [1e9 each; 1e10 without --machines]"},
+    [OPT_LATENCY] = {"latency", 0, "S", "seconds per message [2e-5]"},
+    [OPT_JSON] = {"json", 0, "FILE", "write the prediction as JSON ('-' for standard output)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -68,28 +86,90 @@ done:
     return st;
 }
 
+static bool write_json(const cli_cmd *cmd, const char *path, const rp_sim_result *res,
+                       const rp_config *cfg, double measured) {
+    char *text;
+    rp_error err;
+    if (rp_sim_to_json(res, cfg, &text, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return false;
+    }
+    if (measured > 0) { /* one more key before the closing brace */
+        size_t n = strlen(text);
+        char *more = realloc(text, n + 64);
+        if (!more) {
+            free(text);
+            cli_error(cmd, "out of memory");
+            return false;
+        }
+        text = more;
+        char *brace = strrchr(text, '}');
+        snprintf(brace, 64, ",\n\t\"measured_seconds_per_update\":\t%.9g\n}\n", measured);
+    }
+    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
+    bool ok = f && fputs(text, f) >= 0;
+    if (f && f != stdout)
+        ok = fclose(f) == 0 && ok;
+    free(text);
+    if (!ok)
+        cli_error(cmd, "%s: cannot write", path);
+    return ok;
+}
+
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *config_path = NULL, *profile_path = NULL, *svg = NULL, *model = NULL;
-    const char *plan = NULL;
-    long long pbatch = 0, cores = sysconf(_SC_NPROCESSORS_ONLN);
-    bool help;
+    const char *plan = NULL, *json = NULL;
+    long long pbatch = 0, cores = 0;
+    rp_sim_options opt;
+    rp_sim_options_default(&opt);
+    int nbw = 0;
+    bool help, from_plan = false;
     const char *arg;
-    for (int o; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
-        if (o == -2)
-            return help ? 0 : 2;
-        if ((o == 3 && !cli_int("profile-batch", arg, 1, 1 << 20, &pbatch)) ||
-            (o == 6 && !cli_int("cores", arg, 1, 1 << 20, &cores)))
-            return 2;
-        if (o == 6)
-            continue;
-        const char **dst[] = {&config_path, &plan, &profile_path, NULL, &svg, &model};
-        if (dst[o])
-            *dst[o] = arg;
+    for (int o, n; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
+        switch (o) {
+        case -2: return help ? 0 : 2;
+        case OPT_CONFIG: config_path = arg; break;
+        case OPT_PLAN: plan = arg; break;
+        case OPT_PROFILE: profile_path = arg; break;
+        case OPT_SVG: svg = arg; break;
+        case OPT_MODEL: model = arg; break;
+        case OPT_JSON: json = arg; break;
+        case OPT_PROFILE_BATCH:
+            if (!cli_int("profile-batch", arg, 1, 1 << 20, &pbatch))
+                return 2;
+            break;
+        case OPT_CORES:
+            if (!cli_int("cores", arg, 1, 1 << 20, &cores))
+                return 2;
+            break;
+        case OPT_MACHINES:
+            if ((n = cli_machines(cmd, arg, argc, argv, opt.machines, RP_SIM_MAX_LEVELS)) < 0)
+                return 2;
+            opt.num_levels = n;
+            break;
+        case OPT_BANDWIDTH:
+            if ((nbw = cli_double_list("bandwidth", arg, argc, argv, opt.bandwidth,
+                                       RP_SIM_MAX_LEVELS)) < 0)
+                return 2;
+            for (int k = 0; k < nbw; k++)
+                if (!(opt.bandwidth[k] > 0)) {
+                    cli_error(cmd, "--bandwidth: '%g' is not a positive number of bytes/s",
+                              opt.bandwidth[k]);
+                    return 2;
+                }
+            break;
+        case OPT_LATENCY:
+            if (!cli_double("latency", arg, &opt.latency) || opt.latency < 0)
+                return 2;
+            break;
+        }
     }
     if ((!config_path && !plan) || !profile_path) {
         cli_error(cmd, "--profile and --config or --plan are required (see 'repipe simulate --help')");
         return 2;
     }
+    if (opt.num_levels && !cli_levels_match(cmd, opt.num_levels, nbw))
+        return 2;
     rp_error err;
     rp_config cfg;
     rp_profile *p;
@@ -102,9 +182,19 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (plan) {
         char *text;
         size_t len;
+        rp_plan_options po;
+        rp_plan_options_default(&po);
         rp_status ps = rp_read_file(plan, &text, &len, &err);
         if (!ps) {
             ps = rp_config_apply_plan(&cfg, text, len, plan, &err);
+            /* the plan's machines, unless the command line gives others */
+            if (!ps && !opt.num_levels && !nbw &&
+                !(ps = rp_plan_options_from_json(&po, text, len, plan, &err))) {
+                opt.num_levels = po.num_levels;
+                from_plan = true;
+                memcpy(opt.machines, po.machines, sizeof(int) * po.num_levels);
+                memcpy(opt.bandwidth, po.bandwidth, sizeof(double) * po.num_levels);
+            }
             free(text);
         }
         if (ps) {
@@ -124,8 +214,15 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     rp_derived d;
     rp_config_derive(&cfg, &d);
-    double share = cores > 0 && d.workers > cores ? (double)d.workers / cores : 1;
-    rp_sim_options opt = {pbatch ? (double)pbatch : cfg.micro_batch_size, 1e10, 2e-5, share};
+    if (!opt.num_levels && nbw) { /* --bandwidth alone: one level of every worker */
+        opt.num_levels = 1;
+        opt.machines[0] = d.workers;
+    } else if (opt.num_levels && !nbw && !from_plan) {
+        for (int l = 0; l < opt.num_levels; l++)
+            opt.bandwidth[l] = 1e9; /* repipe plan's default */
+    }
+    opt.profile_batch = pbatch;
+    opt.compute_scale = cores > 0 && d.workers > cores ? (double)d.workers / cores : 1;
     rp_sim_result res;
     if (rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
         cli_error(cmd, "%s", err.msg);
@@ -133,29 +230,48 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     printf("%s: %d workers, %d stages, %d micro-batches of %d per replica\n", config_path,
            d.workers, d.stages, cfg.gradient_accumulation_steps, cfg.micro_batch_size);
+    if (opt.num_levels)
+        cli_print_machines(opt.machines, opt.bandwidth, opt.num_levels);
+    else
+        printf("machines one, every worker on it (shared memory at 10 GB/s)\n");
     printf("predicted time per update   %.3f ms  (%.0f samples/s)%s\n", res.update_time * 1e3,
            d.samples_per_update / res.update_time,
-           share > 1 ? "  (workers share the cores: compute stretched)" : "");
+           opt.compute_scale > 1 ? "  (workers share the cores: compute stretched)" : "");
+    double busy = 0;
+    for (int w = 0; w < res.workers; w++)
+        busy += res.busy[w];
+    printf("workers compute %.0f %% of the time, wait in the pipeline's bubble %.0f %%",
+           100 * busy / res.workers, 100 * res.bubble_fraction);
+    for (int l = 0; l < res.num_levels; l++)
+        if (res.comm_seconds[l] > 0)
+            printf("; level %d carries data %.3f ms", l + 1, res.comm_seconds[l] * 1e3);
+    printf("\n");
+    rc = 0;
     if (svg) {
         if (rp_sim_svg(&res, config_path, svg, &err)) {
             cli_error(cmd, "%s", err.msg);
-            rp_sim_result_free(&res);
-            goto done;
+            rc = 1;
+        } else {
+            printf("timeline written to %s\n", svg);
         }
-        printf("timeline written to %s\n", svg);
     }
-    if (model) {
-        double t = 0;
+    double t = 0;
+    if (!rc && model) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        if (!cores && cpus > 0 && d.workers > cpus)
+            printf("note: %d workers share this machine's %ld cores; --cores %ld predicts that\n",
+                   d.workers, cpus, cpus);
         if (measure(model, &cfg, &t, &err)) {
             cli_error(cmd, "%s", err.msg);
-            rp_sim_result_free(&res);
-            goto done;
+            rc = 1;
+        } else {
+            printf("measured time per update    %.3f ms  (%.0f samples/s): prediction %+.1f %%\n",
+                   t * 1e3, d.samples_per_update / t, 100 * (res.update_time - t) / t);
         }
-        printf("measured time per update    %.3f ms  (%.0f samples/s): prediction %+.1f %%\n",
-               t * 1e3, d.samples_per_update / t, 100 * (res.update_time - t) / t);
     }
+    if (!rc && json && !write_json(cmd, json, &res, &cfg, t))
+        rc = 1;
     rp_sim_result_free(&res);
-    rc = 0;
 done:
     free(fw), free(bw), free(ob), free(pb);
     rp_profile_free(p);
@@ -164,15 +280,21 @@ done:
 
 const cli_cmd cmd_simulate = {
     "simulate",
-    "predict a configuration's time per update from a profile, and draw its schedule",
-    "--profile FILE (--config FILE | --plan FILE [--config FILE]) [--svg F] [--model FILE]",
-    "--plan takes the stages and replication of a plan written by 'repipe plan\n"
-    "--json'; --config adds the batch, accumulation and schedule (or gives all).\n"
-    "Every worker's checked operation list is played on its own clock: compute\n"
-    "takes the profile's time (scaled to the micro-batch), a receive waits for\n"
-    "its send, a reduction for its group. Each worker is assumed to have a core\n"
-    "of its own. With --model the configuration is also run on Fashion-MNIST and\n"
-    "the measured time per update printed beside the prediction.",
+    "predict a configuration's time per update on a cluster from a profile, and draw its schedule",
+    "--profile FILE (--config FILE | --plan FILE [--config FILE]) [--machines N1 [N2 ...] "
+    "--bandwidth B1 [B2 ...]] [--svg F] [--json F] [--model FILE]",
+    "--plan takes the stages, replication and machines of a plan written by\n"
+    "'repipe plan --json'; --config adds the batch, accumulation and schedule (or\n"
+    "gives all). Level 1 of --machines is innermost, as in 'repipe plan':\n"
+    "'--machines 8 2 --bandwidth 4.29e9 2.15e9' means 2 servers of 8 workers.\n"
+    "Workers are laid on them in rank order; a transfer costs latency + bytes /\n"
+    "bandwidth of the innermost level both workers share, a reduction a ring (or\n"
+    "tree) allreduce over the slowest level its group spans. Every worker's\n"
+    "checked operation list is played on its own clock with the profile's\n"
+    "compute times; each worker has a core of its own unless --cores is given.\n"
+    "With --model the configuration also runs on Fashion-MNIST here and the\n"
+    "measured time per update is printed beside the prediction. docs/simulate.md\n"
+    "states the formulas.",
     OPTS,
     run,
 };

@@ -3,7 +3,8 @@
 ** profile's layer times by playing every worker's checked operation list
 ** (schedule.h) on its own clock: a receive waits for its send, a reduction
 ** for its group, compute takes the profile's time scaled to the
-** micro-batch.
+** micro-batch, and messages cross the machine hierarchy the workers are laid
+** out on.
 */
 #ifndef REPIPE_SIMULATE_H
 #define REPIPE_SIMULATE_H
@@ -15,13 +16,29 @@
 extern "C" {
 #endif
 
+#define RP_SIM_MAX_LEVELS 8
+
+/* Where the workers run. Workers are laid on the machine hierarchy in rank
+** order (replica-major, then stage, then stage replica): with machines
+** {8, 2}, workers 0-7 share the first server and 8-15 the second. A
+** transfer between two workers costs latency + bytes / bandwidth of the
+** innermost level they share; a reduction is a ring (or, where cheaper, a
+** tree) allreduce limited by the slowest level its group spans
+** (docs/simulate.md). */
 typedef struct rp_sim_options {
-    double profile_batch; /* rows the profile's times were measured on */
-    double bandwidth;     /* bytes/s between workers [1e10: shared memory] */
-    double latency;       /* seconds per message [2e-5] */
-    double compute_scale; /* compute takes this many times the profile's [1]; e.g.
-                          ** workers / cores when workers share cores */
+    double profile_batch; /* rows the profile's times were measured on [0: the micro-batch] */
+    int num_levels;       /* levels of the hierarchy [0: one level holding every worker] */
+    int machines[RP_SIM_MAX_LEVELS];     /* per level, innermost first, as 'repipe plan' */
+    double bandwidth[RP_SIM_MAX_LEVELS]; /* bytes/s per level [with no levels: 1e10,
+                                         ** one machine's shared memory] */
+    double latency;          /* seconds per message [2e-5] */
+    double memory_bandwidth; /* bytes/s of the optimizer's pass over a worker's parameters [1e10] */
+    double compute_scale;    /* compute takes this many times the profile's [1]; e.g.
+                             ** workers / cores when workers share cores */
 } rp_sim_options;
+
+/* Every worker on one machine with a core of its own. */
+void rp_sim_options_default(rp_sim_options *o);
 
 typedef struct rp_sim_event {
     int worker, kind, mb;
@@ -36,6 +53,19 @@ typedef struct rp_sim_result {
     ** with optimizer_state_offchip) and the activations of every
     ** micro-batch it has in flight, in bytes. */
     double stage_bytes[RP_MAX_STAGES];
+    /* Per worker (workers entries): the fraction of the update it computes
+    ** (forwards, backwards, step), the most micro-batches it holds, its
+    ** stage. */
+    double *busy;
+    int *in_flight;
+    int *stage_of;
+    /* Worker time neither computing nor reducing, over workers x update:
+    ** waits for the pipeline to fill and drain and for slower stages. */
+    double bubble_fraction;
+    /* Seconds the links of each level carry data: every transfer once,
+    ** every group's allreduce once. */
+    int num_levels;
+    double comm_seconds[RP_SIM_MAX_LEVELS];
     int num_events;
     rp_sim_event *events;
 } rp_sim_result;
@@ -48,9 +78,17 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
 void rp_sim_result_free(rp_sim_result *r);
 
 /* The timeline as SVG: one row per worker, forwards, backwards, reductions
-** and steps as boxes labelled with their micro-batch. */
+** and steps as boxes labelled with their micro-batch, and under them the
+** micro-batches the worker holds in flight, so that the fill shows. */
 rp_status rp_sim_svg(const rp_sim_result *r, const char *title, const char *path,
                      rp_error *err);
+
+/* The result as JSON: seconds_per_update, samples_per_second (for the
+** configuration's samples per update), bubble_fraction, per worker its
+** stage, busy fraction and in-flight maximum, and communication seconds by
+** level. The caller frees *out with free(). */
+rp_status rp_sim_to_json(const rp_sim_result *r, const rp_config *cfg, char **out,
+                         rp_error *err);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,7 @@
 ** Predicting an update's time: the workers' operation lists, played on a
 ** clock per worker with the profile's layer times.
 */
+#include <cJSON.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,76 @@
 #include "repipe/schedule.h"
 #include "repipe/session.h"
 #include "repipe/simulate.h"
+
+void rp_sim_options_default(rp_sim_options *o) {
+    *o = (rp_sim_options){
+        .profile_batch = 0,
+        .num_levels = 0,
+        .latency = 2e-5,
+        .memory_bandwidth = 1e10,
+        .compute_scale = 1,
+    };
+}
+
+/* The machine hierarchy the workers are laid on: span[l] workers share a
+** unit of level l, and bw[l] is the slowest link up to it. */
+typedef struct cluster {
+    int levels;
+    long long span[RP_SIM_MAX_LEVELS];
+    double bw[RP_SIM_MAX_LEVELS], latency;
+} cluster;
+
+static rp_status cluster_make(const rp_sim_options *o, int W, cluster *c, rp_error *err) {
+    c->latency = o->latency;
+    if (o->num_levels == 0) {
+        c->levels = 1;
+        c->span[0] = W;
+        c->bw[0] = 1e10;
+        return RP_OK;
+    }
+    if (o->num_levels < 0 || o->num_levels > RP_SIM_MAX_LEVELS)
+        return rp_fail(err, RP_ERR_INVALID, "simulate: %d levels of machines (1 to %d)",
+                       o->num_levels, RP_SIM_MAX_LEVELS);
+    c->levels = o->num_levels;
+    long long n = 1;
+    for (int l = 0; l < o->num_levels; l++) {
+        if (o->machines[l] < 1 || !(o->bandwidth[l] > 0))
+            return rp_fail(err, RP_ERR_INVALID,
+                           "simulate: level %d has %d machines at %g bytes/s (need at least 1 "
+                           "machine and a positive bandwidth)",
+                           l + 1, o->machines[l], o->bandwidth[l]);
+        n *= o->machines[l];
+        c->span[l] = n;
+        c->bw[l] = l == 0 || o->bandwidth[l] < c->bw[l - 1] ? o->bandwidth[l] : c->bw[l - 1];
+    }
+    if (n < W)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "simulate: the configuration needs %d workers but the machines hold %lld",
+                       W, n);
+    return RP_OK;
+}
+
+/* The innermost level whose units hold both workers. */
+static int level_of(const cluster *c, int a, int b) {
+    int l = 0;
+    while (l < c->levels - 1 && a / c->span[l] != b / c->span[l])
+        l++;
+    return l;
+}
+
+/* An allreduce of `bytes` among n workers whose links are no faster than bw:
+** a ring moves 2 (n - 1) / n of the bytes through every worker in 2 (n - 1)
+** steps; a binary tree reduces and broadcasts the whole in 2 log2 n steps. */
+static double allreduce_time(int n, double bytes, double bw, double latency) {
+    if (n <= 1)
+        return 0;
+    int depth = 0;
+    while ((1 << depth) < n)
+        depth++;
+    double ring = 2.0 * (n - 1) * latency + 2.0 * (n - 1) / n * bytes / bw;
+    double tree = 2.0 * depth * (latency + bytes / bw);
+    return ring < tree ? ring : tree;
+}
 
 rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *bwd_ms,
                       const double *out_bytes, const double *param_bytes, int num_layers,
@@ -23,13 +94,18 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     rp_workplan *plan;
     if ((st = rp_workplan_build(cfg, &plan, err)))
         return st;
-    if ((st = rp_workplan_check(plan, NULL, err))) {
+    cluster net;
+    if ((st = rp_workplan_check(plan, NULL, err)) ||
+        (st = cluster_make(opt, plan->workers, &net, err))) {
         rp_workplan_free(plan);
         return st;
     }
     int P = plan->stages, W = plan->workers;
     double tf[RP_MAX_STAGES], tb[RP_MAX_STAGES], act[RP_MAX_STAGES], par[RP_MAX_STAGES];
     double scale = opt->compute_scale > 0 ? opt->compute_scale : 1;
+    double pbatch = opt->profile_batch > 0 ? opt->profile_batch : cfg->micro_batch_size;
+    double per_mb = cfg->micro_batch_size / pbatch;
+    double membw = opt->memory_bandwidth > 0 ? opt->memory_bandwidth : 1e10;
     /* fp16 exchange halves what crosses between workers: activations, their
     ** gradients and the replicas' sums (a sharded reduction stays fp32) */
     double wire = cfg->enable_half_partials ? 0.5 : 1.0;
@@ -37,33 +113,42 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     for (int s = 0, l = 0; s < P; s++) {
         tf[s] = tb[s] = par[s] = 0;
         for (int k = 0; k < counts[s]; k++, l++) {
-            tf[s] += fwd_ms[l] * 1e-3 * scale;
-            tb[s] += bwd_ms[l] * 1e-3 * scale;
+            tf[s] += fwd_ms[l] * 1e-3 * scale * per_mb;
+            tb[s] += bwd_ms[l] * 1e-3 * scale * per_mb;
             par[s] += param_bytes[l];
         }
         if (cfg->recompute_checkpoint_every_layer) /* backward runs the stage forward again */
             tb[s] += tf[s];
-        act[s] = l > 0 ? out_bytes[l - 1] * wire : 0; /* the stage's output, per micro-batch */
+        /* the stage's output, per micro-batch */
+        act[s] = l > 0 ? out_bytes[l - 1] * wire * per_mb : 0;
     }
     int nev = 0;
     for (int w = 0; w < W; w++)
         nev += plan->w[w].num_ops;
     res->events = malloc(sizeof(rp_sim_event) * (nev ? nev : 1));
+    res->busy = calloc(W, sizeof(double));
+    res->in_flight = calloc(W, sizeof(int));
+    res->stage_of = malloc(sizeof(int) * W);
     double *clock = calloc(W, sizeof(double));
     int *pc = calloc(W, sizeof(int));
     /* when each message is available: per (to, kind, mb) */
     int GA = cfg->gradient_accumulation_steps;
     double *avail = malloc(sizeof(double) * (size_t)W * 2 * GA);
     double *arrive = malloc(sizeof(double) * W);
-    if (!res->events || !clock || !pc || !avail || !arrive) {
-        free(clock), free(pc), free(avail), free(arrive);
+    double *reducing = calloc(W, sizeof(double));
+    int *held = calloc(W, sizeof(int));
+    if (!res->events || !res->busy || !res->in_flight || !res->stage_of || !clock || !pc || !avail || !arrive ||
+        !reducing || !held) {
+        free(clock), free(pc), free(avail), free(arrive), free(reducing), free(held);
         rp_workplan_free(plan);
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        rp_sim_result_free(res);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the simulation of %d workers", W);
     }
     for (size_t i = 0; i < (size_t)W * 2 * GA; i++)
         avail[i] = -1;
     for (int w = 0; w < W; w++)
-        arrive[w] = -1;
+        arrive[w] = -1, res->stage_of[w] = plan->w[w].stage;
+    res->num_levels = net.levels;
     int G = rp_grouping_num_groups(&cfg->replica_grouping);
     for (bool progress = true; progress;) {
         progress = false;
@@ -84,26 +169,32 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                 }
                 case RP_OP_SEND_ACT:
                 case RP_OP_SEND_GRAD: {
-                    double bytes = (op->kind == RP_OP_SEND_ACT ? act[s] : act[s - 1]) *
-                                   cfg->micro_batch_size / opt->profile_batch;
+                    double bytes = op->kind == RP_OP_SEND_ACT ? act[s] : act[s - 1];
+                    int l = level_of(&net, w, op->peer);
+                    double cost = net.latency + bytes / net.bw[l];
                     avail[((size_t)op->peer * 2 + (op->kind == RP_OP_SEND_GRAD)) * GA + op->mb] =
-                        t0 + opt->latency + bytes / opt->bandwidth;
+                        t0 + cost;
+                    res->comm_seconds[l] += cost;
                     break;
                 }
                 case RP_OP_FORWARD:
-                    t1 = t0 + tf[s] * cfg->micro_batch_size / opt->profile_batch;
+                    t1 = t0 + tf[s];
+                    if (++held[w] > res->in_flight[w])
+                        res->in_flight[w] = held[w];
                     break;
                 case RP_OP_BACKWARD:
-                    t1 = t0 + tb[s] * cfg->micro_batch_size / opt->profile_batch;
+                    t1 = t0 + tb[s];
+                    held[w]--;
                     break;
                 case RP_OP_WAIT_SENDS:
                     break;
                 case RP_OP_REDUCE: {
-                    /* everyone of the stage and group, then an allreduce */
+                    /* everyone of the stage and group, then an allreduce
+                    ** over the slowest level the group spans */
                     arrive[w] = t0;
                     int gid = s * G + rp_grouping_group_of(&cfg->replica_grouping, wo->replica);
                     double last = 0;
-                    int n = 0;
+                    int n = 0, first = -1, top = 0;
                     for (int v = 0; v < W; v++) {
                         const rp_worker_ops *vo = &plan->w[v];
                         if (vo->stage * G + rp_grouping_group_of(&cfg->replica_grouping,
@@ -112,17 +203,26 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                         if (arrive[v] < 0)
                             goto blocked;
                         last = arrive[v] > last ? arrive[v] : last;
+                        if (first < 0)
+                            first = v;
+                        int l = level_of(&net, first, v);
+                        top = l > top ? l : top;
                         n++;
                     }
-                    t1 = last + (n > 1 ? opt->latency +
-                                             2.0 * (n - 1) / n * par[s] * wire_sum / opt->bandwidth
-                                       : 0);
+                    double cost = allreduce_time(n, par[s] * wire_sum, net.bw[top], net.latency);
+                    t1 = last + cost;
+                    reducing[w] = cost;
+                    if (w == first)
+                        res->comm_seconds[top] += cost;
                     break;
                 }
                 case RP_OP_STEP:
-                    t1 = t0 + par[s] / opt->bandwidth; /* one pass over the parameters */
+                    t1 = t0 + par[s] / membw; /* one pass over the parameters */
                     break;
                 }
+                if (op->kind == RP_OP_FORWARD || op->kind == RP_OP_BACKWARD ||
+                    op->kind == RP_OP_STEP)
+                    res->busy[w] += t1 - t0;
                 res->events[res->num_events++] =
                     (rp_sim_event){w, op->kind, op->mb, t0, t1};
                 clock[w] = t1;
@@ -134,6 +234,12 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     }
     for (int w = 0; w < W; w++)
         res->update_time = clock[w] > res->update_time ? clock[w] : res->update_time;
+    double idle = 0;
+    for (int w = 0; w < W; w++) {
+        idle += res->update_time - res->busy[w] - reducing[w];
+        res->busy[w] = res->update_time > 0 ? res->busy[w] / res->update_time : 0;
+    }
+    res->bubble_fraction = res->update_time > 0 && idle > 0 ? idle / (W * res->update_time) : 0;
     res->workers = W;
     res->stages = P;
     for (int s = 0, l = 0; s < P; s++) {
@@ -157,24 +263,25 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         /* optimizer state: per parameter, sharded over the workers that share
         ** the stage's variables, streamed a chunk at a time when offchip */
         double state = par[s] * rp_optimizer_state_per_param(&cfg->optimizer);
-        int sharers = cfg->replica_grouping.group_size *
-                      (cfg->stage_replication_count ? cfg->stage_replication[s] : 1);
+        int sharers = cfg->replica_grouping.group_size * rp_config_stage_replicas(cfg, s);
         if (cfg->replicated_tensor_sharding && sharers > 1)
             state /= sharers;
         double chunk = sizeof(float) * (double)RP_OFFCHIP_CHUNK *
                        rp_optimizer_state_per_param(&cfg->optimizer);
         if (cfg->optimizer_state_offchip && state > chunk)
             state = chunk;
-        res->stage_bytes[s] = 2 * par[s] + state +
-                              (slots * acts + most) * cfg->micro_batch_size / opt->profile_batch;
+        res->stage_bytes[s] = 2 * par[s] + state + (slots * acts + most) * per_mb;
     }
-    free(clock), free(pc), free(avail), free(arrive);
+    free(clock), free(pc), free(avail), free(arrive), free(reducing), free(held);
     rp_workplan_free(plan);
     return RP_OK;
 }
 
 void rp_sim_result_free(rp_sim_result *r) {
     free(r->events);
+    free(r->busy);
+    free(r->in_flight);
+    free(r->stage_of);
     memset(r, 0, sizeof *r);
 }
 
@@ -183,7 +290,11 @@ rp_status rp_sim_svg(const rp_sim_result *r, const char *title, const char *path
     FILE *f = fopen(path, "w");
     if (!f)
         return rp_fail(err, RP_ERR_IO, "%s: cannot write", path);
-    int row = 28, left = 110, width = 900, top = 40;
+    /* a row per worker: its operations above, its micro-batches in flight
+    ** below as a step line scaled to the most any worker holds */
+    int row = 40, box = 22, left = 110, width = 900, top = 40, most = 1;
+    for (int w = 0; w < r->workers; w++)
+        most = r->in_flight && r->in_flight[w] > most ? r->in_flight[w] : most;
     double scale = r->update_time > 0 ? width / r->update_time : 1;
     fprintf(f,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
@@ -192,9 +303,10 @@ rp_status rp_sim_svg(const rp_sim_result *r, const char *title, const char *path
             "<text x=\"10\" y=\"20\" font-size=\"14\">%s: %.3f ms per update</text>\n",
             left + width + 20, top + row * r->workers + 30, title, r->update_time * 1e3);
     for (int w = 0; w < r->workers; w++)
-        fprintf(f, "<text x=\"10\" y=\"%d\">worker %d</text>\n", top + w * row + 17, w);
+        fprintf(f, "<text x=\"10\" y=\"%d\">worker %d</text>\n", top + w * row + 15, w);
     static const char *const colors[] = {"#dddddd", "#4e79a7", "#dddddd", "#dddddd", "#59a14f",
                                          "#dddddd", "#dddddd", "#f28e2b", "#9c755f"};
+    _Static_assert(sizeof colors / sizeof colors[0] == RP_OP_STEP + 1, "a colour per operation");
     for (int i = 0; i < r->num_events; i++) {
         const rp_sim_event *e = &r->events[i];
         if (e->kind != RP_OP_FORWARD && e->kind != RP_OP_BACKWARD && e->kind != RP_OP_REDUCE &&
@@ -204,17 +316,82 @@ rp_status rp_sim_svg(const rp_sim_result *r, const char *title, const char *path
         fprintf(f,
                 "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\" "
                 "stroke=\"white\"><title>%s %d</title></rect>\n",
-                x, top + e->worker * row, wpx > 0.5 ? wpx : 0.5, row - 6, colors[e->kind],
+                x, top + e->worker * row, wpx > 0.5 ? wpx : 0.5, box, colors[e->kind],
                 rp_op_name((rp_op_kind)e->kind), e->mb);
         if (e->mb >= 0 && wpx > 12)
             fprintf(f, "<text x=\"%.1f\" y=\"%d\" fill=\"white\">%s%d</text>\n", x + 2,
                     top + e->worker * row + 15, e->kind == RP_OP_FORWARD ? "F" : "B", e->mb);
     }
+    /* in flight: up at a forward's start, down at its backward's end */
+    int lane = row - box - 4;
+    for (int w = 0; w < r->workers; w++) {
+        int base = top + w * row + box + lane + 1, held = 0;
+        fprintf(f, "<polyline fill=\"none\" stroke=\"#e15759\" points=\"%d,%d", left, base);
+        for (int i = 0; i < r->num_events; i++) {
+            const rp_sim_event *e = &r->events[i];
+            if (e->worker != w || (e->kind != RP_OP_FORWARD && e->kind != RP_OP_BACKWARD))
+                continue;
+            double x = left + (e->kind == RP_OP_FORWARD ? e->t0 : e->t1) * scale;
+            int y0 = base - held * lane / most;
+            held += e->kind == RP_OP_FORWARD ? 1 : -1;
+            fprintf(f, " %.1f,%d %.1f,%d", x, y0, x, base - held * lane / most);
+        }
+        fprintf(f, " %d,%d\"><title>worker %d: micro-batches in flight (at most %d)</title>"
+                   "</polyline>\n",
+                left + width, base, w, r->in_flight ? r->in_flight[w] : 0);
+    }
     fprintf(f,
             "<text x=\"%d\" y=\"%d\">blue: forward, green: backward, orange: reduce, brown: "
-            "step</text>\n</svg>\n",
-            left, top + row * r->workers + 20);
+            "step; red line: micro-batches in flight (full height %d)</text>\n</svg>\n",
+            left, top + row * r->workers + 20, most);
     if (fclose(f) != 0)
         return rp_fail(err, RP_ERR_IO, "%s: write failed", path);
     return RP_OK;
+}
+
+rp_status rp_sim_to_json(const rp_sim_result *r, const rp_config *cfg, char **out,
+                         rp_error *err) {
+    *out = NULL;
+    rp_derived d;
+    rp_config_derive(cfg, &d);
+    cJSON *root = cJSON_CreateObject(), *ws = cJSON_CreateArray(), *comm = cJSON_CreateArray();
+    if (!root || !ws || !comm) {
+        cJSON_Delete(root), cJSON_Delete(ws), cJSON_Delete(comm);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the simulation's JSON");
+    }
+    cJSON_AddNumberToObject(root, "seconds_per_update", r->update_time);
+    cJSON_AddNumberToObject(root, "samples_per_update", (double)d.samples_per_update);
+    cJSON_AddNumberToObject(root, "samples_per_second",
+                            r->update_time > 0 ? d.samples_per_update / r->update_time : 0);
+    cJSON_AddNumberToObject(root, "bubble_fraction", r->bubble_fraction);
+    cJSON_AddNumberToObject(root, "workers", r->workers);
+    cJSON_AddNumberToObject(root, "stages", r->stages);
+    for (int l = 0; l < r->num_levels; l++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "level", l + 1);
+        cJSON_AddNumberToObject(c, "seconds", r->comm_seconds[l]);
+        cJSON_AddItemToArray(comm, c);
+    }
+    cJSON_AddItemToObject(root, "communication_by_level", comm);
+    for (int w = 0; w < r->workers; w++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "worker", w);
+        cJSON_AddNumberToObject(o, "stage", r->stage_of[w]);
+        cJSON_AddNumberToObject(o, "busy_fraction", r->busy[w]);
+        cJSON_AddNumberToObject(o, "in_flight", r->in_flight[w]);
+        cJSON_AddItemToArray(ws, o);
+    }
+    cJSON_AddItemToObject(root, "per_worker", ws);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the simulation's JSON");
+    /* the caller frees with free(), whatever allocator cJSON was given */
+    size_t n = strlen(text);
+    if ((*out = malloc(n + 2))) {
+        memcpy(*out, text, n);
+        memcpy(*out + n, "\n", 2);
+    }
+    cJSON_free(text);
+    return *out ? RP_OK : rp_fail(err, RP_ERR_NOMEM, "out of memory for the simulation's JSON");
 }

@@ -1,0 +1,187 @@
+/*
+** The simulator: transfers and reductions priced by the machine hierarchy
+** (docs/simulate.md's formulas, worked here by hand on small cases),
+** replicated stages as fast as replicated pipelines, and the seed case's
+** plan on its cluster near its compute bound.
+*/
+#include <stdlib.h>
+
+#include "repipe/profile.h"
+#include "repipe/simulate.h"
+#include "support.h"
+#include "test.h"
+
+#ifndef REPIPE_FIXTURES
+#define REPIPE_FIXTURES "tests/fixtures/pipedream"
+#endif
+
+static double sim(const char *json, const double *fw, const double *bw, const double *out,
+                  const double *par, int L, const rp_sim_options *o, rp_sim_result *keep) {
+    rp_config c = test_config(json);
+    rp_sim_result r;
+    rp_error err;
+    if (rp_simulate(&c, fw, bw, out, par, L, o, &r, &err) != RP_OK) {
+        fprintf(stderr, "%s\n%s\n", json, err.msg);
+        test_failures++;
+        return -1;
+    }
+    double t = r.update_time;
+    if (keep)
+        *keep = r;
+    else
+        rp_sim_result_free(&r);
+    return t;
+}
+
+/* A 2-stage pipeline, one micro-batch: forward 1 ms, send, forward 3 ms,
+** backward 4 ms, send back, backward 2 ms. No parameters, so no reduction
+** and no step. The two transfers cost latency + bytes / bandwidth of the
+** level the two workers share. */
+static void transfers(void) {
+    double fw[] = {1, 3}, bw[] = {2, 4}, out[] = {1e6, 10}, par[] = {0, 0};
+    const char *cfg = "{\"layers_per_stage\": [1, 1]}";
+    rp_sim_options o;
+    rp_sim_options_default(&o);
+    o.latency = 1e-4;
+    o.num_levels = 2;
+    o.machines[0] = 2, o.machines[1] = 2;
+    o.bandwidth[0] = 1e9, o.bandwidth[1] = 1e8;
+    /* workers 0 and 1 share a level-1 machine: 1e6 bytes at 1e9 */
+    double link = 1e-4 + 1e6 / 1e9;
+    CHECK_CLOSE(sim(cfg, fw, bw, out, par, 2, &o, NULL), 10e-3 + 2 * link, 1e-12);
+    /* one worker per level-1 unit: they meet at level 2, 1e6 bytes at 1e8 */
+    o.machines[0] = 1;
+    link = 1e-4 + 1e6 / 1e8;
+    rp_sim_result r;
+    CHECK_CLOSE(sim(cfg, fw, bw, out, par, 2, &o, &r), 10e-3 + 2 * link, 1e-12);
+    CHECK_INT(r.num_levels, 2);
+    CHECK_CLOSE(r.comm_seconds[1], 2 * link, 1e-12);
+    CHECK(r.comm_seconds[0] == 0);
+    CHECK_CLOSE(r.busy[0], 3e-3 / r.update_time, 1e-12);
+    CHECK_CLOSE(r.busy[1], 7e-3 / r.update_time, 1e-12);
+    /* idle: worker 0 waits 2 links + 7 ms, worker 1 waits 1 ms + 2 links + 2 ms */
+    CHECK_CLOSE(r.bubble_fraction, (2 * link + 7e-3 + 2 * link + 3e-3) / (2 * r.update_time),
+                1e-12);
+    rp_sim_result_free(&r);
+    /* a profile measured on 4 rows, run on micro-batches of 2: half of everything */
+    o.profile_batch = 4;
+    link = 1e-4 + 0.5e6 / 1e8;
+    CHECK_CLOSE(sim("{\"layers_per_stage\": [1, 1], \"micro_batch_size\": 2}", fw, bw, out, par,
+                    2, &o, NULL),
+                5e-3 + 2 * link, 1e-12);
+    /* too few machines for the workers: refused, with both numbers */
+    o.machines[1] = 1;
+    rp_config c = test_config("{\"layers_per_stage\": [1, 1], \"replication_factor\": 2}");
+    rp_sim_result bad;
+    rp_error err;
+    CHECK(rp_simulate(&c, fw, bw, out, par, 2, &o, &bad, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "needs 4 workers but the machines hold 1");
+}
+
+/* Data parallelism over 2 machines of 2: after the compute, a ring
+** allreduce of the parameters over the slower level, 2 (n - 1) steps of
+** latency and 2 (n - 1) / n of the bytes; a tree when that is cheaper. */
+static void reductions(void) {
+    double fw[] = {1}, bw[] = {2}, out[] = {10}, par[] = {4e8};
+    rp_sim_options o;
+    rp_sim_options_default(&o);
+    o.latency = 1e-5;
+    o.memory_bandwidth = 1e12;
+    o.num_levels = 2;
+    o.machines[0] = 2, o.machines[1] = 2;
+    o.bandwidth[0] = 1e10, o.bandwidth[1] = 1e9;
+    const char *cfg = "{\"replication_factor\": 4}";
+    double ring = 6 * 1e-5 + 1.5 * 4e8 / 1e9, step = 4e8 / 1e12;
+    rp_sim_result r;
+    CHECK_CLOSE(sim(cfg, fw, bw, out, par, 1, &o, &r), 3e-3 + ring + step, 1e-12);
+    CHECK_CLOSE(r.comm_seconds[1], ring, 1e-12); /* one allreduce, counted once */
+    CHECK(r.comm_seconds[0] == 0);
+    rp_sim_result_free(&r);
+    /* two replicas on one machine: the faster level */
+    ring = 2 * 1e-5 + 1.0 * 4e8 / 1e10;
+    CHECK_CLOSE(sim("{\"replication_factor\": 2}", fw, bw, out, par, 1, &o, NULL),
+                3e-3 + ring + step, 1e-12);
+    /* a small tensor among many: the tree's 2 log2 n steps beat the ring's 2 (n - 1) */
+    double tiny[] = {40};
+    o.machines[0] = 16, o.machines[1] = 1;
+    double tree = 2 * 4 * (1e-5 + 40 / 1e10);
+    CHECK_CLOSE(sim("{\"replication_factor\": 16}", fw, bw, out, tiny, 1, &o, NULL),
+                3e-3 + tree + 40 / 1e12, 1e-12);
+}
+
+/* A replicated stage fed round-robin is r pipelines in all but the
+** reduction: R = 1 x [2, 2] at GA 8 runs like R = 2 x [1, 1] at GA 4, and
+** 1F1B is no slower than GPipe with it. Before stage replicas kept their own
+** micro-batches in flight, [2, 2] under 1F1B took 1.6 times as long. */
+static void replication(void) {
+    double fw[] = {2, 1, 2}, bw[] = {4, 2, 3}, out[] = {2e5, 1e5, 40}, par[] = {1e5, 0, 4e4};
+    rp_sim_options o;
+    rp_sim_options_default(&o);
+    const char *fmt = "{\"micro_batch_size\": 8, \"replication_factor\": %d, \"layers_per_stage\": "
+                      "[1, 2], \"stage_replication\": [%d, %d], \"gradient_accumulation_steps\": "
+                      "%d, \"schedule\": \"%s\"}";
+    char a[512], b[512], g[512];
+    snprintf(a, sizeof a, fmt, 1, 2, 2, 8, "1f1b");
+    snprintf(b, sizeof b, fmt, 2, 1, 1, 4, "1f1b");
+    snprintf(g, sizeof g, fmt, 1, 2, 2, 8, "gpipe");
+    double ta = sim(a, fw, bw, out, par, 3, &o, NULL), tb = sim(b, fw, bw, out, par, 3, &o, NULL);
+    double tg = sim(g, fw, bw, out, par, 3, &o, NULL);
+    CHECKF(fabs(ta - tb) <= 0.05 * tb, "[2,2] GA 8: %.4f ms, 2 x [1,1] GA 4: %.4f ms", ta * 1e3,
+           tb * 1e3);
+    CHECKF(ta <= 1.05 * tg, "[2,2] 1f1b: %.4f ms, gpipe: %.4f ms", ta * 1e3, tg * 1e3);
+}
+
+/* The seed case: VGG-16's PipeDream profile on 2 servers of 8 at 4.29 and
+** 2.15 GB/s, layers [24, 16] on [7, 1] workers, R = 2, micro-batches of
+** 64 (the profile's), GA 28. Its compute bound is R B min_s r_s / (f_s +
+** b_s): stage 0's 7 workers finish 7 micro-batches per 0.62212 s. */
+static void seed(void) {
+    rp_profile *p;
+    rp_error err;
+    int L;
+    double *fw, *bw, *out, *par;
+    if (rp_profile_read(&p, REPIPE_FIXTURES "/profiles/vgg16/graph.txt", &err) ||
+        rp_profile_layers(p, &fw, &bw, &out, &par, NULL, &L, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        test_failures++;
+        return;
+    }
+    double stage0 = 0;
+    for (int l = 0; l < 24; l++)
+        stage0 += (fw[l] + bw[l]) * 1e-3;
+    CHECK_CLOSE(stage0, 0.62212, 1e-9); /* PipeDream's stage time for the seed plan */
+    double bound = 2 * 64 * 7 / stage0;
+    rp_sim_options o;
+    rp_sim_options_default(&o);
+    o.num_levels = 2;
+    o.machines[0] = 8, o.machines[1] = 2;
+    o.bandwidth[0] = 4294967296.0, o.bandwidth[1] = 2147483648.0;
+    const char *cfg = "{\"micro_batch_size\": 64, \"replication_factor\": 2, "
+                      "\"gradient_accumulation_steps\": 28, \"layers_per_stage\": [24, 16], "
+                      "\"stage_replication\": [7, 1]}";
+    rp_sim_result r;
+    double t = sim(cfg, fw, bw, out, par, L, &o, &r);
+    double rate = 2 * 64 * 28 / t;
+    CHECKF(rate >= 0.85 * bound, "seed plan: %.0f samples/s, bound %.0f", rate, bound);
+    for (int w = 0; t > 0 && w < r.workers; w++)
+        CHECK_INT(r.in_flight[w], r.stage_of[w] == 0 ? 2 : 1);
+    /* the JSON carries the numbers */
+    rp_config c = test_config(cfg);
+    char *json;
+    CHECK(rp_sim_to_json(&r, &c, &json, &err) == RP_OK);
+    CHECK_STR_HAS(json, "\"seconds_per_update\"");
+    CHECK_STR_HAS(json, "\"communication_by_level\"");
+    CHECK_STR_HAS(json, "\"in_flight\":\t2");
+    free(json);
+    rp_sim_result_free(&r);
+    free(fw), free(bw), free(out), free(par);
+    rp_profile_free(p);
+}
+
+int main(void) {
+    transfers();
+    reductions();
+    replication();
+    seed();
+    return test_finish("test_simulate");
+}
