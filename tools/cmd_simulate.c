@@ -24,6 +24,7 @@ enum {
     OPT_BANDWIDTH,
     OPT_LATENCY,
     OPT_JSON,
+    OPT_BACKEND,
 };
 
 static const cli_opt OPTS[] = {
@@ -33,11 +34,12 @@ static const cli_opt OPTS[] = {
     [OPT_PROFILE_BATCH] = {"profile-batch", 'b', "B", "micro-batch the profile was measured on [the config's]"},
     [OPT_SVG] = {"svg", 's', "FILE", "draw the schedule and the micro-batches in flight: one row per worker"},
     [OPT_MODEL] = {"model", 'm', "FILE", "also run the configuration with this model and measure it"},
-    [OPT_CORES] = {"cores", 0, "N", "the workers share N cores, compute stretched by workers / N [a core each]"},
+    [OPT_CORES] = {"cores", 0, "N", "the workers share N cores: k computing at once run at N / k of their speed [a core each]"},
     [OPT_MACHINES] = {"machines", 'n', "N1 [N2 ...]", "machines per level, innermost first, as 'repipe plan' [one machine]"},
     [OPT_BANDWIDTH] = {"bandwidth", 0, "B1 [B2 ...]", "bytes/s per level [1e9 each; 1e10 without --machines]"},
     [OPT_LATENCY] = {"latency", 0, "S", "seconds per message [2e-5]"},
     [OPT_JSON] = {"json", 0, "FILE", "write the prediction as JSON ('-' for standard output)"},
+    [OPT_BACKEND] = {"backend", 0, "local|mpi", "mpi: waiting ranks poll, taking their share of --cores [local]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -134,6 +136,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         case OPT_SVG: svg = arg; break;
         case OPT_MODEL: model = arg; break;
         case OPT_JSON: json = arg; break;
+        case OPT_BACKEND:
+            if (!cli_backend(cmd, arg, &opt.polling))
+                return 2;
+            break;
         case OPT_PROFILE_BATCH:
             if (!cli_int("profile-batch", arg, 1, 1 << 20, &pbatch))
                 return 2;
@@ -170,6 +176,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     if (opt.num_levels && !cli_levels_match(cmd, opt.num_levels, nbw))
         return 2;
+    if (opt.polling && model) {
+        cli_error(cmd, "--model measures threads of the local backend; for MPI ranks run "
+                       "bench/simulate_vs_measured.sh");
+        return 2;
+    }
     rp_error err;
     rp_config cfg;
     rp_profile *p;
@@ -222,7 +233,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             opt.bandwidth[l] = 1e9; /* repipe plan's default */
     }
     opt.profile_batch = pbatch;
-    opt.compute_scale = cores > 0 && d.workers > cores ? (double)d.workers / cores : 1;
+    opt.cores = (int)cores;
     rp_sim_result res;
     if (rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
         cli_error(cmd, "%s", err.msg);
@@ -234,9 +245,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         cli_print_machines(opt.machines, opt.bandwidth, opt.num_levels);
     else
         printf("machines one, every worker on it (shared memory at 10 GB/s)\n");
-    printf("predicted time per update   %.3f ms  (%.0f samples/s)%s\n", res.update_time * 1e3,
-           d.samples_per_update / res.update_time,
-           opt.compute_scale > 1 ? "  (workers share the cores: compute stretched)" : "");
+    printf("predicted time per update   %.3f ms  (%.0f samples/s)", res.update_time * 1e3,
+           d.samples_per_update / res.update_time);
+    if (cores > 0 && cores < d.workers)
+        printf("  (%d workers share %lld cores)", d.workers, cores);
+    printf("\n");
     double busy = 0;
     for (int w = 0; w < res.workers; w++)
         busy += res.busy[w];

@@ -33,8 +33,10 @@ typedef struct rp_sim_options {
                                          ** one machine's shared memory] */
     double latency;          /* seconds per message [2e-5] */
     double memory_bandwidth; /* bytes/s of the optimizer's pass over a worker's parameters [1e10] */
-    double compute_scale;    /* compute takes this many times the profile's [1]; e.g.
-                             ** workers / cores when workers share cores */
+    int cores; /* the workers share this many cores: when more compute at once,
+               ** each runs at cores / computing of its speed [0: a core each] */
+    bool polling; /* waiting workers poll and take their share of the cores, as
+                  ** MPI ranks do [false: they sleep, as threads of the local backend] */
 } rp_sim_options;
 
 /* Every worker on one machine with a core of its own. */

@@ -36,9 +36,6 @@
 #include "repipe/schedule.h"
 #include "repipe/session.h"
 
-/* OpenBLAS's own thread control (not part of CBLAS). */
-void openblas_set_num_threads(int num_threads);
-
 #define MAX_GROUPINGS 8
 
 /* A run of consecutive variables of a stage that share a grouping. */

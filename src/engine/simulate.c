@@ -19,7 +19,7 @@ void rp_sim_options_default(rp_sim_options *o) {
         .num_levels = 0,
         .latency = 2e-5,
         .memory_bandwidth = 1e10,
-        .compute_scale = 1,
+        .cores = 0,
     };
 }
 
@@ -83,6 +83,20 @@ static double allreduce_time(int n, double bytes, double bw, double latency) {
     return ring < tree ? ring : tree;
 }
 
+/* A worker in the simulation: at its operation pc, computing (work
+** seconds of compute left) or waiting until a known time, or blocked. */
+typedef struct sim_worker {
+    int pc, held;
+    bool started;    /* the operation at pc has begun, at t0 */
+    double t0;
+    double work;     /* compute left, seconds at full speed; -1: not computing */
+    double until;    /* end of a wait whose end is known; -1: none */
+    double arrive;   /* when it reached the reduction; -1: not yet */
+    double reducing; /* the allreduce's own time, for the bubble */
+    double copying;  /* time spent copying messages */
+    long long delivers; /* a send being copied: the message it makes available */
+} sim_worker;
+
 rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *bwd_ms,
                       const double *out_bytes, const double *param_bytes, int num_layers,
                       const rp_sim_options *opt, rp_sim_result *res, rp_error *err) {
@@ -102,7 +116,6 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     }
     int P = plan->stages, W = plan->workers;
     double tf[RP_MAX_STAGES], tb[RP_MAX_STAGES], act[RP_MAX_STAGES], par[RP_MAX_STAGES];
-    double scale = opt->compute_scale > 0 ? opt->compute_scale : 1;
     double pbatch = opt->profile_batch > 0 ? opt->profile_batch : cfg->micro_batch_size;
     double per_mb = cfg->micro_batch_size / pbatch;
     double membw = opt->memory_bandwidth > 0 ? opt->memory_bandwidth : 1e10;
@@ -113,8 +126,8 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     for (int s = 0, l = 0; s < P; s++) {
         tf[s] = tb[s] = par[s] = 0;
         for (int k = 0; k < counts[s]; k++, l++) {
-            tf[s] += fwd_ms[l] * 1e-3 * scale * per_mb;
-            tb[s] += bwd_ms[l] * 1e-3 * scale * per_mb;
+            tf[s] += fwd_ms[l] * 1e-3 * per_mb;
+            tb[s] += bwd_ms[l] * 1e-3 * per_mb;
             par[s] += param_bytes[l];
         }
         if (cfg->recompute_checkpoint_every_layer) /* backward runs the stage forward again */
@@ -129,114 +142,202 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     res->busy = calloc(W, sizeof(double));
     res->in_flight = calloc(W, sizeof(int));
     res->stage_of = malloc(sizeof(int) * W);
-    double *clock = calloc(W, sizeof(double));
-    int *pc = calloc(W, sizeof(int));
-    /* when each message is available: per (to, kind, mb) */
     int GA = cfg->gradient_accumulation_steps;
+    sim_worker *sw = calloc(W, sizeof(sim_worker));
+    /* when each message is available: per (to, kind, mb) */
     double *avail = malloc(sizeof(double) * (size_t)W * 2 * GA);
-    double *arrive = malloc(sizeof(double) * W);
-    double *reducing = calloc(W, sizeof(double));
-    int *held = calloc(W, sizeof(int));
-    if (!res->events || !res->busy || !res->in_flight || !res->stage_of || !clock || !pc || !avail || !arrive ||
-        !reducing || !held) {
-        free(clock), free(pc), free(avail), free(arrive), free(reducing), free(held);
+    /* a message's copy left to its receiver: the sender did not wait */
+    double *copy = calloc((size_t)W * 2 * GA, sizeof(double));
+    /* On one machine (no hierarchy given) a transfer is a copy and a
+    ** reduction a sum, both by the workers' own cores: the later of sender
+    ** and receiver copies, as the local backend and shared-memory MPI do.
+    ** Across machines the network moves the bytes while the workers go on. */
+    bool cpu = opt->num_levels == 0;
+    if (!res->events || !res->busy || !res->in_flight || !res->stage_of || !sw || !avail ||
+        !copy) {
+        free(sw), free(avail), free(copy);
         rp_workplan_free(plan);
         rp_sim_result_free(res);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for the simulation of %d workers", W);
     }
     for (size_t i = 0; i < (size_t)W * 2 * GA; i++)
         avail[i] = -1;
-    for (int w = 0; w < W; w++)
-        arrive[w] = -1, res->stage_of[w] = plan->w[w].stage;
+    for (int w = 0; w < W; w++) {
+        sw[w].arrive = sw[w].until = sw[w].work = -1;
+        sw[w].delivers = -1;
+        res->stage_of[w] = plan->w[w].stage;
+    }
     res->num_levels = net.levels;
-    int G = rp_grouping_num_groups(&cfg->replica_grouping);
-    for (bool progress = true; progress;) {
-        progress = false;
-        for (int w = 0; w < W; w++) {
-            const rp_worker_ops *wo = &plan->w[w];
-            int s = wo->stage;
-            while (pc[w] < wo->num_ops) {
-                const rp_op *op = &wo->ops[pc[w]];
-                double t0 = clock[w], t1 = t0;
-                switch (op->kind) {
-                case RP_OP_RECV_ACT:
-                case RP_OP_RECV_GRAD: {
-                    double a = avail[((size_t)w * 2 + (op->kind == RP_OP_RECV_GRAD)) * GA + op->mb];
-                    if (a < 0)
-                        goto blocked;
-                    t1 = a > t0 ? a : t0;
-                    break;
-                }
-                case RP_OP_SEND_ACT:
-                case RP_OP_SEND_GRAD: {
-                    double bytes = op->kind == RP_OP_SEND_ACT ? act[s] : act[s - 1];
-                    int l = level_of(&net, w, op->peer);
-                    double cost = net.latency + bytes / net.bw[l];
-                    avail[((size_t)op->peer * 2 + (op->kind == RP_OP_SEND_GRAD)) * GA + op->mb] =
-                        t0 + cost;
-                    res->comm_seconds[l] += cost;
-                    break;
-                }
-                case RP_OP_FORWARD:
-                    t1 = t0 + tf[s];
-                    if (++held[w] > res->in_flight[w])
-                        res->in_flight[w] = held[w];
-                    break;
-                case RP_OP_BACKWARD:
-                    t1 = t0 + tb[s];
-                    held[w]--;
-                    break;
-                case RP_OP_WAIT_SENDS:
-                    break;
-                case RP_OP_REDUCE: {
-                    /* everyone of the stage and group, then an allreduce
-                    ** over the slowest level the group spans */
-                    arrive[w] = t0;
-                    int gid = s * G + rp_grouping_group_of(&cfg->replica_grouping, wo->replica);
-                    double last = 0;
-                    int n = 0, first = -1, top = 0;
-                    for (int v = 0; v < W; v++) {
-                        const rp_worker_ops *vo = &plan->w[v];
-                        if (vo->stage * G + rp_grouping_group_of(&cfg->replica_grouping,
-                                                                 vo->replica) != gid)
-                            continue;
-                        if (arrive[v] < 0)
+    int G = rp_grouping_num_groups(&cfg->replica_grouping), done = 0;
+    double now = 0;
+    /* Global time: start every operation that can start now (sends and
+    ** receives of arrived messages finish at once), then move to the next
+    ** moment something ends: a computation, whose rate is 1 or, when more
+    ** workers compute than there are cores, cores / computing; or a wait
+    ** for a message or a reduction whose end is known. */
+    for (;;) {
+        for (bool moved = true; moved;) {
+            moved = false;
+            for (int w = 0; w < W; w++) {
+                sim_worker *x = &sw[w];
+                const rp_worker_ops *wo = &plan->w[w];
+                int s = wo->stage;
+                while (x->pc < wo->num_ops && x->work < 0 && x->until < 0) {
+                    const rp_op *op = &wo->ops[x->pc];
+                    if (!x->started)
+                        x->started = true, x->t0 = now;
+                    switch (op->kind) {
+                    case RP_OP_RECV_ACT:
+                    case RP_OP_RECV_GRAD: {
+                        size_t k = ((size_t)w * 2 + (op->kind == RP_OP_RECV_GRAD)) * GA + op->mb;
+                        if (avail[k] < 0)
                             goto blocked;
-                        last = arrive[v] > last ? arrive[v] : last;
-                        if (first < 0)
-                            first = v;
-                        int l = level_of(&net, first, v);
-                        top = l > top ? l : top;
-                        n++;
+                        if (copy[k] > 0) /* the sender went on: the receiver copies */
+                            x->work = copy[k], copy[k] = 0;
+                        else
+                            x->until = avail[k] > now ? avail[k] : now;
+                        break;
                     }
-                    double cost = allreduce_time(n, par[s] * wire_sum, net.bw[top], net.latency);
-                    t1 = last + cost;
-                    reducing[w] = cost;
-                    if (w == first)
-                        res->comm_seconds[top] += cost;
-                    break;
+                    case RP_OP_SEND_ACT:
+                    case RP_OP_SEND_GRAD: {
+                        double bytes = op->kind == RP_OP_SEND_ACT ? act[s] : act[s - 1];
+                        int l = level_of(&net, w, op->peer);
+                        double cost = net.latency + bytes / net.bw[l];
+                        size_t k = ((size_t)op->peer * 2 + (op->kind == RP_OP_SEND_GRAD)) * GA +
+                                   op->mb;
+                        res->comm_seconds[l] += cost;
+                        const sim_worker *r = &sw[op->peer];
+                        const rp_op *rop = r->pc < plan->w[op->peer].num_ops
+                                               ? &plan->w[op->peer].ops[r->pc] : NULL;
+                        if (!cpu) {
+                            avail[k] = now + cost;
+                            x->until = now;
+                        } else if (r->started && rop && rop->mb == op->mb &&
+                                   rop->kind == (op->kind == RP_OP_SEND_ACT ? RP_OP_RECV_ACT
+                                                                            : RP_OP_RECV_GRAD)) {
+                            x->work = cost; /* the receiver waits: the sender copies */
+                            x->delivers = (long long)k;
+                        } else {
+                            avail[k] = now;
+                            copy[k] = cost;
+                            x->until = now;
+                        }
+                        break;
+                    }
+                    case RP_OP_FORWARD:
+                        x->work = tf[s];
+                        if (++x->held > res->in_flight[w])
+                            res->in_flight[w] = x->held;
+                        break;
+                    case RP_OP_BACKWARD:
+                        x->work = tb[s];
+                        x->held--;
+                        break;
+                    case RP_OP_STEP:
+                        x->work = par[s] / membw; /* one pass over the parameters */
+                        break;
+                    case RP_OP_WAIT_SENDS:
+                        x->until = now;
+                        break;
+                    case RP_OP_REDUCE: {
+                        /* everyone of the stage and group, then an allreduce
+                        ** over the slowest level the group spans */
+                        if (x->arrive < 0)
+                            x->arrive = now;
+                        int gid = s * G + rp_grouping_group_of(&cfg->replica_grouping,
+                                                               wo->replica);
+                        double last = 0;
+                        int n = 0, first = -1, top = 0;
+                        for (int v = 0; v < W; v++) {
+                            const rp_worker_ops *vo = &plan->w[v];
+                            if (vo->stage * G + rp_grouping_group_of(&cfg->replica_grouping,
+                                                                     vo->replica) != gid)
+                                continue;
+                            if (sw[v].arrive < 0)
+                                goto blocked;
+                            last = sw[v].arrive > last ? sw[v].arrive : last;
+                            if (first < 0)
+                                first = v;
+                            int l = level_of(&net, first, v);
+                            top = l > top ? l : top;
+                            n++;
+                        }
+                        double cost =
+                            allreduce_time(n, par[s] * wire_sum, net.bw[top], net.latency);
+                        if (cpu) /* the workers sum in their own cores */
+                            x->work = cost;
+                        else
+                            x->until = last + cost;
+                        x->reducing = cost;
+                        if (w == first)
+                            res->comm_seconds[top] += cost;
+                        break;
+                    }
+                    }
+                    moved = true;
+                    if (x->until >= 0 && x->until <= now) { /* over at once */
+                        res->events[res->num_events++] =
+                            (rp_sim_event){w, op->kind, op->mb, x->t0, now};
+                        x->until = -1;
+                        x->started = false;
+                        if (++x->pc == wo->num_ops)
+                            done++;
+                    }
                 }
-                case RP_OP_STEP:
-                    t1 = t0 + par[s] / membw; /* one pass over the parameters */
-                    break;
-                }
+            blocked:;
+            }
+        }
+        if (done == W)
+            break;
+        /* the workers that want a core: those computing, and under
+        ** polling those waiting too */
+        int computing = 0;
+        for (int w = 0; w < W; w++)
+            computing += sw[w].work >= 0 || (opt->polling && sw[w].pc < plan->w[w].num_ops);
+        double rate = opt->cores > 0 && computing > opt->cores ? (double)opt->cores / computing : 1;
+        double next = -1;
+        for (int w = 0; w < W; w++) {
+            double t = sw[w].work >= 0 ? now + sw[w].work / rate : sw[w].until;
+            if (t >= 0 && (next < 0 || t < next))
+                next = t;
+        }
+        if (next < 0) { /* cannot happen after rp_workplan_check */
+            free(sw), free(avail), free(copy);
+            rp_workplan_free(plan);
+            rp_sim_result_free(res);
+            return rp_fail(err, RP_ERR_INVALID, "simulate: every worker waits at %g s", now);
+        }
+        for (int w = 0; w < W; w++) {
+            sim_worker *x = &sw[w];
+            bool over;
+            const rp_op *op = &plan->w[w].ops[x->pc < plan->w[w].num_ops ? x->pc : 0];
+            if (x->work >= 0) {
+                x->work -= (next - now) * rate;
                 if (op->kind == RP_OP_FORWARD || op->kind == RP_OP_BACKWARD ||
                     op->kind == RP_OP_STEP)
-                    res->busy[w] += t1 - t0;
-                res->events[res->num_events++] =
-                    (rp_sim_event){w, op->kind, op->mb, t0, t1};
-                clock[w] = t1;
-                pc[w]++;
-                progress = true;
+                    res->busy[w] += next - now;
+                else if (op->kind != RP_OP_REDUCE)
+                    x->copying += next - now;
+                over = x->work <= 1e-12 * (next > 1 ? next : 1);
+            } else {
+                over = x->until >= 0 && x->until <= next;
             }
-        blocked:;
+            if (over) {
+                if (x->delivers >= 0)
+                    avail[x->delivers] = next, x->delivers = -1;
+                res->events[res->num_events++] = (rp_sim_event){w, op->kind, op->mb, x->t0, next};
+                x->work = x->until = -1;
+                x->started = false;
+                if (++x->pc == plan->w[w].num_ops)
+                    done++;
+            }
         }
+        now = next;
     }
-    for (int w = 0; w < W; w++)
-        res->update_time = clock[w] > res->update_time ? clock[w] : res->update_time;
+    res->update_time = now;
     double idle = 0;
     for (int w = 0; w < W; w++) {
-        idle += res->update_time - res->busy[w] - reducing[w];
+        idle += res->update_time - res->busy[w] - sw[w].reducing - sw[w].copying;
         res->busy[w] = res->update_time > 0 ? res->busy[w] / res->update_time : 0;
     }
     res->bubble_fraction = res->update_time > 0 && idle > 0 ? idle / (W * res->update_time) : 0;
@@ -272,7 +373,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
             state = chunk;
         res->stage_bytes[s] = 2 * par[s] + state + (slots * acts + most) * per_mb;
     }
-    free(clock), free(pc), free(avail), free(arrive), free(reducing), free(held);
+    free(sw), free(avail), free(copy);
     rp_workplan_free(plan);
     return RP_OK;
 }

@@ -44,6 +44,11 @@ rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profi
     in->desc = dupstr("Input0");
     in->activation_bytes = sizeof(float) * rp_shape_size(&m->input) * (double)batch;
     in->stage_id = -1;
+    openblas_set_num_threads(1); /* as a worker of the engine runs them */
+    /* A layer's backward computes its input's gradient only when a layer
+    ** below it has parameters, as the engine's first stage does: the first
+    ** linear of an MLP skips a product as large as its weight gradient. */
+    bool below = false;
     for (int l = 0; l < m->num_layers && !st; l++) {
         const rp_layer *L = &m->layers[l];
         rp_net *net = NULL;
@@ -75,11 +80,12 @@ rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profi
             rp_net_forward(net, acts, x, batch, &ctx, NULL);
             fw[r] = rp_now() - t;
             t = rp_now();
-            rp_net_backward(net, acts, dy, &ctx, l > 0);
+            rp_net_backward(net, acts, dy, &ctx, below);
             bw[r] = rp_now() - t;
         }
         qsort(fw, repeats, sizeof(double), rp_cmp_double);
         qsort(bw, repeats, sizeof(double), rp_cmp_double);
+        below = below || L->param_count > 0;
         rp_profile_node *n = &p->nodes[p->num_nodes];
         char id[32], desc[96];
         snprintf(id, sizeof id, "node%d", l + 1);
