@@ -44,7 +44,7 @@ while read -r model backend R reps layers ga sched steps; do
   printf '{"micro_batch_size": 64, "replication_factor": %s, "stage_replication": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "schedule": "%s"}\n' \
     "$R" "$reps" "$layers" "$ga" "$sched" > "$cfg"
   pred=$("$build/repipe" simulate --config "$cfg" --profile "$tmp/$model.txt" --cores "$cores" \
-         --backend "$backend" --json - | sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p')
+         --backend "$backend" --json - 2>/dev/null | sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p')
   workers=$("$build/repipe" config show "$cfg" | awk '/workers needed/ { print $3; exit }')
   runs=""
   for _ in $(seq "$rounds"); do
@@ -58,7 +58,7 @@ while read -r model backend R reps layers ga sched steps; do
   line=$(awk -v p="$pred" -v r="$rate" -v s=$((64 * ga * R)) 'BEGIN {
     m = s / r; printf "%12.3f %12.3f %+8.1f%%", p * 1e3, m * 1e3, 100 * (p - m) / m }')
   printf '%-5s %-6s %-22s %8s %s\n' "$model" "$backend" "$R x $reps ($layers)$( [ "$sched" = gpipe ] && echo ' gpipe')" "$ga" "$line"
-  errors+=$(awk '{ e = $NF; sub(/%/, "", e); print (e < 0 ? -e : e) }' <<<"$line")$'\n'
+  errors+=$(awk '{ e = $NF; sub(/%/, "", e); e += 0; print (e < 0 ? -e : e) }' <<<"$line")$'\n'
 done <<<"$cases"
 sort -g <<<"$errors" | awk 'NF { v[++n] = $1 } END {
   printf "\n%d configurations on %s cores: median |error| %.1f %%, worst %.1f %%\n", n, "'"$cores"'",

@@ -13,7 +13,7 @@ for model in mlp cnn; do
   "$bin" profile --model "examples/fmnist-$model.model" --micro-batch 64 --out "$out/$model.txt"
   "$bin" plan --profile "$out/$model.txt" --machines 4 --bandwidth 1e10 --json "$out/$model-plan.json" \
     | sed -n '/^level 1/,/^$/p;/^workers/,/^$/p'
-  "$bin" simulate --plan "$out/$model-plan.json" --config examples/fmnist.json \
+  "$bin" simulate --plan "$out/$model-plan.json" --config examples/fmnist.json --cores "$(nproc)" \
     --profile "$out/$model.txt" --model "examples/fmnist-$model.model"
   "$bin" train --model "examples/fmnist-$model.model" --config examples/fmnist.json \
     --plan "$out/$model-plan.json" --epochs 1 --log-every 100000 | grep -E "workers|accuracy|took"

@@ -210,16 +210,16 @@ bool cli_levels_match(const cli_cmd *cmd, int machines, int bandwidths) {
     return false;
 }
 
-void cli_print_machines(const int *machines, const double *bandwidth, int levels) {
-    printf("machines ");
+void cli_print_machines(FILE *f, const int *machines, const double *bandwidth, int levels) {
+    fprintf(f, "machines ");
     for (int l = 0; l < levels; l++)
-        printf("%s%d", l ? " x " : "", machines[l]);
-    printf(" (innermost level first, as --machines takes them):");
+        fprintf(f, "%s%d", l ? " x " : "", machines[l]);
+    fprintf(f, " (innermost level first, as --machines takes them):");
     long long n = 1;
     for (int l = 0; l < levels; l++) {
         n *= machines[l];
-        printf("%s level %d, %d %s at %.3g GB/s", l ? ";" : "", l + 1, machines[l],
+        fprintf(f, "%s level %d, %d %s at %.3g GB/s", l ? ";" : "", l + 1, machines[l],
                l == 0 ? "workers" : "units of the level below", bandwidth[l] / 1e9);
     }
-    printf("; %lld workers in all\n", n);
+    fprintf(f, "; %lld workers in all\n", n);
 }

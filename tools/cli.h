@@ -77,7 +77,7 @@ int cli_machines(const cli_cmd *cmd, const char *first, int argc, char **argv, i
 /* --bandwidth gives one value per level of --machines, or none. */
 bool cli_levels_match(const cli_cmd *cmd, int machines, int bandwidths);
 /* One line: the hierarchy innermost first, as --machines takes it. */
-void cli_print_machines(const int *machines, const double *bandwidth, int levels);
+void cli_print_machines(FILE *f, const int *machines, const double *bandwidth, int levels);
 
 /* Prints "repipe NAME: message" to stderr. */
 void cli_error(const cli_cmd *cmd, const char *fmt, ...)

@@ -72,7 +72,7 @@ static void print_plan(const rp_plan *p, const char *profile_path, const rp_prof
     const rp_plan_options *o = &p->options;
     printf("profile   %s (%d nodes, %d states)\n", profile_path, prof->num_nodes,
            p->num_states);
-    cli_print_machines(o->machines, o->bandwidth, o->num_levels);
+    cli_print_machines(stdout, o->machines, o->bandwidth, o->num_levels);
     for (int l = 0; l < p->num_levels; l++) {
         const rp_plan_level *lv = &p->levels[l];
         printf("\nlevel %d: %d machine%s%s, %.3g GB/s\n", lv->level, lv->machines,

@@ -239,46 +239,48 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
-    printf("%s: %d workers, %d stages, %d micro-batches of %d per replica\n", config_path,
+    /* with the JSON on standard output, the words go to standard error */
+    FILE *txt = json && strcmp(json, "-") == 0 ? stderr : stdout;
+    fprintf(txt, "%s: %d workers, %d stages, %d micro-batches of %d per replica\n", config_path,
            d.workers, d.stages, cfg.gradient_accumulation_steps, cfg.micro_batch_size);
     if (opt.num_levels)
-        cli_print_machines(opt.machines, opt.bandwidth, opt.num_levels);
+        cli_print_machines(txt, opt.machines, opt.bandwidth, opt.num_levels);
     else
-        printf("machines one, every worker on it (shared memory at 10 GB/s)\n");
-    printf("predicted time per update   %.3f ms  (%.0f samples/s)", res.update_time * 1e3,
+        fprintf(txt, "machines one, every worker on it (shared memory at 10 GB/s)\n");
+    fprintf(txt, "predicted time per update   %.3f ms  (%.0f samples/s)", res.update_time * 1e3,
            d.samples_per_update / res.update_time);
     if (cores > 0 && cores < d.workers)
-        printf("  (%d workers share %lld cores)", d.workers, cores);
-    printf("\n");
+        fprintf(txt, "  (%d workers share %lld cores)", d.workers, cores);
+    fprintf(txt, "\n");
     double busy = 0;
     for (int w = 0; w < res.workers; w++)
         busy += res.busy[w];
-    printf("workers compute %.0f %% of the time, wait in the pipeline's bubble %.0f %%",
+    fprintf(txt, "workers compute %.0f %% of the time, wait in the pipeline's bubble %.0f %%",
            100 * busy / res.workers, 100 * res.bubble_fraction);
     for (int l = 0; l < res.num_levels; l++)
         if (res.comm_seconds[l] > 0)
-            printf("; level %d carries data %.3f ms", l + 1, res.comm_seconds[l] * 1e3);
-    printf("\n");
+            fprintf(txt, "; level %d carries data %.3f ms", l + 1, res.comm_seconds[l] * 1e3);
+    fprintf(txt, "\n");
     rc = 0;
     if (svg) {
         if (rp_sim_svg(&res, config_path, svg, &err)) {
             cli_error(cmd, "%s", err.msg);
             rc = 1;
         } else {
-            printf("timeline written to %s\n", svg);
+            fprintf(txt, "timeline written to %s\n", svg);
         }
     }
     double t = 0;
     if (!rc && model) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         if (!cores && cpus > 0 && d.workers > cpus)
-            printf("note: %d workers share this machine's %ld cores; --cores %ld predicts that\n",
+            fprintf(txt, "note: %d workers share this machine's %ld cores; --cores %ld predicts that\n",
                    d.workers, cpus, cpus);
         if (measure(model, &cfg, &t, &err)) {
             cli_error(cmd, "%s", err.msg);
             rc = 1;
         } else {
-            printf("measured time per update    %.3f ms  (%.0f samples/s): prediction %+.1f %%\n",
+            fprintf(txt, "measured time per update    %.3f ms  (%.0f samples/s): prediction %+.1f %%\n",
                    t * 1e3, d.samples_per_update / t, 100 * (res.update_time - t) / t);
         }
     }

@@ -24,7 +24,8 @@ extern "C" {
 ** transfer between two workers costs latency + bytes / bandwidth of the
 ** innermost level they share; a reduction is a ring (or, where cheaper, a
 ** tree) allreduce limited by the slowest level its group spans
-** (docs/simulate.md). */
+** (docs/simulate.md). On one machine (no levels, or cores given) transfers
+** and sums take the workers' own cores. */
 typedef struct rp_sim_options {
     double profile_batch; /* rows the profile's times were measured on [0: the micro-batch] */
     int num_levels;       /* levels of the hierarchy [0: one level holding every worker] */
@@ -33,7 +34,7 @@ typedef struct rp_sim_options {
                                          ** one machine's shared memory] */
     double latency;          /* seconds per message [2e-5] */
     double memory_bandwidth; /* bytes/s of the optimizer's pass over a worker's parameters [1e10] */
-    int cores; /* the workers share this many cores: when more compute at once,
+    int cores; /* the workers share one machine's cores: when more compute at once,
                ** each runs at cores / computing of its speed [0: a core each] */
     bool polling; /* waiting workers poll and take their share of the cores, as
                   ** MPI ranks do [false: they sleep, as threads of the local backend] */

@@ -148,11 +148,12 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     double *avail = malloc(sizeof(double) * (size_t)W * 2 * GA);
     /* a message's copy left to its receiver: the sender did not wait */
     double *copy = calloc((size_t)W * 2 * GA, sizeof(double));
-    /* On one machine (no hierarchy given) a transfer is a copy and a
-    ** reduction a sum, both by the workers' own cores: the later of sender
-    ** and receiver copies, as the local backend and shared-memory MPI do.
-    ** Across machines the network moves the bytes while the workers go on. */
-    bool cpu = opt->num_levels == 0;
+    /* On one machine (no hierarchy given, or cores shared) a transfer is a
+    ** copy and a reduction a sum, both by the workers' own cores: the later
+    ** of sender and receiver copies, as the local backend and shared-memory
+    ** MPI do. Across machines the network moves the bytes while the workers
+    ** go on. */
+    bool cpu = opt->num_levels == 0 || opt->cores > 0;
     if (!res->events || !res->busy || !res->in_flight || !res->stage_of || !sw || !avail ||
         !copy) {
         free(sw), free(avail), free(copy);
