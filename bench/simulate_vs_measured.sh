@@ -63,3 +63,31 @@ done <<<"$cases"
 sort -g <<<"$errors" | awk 'NF { v[++n] = $1 } END {
   printf "\n%d configurations on %s cores: median |error| %.1f %%, worst %.1f %%\n", n, "'"$cores"'",
          (n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2), v[n] }'
+
+# Part 2: a replicated stage is not a slowdown. R = 1 x [2, 2] at GA 8 against
+# R = 2 x [1, 1] at GA 4 (the same workers and samples) and against GPipe;
+# the three interleaved, ROUNDS + 2 runs each, medians.
+echo
+echo "== replication is not a slowdown: median samples/s of $((rounds + 2)) interleaved runs"
+printf '%-5s %16s %16s %16s %10s %10s\n' model "[2,2] GA 8 1f1b" "2x[1,1] GA 4" "[2,2] GA 8 gpipe" "vs 2x[1,1]" "vs gpipe"
+for spec in "mlp [2,5] 40" "cnn [4,5] 12"; do
+  set -- $spec
+  model=$1 layers=$2 steps=$3
+  i=0
+  for c in "1 [2,2] 8 1f1b" "2 [1,1] 4 1f1b" "1 [2,2] 8 gpipe"; do
+    set -- $c
+    i=$((i + 1))
+    printf '{"micro_batch_size": 64, "replication_factor": %s, "stage_replication": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "schedule": "%s"}\n' \
+      "$1" "$2" "$layers" "$3" "$4" > "$tmp/r$i.json"
+  done
+  r1=""; r2=""; r3=""
+  for _ in $(seq $((rounds + 2))); do
+    r1+=$("$build/bench/bench_train" "examples/fmnist-$model.model" "$tmp/r1.json" "$steps" </dev/null)$'\n'
+    r2+=$("$build/bench/bench_train" "examples/fmnist-$model.model" "$tmp/r2.json" "$steps" </dev/null)$'\n'
+    r3+=$("$build/bench/bench_train" "examples/fmnist-$model.model" "$tmp/r3.json" "$steps" </dev/null)$'\n'
+  done
+  med() { sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+  a=$(med <<<"$r1"); b=$(med <<<"$r2"); g=$(med <<<"$r3")
+  awk -v m="$model" -v a="$a" -v b="$b" -v g="$g" 'BEGIN {
+    printf "%-5s %16.0f %16.0f %16.0f %+9.1f%% %+9.1f%%\n", m, a, b, g, 100 * (a - b) / b, 100 * (a - g) / g }'
+done
