@@ -181,13 +181,26 @@ if [ "$(grep -c ' -- ' "$tmp/mlp.txt")" -ge 15 ] && grep -q "^node0 -- Input0 --
    grep -q "^node2 -- linear (layer 1, line 4) -- .*parameter_size=1607680.000$" "$tmp/mlp.txt"; then ok; else bad "profile: $(head -3 "$tmp/mlp.txt")"; fi
 out=$("$bin" plan --profile "$tmp/mlp.txt" --machines 2 --straight --config-out "$tmp/mlp-plan.json" \
       --base-config "$src/examples/fmnist.json" 2>&1)
-if grep -q "execution configuration written to" <<<"$out" &&
+# --config-out plans for the engine by default and keeps the base's samples per update
+if grep -q "execution configuration written to .*the engine's plan; it sets:" <<<"$out" &&
    "$bin" config check "$tmp/mlp-plan.json" --layers 7 >/dev/null 2>&1 &&
-   grep -q '"micro_batch_size":	64' "$tmp/mlp-plan.json"; then ok; else bad "plan --config-out: $out"; fi
+   "$bin" config show "$tmp/mlp-plan.json" | grep -qE "samples per update +64 "; then ok; else bad "plan --config-out: $out"; fi
+# PipeDream's objective on request: its stages, with every stage replica fed
 out=$("$bin" plan --profile "$vgg" --machines 8 2 --bandwidth 4294967296 2147483648 \
-      --activation-compression 1 --config-out "$tmp/vgg.json" 2>&1)
+      --activation-compression 1 --objective pipedream --profile-batch 64 --global-batch 896 \
+      --config-out "$tmp/vgg.json" 2>&1)
 if grep -q "replication_factor 2, layers_per_stage \[24, 16\], stage_replication \[7, 1\]" <<<"$out"; then ok; else bad "seed config: $out"; fi
 expect_grep "seed config workers" "workers needed +16" -- "$bin" config show "$tmp/vgg.json"
+if "$bin" config show "$tmp/vgg.json" | grep -qE "samples per update +896 " &&
+   awk '/"gradient_accumulation_steps"/ { ga = $2 + 0 } END { exit !(ga >= 7) }' "$tmp/vgg.json"; then ok; else bad "seed config batch: $(cat "$tmp/vgg.json")"; fi
+# The engine objective on the seed case: never slower than data parallelism
+# or PipeDream's plan run synchronously
+out=$("$bin" plan --profile "$vgg" --machines 8 2 --bandwidth 4294967296 2147483648 \
+      --activation-compression 1 --objective engine --profile-batch 64 --global-batch 1024 2>&1)
+rate() { sed -n "s/^  $1 .* s  *\([0-9]*\)$/\1/p" <<<"$out"; }
+dp=$(rate "data parallel"); pd=$(rate "PipeDream's plan, synchronous"); best=$(rate "fastest for the engine")
+if [ -n "$best" ] && [ -n "$dp" ] && [ -n "$pd" ] && [ "$best" -ge "$dp" ] && [ "$best" -ge "$pd" ] &&
+   grep -q "^  stage 0: layers 0-" <<<"$out"; then ok; else bad "engine objective: $out"; fi
 
 # Simulation of a 2-stage pipeline from a profile: a time and a timeline.
 printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [3, -1]}\n' > "$tmp/p2.json"

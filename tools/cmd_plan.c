@@ -8,23 +8,48 @@
 #include "cli.h"
 #include "repipe/repipe.h"
 
+enum {
+    OPT_PROFILE,
+    OPT_MACHINES,
+    OPT_BANDWIDTH,
+    OPT_MEMORY_SIZE,
+    OPT_MEMORY_CONSTRAINT,
+    OPT_STRAIGHT,
+    OPT_FEWER_MACHINES,
+    OPT_ACTIVATION_COMPRESSION,
+    OPT_JSON,
+    OPT_GRAPH_OUT,
+    OPT_PIPEDREAM_CONF,
+    OPT_CONFIG_OUT,
+    OPT_BASE_CONFIG,
+    OPT_SCHEDULE,
+    OPT_MICRO_BATCHES,
+    OPT_DEVICE_MEMORY,
+    OPT_OBJECTIVE,
+    OPT_GLOBAL_BATCH,
+    OPT_PROFILE_BATCH,
+};
+
 static const cli_opt OPTS[] = {
-    {"profile", 'f', "FILE", "per-layer profile in PipeDream's graph.txt format (required)"},
-    {"machines", 'n', "N1 [N2 ...]", "machines per level, innermost first (required)"},
-    {"bandwidth", 'b', "B1 [B2 ...]", "bytes/s per level [1e9 each]"},
-    {"memory-size", 's', "BYTES", "memory per machine, for --memory-constraint [16e9]"},
-    {"memory-constraint", 0, NULL, "reject stages whose stashed data exceed the memory size"},
-    {"straight", 0, NULL, "a straight pipeline: no stage is replicated"},
-    {"fewer-machines", 0, NULL, "allow plans that leave machines unused"},
-    {"activation-compression", 0, "RATIO", "bound stages by activation transfers, compressed by RATIO"},
-    {"json", 0, "OUT", "write the plan as JSON to OUT ('-' for standard output)"},
-    {"graph-out", 0, "FILE", "write the profile with the stage_id of every node"},
-    {"pipedream-conf", 0, "FILE", "write PipeDream's hybrid_conf.json"},
-    {"config-out", 0, "FILE", "write the plan as an execution configuration (chain profiles)"},
-    {"base-config", 0, "FILE", "keep this configuration's other settings (--config-out), memory features (--schedule)"},
-    {"schedule", 0, "gpipe|1f1b", "also predict repipe's engine running the plan with this schedule"},
-    {"micro-batches", 0, "M", "with --schedule: micro-batches per replica and update [8]"},
-    {"device-memory", 0, "BYTES", "with --schedule: reject a plan whose workers need more [the base config's]"},
+    [OPT_PROFILE] = {"profile", 'f', "FILE", "per-layer profile in PipeDream's graph.txt format (required)"},
+    [OPT_MACHINES] = {"machines", 'n', "N1 [N2 ...]", "machines per level, innermost first (required)"},
+    [OPT_BANDWIDTH] = {"bandwidth", 'b', "B1 [B2 ...]", "bytes/s per level [1e9 each]"},
+    [OPT_MEMORY_SIZE] = {"memory-size", 's', "BYTES", "memory per machine, for --memory-constraint [16e9] and the engine objective [no limit]"},
+    [OPT_MEMORY_CONSTRAINT] = {"memory-constraint", 0, NULL, "reject stages whose stashed data exceed the memory size"},
+    [OPT_STRAIGHT] = {"straight", 0, NULL, "a straight pipeline: no stage is replicated"},
+    [OPT_FEWER_MACHINES] = {"fewer-machines", 0, NULL, "allow plans that leave machines unused"},
+    [OPT_ACTIVATION_COMPRESSION] = {"activation-compression", 0, "RATIO", "bound stages by activation transfers, compressed by RATIO"},
+    [OPT_JSON] = {"json", 0, "OUT", "write the plan as JSON to OUT ('-' for standard output)"},
+    [OPT_GRAPH_OUT] = {"graph-out", 0, "FILE", "write the profile with the stage_id of every node"},
+    [OPT_PIPEDREAM_CONF] = {"pipedream-conf", 0, "FILE", "write PipeDream's hybrid_conf.json"},
+    [OPT_CONFIG_OUT] = {"config-out", 0, "FILE", "write the plan as an execution configuration (chain profiles)"},
+    [OPT_BASE_CONFIG] = {"base-config", 0, "FILE", "keep this configuration's other settings and its samples per update"},
+    [OPT_SCHEDULE] = {"schedule", 0, "gpipe|1f1b", "also predict repipe's engine running the plan with this schedule"},
+    [OPT_MICRO_BATCHES] = {"micro-batches", 0, "M", "with --schedule: micro-batches per replica and update [8]"},
+    [OPT_DEVICE_MEMORY] = {"device-memory", 0, "BYTES", "with --schedule: reject a plan whose workers need more [the base config's]"},
+    [OPT_OBJECTIVE] = {"objective", 0, "engine|pipedream", "engine: the fastest synchronous run of repipe's engine [with --config-out]; pipedream: PipeDream's objective [otherwise]"},
+    [OPT_GLOBAL_BATCH] = {"global-batch", 0, "N", "engine objective: samples per update [the base config's, else profile batch x machines]"},
+    [OPT_PROFILE_BATCH] = {"profile-batch", 0, "B", "micro-batch the profile was measured on [the base config's micro_batch_size]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -168,12 +193,134 @@ done:
     return rc;
 }
 
+/* Prints one configuration's row of the comparison. */
+static void print_row(const char *what, const rp_autoplan_entry *e) {
+    if (!e->found) {
+        printf("  %-34s %s\n", what, "does not fit");
+        return;
+    }
+    rp_derived d;
+    rp_config_derive(&e->cfg, &d);
+    printf("  %-34s %7d %7d %9d %5d %11.4f s %11.0f\n", what, d.workers, d.stages,
+           e->cfg.micro_batch_size, e->cfg.gradient_accumulation_steps, e->seconds,
+           d.samples_per_update / e->seconds);
+}
+
+/* The keys a plan sets, in words: what --config-out writes. */
+static void print_keys(const rp_config *c) {
+    printf("  replication_factor %d, micro_batch_size %d, gradient_accumulation_steps %d, "
+           "schedule %s, layers_per_stage [",
+           c->replication_factor, c->micro_batch_size, c->gradient_accumulation_steps,
+           rp_schedule_name(c->schedule));
+    for (int s = 0; s < c->layers_per_stage.count; s++)
+        printf("%s%d", s ? ", " : "", c->layers_per_stage.layers[s]);
+    printf("], stage_replication [");
+    for (int s = 0; s < c->layers_per_stage.count; s++)
+        printf("%s%d", s ? ", " : "", rp_config_stage_replicas(c, s));
+    printf("], recompute_checkpoint_every_layer %s\n",
+           c->recompute_checkpoint_every_layer ? "true" : "false");
+}
+
+/* The engine objective: the fastest synchronous configuration beside one
+** worker, data parallelism and PipeDream's plan run synchronously; with
+** config_out, written (the engine's choice, or PipeDream's plan with a
+** batch that feeds every stage replica when pipedream_out). */
+static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const rp_plan *plan,
+                            const rp_plan_options *o, const char *base_config,
+                            long long global_batch, long long profile_batch, double memory,
+                            const char *config_out, bool pipedream_out) {
+    rp_config base;
+    rp_error err;
+    rp_config_default(&base);
+    if (base_config && rp_config_load_file(&base, base_config, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    rp_autoplan_options ao;
+    rp_autoplan_options_default(&ao);
+    ao.num_levels = o->num_levels;
+    memcpy(ao.machines, o->machines, sizeof o->machines);
+    memcpy(ao.bandwidth, o->bandwidth, sizeof o->bandwidth);
+    if (!profile_batch && base_config)
+        profile_batch = base.micro_batch_size;
+    if (!profile_batch) {
+        cli_error(cmd, "the engine objective needs --profile-batch B, the micro-batch the profile "
+                       "was measured on ('repipe profile --micro-batch'), or a --base-config");
+        return 2;
+    }
+    rp_derived d;
+    rp_config_derive(&base, &d);
+    ao.global_batch = global_batch             ? global_batch
+                      : base_config            ? d.samples_per_update
+                                               : profile_batch * plan->machines_available;
+    ao.profile_batch = (double)profile_batch;
+    ao.memory_size = memory > 0 ? memory : (double)base.device_memory;
+    rp_autoplan r;
+    if (rp_autoplan_compute(prof, &base, plan, &ao, &r, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    printf("\nrepipe's engine, %lld samples per update (micro-batches as profiled: %lld), "
+           "%d configurations simulated:\n",
+           ao.global_batch, profile_batch, r.simulated);
+    printf("  %-34s %7s %7s %9s %5s %13s %11s\n", "", "workers", "stages", "micro-b", "GA",
+           "per update", "samples/s");
+    print_row("one worker", &r.single);
+    print_row("data parallel", &r.data_parallel);
+    print_row("PipeDream's plan, synchronous", &r.pipedream);
+    print_row("fastest for the engine", &r.best);
+    const rp_config *c = &r.best.cfg;
+    rp_config_derive(c, &d);
+    if (d.stages == 1)
+        printf("data parallelism%s is predicted fastest: the plan is %d replica%s of the whole "
+               "model\n",
+               d.workers < plan->machines_available ? " on fewer workers" : "",
+               c->replication_factor, c->replication_factor == 1 ? "" : "s");
+    else
+        printf("a pipeline of %d stages, %d replica%s, is predicted fastest, %.2fx data "
+               "parallelism\n",
+               d.stages, c->replication_factor, c->replication_factor == 1 ? "" : "s",
+               r.data_parallel.found ? r.data_parallel.seconds / r.best.seconds : 0);
+    double *fw, *bw, *ob, *pb;
+    int *node, L;
+    if (!rp_profile_layers(prof, &fw, &bw, &ob, &pb, &node, &L, &err)) {
+        for (int s = 0, l = 0; s < c->layers_per_stage.count; l += c->layers_per_stage.layers[s++])
+            printf("  stage %d: layers %d-%d (%s ... %s) on %d worker%s per replica\n", s, l,
+                   l + c->layers_per_stage.layers[s] - 1, prof->nodes[node[l]].desc,
+                   prof->nodes[node[l + c->layers_per_stage.layers[s] - 1]].desc,
+                   rp_config_stage_replicas(c, s), rp_config_stage_replicas(c, s) == 1 ? "" : "s");
+        free(fw), free(bw), free(ob), free(pb), free(node);
+    }
+    print_keys(c);
+    if (!config_out)
+        return 0;
+    const rp_autoplan_entry *e = pipedream_out ? &r.pipedream : &r.best;
+    if (!e->found) {
+        cli_error(cmd, "PipeDream's plan cannot run %lld samples per update with every stage "
+                       "replica fed (GA a multiple of each stage's replication); try "
+                       "--objective engine or another --global-batch",
+                  ao.global_batch);
+        return 1;
+    }
+    if (rp_config_save_file(&e->cfg, config_out, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    printf("\nexecution configuration written to %s%s%s, %s; it sets:\n", config_out,
+           base_config ? ", based on " : "", base_config ? base_config : "",
+           pipedream_out ? "PipeDream's plan" : "the engine's plan");
+    print_keys(&e->cfg);
+    return 0;
+}
+
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_plan_options o;
     rp_plan_options_default(&o);
     const char *profile = NULL, *json = NULL, *graph_out = NULL, *conf = NULL;
     const char *config_out = NULL, *base_config = NULL, *schedule = NULL;
-    long long micro_batches = 8;
+    const char *objective = NULL;
+    long long micro_batches = 8, global_batch = 0, profile_batch = 0;
+    bool memory_given = false;
     double device_memory = 0;
     double vals[RP_PLAN_MAX_LEVELS + 1];
     int nbw = 0;
@@ -185,27 +332,28 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         const char *name = OPTS[i].name;
         int n;
         switch (i) {
-        case 0: profile = arg; break;
-        case 1:
+        case OPT_PROFILE: profile = arg; break;
+        case OPT_MACHINES:
             if ((n = cli_machines(cmd, arg, argc, argv, o.machines, RP_PLAN_MAX_LEVELS)) < 0)
                 return 2;
             o.num_levels = n;
             break;
-        case 2:
+        case OPT_BANDWIDTH:
             if ((n = cli_double_list(name, arg, argc, argv, vals, RP_PLAN_MAX_LEVELS)) < 0)
                 return 2;
             for (int k = 0; k < n; k++)
                 o.bandwidth[k] = vals[k];
             nbw = n;
             break;
-        case 3:
+        case OPT_MEMORY_SIZE:
+            memory_given = true;
             if (!cli_double(name, arg, &o.memory_size))
                 return 2;
             break;
-        case 4: o.memory_constraint = true; break;
-        case 5: o.straight = true; break;
-        case 6: o.fewer_machines = true; break;
-        case 7:
+        case OPT_MEMORY_CONSTRAINT: o.memory_constraint = true; break;
+        case OPT_STRAIGHT: o.straight = true; break;
+        case OPT_FEWER_MACHINES: o.fewer_machines = true; break;
+        case OPT_ACTIVATION_COMPRESSION:
             if (!cli_double(name, arg, &o.activation_compression))
                 return 2;
             if (!(o.activation_compression > 0)) {
@@ -213,24 +361,39 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                 return 2;
             }
             break;
-        case 8: json = arg; break;
-        case 9: graph_out = arg; break;
-        case 10: conf = arg; break;
-        case 11: config_out = arg; break;
-        case 12: base_config = arg; break;
-        case 13:
+        case OPT_JSON: json = arg; break;
+        case OPT_GRAPH_OUT: graph_out = arg; break;
+        case OPT_PIPEDREAM_CONF: conf = arg; break;
+        case OPT_CONFIG_OUT: config_out = arg; break;
+        case OPT_BASE_CONFIG: base_config = arg; break;
+        case OPT_SCHEDULE:
             if (strcmp(arg, "gpipe") != 0 && strcmp(arg, "1f1b") != 0) {
                 cli_error(cmd, "--schedule: '%s' is not 'gpipe' or '1f1b'", arg);
                 return 2;
             }
             schedule = arg;
             break;
-        case 14:
+        case OPT_MICRO_BATCHES:
             if (!cli_int(name, arg, 1, 1 << 20, &micro_batches))
                 return 2;
             break;
-        case 15:
+        case OPT_DEVICE_MEMORY:
             if (!cli_double(name, arg, &device_memory) || device_memory < 0)
+                return 2;
+            break;
+        case OPT_OBJECTIVE:
+            if (strcmp(arg, "engine") != 0 && strcmp(arg, "pipedream") != 0) {
+                cli_error(cmd, "--objective: '%s' is not 'engine' or 'pipedream'", arg);
+                return 2;
+            }
+            objective = arg;
+            break;
+        case OPT_GLOBAL_BATCH:
+            if (!cli_int(name, arg, 1, 1LL << 40, &global_batch))
+                return 2;
+            break;
+        case OPT_PROFILE_BATCH:
+            if (!cli_int(name, arg, 1, 1 << 20, &profile_batch))
                 return 2;
             break;
         }
@@ -282,19 +445,22 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (schedule && rc == 0)
         rc = engine_mode(cmd, plan, prof, base_config, schedule, (int)micro_batches,
                          device_memory);
-    if (config_out) {
-        rp_config cfg;
-        char explain[512];
-        rp_config_default(&cfg);
-        if ((base_config && rp_config_load_file(&cfg, base_config, &err)) ||
-            rp_plan_to_config(plan, prof, &cfg, explain, sizeof explain, &err) ||
-            rp_config_save_file(&cfg, config_out, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            rc = 1;
-        } else {
-            printf("\nexecution configuration written to %s%s%s:\n  %s\n", config_out,
-                   base_config ? ", based on " : "", base_config ? base_config : "", explain);
+    bool engine = objective ? strcmp(objective, "engine") == 0 : config_out != NULL;
+    if (rc == 0 && (engine || config_out)) {
+        if (config_out && !engine) { /* PipeDream's stages: how they map onto the config */
+            rp_config cfg;
+            char explain[512];
+            rp_config_default(&cfg);
+            if (rp_plan_to_config(plan, prof, &cfg, explain, sizeof explain, &err)) {
+                cli_error(cmd, "%s", err.msg);
+                rc = 1;
+            } else {
+                printf("\n%s\n", explain);
+            }
         }
+        if (rc == 0)
+            rc = engine_objective(cmd, prof, plan, &o, base_config, global_batch, profile_batch,
+                                  memory_given ? o.memory_size : 0, config_out, !engine);
     }
     rp_plan_free(plan);
     rp_profile_free(prof);

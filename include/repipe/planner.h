@@ -109,6 +109,48 @@ rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profi
 rp_status rp_plan_to_config(const rp_plan *plan, const rp_profile *profile, rp_config *cfg,
                             char *explain, size_t explain_len, rp_error *err);
 
+/* The engine's objective (docs/planner.md): the configuration repipe's
+** synchronous pipelines run fastest on the machines, for a global batch.
+** Chosen together: contiguous stages, stage replication (at most GA, so
+** every stage replica gets micro-batches), replicas R, micro-batch B and
+** accumulation GA with B GA R = global_batch, 1F1B, and recomputation
+** where memory is short. Times are rp_simulate's. */
+typedef struct rp_autoplan_options {
+    int num_levels;
+    int machines[RP_PLAN_MAX_LEVELS];     /* per level, innermost first */
+    double bandwidth[RP_PLAN_MAX_LEVELS]; /* bytes/s per level */
+    long long global_batch; /* samples per update (required) */
+    double profile_batch;   /* rows the profile's times are for (required) */
+    double memory_size;     /* bytes a worker may hold; 0: no limit */
+    int max_accumulation;   /* largest GA tried [64] */
+    int candidates;         /* the programme's best shapes simulated exactly [24] */
+} rp_autoplan_options;
+
+void rp_autoplan_options_default(rp_autoplan_options *o);
+
+typedef struct rp_autoplan_entry {
+    bool found;
+    rp_config cfg;       /* the base configuration with the plan's keys set */
+    double seconds;      /* simulated time per update */
+    double worker_bytes; /* the most a worker holds */
+} rp_autoplan_entry;
+
+typedef struct rp_autoplan {
+    rp_autoplan_entry best;          /* the fastest (the simplest within 1 %) */
+    rp_autoplan_entry single;        /* one worker */
+    rp_autoplan_entry data_parallel; /* every worker a replica */
+    rp_autoplan_entry pipedream;     /* the given PipeDream-objective plan, at its best GA */
+    int simulated;                   /* configurations simulated exactly */
+} rp_autoplan;
+
+/* Plans for the engine. base gives everything the plan does not choose
+** (optimizer, memory features, seed); pipedream (may be NULL) is also run
+** synchronously at every accumulation that fits, and wins if it is faster.
+** Fails (RP_ERR_INFEASIBLE) when nothing fits the memory. */
+rp_status rp_autoplan_compute(const rp_profile *profile, const rp_config *base, const rp_plan *pipedream,
+                              const rp_autoplan_options *options, rp_autoplan *out,
+                              rp_error *err);
+
 /* PipeDream's hybrid_conf.json: module_to_stage_map and stage_to_rank_map. */
 rp_status rp_plan_pipedream_conf(const rp_plan *plan, char **out, rp_error *err);
 

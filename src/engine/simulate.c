@@ -12,6 +12,7 @@
 #include "repipe/schedule.h"
 #include "repipe/session.h"
 #include "repipe/simulate.h"
+#include "simulate_impl.h"
 
 void rp_sim_options_default(rp_sim_options *o) {
     *o = (rp_sim_options){
@@ -25,13 +26,7 @@ void rp_sim_options_default(rp_sim_options *o) {
 
 /* The machine hierarchy the workers are laid on: span[l] workers share a
 ** unit of level l, and bw[l] is the slowest link up to it. */
-typedef struct cluster {
-    int levels;
-    long long span[RP_SIM_MAX_LEVELS];
-    double bw[RP_SIM_MAX_LEVELS], latency;
-} cluster;
-
-static rp_status cluster_make(const rp_sim_options *o, int W, cluster *c, rp_error *err) {
+rp_status rpi_cluster_make(const rp_sim_options *o, int W, rpi_cluster *c, rp_error *err) {
     c->latency = o->latency;
     if (o->num_levels == 0) {
         c->levels = 1;
@@ -62,7 +57,7 @@ static rp_status cluster_make(const rp_sim_options *o, int W, cluster *c, rp_err
 }
 
 /* The innermost level whose units hold both workers. */
-static int level_of(const cluster *c, int a, int b) {
+int rpi_level_of(const rpi_cluster *c, int a, int b) {
     int l = 0;
     while (l < c->levels - 1 && a / c->span[l] != b / c->span[l])
         l++;
@@ -72,7 +67,7 @@ static int level_of(const cluster *c, int a, int b) {
 /* An allreduce of `bytes` among n workers whose links are no faster than bw:
 ** a ring moves 2 (n - 1) / n of the bytes through every worker in 2 (n - 1)
 ** steps; a binary tree reduces and broadcasts the whole in 2 log2 n steps. */
-static double allreduce_time(int n, double bytes, double bw, double latency) {
+double rpi_allreduce_time(int n, double bytes, double bw, double latency) {
     if (n <= 1)
         return 0;
     int depth = 0;
@@ -81,6 +76,35 @@ static double allreduce_time(int n, double bytes, double bw, double latency) {
     double ring = 2.0 * (n - 1) * latency + 2.0 * (n - 1) / n * bytes / bw;
     double tree = 2.0 * depth * (latency + bytes / bw);
     return ring < tree ? ring : tree;
+}
+
+double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const double *param_bytes,
+                       int first, int count, int r, int slots, double per_mb) {
+    /* activations a micro-batch keeps: every output, or with recomputation
+    ** the outputs that end a segment (the next layer has parameters, or
+    ** the stage ends) and one segment's worth of the others, shared */
+    double acts = 0, seg = 0, most = 0, par = 0;
+    for (int l = first; l < first + count; l++) {
+        bool end = l == first + count - 1 || param_bytes[l + 1] > 0;
+        par += param_bytes[l];
+        if (!cfg->recompute_checkpoint_every_layer || end)
+            acts += out_bytes[l];
+        else
+            seg += out_bytes[l];
+        if (end)
+            most = seg > most ? seg : most, seg = 0;
+    }
+    /* optimizer state: per parameter, sharded over the workers that share
+    ** the stage's variables, streamed a chunk at a time when offchip */
+    double state = par * rp_optimizer_state_per_param(&cfg->optimizer);
+    int sharers = cfg->replica_grouping.group_size * r;
+    if (cfg->replicated_tensor_sharding && sharers > 1)
+        state /= sharers;
+    double chunk = sizeof(float) * (double)RP_OFFCHIP_CHUNK *
+                   rp_optimizer_state_per_param(&cfg->optimizer);
+    if (cfg->optimizer_state_offchip && state > chunk)
+        state = chunk;
+    return 2 * par + state + (slots * acts + most) * per_mb;
 }
 
 /* A worker in the simulation: at its operation pc, computing (work
@@ -108,9 +132,9 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     rp_workplan *plan;
     if ((st = rp_workplan_build(cfg, &plan, err)))
         return st;
-    cluster net;
+    rpi_cluster net;
     if ((st = rp_workplan_check(plan, NULL, err)) ||
-        (st = cluster_make(opt, plan->workers, &net, err))) {
+        (st = rpi_cluster_make(opt, plan->workers, &net, err))) {
         rp_workplan_free(plan);
         return st;
     }
@@ -202,7 +226,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                     case RP_OP_SEND_ACT:
                     case RP_OP_SEND_GRAD: {
                         double bytes = op->kind == RP_OP_SEND_ACT ? act[s] : act[s - 1];
-                        int l = level_of(&net, w, op->peer);
+                        int l = rpi_level_of(&net, w, op->peer);
                         double cost = net.latency + bytes / net.bw[l];
                         size_t k = ((size_t)op->peer * 2 + (op->kind == RP_OP_SEND_GRAD)) * GA +
                                    op->mb;
@@ -259,12 +283,12 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                             last = sw[v].arrive > last ? sw[v].arrive : last;
                             if (first < 0)
                                 first = v;
-                            int l = level_of(&net, first, v);
+                            int l = rpi_level_of(&net, first, v);
                             top = l > top ? l : top;
                             n++;
                         }
                         double cost =
-                            allreduce_time(n, par[s] * wire_sum, net.bw[top], net.latency);
+                            rpi_allreduce_time(n, par[s] * wire_sum, net.bw[top], net.latency);
                         if (cpu) /* the workers sum in their own cores */
                             x->work = cost;
                         else
@@ -344,35 +368,13 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     res->bubble_fraction = res->update_time > 0 && idle > 0 ? idle / (W * res->update_time) : 0;
     res->workers = W;
     res->stages = P;
-    for (int s = 0, l = 0; s < P; s++) {
-        /* activations a micro-batch keeps: every output, or with recomputation
-        ** the outputs that end a segment (the next layer has parameters, or
-        ** the stage ends) and one segment's worth of the others, shared */
-        double acts = 0, seg = 0, most = 0;
-        for (int k = 0; k < counts[s]; k++, l++) {
-            bool end = k == counts[s] - 1 || param_bytes[l + 1] > 0;
-            if (!cfg->recompute_checkpoint_every_layer || end)
-                acts += out_bytes[l];
-            else
-                seg += out_bytes[l];
-            if (end)
-                most = seg > most ? seg : most, seg = 0;
-        }
+    for (int s = 0, l = 0; s < P; l += counts[s], s++) {
         int slots = 0;
         for (int w = 0; w < W; w++)
             if (plan->w[w].stage == s && plan->w[w].slots > slots)
                 slots = plan->w[w].slots;
-        /* optimizer state: per parameter, sharded over the workers that share
-        ** the stage's variables, streamed a chunk at a time when offchip */
-        double state = par[s] * rp_optimizer_state_per_param(&cfg->optimizer);
-        int sharers = cfg->replica_grouping.group_size * rp_config_stage_replicas(cfg, s);
-        if (cfg->replicated_tensor_sharding && sharers > 1)
-            state /= sharers;
-        double chunk = sizeof(float) * (double)RP_OFFCHIP_CHUNK *
-                       rp_optimizer_state_per_param(&cfg->optimizer);
-        if (cfg->optimizer_state_offchip && state > chunk)
-            state = chunk;
-        res->stage_bytes[s] = 2 * par[s] + state + (slots * acts + most) * per_mb;
+        res->stage_bytes[s] = rpi_stage_bytes(cfg, out_bytes, param_bytes, l, counts[s],
+                                              rp_config_stage_replicas(cfg, s), slots, per_mb);
     }
     free(sw), free(avail), free(copy);
     rp_workplan_free(plan);

@@ -1,0 +1,341 @@
+/*
+** The engine's planner: stages, stage replication, replicas, micro-batch and
+** accumulation chosen for repipe's synchronous pipelines, by the time per
+** update that rp_simulate predicts on the given machines.
+**
+** The search has two steps. For every shape of the run — workers per
+** replica `per`, replicas R, accumulation GA (B = global batch / (R GA)),
+** with or without recomputation — a dynamic programme over the layers,
+** from the last one back, finds the stages and their replication that
+** minimise the busiest stage's time per update:
+**
+**     cost(stage) = GA / r * t(stage) + allreduce(stage) + step(stage)
+**
+** where t is a micro-batch's forward and backward on one worker, and the
+** allreduce runs over the R r workers that hold the stage, at the slowest
+** level they span (the layout is known: going backwards, a stage's offset
+** in its replica is per minus the workers it and the later stages take).
+** A stage has at most GA replicas, so every one gets micro-batches (the
+** busiest ceil(GA / r) of them),
+** and a worker's memory (with 1F1B's in-flight count, which depends only
+** on the workers of the later stages) must fit. The programme's bottleneck
+** plus the pipeline's fill estimates each shape's time; the best few
+** estimates, single-worker and data-parallel runs, and PipeDream's plan at
+** every accumulation are then simulated exactly, and the fastest wins —
+** the simplest when within 1 %.
+*/
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "repipe/planner.h"
+#include "repipe/simulate.h"
+#include "simulate_impl.h"
+
+void rp_autoplan_options_default(rp_autoplan_options *o) {
+    *o = (rp_autoplan_options){
+        .num_levels = 0,
+        .global_batch = 0,
+        .profile_batch = 0,
+        .memory_size = 0,
+        .max_accumulation = 64,
+        .candidates = 24,
+    };
+}
+
+/* A shape whose stages the programme chose, with its estimate. */
+typedef struct cand {
+    int R, per, GA, B, P;
+    bool recompute;
+    int layers[RP_MAX_STAGES], reps[RP_MAX_STAGES];
+    double estimate;
+} cand;
+
+typedef struct search {
+    const rp_config *base;
+    const rp_autoplan_options *o;
+    int L;
+    const double *fw, *bw, *out, *par;
+    double *cf, *cb, *cp; /* prefix sums: forward, backward seconds, parameter bytes */
+    rpi_cluster net;
+    rp_sim_options sim;
+    /* the programme's tables, stages x (L + 1) x (per + 1) */
+    double *best;
+    int *cut, *rep;
+    cand *c;
+    int n, cap;
+} search;
+
+static void make_config(const search *S, const cand *k, rp_config *cfg) {
+    *cfg = *S->base;
+    cfg->replication_factor = k->R;
+    cfg->gradient_accumulation_steps = k->GA;
+    cfg->micro_batch_size = k->B;
+    cfg->schedule = RP_SCHEDULE_1F1B;
+    cfg->recompute_checkpoint_every_layer = S->base->recompute_checkpoint_every_layer || k->recompute;
+    cfg->layers_per_stage.count = k->P;
+    cfg->stage_replication_count = k->P;
+    for (int s = 0; s < k->P; s++) {
+        cfg->layers_per_stage.layers[s] = k->layers[s];
+        cfg->stage_replication[s] = k->reps[s];
+    }
+    cfg->matmul_proportion_count = 1;
+    cfg->grouping_set = false;
+    cfg->replica_grouping = rp_grouping_all(k->R);
+}
+
+/* Simulates a configuration: seconds per update, and the most a worker
+** holds; false when it cannot run on these machines. */
+static bool simulate(const search *S, const rp_config *cfg, double *t, double *bytes) {
+    rp_sim_result r;
+    rp_error err;
+    if (rp_simulate(cfg, S->fw, S->bw, S->out, S->par, S->L, &S->sim, &r, &err))
+        return false;
+    *t = r.update_time;
+    *bytes = 0;
+    for (int s = 0; s < r.stages; s++)
+        *bytes = r.stage_bytes[s] > *bytes ? r.stage_bytes[s] : *bytes;
+    rp_sim_result_free(&r);
+    return !(S->o->memory_size > 0 && *bytes > S->o->memory_size);
+}
+
+static bool push(search *S, const cand *k) {
+    if (S->n == S->cap) {
+        int cap = S->cap ? 2 * S->cap : 64;
+        cand *c = realloc(S->c, sizeof(cand) * cap);
+        if (!c)
+            return false;
+        S->c = c;
+        S->cap = cap;
+    }
+    S->c[S->n++] = *k;
+    return true;
+}
+
+/* The programme for one shape; pushes its best plan for every number of
+** stages up to RP_AUTOPLAN_STAGES (fewer stages, fewer messages: the
+** programme's bottleneck does not see them, the estimate and the
+** simulation do). best[p][i][k]: the busiest stage of layers i..L-1 in p
+** stages on k workers. */
+#define RP_AUTOPLAN_STAGES 8
+#define AT(p, i, k) ((((size_t)(p) * (L + 1)) + (i)) * W1 + (k))
+
+static bool programme(search *S, int R, int per, int GA, bool recompute) {
+    int L = S->L, W1 = per + 1, PM = per < RP_AUTOPLAN_STAGES ? per : RP_AUTOPLAN_STAGES;
+    if (PM > L)
+        PM = L;
+    double scale = (double)S->o->global_batch / ((double)R * GA) / S->o->profile_batch;
+    int B = (int)(S->o->global_batch / ((long long)R * GA));
+    rp_config cfg = *S->base;
+    cfg.recompute_checkpoint_every_layer = S->base->recompute_checkpoint_every_layer || recompute;
+    cfg.replica_grouping = rp_grouping_all(R);
+    for (size_t x = 0; x < AT(PM + 1, 0, 0); x++)
+        S->best[x] = DBL_MAX;
+    S->best[AT(0, L, 0)] = 0;
+    for (int p = 1; p <= PM; p++)
+        for (int i = L - 1; i >= 0; i--)
+            for (int k = p; k <= per; k++) {
+                double *b = &S->best[AT(p, i, k)];
+                for (int j = i + 1; j <= L - (p - 1); j++) {
+                    double f = (S->cf[j] - S->cf[i]) * scale;
+                    double t = f + (S->cb[j] - S->cb[i]) * scale;
+                    if (cfg.recompute_checkpoint_every_layer)
+                        t += f;
+                    double par = S->cp[j] - S->cp[i];
+                    for (int r = 1; r <= k - (p - 1) && r <= GA; r++) {
+                        double rest = S->best[AT(p - 1, j, k - r)]; /* finite: stages fill k */
+                        if (rest == DBL_MAX)
+                            continue;
+                        /* this stage's workers: offset per - k in every replica */
+                        int off = per - k;
+                        int top = rpi_level_of(&S->net, off, (R - 1) * per + off + r - 1);
+                        double cost = (double)((GA + r - 1) / r) * t +
+                                      rpi_allreduce_time(R * r, par, S->net.bw[top],
+                                                         S->net.latency) +
+                                      par / 1e10;
+                        double m = cost > rest ? cost : rest;
+                        if (m >= *b)
+                            continue;
+                        if (S->o->memory_size > 0) {
+                            int inflight = k < GA ? k : GA, slots = (inflight + r - 1) / r;
+                            if (rpi_stage_bytes(&cfg, S->out, S->par, i, j - i, r, slots,
+                                                scale) > S->o->memory_size)
+                                continue;
+                        }
+                        *b = m;
+                        S->cut[AT(p, i, k)] = j;
+                        S->rep[AT(p, i, k)] = r;
+                    }
+                }
+            }
+    double wire = S->base->enable_half_partials ? 0.5 : 1.0;
+    for (int P = 1; P <= PM; P++) {
+        if (S->best[AT(P, 0, per)] == DBL_MAX)
+            continue; /* nothing fits */
+        cand c = {.R = R, .per = per, .GA = GA, .B = B, .recompute = recompute, .P = P};
+        double sum = 0, most = 0;
+        for (int p = P, i = 0, k = per; p > 0; p--) {
+            int j = S->cut[AT(p, i, k)], r = S->rep[AT(p, i, k)];
+            c.layers[P - p] = j - i;
+            c.reps[P - p] = r;
+            double t = (S->cf[j] - S->cf[i] + S->cb[j] - S->cb[i]) * scale;
+            sum += t;
+            most = t > most ? t : most;
+            if (j < L) { /* the activation out and its gradient back, at the level they cross */
+                int l = rpi_level_of(&S->net, per - k + r - 1, per - k + r);
+                sum += 2 * (S->net.latency + S->out[j - 1] * scale * wire / S->net.bw[l]);
+            }
+            i = j, k -= r;
+        }
+        /* the busiest stage, plus a micro-batch through the others and the
+        ** messages between them (fill and drain) */
+        c.estimate = S->best[AT(P, 0, per)] + sum - most;
+        if (!push(S, &c))
+            return false;
+    }
+    return true;
+}
+
+static int by_estimate(const void *a, const void *b) {
+    double x = ((const cand *)a)->estimate, y = ((const cand *)b)->estimate;
+    return x < y ? -1 : x > y;
+}
+
+/* Keeps e if it is faster, or as fast (within 1 %) and simpler. */
+static void consider(rp_autoplan_entry *e, const rp_config *cfg, double t, double bytes) {
+    rp_derived d, de;
+    rp_config_derive(cfg, &d);
+    if (e->found) {
+        rp_config_derive(&e->cfg, &de);
+        bool simpler = d.workers < de.workers ||
+                       (d.workers == de.workers && d.stages < de.stages);
+        if (!(t < e->seconds * (simpler ? 1.01 : 0.99)))
+            return;
+    }
+    e->found = true;
+    e->cfg = *cfg;
+    e->seconds = t;
+    e->worker_bytes = bytes;
+}
+
+rp_status rp_autoplan_compute(const rp_profile *prof, const rp_config *base, const rp_plan *pipedream,
+                              const rp_autoplan_options *o, rp_autoplan *out, rp_error *err) {
+    memset(out, 0, sizeof *out);
+    if (o->global_batch < 1 || !(o->profile_batch > 0))
+        return rp_fail(err, RP_ERR_INVALID,
+                       "plan: the engine objective needs a global batch (%lld) and the "
+                       "profile's micro-batch (%g), both positive",
+                       o->global_batch, o->profile_batch);
+    search S = {.base = base, .o = o};
+    int *node = NULL;
+    rp_status st = rp_profile_layers(prof, (double **)&S.fw, (double **)&S.bw,
+                                     (double **)&S.out, (double **)&S.par, &node, &S.L, err);
+    if (st)
+        return st;
+    free(node);
+    rp_sim_options_default(&S.sim);
+    S.sim.profile_batch = o->profile_batch;
+    S.sim.num_levels = o->num_levels;
+    memcpy(S.sim.machines, o->machines, sizeof o->machines);
+    memcpy(S.sim.bandwidth, o->bandwidth, sizeof o->bandwidth);
+    int W = 1;
+    for (int l = 0; l < o->num_levels; l++)
+        W *= o->machines[l];
+    int L = S.L;
+    S.cf = calloc(L + 1, sizeof(double));
+    S.cb = calloc(L + 1, sizeof(double));
+    S.cp = calloc(L + 1, sizeof(double));
+    size_t cells = (size_t)(RP_AUTOPLAN_STAGES + 1) * (L + 1) * (W + 1);
+    S.best = malloc(sizeof(double) * cells);
+    S.cut = malloc(sizeof(int) * cells);
+    S.rep = malloc(sizeof(int) * cells);
+    if (!S.cf || !S.cb || !S.cp || !S.best || !S.cut || !S.rep) {
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner (%d layers, %d "
+                                        "workers)", L, W);
+        goto done;
+    }
+    if ((st = rpi_cluster_make(&S.sim, W, &S.net, err)))
+        goto done;
+    for (int l = 0; l < L; l++) {
+        S.cf[l + 1] = S.cf[l] + S.fw[l] * 1e-3;
+        S.cb[l + 1] = S.cb[l] + S.bw[l] * 1e-3;
+        S.cp[l + 1] = S.cp[l] + S.par[l];
+    }
+    /* every shape: workers per replica, replicas, accumulation; with
+    ** recomputation only where memory is short */
+    long long N = o->global_batch;
+    for (int per = 1; per <= W && per <= L; per++)
+        for (int R = 1; R * per <= W; R++) {
+            if (N % R)
+                continue;
+            for (int GA = 1; GA <= o->max_accumulation && GA <= N / R; GA++) {
+                if ((N / R) % GA)
+                    continue;
+                int before = S.n;
+                if (!programme(&S, R, per, GA, false) ||
+                    (S.n == before && o->memory_size > 0 && !base->recompute_checkpoint_every_layer &&
+                     !programme(&S, R, per, GA, true))) {
+                    st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner");
+                    goto done;
+                }
+            }
+        }
+    if (S.n == 0) {
+        st = rp_fail(err, RP_ERR_INFEASIBLE,
+                     "plan: no configuration of %d workers fits %.0f bytes per worker, even "
+                     "with recomputation and every accumulation up to %d",
+                     W, o->memory_size, o->max_accumulation);
+        goto done;
+    }
+    qsort(S.c, S.n, sizeof(cand), by_estimate);
+    /* exact: the best estimates; and, whatever their estimates, every
+    ** single-worker and data-parallel shape */
+    for (int i = 0; i < S.n; i++) {
+        const cand *k = &S.c[i];
+        bool single = k->R == 1 && k->per == 1, dp = k->per == 1 && k->R * k->per == W;
+        if (i >= o->candidates && !single && !dp)
+            continue;
+        rp_config cfg;
+        double t, bytes;
+        make_config(&S, k, &cfg);
+        if (!simulate(&S, &cfg, &t, &bytes))
+            continue;
+        out->simulated++;
+        if (single)
+            consider(&out->single, &cfg, t, bytes);
+        if (dp)
+            consider(&out->data_parallel, &cfg, t, bytes);
+        consider(&out->best, &cfg, t, bytes);
+    }
+    /* PipeDream's plan, run synchronously at each accumulation that fits */
+    rp_config pd = *base;
+    if (pipedream && !rp_plan_to_config(pipedream, prof, &pd, NULL, 0, err)) {
+        int R = pd.replication_factor, most = 1;
+        for (int s = 0; s < pd.layers_per_stage.count; s++)
+            most = rp_config_stage_replicas(&pd, s) > most ? rp_config_stage_replicas(&pd, s) : most;
+        for (int GA = most; N % R == 0 && GA <= o->max_accumulation && GA <= N / R; GA++) {
+            if ((N / R) % GA)
+                continue;
+            pd.gradient_accumulation_steps = GA;
+            pd.micro_batch_size = (int)(N / R / GA);
+            pd.schedule = RP_SCHEDULE_1F1B;
+            double t, bytes;
+            if (!simulate(&S, &pd, &t, &bytes))
+                continue;
+            out->simulated++;
+            consider(&out->pipedream, &pd, t, bytes);
+        }
+        if (out->pipedream.found && (!out->best.found || out->pipedream.seconds < out->best.seconds))
+            out->best = out->pipedream;
+    }
+    if (!out->best.found)
+        st = rp_fail(err, RP_ERR_INFEASIBLE,
+                     "plan: no configuration of %d workers fits %.0f bytes per worker",
+                     W, o->memory_size);
+done:
+    free((void *)S.fw), free((void *)S.bw), free((void *)S.out), free((void *)S.par);
+    free(S.cf), free(S.cb), free(S.cp), free(S.best), free(S.cut), free(S.rep);
+    free(S.c);
+    return st;
+}

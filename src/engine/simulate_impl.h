@@ -1,0 +1,34 @@
+/*
+** What the simulator and the engine's planner share: the machine hierarchy's
+** prices and a worker's memory.
+*/
+#ifndef REPIPE_SIMULATE_IMPL_H
+#define REPIPE_SIMULATE_IMPL_H
+
+#include "repipe/simulate.h"
+
+/* The machine hierarchy the workers are laid on: span[l] workers share a
+** unit of level l, and bw[l] is the slowest link up to it. */
+typedef struct rpi_cluster {
+    int levels;
+    long long span[RP_SIM_MAX_LEVELS];
+    double bw[RP_SIM_MAX_LEVELS], latency;
+} rpi_cluster;
+
+/* From the options' levels (none: one level of W workers at 1e10 B/s);
+** fails when the machines hold fewer than W workers. */
+rp_status rpi_cluster_make(const rp_sim_options *o, int W, rpi_cluster *c, rp_error *err);
+
+/* The innermost level whose units hold both workers. */
+int rpi_level_of(const rpi_cluster *c, int a, int b);
+
+/* Seconds to allreduce `bytes` among n workers over links of bw bytes/s. */
+double rpi_allreduce_time(int n, double bytes, double bw, double latency);
+
+/* Bytes a worker of a stage holds: layers [first, first + count) on r stage
+** replicas, `slots` micro-batches in flight, per_mb = micro-batch / profile
+** batch: parameters, gradients, optimizer state, activations. */
+double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const double *param_bytes,
+                       int first, int count, int r, int slots, double per_mb);
+
+#endif /* REPIPE_SIMULATE_IMPL_H */

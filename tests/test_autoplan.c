@@ -1,0 +1,114 @@
+/*
+** The engine's planner on profiles whose answer is known by construction:
+** one dominant layer without parameters beside layers whose gradients are
+** expensive to reduce (that layer alone on its stage, on every worker but
+** one), a model too large for one worker (a pipeline), layers without
+** parameters (data parallelism: nothing to reduce, no bubble); and a
+** memory nothing fits.
+*/
+#include <stdlib.h>
+
+#include "repipe/planner.h"
+#include "support.h"
+#include "test.h"
+
+/* A chain profile: an Input source, then one node per layer. */
+static rp_profile *chain(int n, const double *fw, const double *bw, const double *act,
+                         const double *par) {
+    char text[4096];
+    size_t at = (size_t)snprintf(text, sizeof text,
+                                 "node0 -- Input0 -- forward_compute_time=0, "
+                                 "backward_compute_time=0, activation_size=1000, "
+                                 "parameter_size=0\n");
+    for (int l = 0; l < n; l++)
+        at += (size_t)snprintf(text + at, sizeof text - at,
+                               "node%d -- layer%d -- forward_compute_time=%g, "
+                               "backward_compute_time=%g, activation_size=%g, "
+                               "parameter_size=%g\n",
+                               l + 1, l, fw[l], bw[l], act[l], par[l]);
+    for (int l = 0; l < n; l++)
+        at += (size_t)snprintf(text + at, sizeof text - at, "\tnode%d -- node%d\n", l, l + 1);
+    rp_profile *p;
+    rp_error err;
+    if (rp_profile_parse(&p, text, at, "chain", &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    return p;
+}
+
+static rp_autoplan_options machines(int W, double bw, long long batch) {
+    rp_autoplan_options o;
+    rp_autoplan_options_default(&o);
+    o.num_levels = 1;
+    o.machines[0] = W;
+    o.bandwidth[0] = bw;
+    o.global_batch = batch;
+    o.profile_batch = 16;
+    return o;
+}
+
+static void dominant_layer(void) {
+    double fw[] = {10, 0.1, 0.1, 0.1}, bw[] = {20, 0.2, 0.2, 0.2};
+    double act[] = {1000, 1000, 1000, 1000}, par[] = {0, 2e7, 2e7, 2e7};
+    rp_profile *p = chain(4, fw, bw, act, par);
+    rp_config base;
+    rp_config_default(&base);
+    rp_autoplan_options o = machines(4, 1e9, 64);
+    rp_autoplan r;
+    rp_error err;
+    CHECK(rp_autoplan_compute(p, &base, NULL, &o, &r, &err) == RP_OK);
+    const rp_config *c = &r.best.cfg;
+    CHECK_INT(c->replication_factor, 1);
+    CHECK_INT(c->layers_per_stage.count, 2);
+    CHECK_INT(c->layers_per_stage.layers[0], 1);
+    CHECK_INT(rp_config_stage_replicas(c, 0), 3);
+    CHECK_INT(rp_config_stage_replicas(c, 1), 1);
+    CHECK_INT((long long)c->micro_batch_size * c->gradient_accumulation_steps, 64);
+    CHECK(r.data_parallel.found && r.best.seconds < r.data_parallel.seconds);
+    CHECK(r.single.found && r.best.seconds < r.single.seconds);
+    rp_profile_free(p);
+}
+
+static void too_big(void) {
+    double fw[] = {1, 1}, bw[] = {2, 2}, act[] = {1000, 1000}, par[] = {6e8, 6e8};
+    rp_profile *p = chain(2, fw, bw, act, par);
+    rp_config base;
+    rp_config_default(&base);
+    rp_autoplan_options o = machines(2, 1e10, 32);
+    o.memory_size = 2e9; /* parameters and gradients of one layer fit, of two do not */
+    rp_autoplan r;
+    rp_error err;
+    CHECK(rp_autoplan_compute(p, &base, NULL, &o, &r, &err) == RP_OK);
+    CHECK_INT(r.best.cfg.layers_per_stage.count, 2);
+    CHECK(!r.single.found && !r.data_parallel.found);
+    CHECK(r.best.worker_bytes <= 2e9);
+    /* a memory nothing fits */
+    o.memory_size = 1e9;
+    CHECK(rp_autoplan_compute(p, &base, NULL, &o, &r, &err) == RP_ERR_INFEASIBLE);
+    CHECK_STR_HAS(err.msg, "no configuration of 2 workers fits");
+    rp_profile_free(p);
+}
+
+static void no_parameters(void) {
+    double fw[] = {1, 2, 1, 3}, bw[] = {2, 4, 2, 6}, act[] = {1e5, 1e5, 1e5, 1e3};
+    double par[] = {0, 0, 0, 0};
+    rp_profile *p = chain(4, fw, bw, act, par);
+    rp_config base;
+    rp_config_default(&base);
+    rp_autoplan_options o = machines(4, 1e9, 256);
+    rp_autoplan r;
+    rp_error err;
+    CHECK(rp_autoplan_compute(p, &base, NULL, &o, &r, &err) == RP_OK);
+    CHECK_INT(r.best.cfg.layers_per_stage.count, 1);
+    CHECK_INT(r.best.cfg.replication_factor, 4);
+    CHECK(r.best.seconds <= r.data_parallel.seconds);
+    rp_profile_free(p);
+}
+
+int main(void) {
+    dominant_layer();
+    too_big();
+    no_parameters();
+    return test_finish("test_autoplan");
+}
