@@ -208,8 +208,11 @@ static void consider(rp_autoplan_entry *e, const rp_config *cfg, double t, doubl
     rp_config_derive(cfg, &d);
     if (e->found) {
         rp_config_derive(&e->cfg, &de);
-        bool simpler = d.workers < de.workers ||
-                       (d.workers == de.workers && d.stages < de.stages);
+        /* fewer workers, fewer stages, larger micro-batches (which real
+        ** devices run faster than the profile's linear scaling says) */
+        bool simpler = d.workers != de.workers ? d.workers < de.workers
+                       : d.stages != de.stages ? d.stages < de.stages
+                                               : cfg->micro_batch_size > e->cfg.micro_batch_size;
         if (!(t < e->seconds * (simpler ? 1.01 : 0.99)))
             return;
     }
