@@ -28,6 +28,8 @@ enum {
     OPT_OBJECTIVE,
     OPT_GLOBAL_BATCH,
     OPT_PROFILE_BATCH,
+    OPT_CORES,
+    OPT_BACKEND,
 };
 
 static const cli_opt OPTS[] = {
@@ -50,6 +52,8 @@ static const cli_opt OPTS[] = {
     [OPT_OBJECTIVE] = {"objective", 0, "engine|pipedream", "engine: the fastest synchronous run of repipe's engine [with --config-out]; pipedream: PipeDream's objective [otherwise]"},
     [OPT_GLOBAL_BATCH] = {"global-batch", 0, "N", "engine objective: samples per update [the base config's, else profile batch x machines]"},
     [OPT_PROFILE_BATCH] = {"profile-batch", 0, "B", "micro-batch the profile was measured on [the base config's micro_batch_size]"},
+    [OPT_CORES] = {"cores", 0, "N", "engine objective: the workers share one machine's N cores, as 'repipe simulate --cores' [a core each]"},
+    [OPT_BACKEND] = {"backend", 0, "local|mpi", "engine objective: mpi ranks poll while they wait, as 'repipe simulate --backend' [local]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -228,7 +232,8 @@ static void print_keys(const rp_config *c) {
 static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const rp_plan *plan,
                             const rp_plan_options *o, const char *base_config,
                             long long global_batch, long long profile_batch, double memory,
-                            const char *config_out, bool pipedream_out) {
+                            int cores, bool polling, const char *config_out,
+                            bool pipedream_out) {
     rp_config base;
     rp_error err;
     rp_config_default(&base);
@@ -255,6 +260,8 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const rp
                                                : profile_batch * plan->machines_available;
     ao.profile_batch = (double)profile_batch;
     ao.memory_size = memory > 0 ? memory : (double)base.device_memory;
+    ao.cores = cores;
+    ao.polling = polling;
     rp_autoplan r;
     if (rp_autoplan_compute(prof, &base, plan, &ao, &r, &err)) {
         cli_error(cmd, "%s", err.msg);
@@ -272,14 +279,14 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const rp
     const rp_config *c = &r.best.cfg;
     rp_config_derive(c, &d);
     if (d.stages == 1)
-        printf("data parallelism%s is predicted fastest: the plan is %d replica%s of the whole "
-               "model\n",
-               d.workers < plan->machines_available ? " on fewer workers" : "",
-               c->replication_factor, c->replication_factor == 1 ? "" : "s");
+        printf("data parallelism on %d of the %d workers is predicted fastest: every worker holds "
+               "the whole model\n",
+               d.workers, plan->machines_available);
     else
-        printf("a pipeline of %d stages, %d replica%s, is predicted fastest, %.2fx data "
-               "parallelism\n",
-               d.stages, c->replication_factor, c->replication_factor == 1 ? "" : "s",
+        printf("a pipeline of %d stages on %d of the %d workers, %d replica%s of it, is predicted "
+               "fastest: %.2fx data parallelism\n",
+               d.stages, d.workers, plan->machines_available, c->replication_factor,
+               c->replication_factor == 1 ? "" : "s",
                r.data_parallel.found ? r.data_parallel.seconds / r.best.seconds : 0);
     double *fw, *bw, *ob, *pb;
     int *node, L;
@@ -319,8 +326,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *profile = NULL, *json = NULL, *graph_out = NULL, *conf = NULL;
     const char *config_out = NULL, *base_config = NULL, *schedule = NULL;
     const char *objective = NULL;
-    long long micro_batches = 8, global_batch = 0, profile_batch = 0;
-    bool memory_given = false;
+    long long micro_batches = 8, global_batch = 0, profile_batch = 0, cores = 0;
+    bool memory_given = false, polling = false;
     double device_memory = 0;
     double vals[RP_PLAN_MAX_LEVELS + 1];
     int nbw = 0;
@@ -396,6 +403,14 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             if (!cli_int(name, arg, 1, 1 << 20, &profile_batch))
                 return 2;
             break;
+        case OPT_CORES:
+            if (!cli_int(name, arg, 1, 1 << 20, &cores))
+                return 2;
+            break;
+        case OPT_BACKEND:
+            if (!cli_backend(cmd, arg, &polling))
+                return 2;
+            break;
         }
     }
     if (!profile || !o.num_levels) {
@@ -460,7 +475,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         }
         if (rc == 0)
             rc = engine_objective(cmd, prof, plan, &o, base_config, global_batch, profile_batch,
-                                  memory_given ? o.memory_size : 0, config_out, !engine);
+                                  memory_given ? o.memory_size : 0, (int)cores, polling,
+                                  config_out, !engine);
     }
     rp_plan_free(plan);
     rp_profile_free(prof);

@@ -124,6 +124,8 @@ typedef struct rp_autoplan_options {
     double memory_size;     /* bytes a worker may hold; 0: no limit */
     int max_accumulation;   /* largest GA tried [64] */
     int candidates;         /* the programme's best shapes simulated exactly [24] */
+    int cores;              /* the workers share one machine's cores, as rp_sim_options [0] */
+    bool polling;           /* waiting workers poll (MPI ranks), as rp_sim_options */
 } rp_autoplan_options;
 
 void rp_autoplan_options_default(rp_autoplan_options *o);

@@ -22,7 +22,7 @@
 ** plus the pipeline's fill estimates each shape's time; the best few
 ** estimates, single-worker and data-parallel runs, and PipeDream's plan at
 ** every accumulation are then simulated exactly, and the fastest wins —
-** the simplest when within 1 %.
+** the simplest, with the micro-batch nearest the profile's, within 1 %.
 */
 #include <float.h>
 #include <math.h>
@@ -203,16 +203,21 @@ static int by_estimate(const void *a, const void *b) {
 }
 
 /* Keeps e if it is faster, or as fast (within 1 %) and simpler. */
-static void consider(rp_autoplan_entry *e, const rp_config *cfg, double t, double bytes) {
+static void consider(rp_autoplan_entry *e, const rp_config *cfg, double t, double bytes,
+                     double profile_batch) {
     rp_derived d, de;
     rp_config_derive(cfg, &d);
     if (e->found) {
         rp_config_derive(&e->cfg, &de);
-        /* fewer workers, fewer stages, larger micro-batches (which real
-        ** devices run faster than the profile's linear scaling says) */
+        /* fewer workers, fewer stages, then the micro-batch nearest the
+        ** profile's: its times were measured there, and scaling them to
+        ** other micro-batches is where the model is weakest (a CPU's caches
+        ** favour small ones, a GPU's width large ones) */
+        double near = fabs(log(cfg->micro_batch_size / profile_batch));
+        double near_e = fabs(log(e->cfg.micro_batch_size / profile_batch));
         bool simpler = d.workers != de.workers ? d.workers < de.workers
                        : d.stages != de.stages ? d.stages < de.stages
-                                               : cfg->micro_batch_size > e->cfg.micro_batch_size;
+                                               : near < near_e;
         if (!(t < e->seconds * (simpler ? 1.01 : 0.99)))
             return;
     }
@@ -240,6 +245,8 @@ rp_status rp_autoplan_compute(const rp_profile *prof, const rp_config *base, con
     rp_sim_options_default(&S.sim);
     S.sim.profile_batch = o->profile_batch;
     S.sim.num_levels = o->num_levels;
+    S.sim.cores = o->cores;
+    S.sim.polling = o->polling;
     memcpy(S.sim.machines, o->machines, sizeof o->machines);
     memcpy(S.sim.bandwidth, o->bandwidth, sizeof o->bandwidth);
     int W = 1;
@@ -306,10 +313,10 @@ rp_status rp_autoplan_compute(const rp_profile *prof, const rp_config *base, con
             continue;
         out->simulated++;
         if (single)
-            consider(&out->single, &cfg, t, bytes);
+            consider(&out->single, &cfg, t, bytes, o->profile_batch);
         if (dp)
-            consider(&out->data_parallel, &cfg, t, bytes);
-        consider(&out->best, &cfg, t, bytes);
+            consider(&out->data_parallel, &cfg, t, bytes, o->profile_batch);
+        consider(&out->best, &cfg, t, bytes, o->profile_batch);
     }
     /* PipeDream's plan, run synchronously at each accumulation that fits */
     rp_config pd = *base;
@@ -327,7 +334,7 @@ rp_status rp_autoplan_compute(const rp_profile *prof, const rp_config *base, con
             if (!simulate(&S, &pd, &t, &bytes))
                 continue;
             out->simulated++;
-            consider(&out->pipedream, &pd, t, bytes);
+            consider(&out->pipedream, &pd, t, bytes, o->profile_batch);
         }
         if (out->pipedream.found && (!out->best.found || out->pipedream.seconds < out->best.seconds))
             out->best = out->pipedream;
