@@ -56,7 +56,7 @@ typedef struct search {
     const rp_config *base;
     const rp_autoplan_options *o;
     int L;
-    const double *fw, *bw, *out, *par;
+    double *fw, *bw, *out, *par; /* the profile's layers */
     double *cf, *cb, *cp; /* prefix sums: forward, backward seconds, parameter bytes */
     rpi_cluster net;
     rp_sim_options sim;
@@ -202,22 +202,35 @@ static int by_estimate(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Keeps e if it is faster, or as fast (within 1 %) and simpler. */
+/* Every stage replica gets as many micro-batches as the others of its
+** stage. */
+static bool balanced(const rp_config *c) {
+    for (int s = 0; s < c->layers_per_stage.count; s++)
+        if (c->gradient_accumulation_steps % rp_config_stage_replicas(c, s))
+            return false;
+    return true;
+}
+
+/* Keeps e if it is faster, or as fast (within 1 %) and simpler: first a
+** plan whose stage replicas share the micro-batches evenly (an uneven one
+** is only as fast as predicted where nothing else competes for the cores). */
 static void consider(rp_autoplan_entry *e, const rp_config *cfg, double t, double bytes,
                      double profile_batch) {
     rp_derived d, de;
     rp_config_derive(cfg, &d);
     if (e->found) {
         rp_config_derive(&e->cfg, &de);
-        /* fewer workers, fewer stages, then the micro-batch nearest the
+        /* then fewer workers, fewer stages, then the micro-batch nearest the
         ** profile's: its times were measured there, and scaling them to
         ** other micro-batches is where the model is weakest (a CPU's caches
         ** favour small ones, a GPU's width large ones) */
         double near = fabs(log(cfg->micro_batch_size / profile_batch));
         double near_e = fabs(log(e->cfg.micro_batch_size / profile_batch));
-        bool simpler = d.workers != de.workers ? d.workers < de.workers
-                       : d.stages != de.stages ? d.stages < de.stages
-                                               : near < near_e;
+        bool even = balanced(cfg), even_e = balanced(&e->cfg);
+        bool simpler = even != even_e           ? even
+                       : d.workers != de.workers ? d.workers < de.workers
+                       : d.stages != de.stages   ? d.stages < de.stages
+                                                 : near < near_e;
         if (!(t < e->seconds * (simpler ? 1.01 : 0.99)))
             return;
     }
@@ -237,8 +250,7 @@ rp_status rp_autoplan_compute(const rp_profile *prof, const rp_config *base, con
                        o->global_batch, o->profile_batch);
     search S = {.base = base, .o = o};
     int *node = NULL;
-    rp_status st = rp_profile_layers(prof, (double **)&S.fw, (double **)&S.bw,
-                                     (double **)&S.out, (double **)&S.par, &node, &S.L, err);
+    rp_status st = rp_profile_layers(prof, &S.fw, &S.bw, &S.out, &S.par, &node, &S.L, err);
     if (st)
         return st;
     free(node);
@@ -344,7 +356,7 @@ rp_status rp_autoplan_compute(const rp_profile *prof, const rp_config *base, con
                      "plan: no configuration of %d workers fits %.0f bytes per worker",
                      W, o->memory_size);
 done:
-    free((void *)S.fw), free((void *)S.bw), free((void *)S.out), free((void *)S.par);
+    free(S.fw), free(S.bw), free(S.out), free(S.par);
     free(S.cf), free(S.cb), free(S.cp), free(S.best), free(S.cut), free(S.rep);
     free(S.c);
     return st;
