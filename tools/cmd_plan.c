@@ -51,7 +51,7 @@ static const cli_opt OPTS[] = {
     [OPT_DEVICE_MEMORY] = {"device-memory", 0, "BYTES", "with --schedule: reject a plan whose workers need more [the base config's]"},
     [OPT_OBJECTIVE] = {"objective", 0, "engine|pipedream", "engine: the fastest synchronous run of repipe's engine [with --config-out]; pipedream: PipeDream's objective [otherwise]"},
     [OPT_GLOBAL_BATCH] = {"global-batch", 0, "N", "engine objective: samples per update [the base config's, else profile batch x machines]"},
-    [OPT_PROFILE_BATCH] = {"profile-batch", 0, "B", "micro-batch the profile was measured on [the base config's micro_batch_size]"},
+    [OPT_PROFILE_BATCH] = {"profile-batch", 0, "B", "micro-batch the profile was measured on [the profile's, else the base config's micro_batch_size]"},
     [OPT_CORES] = {"cores", 0, "N", "engine objective: the workers share one machine's N cores, as 'repipe simulate --cores' [a core each]"},
     [OPT_BACKEND] = {"backend", 0, "local|mpi", "engine objective: mpi ranks poll while they wait, as 'repipe simulate --backend' [local]"},
     {NULL, 0, NULL, NULL},
@@ -246,11 +246,13 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const rp
     ao.num_levels = o->num_levels;
     memcpy(ao.machines, o->machines, sizeof o->machines);
     memcpy(ao.bandwidth, o->bandwidth, sizeof o->bandwidth);
+    if (!profile_batch)
+        profile_batch = rp_profile_micro_batch(prof);
     if (!profile_batch && base_config)
         profile_batch = base.micro_batch_size;
     if (!profile_batch) {
         cli_error(cmd, "the engine objective needs --profile-batch B, the micro-batch the profile "
-                       "was measured on ('repipe profile --micro-batch'), or a --base-config");
+                       "was measured on (profiles of 'repipe profile' say it), or a --base-config");
         return 2;
     }
     rp_derived d;

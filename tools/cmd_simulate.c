@@ -31,7 +31,7 @@ static const cli_opt OPTS[] = {
     [OPT_CONFIG] = {"config", 'c', "FILE", "execution configuration, e.g. from 'repipe plan --config-out'"},
     [OPT_PLAN] = {"plan", 'p', "FILE", "a plan ('repipe plan --json'): its stages, replication and machines"},
     [OPT_PROFILE] = {"profile", 'f', "FILE", "per-layer profile, e.g. from 'repipe profile' (required)"},
-    [OPT_PROFILE_BATCH] = {"profile-batch", 'b', "B", "micro-batch the profile was measured on [the config's]"},
+    [OPT_PROFILE_BATCH] = {"profile-batch", 'b', "B", "micro-batch the profile was measured on [the profile's, else the config's]"},
     [OPT_SVG] = {"svg", 's', "FILE", "draw the schedule and the micro-batches in flight: one row per worker"},
     [OPT_MODEL] = {"model", 'm', "FILE", "also run the configuration with this model and measure it"},
     [OPT_CORES] = {"cores", 0, "N", "the workers share N cores: k computing at once run at N / k of their speed [a core each]"},
@@ -232,7 +232,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         for (int l = 0; l < opt.num_levels; l++)
             opt.bandwidth[l] = 1e9; /* repipe plan's default */
     }
-    opt.profile_batch = pbatch;
+    opt.profile_batch = pbatch ? pbatch : rp_profile_micro_batch(p);
     opt.cores = (int)cores;
     rp_sim_result res;
     if (rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {

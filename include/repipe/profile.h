@@ -62,6 +62,11 @@ rp_status rp_profile_layers(const rp_profile *p, double **fwd_ms, double **bwd_m
                             double **out_bytes, double **param_bytes, int **node, int *n,
                             rp_error *err);
 
+/* The micro-batch the profile was measured on, as 'repipe profile' records
+** it in the Input source's description ("Input0 micro_batch=64"); 0 when
+** the profile does not say. */
+int rp_profile_micro_batch(const rp_profile *p);
+
 /* Index of the node with this id, or -1. */
 int rp_profile_find(const rp_profile *p, const char *id);
 

@@ -41,7 +41,11 @@ rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profi
     /* the input: PipeDream's convention, a source named Input */
     rp_profile_node *in = &p->nodes[p->num_nodes++];
     in->id = dupstr("node0");
-    in->desc = dupstr("Input0");
+    /* the micro-batch rides in the description, where PipeDream's reader
+    ** ignores it and simulate and plan find it (rp_profile_micro_batch) */
+    char desc0[64];
+    snprintf(desc0, sizeof desc0, "Input0 micro_batch=%d", batch);
+    in->desc = dupstr(desc0);
     in->activation_bytes = sizeof(float) * rp_shape_size(&m->input) * (double)batch;
     in->stage_id = -1;
     openblas_set_num_threads(1); /* as a worker of the engine runs them */

@@ -132,6 +132,17 @@ rp_status rp_profile_layers(const rp_profile *p, double **fwd_ms, double **bwd_m
     return RP_OK;
 }
 
+int rp_profile_micro_batch(const rp_profile *p) {
+    for (int i = 0; i < p->num_nodes; i++) {
+        const char *d = p->nodes[i].desc, *at;
+        if (strncmp(d, "Input", 5) == 0 && (at = strstr(d, " micro_batch="))) {
+            long v = strtol(at + 13, NULL, 10);
+            return v > 0 && v <= (1L << 30) ? (int)v : 0;
+        }
+    }
+    return 0;
+}
+
 int rp_profile_find(const rp_profile *p, const char *id) {
     for (int i = 0; i < p->num_nodes; i++)
         if (strcmp(p->nodes[i].id, id) == 0)
