@@ -123,8 +123,25 @@ static void print_plan(const rp_plan *p, const char *profile_path, const rp_prof
     for (int s = 0; s < p->num_stages; s++)
         printf("%s%d", s ? "," : "", p->stage_num_ranks[s]);
     printf(")\n");
-    for (int s = 0; s < p->num_stages; s++)
+    /* each final stage's layers, named by the profile's descriptions */
+    double *fw = NULL, *bw = NULL, *ob = NULL, *pb = NULL;
+    int *node = NULL, L = 0;
+    rp_error err;
+    bool named = rp_profile_layers(prof, &fw, &bw, &ob, &pb, &node, &L, &err) == RP_OK;
+    for (int s = 0; s < p->num_stages; s++) {
         print_ranks(p, s);
+        int first = -1, last = -1, n = 0;
+        for (int k = 0; named && k < L; k++)
+            if (p->node_stage[node[k]] == s) {
+                first = first < 0 ? node[k] : first;
+                last = node[k];
+                n++;
+            }
+        if (first >= 0)
+            printf("    %d layer%s: %s ... %s\n", n, n == 1 ? "" : "s", prof->nodes[first].desc,
+                   prof->nodes[last].desc);
+    }
+    free(fw), free(bw), free(ob), free(pb), free(node);
     if (p->machines_used < p->machines_available)
         printf("  %d machine%s left unused\n", p->machines_available - p->machines_used,
                p->machines_available - p->machines_used == 1 ? "" : "s");
