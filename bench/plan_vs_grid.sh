@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The engine's planner against a grid of hand-written configurations, on
-# this machine, in one run. Both example models are profiled here; then, for
+# this machine, in one run. Both example models are profiled here, at
+# micro-batches of 8 to 128; then, for
 # 2 and 4 workers and 256 samples per update, `repipe plan --objective
 # engine --cores N` (N = this machine's cores) writes its configuration,
 # and it is measured (bench_train, median of ROUNDS runs) beside every
@@ -20,10 +21,15 @@ cores=$(nproc)
 N=256
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# each model profiled at five micro-batches: the planner scales the times of
+# the one measured nearest each micro-batch it considers
 for model in mlp cnn; do
-  "$build/repipe" profile --model "examples/fmnist-$model.model" --micro-batch 64 \
-    --out "$tmp/$model.txt" >/dev/null
+  for b in 64 8 16 32 128; do
+    "$build/repipe" profile --model "examples/fmnist-$model.model" --micro-batch $b \
+      --out "$tmp/$model-$b.txt" >/dev/null
+  done
 done
+profiles() { for b in 64 8 16 32 128; do printf -- '--profile %s ' "$tmp/$1-$b.txt"; done; }
 
 # median samples/s of ROUNDS runs of a configuration: CONFIG MODEL [mpi]
 measure() {
@@ -74,8 +80,9 @@ for model in mlp cnn; do
       if [ "$reps" = "[1]" ] && awk -v a="$med" -v b="$dp" 'BEGIN { exit !(a > b) }'; then dp=$med; fi
       spread=$(awk -v s="$spread" -v lo="$lo" -v hi="$hi" 'BEGIN { d = (hi - lo) / hi; print (d > s ? d : s) }')
     done <<<"$grid"
-    "$build/repipe" plan --profile "$tmp/$model.txt" --machines "$W" --bandwidth 1e10 --cores "$cores" \
-      --objective engine --profile-batch 64 --global-batch $N --config-out "$tmp/plan.json" \
+    # shellcheck disable=SC2046
+    "$build/repipe" plan $(profiles $model) --machines "$W" --bandwidth 1e10 --cores "$cores" \
+      --objective engine --global-batch $N --config-out "$tmp/plan.json" \
       | grep -E "^(data parallelism|a pipeline)"
     read -r pm _ _ <<<"$(measure "$tmp/plan.json" "fmnist-$model")"
     awk -v p="$pm" -v b="$best" -v n="$bestname" -v d="$dp" -v s="$spread" 'BEGIN {
@@ -83,8 +90,9 @@ for model in mlp cnn; do
              p, p / b, n, b, p / d, d, 100 * s }'
     if [ $W = 4 ]; then
       read -r mp _ _ <<<"$(measure "$tmp/plan.json" "fmnist-$model" mpi)"
-      "$build/repipe" plan --profile "$tmp/$model.txt" --machines 4 --bandwidth 1e10 --cores "$cores" \
-        --backend mpi --objective engine --profile-batch 64 --global-batch $N --config-out "$tmp/planmpi.json" >/dev/null
+      # shellcheck disable=SC2046
+      "$build/repipe" plan $(profiles $model) --machines 4 --bandwidth 1e10 --cores "$cores" \
+        --backend mpi --objective engine --global-batch $N --config-out "$tmp/planmpi.json" >/dev/null
       read -r mpm _ _ <<<"$(measure "$tmp/planmpi.json" "fmnist-$model" mpi)"
       config 4 "[1]" "[-1]" 1 > "$tmp/dp.json"
       read -r md _ _ <<<"$(measure "$tmp/dp.json" "fmnist-$model" mpi)"

@@ -37,6 +37,13 @@ static rp_profile *chain(int n, const double *fw, const double *bw, const double
     return p;
 }
 
+/* Plans from one profile measured on 16 rows. */
+static rp_status plan(const rp_profile *p, const rp_config *base, const rp_autoplan_options *o,
+                      rp_autoplan *r, rp_error *err) {
+    double batch = 16;
+    return rp_autoplan_compute(&p, &batch, 1, base, NULL, o, r, err);
+}
+
 static rp_autoplan_options machines(int W, double bw, long long batch) {
     rp_autoplan_options o;
     rp_autoplan_options_default(&o);
@@ -44,7 +51,6 @@ static rp_autoplan_options machines(int W, double bw, long long batch) {
     o.machines[0] = W;
     o.bandwidth[0] = bw;
     o.global_batch = batch;
-    o.profile_batch = 16;
     return o;
 }
 
@@ -57,7 +63,7 @@ static void dominant_layer(void) {
     rp_autoplan_options o = machines(4, 1e9, 64);
     rp_autoplan r;
     rp_error err;
-    CHECK(rp_autoplan_compute(p, &base, NULL, &o, &r, &err) == RP_OK);
+    CHECK(plan(p, &base, &o, &r, &err) == RP_OK);
     const rp_config *c = &r.best.cfg;
     CHECK_INT(c->replication_factor, 1);
     CHECK_INT(c->layers_per_stage.count, 2);
@@ -79,13 +85,13 @@ static void too_big(void) {
     o.memory_size = 2e9; /* parameters and gradients of one layer fit, of two do not */
     rp_autoplan r;
     rp_error err;
-    CHECK(rp_autoplan_compute(p, &base, NULL, &o, &r, &err) == RP_OK);
+    CHECK(plan(p, &base, &o, &r, &err) == RP_OK);
     CHECK_INT(r.best.cfg.layers_per_stage.count, 2);
     CHECK(!r.single.found && !r.data_parallel.found);
     CHECK(r.best.worker_bytes <= 2e9);
     /* a memory nothing fits */
     o.memory_size = 1e9;
-    CHECK(rp_autoplan_compute(p, &base, NULL, &o, &r, &err) == RP_ERR_INFEASIBLE);
+    CHECK(plan(p, &base, &o, &r, &err) == RP_ERR_INFEASIBLE);
     CHECK_STR_HAS(err.msg, "no configuration of 2 workers fits");
     rp_profile_free(p);
 }
@@ -99,7 +105,7 @@ static void no_parameters(void) {
     rp_autoplan_options o = machines(4, 1e9, 256);
     rp_autoplan r;
     rp_error err;
-    CHECK(rp_autoplan_compute(p, &base, NULL, &o, &r, &err) == RP_OK);
+    CHECK(plan(p, &base, &o, &r, &err) == RP_OK);
     CHECK_INT(r.best.cfg.layers_per_stage.count, 1);
     CHECK_INT(r.best.cfg.replication_factor, 4);
     CHECK(r.best.seconds <= r.data_parallel.seconds);

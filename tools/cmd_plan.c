@@ -33,7 +33,7 @@ enum {
 };
 
 static const cli_opt OPTS[] = {
-    [OPT_PROFILE] = {"profile", 'f', "FILE", "per-layer profile in PipeDream's graph.txt format (required)"},
+    [OPT_PROFILE] = {"profile", 'f', "FILE", "per-layer profile in PipeDream's graph.txt format (required); again: the same model profiled at another micro-batch, for the engine objective"},
     [OPT_MACHINES] = {"machines", 'n', "N1 [N2 ...]", "machines per level, innermost first (required)"},
     [OPT_BANDWIDTH] = {"bandwidth", 'b', "B1 [B2 ...]", "bytes/s per level [1e9 each]"},
     [OPT_MEMORY_SIZE] = {"memory-size", 's', "BYTES", "memory per machine, for --memory-constraint [16e9] and the engine objective [no limit]"},
@@ -246,7 +246,8 @@ static void print_keys(const rp_config *c) {
 ** worker, data parallelism and PipeDream's plan run synchronously; with
 ** config_out, written (the engine's choice, or PipeDream's plan with a
 ** batch that feeds every stage replica when pipedream_out). */
-static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const rp_plan *plan,
+static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const char *const *more,
+                            int num_more, const rp_plan *plan,
                             const rp_plan_options *o, const char *base_config,
                             long long global_batch, long long profile_batch, double memory,
                             int cores, bool polling, const char *config_out,
@@ -277,18 +278,37 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const rp
     ao.global_batch = global_batch             ? global_batch
                       : base_config            ? d.samples_per_update
                                                : profile_batch * plan->machines_available;
-    ao.profile_batch = (double)profile_batch;
     ao.memory_size = memory > 0 ? memory : (double)base.device_memory;
     ao.cores = cores;
     ao.polling = polling;
-    rp_autoplan r;
-    if (rp_autoplan_compute(prof, &base, plan, &ao, &r, &err)) {
-        cli_error(cmd, "%s", err.msg);
-        return 1;
+    /* the profile, and those of the same model at other micro-batches */
+    const rp_profile *profs[RP_AUTOPLAN_MAX_PROFILES] = {prof};
+    double batches[RP_AUTOPLAN_MAX_PROFILES] = {(double)profile_batch};
+    int np = 1, rc = 1;
+    for (int k = 0; k < num_more; k++, np++) {
+        rp_profile *q;
+        if (rp_profile_read(&q, more[k], &err)) {
+            cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
+        profs[np] = q;
+        if (!(batches[np] = rp_profile_micro_batch(q))) {
+            np++;
+            cli_error(cmd, "%s: the profile does not say its micro-batch (write it with "
+                           "'repipe profile')", more[k]);
+            goto done;
+        }
     }
-    printf("\nrepipe's engine, %lld samples per update (micro-batches as profiled: %lld), "
-           "%d configurations simulated:\n",
-           ao.global_batch, profile_batch, r.simulated);
+    rp_autoplan r;
+    if (rp_autoplan_compute(profs, batches, np, &base, plan, &ao, &r, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    printf("\nrepipe's engine, %lld samples per update (micro-batches as profiled: ",
+           ao.global_batch);
+    for (int k = 0; k < np; k++)
+        printf("%s%.0f", k ? ", " : "", batches[k]);
+    printf("), %d configurations simulated:\n", r.simulated);
     printf("  %-34s %7s %7s %9s %5s %13s %11s\n", "", "workers", "stages", "micro-b", "GA",
            "per update", "samples/s");
     print_row("one worker", &r.single);
@@ -318,25 +338,31 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const rp
         free(fw), free(bw), free(ob), free(pb), free(node);
     }
     print_keys(c);
+    rc = 0;
     if (!config_out)
-        return 0;
+        goto done;
     const rp_autoplan_entry *e = pipedream_out ? &r.pipedream : &r.best;
     if (!e->found) {
         cli_error(cmd, "PipeDream's plan cannot run %lld samples per update with every stage "
                        "replica fed (GA a multiple of each stage's replication); try "
                        "--objective engine or another --global-batch",
                   ao.global_batch);
-        return 1;
+        rc = 1;
+        goto done;
     }
     if (rp_config_save_file(&e->cfg, config_out, &err)) {
         cli_error(cmd, "%s", err.msg);
-        return 1;
+        rc = 1;
+        goto done;
     }
     printf("\nexecution configuration written to %s%s%s, %s; it sets:\n", config_out,
            base_config ? ", based on " : "", base_config ? base_config : "",
            pipedream_out ? "PipeDream's plan" : "the engine's plan");
     print_keys(&e->cfg);
-    return 0;
+done:
+    for (int k = 1; k < np; k++)
+        rp_profile_free((rp_profile *)profs[k]);
+    return rc;
 }
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {
@@ -344,7 +370,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_plan_options_default(&o);
     const char *profile = NULL, *json = NULL, *graph_out = NULL, *conf = NULL;
     const char *config_out = NULL, *base_config = NULL, *schedule = NULL;
-    const char *objective = NULL;
+    const char *objective = NULL, *more[RP_AUTOPLAN_MAX_PROFILES];
+    int num_more = 0;
     long long micro_batches = 8, global_batch = 0, profile_batch = 0, cores = 0;
     bool memory_given = false, polling = false;
     double device_memory = 0;
@@ -358,7 +385,16 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         const char *name = OPTS[i].name;
         int n;
         switch (i) {
-        case OPT_PROFILE: profile = arg; break;
+        case OPT_PROFILE:
+            if (!profile) {
+                profile = arg;
+            } else if (num_more < RP_AUTOPLAN_MAX_PROFILES - 1) {
+                more[num_more++] = arg;
+            } else {
+                cli_error(cmd, "--profile: at most %d profiles", RP_AUTOPLAN_MAX_PROFILES);
+                return 2;
+            }
+            break;
         case OPT_MACHINES:
             if ((n = cli_machines(cmd, arg, argc, argv, o.machines, RP_PLAN_MAX_LEVELS)) < 0)
                 return 2;
@@ -493,7 +529,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             }
         }
         if (rc == 0)
-            rc = engine_objective(cmd, prof, plan, &o, base_config, global_batch, profile_batch,
+            rc = engine_objective(cmd, prof, more, num_more, plan, &o, base_config, global_batch,
+                                  profile_batch,
                                   memory_given ? o.memory_size : 0, (int)cores, polling,
                                   config_out, !engine);
     }

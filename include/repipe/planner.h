@@ -120,7 +120,6 @@ typedef struct rp_autoplan_options {
     int machines[RP_PLAN_MAX_LEVELS];     /* per level, innermost first */
     double bandwidth[RP_PLAN_MAX_LEVELS]; /* bytes/s per level */
     long long global_batch; /* samples per update (required) */
-    double profile_batch;   /* rows the profile's times are for (required) */
     double memory_size;     /* bytes a worker may hold; 0: no limit */
     int max_accumulation;   /* largest GA tried [64] */
     int candidates;         /* the programme's best shapes simulated exactly [24] */
@@ -145,11 +144,17 @@ typedef struct rp_autoplan {
     int simulated;                   /* configurations simulated exactly */
 } rp_autoplan;
 
-/* Plans for the engine. base gives everything the plan does not choose
-** (optimizer, memory features, seed); pipedream (may be NULL) is also run
-** synchronously at every accumulation that fits, and wins if it is faster.
-** Fails (RP_ERR_INFEASIBLE) when nothing fits the memory. */
-rp_status rp_autoplan_compute(const rp_profile *profile, const rp_config *base, const rp_plan *pipedream,
+#define RP_AUTOPLAN_MAX_PROFILES 16
+
+/* Plans for the engine from profiles of one model measured on batches[k]
+** rows each (one is enough; a micro-batch takes the times of the profile
+** measured nearest it, scaled linearly). base gives everything the plan
+** does not choose (optimizer, memory features, seed); pipedream (may be
+** NULL; a plan of profiles[0]) is also run synchronously at every
+** accumulation that fits, and wins if it is faster. Fails
+** (RP_ERR_INFEASIBLE) when nothing fits the memory. */
+rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *batches,
+                              int num_profiles, const rp_config *base, const rp_plan *pipedream,
                               const rp_autoplan_options *options, rp_autoplan *out,
                               rp_error *err);
 

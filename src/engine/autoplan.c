@@ -37,7 +37,6 @@ void rp_autoplan_options_default(rp_autoplan_options *o) {
     *o = (rp_autoplan_options){
         .num_levels = 0,
         .global_batch = 0,
-        .profile_batch = 0,
         .memory_size = 0,
         .max_accumulation = 64,
         .candidates = 24,
@@ -46,18 +45,26 @@ void rp_autoplan_options_default(rp_autoplan_options *o) {
 
 /* A shape whose stages the programme chose, with its estimate. */
 typedef struct cand {
-    int R, per, GA, B, P;
+    int R, per, GA, B, P, prof; /* prof: the profile its times come from */
     bool recompute;
     int layers[RP_MAX_STAGES], reps[RP_MAX_STAGES];
     double estimate;
 } cand;
 
+/* One profile of the model: its layers, measured on `batch` rows, and
+** prefix sums of forward and backward seconds and parameter bytes. */
+typedef struct measured {
+    double batch;
+    double *fw, *bw, *out, *par;
+    double *cf, *cb, *cp;
+} measured;
+
 typedef struct search {
     const rp_config *base;
     const rp_autoplan_options *o;
     int L;
-    double *fw, *bw, *out, *par; /* the profile's layers */
-    double *cf, *cb, *cp; /* prefix sums: forward, backward seconds, parameter bytes */
+    measured m[RP_AUTOPLAN_MAX_PROFILES];
+    int nm;
     rpi_cluster net;
     rp_sim_options sim;
     /* the programme's tables, stages x (L + 1) x (per + 1) */
@@ -66,6 +73,16 @@ typedef struct search {
     cand *c;
     int n, cap;
 } search;
+
+/* The profile measured nearest B rows (by ratio): the fewer rows its times
+** are scaled over, the truer they are. */
+static int nearest(const search *S, double B) {
+    int best = 0;
+    for (int k = 1; k < S->nm; k++)
+        if (fabs(log(B / S->m[k].batch)) < fabs(log(B / S->m[best].batch)))
+            best = k;
+    return best;
+}
 
 static void make_config(const search *S, const cand *k, rp_config *cfg) {
     *cfg = *S->base;
@@ -90,7 +107,10 @@ static void make_config(const search *S, const cand *k, rp_config *cfg) {
 static bool simulate(const search *S, const rp_config *cfg, double *t, double *bytes) {
     rp_sim_result r;
     rp_error err;
-    if (rp_simulate(cfg, S->fw, S->bw, S->out, S->par, S->L, &S->sim, &r, &err))
+    const measured *m = &S->m[nearest(S, cfg->micro_batch_size)];
+    rp_sim_options so = S->sim;
+    so.profile_batch = m->batch;
+    if (rp_simulate(cfg, m->fw, m->bw, m->out, m->par, S->L, &so, &r, &err))
         return false;
     *t = r.update_time;
     *bytes = 0;
@@ -125,8 +145,9 @@ static bool programme(search *S, int R, int per, int GA, bool recompute) {
     int L = S->L, W1 = per + 1, PM = per < RP_AUTOPLAN_STAGES ? per : RP_AUTOPLAN_STAGES;
     if (PM > L)
         PM = L;
-    double scale = (double)S->o->global_batch / ((double)R * GA) / S->o->profile_batch;
-    int B = (int)(S->o->global_batch / ((long long)R * GA));
+    int B = (int)(S->o->global_batch / ((long long)R * GA)), prof = nearest(S, B);
+    const measured *M = &S->m[prof];
+    double scale = B / M->batch;
     rp_config cfg = *S->base;
     cfg.recompute_checkpoint_every_layer = S->base->recompute_checkpoint_every_layer || recompute;
     cfg.replica_grouping = rp_grouping_all(R);
@@ -138,11 +159,11 @@ static bool programme(search *S, int R, int per, int GA, bool recompute) {
             for (int k = p; k <= per; k++) {
                 double *b = &S->best[AT(p, i, k)];
                 for (int j = i + 1; j <= L - (p - 1); j++) {
-                    double f = (S->cf[j] - S->cf[i]) * scale;
-                    double t = f + (S->cb[j] - S->cb[i]) * scale;
+                    double f = (M->cf[j] - M->cf[i]) * scale;
+                    double t = f + (M->cb[j] - M->cb[i]) * scale;
                     if (cfg.recompute_checkpoint_every_layer)
                         t += f;
-                    double par = S->cp[j] - S->cp[i];
+                    double par = M->cp[j] - M->cp[i];
                     for (int r = 1; r <= k - (p - 1) && r <= GA; r++) {
                         double rest = S->best[AT(p - 1, j, k - r)]; /* finite: stages fill k */
                         if (rest == DBL_MAX)
@@ -159,7 +180,7 @@ static bool programme(search *S, int R, int per, int GA, bool recompute) {
                             continue;
                         if (S->o->memory_size > 0) {
                             int inflight = k < GA ? k : GA, slots = (inflight + r - 1) / r;
-                            if (rpi_stage_bytes(&cfg, S->out, S->par, i, j - i, r, slots,
+                            if (rpi_stage_bytes(&cfg, M->out, M->par, i, j - i, r, slots,
                                                 scale) > S->o->memory_size)
                                 continue;
                         }
@@ -173,18 +194,18 @@ static bool programme(search *S, int R, int per, int GA, bool recompute) {
     for (int P = 1; P <= PM; P++) {
         if (S->best[AT(P, 0, per)] == DBL_MAX)
             continue; /* nothing fits */
-        cand c = {.R = R, .per = per, .GA = GA, .B = B, .recompute = recompute, .P = P};
+        cand c = {.R = R, .per = per, .GA = GA, .B = B, .recompute = recompute, .P = P, .prof = prof};
         double sum = 0, most = 0;
         for (int p = P, i = 0, k = per; p > 0; p--) {
             int j = S->cut[AT(p, i, k)], r = S->rep[AT(p, i, k)];
             c.layers[P - p] = j - i;
             c.reps[P - p] = r;
-            double t = (S->cf[j] - S->cf[i] + S->cb[j] - S->cb[i]) * scale;
+            double t = (M->cf[j] - M->cf[i] + M->cb[j] - M->cb[i]) * scale;
             sum += t;
             most = t > most ? t : most;
             if (j < L) { /* the activation out and its gradient back, at the level they cross */
                 int l = rpi_level_of(&S->net, per - k + r - 1, per - k + r);
-                sum += 2 * (S->net.latency + S->out[j - 1] * scale * wire / S->net.bw[l]);
+                sum += 2 * (S->net.latency + M->out[j - 1] * scale * wire / S->net.bw[l]);
             }
             i = j, k -= r;
         }
@@ -214,18 +235,19 @@ static bool balanced(const rp_config *c) {
 /* Keeps e if it is faster, or as fast (within 1 %) and simpler: first a
 ** plan whose stage replicas share the micro-batches evenly (an uneven one
 ** is only as fast as predicted where nothing else competes for the cores). */
-static void consider(rp_autoplan_entry *e, const rp_config *cfg, double t, double bytes,
-                     double profile_batch) {
+static void consider(const search *S, rp_autoplan_entry *e, const rp_config *cfg, double t,
+                     double bytes) {
     rp_derived d, de;
     rp_config_derive(cfg, &d);
     if (e->found) {
         rp_config_derive(&e->cfg, &de);
         /* then fewer workers, fewer stages, then the micro-batch nearest the
-        ** profile's: its times were measured there, and scaling them to
+        ** profiles': their times were measured there, and scaling them to
         ** other micro-batches is where the model is weakest (a CPU's caches
         ** favour small ones, a GPU's width large ones) */
-        double near = fabs(log(cfg->micro_batch_size / profile_batch));
-        double near_e = fabs(log(e->cfg.micro_batch_size / profile_batch));
+        double B = cfg->micro_batch_size, Be = e->cfg.micro_batch_size;
+        double near = fabs(log(B / S->m[nearest(S, B)].batch));
+        double near_e = fabs(log(Be / S->m[nearest(S, Be)].batch));
         bool even = balanced(cfg), even_e = balanced(&e->cfg);
         bool simpler = even != even_e           ? even
                        : d.workers != de.workers ? d.workers < de.workers
@@ -240,50 +262,76 @@ static void consider(rp_autoplan_entry *e, const rp_config *cfg, double t, doubl
     e->worker_bytes = bytes;
 }
 
-rp_status rp_autoplan_compute(const rp_profile *prof, const rp_config *base, const rp_plan *pipedream,
+rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *batches,
+                              int num_profiles, const rp_config *base, const rp_plan *pipedream,
                               const rp_autoplan_options *o, rp_autoplan *out, rp_error *err) {
     memset(out, 0, sizeof *out);
-    if (o->global_batch < 1 || !(o->profile_batch > 0))
-        return rp_fail(err, RP_ERR_INVALID,
-                       "plan: the engine objective needs a global batch (%lld) and the "
-                       "profile's micro-batch (%g), both positive",
-                       o->global_batch, o->profile_batch);
+    if (o->global_batch < 1)
+        return rp_fail(err, RP_ERR_INVALID, "plan: the engine objective needs a positive global "
+                                            "batch, not %lld", o->global_batch);
+    if (num_profiles < 1 || num_profiles > RP_AUTOPLAN_MAX_PROFILES)
+        return rp_fail(err, RP_ERR_INVALID, "plan: %d profiles (1 to %d)", num_profiles,
+                       RP_AUTOPLAN_MAX_PROFILES);
     search S = {.base = base, .o = o};
-    int *node = NULL;
-    rp_status st = rp_profile_layers(prof, &S.fw, &S.bw, &S.out, &S.par, &node, &S.L, err);
-    if (st)
-        return st;
-    free(node);
+    rp_status st = RP_OK;
+    int W = 1;
+    for (int l = 0; l < o->num_levels; l++)
+        W *= o->machines[l];
+    for (; S.nm < num_profiles; S.nm++) {
+        measured *m = &S.m[S.nm];
+        int *node = NULL, L;
+        if (!(batches[S.nm] > 0)) {
+            st = rp_fail(err, RP_ERR_INVALID, "plan: profile %d: its micro-batch is %g",
+                         S.nm + 1, batches[S.nm]);
+            goto done;
+        }
+        m->batch = batches[S.nm];
+        if ((st = rp_profile_layers(profiles[S.nm], &m->fw, &m->bw, &m->out, &m->par, &node, &L,
+                                    err)))
+            goto done;
+        free(node);
+        m->cf = calloc(L + 1, sizeof(double));
+        m->cb = calloc(L + 1, sizeof(double));
+        m->cp = calloc(L + 1, sizeof(double));
+        if (!m->cf || !m->cb || !m->cp) {
+            S.nm++;
+            st = rp_fail(err, RP_ERR_NOMEM, "out of memory for %d layers", L);
+            goto done;
+        }
+        for (int l = 0; l < L; l++) {
+            m->cf[l + 1] = m->cf[l] + m->fw[l] * 1e-3;
+            m->cb[l + 1] = m->cb[l] + m->bw[l] * 1e-3;
+            m->cp[l + 1] = m->cp[l] + m->par[l];
+        }
+        if (S.nm == 0) {
+            S.L = L;
+        } else if (L != S.L || m->cp[L] != S.m[0].cp[L]) {
+            S.nm++;
+            st = rp_fail(err, RP_ERR_INVALID,
+                         "plan: profile %d has %d layers and %.0f parameter bytes, the first %d "
+                         "and %.0f: profiles of one model are needed",
+                         S.nm, L, m->cp[L], S.L, S.m[0].cp[S.L]);
+            goto done;
+        }
+    }
     rp_sim_options_default(&S.sim);
-    S.sim.profile_batch = o->profile_batch;
     S.sim.num_levels = o->num_levels;
     S.sim.cores = o->cores;
     S.sim.polling = o->polling;
     memcpy(S.sim.machines, o->machines, sizeof o->machines);
     memcpy(S.sim.bandwidth, o->bandwidth, sizeof o->bandwidth);
-    int W = 1;
-    for (int l = 0; l < o->num_levels; l++)
-        W *= o->machines[l];
     int L = S.L;
-    S.cf = calloc(L + 1, sizeof(double));
-    S.cb = calloc(L + 1, sizeof(double));
-    S.cp = calloc(L + 1, sizeof(double));
     size_t cells = (size_t)(RP_AUTOPLAN_STAGES + 1) * (L + 1) * (W + 1);
     S.best = malloc(sizeof(double) * cells);
     S.cut = malloc(sizeof(int) * cells);
     S.rep = malloc(sizeof(int) * cells);
-    if (!S.cf || !S.cb || !S.cp || !S.best || !S.cut || !S.rep) {
+    if (!S.best || !S.cut || !S.rep) {
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner (%d layers, %d "
                                         "workers)", L, W);
         goto done;
     }
     if ((st = rpi_cluster_make(&S.sim, W, &S.net, err)))
         goto done;
-    for (int l = 0; l < L; l++) {
-        S.cf[l + 1] = S.cf[l] + S.fw[l] * 1e-3;
-        S.cb[l + 1] = S.cb[l] + S.bw[l] * 1e-3;
-        S.cp[l + 1] = S.cp[l] + S.par[l];
-    }
     /* every shape: workers per replica, replicas, accumulation; with
     ** recomputation only where memory is short */
     long long N = o->global_batch;
@@ -325,14 +373,14 @@ rp_status rp_autoplan_compute(const rp_profile *prof, const rp_config *base, con
             continue;
         out->simulated++;
         if (single)
-            consider(&out->single, &cfg, t, bytes, o->profile_batch);
+            consider(&S, &out->single, &cfg, t, bytes);
         if (dp)
-            consider(&out->data_parallel, &cfg, t, bytes, o->profile_batch);
-        consider(&out->best, &cfg, t, bytes, o->profile_batch);
+            consider(&S, &out->data_parallel, &cfg, t, bytes);
+        consider(&S, &out->best, &cfg, t, bytes);
     }
     /* PipeDream's plan, run synchronously at each accumulation that fits */
     rp_config pd = *base;
-    if (pipedream && !rp_plan_to_config(pipedream, prof, &pd, NULL, 0, err)) {
+    if (pipedream && !rp_plan_to_config(pipedream, profiles[0], &pd, NULL, 0, err)) {
         int R = pd.replication_factor, most = 1;
         for (int s = 0; s < pd.layers_per_stage.count; s++)
             most = rp_config_stage_replicas(&pd, s) > most ? rp_config_stage_replicas(&pd, s) : most;
@@ -346,7 +394,7 @@ rp_status rp_autoplan_compute(const rp_profile *prof, const rp_config *base, con
             if (!simulate(&S, &pd, &t, &bytes))
                 continue;
             out->simulated++;
-            consider(&out->pipedream, &pd, t, bytes, o->profile_batch);
+            consider(&S, &out->pipedream, &pd, t, bytes);
         }
         if (out->pipedream.found && (!out->best.found || out->pipedream.seconds < out->best.seconds))
             out->best = out->pipedream;
@@ -356,8 +404,11 @@ rp_status rp_autoplan_compute(const rp_profile *prof, const rp_config *base, con
                      "plan: no configuration of %d workers fits %.0f bytes per worker",
                      W, o->memory_size);
 done:
-    free(S.fw), free(S.bw), free(S.out), free(S.par);
-    free(S.cf), free(S.cb), free(S.cp), free(S.best), free(S.cut), free(S.rep);
+    for (int k = 0; k < S.nm; k++) {
+        measured *m = &S.m[k];
+        free(m->fw), free(m->bw), free(m->out), free(m->par), free(m->cf), free(m->cb), free(m->cp);
+    }
+    free(S.best), free(S.cut), free(S.rep);
     free(S.c);
     return st;
 }
