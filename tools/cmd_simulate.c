@@ -252,6 +252,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (cores > 0 && cores < d.workers)
         fprintf(txt, "  (%d workers share %lld cores)", d.workers, cores);
     fprintf(txt, "\n");
+    if (cores > 0 && cores < d.workers)
+        fprintf(txt, "note: the operating system's time slicing, and the caches and memory bus "
+                     "that cores share, are not modelled; they made oversubscribed pipelines run "
+                     "up to 25 %% slower than predicted (docs/simulate.md)\n");
     double busy = 0;
     for (int w = 0; w < res.workers; w++)
         busy += res.busy[w];
