@@ -87,6 +87,10 @@ static same_shift same_range(int H, int W, int P, int ki, int kj) {
         r.a = -r.off;
     if (r.e > H * W - r.off)
         r.e = H * W - r.off;
+    /* a tap that misses the whole plane (the pad at least the input's
+    ** size): all of its column is padding */
+    if (r.a > H * W)
+        r.a = H * W;
     if (r.e < r.a)
         r.e = r.a;
     return r;
