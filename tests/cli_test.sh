@@ -143,11 +143,28 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   expect_grep "cache reused" "^executable cache: reused the schedule and memory plan in $tmp/cache/" \
     -- "$bin" train --model "$src/examples/fmnist-mlp.model" --config "$tmp/cached.json" --updates 2
   printf 'input 10 10\nflatten\nlinear 10\nsoftmax_cross_entropy\n' > "$tmp/small.model"
-  expect_fail "train input mismatch" 1 "the model's input 10x10 does not fit the data's samples 1x28x28" \
+  expect_fail "train input mismatch" 1 "the training set of .*: its samples are 1x28x28 but the model's input is 10x10" \
     -- "$bin" train --model "$tmp/small.model" --config "$src/examples/fmnist.json" --updates 1
 else
   echo "SKIP: training checks (no Fashion-MNIST)"
 fi
+
+# Test images of another size than the training images: refused before any
+# work (they were read past their end).
+mkdir -p "$tmp/idx"
+byte() { printf "\\x$(printf %02x "$1")"; }
+u32() { printf '\x00\x00\x00'; byte "$1"; }
+idx() { # FILE NDIM N [ROWS COLS]: an IDX file of zeros
+  { printf '\x00\x00\x08'; byte "$2"; u32 "$3"
+    n=$3; if [ $# -gt 3 ]; then u32 "$4"; u32 "$5"; n=$(($3 * $4 * $5)); fi
+    head -c "$n" /dev/zero; } > "$tmp/idx/$1"
+}
+idx train-images-idx3-ubyte 3 4 4 4; idx train-labels-idx1-ubyte 1 4
+idx t10k-images-idx3-ubyte 3 4 5 5; idx t10k-labels-idx1-ubyte 1 4
+printf 'input 4 4\nflatten\nlinear 2\nsoftmax_cross_entropy\n' > "$tmp/tiny.model"
+printf '{"micro_batch_size": 2}\n' > "$tmp/tiny.json"
+expect_fail "train test-set shape" 1 "the test set of $tmp/idx: its samples are 1x5x5 but the model's input is 4x4" \
+  -- "$bin" train --model "$tmp/tiny.model" --config "$tmp/tiny.json" --data "$tmp/idx" --updates 1
 
 # Two replicas on threads, then the same under MPI: the same weights.
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then

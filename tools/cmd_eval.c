@@ -52,11 +52,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (rp_model_load(&m, model_path, &err) || rp_config_load_file(&cfg, config_path, &err) ||
         rp_dataset_load_idx(&test, data, false, &err) || rp_weights_load(&w, load, &err))
         goto fail;
-    if (rp_shape_size(&test->sample) != rp_shape_size(&m->input)) {
-        rp_fail(&err, RP_ERR_INVALID, "%s: the model's input does not fit the data's samples",
-                model_path);
+    char what[600];
+    snprintf(what, sizeof what, "the test set of %s", data);
+    if (rp_dataset_fits(test, m, what, &err))
         goto fail;
-    }
     if ((comm ? rp_session_create_mpi(m, &cfg, comm, &s, &err)
               : rp_session_create(m, &cfg, &s, &err)) ||
         rp_session_set_weights(s, w, RP_ONE_PER_GROUP, &err))

@@ -132,18 +132,12 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (rp_dataset_load_idx(&train, data, true, &err) ||
         rp_dataset_load_idx(&test, data, false, &err))
         goto fail;
-    if (rp_shape_size(&train->sample) != rp_shape_size(&m->input)) {
-        char a[64], b[64];
-        rp_fail(&err, RP_ERR_INVALID, "%s: the model's input %s does not fit the data's samples %s",
-                model_path, rp_shape_to_string(&m->input, a, sizeof a),
-                rp_shape_to_string(&train->sample, b, sizeof b));
+    /* both sets: a test image of another size would be read past its end */
+    char what[2][600];
+    snprintf(what[0], sizeof what[0], "the training set of %s", data);
+    snprintf(what[1], sizeof what[1], "the test set of %s", data);
+    if (rp_dataset_fits(train, m, what[0], &err) || rp_dataset_fits(test, m, what[1], &err))
         goto fail;
-    }
-    if (train->num_classes > m->num_classes) {
-        rp_fail(&err, RP_ERR_INVALID, "%s: the model scores %d classes but the data has %d",
-                model_path, m->num_classes, train->num_classes);
-        goto fail;
-    }
     if ((comm ? rp_session_create_mpi(m, &cfg, comm, &s, &err)
               : rp_session_create(m, &cfg, &s, &err)))
         goto fail;

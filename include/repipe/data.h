@@ -23,6 +23,12 @@ typedef struct rp_dataset {
     int num_classes;
 } rp_dataset;
 
+/* Whether a model can train on or be evaluated with the dataset: its
+** samples are the model's input, and its labels are classes the model
+** scores. `what` names the dataset in the message ("the test set of DIR"). */
+rp_status rp_dataset_fits(const rp_dataset *d, const rp_model *m, const char *what,
+                          rp_error *err);
+
 /* Parses one IDX file's bytes (after decompression): magic 0x0000 08 NDIM,
 ** NDIM big-endian u32 sizes, then the unsigned bytes. *dims receives the
 ** sizes; *values points into data. */

@@ -272,3 +272,17 @@ void rp_stream_update(rp_stream *s, long long u, int64_t *idx) {
     for (int i = 0; i < s->per_update; i++)
         idx[i] = s->perm[first + i];
 }
+
+rp_status rp_dataset_fits(const rp_dataset *d, const rp_model *m, const char *what,
+                          rp_error *err) {
+    char a[64], b[64];
+    if (rp_shape_size(&d->sample) != rp_shape_size(&m->input))
+        return rp_fail(err, RP_ERR_INVALID, "%s: its samples are %s but the model's input is %s",
+                       what, rp_shape_to_string(&d->sample, a, sizeof a),
+                       rp_shape_to_string(&m->input, b, sizeof b));
+    if (d->num_classes > m->num_classes)
+        return rp_fail(err, RP_ERR_INVALID, "%s: its labels run to class %d but the model scores "
+                                            "%d classes",
+                       what, d->num_classes - 1, m->num_classes);
+    return RP_OK;
+}
