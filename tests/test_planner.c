@@ -4,6 +4,7 @@
 ** antichain DAG of small graphs counted by hand, the rank layout and the
 ** infeasible cases.
 */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "../src/plan/antichain.h"
@@ -423,7 +424,43 @@ static void test_rank_layout(void) {
     rp_profile_free(p);
 }
 
+/* Machines whose product wraps an int, and tables too large for this
+** machine, are refused at once with the figures (they spun, or ran out of
+** memory after minutes). */
+static void test_limits(void) {
+    int n = 100000;
+    size_t cap = (size_t)n * 160, len = 0;
+    char *text = malloc(cap);
+    len += (size_t)snprintf(text, cap, "node0 -- Input0 -- forward_compute_time=0, "
+                                       "backward_compute_time=0, activation_size=1, "
+                                       "parameter_size=0\n");
+    for (int i = 1; i <= n; i++)
+        len += (size_t)snprintf(text + len, cap - len,
+                                "node%d -- L -- forward_compute_time=1, backward_compute_time=1, "
+                                "activation_size=1, parameter_size=1\n",
+                                i);
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(text + len, cap - len, "\tnode%d -- node%d\n", i, i + 1);
+    rp_profile *p;
+    rp_error err;
+    CHECK(rp_profile_parse(&p, text, len, "chain", &err) == RP_OK);
+    rp_plan_options o;
+    rp_plan_options_default(&o);
+    o.num_levels = 3;
+    o.machines[0] = o.machines[1] = o.machines[2] = 4096;
+    rp_plan *plan;
+    CHECK(rp_plan_compute(p, &o, &plan, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "68719476736 machines in all; at most 4096");
+    o.num_levels = 2;
+    o.machines[0] = 8, o.machines[1] = 2;
+    CHECK(rp_plan_compute(p, &o, &plan, &err) == RP_ERR_NOMEM);
+    CHECK_STR_HAS(err.msg, "the plan's tables need");
+    rp_profile_free(p);
+    free(text);
+}
+
 int main(void) {
+    test_limits();
     test_states();
     test_rank_layout();
     test_against_reference();

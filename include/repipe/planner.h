@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 #define RP_PLAN_MAX_LEVELS 8
-#define RP_PLAN_MAX_MACHINES 4096 /* per level */
+#define RP_PLAN_MAX_MACHINES 4096 /* per level, and all levels multiplied */
 
 typedef struct rp_plan_options {
     int num_levels;

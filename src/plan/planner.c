@@ -21,6 +21,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -404,6 +405,14 @@ static rp_status check_options(const rp_plan_options *o, rp_error *err) {
             return rp_fail(err, RP_ERR_INVALID, "bandwidth: level %d has %g; it must be > 0",
                            l + 1, o->bandwidth[l]);
     }
+    /* in 64 bits: 4096 x 4096 x 4096 machines would wrap an int */
+    long long all = 1;
+    for (int l = 0; l < o->num_levels; l++)
+        all *= o->machines[l];
+    if (all > RP_PLAN_MAX_MACHINES)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "machines: the levels hold %lld machines in all; at most %d", all,
+                       RP_PLAN_MAX_MACHINES);
     if (!(o->memory_size > 0))
         return rp_fail(err, RP_ERR_INVALID, "memory size must be > 0 bytes (got %g)",
                        o->memory_size);
@@ -414,11 +423,34 @@ static rp_status check_options(const rp_plan_options *o, rp_error *err) {
     return RP_OK;
 }
 
+/* Fails, with the figure, when the tables for N states and the states'
+** predecessor lists cannot fit in this machine's memory: before allocating
+** them, rather than after minutes of swapping. */
+static rp_status fits(int N, const rp_plan_options *o, const char *what, rp_error *err) {
+    int L = o->num_levels;
+    double need = (double)N * N / 2 * sizeof(int);
+    for (int l = 0; l < L; l++)
+        need += (double)(l == L - 1 ? 1 : N + 1) * N * o->machines[l] *
+                (sizeof(cell) + sizeof(double));
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && need > (double)pages * page)
+        return rp_fail(err, RP_ERR_NOMEM,
+                       "the plan's tables need %.1f GB for %d %s on these machines, more than "
+                       "this machine's %.1f GB: use fewer levels, or a coarser profile",
+                       need / 1e9, N, what, (double)pages * page / 1e9);
+    return RP_OK;
+}
+
 rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, rp_plan **out,
                           rp_error *err) {
     *out = NULL;
     rp_status s = check_options(o, err);
     if (s)
+        return s;
+    /* a profile has at least as many states as nodes after its input (on
+    ** PipeDream's profiles, up to 15 times as many): refuse before
+    ** building them */
+    if ((s = fits(profile->num_nodes - 1, o, "nodes", err)))
         return s;
     rp_states st;
     if ((s = rp_states_build(profile, &st, err)))
@@ -432,6 +464,8 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
     }
     p->options = *o;
     p->num_states = N;
+    if ((s = fits(N, o, "states", err)))
+        goto done;
     double below = 1;
     for (int l = 0; l < L; l++) {
         if (l)
