@@ -18,6 +18,15 @@ static void test_key_errors(void) {
         const char *json, *key, *rule;
     } cases[] = {
         {"{\"seed\": -1}", "'seed'", "integer between 0"},
+        /* products that wrapped: refused with the keys that make them */
+        {"{\"micro_batch_size\": 2000000, \"gradient_accumulation_steps\": 2000000, "
+         "\"replication_factor\": 20, \"device_iterations\": 100000}",
+         "a host call takes 8e+18 samples", "at most 1099511627776"},
+        {"{\"replication_factor\": 1000, \"layers_per_stage\": [1, 1], "
+         "\"stage_replication\": [3, 2]}",
+         "replication_factor 1000 x 5 workers per replica", "needs 5000 workers; at most 4096"},
+        {"{\"inference_replication_factor\": 5000}", "inference_replication_factor 5000",
+         "at most 4096"},
         {"{\"seed\": 1.5}", "'seed'", "integer between 0"},
         {"{\"micro_batch_size\": 0}", "'micro_batch_size': 0", ">= 1"},
         {"{\"replication_factor\": \"2\"}", "'replication_factor': \"2\"", "integer >= 1"},

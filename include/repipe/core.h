@@ -28,6 +28,12 @@ typedef enum rp_status {
 
 #define RP_ERROR_MAX 1024
 
+/* Workers of one run: threads of a local world, or MPI ranks. */
+#define RP_MAX_WORKERS 4096
+/* Samples of one host call (2^40): more than any dataset holds, and far
+** from the 64-bit products that would wrap. */
+#define RP_MAX_SAMPLES (1LL << 40)
+
 typedef struct rp_error {
     rp_status status;
     char msg[RP_ERROR_MAX];

@@ -59,9 +59,9 @@ _Static_assert(sizeof(lreq) <= sizeof(rp_request), "rp_request too small");
 
 rp_status rp_world_create(int size, rp_world **out, rp_error *err) {
     *out = NULL;
-    if (size < 1 || size > 4096)
-        return rp_fail(err, RP_ERR_INVALID, "a local world needs 1 to 4096 workers (got %d)",
-                       size);
+    if (size < 1 || size > RP_MAX_WORKERS)
+        return rp_fail(err, RP_ERR_INVALID, "a local world needs 1 to %d workers (got %d)",
+                       RP_MAX_WORKERS, size);
     rp_world *w = calloc(1, sizeof *w);
     if (!w || !(w->comms = calloc(size, sizeof(rp_comm))) ||
         !(w->identity = malloc(sizeof(int) * size))) {
@@ -194,7 +194,7 @@ typedef struct group_call {
 static rp_status enter(rp_comm *c, const rp_grouping *g, const void *ptr, group_call *gc,
                        rp_error *err) {
     rp_world *w = c->world;
-    int local[4096], world[4096];
+    int local[RP_MAX_WORKERS], world[RP_MAX_WORKERS];
     gc->w = w;
     gc->g = comm_group(c, g, c->rank, local, &gc->index);
     for (int i = 0; i < gc->g; i++)
@@ -263,7 +263,7 @@ rp_status local_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n
         return st;
     size_t k = (n + gc.g - 1) / gc.g;
     size_t from = gc.index * k < n ? gc.index * k : n, to = from + k < n ? from + k : n;
-    float *dsts[4096];
+    float *dsts[RP_MAX_WORKERS];
     for (int j = 0; j < gc.g; j++)
         dsts[j] = (float *)gc.s->ptr[j];
     sum_members(gc.s->ptr, gc.g, from, to, dsts, gc.g, 0);
@@ -350,7 +350,7 @@ rp_status local_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, fl
         return st;
     size_t k = (n + gc.g - 1) / gc.g;
     size_t from = gc.index * k < n ? gc.index * k : n, to = from + k < n ? from + k : n;
-    const void *src[4096];
+    const void *src[RP_MAX_WORKERS];
     for (int j = 0; j < gc.g; j++)
         src[j] = ((const update_bufs *)gc.s->ptr[j])->grads;
     float acc[SUM_BLOCK];

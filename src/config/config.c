@@ -529,6 +529,34 @@ static rp_status validate(rp_config *cfg, load_ctx *c) {
                        "%s: key 'inference_matmul_proportion' lists %d values but inference has "
                        "%d stages (give one value, or one per stage)",
                        c->name, cfg->inference_matmul_proportion_count, inf_stages);
+    /* derived products, in doubles so that nothing wraps: every worker a
+    ** thread or rank of one world, every host call's samples a count */
+    double per = 0, B = cfg->micro_batch_size;
+    for (int st = 0; st < stages; st++)
+        per += rp_config_stage_replicas(cfg, st);
+    double workers = cfg->replication_factor * per;
+    double inf_workers = (double)cfg->inference_replication_factor * inf_stages;
+    if (workers > RP_MAX_WORKERS)
+        return rp_fail(c->err, RP_ERR_INVALID,
+                       "%s: replication_factor %d x %.0f workers per replica (stage_replication) "
+                       "needs %.0f workers; at most %d",
+                       c->name, cfg->replication_factor, per, workers, RP_MAX_WORKERS);
+    if (inf_workers > RP_MAX_WORKERS)
+        return rp_fail(c->err, RP_ERR_INVALID,
+                       "%s: inference_replication_factor %d x %d inference stages needs %.0f "
+                       "workers; at most %d",
+                       c->name, cfg->inference_replication_factor, inf_stages, inf_workers,
+                       RP_MAX_WORKERS);
+    double call = B * cfg->gradient_accumulation_steps * cfg->replication_factor *
+                  cfg->device_iterations;
+    double inf_call = B * cfg->inference_replication_factor * cfg->inference_device_iterations;
+    if (call > RP_MAX_SAMPLES || inf_call > RP_MAX_SAMPLES)
+        return rp_fail(c->err, RP_ERR_INVALID,
+                       "%s: a host call takes %.3g samples (micro_batch_size x "
+                       "gradient_accumulation_steps x replication_factor x device_iterations, "
+                       "or for inference micro_batch_size x inference_replication_factor x "
+                       "inference_device_iterations); at most %.0f",
+                       c->name, call > inf_call ? call : inf_call, (double)RP_MAX_SAMPLES);
     if (cfg->grouping_set) {
         rp_error gerr;
         if (rp_grouping_init(&cfg->replica_grouping, cfg->replication_factor, c->group_size,

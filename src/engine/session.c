@@ -851,7 +851,7 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             goto fail;
         /* reduction communicators, one per distinct grouping */
         for (int q = 0; q < s->ngroupings; q++) {
-            int members[4096], nm = reduce_members(s, &s->groupings[q], w->replica, w->stage, members);
+            int members[RP_MAX_WORKERS], nm = reduce_members(s, &s->groupings[q], w->replica, w->stage, members);
             if (comm) {
                 int color = w->stage * R + rp_grouping_group_of(&s->groupings[q], w->replica);
                 if ((st = rp_comm_split(comm, color, id, &w->reduce[q], err)))
