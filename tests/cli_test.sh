@@ -166,6 +166,18 @@ printf '{"micro_batch_size": 2}\n' > "$tmp/tiny.json"
 expect_fail "train test-set shape" 1 "the test set of $tmp/idx: its samples are 1x5x5 but the model's input is 4x4" \
   -- "$bin" train --model "$tmp/tiny.model" --config "$tmp/tiny.json" --data "$tmp/idx" --updates 1
 
+# A diverging run stops with the update, and saves nothing: white images,
+# labels 0 1 0 1, and a learning rate of 1e38.
+idx t10k-images-idx3-ubyte 3 4 4 4
+{ printf '\x00\x00\x08\x03'; u32 4; u32 4; u32 4; head -c 64 /dev/zero | tr '\0' '\377'; } \
+  > "$tmp/idx/train-images-idx3-ubyte"
+{ printf '\x00\x00\x08\x01'; u32 4; printf '\x00\x01\x00\x01'; } > "$tmp/idx/train-labels-idx1-ubyte"
+printf '{"micro_batch_size": 2, "optimizer": {"type": "sgd", "lr": 1e38}}\n' > "$tmp/diverge.json"
+expect_fail "train diverges" 1 "update [0-9]+: the loss is (nan|inf|-nan), training diverged; nothing is saved" \
+  -- "$bin" train --model "$tmp/tiny.model" --config "$tmp/diverge.json" --data "$tmp/idx" --updates 20 \
+  --save "$tmp/diverged.rpw"
+if [ ! -e "$tmp/diverged.rpw" ]; then ok; else bad "a diverged run saved its weights"; fi
+
 # Two replicas on threads, then the same under MPI: the same weights.
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   out=$("$bin" train --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist-r2.json" \

@@ -2,6 +2,7 @@
 ** repipe train: trains a model on an IDX dataset and evaluates it.
 */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -216,6 +217,14 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         if ((st = rp_session_run_samples(s, train, ids, &r, &err)))
             break;
         double loss = result_loss(&r);
+        if (!isfinite(loss) && !cfg.auto_loss_scaling) { /* the weights are lost: say so */
+            st = rp_fail(&err, RP_ERR_INVALID,
+                         "update %lld: the loss is %g, training diverged; nothing is saved "
+                         "(lower optimizer.lr, now %g, or set auto_loss_scaling to skip such "
+                         "updates)",
+                         (c + 1) * D, loss, cfg.optimizer.lr);
+            break;
+        }
         ema = ema < 0 ? loss : 0.95 * ema + 0.05 * loss;
         long long done = (c + 1) * D;
         double el = rp_now() - t0, sps = done * d.samples_per_update / el;
