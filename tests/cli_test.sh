@@ -166,6 +166,9 @@ printf '{"micro_batch_size": 2}\n' > "$tmp/tiny.json"
 expect_fail "train test-set shape" 1 "the test set of $tmp/idx: its samples are 1x5x5 but the model's input is 4x4" \
   -- "$bin" train --model "$tmp/tiny.model" --config "$tmp/tiny.json" --data "$tmp/idx" --updates 1
 
+expect_fail "weights rtol negative" 2 "--rtol: '-1' is not a relative difference >= 0" -- \
+  "$bin" weights compare a b --rtol -1
+
 # A diverging run stops with the update, and saves nothing: white images,
 # labels 0 1 0 1, and a learning rate of 1e38.
 idx t10k-images-idx3-ubyte 3 4 4 4

@@ -103,8 +103,12 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     for (int o; (o = cli_next_arg(cmd, argc, argv, &arg, &help, pos, &npos, 4)) != -1;) {
         if (o == -2)
             return help ? 0 : 2;
-        if (o == 0 && (!cli_double("rtol", arg, &rtol) || rtol < 0))
+        if (o == 0 && !cli_double("rtol", arg, &rtol))
             return 2;
+        if (o == 0 && !(rtol >= 0)) {
+            cli_error(cmd, "--rtol: '%s' is not a relative difference >= 0", arg);
+            return 2;
+        }
     }
     if (npos == 2 && strcmp(pos[0], "show") == 0)
         return show(cmd, pos[1]);
