@@ -166,6 +166,8 @@ printf '{"micro_batch_size": 2}\n' > "$tmp/tiny.json"
 expect_fail "train test-set shape" 1 "the test set of $tmp/idx: its samples are 1x5x5 but the model's input is 4x4" \
   -- "$bin" train --model "$tmp/tiny.model" --config "$tmp/tiny.json" --data "$tmp/idx" --updates 1
 
+expect_fail "option did you mean" 2 "unknown option '--bandwith': did you mean '--bandwidth'\\?" -- \
+  "$bin" plan --profile "$vgg" --machines 2 --bandwith 1e9
 expect_fail "weights rtol negative" 2 "--rtol: '-1' is not a relative difference >= 0" -- \
   "$bin" weights compare a b --rtol -1
 

@@ -3,6 +3,7 @@
 */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "../src/core/util.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -79,9 +80,22 @@ int cli_next(const cli_cmd *cmd, int argc, char **argv, const char **arg, bool *
     if (c == ':')
         cli_error(cmd, "option '%s' needs a value (see 'repipe %s --help')", argv[optind - 1],
                   cmd->name);
-    else
-        cli_error(cmd, "unknown option '%s' (see 'repipe %s --help')", argv[optind - 1],
-                  cmd->name);
+    else {
+        /* "--bandwith" -> "did you mean '--bandwidth'?", as for configuration keys */
+        const char *given = argv[optind - 1], *names[64];
+        for (int i = 0; i < n; i++)
+            names[i] = cmd->opts[i].name;
+        char word[128];
+        snprintf(word, sizeof word, "%s", given + strspn(given, "-"));
+        word[strcspn(word, "=")] = '\0';
+        const char *near = given[0] == '-' && given[1] == '-' ? rp_closest_word(word, names, n)
+                                                                : NULL;
+        if (near)
+            cli_error(cmd, "unknown option '%s': did you mean '--%s'? (see 'repipe %s --help')",
+                      given, near, cmd->name);
+        else
+            cli_error(cmd, "unknown option '%s' (see 'repipe %s --help')", given, cmd->name);
+    }
     return -2;
 }
 
