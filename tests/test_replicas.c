@@ -375,8 +375,8 @@ static void inference(bool use_mpi) {
         rp_net_predictions(net, acts, want + at);
     }
     static const char *shapes[] = {"", ", \"inference_replication_factor\": 3",
-                                   ", \"inference_replication_factor\": 4, "
-                                   "\"inference_layers_per_stage\": [2, -1]",
+                                   (", \"inference_replication_factor\": 4, "
+                                    "\"inference_layers_per_stage\": [2, -1]"),
                                    ", \"inference_replication_factor\": 40"};
     for (int k = 0; k < 4; k++) {
         rp_config c = config(B, 1, use_mpi ? rp_comm_size(mpi) : 2, 1, OPTS[0], shapes[k]);
