@@ -82,6 +82,10 @@ static void test_key_errors(void) {
         {"{\"layers_per_stage\": [1], \"layers_per_ipu\": [1]}", "'layers_per_stage' and "
          "'layers_per_ipu' both given", "keep one"},
         {"{\"seed\": 1, \"seed\": 2}", "'seed' appears twice", ""},
+        /* strict JSON: one document, nothing after it, no key twice at any depth */
+        {"{\"optimizer\": {\"lr\": 0.1, \"lr\": 0.2}}", "'optimizer.lr' appears twice", ""},
+        {"{\"seed\": 1} {\"seed\": 2}", "t.json:1:13", "more text after the JSON document"},
+        {"{\"seed\": 1}\n\n  x", "t.json:3:3", "more text after the JSON document"},
         {"{\"replication_factr\": 2}", "unknown key 'replication_factr'",
          "did you mean 'replication_factor'"},
         {"{\"zzz\": 2}", "unknown key 'zzz'", ""},
@@ -103,6 +107,15 @@ static void test_key_errors(void) {
         CHECK_STR_HAS(err.msg, cases[i].key);
         CHECK_STR_HAS(err.msg, cases[i].rule);
     }
+}
+
+/* A NUL byte and more after the document: refused, not read as the end. */
+static void test_nul(void) {
+    const char text[] = "{\"seed\": 1}\0garbage";
+    rp_config cfg;
+    rp_error err;
+    CHECK(rp_config_load_string(&cfg, text, sizeof text - 1, "t.json", &err) == RP_ERR_PARSE);
+    CHECK_STR_HAS(err.msg, "t.json:1:12: a NUL byte after the JSON document");
 }
 
 static void check_expand(const char *layers, int L, const int *expect, int n) {
@@ -259,6 +272,7 @@ static void test_round_trip(void) {
 }
 
 int main(void) {
+    test_nul();
     test_key_errors();
     test_wildcards();
     test_ipu_config();

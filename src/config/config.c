@@ -572,17 +572,10 @@ static rp_status validate(rp_config *cfg, load_ctx *c) {
 rp_status rp_config_load_string(rp_config *cfg, const char *text, size_t len, const char *name,
                                 rp_error *err) {
     rp_config_default(cfg);
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!root) {
-        int line = 1, col = 1;
-        size_t at = end && end >= text ? (size_t)(end - text) : 0;
-        if (at > len)
-            at = len;
-        rp_text_position(text, at, &line, &col);
-        return rp_fail(err, RP_ERR_PARSE, "%s:%d:%d: not valid JSON", name, line, col);
-    }
-    rp_status s = RP_OK;
+    cJSON *root;
+    rp_status s = rp_json_parse(text, len, name, &root, err);
+    if (s)
+        return s;
     if (!cJSON_IsObject(root)) {
         s = rp_fail(err, RP_ERR_PARSE, "%s: the configuration must be a JSON object", name);
         goto done;
@@ -635,9 +628,10 @@ rp_status rp_config_load_file(rp_config *cfg, const char *path, rp_error *err) {
 
 rp_status rp_config_apply_plan(rp_config *cfg, const char *plan_text, size_t len,
                                const char *name, rp_error *err) {
-    cJSON *root = cJSON_ParseWithLength(plan_text, len);
-    if (!root)
-        return rp_fail(err, RP_ERR_PARSE, "%s: not valid JSON", name);
+    cJSON *root;
+    rp_status ps = rp_json_parse(plan_text, len, name, &root, err);
+    if (ps)
+        return ps;
     const cJSON *ec = cJSON_GetObjectItem(root, "execution_config");
     rp_status s = RP_OK;
     if (!cJSON_IsObject(ec)) {

@@ -4,9 +4,12 @@
 #define _POSIX_C_SOURCE 200809L
 #include "util.h"
 
+#include <cJSON.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <stdio.h>
@@ -168,4 +171,59 @@ int rp_list_dir(const char *dir, const char *suffix, char **names, int max) {
     closedir(d);
     qsort(names, (size_t)n, sizeof names[0], cmp_name);
     return n;
+}
+
+/* The first key given twice in an object of the tree, its path in `path`. */
+static bool duplicate_key(const cJSON *v, char *path, size_t cap, size_t at) {
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v))
+        return false;
+    int index = 0;
+    for (const cJSON *c = v->child; c; c = c->next, index++) {
+        size_t n = at;
+        if (cJSON_IsObject(v))
+            n += (size_t)snprintf(path + at, cap - at, "%s%s", at ? "." : "", c->string);
+        else
+            n += (size_t)snprintf(path + at, cap - at, "[%d]", index);
+        if (n >= cap)
+            n = cap - 1;
+        if (cJSON_IsObject(v))
+            for (const cJSON *o = v->child; o != c; o = o->next)
+                if (strcmp(o->string, c->string) == 0)
+                    return true;
+        if (duplicate_key(c, path, cap, n))
+            return true;
+        path[at] = '\0';
+    }
+    return false;
+}
+
+rp_status rp_json_parse(const char *text, size_t len, const char *name, cJSON **out,
+                        rp_error *err) {
+    *out = NULL;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    size_t at = end && end >= text ? (size_t)(end - text) : 0;
+    if (at > len)
+        at = len;
+    int line = 1, col = 1;
+    if (!root) {
+        rp_text_position(text, at, &line, &col);
+        return rp_fail(err, RP_ERR_PARSE, "%s:%d:%d: not valid JSON", name, line, col);
+    }
+    while (at < len && (text[at] == ' ' || text[at] == '\t' || text[at] == '\n' ||
+                        text[at] == '\r'))
+        at++;
+    if (at < len) {
+        cJSON_Delete(root);
+        rp_text_position(text, at, &line, &col);
+        return rp_fail(err, RP_ERR_PARSE, "%s:%d:%d: %s after the JSON document", name, line,
+                       col, text[at] == '\0' ? "a NUL byte" : "more text");
+    }
+    char path[256] = "";
+    if (duplicate_key(root, path, sizeof path, 0)) {
+        cJSON_Delete(root);
+        return rp_fail(err, RP_ERR_PARSE, "%s: key '%s' appears twice", name, path);
+    }
+    *out = root;
+    return RP_OK;
 }

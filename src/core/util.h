@@ -18,6 +18,15 @@ rp_status rp_write_file_atomic(const char *path, const char *data, size_t len, r
 /* Line and column (1-based) of byte offset `at` in text. */
 void rp_text_position(const char *text, size_t at, int *line, int *col);
 
+/* Parses one JSON document strictly: a syntax error, anything but
+** whitespace after the document (a second document, a NUL and more) and a
+** key given twice in any object are refused with the file's name and the
+** line and column, or the key's path. The caller frees *out with
+** cJSON_Delete. */
+struct cJSON;
+rp_status rp_json_parse(const char *text, size_t len, const char *name, struct cJSON **out,
+                        rp_error *err);
+
 /* The candidate closest to `word` by edit distance, or NULL when none is
 ** close enough to be a plausible typo. */
 const char *rp_closest_word(const char *word, const char *const *candidates, int n);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/util.h"
 #include "repipe/planner.h"
 
 static rp_status finish(cJSON *root, char **out, rp_error *err) {
@@ -113,9 +114,10 @@ rp_status rp_plan_to_json(const rp_plan *p, const rp_profile *profile, char **ou
 rp_status rp_plan_options_from_json(rp_plan_options *o, const char *text, size_t len,
                                     const char *name, rp_error *err) {
     rp_plan_options_default(o);
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    if (!root)
-        return rp_fail(err, RP_ERR_PARSE, "%s: not valid JSON", name);
+    cJSON *root;
+    rp_status ps = rp_json_parse(text, len, name, &root, err);
+    if (ps)
+        return ps;
     const cJSON *opt = cJSON_GetObjectItem(root, "options");
     if (!opt)
         opt = root;
