@@ -260,6 +260,12 @@ expect_fail "plan over device memory" 1 "more than --device-memory" -- "$bin" pl
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   expect_grep "train --plan" "^2 workers \(local backend\), 2 stages" -- "$bin" train --model "$src/examples/fmnist-mlp.model" \
     --config "$src/examples/fmnist.json" --plan "$tmp/mlp-plan.json" --updates 5
+  # what the plan replaces is said
+  printf '{"micro_batch_size": 16, "replication_factor": 4, "replica_grouping": {"group_size": 2}}\n' > "$tmp/r4.json"
+  out=$("$bin" train --model "$src/examples/fmnist-mlp.model" --config "$tmp/r4.json" \
+        --plan "$tmp/mlp-plan.json" --updates 1 2>&1)
+  if grep -q "mlp-plan.json: replication_factor 1 (the configuration's 4)" <<<"$out" &&
+     grep -q "group_size 2, stride 1 is dropped" <<<"$out"; then ok; else bad "train --plan overrides: $out"; fi
 fi
 
 # Simulation on a cluster: the seed plan on 2 servers of 8, JSON out, the

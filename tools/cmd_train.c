@@ -122,6 +122,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (plan) {
         char *text;
         size_t len;
+        rp_config before = cfg;
         rp_status ps = rp_read_file(plan, &text, &len, &err);
         if (!ps) {
             ps = rp_config_apply_plan(&cfg, text, len, plan, &err);
@@ -129,6 +130,15 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         }
         if (ps)
             goto fail;
+        /* say what the plan replaced of the configuration */
+        if (lead && before.replication_factor != cfg.replication_factor)
+            printf("%s: replication_factor %d (the configuration's %d)\n", plan,
+                   cfg.replication_factor, before.replication_factor);
+        if (lead && before.grouping_set)
+            printf("%s: replica_grouping: one group of all %d replicas (the configuration's "
+                   "group_size %d, stride %d is dropped)\n",
+                   plan, cfg.replication_factor, before.replica_grouping.group_size,
+                   before.replica_grouping.stride);
     }
     if (rp_dataset_load_idx(&train, data, true, &err) ||
         rp_dataset_load_idx(&test, data, false, &err))
