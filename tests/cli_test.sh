@@ -168,6 +168,8 @@ expect_fail "train test-set shape" 1 "the test set of $tmp/idx: its samples are 
 
 expect_fail "option did you mean" 2 "unknown option '--bandwith': did you mean '--bandwidth'\\?" -- \
   "$bin" plan --profile "$vgg" --machines 2 --bandwith 1e9
+expect_fail "mpirun without --backend mpi" 1 "started by mpirun as one of 4 processes, but with the local backend" \
+  -- env OMPI_COMM_WORLD_SIZE=4 "$bin" train --model "$tmp/tiny.model" --config "$tmp/tiny.json" --data "$tmp/idx" --updates 1
 expect_fail "weights rtol negative" 2 "--rtol: '-1' is not a relative difference >= 0" -- \
   "$bin" weights compare a b --rtol -1
 

@@ -165,8 +165,20 @@ bool cli_mpi_start(const cli_cmd *cmd, bool use_mpi, int *argc, char ***argv, rp
     rp_error err;
     *comm = NULL;
     *lead = true;
-    if (!use_mpi)
+    if (!use_mpi) {
+        /* mpirun starts N copies: without --backend mpi each would train
+        ** alone, N times over */
+        const char *ranks = getenv("OMPI_COMM_WORLD_SIZE");
+        if (!ranks)
+            ranks = getenv("PMI_SIZE");
+        if (ranks && atoi(ranks) > 1) {
+            cli_error(cmd, "started by mpirun as one of %s processes, but with the local backend "
+                           "each would run alone: add --backend mpi",
+                      ranks);
+            return false;
+        }
         return true;
+    }
     if (rp_comm_mpi_init(argc, argv, comm, &err)) {
         cli_error(cmd, "%s", err.msg);
         return false;
