@@ -184,6 +184,8 @@ expect_fail "train diverges" 1 "update [0-9]+: the loss is (nan|inf|-nan), train
   -- "$bin" train --model "$tmp/tiny.model" --config "$tmp/diverge.json" --data "$tmp/idx" --updates 20 \
   --save "$tmp/diverged.rpw"
 if [ ! -e "$tmp/diverged.rpw" ]; then ok; else bad "a diverged run saved its weights"; fi
+expect_fail "train batch beyond the data" 1 "an update takes 1000000000 samples .* but the training set of $tmp/idx has 4" \
+  -- "$bin" train --model "$tmp/tiny.model" --config <(printf '{"micro_batch_size": 1000000000}') --data "$tmp/idx" --updates 1
 
 # Two replicas on threads, then the same under MPI: the same weights.
 if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then

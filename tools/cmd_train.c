@@ -149,6 +149,16 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     snprintf(what[1], sizeof what[1], "the test set of %s", data);
     if (rp_dataset_fits(train, m, what[0], &err) || rp_dataset_fits(test, m, what[1], &err))
         goto fail;
+    /* before any worker starts: an update the dataset cannot fill */
+    rp_derived need;
+    rp_config_derive(&cfg, &need);
+    if (need.samples_per_update > train->n) {
+        rp_fail(&err, RP_ERR_INVALID,
+                "%s: an update takes %lld samples (micro_batch_size x "
+                "gradient_accumulation_steps x replication_factor) but %s has %d",
+                config_path, need.samples_per_update, what[0], train->n);
+        goto fail;
+    }
     if ((comm ? rp_session_create_mpi(m, &cfg, comm, &s, &err)
               : rp_session_create(m, &cfg, &s, &err)))
         goto fail;
