@@ -6,6 +6,7 @@
 */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../src/plan/antichain.h"
 #include "repipe/planner.h"
@@ -459,7 +460,34 @@ static void test_limits(void) {
     free(text);
 }
 
+/* Two chains that never join: refused naming the nodes left out (they
+** were dropped from the plan without a word). */
+static void test_disconnected(void) {
+    const char *text =
+        "node0 -- Input0 -- forward_compute_time=0, backward_compute_time=0, activation_size=1, "
+        "parameter_size=0\n"
+        "node1 -- A -- forward_compute_time=1, backward_compute_time=1, activation_size=1, "
+        "parameter_size=1\n"
+        "node2 -- B -- forward_compute_time=1, backward_compute_time=1, activation_size=1, "
+        "parameter_size=1\n"
+        "node3 -- C -- forward_compute_time=5, backward_compute_time=5, activation_size=1, "
+        "parameter_size=1\n"
+        "\tnode0 -- node1\n\tnode1 -- node2\n";
+    rp_profile *p;
+    rp_error err;
+    CHECK(rp_profile_parse(&p, text, strlen(text), "two", &err) == RP_OK);
+    rp_plan_options o;
+    rp_plan_options_default(&o);
+    o.num_levels = 1;
+    o.machines[0] = 2;
+    rp_plan *plan;
+    CHECK(rp_plan_compute(p, &o, &plan, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "1 node not connected to the first source node1 (line 2): node3 (line 4)");
+    rp_profile_free(p);
+}
+
 int main(void) {
+    test_disconnected();
     test_limits();
     test_states();
     test_rank_layout();

@@ -16,6 +16,7 @@
 */
 #include "antichain.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -387,6 +388,47 @@ rp_status rp_states_build(const rp_profile *p, rp_states *st, rp_error *err) {
                     "the profile has no node left to plan once Input sources and __getitem__ "
                     "sinks are removed");
         goto done;
+    }
+    /* The antichain DAG grows from the first source: a node not connected
+    ** to it (a chain that never joins the others) would be left out of the
+    ** plan without a word. */
+    {
+        unsigned char *seen = calloc(g->n, 1);
+        int *queue = malloc(sizeof(int) * g->n), qh = 0, qt = 0;
+        if (!seen || !queue) {
+            free(seen), free(queue);
+            s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        seen[first] = 1;
+        queue[qt++] = first;
+        while (qh < qt) {
+            int u = queue[qh++];
+            for (int e = 0; e < p->num_edges; e++) { /* either way: sources that join count */
+                int a = p->edges[e].from, v = p->edges[e].to;
+                if (a != u)
+                    a = v, v = p->edges[e].from;
+                if (a == u && g->alive[v] && !seen[v])
+                    seen[v] = 1, queue[qt++] = v;
+            }
+        }
+        char names[256] = "";
+        size_t at = 0;
+        int missed = 0;
+        for (int i = 0; i < g->n; i++)
+            if (g->alive[i] && !seen[i] && missed++ < 4 && at < sizeof names)
+                at += (size_t)snprintf(names + at, sizeof names - at, "%s%s (line %d)",
+                                       missed > 1 ? ", " : "", p->nodes[i].id, p->nodes[i].line);
+        free(seen), free(queue);
+        if (missed) {
+            s = rp_fail(err, RP_ERR_INVALID,
+                        "%d node%s not connected to the first source %s (line %d): %s%s; "
+                        "the planner plans one connected graph (join them with an edge, or "
+                        "profile them apart)",
+                        missed, missed == 1 ? "" : "s", p->nodes[first].id,
+                        p->nodes[first].line, names, missed > 4 ? ", ..." : "");
+            goto done;
+        }
     }
     if ((s = explore(&b, first, &dag_order, err)))
         goto done;
