@@ -170,6 +170,13 @@ expect_fail "option did you mean" 2 "unknown option '--bandwith': did you mean '
   "$bin" plan --profile "$vgg" --machines 2 --bandwith 1e9
 expect_fail "mpirun without --backend mpi" 1 "started by mpirun as one of 4 processes, but with the local backend" \
   -- env OMPI_COMM_WORLD_SIZE=4 "$bin" train --model "$tmp/tiny.model" --config "$tmp/tiny.json" --data "$tmp/idx" --updates 1
+# A gzip bomb: a header of 4 images and 64 MiB of zeros behind it is read only
+# as far as its header declares.
+mkdir -p "$tmp/bomb"
+cp "$tmp/idx/"*labels* "$tmp/idx/t10k-images-idx3-ubyte" "$tmp/bomb/"
+{ printf '\x00\x00\x08\x03'; u32 4; u32 4; u32 4; head -c 67108864 /dev/zero; } | gzip -1 > "$tmp/bomb/train-images-idx3-ubyte.gz"
+expect_fail "idx gzip bomb" 1 "train-images-idx3-ubyte.gz: more data than the 64 values its header declares" \
+  -- "$bin" train --model "$tmp/tiny.model" --config "$tmp/tiny.json" --data "$tmp/bomb" --updates 1
 expect_fail "weights rtol negative" 2 "--rtol: '-1' is not a relative difference >= 0" -- \
   "$bin" weights compare a b --rtol -1
 

@@ -47,32 +47,55 @@ rp_status rp_idx_parse(const unsigned char *data, size_t len, const char *name, 
                        "%s: truncated: the header promises %zu values but %zu are present", name,
                        count, have);
     if (have > count)
-        return rp_fail(err, RP_ERR_PARSE, "%s: %zu bytes of trailing data after %zu values",
-                       name, have - count, count);
+        return rp_fail(err, RP_ERR_PARSE, "%s: more data than the %zu values its header "
+                                          "declares", name, count);
     *ndim = nd;
     *values = data + 4 + 4 * nd;
     return RP_OK;
 }
 
-/* Reads a file through zlib, which also reads uncompressed files. */
+/* Bytes an IDX file declares (header and values) from its first bytes,
+** or 0 when they are not an IDX header: then the parser says why. */
+static size_t idx_declared(const unsigned char *h, size_t n) {
+    if (n < 4 || h[0] != 0 || h[1] != 0 || h[2] != 0x08 || h[3] < 1 || h[3] > 4 ||
+        n < 4 + 4 * (size_t)h[3])
+        return 0;
+    size_t count = 1;
+    for (int i = 0; i < h[3]; i++) {
+        const unsigned char *p = h + 4 + 4 * i;
+        uint32_t v = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+        if (v == 0 || v > (1u << 30) || (count *= v) > ((size_t)1 << 34))
+            return 0;
+    }
+    return 4 + 4 * (size_t)h[3] + count;
+}
+
+/* Reads a file through zlib, which also reads uncompressed files. An IDX
+** file is read only as far as its header declares, and one byte more to
+** tell trailing data: a small file that inflates to gigabytes of zeros
+** stops there. */
 static rp_status read_gz(const char *path, unsigned char **out, size_t *len, rp_error *err) {
     gzFile f = gzopen(path, "rb");
     if (!f)
         return rp_fail(err, RP_ERR_IO, "%s: cannot open", path);
-    size_t cap = 1 << 20, n = 0;
+    size_t cap = 1 << 20, n = 0, limit = (size_t)1 << 35;
     unsigned char *buf = malloc(cap);
-    while (buf) {
+    while (buf && n < limit) {
         if (n == cap) {
-            unsigned char *nb = cap < ((size_t)1 << 33) ? realloc(buf, cap * 2) : NULL;
+            size_t want = cap * 2 < limit ? cap * 2 : limit;
+            unsigned char *nb = realloc(buf, want);
             if (!nb) {
                 free(buf);
                 buf = NULL;
                 break;
             }
             buf = nb;
-            cap *= 2;
+            cap = want;
         }
-        int got = gzread(f, buf + n, (unsigned)(cap - n > (1u << 30) ? (1u << 30) : cap - n));
+        size_t room = cap - n < limit - n ? cap - n : limit - n;
+        if (n < 20) /* the header first: it says how much there is */
+            room = 20 - n;
+        int got = gzread(f, buf + n, (unsigned)(room > (1u << 30) ? (1u << 30) : room));
         if (got < 0) {
             int code;
             const char *msg = gzerror(f, &code);
@@ -85,6 +108,11 @@ static rp_status read_gz(const char *path, unsigned char **out, size_t *len, rp_
         if (got == 0)
             break;
         n += (size_t)got;
+        if (n >= 20 || got == 0) {
+            size_t declared = idx_declared(buf, n);
+            if (declared && declared + 1 < limit)
+                limit = declared + 1;
+        }
     }
     gzclose(f);
     if (!buf)
