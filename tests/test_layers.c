@@ -270,6 +270,7 @@ int main(void) {
     check_layer("input 2 1 1\nconv2d 3 kernel=3 pad=1\n", 2);
     check_layer("input 2 2 1\nconv2d 2 kernel=5 pad=2\n", 2);
     check_layer("input 1 1 3\nconv2d 2 kernel=3 pad=1\n", 2);
+    check_layer("input 1 2 2\nconv2d 2 kernel=7 pad=3\n", 2); /* found by libFuzzer */
     /* the row by row ones */
     check_layer("input 2 6 5\nconv2d 3 kernel=3\n", 2);
     check_layer("input 2 7 7\nconv2d 2 kernel=3 stride=2\n", 2);

@@ -88,9 +88,11 @@ static same_shift same_range(int H, int W, int P, int ki, int kj) {
     if (r.e > H * W - r.off)
         r.e = H * W - r.off;
     /* a tap that misses the whole plane (the pad at least the input's
-    ** size): all of its column is padding */
+    ** size): all of its column is padding, a = e = H * W */
     if (r.a > H * W)
         r.a = H * W;
+    if (r.e > H * W)
+        r.e = H * W;
     if (r.e < r.a)
         r.e = r.a;
     return r;
@@ -113,14 +115,16 @@ static void same_cols(const rp_layer *L, int B, const int *mask, const float *in
                 int off = r.off; /* a + off >= 0: the pointers stay inside the planes */
                 for (int b = 0; b < B; b++, plane += (size_t)C * HW, row += HW) {
                     if (to_col) {
-                        const float *restrict x = in + plane + r.a + off;
                         float *restrict y = col + row;
-                        const int *restrict mm = m + r.a;
                         memset(y, 0, sizeof(float) * r.a);
-                        for (int q = 0; q < r.e - r.a; q++)
-                            y[r.a + q] = mm[q] ? x[q] : 0.0f;
+                        if (r.e > r.a) {
+                            const float *restrict x = in + plane + r.a + off;
+                            const int *restrict mm = m + r.a;
+                            for (int q = 0; q < r.e - r.a; q++)
+                                y[r.a + q] = mm[q] ? x[q] : 0.0f;
+                        }
                         memset(y + r.e, 0, sizeof(float) * (HW - r.e));
-                    } else {
+                    } else if (r.e > r.a) {
                         float *restrict x = din + plane + r.a + off;
                         const float *restrict y = cin + row + r.a;
                         const int *restrict mm = m + r.a;
