@@ -191,6 +191,12 @@ expect_fail "train diverges" 1 "update [0-9]+: the loss is (nan|inf|-nan), train
   -- "$bin" train --model "$tmp/tiny.model" --config "$tmp/diverge.json" --data "$tmp/idx" --updates 20 \
   --save "$tmp/diverged.rpw"
 if [ ! -e "$tmp/diverged.rpw" ]; then ok; else bad "a diverged run saved its weights"; fi
+# A trace past a worker's 65536 events says what it left out.
+printf '{"micro_batch_size": 1, "gradient_accumulation_steps": 4}\n' > "$tmp/long.json"
+out=$("$bin" train --model "$tmp/tiny.model" --config "$tmp/long.json" --data "$tmp/idx" --updates 8000 \
+      --trace "$tmp/long-trace.json" --log-every 100000 2>&1)
+if grep -qE "warning: .*long-trace.json: [0-9]+ operations were not recorded: a worker keeps its first 65536" <<<"$out" &&
+   grep -q "later operations not recorded" "$tmp/long-trace.json"; then ok; else bad "trace cap: $out"; fi
 expect_fail "train batch beyond the data" 1 "an update takes 1000000000 samples .* but the training set of $tmp/idx has 4" \
   -- "$bin" train --model "$tmp/tiny.model" --config <(printf '{"micro_batch_size": 1000000000}') --data "$tmp/idx" --updates 1
 

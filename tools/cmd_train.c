@@ -222,8 +222,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         goto fail;
     }
     bool tty = lead && !comm && isatty(STDOUT_FILENO); /* mpirun forwards through a pty */
-    if (trace)
-        rp_session_trace(s, true);
+    if (trace && rp_session_trace(s, true, &err)) {
+        free(ids);
+        rp_stream_free(&stream);
+        goto fail;
+    }
     if (lead)
         printf("training %s on %d samples (%lld updates of %lld samples, %lld per epoch)\n",
            model_path, train->n, calls * D, d.samples_per_update, per_epoch);
@@ -295,6 +298,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             goto fail;
         if (lead)
             printf("trace written to %s%s\n", trace, comm ? ".RANK" : "");
+        long long dropped = rp_session_trace_dropped(s);
+        if (dropped)
+            fprintf(stderr, "warning: %s: %lld operations were not recorded: a worker keeps its "
+                            "first %d (trace fewer updates with --updates)\n",
+                    path, dropped, RP_TRACE_EVENTS);
     }
     double acc = 0;
     double te = rp_now();

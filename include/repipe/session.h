@@ -119,9 +119,14 @@ int rp_session_stages(const rp_session *s);
 
 /* Records every worker's operations from now on (on) or stops (off), and
 ** writes them as Chrome trace-event JSON, one track per worker (Perfetto
-** and chrome://tracing open it). */
-void rp_session_trace(rp_session *s, bool on);
+** and chrome://tracing open it). A worker keeps its first RP_TRACE_EVENTS
+** operations (recording allocates nothing in the step loop) and counts the
+** rest: rp_session_trace_dropped says how many, and the trace file says it
+** too. Turning tracing on fails when its buffers cannot be allocated. */
+#define RP_TRACE_EVENTS (1 << 16)
+rp_status rp_session_trace(rp_session *s, bool on, rp_error *err);
 rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error *err);
+long long rp_session_trace_dropped(const rp_session *s);
 /* The grouping of a variable over the replicas. */
 rp_grouping rp_session_var_grouping(const rp_session *s, int var);
 

@@ -92,6 +92,7 @@ typedef struct worker {
     pthread_t thread;
     trace_event *trace;
     int ntrace, trace_cap;
+    long long trace_dropped; /* operations past trace_cap, not recorded */
 } worker;
 
 struct rp_session {
@@ -472,6 +473,8 @@ static void worker_run(worker *w) {
                 return;
             if (s->tracing && w->ntrace < w->trace_cap)
                 w->trace[w->ntrace++] = (trace_event){op->kind, op->mb, t0, rp_now()};
+            else if (s->tracing)
+                w->trace_dropped++;
         }
     }
 }
@@ -1412,20 +1415,30 @@ static rp_status plan_memory(const rp_session *s, int stage, rp_memory *out, rp_
     return RP_OK;
 }
 
-void rp_session_trace(rp_session *s, bool on) {
+rp_status rp_session_trace(rp_session *s, bool on, rp_error *err) {
     if (on && !s->tracing) {
         for (int i = 0; i < s->nlocal; i++) {
             worker *w = &s->w[i];
             if (!w->trace) {
-                w->trace_cap = 1 << 16;
-                w->trace = malloc(sizeof(trace_event) * w->trace_cap);
+                w->trace = malloc(sizeof(trace_event) * RP_TRACE_EVENTS);
                 if (!w->trace)
-                    w->trace_cap = 0;
+                    return rp_fail(err, RP_ERR_NOMEM,
+                                   "out of memory for the trace of worker %d (%d events)", w->id,
+                                   RP_TRACE_EVENTS);
+                w->trace_cap = RP_TRACE_EVENTS;
             }
         }
         s->t_origin = rp_now();
     }
     s->tracing = on;
+    return RP_OK;
+}
+
+long long rp_session_trace_dropped(const rp_session *s) {
+    long long n = 0;
+    for (int i = 0; i < s->nlocal; i++)
+        n += s->w[i].trace_dropped;
+    return n;
 }
 
 rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error *err) {
@@ -1440,6 +1453,11 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
                    "{\"name\":\"worker %d: replica %d, stage %d.%d\"}}",
                 first ? "" : ",\n", w->id, w->id, w->replica, w->stage, w->stage_replica);
         first = false;
+        if (w->trace_dropped) /* said where the reader looks: on the worker's track */
+            fprintf(f, ",\n{\"name\":\"%lld later operations not recorded (the first %d are)\","
+                       "\"ph\":\"i\",\"s\":\"t\",\"pid\":0,\"tid\":%d,\"ts\":%.3f}",
+                    w->trace_dropped, w->trace_cap, w->id,
+                    w->ntrace ? (w->trace[w->ntrace - 1].t1 - s->t_origin) * 1e6 : 0.0);
         for (int e = 0; e < w->ntrace; e++) {
             const trace_event *ev = &w->trace[e];
             char name[64];
