@@ -154,6 +154,16 @@ static void test_weight_files(void) {
     CHECK(rp_weights_to_params(m2, w, 0, q, &err) == RP_ERR_INVALID);
     CHECK_STR_HAS(err.msg, "'0.weight' has shape 2x3 in the file but 2x4 in the model");
     rp_model_free(m2);
+    /* a file holding NaN loads, and is named as such by the check */
+    CHECK(rp_weights_check_finite(w, path, &err) == RP_OK);
+    w->tensors[1].data[1] = NAN;
+    CHECK(rp_weights_save(w, path, &err) == RP_OK);
+    CHECK(rp_weights_load(&back, path, &err) == RP_OK);
+    CHECK(rp_weights_check_finite(back, "nan.rpw", &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "nan.rpw: tensor '0.bias' holds nan at element 1");
+    /* and differs from itself: NaN is never "the same" */
+    CHECK(rp_tensor_rel_diff(back->tensors[1].data, back->tensors[1].data, 2) > 1);
+    rp_weights_free(back);
     remove(path);
     rp_weights_free(w);
     rp_model_free(m);

@@ -7,31 +7,38 @@
 #include "cli.h"
 #include "repipe/repipe.h"
 
+enum { OPT_MODEL, OPT_CONFIG, OPT_LOAD, OPT_DATA, OPT_OUT, OPT_BACKEND, OPT_ALLOW_NONFINITE };
+
 static const cli_opt OPTS[] = {
-    {"model", 'm', "FILE", "model spec (required)"},
-    {"config", 'c', "FILE", "execution configuration (required)"},
-    {"load", 'l', "FILE", "weights to evaluate (required)"},
-    {"data", 'd', "DIR", "IDX dataset directory [" RP_FASHION_MNIST_DIR "]"},
-    {"out", 'o', "FILE", "write one prediction per test sample, in sample order (CSV)"},
-    {"backend", 'b', "local|mpi", "replicas as threads, or as MPI ranks under mpirun [local]"},
+    [OPT_MODEL] = {"model", 'm', "FILE", "model spec (required)"},
+    [OPT_CONFIG] = {"config", 'c', "FILE", "execution configuration (required)"},
+    [OPT_LOAD] = {"load", 'l', "FILE", "weights to evaluate (required)"},
+    [OPT_DATA] = {"data", 'd', "DIR", "IDX dataset directory [" RP_FASHION_MNIST_DIR "]"},
+    [OPT_OUT] = {"out", 'o', "FILE", "write one prediction per test sample, in sample order (CSV)"},
+    [OPT_BACKEND] = {"backend", 'b', "local|mpi", "replicas as threads, or as MPI ranks under mpirun [local]"},
+    [OPT_ALLOW_NONFINITE] = {"allow-nonfinite", 0, NULL, "evaluate weights holding NaN or infinity too"},
     {NULL, 0, NULL, NULL},
 };
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *model_path = NULL, *config_path = NULL, *load = NULL, *out = NULL;
     const char *data = RP_FASHION_MNIST_DIR;
-    bool help, use_mpi = false;
+    bool help, use_mpi = false, allow_nonfinite = false;
     const char *arg;
     for (int o; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
-        if (o == -2)
-            return help ? 0 : 2;
-        if (o == 5) {
+        switch (o) {
+        case -2: return help ? 0 : 2;
+        case OPT_MODEL: model_path = arg; break;
+        case OPT_CONFIG: config_path = arg; break;
+        case OPT_LOAD: load = arg; break;
+        case OPT_DATA: data = arg; break;
+        case OPT_OUT: out = arg; break;
+        case OPT_ALLOW_NONFINITE: allow_nonfinite = true; break;
+        case OPT_BACKEND:
             if (!cli_backend(cmd, arg, &use_mpi))
                 return 2;
-            continue;
+            break;
         }
-        const char **dst[] = {&model_path, &config_path, &load, &data, &out};
-        *dst[o] = arg;
     }
     if (!model_path || !config_path || !load) {
         cli_error(cmd, "--model, --config and --load are required (see 'repipe eval --help')");
@@ -50,7 +57,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (!cli_mpi_start(cmd, use_mpi, &argc, &argv, &comm, &lead))
         return 1;
     if (rp_model_load(&m, model_path, &err) || rp_config_load_file(&cfg, config_path, &err) ||
-        rp_dataset_load_idx(&test, data, false, &err) || rp_weights_load(&w, load, &err))
+        rp_dataset_load_idx(&test, data, false, &err) || rp_weights_load(&w, load, &err) ||
+        (!allow_nonfinite && rp_weights_check_finite(w, load, &err)))
         goto fail;
     char what[600];
     snprintf(what, sizeof what, "the test set of %s", data);

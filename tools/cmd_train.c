@@ -12,19 +12,36 @@
 #include "cli.h"
 #include "repipe/repipe.h"
 
+enum {
+    OPT_MODEL,
+    OPT_CONFIG,
+    OPT_EPOCHS,
+    OPT_UPDATES,
+    OPT_DATA,
+    OPT_SAVE,
+    OPT_LOAD,
+    OPT_JSON_LOG,
+    OPT_LOG_EVERY,
+    OPT_BACKEND,
+    OPT_TRACE,
+    OPT_PLAN,
+    OPT_ALLOW_NONFINITE,
+};
+
 static const cli_opt OPTS[] = {
-    {"model", 'm', "FILE", "model spec (required)"},
-    {"config", 'c', "FILE", "execution configuration (required)"},
-    {"epochs", 'e', "N", "passes over the training set [1]"},
-    {"updates", 'u', "N", "optimizer updates to run (instead of --epochs)"},
-    {"data", 'd', "DIR", "IDX dataset directory [" RP_FASHION_MNIST_DIR "]"},
-    {"save", 's', "FILE", "write the trained weights"},
-    {"load", 'l', "FILE", "start from these weights"},
-    {"json-log", 0, "FILE", "write one JSON object per logged update and one for the evaluation"},
-    {"log-every", 0, "N", "updates between log lines when not on a terminal [1/10 epoch]"},
-    {"backend", 'b', "local|mpi", "workers as threads, or as MPI ranks under mpirun [local]"},
-    {"trace", 't', "FILE", "write a Chrome trace-event JSON of every worker's operations"},
-    {"plan", 'p', "FILE", "run this plan ('repipe plan --json'): its stages and replication"},
+    [OPT_MODEL] = {"model", 'm', "FILE", "model spec (required)"},
+    [OPT_CONFIG] = {"config", 'c', "FILE", "execution configuration (required)"},
+    [OPT_EPOCHS] = {"epochs", 'e', "N", "passes over the training set [1]"},
+    [OPT_UPDATES] = {"updates", 'u', "N", "optimizer updates to run (instead of --epochs)"},
+    [OPT_DATA] = {"data", 'd', "DIR", "IDX dataset directory [" RP_FASHION_MNIST_DIR "]"},
+    [OPT_SAVE] = {"save", 's', "FILE", "write the trained weights"},
+    [OPT_LOAD] = {"load", 'l', "FILE", "start from these weights"},
+    [OPT_JSON_LOG] = {"json-log", 0, "FILE", "write one JSON object per logged update and one for the evaluation"},
+    [OPT_LOG_EVERY] = {"log-every", 0, "N", "updates between log lines when not on a terminal [1/10 epoch]"},
+    [OPT_BACKEND] = {"backend", 'b', "local|mpi", "workers as threads, or as MPI ranks under mpirun [local]"},
+    [OPT_TRACE] = {"trace", 't', "FILE", "write a Chrome trace-event JSON of every worker's operations"},
+    [OPT_PLAN] = {"plan", 'p', "FILE", "run this plan ('repipe plan --json'): its stages and replication"},
+    [OPT_ALLOW_NONFINITE] = {"allow-nonfinite", 0, NULL, "--load weights holding NaN or infinity too"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -62,7 +79,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *model_path = NULL, *config_path = NULL, *data = RP_FASHION_MNIST_DIR;
     const char *save = NULL, *load = NULL, *json_log = NULL;
     long long epochs = 0, updates = 0, log_every = 0;
-    bool use_mpi = false;
+    bool use_mpi = false, allow_nonfinite = false;
     const char *trace = NULL, *plan = NULL;
     bool help;
     const char *arg;
@@ -70,27 +87,28 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         if (o == -2)
             return help ? 0 : 2;
         switch (o) {
-        case 0: model_path = arg; break;
-        case 1: config_path = arg; break;
-        case 2:
+        case OPT_MODEL: model_path = arg; break;
+        case OPT_CONFIG: config_path = arg; break;
+        case OPT_EPOCHS:
             if (!cli_int("epochs", arg, 1, 1000000, &epochs))
                 return 2;
             break;
-        case 3:
+        case OPT_UPDATES:
             if (!cli_int("updates", arg, 1, 1LL << 40, &updates))
                 return 2;
             break;
-        case 4: data = arg; break;
-        case 5: save = arg; break;
-        case 6: load = arg; break;
-        case 7: json_log = arg; break;
-        case 8:
+        case OPT_DATA: data = arg; break;
+        case OPT_SAVE: save = arg; break;
+        case OPT_LOAD: load = arg; break;
+        case OPT_JSON_LOG: json_log = arg; break;
+        case OPT_LOG_EVERY:
             if (!cli_int("log-every", arg, 1, 1LL << 40, &log_every))
                 return 2;
             break;
-        case 10: trace = arg; break;
-        case 11: plan = arg; break;
-        case 9:
+        case OPT_TRACE: trace = arg; break;
+        case OPT_PLAN: plan = arg; break;
+        case OPT_ALLOW_NONFINITE: allow_nonfinite = true; break;
+        case OPT_BACKEND:
             if (!cli_backend(cmd, arg, &use_mpi))
                 return 2;
             break;
@@ -185,6 +203,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         rp_weights *w;
         if (rp_weights_load(&w, load, &err))
             goto fail;
+        if (!allow_nonfinite && rp_weights_check_finite(w, load, &err)) {
+            rp_weights_free(w);
+            goto fail;
+        }
         rp_status st = rp_session_set_weights(s, w, RP_ONE_PER_GROUP, &err);
         rp_weights_free(w);
         if (st)

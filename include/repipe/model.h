@@ -234,6 +234,10 @@ rp_status rp_weights_load(rp_weights **out, const char *path, rp_error *err);
 rp_status rp_weights_parse(rp_weights **out, const unsigned char *data, size_t len,
                            const char *name, rp_error *err);
 void rp_weights_free(rp_weights *w);
+/* Fails, naming the file, the tensor and the first bad value, when a
+** tensor holds NaN or infinity: what a diverged run leaves, and no start
+** for training or evaluation. */
+rp_status rp_weights_check_finite(const rp_weights *w, const char *name, rp_error *err);
 const rp_tensor *rp_weights_find(const rp_weights *w, const char *name);
 
 /* The tensor of a model variable, checked: present, with the variable's

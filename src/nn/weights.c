@@ -266,3 +266,17 @@ double rp_tensor_rel_diff(const float *a, const float *b, size_t n) {
         return 0;
     return scale > 0 ? diff / scale : INFINITY;
 }
+
+rp_status rp_weights_check_finite(const rp_weights *w, const char *name, rp_error *err) {
+    for (int t = 0; t < w->num_tensors; t++) {
+        const rp_tensor *x = &w->tensors[t];
+        size_t n = rp_shape_size(&x->shape) * (size_t)x->groups;
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(x->data[i]))
+                return rp_fail(err, RP_ERR_INVALID,
+                               "%s: tensor '%s' holds %g at element %zu (a diverged run?); "
+                               "give --allow-nonfinite to load it anyway",
+                               name, x->name, (double)x->data[i], i);
+    }
+    return RP_OK;
+}
