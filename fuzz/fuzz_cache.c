@@ -2,7 +2,9 @@
 ** Fuzz target: the executable cache entry parser. The checksum is
 ** recomputed after mutation, so the structural checks behind it are reached;
 ** the key, worker and stage counts are taken from the entry itself. An
-** accepted entry must describe workers whose operations stay in range.
+** accepted entry must describe workers whose operations stay in range, and
+** pass through the hang checker (which answers, with a reason when it
+** refuses).
 */
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,6 +46,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (int k = 0; k < plan->w[i].num_ops; k++)
                 if (plan->w[i].ops[k].peer >= workers || plan->w[i].ops[k].mb >= 4)
                     abort();
+        /* through the hang checker, as a session checks a cached entry: it
+        ** must answer, whatever the operations are */
+        rp_error err;
+        if (rp_workplan_check(plan, NULL, &err) != RP_OK && !err.msg[0])
+            abort();
         rp_workplan_free(plan);
     } else if (!why[0]) {
         abort();

@@ -40,6 +40,7 @@
 
 #include "repipe/data.h"
 #include "repipe/session.h"
+#include "engine/cache.h"
 #include "support.h"
 #include "test.h"
 
@@ -339,6 +340,45 @@ static void cache_entries(const char *shape) {
     CHECK(rename(other_entry, entry) == 0);
     check_note(m, &c, "was stale: written for another model or configuration; rebuilt it");
     check_note(m, &c, "executable cache: reused");
+    /* entries forged with a valid checksum: a schedule whose first worker
+    ** runs one micro-batch twice and another never (the structure holds,
+    ** nothing hangs, the update is wrong), then a memory plan that would
+    ** pass any device_memory */
+    uint64_t key;
+    char kpath[512];
+    cache_key(m, &c, kpath, sizeof kpath, &key);
+    rp_derived d;
+    rp_config_derive(&c, &d);
+    rp_workplan *plan;
+    rp_memory mem[RP_MAX_STAGES];
+    char why[160];
+    CHECK(cache_load(entry, key, d.workers, d.stages, c.gradient_accumulation_steps, &plan, mem,
+                     why, sizeof why) == CACHE_HIT);
+    int first = -1, second = -1;
+    for (int k = 0; plan && k < plan->w[0].num_ops; k++) {
+        int mb = plan->w[0].ops[k].mb;
+        if (plan->w[0].ops[k].kind == RP_OP_FORWARD && first < 0)
+            first = mb;
+        else if (plan->w[0].ops[k].kind == RP_OP_FORWARD && mb != first && second < 0)
+            second = mb;
+    }
+    CHECK(second >= 0);
+    if (plan && second >= 0) {
+        for (int k = 0; k < plan->w[0].num_ops; k++)
+            if (plan->w[0].ops[k].mb == second)
+                plan->w[0].ops[k].mb = first;
+        rp_error err;
+        CHECK(cache_store(entry, key, plan, mem, &err) == RP_OK);
+        check_note(m, &c, "held another schedule than this configuration's; rebuilt it");
+        rp_workplan_free(plan);
+        CHECK(cache_load(entry, key, d.workers, d.stages, c.gradient_accumulation_steps, &plan,
+                         mem, why, sizeof why) == CACHE_HIT);
+        mem[0].activations = 1;
+        CHECK(cache_store(entry, key, plan, mem, &err) == RP_OK);
+        check_note(m, &c, "held another memory plan than this configuration's; rebuilt it");
+        check_note(m, &c, "executable cache: reused");
+    }
+    rp_workplan_free(plan);
     remove(entry);
     rmdir(dir);
     rp_model_free(m);

@@ -825,9 +825,34 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             break;
         }
     }
-    if (!cached && (st = rp_workplan_build(cfg, &s->plan, err)))
+    /* A cache entry is trusted no further than it can be checked: its
+    ** schedule must be the one this configuration builds (a forged or
+    ** duplicated operation is not), and it passes the hang checker and
+    ** memory planning like a fresh one. What the cache still saves is the
+    ** file it keeps beside the run's. */
+    if (cached) {
+        rp_workplan *fresh;
+        if ((st = rp_workplan_build(cfg, &fresh, err)))
+            goto fail;
+        bool same = fresh->workers == s->plan->workers && fresh->stages == s->plan->stages;
+        for (int k = 0; same && k < fresh->workers; k++) {
+            const rp_worker_ops *a = &fresh->w[k], *b = &s->plan->w[k];
+            same = a->num_ops == b->num_ops && a->slots == b->slots && a->stage == b->stage &&
+                   a->replica == b->replica && a->stage_replica == b->stage_replica &&
+                   memcmp(a->ops, b->ops, sizeof(rp_op) * a->num_ops) == 0;
+        }
+        rp_workplan_free(s->plan);
+        s->plan = fresh;
+        if (!same) {
+            cached = false;
+            snprintf(s->cache_note, sizeof s->cache_note,
+                     "executable cache: %s held another schedule than this configuration's; "
+                     "rebuilt it", cpath);
+        }
+    }
+    if (!s->plan && (st = rp_workplan_build(cfg, &s->plan, err)))
         goto fail;
-    if (!cached) {
+    {
         int *gid = malloc(sizeof(int) * W), G = rp_grouping_num_groups(&cfg->replica_grouping);
         if (!gid) {
             st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
@@ -877,9 +902,18 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             }
         }
     }
-    for (int t = 0; t < P && !cached; t++)
-        if ((st = plan_memory(s, t, &s->mem[t], err)))
+    for (int t = 0; t < P; t++) {
+        rp_memory mem;
+        if ((st = plan_memory(s, t, &mem, err)))
             goto fail;
+        if (cached && memcmp(&mem, &s->mem[t], sizeof mem) != 0) {
+            cached = false;
+            snprintf(s->cache_note, sizeof s->cache_note,
+                     "executable cache: %s held another memory plan than this configuration's; "
+                     "rebuilt it", cpath);
+        }
+        s->mem[t] = mem;
+    }
     if (cfg->device_memory > 0) {
         for (int t = 0; t < P; t++) {
             const rp_memory mem = s->mem[t];
