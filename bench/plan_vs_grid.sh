@@ -11,12 +11,8 @@
 # the plan against the grid's fastest and against data parallelism, and the
 # spread of repeated runs of one configuration (the noise).
 # Usage: bench/plan_vs_grid.sh BUILD_DIR [ROUNDS]
-set -eu
-build=${1:-build}
-rounds=${2:-3}
-cd "$(dirname "$0")/.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-mpirun="mpirun --oversubscribe --bind-to none --mca btl self,vader"
+default_rounds=3
+. "$(dirname "$0")/common.sh"
 cores=$(nproc)
 N=256
 tmp=$(mktemp -d)

@@ -6,12 +6,8 @@
 # one thread per worker. Each case runs ROUNDS times; the best is kept.
 # Part 2 times 2-stage pipelines against the bubble model (bench_pipeline).
 # Usage: bench/scaling.sh BUILD_DIR [ROUNDS]
-set -eu
-build=${1:-build}
-rounds=${2:-5}
-cd "$(dirname "$0")/.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-mpirun="mpirun --oversubscribe --bind-to none --mca btl self,vader"
+default_rounds=5
+. "$(dirname "$0")/common.sh"
 peer=../shared/bench/torch_peer.py
 py=/usr/bin/python3
 have_torch=0

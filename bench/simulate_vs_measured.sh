@@ -7,12 +7,8 @@
 # under mpirun. Prints predicted beside measured time per update, the
 # error of each, and the median and worst |error| of all.
 # Usage: bench/simulate_vs_measured.sh BUILD_DIR [ROUNDS]
-set -eu
-build=${1:-build}
-rounds=${2:-3}
-cd "$(dirname "$0")/.."
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-mpirun="mpirun --oversubscribe --bind-to none --mca btl self,vader"
+default_rounds=3
+. "$(dirname "$0")/common.sh"
 cores=$(nproc)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
