@@ -191,6 +191,16 @@ expect_fail "train diverges" 1 "update [0-9]+: the loss is (nan|inf|-nan), train
   -- "$bin" train --model "$tmp/tiny.model" --config "$tmp/diverge.json" --data "$tmp/idx" --updates 20 \
   --save "$tmp/diverged.rpw"
 if [ ! -e "$tmp/diverged.rpw" ]; then ok; else bad "a diverged run saved its weights"; fi
+# The logged loss is the update's mean, whatever the layout: two replicas of
+# one micro-batch log what one replica of two micro-batches logs.
+for lay in '"replication_factor": 2' '"gradient_accumulation_steps": 2'; do
+  printf '{"micro_batch_size": 1, %s, "output_mode": "final"}\n' "$lay" > "$tmp/lay.json"
+  "$bin" train --model "$tmp/tiny.model" --config "$tmp/lay.json" --data "$tmp/idx" --updates 1 \
+    --json-log "$tmp/lay-$(echo "$lay" | cut -c2)".log >/dev/null 2>&1
+done
+l1=$(sed -n 's/.*"loss":\([0-9.]*\).*/\1/p' "$tmp/lay-r.log"); l2=$(sed -n 's/.*"loss":\([0-9.]*\).*/\1/p' "$tmp/lay-g.log")
+if [ -n "$l1" ] && [ "$l1" = "$l2" ]; then ok; else bad "logged loss by layout: $l1 against $l2"; fi
+
 # A trace past a worker's 65536 events says what it left out.
 printf '{"micro_batch_size": 1, "gradient_accumulation_steps": 4}\n' > "$tmp/long.json"
 out=$("$bin" train --model "$tmp/tiny.model" --config "$tmp/long.json" --data "$tmp/idx" --updates 8000 \

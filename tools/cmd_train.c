@@ -158,6 +158,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                    plan, cfg.replication_factor, before.replica_grouping.group_size,
                    before.replica_grouping.stride);
     }
+    /* the log shows each update's mean loss over all its micro-batches and
+    ** replicas, the same on every layout of a run; output_mode only shapes
+    ** what a program gets back from the session */
+    cfg.output_mode = RP_OUTPUT_ALL;
     if (rp_dataset_load_idx(&train, data, true, &err) ||
         rp_dataset_load_idx(&test, data, false, &err))
         goto fail;
