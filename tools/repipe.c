@@ -4,7 +4,9 @@
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "repipe/repipe.h"
@@ -24,6 +26,12 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* Workers run their products on one BLAS thread each, so OpenBLAS's own
+    ** pool of threads is never used; but it starts when the library loads,
+    ** and after a failed allocation its threads retry and hang the exit.
+    ** Unless the user chose a count, start again without the pool. */
+    if (!getenv("OPENBLAS_NUM_THREADS") && setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0)
+        execv("/proc/self/exe", argv); /* on failure, go on as we are */
     if (argc < 2) {
         usage(stderr);
         return 2;
