@@ -3,6 +3,7 @@
 ** hybrid_conf.json.
 */
 #include <cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,9 +133,27 @@ rp_status rp_plan_options_from_json(rp_plan_options *o, const char *text, size_t
         goto done;
     }
     const cJSON *e;
-    cJSON_ArrayForEach(e, mach) o->machines[o->num_levels++] = e->valueint;
+    cJSON_ArrayForEach(e, mach) {
+        double v = cJSON_IsNumber(e) ? e->valuedouble : 0;
+        if (!(v >= 1 && v <= RP_PLAN_MAX_MACHINES) || v != floor(v)) {
+            st = rp_fail(err, RP_ERR_INVALID,
+                         "%s: 'machines' level %d is %s; it must be a whole number from 1 to %d",
+                         name, o->num_levels + 1, cJSON_IsNumber(e) ? "out of range" : "not a number",
+                         RP_PLAN_MAX_MACHINES);
+            goto done;
+        }
+        o->machines[o->num_levels++] = (int)v;
+    }
     int n = 0;
-    cJSON_ArrayForEach(e, bw) o->bandwidth[n++] = e->valuedouble;
+    cJSON_ArrayForEach(e, bw) {
+        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0) || !isfinite(e->valuedouble)) {
+            st = rp_fail(err, RP_ERR_INVALID,
+                         "%s: 'bandwidths' level %d must be a positive number of bytes/s", name,
+                         n + 1);
+            goto done;
+        }
+        o->bandwidth[n++] = e->valuedouble;
+    }
     const cJSON *v = cJSON_GetObjectItem(opt, "memory_size");
     if (cJSON_IsNumber(v))
         o->memory_size = v->valuedouble;
