@@ -157,7 +157,7 @@ static void scaling(void) {
 }
 
 int main(int argc, char **argv) {
-    fixtures(argc > 1 ? argv[1] : "../shared/fixtures/pipedream");
+    fixtures(argc > 1 ? argv[1] : "tests/fixtures/pipedream");
     scaling();
     return 0;
 }

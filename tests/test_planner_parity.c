@@ -1,11 +1,11 @@
 #define _POSIX_C_SOURCE 200809L
 /*
 ** Parity with PipeDream's optimizer on its own profiles: every fixture of
-** ../shared/fixtures/pipedream/expected (the outputs of
+** tests/fixtures/pipedream/expected (the outputs of
 ** optimizer_graph_hierarchical.py) must give the same number of states,
 ** the same times and speed-ups within 1e-9 relative, and, where the
 ** fixture's plan is unique, the same stage tables and node stages.
-** Usage: test_planner_parity FIXTURE_DIR (skips when it is absent).
+** Usage: test_planner_parity FIXTURE_DIR (fails when it is absent).
 */
 #include <cJSON.h>
 #include <stdlib.h>
