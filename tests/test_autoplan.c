@@ -37,11 +37,14 @@ static rp_profile *chain(int n, const double *fw, const double *bw, const double
     return p;
 }
 
-/* Plans from one profile measured on 16 rows. */
-static rp_status plan(const rp_profile *p, const rp_config *base, const rp_autoplan_options *o,
-                      rp_autoplan *r, rp_error *err) {
+/* Plans from one profile measured on 16 rows, over the default
+** configuration. */
+static rp_status plan(const rp_profile *p, const rp_autoplan_options *o, rp_autoplan *r,
+                      rp_error *err) {
     double batch = 16;
-    return rp_autoplan_compute(&p, &batch, 1, base, NULL, o, r, err);
+    rp_config base;
+    rp_config_default(&base);
+    return rp_autoplan_compute(&p, &batch, 1, &base, NULL, o, r, err);
 }
 
 static rp_autoplan_options machines(int W, double bw, long long batch) {
@@ -58,12 +61,10 @@ static void dominant_layer(void) {
     double fw[] = {10, 0.1, 0.1, 0.1}, bw[] = {20, 0.2, 0.2, 0.2};
     double act[] = {1000, 1000, 1000, 1000}, par[] = {0, 2e7, 2e7, 2e7};
     rp_profile *p = chain(4, fw, bw, act, par);
-    rp_config base;
-    rp_config_default(&base);
     rp_autoplan_options o = machines(4, 1e9, 64);
     rp_autoplan r;
     rp_error err;
-    CHECK(plan(p, &base, &o, &r, &err) == RP_OK);
+    CHECK(plan(p, &o, &r, &err) == RP_OK);
     const rp_config *c = &r.best.cfg;
     CHECK_INT(c->replication_factor, 1);
     CHECK_INT(c->layers_per_stage.count, 2);
@@ -79,19 +80,17 @@ static void dominant_layer(void) {
 static void too_big(void) {
     double fw[] = {1, 1}, bw[] = {2, 2}, act[] = {1000, 1000}, par[] = {6e8, 6e8};
     rp_profile *p = chain(2, fw, bw, act, par);
-    rp_config base;
-    rp_config_default(&base);
     rp_autoplan_options o = machines(2, 1e10, 32);
     o.memory_size = 2e9; /* parameters and gradients of one layer fit, of two do not */
     rp_autoplan r;
     rp_error err;
-    CHECK(plan(p, &base, &o, &r, &err) == RP_OK);
+    CHECK(plan(p, &o, &r, &err) == RP_OK);
     CHECK_INT(r.best.cfg.layers_per_stage.count, 2);
     CHECK(!r.single.found && !r.data_parallel.found);
     CHECK(r.best.worker_bytes <= 2e9);
     /* a memory nothing fits */
     o.memory_size = 1e9;
-    CHECK(plan(p, &base, &o, &r, &err) == RP_ERR_INFEASIBLE);
+    CHECK(plan(p, &o, &r, &err) == RP_ERR_INFEASIBLE);
     CHECK_STR_HAS(err.msg, "no configuration of 2 workers fits");
     rp_profile_free(p);
 }
@@ -100,12 +99,10 @@ static void no_parameters(void) {
     double fw[] = {1, 2, 1, 3}, bw[] = {2, 4, 2, 6}, act[] = {1e5, 1e5, 1e5, 1e3};
     double par[] = {0, 0, 0, 0};
     rp_profile *p = chain(4, fw, bw, act, par);
-    rp_config base;
-    rp_config_default(&base);
     rp_autoplan_options o = machines(4, 1e9, 256);
     rp_autoplan r;
     rp_error err;
-    CHECK(plan(p, &base, &o, &r, &err) == RP_OK);
+    CHECK(plan(p, &o, &r, &err) == RP_OK);
     CHECK_INT(r.best.cfg.layers_per_stage.count, 1);
     CHECK_INT(r.best.cfg.replication_factor, 4);
     CHECK(r.best.seconds <= r.data_parallel.seconds);

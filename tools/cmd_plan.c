@@ -375,7 +375,6 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     long long micro_batches = 8, global_batch = 0, profile_batch = 0, cores = 0;
     bool memory_given = false, polling = false;
     double device_memory = 0;
-    double vals[RP_PLAN_MAX_LEVELS + 1];
     int nbw = 0;
     bool help;
     const char *arg;
@@ -401,11 +400,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             o.num_levels = n;
             break;
         case OPT_BANDWIDTH:
-            if ((n = cli_double_list(name, arg, argc, argv, vals, RP_PLAN_MAX_LEVELS)) < 0)
+            if ((nbw = cli_double_list(name, arg, argc, argv, o.bandwidth, RP_PLAN_MAX_LEVELS)) < 0)
                 return 2;
-            for (int k = 0; k < n; k++)
-                o.bandwidth[k] = vals[k];
-            nbw = n;
             break;
         case OPT_MEMORY_SIZE:
             memory_given = true;

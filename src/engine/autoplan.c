@@ -174,7 +174,7 @@ static bool programme(search *S, int R, int per, int GA, bool recompute) {
                         double cost = (double)((GA + r - 1) / r) * t +
                                       rpi_allreduce_time(R * r, par, S->net.bw[top],
                                                          S->net.latency) +
-                                      par / 1e10;
+                                      par / S->sim.memory_bandwidth;
                         double m = cost > rest ? cost : rest;
                         if (m >= *b)
                             continue;

@@ -1,6 +1,7 @@
 /*
-** Predicting an update's time: the workers' operation lists, played on a
-** clock per worker with the profile's layer times.
+** Predicting an update's time: the workers' operation lists, played on one
+** clock for all of them with the profile's layer times and the machines'
+** prices.
 */
 #include <cJSON.h>
 #include <stdbool.h>
