@@ -4,16 +4,22 @@
 ** For every fixture in FIXTURE_DIR/expected it reads the profile and plans
 ** it in-process (best of several runs) and prints that time beside the
 ** fixture's reference_seconds, PipeDream's own run on this machine, and the
-** ratio. Then it times synthetic profiles (a long chain, residual blocks)
+** ratio; given the repipe binary, also the whole `repipe plan` process
+** beside a process that does nothing (/bin/true), the floor of any
+** command. Then it times synthetic profiles (a long chain, residual blocks)
 ** for several sizes, to show how the cost grows with states and machines.
-** Usage: bench_planner [FIXTURE_DIR]
+** Usage: bench_planner [FIXTURE_DIR [REPIPE]]
 */
 #define _POSIX_C_SOURCE 200809L
 #include <cJSON.h>
+#include <fcntl.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../src/core/util.h"
 #include "repipe/planner.h"
@@ -48,7 +54,70 @@ static double time_plan(const char *path, const char *text, const rp_plan_option
     return best;
 }
 
-static void fixtures(const char *dir) {
+extern char **environ;
+
+/* Best wall time of 15 runs of a command, its output discarded; -1 when it
+** fails. */
+static double time_process(char **argv) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    double best = 1e30;
+    for (int r = 0; r < 15; r++) {
+        pid_t pid;
+        int status;
+        double t0 = rp_now();
+        if (posix_spawn(&pid, argv[0], &fa, NULL, argv, environ) != 0 ||
+            waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            best = -1;
+            break;
+        }
+        double dt = rp_now() - t0;
+        if (dt < best)
+            best = dt;
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    return best;
+}
+
+/* `repipe plan` with the fixture's options, timed as a process. */
+static double time_command(const char *repipe, const char *profile, const rp_plan_options *o) {
+    char args[32][64], *argv[40];
+    int n = 0;
+    argv[n++] = (char *)repipe;
+    argv[n++] = "plan";
+    argv[n++] = "--profile";
+    argv[n++] = (char *)profile;
+    argv[n++] = "--machines";
+    for (int l = 0; l < o->num_levels; l++) {
+        snprintf(args[l], sizeof args[l], "%d", o->machines[l]);
+        argv[n++] = args[l];
+    }
+    argv[n++] = "--bandwidth";
+    for (int l = 0; l < o->num_levels; l++) {
+        snprintf(args[8 + l], sizeof args[0], "%.17g", o->bandwidth[l]);
+        argv[n++] = args[8 + l];
+    }
+    argv[n++] = "--memory-size";
+    snprintf(args[16], sizeof args[0], "%.17g", o->memory_size);
+    argv[n++] = args[16];
+    if (o->memory_constraint)
+        argv[n++] = "--memory-constraint";
+    if (o->straight)
+        argv[n++] = "--straight";
+    if (o->fewer_machines)
+        argv[n++] = "--fewer-machines";
+    if (o->activation_compression > 0) {
+        argv[n++] = "--activation-compression";
+        snprintf(args[17], sizeof args[0], "%.17g", o->activation_compression);
+        argv[n++] = args[17];
+    }
+    argv[n] = NULL;
+    return time_process(argv);
+}
+
+static void fixtures(const char *dir, const char *repipe) {
     char exp[2048];
     snprintf(exp, sizeof exp, "%s/expected", dir);
     char *names[256];
@@ -57,8 +126,19 @@ static void fixtures(const char *dir) {
         printf("no fixtures at %s: skipping the comparison with PipeDream\n\n", exp);
         return;
     }
-    printf("%-22s %7s %12s %14s %10s\n", "fixture", "states", "repipe (ms)", "PipeDream (s)",
+    double floor_s = 0;
+    if (repipe) {
+        char *argv[] = {"/bin/true", NULL};
+        floor_s = time_process(argv);
+        printf("a process that does nothing (/bin/true) takes %.3f ms here: at most %.0fx "
+               "faster than a PipeDream run of 1 s, for any command\n\n",
+               floor_s * 1e3, 1 / floor_s);
+    }
+    printf("%-22s %7s %12s %14s %10s", "fixture", "states", "repipe (ms)", "PipeDream (s)",
            "ratio");
+    if (repipe)
+        printf(" %14s %10s", "process (ms)", "ratio");
+    printf("\n");
     for (int i = 0; i < n; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", exp, names[i]);
@@ -78,8 +158,15 @@ static void fixtures(const char *dir) {
         double ref = cJSON_GetObjectItem(fx, "reference_seconds")->valuedouble;
         int states = 0;
         double t = time_plan(path, NULL, &o, 7, &states);
-        if (t > 0)
-            printf("%-22s %7d %12.3f %14.3f %9.0fx\n", names[i], states, t * 1e3, ref, ref / t);
+        if (t > 0) {
+            printf("%-22s %7d %12.3f %14.3f %9.0fx", names[i], states, t * 1e3, ref, ref / t);
+            double tp = repipe ? time_command(repipe, path, &o) : 0;
+            if (tp > 0)
+                printf(" %14.3f %9.0fx", tp * 1e3, ref / tp);
+            else if (repipe)
+                printf(" %14s", "failed");
+            printf("\n");
+        }
         cJSON_Delete(fx);
         free(names[i]);
     }
@@ -157,7 +244,7 @@ static void scaling(void) {
 }
 
 int main(int argc, char **argv) {
-    fixtures(argc > 1 ? argv[1] : "tests/fixtures/pipedream");
+    fixtures(argc > 1 ? argv[1] : "tests/fixtures/pipedream", argc > 2 ? argv[2] : NULL);
     scaling();
     return 0;
 }

@@ -168,9 +168,11 @@ static unsigned next_u(void) {
     return (unsigned)(rng >> 32);
 }
 
-/* A chain with residual skips and two-way branches, an Input source first
-** and sometimes a __getitem__ sink, in graph.txt form. */
-static char *random_profile(int n) {
+/* A chain with residual skips and, when branchy, parallel branches of
+** layers (whose states' cumulative compute can fall from one state to the
+** next), an Input source first and sometimes a __getitem__ sink, in
+** graph.txt form. */
+static char *random_profile(int n, bool branchy) {
     size_t cap = 256 * (size_t)(n + 4) * 3;
     char *s = malloc(cap);
     size_t len = 0;
@@ -194,10 +196,25 @@ static char *random_profile(int n) {
                         "node%d -- __getitem__ -- forward_compute_time=1.000, "
                         "backward_compute_time=0.000, activation_size=4.0, parameter_size=0.0\n",
                         n + 1);
-    for (int i = 1; i <= n; i++) {
+    for (int i = 1; i <= n;) {
+        int a = 1 + next_u() % 3, b = 1 + next_u() % 3;
+        if (branchy && i + a + b <= n && next_u() % 2 == 0) {
+            /* two branches of a and b layers from node i-1, joined after */
+            for (int q = 0; q < a; q++)
+                len += snprintf(s + len, cap - len, "\tnode%d -- node%d\n", q ? i + q - 1 : i - 1,
+                                i + q);
+            for (int q = 0; q < b; q++)
+                len += snprintf(s + len, cap - len, "\tnode%d -- node%d\n",
+                                q ? i + a + q - 1 : i - 1, i + a + q);
+            len += snprintf(s + len, cap - len, "\tnode%d -- node%d\n\tnode%d -- node%d\n",
+                            i + a - 1, i + a + b, i + a + b - 1, i + a + b);
+            i += a + b + 1;
+            continue;
+        }
         len += snprintf(s + len, cap - len, "\tnode%d -- node%d\n", i - 1, i);
         if (i >= 3 && next_u() % 4 == 0) /* residual skip */
             len += snprintf(s + len, cap - len, "\tnode%d -- node%d\n", i - 2 - next_u() % 2, i);
+        i++;
     }
     if (getitem)
         len += snprintf(s + len, cap - len, "\tnode%d -- node%d\n", n, n + 1);
@@ -219,11 +236,19 @@ static void random_options(rp_plan_options *o) {
     o->threads = 1 + next_u() % 3;
 }
 
+/* Cumulative compute falls somewhere over the states. */
+static bool falls(const rp_states *st) {
+    for (int j = 1; j < st->n; j++)
+        if (st->compute[j] < st->compute[j - 1])
+            return true;
+    return false;
+}
+
 static void test_against_reference(void) {
-    int compared = 0, infeasible = 0;
+    int compared = 0, infeasible = 0, falling = 0;
     for (int trial = 0; trial < 300; trial++) {
         int failures_before = test_failures;
-        char *text = random_profile(4 + next_u() % 20);
+        char *text = random_profile(4 + next_u() % 20, trial % 2);
         rp_profile *p;
         rp_error err;
         CHECK(rp_profile_parse(&p, text, strlen(text), "random", &err) == RP_OK);
@@ -231,6 +256,7 @@ static void test_against_reference(void) {
         random_options(&o);
         rp_states st;
         CHECK(rp_states_build(p, &st, &err) == RP_OK);
+        falling += o.memory_constraint && falls(&st);
         ref_cell *tabs[RP_PLAN_MAX_LEVELS];
         double w = 1;
         for (int l = 0; l < o.num_levels; l++) {
@@ -288,7 +314,62 @@ static void test_against_reference(void) {
     }
     CHECK(compared > 150);
     CHECK(infeasible > 5);
-    printf("reference: %d plans compared, %d infeasible agreed\n", compared, infeasible);
+    CHECK(falling > 20); /* the scan's stash blocks, not its monotone shortcuts */
+    printf("reference: %d plans compared, %d infeasible agreed, %d with falling compute and "
+           "the memory constraint\n",
+           compared, infeasible, falling);
+}
+
+/* Bounding the level below the top leaves most of its rows unsolved, and
+** must not change the plan: larger random profiles on two levels, every
+** option, planned with and without it. */
+static void test_bounded_rows(void) {
+    int pruned = 0;
+    for (int trial = 0; trial < 60; trial++) {
+        int failures_before = test_failures;
+        char *text = random_profile(20 + next_u() % 120, trial % 2);
+        rp_profile *p;
+        rp_error err;
+        CHECK(rp_profile_parse(&p, text, strlen(text), "random", &err) == RP_OK);
+        rp_plan_options o;
+        random_options(&o);
+        o.num_levels = 2;
+        o.machines[0] = 2 + next_u() % 7;
+        o.machines[1] = 2 + next_u() % 3;
+        rp_plan *a = NULL, *b = NULL;
+        rp_status sa = rp_plan_compute(p, &o, &a, &err);
+        o.all_rows = true;
+        rp_status sb = rp_plan_compute(p, &o, &b, &err);
+        CHECK_INT(sa, sb);
+        if (sa == RP_OK && sb == RP_OK) {
+            CHECK(a->pipeline_time == b->pipeline_time);
+            CHECK_INT(b->rows_solved, b->num_states);
+            if (a->rows_solved < a->num_states / 2)
+                pruned++;
+            for (int l = 0; l < 2; l++) {
+                CHECK_INT(a->levels[l].num_stages, b->levels[l].num_stages);
+                for (int k = 0; k < a->levels[l].num_stages && k < b->levels[l].num_stages;
+                     k++) {
+                    CHECK_INT(a->levels[l].stages[k].start, b->levels[l].stages[k].start);
+                    CHECK_INT(a->levels[l].stages[k].end, b->levels[l].stages[k].end);
+                    CHECK_INT(a->levels[l].stages[k].replication,
+                              b->levels[l].stages[k].replication);
+                }
+            }
+        }
+        if (test_failures > failures_before) {
+            fprintf(stderr, "trial %d: %d x %d, straight %d fewer %d mem %d acr %g\n%s", trial,
+                    o.machines[0], o.machines[1], o.straight, o.fewer_machines,
+                    o.memory_constraint, o.activation_compression, text);
+            trial = 1 << 20;
+        }
+        rp_plan_free(a), rp_plan_free(b);
+        rp_profile_free(p);
+        free(text);
+    }
+    /* the bound does its work on most chains */
+    CHECK(pruned > 10);
+    printf("bounded rows: %d of 60 plans solved under half the rows, all equal\n", pruned);
 }
 
 /* ---- small graphs by hand ------------------------------------------------- */
@@ -492,5 +573,6 @@ int main(void) {
     test_states();
     test_rank_layout();
     test_against_reference();
+    test_bounded_rows();
     return test_finish("test_planner");
 }

@@ -25,12 +25,24 @@ static void usage(FILE *f) {
                "'repipe --version' prints the version.\n");
 }
 
+static bool runs_models(const char *command) {
+    static const char *const quiet[] = {"plan", "config", "groups", "weights", "help",
+                                        "--help", "-h", "--version"};
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++)
+        if (strcmp(command, quiet[i]) == 0)
+            return false;
+    return true;
+}
+
 int main(int argc, char **argv) {
     /* Workers run their products on one BLAS thread each, so OpenBLAS's own
     ** pool of threads is never used; but it starts when the library loads,
     ** and after a failed allocation its threads retry and hang the exit.
-    ** Unless the user chose a count, start again without the pool. */
-    if (!getenv("OPENBLAS_NUM_THREADS") && setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0)
+    ** Unless the user chose a count, a command that runs a model starts
+    ** again without the pool (the others never call BLAS, and start in half
+    ** the time). */
+    if (argc >= 2 && runs_models(argv[1]) && !getenv("OPENBLAS_NUM_THREADS") &&
+        setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0)
         execv("/proc/self/exe", argv); /* on failure, go on as we are */
     if (argc < 2) {
         usage(stderr);

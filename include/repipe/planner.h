@@ -34,6 +34,9 @@ typedef struct rp_plan_options {
     bool fewer_machines;    /* a level may leave machines unused */
     double activation_compression; /* > 0: also bound by activation transfers; 0 = off */
     int threads; /* workers for the lower levels' tables; 0 = automatic (2) */
+    /* Solve every row of the level below the top, not only those a plan as
+    ** fast as a first feasible one can use: the same plan, slower (tests). */
+    bool all_rows;
 } rp_plan_options;
 
 /* Defaults: no levels yet, bandwidth 1e9, memory 16e9, options off. */
@@ -73,6 +76,8 @@ typedef struct rp_plan {
     double pipeline_time;      /* this plan */
     double speedup_vs_single, dp_speedup_vs_single, speedup_vs_dp;
     int machines_available, machines_used;
+    int rows_solved; /* rows of the level below the top solved, of num_states
+                     ** (num_states with one level) */
     /* Final stages are the stages of level 1, numbered across the levels
     ** above; workers are numbered replica-major (DESIGN §1). */
     int num_stages;

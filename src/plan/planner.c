@@ -43,24 +43,25 @@ typedef struct cell {
     int stages;
 } cell;
 
-/* Cells of a level; the times are also kept apart, densely, because the
-** inner loop reads nothing else. */
-typedef struct level_table {
-    int rows, n, m; /* rows: N + 1, or 1 for the top level */
+/* One row of a level's table: cells (i, j, m) for a fixed first state i,
+** at c[j * M + m], and their times apart, densely, because the inner loop
+** reads nothing else. Rows are independent (row i reads only row i and the
+** level below), so a level below the top is solved a row at a time and
+** keeps only what the level above reads: the time of each range on all its
+** machines. The rows the plan uses are solved again when it is unfolded. */
+typedef struct row_buf {
     cell *c;
     double *time;
-} level_table;
+    int *hint;    /* M x M: where the scan of (m, mp) started in the last column */
+    double *cdiv; /* M x M: ceil((M - (m+1)) / mp), copies of a stash */
+} row_buf;
 
-static inline size_t idx(const level_table *t, int i, int j, int m) {
-    return ((size_t)i * t->n + j) * t->m + m;
-}
+static inline cell *at(const row_buf *r, int M, int j, int m) { return &r->c[(size_t)j * M + m]; }
 
-static inline cell *at(const level_table *t, int i, int j, int m) { return &t->c[idx(t, i, j, m)]; }
-
-static inline void put(level_table *t, int i, int j, int m, const cell *c) {
-    size_t q = idx(t, i, j, m);
-    t->c[q] = *c;
-    t->time[q] = c->time;
+static inline void put(row_buf *r, int M, int j, int m, const cell *c) {
+    size_t q = (size_t)j * M + m;
+    r->c[q] = *c;
+    r->time[q] = c->time;
 }
 
 /* Infeasible cells have an infinite time. */
@@ -83,7 +84,10 @@ static inline double range(const double *cum, int i, int j) {
 
 typedef struct level_ctx {
     const rp_states *st;
-    const level_table *prev; /* NULL at level 1 */
+    /* The level below (NULL at level 1): the time of states (i..j] on all
+    ** its machines at below_time[j * (N + 1) + i], by column, as the last
+    ** stages of one column are read together. */
+    const double *below_time;
     int M;
     double b;       /* bandwidth */
     double w;       /* machines of the previous level; 1 at level 1 */
@@ -91,15 +95,26 @@ typedef struct level_ctx {
     double memsize; /* NAN: no memory constraint */
     double acr;     /* 0: no activation compression */
     bool straight, fewer;
+    /* Cumulative compute, activations and parameters never decrease over
+    ** the states (chains, most profiles): then predecessors in descending C
+    ** are in descending state, and a last stage's stash grows as its split
+    ** point moves back. */
+    bool monotone;
+    /* With the memory constraint on other profiles: per block of 2^SBLOCK
+    ** of pred[j], the largest A[k] + P[k], at smax[soff[j] + block]. */
+    const double *smax;
+    const size_t *soff;
 } level_ctx;
+
+#define SBLOCK 4
 
 /* Compute time of states (i..j] at this level. */
 static inline double level_time(const level_ctx *x, int i, int j) {
-    if (!x->prev)
+    if (!x->below_time)
         return range(x->st->compute, i, j);
     if (j < i)
         return NAN;
-    double t = x->prev->time[idx(x->prev, i, j, x->prev->m - 1)];
+    double t = x->below_time[(size_t)j * (x->st->n + 1) + i];
     return isinf(t) ? NAN : t;
 }
 
@@ -115,208 +130,252 @@ static inline bool split_better(const cell *a, const cell *b) {
     return a->k < b->k || (a->k == b->k && a->nmach < b->nmach);
 }
 
-typedef struct sort_key {
-    double v;
-    int q;
-} sort_key;
-
-static int cmp_key(const void *a, const void *b) {
-    const sort_key *x = a, *y = b;
-    if (x->v != y->v)
-        return x->v < y->v ? -1 : 1;
-    return (x->q > y->q) - (x->q < y->q);
-}
-
 /* Lower bounds. Any plan for states (i..k] on d machines of the lowest
 ** level takes at least raw(i..k) / d, raw being the difference of the
 ** cumulative compute times: the stage times of a plan add up to raw (the
 ** differences telescope), a stage on r machines takes at least its time / r,
 ** and max(t_s / r_s) >= sum(t_s) / sum(r_s). Transfers, communication and
-** memory limits only add. A negative raw (a range that is not a contiguous
-** part of the DAG) is bounded by raw itself, as fewer machines may be used. */
-static inline double lower_bound(double raw, double d) { return raw >= 0 ? raw / d : raw; }
+** memory limits only add. (A negative raw, a range that is not a contiguous
+** part of the DAG, bounds nothing, and is never pruned.) */
 
-/* The largest raw whose lower bound is at most b. */
-static inline double lb_inverse(double b, double d) { return b >= 0 ? b * d : b; }
+/* The last stage (k+1..j) on mp machines: its time (*raw without the
+** transfer bounds of activation compression, which count only towards the
+** stage's time, not its balance). */
+static inline double last_stage(const level_ctx *x, int k, int j, int mp, double *raw) {
+    const rp_states *st = x->st;
+    double tl = level_time(x, k + 1, j);
+    double lpar = range(st->parameter, k + 1, j);
+    double l = tl + (4.0 * (mp - 1) * lpar) / (x->b * mp);
+    l = isnan(tl) ? INFINITY : l / mp;
+    *raw = l;
+    if (x->acr > 0) {
+        double in = (2.0 * st->out_activation[k]) / (x->b * mp) / x->acr;
+        if (in > l)
+            l = in;
+        if (j < st->n - 1) {
+            double out = (2.0 * st->out_activation[j]) / (x->b * mp) / x->acr;
+            if (out > l)
+                l = out;
+        }
+    }
+    return l;
+}
 
-typedef struct solver {
-    const level_ctx *x;
-    level_table *t;
-    int first_row, row_step; /* this worker's rows: first, first + step, ... */
-    rp_status status;
-} solver;
+/* The first q with C[pred[q]] <= v, pred being ordered by descending C:
+** galloping from the guess h, since a column's answer lies near the last
+** column's (a state's predecessors are mostly its predecessor's and one
+** more, first in the order). */
+static int first_at_most(const double *C, const int *pred, int np, double v, int h) {
+    int lo, hi; /* the answer lies in [lo, hi] */
+    if (h > np)
+        h = np;
+    if (h < np && C[pred[h]] > v) {
+        int step = 1;
+        lo = h + 1;
+        while (lo + step - 1 < np && C[pred[lo + step - 1]] > v) {
+            lo += step;
+            step *= 2;
+        }
+        hi = lo + step - 1 < np ? lo + step - 1 : np;
+    } else {
+        int step = 1;
+        hi = h;
+        while (hi - step >= 0 && C[pred[hi - step]] <= v) {
+            hi -= step;
+            step *= 2;
+        }
+        lo = hi - step + 1 > 0 ? hi - step + 1 : 0;
+    }
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (C[pred[mid]] > v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
 
-/* Fills rows first_row, first_row + row_step, ... of the table. Rows are
-** independent (row i reads only row i and the level below), so workers
-** share nothing but read-only inputs.
+/* Solves row i of a level into r.
 **
-** j runs outermost: cell (i, j, m) needs only cells of columns k < j and
-** (i, j, m-1), so the last-stage terms of every split point k of j are
-** computed, and sorted, once per j. A split's time is at least its last
-** stage's time, so split points are visited by ascending last-stage time
-** and the scan stops at the first one whose last stage alone is slower than
-** the best candidate so far. The order of visits does not change the
-** result: ties are decided by better() and split_better(). */
-static void *solve_rows(void *arg) {
-    solver *sv = arg;
-    const level_ctx *x = sv->x;
-    level_table *t = sv->t;
+** Cell (i, j, m) needs cells of columns k < j and (i, j, m-1). For each
+** machine count mp of the last stage, split points are scanned outwards
+** from where the lower bounds of prefix and last stage balance (the best
+** split if both took exactly their bound): the bound on the cell tightens
+** at once, and each side stops at its first candidate whose prefix, or last
+** stage, alone is bounded above the best so far. pred[j] lists the split
+** points by descending cumulative compute, so both sides are monotone in
+** their bound. The order of visits does not change the result: ties are
+** decided by better() and split_better(). */
+static void solve_row(const level_ctx *x, int i, row_buf *r) {
+    int *hint = r->hint;
+    const double *cdiv = r->cdiv;
     const rp_states *st = x->st;
     int N = st->n, M = x->M;
     bool mem = !isnan(x->memsize);
-    /* last[q * M + mp]: time of the last stage (k+1..j) on mp machines, for
-    ** the q-th predecessor k of j, including the transfer bounds when
-    ** activations are compressed; lraw: without them; lstash: its stashed
-    ** bytes per copy; order[r]: the r-th q by descending C[k], csorted[r]
-    ** that C[k]. */
-    double *last = malloc(sizeof(double) * (size_t)N * M);
-    double *lraw = malloc(sizeof(double) * (size_t)N * M);
-    double *lstash = malloc(sizeof(double) * N);
-    double *cdiv = malloc(sizeof(double) * (size_t)M * M);
-    int *order = malloc(sizeof(int) * N);
-    double *csorted = malloc(sizeof(double) * N);
-    sort_key *keys = malloc(sizeof(sort_key) * N);
-    if (!last || !lraw || !lstash || !cdiv || !order || !keys || !csorted) {
-        free(last), free(lraw), free(lstash), free(cdiv), free(order), free(keys);
-        free(csorted);
-        sv->status = RP_ERR_NOMEM;
-        return NULL;
-    }
-    /* cdiv[m * M + d] = ceil((M - (m+1)) / d): copies of stashed data */
-    for (int m = 0; m < M; m++)
-        for (int d = 1; d < M; d++)
-            cdiv[m * M + d] = ceil_div(M - (m + 1), d);
     const cell none = {INFINITY, 0, -1, 0, 0, 0};
     /* Slack for rounding between a lower bound and the time it bounds. */
     double margin = 1e-9 * fabs(st->compute[N - 1]);
-    int max_mp = x->straight ? 1 : M - 1;
-    for (int j = sv->first_row; j < N; j++) {
+    double cbase = i > 0 ? st->compute[i - 1] : 0;
+    double smargin = 1e-9 * (fabs(st->activation[N - 1]) + fabs(st->parameter[N - 1]));
+    for (int q = 0; q < M * M; q++)
+        hint[q] = 0;
+    for (int m = 0; m < M; m++)
+        for (int mp = 1; mp < M; mp++)
+            r->cdiv[m * M + mp] = ceil_div(M - (m + 1), mp);
+    for (int j = i; j < N; j++) {
+        /* One stage on m+1 machines. */
+        double tc = level_time(x, i, j);
+        double act = range(st->activation, i, j), par = range(st->parameter, i, j);
+        for (int m = 0; m < M; m++) {
+            cell c = none;
+            double stashed = ceil_div(M - (m + 1), m + 1) * (act + par);
+            if ((m == 0 || !x->straight) && !isnan(tc) && !(mem && stashed > x->memsize)) {
+                double dp = (4.0 * m * par) / (x->b * (m + 1));
+                dp /= x->w;
+                double time = (tc + dp) / (m + 1);
+                c = (cell){time, time * time, -1, 0, m + 1, 1};
+            }
+            put(r, M, j, m, &c);
+        }
+        if (j == i)
+            continue;
+        /* Splits after a predecessor k >= i of j (the prefix cell exists
+        ** only from i on; PipeDream's "not a predecessor of i-1"). */
         const int *pred = st->pred[j];
         int np = st->num_pred[j];
-        for (int q = 0; q < np; q++) {
-            int k = pred[q];
-            double tl = level_time(x, k + 1, j);
-            double lpar = range(st->parameter, k + 1, j);
-            lstash[q] = range(st->activation, k + 1, j) + lpar;
-            for (int mp = 1; mp <= max_mp; mp++) {
-                double l = tl + (4.0 * (mp - 1) * lpar) / (x->b * mp);
-                l = isnan(tl) ? INFINITY : l / mp;
-                lraw[(size_t)q * M + mp] = l;
-                if (x->acr > 0) {
-                    double in = (2.0 * st->out_activation[k]) / (x->b * mp) / x->acr;
-                    if (in > l)
-                        l = in;
-                    if (j < N - 1) {
-                        double out = (2.0 * st->out_activation[j]) / (x->b * mp) / x->acr;
-                        if (out > l)
-                            l = out;
-                    }
-                }
-                last[(size_t)q * M + mp] = l;
-            }
-        }
-        /* Split points by descending cumulative compute C[k]. */
-        for (int q = 0; q < np; q++)
-            keys[q] = (sort_key){-st->compute[pred[q]], q};
-        qsort(keys, np, sizeof *keys, cmp_key);
-        for (int r = 0; r < np; r++) {
-            order[r] = keys[r].q;
-            csorted[r] = st->compute[pred[keys[r].q]];
-        }
-        int rows = t->rows < j + 1 ? t->rows : j + 1;
-        for (int i = sv->first_row; i < rows; i += sv->row_step) {
-            /* One stage on m+1 machines. */
-            double tc = level_time(x, i, j);
-            double act = range(st->activation, i, j), par = range(st->parameter, i, j);
-            for (int m = 0; m < M; m++) {
-                cell c = none;
-                double stashed = ceil_div(M - (m + 1), m + 1) * (act + par);
-                if ((m == 0 || !x->straight) && !isnan(tc) && !(mem && stashed > x->memsize)) {
-                    double dp = (4.0 * m * par) / (x->b * (m + 1));
-                    dp /= x->w;
-                    double time = (tc + dp) / (m + 1);
-                    c = (cell){time, time * time, -1, 0, m + 1, 1};
-                }
-                put(t, i, j, m, &c);
-            }
-            if (j == i)
-                continue;
-            /* Splits after a predecessor k >= i of j (the prefix cell exists
-            ** only from i on; PipeDream's "not a predecessor of i-1"). */
-            const double *trow = t->time + idx(t, i, 0, 0);
-            double cbase = i > 0 ? st->compute[i - 1] : 0;
-            for (int m = 1; m < M; m++) {
-                cell c = *at(t, i, j, m);
-                if (x->fewer && better(at(t, i, j, m - 1), &c))
-                    c = *at(t, i, j, m - 1);
-                cell split = none;
-                double bound = c.time; /* a split slower than this cannot win */
-                int mps = x->straight ? 1 : m;
-                for (int mp = 1; mp <= mps; mp++) {
-                    /* Candidates whose prefix or last stage cannot beat the
-                    ** bound lie outside [r, end of the window): skip them
-                    ** by binary search at the start, stop at the end. */
-                    double dpre = (double)(m - mp + 1) * x->below;
-                    double dlast = (double)mp * x->below;
-                    double cmax = cbase + lb_inverse(bound + margin, dpre);
-                    int lo = 0, hi = np;
-                    while (lo < hi) {
-                        int mid = (lo + hi) / 2;
-                        if (csorted[mid] > cmax)
-                            lo = mid + 1;
-                        else
-                            hi = mid;
-                    }
-                    for (int r = lo; r < np; r++) {
-                        if (lower_bound(st->compute[j] - csorted[r], dlast) - margin > bound)
-                            break;
-                        int q = order[r];
+        double cj = st->compute[j];
+        for (int m = 1; m < M; m++) {
+            cell c = *at(r, M, j, m);
+            if (x->fewer && better(at(r, M, j, m - 1), &c))
+                c = *at(r, M, j, m - 1);
+            cell split = none;
+            double bound = c.time; /* a split slower than this cannot win */
+            int mps = x->straight ? 1 : m;
+            for (int mp = 1; mp <= mps; mp++) {
+                double dpre = (double)(m - mp + 1) * x->below;
+                double dlast = (double)mp * x->below;
+                double cmid = (cbase * dlast + cj * dpre) / (dpre + dlast);
+                int *h = &hint[m * M + mp];
+                int lo = first_at_most(st->compute, pred, np, cmid, *h);
+                *h = lo + 1;
+                /* from lo up: smaller prefixes and larger last stages,
+                ** down to the first whose last stage is bounded above the
+                ** bound; from lo - 1 down: the other way, up to the first
+                ** whose prefix is (the bounds, solved for C[k]) */
+                double cfloor = cj - (bound + margin) * dlast;
+                double cceil = cbase + (bound + margin) * dpre;
+                /* a split point k fits in memory only if A[k] + P[k] >= sneed */
+                double sneed = -INFINITY;
+                if (x->smax && cdiv[m * M + mp] > 0)
+                    sneed = st->activation[j] + st->parameter[j] -
+                            x->memsize / cdiv[m * M + mp] - smargin;
+                for (int side = 0; side < 2; side++) {
+                    int step = side ? -1 : 1;
+                    for (int q = side ? lo - 1 : lo; q >= 0 && q < np; q += step) {
                         int k = pred[q];
+                        double ck = st->compute[k];
+                        if (side ? ck > cceil : ck < cfloor)
+                            break;
                         if (k < i)
                             continue;
-                        double l = last[(size_t)q * M + mp];
-                        double pre = trow[(size_t)k * M + m - mp];
+                        double pre = r->time[(size_t)k * M + m - mp];
+                        if (pre > bound)
+                            continue; /* also skips infeasible cells */
+                        if (mem && (range(st->activation, k + 1, j) +
+                                    range(st->parameter, k + 1, j)) *
+                                           cdiv[m * M + mp] >
+                                       x->memsize) {
+                            if (!side && x->monotone)
+                                break;
+                            /* skip the rest of a block whose every stash is
+                            ** too large */
+                            if (x->smax && x->smax[x->soff[j] + (q >> SBLOCK)] < sneed)
+                                q = side ? q & ~((1 << SBLOCK) - 1)
+                                         : q | ((1 << SBLOCK) - 1);
+                            continue;
+                        }
+                        double lr, l = last_stage(x, k, j, mp, &lr);
                         double pt = pre > l ? pre : l;
                         if (pt > bound)
-                            continue; /* also skips infeasible cells */
-                        if (mem && lstash[q] * cdiv[m * M + mp] > x->memsize)
                             continue;
-                        const cell *prefix = at(t, i, k, m - mp);
-                        double lr = lraw[(size_t)q * M + mp];
+                        const cell *prefix = at(r, M, k, m - mp);
                         cell cand = {pt, prefix->sumsq + lr * lr, k, m - mp, mp,
                                      prefix->stages + 1};
                         if (split_better(&cand, &split)) {
                             split = cand;
-                            if (pt < bound)
+                            if (pt < bound) {
                                 bound = pt;
+                                cfloor = cj - (bound + margin) * dlast;
+                                cceil = cbase + (bound + margin) * dpre;
+                            }
                         }
                     }
                 }
-                if (better(&split, &c))
-                    c = split;
-                put(t, i, j, m, &c);
             }
+            if (better(&split, &c))
+                c = split;
+            put(r, M, j, m, &c);
         }
     }
-    free(last), free(lraw), free(lstash), free(cdiv), free(order), free(keys);
-    free(csorted);
+}
+
+static rp_status row_alloc(row_buf *r, int N, int M) {
+    r->c = malloc(sizeof(cell) * (size_t)N * M);
+    r->time = malloc(sizeof(double) * (size_t)N * M);
+    r->hint = malloc(sizeof(int) * (size_t)M * M);
+    r->cdiv = malloc(sizeof(double) * (size_t)M * M);
+    return r->c && r->time && r->hint && r->cdiv ? RP_OK : RP_ERR_NOMEM;
+}
+
+static void row_free(row_buf *r) { free(r->c), free(r->time), free(r->hint), free(r->cdiv); }
+
+typedef struct solver {
+    const level_ctx *x;
+    double *out;     /* the level's times on all its machines, by column */
+    const int *rows; /* the rows to solve; NULL: all */
+    int nrows;
+    int first, step; /* this worker's: first, first + step, ... of them */
+    rp_status status;
+} solver;
+
+static void *solve_rows(void *arg) {
+    solver *sv = arg;
+    const level_ctx *x = sv->x;
+    int N = x->st->n, M = x->M;
+    row_buf r;
+    if (row_alloc(&r, N, M)) {
+        row_free(&r);
+        sv->status = RP_ERR_NOMEM;
+        return NULL;
+    }
+    for (int q = sv->first; q < sv->nrows; q += sv->step) {
+        int i = sv->rows ? sv->rows[q] : q;
+        solve_row(x, i, &r);
+        for (int j = i; j < N; j++)
+            sv->out[(size_t)j * (N + 1) + i] = r.time[(size_t)j * M + M - 1];
+    }
+    row_free(&r);
     sv->status = RP_OK;
     return NULL;
 }
 
-/* Fills the table, splitting its rows over up to `threads` workers. */
-static rp_status solve_level(const level_ctx *x, level_table *t, int threads, rp_error *err) {
-    if (threads > t->rows)
-        threads = t->rows;
+/* Solves rows of a level below the top into out (all N when rows is NULL),
+** over up to `threads` workers, interleaved: rows further down are
+** shorter. */
+static rp_status solve_level(const level_ctx *x, double *out, const int *rows, int nrows,
+                             int threads, rp_error *err) {
     if (threads > 16)
         threads = 16;
+    if (threads > nrows)
+        threads = nrows;
     if (threads < 1)
         threads = 1;
     solver sv[16];
     pthread_t tid[16];
     int started = 1;
     for (int w = 0; w < threads; w++)
-        sv[w] = (solver){x, t, w, threads, RP_OK};
+        sv[w] = (solver){x, out, rows, nrows, w, threads, RP_OK};
     for (int w = 1; w < threads; w++) {
         if (pthread_create(&tid[w], NULL, solve_rows, &sv[w]) != 0)
             break;
@@ -334,6 +393,171 @@ static rp_status solve_level(const level_ctx *x, level_table *t, int threads, rp
     return RP_OK;
 }
 
+/* The level below the top, bounded.
+**
+** The top level reads row i of the level below (states after i-1) only for
+** stages that start after a split point k = i-1 of its own. A plan of the
+** top level no slower than u with such a split, c of the top's M machines
+** before it and at most M - c after it, has C[k] <= u * c * D and
+** C[N-1] - C[k] <= u * (M - c) * D, D machines under each of the top's, by
+** the lower bounds above (which need every range's compute to be
+** non-negative: C non-decreasing over the states, level_ctx.monotone).
+** Other rows can only serve plans slower than u; they are left
+** infinite, and the top level's best plan, and every cell it is built from,
+** come out as if they had been solved.
+**
+** u is the time of the plan the top level finds when only row 0 and, for
+** each c, the row after the state nearest to a c / M share of the compute
+** are solved: a feasible plan, often close to the best. */
+
+/* The states whose rows a plan no slower than u can use, ascending, after
+** row 0; their number. */
+static int useful_rows(const rp_states *st, int Mt, double D, double u, double margin,
+                       int *rows) {
+    int n = 0, N = st->n;
+    double total = st->compute[N - 1], ub = u + margin;
+    rows[n++] = 0;
+    for (int i = 1; i < N; i++) {
+        double ck = st->compute[i - 1];
+        for (int c = 1; c < Mt; c++)
+            if (ck <= ub * c * D && total - ck <= ub * (Mt - c) * D) {
+                rows[n++] = i;
+                break;
+            }
+    }
+    return n;
+}
+
+/* level_ctx.smax and soff, for predecessors in scan order. */
+static rp_status stash_blocks(const rp_states *st, double **smax, size_t **soff,
+                              rp_error *err) {
+    size_t n = 0;
+    *soff = malloc(sizeof(size_t) * st->n);
+    if (*soff)
+        for (int j = 0; j < st->n; j++) {
+            (*soff)[j] = n;
+            n += ((size_t)st->num_pred[j] >> SBLOCK) + 1;
+        }
+    *smax = *soff ? malloc(sizeof(double) * n) : NULL;
+    if (!*smax)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    for (int j = 0; j < st->n; j++)
+        for (int q = 0; q < st->num_pred[j]; q++) {
+            int k = st->pred[j][q];
+            double v = st->activation[k] + st->parameter[k];
+            double *b = &(*smax)[(*soff)[j] + (q >> SBLOCK)];
+            if ((q & ((1 << SBLOCK) - 1)) == 0 || v > *b)
+                *b = v;
+        }
+    return RP_OK;
+}
+
+static bool monotone(const rp_states *st) {
+    for (int j = 1; j < st->n; j++)
+        if (!(st->compute[j] >= st->compute[j - 1] &&
+              st->activation[j] >= st->activation[j - 1] &&
+              st->parameter[j] >= st->parameter[j - 1]))
+            return false;
+    return st->compute[0] >= 0 && st->activation[0] >= 0 && st->parameter[0] >= 0;
+}
+
+/* Fills out (all infinite first) with the rows the top level can use, and
+** solves the top level's row into top_row. */
+static rp_status solve_below_top(const level_ctx *x, const level_ctx *top, double *out,
+                                 row_buf *top_row, bool all_rows, int threads, int *solved,
+                                 rp_error *err) {
+    const rp_states *st = x->st;
+    int N = st->n, Mt = top->M;
+    size_t cells = (size_t)(N + 1) * N;
+    rp_status s;
+    *solved = N;
+    if (all_rows || Mt < 2 || !x->monotone) {
+        if ((s = solve_level(x, out, NULL, N, N > 64 ? threads : 1, err)))
+            return s;
+        solve_row(top, 0, top_row);
+        return RP_OK;
+    }
+    for (size_t q = 0; q < cells; q++)
+        out[q] = INFINITY;
+    int *rows = malloc(sizeof(int) * N);
+    unsigned char *done = calloc(N, 1);
+    if (!rows || !done) {
+        free(rows), free(done);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+    /* A first plan: row 0 and a row at each c / M share of the compute. */
+    int n = 0;
+    double total = st->compute[N - 1];
+    rows[n++] = 0;
+    for (int c = 1; c < Mt; c++) {
+        int k = 0;
+        while (k + 1 < N && st->compute[k + 1] <= total * c / Mt)
+            k++;
+        if (k + 1 < N && !done[k + 1]) {
+            done[k + 1] = 1;
+            rows[n++] = k + 1;
+        }
+    }
+    done[0] = 1;
+    *solved = n;
+    if ((s = solve_level(x, out, rows, n, threads, err)))
+        goto out;
+    solve_row(top, 0, top_row);
+    double u = at(top_row, Mt, N - 1, Mt - 1)->time;
+    /* Then every other row a plan no slower than it can use. */
+    int m = isinf(u) ? 0 : useful_rows(st, Mt, top->below, u, 1e-9 * fabs(total), rows);
+    if (isinf(u))
+        for (int i = 0; i < N; i++)
+            rows[m++] = i;
+    n = 0;
+    for (int q = 0; q < m; q++)
+        if (!done[rows[q]])
+            rows[n++] = rows[q];
+    *solved += n;
+    if (n > 0) {
+        if ((s = solve_level(x, out, rows, n, n > 16 ? threads : 1, err)))
+            goto out;
+        solve_row(top, 0, top_row);
+    }
+out:
+    free(rows), free(done);
+    return s;
+}
+
+typedef struct sort_key {
+    double v;
+    int k;
+} sort_key;
+
+static int cmp_key(const void *a, const void *b) {
+    const sort_key *x = a, *y = b;
+    if (x->v != y->v)
+        return x->v > y->v ? -1 : 1;
+    return (x->k < y->k) - (x->k > y->k);
+}
+
+/* Orders each state's predecessors by descending cumulative compute, ties
+** by descending state: the order solve_row() scans them in. */
+static rp_status order_preds(rp_states *st) {
+    int most = 1;
+    for (int j = 0; j < st->n; j++)
+        if (st->num_pred[j] > most)
+            most = st->num_pred[j];
+    sort_key *keys = malloc(sizeof(sort_key) * most);
+    if (!keys)
+        return RP_ERR_NOMEM;
+    for (int j = 0; j < st->n; j++) {
+        int np = st->num_pred[j];
+        for (int q = 0; q < np; q++)
+            keys[q] = (sort_key){st->compute[st->pred[j][q]], st->pred[j][q]};
+        qsort(keys, np, sizeof *keys, cmp_key);
+        for (int q = 0; q < np; q++)
+            st->pred[j][q] = keys[q].k;
+    }
+    free(keys);
+    return RP_OK;
+}
+
 void rp_plan_free(rp_plan *p) {
     if (!p)
         return;
@@ -343,12 +567,12 @@ void rp_plan_free(rp_plan *p) {
     free(p);
 }
 
-/* Follows the split chain of cell (start, end-1, M-1) and appends the
-** stages of range [start, end) to lvl. */
-static rp_status analyze(const level_table *t, const rp_states *st, int start, int end,
+/* Follows the split chain of cell (start, end-1, M-1) in row `start` and
+** appends the stages of range [start, end) to lvl. */
+static rp_status analyze(const row_buf *r, int M, const rp_states *st, int start, int end,
                          int parent, rp_plan_level *lvl, rp_error *err) {
     int splits[1024], reps[1024], n = 0;
-    const cell *c = at(t, start, end - 1, t->m - 1);
+    const cell *c = at(r, M, end - 1, M - 1);
     if (isinf(c->time))
         return rp_fail(err, RP_ERR_INFEASIBLE, "no stage layout fits");
     while (c->k >= 0) {
@@ -356,7 +580,7 @@ static rp_status analyze(const level_table *t, const rp_states *st, int start, i
             return rp_fail(err, RP_ERR_INVALID, "a level has more than 1023 stages");
         splits[n] = c->k + 1;
         reps[n++] = c->nmach;
-        c = at(t, start, c->k, c->mrest);
+        c = at(r, M, c->k, c->mrest);
     }
     reps[n] = c->nmach;
     int prev = start;
@@ -423,15 +647,21 @@ static rp_status check_options(const rp_plan_options *o, rp_error *err) {
     return RP_OK;
 }
 
-/* Fails, with the figure, when the tables for N states and the states'
-** predecessor lists cannot fit in this machine's memory: before allocating
-** them, rather than after minutes of swapping. */
-static rp_status fits(int N, const rp_plan_options *o, const char *what, rp_error *err) {
-    int L = o->num_levels;
+/* Fails, with the figure, when the states' predecessor lists, the tables
+** of the levels below the top (a time per range) and the workers' rows
+** cannot fit in this machine's memory: before allocating them, rather than
+** after minutes of swapping. */
+static rp_status fits(int N, const rp_plan_options *o, int threads, const char *what,
+                      rp_error *err) {
+    int L = o->num_levels, most = 1;
     double need = (double)N * N / 2 * sizeof(int);
-    for (int l = 0; l < L; l++)
-        need += (double)(l == L - 1 ? 1 : N + 1) * N * o->machines[l] *
-                (sizeof(cell) + sizeof(double));
+    for (int l = 0; l < L; l++) {
+        if (l < L - 1)
+            need += (double)(N + 1) * N * sizeof(double);
+        if (o->machines[l] > most)
+            most = o->machines[l];
+    }
+    need += (double)(threads + 1) * N * most * (sizeof(cell) + sizeof(double));
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages > 0 && page > 0 && need > (double)pages * page)
         return rp_fail(err, RP_ERR_NOMEM,
@@ -447,16 +677,22 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
     rp_status s = check_options(o, err);
     if (s)
         return s;
+    int L = o->num_levels;
+    int threads = o->threads > 0 ? (o->threads > 16 ? 16 : o->threads) : 2;
     /* a profile has at least as many states as nodes after its input (on
     ** PipeDream's profiles, up to 15 times as many): refuse before
     ** building them */
-    if ((s = fits(profile->num_nodes - 1, o, "nodes", err)))
+    if ((s = fits(profile->num_nodes - 1, o, threads, "nodes", err)))
         return s;
     rp_states st;
     if ((s = rp_states_build(profile, &st, err)))
         return s;
-    int N = st.n, L = o->num_levels;
-    level_table tables[RP_PLAN_MAX_LEVELS] = {{0}};
+    int N = st.n;
+    double *below_time[RP_PLAN_MAX_LEVELS] = {NULL};
+    double *smax = NULL;
+    size_t *soff = NULL;
+    level_ctx ctx[RP_PLAN_MAX_LEVELS];
+    row_buf row = {NULL, NULL, NULL, NULL};
     rp_plan *p = calloc(1, sizeof *p);
     if (!p) {
         rp_states_free(&st);
@@ -464,39 +700,56 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
     }
     p->options = *o;
     p->num_states = N;
-    if ((s = fits(N, o, "states", err)))
+    if ((s = fits(N, o, threads, "states", err)))
+        goto done;
+    int most = 1; /* the row is solved again on every level */
+    for (int l = 0; l < L; l++)
+        if (o->machines[l] > most)
+            most = o->machines[l];
+    if (order_preds(&st) || row_alloc(&row, N, most)) {
+        s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    /* Levels from the innermost out; each reads the times of the one below. */
+    bool mono = monotone(&st);
+    if (o->memory_constraint && !mono && (s = stash_blocks(&st, &smax, &soff, err)))
         goto done;
     double below = 1;
     for (int l = 0; l < L; l++) {
         if (l)
             below *= o->machines[l - 1];
-        level_table *t = &tables[l];
-        t->rows = l == L - 1 ? 1 : N + 1;
-        t->n = N;
-        t->m = o->machines[l];
-        t->c = malloc(sizeof(cell) * (size_t)t->rows * N * t->m);
-        t->time = malloc(sizeof(double) * (size_t)t->rows * N * t->m);
-        if (!t->c || !t->time) {
+        if (l < L - 1 && !(below_time[l] = malloc(sizeof(double) * (size_t)(N + 1) * N))) {
             s = rp_fail(err, RP_ERR_NOMEM,
-                        "out of memory: level %d needs a table of %d x %d x %d cells", l + 1,
-                        t->rows, N, t->m);
+                        "out of memory: level %d needs a table of %d x %d times", l + 1, N + 1,
+                        N);
             goto done;
         }
-        level_ctx x = {&st,
-                       l ? &tables[l - 1] : NULL,
-                       o->machines[l],
-                       o->bandwidth[l],
-                       l ? o->machines[l - 1] : 1,
-                       below,
-                       o->memory_constraint ? o->memory_size : NAN,
-                       o->activation_compression,
-                       o->straight,
-                       o->fewer_machines};
-        int threads = o->threads > 0 ? o->threads : (t->rows > 64 ? 2 : 1);
-        if ((s = solve_level(&x, t, threads, err)))
-            goto done;
+        ctx[l] = (level_ctx){&st,
+                             l ? below_time[l - 1] : NULL,
+                             o->machines[l],
+                             o->bandwidth[l],
+                             l ? o->machines[l - 1] : 1,
+                             below,
+                             o->memory_constraint ? o->memory_size : NAN,
+                             o->activation_compression,
+                             o->straight,
+                             o->fewer_machines,
+                             mono,
+                             smax,
+                             soff};
     }
-    const cell *top = at(&tables[L - 1], 0, N - 1, o->machines[L - 1] - 1);
+    for (int l = 0; l < L - 2 && !s; l++)
+        s = solve_level(&ctx[l], below_time[l], NULL, N, N > 64 ? threads : 1, err);
+    if (!s && L >= 2)
+        s = solve_below_top(&ctx[L - 2], &ctx[L - 1], below_time[L - 2], &row, o->all_rows,
+                            threads, &p->rows_solved, err);
+    else if (!s) {
+        solve_row(&ctx[0], 0, &row); /* the top level has one row */
+        p->rows_solved = N;
+    }
+    if (s)
+        goto done;
+    const cell *top = at(&row, o->machines[L - 1], N - 1, o->machines[L - 1] - 1);
     if (isinf(top->time)) {
         s = rp_fail(err, RP_ERR_INFEASIBLE,
                     "no plan fits: every way of splitting %d states over these machines "
@@ -505,7 +758,9 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
                     o->fewer_machines ? "" : " (--fewer-machines may help)");
         goto done;
     }
-    /* Unfold from the top level down. */
+    double top_time = top->time;
+    /* Unfold from the top level down, solving again the row of every stage
+    ** of the level above. */
     p->num_levels = L;
     p->levels = calloc(L, sizeof(rp_plan_level));
     if (!p->levels) {
@@ -513,10 +768,11 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
         goto done;
     }
     for (int li = 0; li < L; li++) {
-        int l = L - 1 - li; /* index into options/tables */
+        int l = L - 1 - li; /* index into options and contexts */
+        int M = o->machines[l];
         rp_plan_level *lvl = &p->levels[li];
         lvl->level = l + 1;
-        lvl->machines = o->machines[l];
+        lvl->machines = M;
         lvl->bandwidth = o->bandwidth[l];
         lvl->stages = calloc(N, sizeof(rp_plan_stage));
         if (!lvl->stages) {
@@ -524,12 +780,14 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
             goto done;
         }
         if (li == 0) {
-            s = analyze(&tables[l], &st, 0, N, -1, lvl, err);
+            s = analyze(&row, M, &st, 0, N, -1, lvl, err);
         } else {
             const rp_plan_level *up = &p->levels[li - 1];
-            for (int k = 0; k < up->num_stages && !s; k++)
-                s = analyze(&tables[l], &st, up->stages[k].start, up->stages[k].end, k, lvl,
+            for (int k = 0; k < up->num_stages && !s; k++) {
+                solve_row(&ctx[l], up->stages[k].start, &row);
+                s = analyze(&row, M, &st, up->stages[k].start, up->stages[k].end, k, lvl,
                             err);
+            }
         }
         if (s)
             goto done;
@@ -544,7 +802,7 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
         w = o->machines[l];
     }
     p->data_parallel_time = dp;
-    p->pipeline_time = top->time;
+    p->pipeline_time = top_time;
     p->speedup_vs_single = p->single_stage_time / p->pipeline_time;
     p->dp_speedup_vs_single = p->single_stage_time / p->data_parallel_time;
     p->speedup_vs_dp = p->data_parallel_time / p->pipeline_time;
@@ -579,7 +837,9 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
     }
 done:
     for (int l = 0; l < L; l++)
-        free(tables[l].c), free(tables[l].time);
+        free(below_time[l]);
+    row_free(&row);
+    free(smax), free(soff);
     rp_states_free(&st);
     if (s) {
         rp_plan_free(p);
