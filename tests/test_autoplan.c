@@ -3,8 +3,8 @@
 ** one dominant layer without parameters beside layers whose gradients are
 ** expensive to reduce (that layer alone on its stage, on every worker but
 ** one), a model too large for one worker (a pipeline), layers without
-** parameters (data parallelism: nothing to reduce, no bubble); and a
-** memory nothing fits.
+** parameters (data parallelism: nothing to reduce, no bubble); a memory
+** only sharded optimizer state fits, and a memory nothing fits.
 */
 #include <stdlib.h>
 
@@ -95,6 +95,37 @@ static void too_big(void) {
     rp_profile_free(p);
 }
 
+/* One layer, so no pipeline; Adam keeps two floats of state per parameter:
+** parameters, gradients and state take 4 x 1e9 bytes on a worker, 2.5e9
+** with the state sharded over 4 and 3e9 over 2. In 3e9 bytes only sharding
+** fits, and the most workers are fastest when compute dominates. */
+static void sharded_state(void) {
+    double fw[] = {100}, bw[] = {200}, act[] = {1000}, par[] = {1e9};
+    rp_profile *p = chain(1, fw, bw, act, par);
+    rp_autoplan_options o = machines(4, 1e11, 64);
+    o.memory_size = 3e9;
+    double batch = 16;
+    rp_config base;
+    rp_config_default(&base);
+    base.optimizer.type = RP_OPT_ADAM;
+    rp_autoplan r;
+    rp_error err;
+    CHECK(rp_autoplan_compute((const rp_profile *const *)&p, &batch, 1, &base, NULL, &o, &r,
+                              &err) == RP_OK);
+    CHECK(r.best.cfg.replicated_tensor_sharding);
+    CHECK(!r.best.cfg.recompute_checkpoint_every_layer);
+    CHECK_INT(r.best.cfg.replication_factor, 4);
+    CHECK(r.best.worker_bytes <= 3e9);
+    CHECK(!r.single.found);
+    /* with plain SGD there is no state to shard, and it fits as it is */
+    base.optimizer.type = RP_OPT_SGD;
+    CHECK(rp_autoplan_compute((const rp_profile *const *)&p, &batch, 1, &base, NULL, &o, &r,
+                              &err) == RP_OK);
+    CHECK(!r.best.cfg.replicated_tensor_sharding);
+    CHECK_INT(r.best.cfg.replication_factor, 4);
+    rp_profile_free(p);
+}
+
 static void no_parameters(void) {
     double fw[] = {1, 2, 1, 3}, bw[] = {2, 4, 2, 6}, act[] = {1e5, 1e5, 1e5, 1e3};
     double par[] = {0, 0, 0, 0};
@@ -113,5 +144,6 @@ int main(void) {
     dominant_layer();
     too_big();
     no_parameters();
+    sharded_state();
     return test_finish("test_autoplan");
 }

@@ -238,8 +238,9 @@ static void print_keys(const rp_config *c) {
     printf("], stage_replication [");
     for (int s = 0; s < c->layers_per_stage.count; s++)
         printf("%s%d", s ? ", " : "", rp_config_stage_replicas(c, s));
-    printf("], recompute_checkpoint_every_layer %s\n",
-           c->recompute_checkpoint_every_layer ? "true" : "false");
+    printf("], recompute_checkpoint_every_layer %s, replicated_tensor_sharding %s\n",
+           c->recompute_checkpoint_every_layer ? "true" : "false",
+           c->replicated_tensor_sharding ? "true" : "false");
 }
 
 /* The engine objective: the fastest synchronous configuration beside one

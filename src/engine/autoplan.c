@@ -5,9 +5,9 @@
 **
 ** The search has two steps. For every shape of the run — workers per
 ** replica `per`, replicas R, accumulation GA (B = global batch / (R GA)),
-** with or without recomputation — a dynamic programme over the layers,
-** from the last one back, finds the stages and their replication that
-** minimise the busiest stage's time per update:
+** with or without recomputation and sharded optimizer state — a dynamic
+** programme over the layers, from the last one back, finds the stages and
+** their replication that minimise the busiest stage's time per update:
 **
 **     cost(stage) = GA / r * t(stage) + allreduce(stage) + step(stage)
 **
@@ -46,7 +46,7 @@ void rp_autoplan_options_default(rp_autoplan_options *o) {
 /* A shape whose stages the programme chose, with its estimate. */
 typedef struct cand {
     int R, per, GA, B, P, prof; /* prof: the profile its times come from */
-    bool recompute;
+    bool recompute, shard; /* recomputation, replicated tensor sharding */
     int layers[RP_MAX_STAGES], reps[RP_MAX_STAGES];
     double estimate;
 } cand;
@@ -91,6 +91,7 @@ static void make_config(const search *S, const cand *k, rp_config *cfg) {
     cfg->micro_batch_size = k->B;
     cfg->schedule = RP_SCHEDULE_1F1B;
     cfg->recompute_checkpoint_every_layer = S->base->recompute_checkpoint_every_layer || k->recompute;
+    cfg->replicated_tensor_sharding = S->base->replicated_tensor_sharding || k->shard;
     cfg->layers_per_stage.count = k->P;
     cfg->stage_replication_count = k->P;
     for (int s = 0; s < k->P; s++) {
@@ -141,7 +142,7 @@ static bool push(search *S, const cand *k) {
 #define RP_AUTOPLAN_STAGES 8
 #define AT(p, i, k) ((((size_t)(p) * (L + 1)) + (i)) * W1 + (k))
 
-static bool programme(search *S, int R, int per, int GA, bool recompute) {
+static bool programme(search *S, int R, int per, int GA, bool recompute, bool shard) {
     int L = S->L, W1 = per + 1, PM = per < RP_AUTOPLAN_STAGES ? per : RP_AUTOPLAN_STAGES;
     if (PM > L)
         PM = L;
@@ -150,6 +151,7 @@ static bool programme(search *S, int R, int per, int GA, bool recompute) {
     double scale = B / M->batch;
     rp_config cfg = *S->base;
     cfg.recompute_checkpoint_every_layer = S->base->recompute_checkpoint_every_layer || recompute;
+    cfg.replicated_tensor_sharding = S->base->replicated_tensor_sharding || shard;
     cfg.replica_grouping = rp_grouping_all(R);
     for (size_t x = 0; x < AT(PM + 1, 0, 0); x++)
         S->best[x] = DBL_MAX;
@@ -194,7 +196,14 @@ static bool programme(search *S, int R, int per, int GA, bool recompute) {
     for (int P = 1; P <= PM; P++) {
         if (S->best[AT(P, 0, per)] == DBL_MAX)
             continue; /* nothing fits */
-        cand c = {.R = R, .per = per, .GA = GA, .B = B, .recompute = recompute, .P = P, .prof = prof};
+        cand c = {.R = R,
+                  .per = per,
+                  .GA = GA,
+                  .B = B,
+                  .recompute = recompute,
+                  .shard = shard,
+                  .P = P,
+                  .prof = prof};
         double sum = 0, most = 0;
         for (int p = P, i = 0, k = per; p > 0; p--) {
             int j = S->cut[AT(p, i, k)], r = S->rep[AT(p, i, k)];
@@ -332,8 +341,11 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
     }
     if ((st = rpi_cluster_make(&S.sim, W, &S.net, err)))
         goto done;
-    /* every shape: workers per replica, replicas, accumulation; with
-    ** recomputation only where memory is short */
+    /* every shape: workers per replica, replicas, accumulation; where
+    ** memory is short, the savings the engine has, cheapest first:
+    ** sharding the optimizer state over a stage's workers (its reduction
+    ** becomes a reduce-scatter and a gather, as much traffic), then
+    ** recomputation (a second forward), then both */
     long long N = o->global_batch;
     for (int per = 1; per <= W && per <= L; per++)
         for (int R = 1; R * per <= W; R++) {
@@ -342,19 +354,29 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
             for (int GA = 1; GA <= o->max_accumulation && GA <= N / R; GA++) {
                 if ((N / R) % GA)
                     continue;
+                static const bool ladder[4][2] = {{false, false}, {false, true}, {true, false},
+                                                  {true, true}};
                 int before = S.n;
-                if (!programme(&S, R, per, GA, false) ||
-                    (S.n == before && o->memory_size > 0 && !base->recompute_checkpoint_every_layer &&
-                     !programme(&S, R, per, GA, true))) {
-                    st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner");
-                    goto done;
+                for (int q = 0; q < 4 && S.n == before; q++) {
+                    bool rc = ladder[q][0], sh = ladder[q][1];
+                    if (q > 0 && !(o->memory_size > 0))
+                        break;
+                    if ((rc && base->recompute_checkpoint_every_layer) ||
+                        (sh && (base->replicated_tensor_sharding || W == 1 ||
+                                rp_optimizer_state_per_param(&base->optimizer) == 0)))
+                        continue; /* already on, or saves nothing */
+                    if (!programme(&S, R, per, GA, rc, sh)) {
+                        st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner");
+                        goto done;
+                    }
                 }
             }
         }
     if (S.n == 0) {
         st = rp_fail(err, RP_ERR_INFEASIBLE,
                      "plan: no configuration of %d workers fits %.0f bytes per worker, even "
-                     "with recomputation and every accumulation up to %d",
+                     "with recomputation, sharded optimizer state and every accumulation up "
+                     "to %d",
                      W, o->memory_size, o->max_accumulation);
         goto done;
     }
