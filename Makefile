@@ -1,12 +1,14 @@
 # The two commands of the quick start:
 #   make demo   installs what is missing, builds, runs the main job
 #   make test   installs what is missing, builds, runs every test, then runs
-#               them again in an AddressSanitizer + UBSan build
+#               them again in an AddressSanitizer + UBSan build, and where
+#               clang is installed runs every libFuzzer target for a while
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
 
-.PHONY: all deps build build-asan demo test test-release test-asan bench clean
+.PHONY: all deps build build-asan demo test test-release test-asan test-fuzz bench clean
 
 all: build
 
@@ -24,7 +26,7 @@ build-asan: deps
 demo: build
 	@sh scripts/demo $(BUILD)/repipe
 
-test: test-release test-asan
+test: test-release test-asan test-fuzz
 
 test-release: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -33,8 +35,21 @@ test-asan: build-asan
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j $(JOBS)
 
+# libFuzzer needs clang: each target runs a fixed number of inputs from its
+# seeds, with the library instrumented, under ASan and UBSan.
+test-fuzz: deps
+	@if command -v clang >/dev/null 2>&1; then \
+	  CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DREPIPE_SANITIZE=ON \
+	    -DREPIPE_FUZZ=ON >/dev/null && \
+	  cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers -- --no-print-directory && \
+	  cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) -L libfuzzer; \
+	else \
+	  echo "test-fuzz: clang is not installed, so the libFuzzer targets were not run" \
+	       "(the deterministic fuzz drivers above were; apt-get install clang adds these)"; \
+	fi
+
 bench: build
 	@sh scripts/bench $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

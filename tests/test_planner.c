@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/core/util.h"
 #include "../src/plan/antichain.h"
 #include "repipe/planner.h"
 #include "test.h"
@@ -510,7 +511,7 @@ static void test_rank_layout(void) {
 ** machine, are refused at once with the figures (they spun, or ran out of
 ** memory after minutes). */
 static void test_limits(void) {
-    int n = 100000;
+    int n = 400000; /* a chain: 320 GB of predecessor lists on one level */
     size_t cap = (size_t)n * 160, len = 0;
     char *text = malloc(cap);
     len += (size_t)snprintf(text, cap, "node0 -- Input0 -- forward_compute_time=0, "
@@ -535,8 +536,14 @@ static void test_limits(void) {
     CHECK_STR_HAS(err.msg, "68719476736 machines in all; at most 4096");
     o.num_levels = 2;
     o.machines[0] = 8, o.machines[1] = 2;
+    double t0 = rp_now();
     CHECK(rp_plan_compute(p, &o, &plan, &err) == RP_ERR_NOMEM);
-    CHECK_STR_HAS(err.msg, "the plan's tables need");
+    CHECK_STR_HAS(err.msg, "planning 400000 nodes on these machines needs");
+    CHECK_STR_HAS(err.msg, "or fewer levels");
+    o.num_levels = 1;
+    CHECK(rp_plan_compute(p, &o, &plan, &err) == RP_ERR_NOMEM);
+    CHECK_STR_HAS(err.msg, "GB of memory available: use a coarser profile");
+    CHECK(rp_now() - t0 < 5); /* refused before building anything */
     rp_profile_free(p);
     free(text);
 }

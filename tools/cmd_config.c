@@ -22,8 +22,10 @@ static void print_list(const int *v, int n) {
 }
 
 /* Stage layer ranges, or a note when wildcards need the layer count. */
-static bool stage_ranges(const cli_cmd *cmd, const rp_config *cfg, bool inference, int layers,
-                         int *out) {
+/* The layers of every stage into out: 1; 0 when wildcards need --layers;
+** -1 after printing why they cannot be split. */
+static int stage_ranges(const cli_cmd *cmd, const rp_config *cfg, bool inference, int layers,
+                        int *out) {
     const rp_layer_list *l =
         inference && cfg->inference_layers_set ? &cfg->inference_layers_per_stage
                                                : &cfg->layers_per_stage;
@@ -34,16 +36,16 @@ static bool stage_ranges(const cli_cmd *cmd, const rp_config *cfg, bool inferenc
         sum += l->layers[i];
     }
     if (layers == 0 && wild)
-        return false;
+        return 0;
     rp_error err;
     if (rp_config_stage_layers(cfg, inference, layers ? layers : sum, out, &err)) {
         cli_error(cmd, "%s", err.msg);
-        exit(1);
+        return -1;
     }
-    return true;
+    return 1;
 }
 
-static void show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg, int layers) {
+static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg, int layers) {
     rp_derived d;
     rp_config_derive(cfg, &d);
     int counts[RP_MAX_STAGES];
@@ -103,7 +105,10 @@ static void show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
     for (int inf = 0; inf < 2; inf++) {
         int n = inf ? d.inference_stages : d.stages;
         printf("\n%s stages\n", inf ? "inference" : "training");
-        if (!stage_ranges(cmd, cfg, inf, layers, counts)) {
+        int known = stage_ranges(cmd, cfg, inf, layers, counts);
+        if (known < 0)
+            return false;
+        if (!known) {
             const rp_layer_list *l = inf && cfg->inference_layers_set
                                          ? &cfg->inference_layers_per_stage
                                          : &cfg->layers_per_stage;
@@ -122,13 +127,15 @@ static void show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
             first += counts[s];
         }
     }
+    return true;
 }
 
-static void json_stages(const cli_cmd *cmd, const rp_config *cfg, bool inf, int layers, int n) {
+static bool json_stages(const cli_cmd *cmd, const rp_config *cfg, bool inf, int layers, int n) {
     int counts[RP_MAX_STAGES];
-    if (!stage_ranges(cmd, cfg, inf, layers, counts)) {
+    int known = stage_ranges(cmd, cfg, inf, layers, counts);
+    if (known <= 0) {
         printf("null");
-        return;
+        return known == 0;
     }
     printf("[");
     int first = 0;
@@ -138,9 +145,10 @@ static void json_stages(const cli_cmd *cmd, const rp_config *cfg, bool inf, int 
         first += counts[s];
     }
     printf("]");
+    return true;
 }
 
-static void show_json(const cli_cmd *cmd, const rp_config *cfg, int layers) {
+static bool show_json(const cli_cmd *cmd, const rp_config *cfg, int layers) {
     rp_derived d;
     rp_config_derive(cfg, &d);
     printf("{\"training\":{\"stages\":%d,\"replication_factor\":%d,\"workers\":%d,"
@@ -148,15 +156,18 @@ static void show_json(const cli_cmd *cmd, const rp_config *cfg, int layers) {
            "\"samples_per_host_call\":%lld,\"stage_layers\":",
            d.stages, cfg->replication_factor, d.workers, d.samples_per_micro_batch,
            d.samples_per_update, d.samples_per_host_call);
-    json_stages(cmd, cfg, false, layers, d.stages);
+    if (!json_stages(cmd, cfg, false, layers, d.stages))
+        return false;
     printf("},\"inference\":{\"stages\":%d,\"replication_factor\":%d,\"workers\":%d,"
            "\"samples_per_micro_batch\":%lld,\"samples_per_step\":%lld,"
            "\"samples_per_host_call\":%lld,\"stage_layers\":",
            d.inference_stages, cfg->inference_replication_factor, d.inference_workers,
            d.samples_per_micro_batch, d.inference_samples_per_step,
            d.inference_samples_per_host_call);
-    json_stages(cmd, cfg, true, layers, d.inference_stages);
+    if (!json_stages(cmd, cfg, true, layers, d.inference_stages))
+        return false;
     printf("}}\n");
+    return true;
 }
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {
@@ -197,11 +208,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         printf("%s: ok\n", pos[1]);
         return 0;
     }
-    if (json)
-        show_json(cmd, &cfg, (int)layers);
-    else
-        show_text(cmd, pos[1], &cfg, (int)layers);
-    return 0;
+    bool shown = json ? show_json(cmd, &cfg, (int)layers)
+                      : show_text(cmd, pos[1], &cfg, (int)layers);
+    return shown ? 0 : 1;
 }
 
 const cli_cmd cmd_config = {

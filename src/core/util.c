@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdbool.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -145,6 +146,40 @@ double rp_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The number after `key` in a file of "key value" lines, or -1. */
+static double read_figure(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[256];
+    double v = -1;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0) {
+            char *end;
+            v = strtod(line + n, &end);
+            if (end == line + n)
+                v = -1;
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+double rp_memory_available(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double avail = pages > 0 && page > 0 ? (double)pages * page : INFINITY;
+    double kb = read_figure("/proc/meminfo", "MemAvailable:");
+    if (kb >= 0 && kb * 1024 < avail)
+        avail = kb * 1024;
+    /* cgroup v2: "max" reads as no figure */
+    double max = read_figure("/sys/fs/cgroup/memory.max", "");
+    double cur = read_figure("/sys/fs/cgroup/memory.current", "");
+    if (max >= 0 && cur >= 0 && max - cur < avail)
+        avail = max > cur ? max - cur : 0;
+    return avail;
 }
 
 int rp_cmp_double(const void *a, const void *b) {

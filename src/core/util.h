@@ -39,6 +39,11 @@ int rp_list_dir(const char *dir, const char *suffix, char **names, int max);
 /* Seconds on the monotonic clock. */
 double rp_now(void);
 
+/* Bytes this process can still allocate without swapping: the kernel's
+** MemAvailable, or less where a cgroup's memory.max is nearer; physical
+** memory when neither can be read. */
+double rp_memory_available(void);
+
 /* OpenBLAS's own thread control (not part of CBLAS). A worker runs its
 ** products on one thread, and so does the profiler that predicts it. */
 void openblas_set_num_threads(int num_threads);

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/util.h"
 #include "antichain.h"
 
 void rp_plan_options_default(rp_plan_options *o) {
@@ -647,14 +648,18 @@ static rp_status check_options(const rp_plan_options *o, rp_error *err) {
     return RP_OK;
 }
 
-/* Fails, with the figure, when the states' predecessor lists, the tables
-** of the levels below the top (a time per range) and the workers' rows
-** cannot fit in this machine's memory: before allocating them, rather than
-** after minutes of swapping. */
-static rp_status fits(int N, const rp_plan_options *o, int threads, const char *what,
-                      rp_error *err) {
+/* Fails, with the figure, when what planning N states of a profile of
+** `nodes` nodes holds at once cannot fit in the memory this process has
+** left: before allocating it, rather than after minutes of swapping or a
+** kill. It holds the states' predecessor lists (N^2 / 2 on a chain),
+** bitsets of transitive predecessors and successors of nodes and states,
+** the tables of the levels below the top (a time per range) and the
+** workers' rows. */
+static rp_status fits(int N, int nodes, const rp_plan_options *o, int threads,
+                      const char *what, rp_error *err) {
     int L = o->num_levels, most = 1;
     double need = (double)N * N / 2 * sizeof(int);
+    need += (2.0 * nodes * nodes + (double)N * N + (double)N * nodes) / 8;
     for (int l = 0; l < L; l++) {
         if (l < L - 1)
             need += (double)(N + 1) * N * sizeof(double);
@@ -662,12 +667,12 @@ static rp_status fits(int N, const rp_plan_options *o, int threads, const char *
             most = o->machines[l];
     }
     need += (double)(threads + 1) * N * most * (sizeof(cell) + sizeof(double));
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0 && need > (double)pages * page)
+    double avail = rp_memory_available();
+    if (need > avail)
         return rp_fail(err, RP_ERR_NOMEM,
-                       "the plan's tables need %.1f GB for %d %s on these machines, more than "
-                       "this machine's %.1f GB: use fewer levels, or a coarser profile",
-                       need / 1e9, N, what, (double)pages * page / 1e9);
+                       "planning %d %s on these machines needs %.1f GB, more than the %.1f GB "
+                       "of memory available: use a coarser profile%s",
+                       N, what, need / 1e9, avail / 1e9, L > 1 ? ", or fewer levels" : "");
     return RP_OK;
 }
 
@@ -682,7 +687,7 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
     /* a profile has at least as many states as nodes after its input (on
     ** PipeDream's profiles, up to 15 times as many): refuse before
     ** building them */
-    if ((s = fits(profile->num_nodes - 1, o, threads, "nodes", err)))
+    if ((s = fits(profile->num_nodes - 1, profile->num_nodes, o, threads, "nodes", err)))
         return s;
     rp_states st;
     if ((s = rp_states_build(profile, &st, err)))
@@ -700,7 +705,7 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
     }
     p->options = *o;
     p->num_states = N;
-    if ((s = fits(N, o, threads, "states", err)))
+    if ((s = fits(N, profile->num_nodes, o, threads, "states", err)))
         goto done;
     int most = 1; /* the row is solved again on every level */
     for (int l = 0; l < L; l++)
