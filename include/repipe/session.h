@@ -97,6 +97,32 @@ rp_status rp_session_get_weights(rp_session *s, rp_weights_mode mode, rp_weights
 rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_weights_mode mode,
                                  rp_error *err);
 
+/* The whole training state of a session, free of its layout: what another
+** session, of any R, stages, stage replication, sharding or backend, needs
+** to continue exactly where this one stands. Every variable one value per
+** group (as RP_ONE_PER_GROUP); the optimizer's state arrays per variable
+** and group, named "NAME#0", "NAME#1" (SGD's momentum; Adam's first and
+** second moments), gathered from the shards of replicated tensor sharding
+** and from offchip files; and the counters. Owned by the caller:
+** rp_train_state_free. */
+typedef struct rp_train_state {
+    rp_weights *weights;
+    rp_weights *optimizer; /* no tensors when the optimizer keeps no state */
+    long long updates;     /* updates run, skipped ones included */
+    long long steps;       /* optimizer steps taken: Adam's bias correction counts them */
+    long long skipped;     /* updates auto_loss_scaling skipped */
+    double loss_scale;     /* of the next update */
+    int clean;             /* updates without inf or NaN since the scale last changed */
+} rp_train_state;
+
+/* Under MPI both are collective: every rank calls them, and every rank gets
+** (or gives) the whole state. */
+rp_status rp_session_get_state(rp_session *s, rp_train_state *out, rp_error *err);
+/* Checks every tensor against the model and the session's groupings before
+** changing anything. */
+rp_status rp_session_set_state(rp_session *s, const rp_train_state *st, rp_error *err);
+void rp_train_state_free(rp_train_state *st);
+
 /* Elements of each optimizer state array that a worker with
 ** optimizer_state_offchip streams through memory at a time: the only part
 ** of its state in working memory during an update. */

@@ -33,107 +33,7 @@
 
 #include "../core/util.h"
 #include "cache.h"
-#include "repipe/schedule.h"
-#include "repipe/session.h"
-
-#define MAX_GROUPINGS 8
-
-/* A run of consecutive variables of a stage that share a grouping. */
-typedef struct var_run {
-    size_t offset, count; /* in the worker's flat buffers */
-    int grouping;         /* index into the session's distinct groupings */
-    float rescale;
-    bool sharded;         /* replicated tensor sharding: this worker updates one shard */
-    bool fused;           /* summed and updated by one rp_comm_reduce_update */
-    size_t shard;         /* elements per shard: ceil(count / members) */
-    size_t state_offset;  /* of its optimizer state */
-    size_t shard_offset;  /* of its reduced gradient shard in shard_g */
-} var_run;
-
-typedef struct trace_event {
-    int kind, mb;
-    double t0, t1;
-} trace_event;
-
-typedef struct worker {
-    struct rp_session *s;
-    int id, replica, stage, stage_replica;
-    const rp_worker_ops *plan;
-    rp_comm *comm;                     /* the world */
-    rp_comm *reduce[MAX_GROUPINGS];    /* per distinct grouping: this stage, this group */
-    rp_net *net;
-    rp_acts **acts;                    /* one per slot */
-    const float **out;                 /* output rows of each slot's forward */
-    float *opt;
-    float *losses;                     /* D * GA, last stage: this worker's micro-batches */
-    float *grad_in;                    /* gradient received from the next stage */
-    float *grad_out;                   /* GA gradients sent to the previous stage */
-    rp_request *req;                   /* 2 * GA: activation and gradient sends */
-    bool *req_live;
-    var_run *runs;
-    int nruns;
-    bool any_sharded, any_fused;
-    size_t state_floats;     /* optimizer state held by this worker */
-    float *shard_g;          /* the reduced gradient shard of every sharded run */
-    float *shard_p;          /* a padded shard's parameters (the last member's) */
-    float *tail;             /* gradients under a padded all-gather's tail */
-    int state_fd;            /* optimizer_state_offchip: the state's file, else -1 */
-    float *chunk;            /* offchip: the state of one chunk, streamed in and out */
-    uint16_t *h_act, *h_grad; /* enable_half_partials: GA fp16 sends each way */
-    uint16_t *h_recv;         /* an fp16 receive */
-    uint16_t *h_stage;        /* the fp16 gradients of a reduction */
-    double scale;             /* the loss scale of the next update */
-    int clean;                /* updates without inf/NaN since the scale last changed */
-    long long applied;        /* optimizer steps taken (skipped updates take none) */
-    long long skipped;
-    bool skip;                /* this update's gradients were not finite */
-    rp_status status;
-    rp_error err;
-    pthread_t thread;
-    trace_event *trace;
-    int ntrace, trace_cap;
-    long long trace_dropped; /* operations past trace_cap, not recorded */
-} worker;
-
-struct rp_session {
-    const rp_model *m;
-    rp_config cfg;
-    rp_backend backend;
-    int R, B, GA, D, P, W;
-    int first[RP_MAX_STAGES + 1]; /* layer range of stage s: [first[s], first[s+1]) */
-    rp_workplan *plan;
-    rp_world *world;
-    rp_comm *comm; /* MPI: the world communicator (not owned) */
-    int nlocal;
-    worker *w;
-    rp_grouping *var_group;
-    rp_grouping groupings[MAX_GROUPINGS];
-    int ngroupings;
-    double loss_scale;
-    size_t state_per_param;
-    bool tracing;
-    double t_origin;
-    /* host calls to the worker threads */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    unsigned long gen;
-    int done;
-    bool quit;
-    int started; /* worker threads running: workers 1..started */
-    bool spin;   /* every worker has a core: hand-overs spin before sleeping */
-    const float *x;         /* the call's rows, or NULL: */
-    const rp_dataset *data; /* rp_session_run_samples: workers copy their own rows */
-    const int32_t *y;
-    const int64_t *ids;
-    int32_t *labels;        /* the call's labels when read from a dataset */
-    long long updates;
-    float *all;     /* D * R * GA */
-    float *gather;  /* MPI: every worker's D * GA losses */
-    float *reduced; /* R */
-    rp_memory mem[RP_MAX_STAGES]; /* the memory plan: a worker of each stage */
-    char cache_note[RP_PATH_MAX + 512];
-    char run_dir[RP_PATH_MAX]; /* optimizer_state_offchip: this process's state files */
-};
+#include "session_impl.h"
 
 /* ---- loss scaling ----------------------------------------------------------- */
 
@@ -202,7 +102,7 @@ static bool comm_failed(worker *w, rp_status st) {
 }
 
 
-static rp_status pio(int fd, void *buf, size_t bytes, off_t at, bool write_it) {
+rp_status rpi_pio(int fd, void *buf, size_t bytes, off_t at, bool write_it) {
     unsigned char *p = buf;
     while (bytes) {
         ssize_t k = write_it ? pwrite(fd, p, bytes, at) : pread(fd, p, bytes, at);
@@ -227,12 +127,12 @@ static rp_status opt_step(worker *w, long long step, float *p, const float *g, s
     for (size_t at = 0; at < count; at += RP_OFFCHIP_CHUNK) {
         size_t n = count - at < RP_OFFCHIP_CHUNK ? count - at : RP_OFFCHIP_CHUNK;
         for (size_t a = 0; a < per; a++) /* array a of the run, elements [at, at + n) */
-            if (pio(w->state_fd, w->chunk + a * n, sizeof(float) * n,
+            if (rpi_pio(w->state_fd, w->chunk + a * n, sizeof(float) * n,
                     (off_t)(sizeof(float) * (state_offset + a * count + at)), false))
                 return rp_fail(&w->err, RP_ERR_IO, "offchip optimizer state: read failed");
         rp_optimizer_step(&s->cfg.optimizer, step, p + at, g + at, w->chunk, n);
         for (size_t a = 0; a < per; a++)
-            if (pio(w->state_fd, w->chunk + a * n, sizeof(float) * n,
+            if (rpi_pio(w->state_fd, w->chunk + a * n, sizeof(float) * n,
                     (off_t)(sizeof(float) * (state_offset + a * count + at)), true))
                 return rp_fail(&w->err, RP_ERR_IO, "offchip optimizer state: write failed");
     }
@@ -550,9 +450,7 @@ void rp_session_free(rp_session *s) {
     free(s);
 }
 
-/* The workers that reduce worker (c, s) under grouping g: every stage
-** replica of stage s in every replica of c's group, by worker id. */
-static int reduce_members(const rp_session *s, const rp_grouping *g, int c, int stage, int *out) {
+int rpi_reduce_members(const rp_session *s, const rp_grouping *g, int c, int stage, int *out) {
     int n = 0, k = rp_grouping_group_of(g, c);
     for (int i = 0; i < g->group_size; i++)
         for (int j = 0; j < rp_config_stage_replicas(&s->cfg, stage); j++)
@@ -879,7 +777,7 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             goto fail;
         /* reduction communicators, one per distinct grouping */
         for (int q = 0; q < s->ngroupings; q++) {
-            int members[RP_MAX_WORKERS], nm = reduce_members(s, &s->groupings[q], w->replica, w->stage, members);
+            int members[RP_MAX_WORKERS], nm = rpi_reduce_members(s, &s->groupings[q], w->replica, w->stage, members);
             if (comm) {
                 int color = w->stage * R + rp_grouping_group_of(&s->groupings[q], w->replica);
                 if ((st = rp_comm_split(comm, color, id, &w->reduce[q], err)))

@@ -1,0 +1,261 @@
+/*
+** A session's whole training state, free of its layout (rp_train_state).
+**
+** A worker holds its stage's parameters and, per run of variables (see
+** session_impl.h), `per` optimizer state arrays: of the whole run, or with
+** replicated tensor sharding of one shard of it, arrays of the shard's
+** length; in memory, or offchip in its state file. Reading packs every
+** worker's state into a model-wide layout, [per][num_params], each worker
+** filling the elements it holds; under MPI the packs are all-gathered. Each
+** group's value of each element is then taken from a worker that holds it:
+** the owner of its shard, or for an unsharded run the group's first worker
+** (every worker of a group updates the whole run alike). Writing is the
+** inverse, each worker taking what it holds from the layout-free tensors.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "session_impl.h"
+
+void rp_train_state_free(rp_train_state *st) {
+    if (!st)
+        return;
+    rp_weights_free(st->weights);
+    rp_weights_free(st->optimizer);
+    memset(st, 0, sizeof *st);
+}
+
+static int stage_of(const rp_session *s, int layer) {
+    int t = 0;
+    while (t + 1 < s->P && layer >= s->first[t + 1])
+        t++;
+    return t;
+}
+
+/* The run that holds variable v, as setup_worker forms them: consecutive
+** variables of its stage, of one grouping, contiguous. Its first parameter
+** (model-wide) and its length. */
+static void run_of(const rp_session *s, int v, size_t *first, size_t *count) {
+    const rp_model *m = s->m;
+    int t = stage_of(s, m->vars[v].layer);
+    int u = v;
+    while (u > 0 && stage_of(s, m->vars[u - 1].layer) == t &&
+           rp_grouping_equal(&s->var_group[u - 1], &s->var_group[v]) &&
+           m->vars[u - 1].offset + m->vars[u - 1].count == m->vars[u].offset)
+        u--;
+    *first = m->vars[u].offset;
+    *count = 0;
+    for (int x = u; x < m->num_vars && stage_of(s, m->vars[x].layer) == t &&
+                    rp_grouping_equal(&s->var_group[x], &s->var_group[v]) &&
+                    m->vars[x].offset == *first + *count;
+         x++)
+        *count += m->vars[x].count;
+}
+
+/* What worker w holds of run r: elements [*lo, *lo + *n) of the run. */
+static void held(const worker *w, const var_run *vr, size_t *lo, size_t *n) {
+    if (!vr->sharded) {
+        *lo = 0, *n = vr->count;
+        return;
+    }
+    *lo = (size_t)rp_comm_rank(w->reduce[vr->grouping]) * vr->shard;
+    size_t have = *lo < vr->count ? vr->count - *lo : 0;
+    *n = have < vr->shard ? have : vr->shard;
+}
+
+/* Copies worker w's state into dst, [per][num_params] (read) or from it
+** (write). */
+static rp_status move_state(worker *w, float *dst, bool write_it, rp_error *err) {
+    const rp_session *s = w->s;
+    size_t n = s->m->num_params, per = s->state_per_param;
+    size_t base = s->m->layers[s->first[w->stage]].param_offset;
+    for (int r = 0; r < w->nruns; r++) {
+        const var_run *vr = &w->runs[r];
+        size_t lo, have;
+        held(w, vr, &lo, &have);
+        for (size_t a = 0; a < per && have; a++) {
+            float *model = dst + a * n + base + vr->offset + lo;
+            size_t at = vr->state_offset + a * have;
+            if (w->state_fd >= 0) {
+                if (rpi_pio(w->state_fd, model, sizeof(float) * have, (off_t)(sizeof(float) * at),
+                            write_it))
+                    return rp_fail(err, RP_ERR_IO, "offchip optimizer state: %s failed",
+                                   write_it ? "write" : "read");
+            } else if (write_it) {
+                memcpy(w->opt + at, model, sizeof(float) * have);
+            } else {
+                memcpy(model, w->opt + at, sizeof(float) * have);
+            }
+        }
+    }
+    return RP_OK;
+}
+
+static int by_id(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Every worker's packed state, [W][per][num_params]. */
+static rp_status gather_state(rp_session *s, float **out, rp_error *err) {
+    size_t len = s->state_per_param * s->m->num_params;
+    float *every = calloc(len ? len * s->W : 1, sizeof(float));
+    if (!every)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the optimizer state");
+    rp_status st = RP_OK;
+    if (s->backend == RP_BACKEND_LOCAL) {
+        for (int i = 0; i < s->W && !st; i++)
+            st = move_state(&s->w[i], every + (size_t)i * len, false, err);
+    } else {
+        float *mine = calloc(len ? len : 1, sizeof(float));
+        if (!mine)
+            st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the optimizer state");
+        else if (!(st = move_state(&s->w[0], mine, false, err)))
+            st = rp_comm_allgather(s->comm, NULL, mine, len, every, err);
+        free(mine);
+    }
+    if (st) {
+        free(every);
+        return st;
+    }
+    *out = every;
+    return RP_OK;
+}
+
+rp_status rp_session_get_state(rp_session *s, rp_train_state *out, rp_error *err) {
+    memset(out, 0, sizeof *out);
+    const rp_model *m = s->m;
+    size_t n = m->num_params, per = s->state_per_param;
+    float *every = NULL;
+    rp_status st;
+    if ((st = rp_session_get_weights(s, RP_ONE_PER_GROUP, &out->weights, err)))
+        goto done;
+    if (!(out->optimizer = calloc(1, sizeof(rp_weights))) ||
+        !(out->optimizer->tensors = calloc(per * m->num_vars + 1, sizeof(rp_tensor)))) {
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (per && (st = gather_state(s, &every, err)))
+        goto done;
+    for (int v = 0; v < m->num_vars && per; v++) {
+        const rp_variable *var = &m->vars[v];
+        const rp_grouping *g = &s->var_group[v];
+        int t = stage_of(s, var->layer), G = rp_grouping_num_groups(g);
+        size_t first, count;
+        run_of(s, v, &first, &count);
+        int k = g->group_size * rp_config_stage_replicas(&s->cfg, t);
+        bool sharded = s->cfg.replicated_tensor_sharding && k > 1;
+        size_t shard = sharded ? (count + k - 1) / k : count;
+        for (size_t a = 0; a < per; a++) {
+            rp_tensor *ten = &out->optimizer->tensors[out->optimizer->num_tensors];
+            if (snprintf(ten->name, RP_NAME_MAX, "%s#%zu", var->name, a) >= RP_NAME_MAX) {
+                st = rp_fail(err, RP_ERR_INVALID,
+                             "variable '%s': its name is too long for its optimizer state's",
+                             var->name);
+                goto done;
+            }
+            ten->shape = var->shape;
+            ten->groups = G;
+            if (!(ten->data = malloc(sizeof(float) * var->count * G))) {
+                st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+                goto done;
+            }
+            out->optimizer->num_tensors++;
+            for (int q = 0; q < G; q++) {
+                int members[RP_MAX_WORKERS];
+                int nm = rpi_reduce_members(s, g, rp_grouping_first(g, q), t, members);
+                qsort(members, nm, sizeof(int), by_id); /* their ranks in the reduction */
+                for (size_t e = 0; e < var->count; e++) {
+                    size_t ge = var->offset + e;
+                    int owner = members[sharded ? (ge - first) / shard : 0];
+                    ten->data[(size_t)q * var->count + e] =
+                        every[((size_t)owner * per + a) * n + ge];
+                }
+            }
+        }
+    }
+    const worker *w = &s->w[0]; /* the counters are the world's */
+    out->updates = s->updates;
+    out->steps = w->applied;
+    out->skipped = w->skipped;
+    out->loss_scale = w->scale;
+    out->clean = w->clean;
+done:
+    free(every);
+    if (st)
+        rp_train_state_free(out);
+    return st;
+}
+
+rp_status rp_session_set_state(rp_session *s, const rp_train_state *in, rp_error *err) {
+    const rp_model *m = s->m;
+    size_t n = m->num_params, per = s->state_per_param;
+    if (!in->weights || !(in->loss_scale > 0) || in->updates < 0 || in->steps < 0 ||
+        in->steps > in->updates || in->skipped < 0 || in->clean < 0)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "training state: counters out of range (updates %lld, steps %lld, "
+                       "skipped %lld, loss scale %g)",
+                       in->updates, in->steps, in->skipped, in->loss_scale);
+    /* every state tensor present, shaped, one copy per group: before
+    ** anything changes */
+    const rp_tensor **ten = calloc(per * m->num_vars + 1, sizeof(rp_tensor *));
+    if (!ten)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    rp_status st = RP_OK;
+    for (int v = 0; v < m->num_vars && per && !st; v++) {
+        const rp_variable *var = &m->vars[v];
+        int G = rp_grouping_num_groups(&s->var_group[v]);
+        for (size_t a = 0; a < per && !st; a++) {
+            char name[RP_NAME_MAX + 24];
+            snprintf(name, sizeof name, "%s#%zu", var->name, a);
+            const rp_tensor *t = in->optimizer ? rp_weights_find(in->optimizer, name) : NULL;
+            if (!t)
+                st = rp_fail(err, RP_ERR_INVALID,
+                             "training state: no optimizer state '%s' for variable '%s'", name,
+                             var->name);
+            else if (t->shape.ndim != var->shape.ndim ||
+                     memcmp(t->shape.dim, var->shape.dim, sizeof(int) * t->shape.ndim) ||
+                     t->groups != G)
+                st = rp_fail(err, RP_ERR_INVALID,
+                             "training state: '%s' has %d cop%s of %zu values; the session "
+                             "needs %d of %zu",
+                             name, t->groups, t->groups == 1 ? "y" : "ies",
+                             rp_shape_size(&t->shape), G, var->count);
+            else
+                ten[(size_t)v * per + a] = t;
+        }
+    }
+    if (!st)
+        st = rp_session_set_weights(s, in->weights, RP_ONE_PER_GROUP, err);
+    float *pack = st || !per ? NULL : malloc(sizeof(float) * per * n);
+    if (!st && per && !pack)
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the optimizer state");
+    for (int i = 0; i < s->nlocal && !st; i++) {
+        worker *w = &s->w[i];
+        if (per) {
+            /* this worker's replica's value of every element of its stage */
+            int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
+            for (int v = 0; v < m->num_vars; v++) {
+                const rp_variable *var = &m->vars[v];
+                if (var->layer < l0 || var->layer >= l1)
+                    continue;
+                int q = rp_grouping_group_of(&s->var_group[v], w->replica);
+                for (size_t a = 0; a < per; a++)
+                    memcpy(pack + a * n + var->offset,
+                           ten[(size_t)v * per + a]->data + (size_t)q * var->count,
+                           sizeof(float) * var->count);
+            }
+            st = move_state(w, pack, true, err);
+        }
+        w->applied = in->steps;
+        w->skipped = in->skipped;
+        w->scale = in->loss_scale;
+        w->clean = in->clean;
+    }
+    if (!st)
+        s->updates = in->updates;
+    free(pack);
+    free(ten);
+    return st;
+}

@@ -1,0 +1,238 @@
+/*
+** Resuming from a session's whole training state (rp_train_state):
+**
+**   the same layout: 20 updates straight equal 10, a new session given the
+**       state of the first, and 10 more, bit for bit (weights, optimizer
+**       state, counters), for SGD with momentum, Adam with replicated tensor
+**       sharding, offchip state, auto loss scaling with fp16 exchange,
+**       dropout and GA > 1;
+**   another layout (R 2 -> 4, one stage -> two with [2, 1] replication,
+**       sharding on -> off, local -> MPI): within 1e-5 of a tensor's scale,
+**       the order of sums being the only difference;
+**   a state that does not fit the session is refused, naming the tensor.
+**
+** With --mpi (under mpirun -np 4) the same on MPI ranks, and from a local
+** session's state onto ranks.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "repipe/data.h"
+#include "repipe/session.h"
+#include "support.h"
+#include "test.h"
+
+static const char *MLP = "input 1 28 28\nflatten\nlinear 96\nrelu\ndropout 0.1\nlinear 37\n"
+                         "relu\nlinear 10\nsoftmax_cross_entropy\n";
+
+static rp_dataset *data;
+static rp_comm *mpi;
+
+static rp_config config(const char *layout, const char *opt, const char *extra) {
+    char json[1024];
+    snprintf(json, sizeof json, "{\"seed\": 11, %s, \"optimizer\": %s%s%s}", layout, opt,
+             *extra ? ", " : "", extra);
+    return test_config(json);
+}
+
+/* Updates [from, to) of a session on `comm` (NULL: threads), started from
+** `in` when given; its state after them. Update u takes samples u * N ..
+** u * N + N - 1 of the data (N per update), whatever the layout. */
+static rp_train_state run(const rp_model *m, const rp_config *c, rp_comm *comm,
+                          const rp_train_state *in, int from, int to) {
+    rp_session *s;
+    rp_error err;
+    rp_status st = comm ? rp_session_create_mpi(m, c, comm, &s, &err)
+                        : rp_session_create(m, c, &s, &err);
+    if (st) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    if (in && rp_session_set_state(s, in, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    CHECK_INT(rp_session_updates(s), in ? in->updates : 0);
+    long long per = rp_session_samples_per_call(s);
+    int64_t *ids = malloc(sizeof(int64_t) * per);
+    float *x = malloc(sizeof(float) * per * 784);
+    int32_t *y = malloc(sizeof(int32_t) * per);
+    for (int u = from; u < to; u++) {
+        for (long long i = 0; i < per; i++)
+            ids[i] = (u * per + i) % data->n;
+        rp_dataset_gather(data, ids, (int)per, x, y);
+        rp_result r;
+        CHECK(rp_session_run(s, x, y, ids, &r, &err) == RP_OK);
+    }
+    rp_train_state out;
+    CHECK(rp_session_get_state(s, &out, &err) == RP_OK);
+    free(ids), free(x), free(y);
+    rp_session_free(s);
+    return out;
+}
+
+/* Bit for bit, or the largest difference relative to a tensor's scale. */
+static double diff(const rp_weights *a, const rp_weights *b, bool *same) {
+    double worst = 0;
+    CHECK_INT(a->num_tensors, b->num_tensors);
+    for (int t = 0; t < a->num_tensors && t < b->num_tensors; t++) {
+        CHECK(strcmp(a->tensors[t].name, b->tensors[t].name) == 0);
+        CHECK_INT(a->tensors[t].groups, b->tensors[t].groups);
+        size_t n = rp_shape_size(&a->tensors[t].shape) * a->tensors[t].groups;
+        *same = *same && memcmp(a->tensors[t].data, b->tensors[t].data, sizeof(float) * n) == 0;
+        double d = rp_tensor_rel_diff(a->tensors[t].data, b->tensors[t].data, n);
+        worst = d > worst ? d : worst;
+    }
+    return worst;
+}
+
+/* 20 updates straight against 10 under `a`, then 10 under `b` from its
+** state. exact: bit for bit, counters included. */
+static void resume(const char *what, const rp_config *a, rp_comm *ca, const rp_config *b,
+                   rp_comm *cb, bool exact) {
+    rp_model *m = test_model(MLP);
+    rp_train_state straight = run(m, a, ca, NULL, 0, 20);
+    rp_train_state half = run(m, a, ca, NULL, 0, 10);
+    rp_train_state rest = run(m, b, cb, &half, 10, 20);
+    bool same = true;
+    double dw = diff(straight.weights, rest.weights, &same);
+    double ds = diff(straight.optimizer, rest.optimizer, &same);
+    CHECK(straight.weights->num_tensors > 0);
+    CHECK_INT(rest.updates, 20);
+    CHECK_INT(rest.steps, straight.steps);
+    CHECK_INT(rest.skipped, straight.skipped);
+    CHECK(rest.loss_scale == straight.loss_scale);
+    CHECK_INT(rest.clean, straight.clean);
+    /* the run did move: the resumed half is not the state it started from */
+    bool moved = false;
+    CHECK(diff(half.weights, rest.weights, &moved) > 1e-4);
+    if (exact)
+        CHECK(same);
+    else
+        CHECK(dw < 1e-5 && ds < 1e-5);
+    if (!mpi || rp_comm_rank(mpi) == 0)
+        printf("  %-58s weights %.1e, optimizer %.1e%s\n", what, dw, ds,
+               same ? " (bit for bit)" : "");
+    rp_train_state_free(&straight), rp_train_state_free(&half), rp_train_state_free(&rest);
+    rp_model_free(m);
+}
+
+static const char *SGD = "{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}";
+static const char *ADAM = "{\"type\": \"adam\", \"lr\": 0.002}";
+
+static void same_layout(rp_comm *comm, const char *layout) {
+    static const struct {
+        const char *name, *opt, *extra;
+    } cases[] = {
+        {"SGD with momentum", "SGD", ""},
+        {"Adam, replicated tensor sharding", "ADAM", "\"replicated_tensor_sharding\": true"},
+        {"Adam, offchip state", "ADAM", "\"optimizer_state_offchip\": true"},
+        {"auto loss scaling, fp16 exchange", "SGD",
+         "\"auto_loss_scaling\": true, \"enable_half_partials\": true, \"loss_scaling\": 1024"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const char *opt = strcmp(cases[k].opt, "SGD") == 0 ? SGD : ADAM;
+        rp_config c = config(layout, opt, cases[k].extra);
+        char what[160];
+        snprintf(what, sizeof what, "%s: %s", cases[k].name, layout);
+        resume(what, &c, comm, &c, comm, true);
+    }
+}
+
+static void other_layouts(void) {
+    static const struct {
+        const char *name, *a, *b;
+    } cases[] = {
+        {"R 2 -> 4", "\"replication_factor\": 2, \"micro_batch_size\": 4",
+         "\"replication_factor\": 4, \"micro_batch_size\": 2"},
+        {"1 stage -> 2 stages [2, 1]", "\"replication_factor\": 2, \"micro_batch_size\": 4",
+         "\"replication_factor\": 2, \"micro_batch_size\": 4, \"layers_per_stage\": [3, -1], "
+         "\"stage_replication\": [2, 1]"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int opt = 0; opt < 2; opt++) {
+            char la[256], lb[256], what[160];
+            snprintf(la, sizeof la, "%s, \"gradient_accumulation_steps\": 3", cases[k].a);
+            snprintf(lb, sizeof lb, "%s, \"gradient_accumulation_steps\": 3", cases[k].b);
+            rp_config a = config(la, opt ? ADAM : SGD, ""), b = config(lb, opt ? ADAM : SGD, "");
+            snprintf(what, sizeof what, "%s, %s", cases[k].name, opt ? "Adam" : "SGD");
+            resume(what, &a, NULL, &b, NULL, false);
+        }
+    const char *r4 = "\"replication_factor\": 4, \"micro_batch_size\": 2, "
+                     "\"gradient_accumulation_steps\": 3";
+    rp_config a = config(r4, ADAM, "\"replicated_tensor_sharding\": true");
+    rp_config b = config(r4, ADAM, "");
+    resume("sharding on -> off, Adam, R 4", &a, NULL, &b, NULL, false);
+    resume("sharding off -> on, Adam, R 4", &b, NULL, &a, NULL, false);
+}
+
+/* A state that does not fit is refused before anything changes. */
+static void refusals(void) {
+    rp_model *m = test_model(MLP);
+    rp_config c = config("\"micro_batch_size\": 4", ADAM, "");
+    rp_train_state st = run(m, &c, NULL, NULL, 0, 2);
+    rp_session *s;
+    rp_error err;
+    CHECK(rp_session_create(m, &c, &s, &err) == RP_OK);
+    /* a moment missing */
+    rp_tensor *t = &st.optimizer->tensors[st.optimizer->num_tensors - 1];
+    char name[RP_NAME_MAX];
+    snprintf(name, sizeof name, "%s", t->name);
+    snprintf(t->name, RP_NAME_MAX, "gone");
+    CHECK(rp_session_set_state(s, &st, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "no optimizer state");
+    CHECK_STR_HAS(err.msg, name);
+    CHECK_INT(rp_session_updates(s), 0);
+    snprintf(t->name, RP_NAME_MAX, "%s", name);
+    /* two copies where the session has one group */
+    int groups = t->groups;
+    t->groups = 2;
+    CHECK(rp_session_set_state(s, &st, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "has 2 copies");
+    t->groups = groups;
+    /* counters */
+    st.steps = st.updates + 1;
+    CHECK(rp_session_set_state(s, &st, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "counters out of range");
+    st.steps = st.updates;
+    CHECK(rp_session_set_state(s, &st, &err) == RP_OK);
+    CHECK_INT(rp_session_updates(s), 2);
+    rp_session_free(s);
+    rp_train_state_free(&st);
+    rp_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    rp_error err;
+    rp_shape shape = {3, {1, 28, 28}};
+    if (rp_dataset_synthetic(&data, 512, shape, 10, 5, &err) != RP_OK)
+        return 1;
+    if (argc > 1 && strcmp(argv[1], "--mpi") == 0 && rp_comm_mpi_init(&argc, &argv, &mpi, &err))
+        return 1;
+    const char *four[] = {
+        "\"replication_factor\": 4, \"micro_batch_size\": 2, \"gradient_accumulation_steps\": 3",
+        "\"replication_factor\": 2, \"micro_batch_size\": 4, \"gradient_accumulation_steps\": 3, "
+        "\"layers_per_stage\": [3, -1]",
+    };
+    for (int k = 0; k < 2; k++)
+        same_layout(mpi, four[k]);
+    if (!mpi) {
+        same_layout(NULL, "\"micro_batch_size\": 4, \"gradient_accumulation_steps\": 3, "
+                          "\"layers_per_stage\": [3, -1], \"stage_replication\": [2, 1]");
+        other_layouts();
+        refusals();
+    } else {
+        /* threads in each rank, then ranks */
+        rp_config a = config(four[0], ADAM, ""), b = config(four[1], ADAM, "");
+        resume("local R 4 -> MPI 2 stages, Adam", &a, NULL, &b, mpi, false);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "test_checkpoint (%s)", mpi ? "mpi" : "local");
+    int rc = test_finish(name);
+    rp_dataset_free(data);
+    if (mpi)
+        rp_comm_mpi_finalize(mpi);
+    return rc;
+}
