@@ -1,7 +1,7 @@
 /*
 ** Fuzz target: the command line. The input is an argument vector, its
 ** arguments separated by NUL bytes, the first naming one of the commands
-** that run no model (plan, config, groups, weights). The command must do
+** that run no model (plan, config, groups, weights, checkpoint). The command must do
 ** what it says or fail with a message, and return 0, 1 or 2; it must not
 ** exit, crash or leak.
 **
@@ -24,7 +24,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const cli_cmd *const COMMANDS[] = {&cmd_plan, &cmd_config, &cmd_groups, &cmd_weights};
+static const cli_cmd *const COMMANDS[] = {&cmd_plan, &cmd_config, &cmd_groups, &cmd_weights,
+                                          &cmd_checkpoint};
 
 static const char PROFILE[] =
     "node0 -- Input0 micro_batch=16 -- forward_compute_time=0, backward_compute_time=0, "

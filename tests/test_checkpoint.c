@@ -14,13 +14,18 @@
 ** With --mpi (under mpirun -np 4) the same on MPI ranks, and from a local
 ** session's state onto ranks.
 */
+#define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "repipe/checkpoint.h"
 #include "repipe/data.h"
 #include "repipe/session.h"
+#include "../src/core/util.h"
 #include "support.h"
 #include "test.h"
 
@@ -204,6 +209,94 @@ static void refusals(void) {
     rp_model_free(m);
 }
 
+static bool same_weights(const rp_weights *a, const rp_weights *b) {
+    bool same = true;
+    diff(a, b, &same);
+    return same;
+}
+
+/* Files: a saved checkpoint loads as it was; a directory keeps the newest;
+** damaged files are refused, naming the damage, and passed over. */
+static void files(void) {
+    rp_model *m = test_model(MLP);
+    rp_config c = config("\"micro_batch_size\": 4, \"auto_loss_scaling\": true", ADAM, "");
+    char dir[] = "/tmp/repipe-checkpoint-test-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    rp_checkpoint ck = {.config = c, .model = rp_model_fingerprint(m), .samples = data->n,
+                        .workers = 1, .stages = 1};
+    snprintf(ck.backend, sizeof ck.backend, "local");
+    char path[512], note[1024];
+    rp_error err;
+    for (int k = 1; k <= 4; k++) {
+        ck.state = run(m, &c, NULL, NULL, 0, k);
+        CHECK(rp_checkpoint_write_dir(&ck, dir, 2, path, sizeof path, &err) == RP_OK);
+        if (k < 4)
+            rp_train_state_free(&ck.state);
+    }
+    /* the newest two remain; a killed writer's leftover goes with the next write */
+    char name[600];
+    snprintf(name, sizeof name, "%s/ckpt-000000000001.rpc", dir);
+    CHECK(access(name, F_OK) != 0);
+    snprintf(name, sizeof name, "%s/ckpt-000000000003.rpc", dir);
+    CHECK(access(name, F_OK) == 0);
+    rp_checkpoint back;
+    CHECK(rp_checkpoint_latest(dir, &back, path, sizeof path, note, sizeof note, &err) == RP_OK);
+    CHECK_STR_HAS(path, "ckpt-000000000004.rpc");
+    CHECK(note[0] == '\0');
+    CHECK_INT(back.state.updates, 4);
+    CHECK_INT(back.state.steps, ck.state.steps);
+    CHECK(back.state.loss_scale == ck.state.loss_scale);
+    CHECK(back.model == ck.model && back.samples == data->n);
+    CHECK(same_weights(back.state.weights, ck.state.weights));
+    CHECK(same_weights(back.state.optimizer, ck.state.optimizer));
+    char why[200];
+    CHECK(rp_checkpoint_compatible(&back.config, &c, why, sizeof why));
+    rp_checkpoint_free(&back);
+    /* a damaged newest one: reported, and the one before used */
+    char *bytes;
+    size_t len;
+    CHECK(rp_read_file(path, &bytes, &len, &err) == RP_OK);
+    FILE *f = fopen(path, "r+b");
+    fseek(f, (long)len / 2, SEEK_SET);
+    fputc(bytes[len / 2] ^ 0x10, f);
+    fclose(f);
+    CHECK(rp_checkpoint_load(&back, path, &err) == RP_ERR_PARSE);
+    CHECK_STR_HAS(err.msg, "checksum mismatch");
+    CHECK(rp_checkpoint_latest(dir, &back, path, sizeof path, note, sizeof note, &err) == RP_OK);
+    CHECK_STR_HAS(path, "ckpt-000000000003.rpc");
+    CHECK_STR_HAS(note, "ckpt-000000000004.rpc: skipped");
+    CHECK_INT(back.state.updates, 3);
+    rp_checkpoint_free(&back);
+    /* cut short, and another kind of file */
+    CHECK(rp_checkpoint_parse(&back, (unsigned char *)bytes, len - 100, "cut", &err) ==
+          RP_ERR_PARSE);
+    CHECK_STR_HAS(err.msg, "cut: checksum mismatch");
+    CHECK(rp_checkpoint_parse(&back, (unsigned char *)"RPWEIGHT0000000000000000000000000000",
+                              36, "w", &err) == RP_ERR_PARSE);
+    CHECK_STR_HAS(err.msg, "w: not a repipe checkpoint");
+    free(bytes);
+    /* the mathematics must match; the layout need not */
+    rp_config other = c;
+    other.replication_factor = 2, other.micro_batch_size = 2;
+    other.replica_grouping = rp_grouping_all(2);
+    CHECK(rp_checkpoint_compatible(&c, &other, why, sizeof why));
+    other.optimizer.lr *= 2;
+    CHECK(!rp_checkpoint_compatible(&c, &other, why, sizeof why));
+    CHECK_STR_HAS(why, "optimizer.lr");
+    other = c;
+    other.micro_batch_size = 8;
+    CHECK(!rp_checkpoint_compatible(&c, &other, why, sizeof why));
+    CHECK_STR_HAS(why, "samples per update");
+    /* leave nothing behind */
+    for (int k = 1; k <= 4; k++) {
+        snprintf(name, sizeof name, "%s/ckpt-%012d.rpc", dir, k);
+        unlink(name);
+    }
+    CHECK(rmdir(dir) == 0);
+    rp_checkpoint_free(&ck);
+    rp_model_free(m);
+}
+
 int main(int argc, char **argv) {
     rp_error err;
     rp_shape shape = {3, {1, 28, 28}};
@@ -223,6 +316,7 @@ int main(int argc, char **argv) {
                           "\"layers_per_stage\": [3, -1], \"stage_replication\": [2, 1]");
         other_layouts();
         refusals();
+        files();
     } else {
         /* threads in each rank, then ranks */
         rp_config a = config(four[0], ADAM, ""), b = config(four[1], ADAM, "");

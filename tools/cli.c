@@ -3,6 +3,7 @@
 */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "repipe/checkpoint.h"
 #include "../src/core/util.h"
 
 #include <errno.h>
@@ -248,4 +249,23 @@ void cli_print_machines(FILE *f, const int *machines, const double *bandwidth, i
                l == 0 ? "workers" : "units of the level below", bandwidth[l] / 1e9);
     }
     fprintf(f, "; %lld workers in all\n", n);
+}
+
+rp_status cli_load_weights(const char *path, rp_weights **out, rp_error *err) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    char magic[8] = {0};
+    bool checkpoint = f && fread(magic, 1, 8, f) == 8 && memcmp(magic, "RPCHKPT1", 8) == 0;
+    if (f)
+        fclose(f);
+    if (!checkpoint)
+        return rp_weights_load(out, path, err);
+    rp_checkpoint c;
+    rp_status st = rp_checkpoint_load(&c, path, err);
+    if (st)
+        return st;
+    *out = c.state.weights; /* taken from the checkpoint */
+    c.state.weights = NULL;
+    rp_checkpoint_free(&c);
+    return RP_OK;
 }

@@ -12,6 +12,7 @@
 
 #include "repipe/comm.h"
 #include "repipe/core.h"
+#include "repipe/model.h"
 
 typedef struct cli_opt {
     const char *name;    /* long name, without the dashes */
@@ -76,6 +77,9 @@ int cli_machines(const cli_cmd *cmd, const char *first, int argc, char **argv, i
                  int max);
 /* --bandwidth gives one value per level of --machines, or none. */
 bool cli_levels_match(const cli_cmd *cmd, int machines, int bandwidths);
+/* A weight file, or the weights of a checkpoint (repipe/checkpoint.h). */
+rp_status cli_load_weights(const char *path, rp_weights **out, rp_error *err);
+
 /* One line: the hierarchy innermost first, as --machines takes it. */
 void cli_print_machines(FILE *f, const int *machines, const double *bandwidth, int levels);
 
@@ -94,5 +98,6 @@ extern const cli_cmd cmd_eval;
 extern const cli_cmd cmd_profile;
 extern const cli_cmd cmd_simulate;
 extern const cli_cmd cmd_weights;
+extern const cli_cmd cmd_checkpoint;
 
 #endif /* REPIPE_CLI_H */

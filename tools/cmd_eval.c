@@ -57,7 +57,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (!cli_mpi_start(cmd, use_mpi, &argc, &argv, &comm, &lead))
         return 1;
     if (rp_model_load(&m, model_path, &err) || rp_config_load_file(&cfg, config_path, &err) ||
-        rp_dataset_load_idx(&test, data, false, &err) || rp_weights_load(&w, load, &err) ||
+        rp_dataset_load_idx(&test, data, false, &err) || cli_load_weights(load, &w, &err) ||
         (!allow_nonfinite && rp_weights_check_finite(w, load, &err)))
         goto fail;
     char what[600];

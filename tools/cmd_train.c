@@ -2,9 +2,12 @@
 ** repipe train: trains a model on an IDX dataset and evaluates it.
 */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +29,11 @@ enum {
     OPT_TRACE,
     OPT_PLAN,
     OPT_ALLOW_NONFINITE,
+    OPT_CHECKPOINT_DIR,
+    OPT_CHECKPOINT_EVERY,
+    OPT_KEEP,
+    OPT_RESUME,
+    OPT_RESUME_ANYWAY,
 };
 
 static const cli_opt OPTS[] = {
@@ -42,6 +50,11 @@ static const cli_opt OPTS[] = {
     [OPT_TRACE] = {"trace", 't', "FILE", "write a Chrome trace-event JSON of every worker's operations"},
     [OPT_PLAN] = {"plan", 'p', "FILE", "run this plan ('repipe plan --json'): its stages and replication"},
     [OPT_ALLOW_NONFINITE] = {"allow-nonfinite", 0, NULL, "--load weights holding NaN or infinity too"},
+    [OPT_CHECKPOINT_DIR] = {"checkpoint-dir", 0, "DIR", "write checkpoints of the whole training state here (made if missing)"},
+    [OPT_CHECKPOINT_EVERY] = {"checkpoint-every", 0, "N", "updates between checkpoints [one epoch]; one is also written at the end and on SIGINT or SIGTERM"},
+    [OPT_KEEP] = {"keep", 0, "K", "checkpoints to keep, the newest [3]"},
+    [OPT_RESUME] = {"resume", 'r', "DIR", "continue from the newest checkpoint of DIR that loads, on this configuration's layout"},
+    [OPT_RESUME_ANYWAY] = {"resume-anyway", 0, NULL, "--resume even where the configuration changes the mathematics"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -51,6 +64,61 @@ static void fmt_time(double s, char *buf, size_t n) {
         snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
     else
         snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* The signal that asked the run to stop, 0 while none did. The first
+** SIGINT or SIGTERM stops it after the current host call, with a
+** checkpoint; the handler then steps aside, so a second one ends the
+** process at once. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig) { stop_signal = sig; }
+
+static void catch_stops(bool on) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on ? on_stop : SIG_DFL;
+    sa.sa_flags = on ? (int)(SA_RESETHAND | SA_RESTART) : 0; /* writes under way finish */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* Fails, naming the path, when a file cannot be written there: before
+** training, not after it. */
+static rp_status check_writable(const char *what, const char *path, rp_error *err) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        slash[slash == dir ? 1 : 0] = '\0';
+    if (access(dir, W_OK) != 0)
+        return rp_fail(err, RP_ERR_IO, "%s %s: cannot write in %s: %s", what, path, dir,
+                       strerror(errno));
+    if (access(path, F_OK) == 0 && access(path, W_OK) != 0)
+        return rp_fail(err, RP_ERR_IO, "%s %s: the file cannot be overwritten: %s", what, path,
+                       strerror(errno));
+    return RP_OK;
+}
+
+/* A checkpoint of the session: every rank gives its state, rank 0 writes. */
+static rp_status checkpoint(rp_session *s, const rp_model *m, const rp_config *cfg, bool mpi,
+                            bool lead, long long samples, const char *dir, int keep,
+                            rp_error *err) {
+    rp_checkpoint ck = {.config = *cfg,
+                        .model = rp_model_fingerprint(m),
+                        .samples = samples,
+                        .workers = rp_session_workers(s),
+                        .stages = rp_session_stages(s)};
+    snprintf(ck.backend, sizeof ck.backend, "%s", mpi ? "mpi" : "local");
+    rp_status st = rp_session_get_state(s, &ck.state, err); /* collective */
+    char path[4096];
+    if (!st && lead)
+        st = rp_checkpoint_write_dir(&ck, dir, keep, path, sizeof path, err);
+    rp_checkpoint_free(&ck);
+    return st;
 }
 
 /* The mean loss of a host call's result. */
@@ -80,7 +148,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *save = NULL, *load = NULL, *json_log = NULL;
     long long epochs = 0, updates = 0, log_every = 0;
     bool use_mpi = false, allow_nonfinite = false;
-    const char *trace = NULL, *plan = NULL;
+    const char *trace = NULL, *plan = NULL, *ckdir = NULL, *resume = NULL;
+    long long ck_every = 0, keep = 3;
+    bool resume_anyway = false;
     bool help;
     const char *arg;
     for (int o; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
@@ -108,6 +178,17 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         case OPT_TRACE: trace = arg; break;
         case OPT_PLAN: plan = arg; break;
         case OPT_ALLOW_NONFINITE: allow_nonfinite = true; break;
+        case OPT_CHECKPOINT_DIR: ckdir = arg; break;
+        case OPT_CHECKPOINT_EVERY:
+            if (!cli_int("checkpoint-every", arg, 1, 1LL << 40, &ck_every))
+                return 2;
+            break;
+        case OPT_KEEP:
+            if (!cli_int("keep", arg, 1, 1000000, &keep))
+                return 2;
+            break;
+        case OPT_RESUME: resume = arg; break;
+        case OPT_RESUME_ANYWAY: resume_anyway = true; break;
         case OPT_BACKEND:
             if (!cli_backend(cmd, arg, &use_mpi))
                 return 2;
@@ -120,6 +201,14 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     if (epochs && updates) {
         cli_error(cmd, "give --epochs or --updates, not both");
+        return 2;
+    }
+    if (load && resume) {
+        cli_error(cmd, "give --load (weights only) or --resume (the whole state), not both");
+        return 2;
+    }
+    if ((ck_every || keep != 3) && !ckdir) {
+        cli_error(cmd, "--checkpoint-every and --keep need --checkpoint-dir");
         return 2;
     }
     rp_error err;
@@ -205,7 +294,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     if (load) {
         rp_weights *w;
-        if (rp_weights_load(&w, load, &err))
+        if (cli_load_weights(load, &w, &err))
             goto fail;
         if (!allow_nonfinite && rp_weights_check_finite(w, load, &err)) {
             rp_weights_free(w);
@@ -216,9 +305,59 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         if (st)
             goto fail;
     }
-    if (lead && json_log && !(jl = fopen(json_log, "w"))) {
-        rp_fail(&err, RP_ERR_IO, "%s: cannot write", json_log);
+    /* every output is checked before training, not after it */
+    if (lead && ckdir && mkdir(ckdir, 0777) != 0 && errno != EEXIST) {
+        rp_fail(&err, RP_ERR_IO, "--checkpoint-dir %s: cannot make it: %s", ckdir,
+                strerror(errno));
         goto fail;
+    }
+    if (lead && ckdir && access(ckdir, W_OK) != 0) {
+        rp_fail(&err, RP_ERR_IO, "--checkpoint-dir %s: cannot write in it: %s", ckdir,
+                strerror(errno));
+        goto fail;
+    }
+    if ((lead && save && check_writable("--save", save, &err)) ||
+        (trace && check_writable("--trace", trace, &err)))
+        goto fail;
+    if (lead && json_log && !(jl = fopen(json_log, "w"))) {
+        rp_fail(&err, RP_ERR_IO, "--json-log %s: cannot write: %s", json_log, strerror(errno));
+        goto fail;
+    }
+    if (jl) /* whole lines, as they happen: a killed run leaves no half record */
+        setvbuf(jl, NULL, _IOLBF, 0);
+    long long start = 0; /* updates done before this run: a checkpoint's */
+    if (resume) {
+        rp_checkpoint ck;
+        char path[4096], note[2048], why[200];
+        if (rp_checkpoint_latest(resume, &ck, path, sizeof path, note, sizeof note, &err))
+            goto fail;
+        if (lead && note[0])
+            fprintf(stderr, "warning: %s\n", note);
+        rp_status rs = RP_OK;
+        if (ck.model != rp_model_fingerprint(m))
+            rs = rp_fail(&err, RP_ERR_INVALID, "%s was made for another model than %s", path,
+                         model_path);
+        else if (!resume_anyway && ck.samples != train->n)
+            rs = rp_fail(&err, RP_ERR_INVALID,
+                         "%s was made on a training set of %lld samples, %s has %d: the "
+                         "sample order would differ (--resume-anyway continues all the same)",
+                         path, ck.samples, data, train->n);
+        else if (!resume_anyway && !rp_checkpoint_compatible(&ck.config, &cfg, why, sizeof why))
+            rs = rp_fail(&err, RP_ERR_INVALID,
+                         "%s: %s differs from the checkpoint's configuration and changes the "
+                         "mathematics (--resume-anyway continues all the same)",
+                         config_path, why);
+        else
+            rs = rp_session_set_state(s, &ck.state, &err);
+        start = ck.state.updates;
+        if (!rs && lead)
+            printf("resuming from %s: update %lld (written by %d worker%s, %d stage%s, %s "
+                   "backend)\n",
+                   path, start, ck.workers, ck.workers == 1 ? "" : "s", ck.stages,
+                   ck.stages == 1 ? "" : "s", ck.backend);
+        rp_checkpoint_free(&ck);
+        if (rs)
+            goto fail;
     }
     rp_derived d;
     rp_config_derive(&cfg, &d);
@@ -226,18 +365,23 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (rp_stream_init(&stream, cfg.seed, train->n, (int)d.samples_per_update, &err))
         goto fail;
     long long per_epoch = rp_stream_updates_per_epoch(&stream);
+    /* --updates and --epochs count from the run's beginning, resumed or not */
     long long total = updates ? updates : (epochs ? epochs : 1) * per_epoch;
     int D = cfg.device_iterations;
-    long long calls = total / D;
-    if (calls < 1) {
+    long long calls = total > start ? (total - start) / D : 0;
+    if (calls < 1 && !resume) {
         rp_fail(&err, RP_ERR_INVALID, "%lld updates are fewer than one host call (%d updates)",
                 total, D);
         rp_stream_free(&stream);
         goto fail;
     }
-    if (total % D)
+    if (calls < 1 && lead)
+        printf("the checkpoint is at update %lld of %lld: nothing left to train\n", start, total);
+    if (total > start && (total - start) % D && lead)
         fprintf(stderr, "note: running %lld updates, a whole number of host calls of %d\n",
                 calls * D, D);
+    if (!ck_every)
+        ck_every = per_epoch;
     if (!log_every)
         log_every = per_epoch / 10 > 0 ? per_epoch / 10 : 1;
     long long per_call = rp_session_samples_per_call(s);
@@ -253,29 +397,33 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         rp_stream_free(&stream);
         goto fail;
     }
-    if (lead)
+    if (lead && calls > 0)
         printf("training %s on %d samples (%lld updates of %lld samples, %lld per epoch)\n",
            model_path, train->n, calls * D, d.samples_per_update, per_epoch);
     double t0 = rp_now(), ema = -1;
-    long long next_log = log_every;
+    long long next_log = log_every, next_ck = ck_every;
+    long long stopped = 0; /* the signal that stopped the run */
     rp_status st = RP_OK;
+    catch_stops(true);
     for (long long c = 0; c < calls && !st; c++) {
         for (int k = 0; k < D; k++)
-            rp_stream_update(&stream, c * D + k, ids + (size_t)k * d.samples_per_update);
+            rp_stream_update(&stream, start + c * D + k, ids + (size_t)k * d.samples_per_update);
         rp_result r; /* the workers copy their own rows */
         if ((st = rp_session_run_samples(s, train, ids, &r, &err)))
             break;
         double loss = result_loss(&r);
         if (!isfinite(loss) && !cfg.auto_loss_scaling) { /* the weights are lost: say so */
             st = rp_fail(&err, RP_ERR_INVALID,
-                         "update %lld: the loss is %g, training diverged; nothing is saved "
+                         "update %lld: the loss is %g, training diverged; nothing is saved%s "
                          "(lower optimizer.lr, now %g, or set auto_loss_scaling to skip such "
                          "updates)",
-                         (c + 1) * D, loss, cfg.optimizer.lr);
+                         start + (c + 1) * D, loss,
+                         ckdir ? ", and the newest checkpoint is the last good one" : "",
+                         cfg.optimizer.lr);
             break;
         }
         ema = ema < 0 ? loss : 0.95 * ema + 0.05 * loss;
-        long long done = (c + 1) * D;
+        long long done = (c + 1) * D, at = start + done;
         double el = rp_now() - t0, sps = done * d.samples_per_update / el;
         char eta[32];
         fmt_time(el / done * (calls * D - done), eta, sizeof eta);
@@ -300,14 +448,40 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             }
             if (!tty && lead)
                 printf("update %lld/%lld  epoch %.2f  loss %.4f  %.0f samples/s  ETA %s%s\n",
-                       done, calls * D, (double)done / per_epoch, ema, sps, eta, ls);
+                       at, start + calls * D, (double)at / per_epoch, ema, sps, eta, ls);
             if (jl)
                 fprintf(jl,
                         "{\"update\":%lld,\"epoch\":%.4f,\"loss\":%.6f,\"samples_per_s\":%.1f,"
                         "\"elapsed_s\":%.3f%s}\n",
-                        done, (double)done / per_epoch, loss, sps, el, ljs);
+                        at, (double)at / per_epoch, loss, sps, el, ljs);
+        }
+        /* a stop asked of any rank stops them all, after the same update */
+        float asked = (float)stop_signal;
+        if (comm && (st = rp_comm_allreduce(comm, NULL, &asked, 1, &err)))
+            break;
+        if (asked > 0)
+            stopped = stop_signal ? stop_signal : SIGTERM;
+        if (ckdir && (stopped || at >= next_ck || c == calls - 1)) {
+            while (next_ck <= at)
+                next_ck += ck_every;
+            if ((st = checkpoint(s, m, &cfg, comm != NULL, lead, train->n, ckdir, (int)keep,
+                                 &err)))
+                break;
+        }
+        if (stopped) {
+            if (tty)
+                printf("\n");
+            if (lead)
+                fprintf(stderr, "stopped by %s after update %lld%s\n",
+                        stopped == SIGINT ? "SIGINT" : "SIGTERM", at,
+                        ckdir ? ": a checkpoint of it is written" : "");
+            if (jl)
+                fprintf(jl, "{\"stopped\":\"%s\",\"update\":%lld}\n",
+                        stopped == SIGINT ? "SIGINT" : "SIGTERM", at);
+            break;
         }
     }
+    catch_stops(false);
     if (tty)
         printf("\n");
     free(ids);
@@ -320,15 +494,31 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             snprintf(path, sizeof path, "%s.%d", trace, rp_comm_rank(comm));
         else
             snprintf(path, sizeof path, "%s", trace);
-        if (rp_session_write_trace(s, path, &err))
-            goto fail;
-        if (lead)
+        rp_error terr; /* a trace that cannot be written costs no weights */
+        if (rp_session_write_trace(s, path, &terr))
+            fprintf(stderr, "warning: %s\n", terr.msg);
+        else if (lead)
             printf("trace written to %s%s\n", trace, comm ? ".RANK" : "");
         long long dropped = rp_session_trace_dropped(s);
         if (dropped)
             fprintf(stderr, "warning: %s: %lld operations were not recorded: a worker keeps its "
                             "first %d (trace fewer updates with --updates)\n",
                     path, dropped, RP_TRACE_EVENTS);
+    }
+    if (stopped) { /* no evaluation: what was asked is an end */
+        if (!ckdir && save) {
+            rp_weights *w;
+            if (rp_session_get_weights(s, RP_ONE_PER_GROUP, &w, &err)) /* collective */
+                goto fail;
+            rp_status ws = lead ? rp_weights_save(w, save, &err) : RP_OK;
+            rp_weights_free(w);
+            if (ws)
+                goto fail;
+            if (lead)
+                printf("weights written to %s\n", save);
+        }
+        rc = 128 + (int)stopped;
+        goto done;
     }
     double acc = 0;
     double te = rp_now();
@@ -366,8 +556,8 @@ fail:
     cli_error(cmd, "%s", err.msg);
     cli_mpi_abort(comm, err.msg);
 done:
-    if (jl)
-        fclose(jl);
+    if (jl && (ferror(jl) | fclose(jl)))
+        fprintf(stderr, "warning: --json-log %s: writing failed\n", json_log);
     rp_session_free(s);
     rp_dataset_free(train);
     rp_dataset_free(test);
@@ -381,7 +571,12 @@ const cli_cmd cmd_train = {
     "train",
     "train a model on an IDX dataset and report its test accuracy",
     "--model FILE --config FILE [--epochs N | --updates N] [options]",
-    "The sample order is fixed by the configuration's seed and the epoch. On a\n"
+    "The sample order is fixed by the configuration's seed and the epoch. With\n"
+    "--checkpoint-dir the whole training state is written every --checkpoint-every\n"
+    "updates, at the end, and when SIGINT or SIGTERM stops the run (exit 130 or\n"
+    "143; a second signal ends it at once). --resume continues from the newest\n"
+    "checkpoint, on any layout of the same mathematics; --updates and --epochs\n"
+    "count from the run's beginning. On a\n"
     "terminal a progress bar shows samples/s, the loss and the time left;\n"
     "otherwise one line is printed every --log-every updates.\n"
     "With --backend mpi, start it as 'mpirun -np R repipe train ... --backend mpi',\n"

@@ -16,7 +16,7 @@ static const cli_opt OPTS[] = {
 static int show(const cli_cmd *cmd, const char *path) {
     rp_weights *w;
     rp_error err;
-    if (rp_weights_load(&w, path, &err)) {
+    if (cli_load_weights(path, &w, &err)) {
         cli_error(cmd, "%s", err.msg);
         return 1;
     }
@@ -46,11 +46,11 @@ static int show(const cli_cmd *cmd, const char *path) {
 static int compare(const cli_cmd *cmd, const char *pa, const char *pb, double rtol) {
     rp_weights *a, *b;
     rp_error err;
-    if (rp_weights_load(&a, pa, &err)) {
+    if (cli_load_weights(pa, &a, &err)) {
         cli_error(cmd, "%s", err.msg);
         return 2;
     }
-    if (rp_weights_load(&b, pb, &err)) {
+    if (cli_load_weights(pb, &b, &err)) {
         rp_weights_free(a);
         cli_error(cmd, "%s", err.msg);
         return 2;

@@ -11,7 +11,7 @@
 #include "cli.h"
 #include "repipe/repipe.h"
 
-static const cli_cmd *const COMMANDS[] = {&cmd_train, &cmd_eval, &cmd_profile, &cmd_plan, &cmd_simulate, &cmd_config, &cmd_groups, &cmd_weights};
+static const cli_cmd *const COMMANDS[] = {&cmd_train, &cmd_eval, &cmd_profile, &cmd_plan, &cmd_simulate, &cmd_config, &cmd_groups, &cmd_weights, &cmd_checkpoint};
 #define NUM_COMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))
 
 static void usage(FILE *f) {
@@ -26,8 +26,8 @@ static void usage(FILE *f) {
 }
 
 static bool runs_models(const char *command) {
-    static const char *const quiet[] = {"plan", "config", "groups", "weights", "help",
-                                        "--help", "-h", "--version"};
+    static const char *const quiet[] = {"plan",   "config", "groups", "weights", "checkpoint",
+                                        "help",   "--help", "-h",     "--version"};
     for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++)
         if (strcmp(command, quiet[i]) == 0)
             return false;
@@ -42,8 +42,15 @@ int main(int argc, char **argv) {
     ** again without the pool (the others never call BLAS, and start in half
     ** the time). */
     if (argc >= 2 && runs_models(argv[1]) && !getenv("OPENBLAS_NUM_THREADS") &&
-        setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0)
-        execv("/proc/self/exe", argv); /* on failure, go on as we are */
+        setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0) {
+        /* the binary's own path, so that ps and pgrep still say "repipe" */
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n > 0) {
+            self[n] = '\0';
+            execv(self, argv); /* on failure, go on as we are */
+        }
+    }
     if (argc < 2) {
         usage(stderr);
         return 2;

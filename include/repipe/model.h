@@ -98,6 +98,10 @@ rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const cha
 rp_status rp_model_load(rp_model **out, const char *path, rp_error *err);
 void rp_model_free(rp_model *m);
 const char *rp_layer_name(rp_layer_type t);
+/* A CRC-32 of what makes the model's mathematics: every layer's type,
+** shapes and settings, and its variables' names. Equal models, equal
+** fingerprints; a checkpoint records its model's. */
+uint32_t rp_model_fingerprint(const rp_model *m);
 
 /* Default initialisation of the parameters of layers [first, last) into
 ** params (which starts at layer `first`'s offset): uniform in
@@ -230,6 +234,9 @@ typedef struct rp_weights {
 ** groups, its data (little-endian float32), and a CRC-32 of everything
 ** before it. Written to a temporary file, fsynced and renamed. */
 rp_status rp_weights_save(const rp_weights *w, const char *path, rp_error *err);
+/* The bytes of a weight file, in *out (the caller frees it). */
+rp_status rp_weights_serialize(const rp_weights *w, unsigned char **out, size_t *len,
+                               rp_error *err);
 rp_status rp_weights_load(rp_weights **out, const char *path, rp_error *err);
 rp_status rp_weights_parse(rp_weights **out, const unsigned char *data, size_t len,
                            const char *name, rp_error *err);

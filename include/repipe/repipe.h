@@ -5,6 +5,7 @@
 #ifndef REPIPE_H
 #define REPIPE_H
 
+#include "repipe/checkpoint.h"
 #include "repipe/comm.h"
 #include "repipe/config.h"
 #include "repipe/core.h"

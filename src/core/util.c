@@ -89,6 +89,22 @@ rp_status rp_write_file_atomic(const char *path, const char *data, size_t len, r
         return s;
     }
     free(tmp);
+    /* the rename itself reaches the disk with its directory */
+    char *dir = strdup(path);
+    if (!dir)
+        return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[slash == dir ? 1 : 0] = '\0';
+    int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY);
+    free(dir);
+    if (dfd >= 0) {
+        int synced = fsync(dfd);
+        close(dfd);
+        if (synced != 0 && errno != EINVAL && errno != EROFS)
+            return rp_fail(err, RP_ERR_IO, "%s: syncing its directory failed: %s", path,
+                           strerror(errno));
+    }
     return RP_OK;
 }
 

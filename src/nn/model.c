@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "../core/util.h"
 #include "repipe/model.h"
@@ -522,4 +523,25 @@ void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed,
             }
         }
     }
+}
+
+/* Fields one at a time: a struct's padding is not part of the model. */
+static uLong fold(uLong crc, const void *p, size_t n) { return crc32(crc, p, (uInt)n); }
+
+uint32_t rp_model_fingerprint(const rp_model *m) {
+    uLong c = crc32(0L, Z_NULL, 0);
+    c = fold(c, &m->num_layers, sizeof m->num_layers);
+    for (int i = 0; i < m->num_layers; i++) {
+        const rp_layer *l = &m->layers[i];
+        int ints[] = {(int)l->type, l->in.ndim, l->out.ndim, l->units, l->kernel, l->stride,
+                      l->pad, l->bias, l->vocab, l->dim, l->group_size};
+        c = fold(c, ints, sizeof ints);
+        c = fold(c, l->in.dim, sizeof(int) * l->in.ndim);
+        c = fold(c, l->out.dim, sizeof(int) * l->out.ndim);
+        c = fold(c, &l->p, sizeof l->p);
+        c = fold(c, &l->eps, sizeof l->eps);
+    }
+    for (int v = 0; v < m->num_vars; v++)
+        c = fold(c, m->vars[v].name, strlen(m->vars[v].name) + 1);
+    return (uint32_t)c;
 }

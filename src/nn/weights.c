@@ -47,7 +47,8 @@ static void put_u32(unsigned char **p, uint32_t v) {
     *p += 4;
 }
 
-rp_status rp_weights_save(const rp_weights *w, const char *path, rp_error *err) {
+rp_status rp_weights_serialize(const rp_weights *w, unsigned char **out, size_t *len,
+                               rp_error *err) {
     size_t bytes = 8 + 4 + 4 + 4;
     for (int i = 0; i < w->num_tensors; i++) {
         const rp_tensor *t = &w->tensors[i];
@@ -56,7 +57,7 @@ rp_status rp_weights_save(const rp_weights *w, const char *path, rp_error *err) 
     }
     unsigned char *buf = malloc(bytes), *p = buf;
     if (!buf)
-        return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", path);
+        return rp_fail(err, RP_ERR_NOMEM, "weights: out of memory for %zu bytes", bytes);
     memcpy(p, MAGIC, 8);
     p += 8;
     put_u32(&p, VERSION);
@@ -76,7 +77,18 @@ rp_status rp_weights_save(const rp_weights *w, const char *path, rp_error *err) 
         p += sizeof(float) * n;
     }
     put_u32(&p, (uint32_t)crc32(0L, buf, (uInt)(p - buf)));
-    rp_status s = rp_write_file_atomic(path, (const char *)buf, bytes, err);
+    *out = buf;
+    *len = bytes;
+    return RP_OK;
+}
+
+rp_status rp_weights_save(const rp_weights *w, const char *path, rp_error *err) {
+    unsigned char *buf;
+    size_t bytes;
+    rp_status s = rp_weights_serialize(w, &buf, &bytes, err);
+    if (s)
+        return s;
+    s = rp_write_file_atomic(path, (const char *)buf, bytes, err);
     free(buf);
     return s;
 }

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Checkpoints end to end: resuming equals the uninterrupted run (bit for
+# bit on the same layout, within 1e-5 on another), after a clean stop, a
+# SIGINT, a SIGKILL of the process and of one MPI rank; what changes the
+# mathematics is refused; outputs are checked before training.
+# Usage: checkpoint_test.sh REPIPE [MPIRUN]
+set -u
+bin=$1
+mpirun=${2:-}
+fail=0
+pass=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+same() { # NAME A B RTOL: the weights agree
+  if "$bin" weights compare "$2" "$3" --rtol "$4" >"$tmp/cmp" 2>&1 && grep -q "^same: 0 tensors" "$tmp/cmp"; then ok
+  else bad "$1: $(tail -3 "$tmp/cmp")"; fi
+}
+
+# A dataset of 512 8x8 images of noise, labels 0-9 in turn.
+mkdir -p "$tmp/idx"
+byte() { printf "\\x$(printf %02x "$1")"; }
+u32() { printf '\x00\x00'; byte $(($1 / 256)); byte $(($1 % 256)); }
+images() { { printf '\x00\x00\x08\x03'; u32 "$2"; u32 8; u32 8; head -c $(($2 * 64)) /dev/urandom; } > "$tmp/idx/$1"; }
+labels() { { printf '\x00\x00\x08\x01'; u32 "$2"; for i in $(seq 0 $(($2 - 1))); do byte $((i % 10)); done; } > "$tmp/idx/$1"; }
+images train-images-idx3-ubyte 512; labels train-labels-idx1-ubyte 512
+images t10k-images-idx3-ubyte 64; labels t10k-labels-idx1-ubyte 64
+printf 'input 8 8\nflatten\nlinear 32\nrelu\ndropout 0.1\nlinear 10\nsoftmax_cross_entropy\n' > "$tmp/m.model"
+opt='"optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}'
+printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 2, "replication_factor": 2, %s}\n' "$opt" > "$tmp/r2.json"
+printf '{"micro_batch_size": 4, "gradient_accumulation_steps": 2, "replication_factor": 4, %s}\n' "$opt" > "$tmp/r4.json"
+printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 2, "replication_factor": 2, "optimizer": {"type": "sgd", "lr": 0.02, "momentum": 0.9}}\n' > "$tmp/lr.json"
+train() { "$bin" train --model "$tmp/m.model" --data "$tmp/idx" --log-every 1000000 "$@"; }
+# The same in the background, as the job itself: $! is repipe, for signals.
+start() { exec "$bin" train --model "$tmp/m.model" --data "$tmp/idx" --log-every 1000000 "$@"; }
+
+# 60 updates straight; 30 with checkpoints every 10 (two kept), then 30 more.
+train --config "$tmp/r2.json" --updates 60 --save "$tmp/straight.rpw" >/dev/null 2>&1
+train --config "$tmp/r2.json" --updates 30 --checkpoint-dir "$tmp/a" --checkpoint-every 10 --keep 2 >/dev/null 2>&1
+if [ "$(ls "$tmp/a")" = "$(printf 'ckpt-000000000020.rpc\nckpt-000000000030.rpc')" ]; then ok; else bad "kept: $(ls "$tmp/a")"; fi
+out=$(train --config "$tmp/r2.json" --updates 60 --resume "$tmp/a" --save "$tmp/resumed.rpw" 2>&1)
+if grep -q "^resuming from $tmp/a/ckpt-000000000030.rpc: update 30 (written by 2 workers, 1 stage, local backend)" <<<"$out" &&
+   grep -q "(30 updates of 32 samples" <<<"$out"; then ok; else bad "resume: $out"; fi
+same "resumed = straight" "$tmp/straight.rpw" "$tmp/resumed.rpw" 0
+# on another layout: four replicas of half the micro-batch
+train --config "$tmp/r4.json" --updates 60 --resume "$tmp/a" --save "$tmp/r4.rpw" >/dev/null 2>&1
+same "resumed on R 4 = straight on R 2" "$tmp/straight.rpw" "$tmp/r4.rpw" 1e-5
+# what changes the mathematics is refused, unless asked
+out=$(train --config "$tmp/lr.json" --updates 60 --resume "$tmp/a" 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "optimizer.lr differs from the checkpoint's configuration" <<<"$out"; then ok; else bad "lr change: $rc $out"; fi
+if train --config "$tmp/lr.json" --updates 40 --resume "$tmp/a" --resume-anyway >/dev/null 2>&1; then ok; else bad "--resume-anyway"; fi
+printf 'input 8 8\nflatten\nlinear 33\nrelu\ndropout 0.1\nlinear 10\nsoftmax_cross_entropy\n' > "$tmp/other.model"
+out=$("$bin" train --model "$tmp/other.model" --data "$tmp/idx" --config "$tmp/r2.json" --updates 60 --resume "$tmp/a" 2>&1)
+if grep -q "was made for another model than $tmp/other.model" <<<"$out"; then ok; else bad "other model: $out"; fi
+# a damaged newest checkpoint is named and the one before used
+cp -r "$tmp/a" "$tmp/d"
+printf 'XXXX' | dd of="$tmp/d/ckpt-000000000030.rpc" bs=1 seek=500 conv=notrunc 2>/dev/null
+out=$(train --config "$tmp/r2.json" --updates 60 --resume "$tmp/d" 2>&1)
+if grep -q "ckpt-000000000030.rpc: skipped: .*checksum mismatch" <<<"$out" &&
+   grep -q "resuming from $tmp/d/ckpt-000000000020.rpc: update 20" <<<"$out"; then ok; else bad "damaged: $out"; fi
+# what it holds, and its weights read directly
+out=$("$bin" checkpoint show "$tmp/a")
+if grep -q "update              30 (30 optimizer steps, 0 skipped)" <<<"$out" &&
+   grep -q "optimizer state     4 tensors, 2410 values" <<<"$out"; then ok; else bad "checkpoint show: $out"; fi
+if "$bin" weights show "$tmp/a/ckpt-000000000030.rpc" | grep -q "^1.weight "; then ok; else bad "weights show checkpoint"; fi
+
+# Outputs are checked before training.
+out=$(train --config "$tmp/r2.json" --updates 5 --save "$tmp/no/such/dir/w.rpw" 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "\-\-save $tmp/no/such/dir/w.rpw: cannot write in $tmp/no/such/dir" <<<"$out" &&
+   ! grep -q "^training" <<<"$out"; then ok; else bad "unwritable --save: $rc $out"; fi
+
+# Runs that are stopped mid-way log each update to a FIFO: the test reads
+# as far as it wants, then stops reading, and the run waits on its log (a
+# pipe's buffer ahead at most) until the signal, however fast this machine.
+# reach FD N: reads lines from fd 3 until one logs update N or later.
+reach() { local line; while read -r line <&3; do
+  [[ $line =~ ^\{\"update\":([0-9]+), ]] && [ "${BASH_REMATCH[1]}" -ge "$1" ] && return 0; done; return 1; }
+train --config "$tmp/r2.json" --updates 3000 --save "$tmp/long.rpw" >/dev/null 2>&1
+
+# SIGINT: the current update finishes, a checkpoint is written, the JSON log
+# ends with a whole line, exit 130; resuming finishes the run exactly.
+mkfifo "$tmp/i.fifo"
+start --config "$tmp/r2.json" --updates 3000 --checkpoint-dir "$tmp/i" --checkpoint-every 1000000 \
+  --json-log "$tmp/i.fifo" --log-every 1 >/dev/null 2>"$tmp/i.err" &
+pid=$!
+exec 3<"$tmp/i.fifo"
+reach 5
+kill -INT $pid
+cat <&3 > "$tmp/i.log"; exec 3<&-
+wait $pid; rc=$?
+last=$(tail -1 "$tmp/i.log")
+if [ $rc = 130 ] && grep -q '^{"stopped":"SIGINT","update":[0-9]*}$' <<<"$last" &&
+   grep -q "stopped by SIGINT after update [0-9]*: a checkpoint of it is written" "$tmp/i.err" &&
+   ls "$tmp/i"/ckpt-*.rpc >/dev/null 2>&1; then ok; else bad "SIGINT: exit $rc, last line $last, $(cat "$tmp/i.err")"; fi
+n=$(sed -n 's/.*"update":\([0-9]*\)}$/\1/p' <<<"$last")
+if [ -n "$n" ] && [ "$n" -lt 3000 ]; then ok; else bad "SIGINT came after the end ($n)"; fi
+train --config "$tmp/r2.json" --updates 3000 --resume "$tmp/i" --save "$tmp/i.rpw" >/dev/null 2>&1
+same "SIGINT, resumed = straight" "$tmp/long.rpw" "$tmp/i.rpw" 0
+
+# SIGKILL: nothing but the checkpoints survive; resuming finishes exactly.
+mkfifo "$tmp/k.fifo"
+start --config "$tmp/r2.json" --updates 3000 --checkpoint-dir "$tmp/k" --checkpoint-every 200 \
+  --json-log "$tmp/k.fifo" --log-every 1 >/dev/null 2>&1 &
+pid=$!
+exec 3<"$tmp/k.fifo"
+reach 201 # past the first checkpoint
+kill -KILL $pid; exec 3<&-
+{ wait $pid; } 2>/dev/null; rc=$?
+if [ $rc = 137 ]; then ok; else bad "SIGKILL: exit $rc"; fi
+out=$(train --config "$tmp/r2.json" --updates 3000 --resume "$tmp/k" --save "$tmp/k.rpw" 2>&1)
+if grep -q "^resuming from .*: update [1-9][0-9]*00 " <<<"$out"; then ok; else bad "SIGKILL resume: $out"; fi
+same "SIGKILL, resumed = straight" "$tmp/long.rpw" "$tmp/k.rpw" 0
+
+# Under MPI: one rank killed ends the job; resuming on ranks equals the
+# uninterrupted run on ranks, and resuming on threads agrees within 1e-5.
+if [ -n "$mpirun" ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+  mpi() { "$mpirun" --oversubscribe --bind-to none --mca btl self,vader -np 2 "$bin" train \
+          --model "$tmp/m.model" --data "$tmp/idx" --log-every 1000000 --backend mpi "$@"; }
+  mpi --config "$tmp/r2.json" --updates 600 --save "$tmp/mpi.rpw" >/dev/null 2>&1
+  mkfifo "$tmp/m.fifo"
+  mpi --config "$tmp/r2.json" --updates 600 --checkpoint-dir "$tmp/m" --checkpoint-every 100 \
+    --json-log "$tmp/m.fifo" --log-every 1 >/dev/null 2>&1 &
+  job=$!
+  exec 3<"$tmp/m.fifo"
+  reach 101
+  rank=$(pgrep -f -- "--json-log $tmp/m.fifo" | while read -r p; do
+           [ "$(ps -o comm= -p "$p")" = repipe ] && echo "$p"; done | tail -1)
+  t0=$(date +%s)
+  [ -n "$rank" ] && kill -KILL "$rank"
+  exec 3<&-
+  wait $job; rc=$?
+  t1=$(date +%s)
+  if [ -n "$rank" ] && [ $rc != 0 ] && [ $((t1 - t0)) -le 5 ]; then ok; else bad "MPI rank kill: rank '$rank', exit $rc after $((t1 - t0)) s"; fi
+  mpi --config "$tmp/r2.json" --updates 600 --resume "$tmp/m" --save "$tmp/m.rpw" >/dev/null 2>&1
+  same "MPI rank killed, resumed on ranks = straight on ranks" "$tmp/mpi.rpw" "$tmp/m.rpw" 0
+  train --config "$tmp/r2.json" --updates 600 --resume "$tmp/m" --save "$tmp/mt.rpw" >/dev/null 2>&1
+  same "MPI checkpoint resumed on threads" "$tmp/mpi.rpw" "$tmp/mt.rpw" 1e-5
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
