@@ -5,6 +5,10 @@
 ** what it says or fail with a message, and return 0, 1 or 2; it must not
 ** exit, crash or leak.
 **
+** (libFuzzer writes what it finds into the directory the process is in:
+** give -artifact_prefix, as the command may be running in the scratch
+** directory then.)
+**
 ** It runs in a scratch directory that holds, afresh for every input, a
 ** profile `p`, a configuration `c` and an empty file `e`; arguments with a
 ** '/' are dropped, so nothing outside the directory is read or written,
@@ -21,6 +25,18 @@
 #include <unistd.h>
 
 #include "../tools/cli.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define REPORTS_TO_SAVED_STDERR 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define REPORTS_TO_SAVED_STDERR 1
+#endif
+#ifdef REPORTS_TO_SAVED_STDERR
+void __sanitizer_set_report_fd(void *fd);
+#endif
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -77,6 +93,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!mkdtemp(scratch) || (home = open(".", O_RDONLY | O_DIRECTORY)) < 0)
             abort();
         atexit(remove_scratch);
+#ifdef REPORTS_TO_SAVED_STDERR
+        /* the commands' stderr is discarded, the sanitizers' reports are not */
+        __sanitizer_set_report_fd((void *)(intptr_t)dup(2));
+#endif
     }
     if (size == 0 || size > 4096)
         return 0;

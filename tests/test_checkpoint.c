@@ -227,13 +227,21 @@ static void files(void) {
     snprintf(ck.backend, sizeof ck.backend, "local");
     char path[512], note[1024];
     rp_error err;
+    char orphan[600];
+    snprintf(orphan, sizeof orphan, "%s/ckpt-000000000009.rpc.tmpAbCdEf", dir);
     for (int k = 1; k <= 4; k++) {
+        if (k == 3) { /* what a writer killed half-way leaves */
+            FILE *o = fopen(orphan, "w");
+            fputs("half", o);
+            fclose(o);
+        }
         ck.state = run(m, &c, NULL, NULL, 0, k);
         CHECK(rp_checkpoint_write_dir(&ck, dir, 2, path, sizeof path, &err) == RP_OK);
         if (k < 4)
             rp_train_state_free(&ck.state);
     }
-    /* the newest two remain; a killed writer's leftover goes with the next write */
+    /* the newest two remain; a killed writer's leftover went with the next write */
+    CHECK(access(orphan, F_OK) != 0);
     char name[600];
     snprintf(name, sizeof name, "%s/ckpt-000000000001.rpc", dir);
     CHECK(access(name, F_OK) != 0);

@@ -87,7 +87,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         fprintf(f, "sample,prediction,label\n");
         for (int i = 0; i < test->n; i++)
             fprintf(f, "%d,%d,%d\n", i, pred[i], test->labels[i]);
-        if (fclose(f) != 0) {
+        if ((ferror(f) | fclose(f)) != 0) { /* both, always: the file is closed */
             rp_fail(&err, RP_ERR_IO, "%s: write failed", out);
             goto fail;
         }

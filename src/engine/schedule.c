@@ -151,21 +151,47 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
 
 /* ---- simulation ----------------------------------------------------------- */
 
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
 rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_error *err) {
     int W = s->workers;
     int *pc = calloc(W, sizeof(int));
     int *sent = calloc(W, sizeof(int)), *received = calloc(W, sizeof(int));
     int *waiting_reduce = calloc(W, sizeof(int));
-    /* messages in flight: (from, to, kind, mb), matched by count */
+    /* reduction groups, numbered 0..G-1: members, and members arrived */
+    int *group = malloc(sizeof(int) * W), *ids = malloc(sizeof(int) * W);
+    int *members = calloc(W, sizeof(int)), *arrived = calloc(W, sizeof(int));
+    /* messages in flight: (from, to, kind, mb), matched by count; those to
+    ** each worker not yet received form a list, so that a receive looks at
+    ** its own messages only */
     typedef struct msg {
-        int from, to, kind, mb, taken;
+        int from, to, kind, mb, next;
     } msg;
     int cap = 1024, nmsg = 0;
     msg *msgs = malloc(sizeof(msg) * cap);
+    int *head = malloc(sizeof(int) * W), *tail = malloc(sizeof(int) * W);
     rp_status st = RP_OK;
-    if (!pc || !sent || !received || !waiting_reduce || !msgs) {
+    if (!pc || !sent || !received || !waiting_reduce || !group || !ids || !members ||
+        !arrived || !msgs || !head || !tail) {
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
         goto done;
+    }
+    for (int w = 0; w < W; w++) {
+        ids[w] = reduce_group ? reduce_group[w] : s->w[w].stage;
+        head[w] = tail[w] = -1;
+    }
+    memcpy(group, ids, sizeof(int) * W);
+    qsort(ids, W, sizeof(int), cmp_int);
+    int G = 0; /* the distinct ids */
+    for (int w = 0; w < W; w++)
+        if (G == 0 || ids[w] != ids[G - 1])
+            ids[G++] = ids[w];
+    for (int w = 0; w < W; w++) {
+        group[w] = (int)((int *)bsearch(&group[w], ids, G, sizeof(int), cmp_int) - ids);
+        members[group[w]]++;
     }
     for (bool progress = true; progress;) {
         progress = false;
@@ -190,32 +216,38 @@ rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_er
                         msgs = nm;
                         cap *= 2;
                     }
-                    msgs[nmsg++] = (msg){w, op->peer, op->kind == RP_OP_SEND_ACT, op->mb, 0};
+                    msgs[nmsg] = (msg){w, op->peer, op->kind == RP_OP_SEND_ACT, op->mb, -1};
+                    if (tail[op->peer] >= 0)
+                        msgs[tail[op->peer]].next = nmsg;
+                    else
+                        head[op->peer] = nmsg;
+                    tail[op->peer] = nmsg++;
                     sent[w]++;
                 } else if (op->kind == RP_OP_RECV_ACT || op->kind == RP_OP_RECV_GRAD) {
-                    int found = -1;
-                    for (int i = 0; i < nmsg && found < 0; i++)
-                        if (!msgs[i].taken && msgs[i].from == op->peer && msgs[i].to == w &&
-                            msgs[i].kind == (op->kind == RP_OP_RECV_ACT) &&
-                            msgs[i].mb == op->mb)
-                            found = i;
+                    int found = head[w], before = -1;
+                    while (found >= 0 && !(msgs[found].from == op->peer &&
+                                           msgs[found].kind == (op->kind == RP_OP_RECV_ACT) &&
+                                           msgs[found].mb == op->mb))
+                        before = found, found = msgs[found].next;
                     if (found < 0)
                         break; /* blocked */
-                    msgs[found].taken = 1;
+                    if (before >= 0) /* out of the list */
+                        msgs[before].next = msgs[found].next;
+                    else
+                        head[w] = msgs[found].next;
+                    if (tail[w] == found)
+                        tail[w] = before;
                     received[msgs[found].from]++;
                 } else if (op->kind == RP_OP_WAIT_SENDS) {
                     if (received[w] < sent[w])
                         break;
                 } else if (op->kind == RP_OP_REDUCE) {
                     /* passes once every member of its group has arrived */
-                    waiting_reduce[w] = 1;
-                    int gid = reduce_group ? reduce_group[w] : wo->stage;
-                    bool all = true;
-                    for (int v = 0; v < W && all; v++) {
-                        int gv = reduce_group ? reduce_group[v] : s->w[v].stage;
-                        all = gv != gid || waiting_reduce[v];
+                    if (!waiting_reduce[w]) {
+                        waiting_reduce[w] = 1;
+                        arrived[group[w]]++;
                     }
-                    if (!all)
+                    if (arrived[group[w]] < members[group[w]])
                         break;
                 }
                 pc[w]++;
@@ -239,14 +271,16 @@ rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_er
                              w, s->w[w].stage, s->w[w].replica, pc[w], rp_op_name(op->kind));
             break;
         }
-    for (int i = 0; !st && i < nmsg; i++)
-        if (!msgs[i].taken)
+    for (int w = 0; !st && w < W; w++)
+        if (head[w] >= 0) {
+            const msg *m = &msgs[head[w]];
             st = rp_fail(err, RP_ERR_INVALID,
                          "schedule: the %s of micro-batch %d from worker %d to worker %d is "
                          "never received",
-                         msgs[i].kind ? "activation" : "gradient", msgs[i].mb, msgs[i].from,
-                         msgs[i].to);
+                         m->kind ? "activation" : "gradient", m->mb, m->from, m->to);
+        }
 done:
     free(pc), free(sent), free(received), free(waiting_reduce), free(msgs);
+    free(group), free(ids), free(members), free(arrived), free(head), free(tail);
     return st;
 }

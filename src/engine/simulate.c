@@ -179,9 +179,19 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     ** MPI do. Across machines the network moves the bytes while the workers
     ** go on. */
     bool cpu = opt->num_levels == 0 || opt->cores > 0;
+    /* Reductions: each worker's group (stage and replica group), and per
+    ** group its members, its first worker, the slowest level it spans
+    ** from there, and its arrivals so far. */
+    int G = rp_grouping_num_groups(&cfg->replica_grouping), done = 0;
+    typedef struct red_group {
+        int n, first, top, arrived;
+        double last;
+    } red_group;
+    int *gid = malloc(sizeof(int) * W);
+    red_group *rg = calloc((size_t)P * G, sizeof(red_group));
     if (!res->events || !res->busy || !res->in_flight || !res->stage_of || !sw || !avail ||
-        !copy) {
-        free(sw), free(avail), free(copy);
+        !copy || !gid || !rg) {
+        free(sw), free(avail), free(copy), free(gid), free(rg);
         rp_workplan_free(plan);
         rp_sim_result_free(res);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for the simulation of %d workers", W);
@@ -194,7 +204,18 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         res->stage_of[w] = plan->w[w].stage;
     }
     res->num_levels = net.levels;
-    int G = rp_grouping_num_groups(&cfg->replica_grouping), done = 0;
+    for (int k = 0; k < P * G; k++)
+        rg[k].first = -1;
+    for (int v = 0; v < W; v++) {
+        gid[v] = plan->w[v].stage * G +
+                 rp_grouping_group_of(&cfg->replica_grouping, plan->w[v].replica);
+        red_group *g = &rg[gid[v]];
+        if (g->first < 0)
+            g->first = v;
+        int l = rpi_level_of(&net, g->first, v);
+        g->top = l > g->top ? l : g->top;
+        g->n++;
+    }
     double now = 0;
     /* Global time: start every operation that can start now (sends and
     ** receives of arrived messages finish at once), then move to the next
@@ -268,26 +289,16 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                     case RP_OP_REDUCE: {
                         /* everyone of the stage and group, then an allreduce
                         ** over the slowest level the group spans */
-                        if (x->arrive < 0)
+                        red_group *g = &rg[gid[w]];
+                        if (x->arrive < 0) {
                             x->arrive = now;
-                        int gid = s * G + rp_grouping_group_of(&cfg->replica_grouping,
-                                                               wo->replica);
-                        double last = 0;
-                        int n = 0, first = -1, top = 0;
-                        for (int v = 0; v < W; v++) {
-                            const rp_worker_ops *vo = &plan->w[v];
-                            if (vo->stage * G + rp_grouping_group_of(&cfg->replica_grouping,
-                                                                     vo->replica) != gid)
-                                continue;
-                            if (sw[v].arrive < 0)
-                                goto blocked;
-                            last = sw[v].arrive > last ? sw[v].arrive : last;
-                            if (first < 0)
-                                first = v;
-                            int l = rpi_level_of(&net, first, v);
-                            top = l > top ? l : top;
-                            n++;
+                            g->arrived++;
+                            g->last = now > g->last ? now : g->last;
                         }
+                        if (g->arrived < g->n)
+                            goto blocked;
+                        double last = g->last;
+                        int n = g->n, first = g->first, top = g->top;
                         double cost =
                             rpi_allreduce_time(n, par[s] * wire_sum, net.bw[top], net.latency);
                         if (cpu) /* the workers sum in their own cores */
@@ -328,7 +339,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                 next = t;
         }
         if (next < 0) { /* cannot happen after rp_workplan_check */
-            free(sw), free(avail), free(copy);
+            free(sw), free(avail), free(copy), free(gid), free(rg);
             rp_workplan_free(plan);
             rp_sim_result_free(res);
             return rp_fail(err, RP_ERR_INVALID, "simulate: every worker waits at %g s", now);
@@ -377,7 +388,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         res->stage_bytes[s] = rpi_stage_bytes(cfg, out_bytes, param_bytes, l, counts[s],
                                               rp_config_stage_replicas(cfg, s), slots, per_mb);
     }
-    free(sw), free(avail), free(copy);
+    free(sw), free(avail), free(copy), free(gid), free(rg);
     rp_workplan_free(plan);
     return RP_OK;
 }
