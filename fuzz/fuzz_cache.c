@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rp_workplan *plan;
     rp_memory mem[8];
     char why[160];
-    if (cache_parse(d, size, le(d + 24, 8), workers, stages, 4, &plan, mem, why, sizeof why) ==
+    if (rpi_cache_parse(d, size, le(d + 24, 8), workers, stages, 4, &plan, mem, why, sizeof why) ==
         CACHE_HIT) {
         for (int i = 0; i < plan->workers; i++)
             for (int k = 0; k < plan->w[i].num_ops; k++)

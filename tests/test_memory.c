@@ -346,13 +346,13 @@ static void cache_entries(const char *shape) {
     ** pass any device_memory */
     uint64_t key;
     char kpath[512];
-    cache_key(m, &c, kpath, sizeof kpath, &key);
+    rpi_cache_key(m, &c, kpath, sizeof kpath, &key);
     rp_derived d;
     rp_config_derive(&c, &d);
     rp_workplan *plan;
     rp_memory mem[RP_MAX_STAGES];
     char why[160];
-    CHECK(cache_load(entry, key, d.workers, d.stages, c.gradient_accumulation_steps, &plan, mem,
+    CHECK(rpi_cache_load(entry, key, d.workers, d.stages, c.gradient_accumulation_steps, &plan, mem,
                      why, sizeof why) == CACHE_HIT);
     int first = -1, second = -1;
     for (int k = 0; plan && k < plan->w[0].num_ops; k++) {
@@ -368,13 +368,13 @@ static void cache_entries(const char *shape) {
             if (plan->w[0].ops[k].mb == second)
                 plan->w[0].ops[k].mb = first;
         rp_error err;
-        CHECK(cache_store(entry, key, plan, mem, &err) == RP_OK);
+        CHECK(rpi_cache_store(entry, key, plan, mem, &err) == RP_OK);
         check_note(m, &c, "held another schedule than this configuration's; rebuilt it");
         rp_workplan_free(plan);
-        CHECK(cache_load(entry, key, d.workers, d.stages, c.gradient_accumulation_steps, &plan,
+        CHECK(rpi_cache_load(entry, key, d.workers, d.stages, c.gradient_accumulation_steps, &plan,
                          mem, why, sizeof why) == CACHE_HIT);
         mem[0].activations = 1;
-        CHECK(cache_store(entry, key, plan, mem, &err) == RP_OK);
+        CHECK(rpi_cache_store(entry, key, plan, mem, &err) == RP_OK);
         check_note(m, &c, "held another memory plan than this configuration's; rebuilt it");
         check_note(m, &c, "executable cache: reused");
     }

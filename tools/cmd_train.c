@@ -121,6 +121,19 @@ static rp_status checkpoint(rp_session *s, const rp_model *m, const rp_config *c
     return st;
 }
 
+/* Every rank gives its weights, rank 0 writes them. */
+static rp_status save_weights(rp_session *s, const char *path, bool lead, rp_error *err) {
+    rp_weights *w;
+    rp_status st = rp_session_get_weights(s, RP_ONE_PER_GROUP, &w, err); /* collective */
+    if (st)
+        return st;
+    st = lead ? rp_weights_save(w, path, err) : RP_OK;
+    rp_weights_free(w);
+    if (!st && lead)
+        printf("weights written to %s\n", path);
+    return st;
+}
+
 /* The mean loss of a host call's result. */
 static double result_loss(const rp_result *r) {
     double s = 0;
@@ -506,17 +519,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                     path, dropped, RP_TRACE_EVENTS);
     }
     if (stopped) { /* no evaluation: what was asked is an end */
-        if (!ckdir && save) {
-            rp_weights *w;
-            if (rp_session_get_weights(s, RP_ONE_PER_GROUP, &w, &err)) /* collective */
-                goto fail;
-            rp_status ws = lead ? rp_weights_save(w, save, &err) : RP_OK;
-            rp_weights_free(w);
-            if (ws)
-                goto fail;
-            if (lead)
-                printf("weights written to %s\n", save);
-        }
+        if (!ckdir && save && save_weights(s, save, lead, &err))
+            goto fail;
         rc = 128 + (int)stopped;
         goto done;
     }
@@ -539,17 +543,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     if (jl)
         fprintf(jl, "{\"eval\":\"test\",\"samples\":%d,\"accuracy\":%.6f}\n", test->n, acc);
-    if (save) {
-        rp_weights *w;
-        if (rp_session_get_weights(s, RP_ONE_PER_GROUP, &w, &err)) /* collective */
-            goto fail;
-        rp_status ws = lead ? rp_weights_save(w, save, &err) : RP_OK;
-        rp_weights_free(w);
-        if (ws)
-            goto fail;
-        if (lead)
-            printf("weights written to %s\n", save);
-    }
+    if (save && save_weights(s, save, lead, &err))
+        goto fail;
     rc = 0;
     goto done;
 fail:

@@ -6,27 +6,27 @@
 
 #include "comm_impl.h"
 
-rp_status local_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n,
+rp_status rpi_local_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n,
                           rp_error *err);
-rp_status local_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
+rp_status rpi_local_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
                                size_t n, rp_error *err);
-rp_status local_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
+rp_status rpi_local_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
                                float *out, rp_error *err);
-rp_status local_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
+rp_status rpi_local_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
                           float *out, rp_error *err);
-rp_status local_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
+rp_status rpi_local_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
                               size_t n, rp_update_fn update, void *ctx, rp_error *err);
-rp_status local_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
+rp_status rpi_local_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
                           rp_error *err);
-rp_status local_barrier(rp_comm *c, rp_error *err);
-rp_status local_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err);
-void local_free(rp_comm *c);
-void local_fail(rp_comm *c, const char *msg);
-rp_status local_isend(rp_comm *c, int dst, int tag, const void *buf, size_t bytes,
+rp_status rpi_local_barrier(rp_comm *c, rp_error *err);
+rp_status rpi_local_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err);
+void rpi_local_free(rp_comm *c);
+void rpi_local_fail(rp_comm *c, const char *msg);
+rp_status rpi_local_isend(rp_comm *c, int dst, int tag, const void *buf, size_t bytes,
                       rp_request *req, rp_error *err);
-rp_status local_irecv(rp_comm *c, int src, int tag, void *buf, size_t bytes, rp_request *req,
+rp_status rpi_local_irecv(rp_comm *c, int src, int tag, void *buf, size_t bytes, rp_request *req,
                       rp_error *err);
-rp_status local_wait(rp_comm *c, rp_request *req, rp_error *err);
+rp_status rpi_local_wait(rp_comm *c, rp_request *req, rp_error *err);
 
 const char *rp_backend_name(rp_backend b) { return b == RP_BACKEND_MPI ? "mpi" : "local"; }
 
@@ -34,7 +34,7 @@ int rp_comm_rank(const rp_comm *c) { return c->rank; }
 int rp_comm_size(const rp_comm *c) { return c->size; }
 rp_backend rp_comm_backend(const rp_comm *c) { return c->backend; }
 
-rp_status comm_check_grouping(const rp_comm *c, const rp_grouping *g, rp_error *err) {
+rp_status rpi_comm_check_grouping(const rp_comm *c, const rp_grouping *g, rp_error *err) {
     if (g && g->replicas != c->size)
         return rp_fail(err, RP_ERR_INVALID,
                        "collective: the grouping is over %d replicas but the communicator has "
@@ -47,100 +47,100 @@ rp_status comm_check_grouping(const rp_comm *c, const rp_grouping *g, rp_error *
 
 rp_status rp_comm_isend(rp_comm *c, int dst, int tag, const void *buf, size_t bytes,
                         rp_request *req, rp_error *err) {
-    return LOCAL(c) ? local_isend(c, dst, tag, buf, bytes, req, err)
-                    : mpi_send(c, dst, tag, buf, bytes, false, req, err);
+    return LOCAL(c) ? rpi_local_isend(c, dst, tag, buf, bytes, req, err)
+                    : rpi_mpi_send(c, dst, tag, buf, bytes, false, req, err);
 }
 
 rp_status rp_comm_irecv(rp_comm *c, int src, int tag, void *buf, size_t bytes,
                         rp_request *req, rp_error *err) {
-    return LOCAL(c) ? local_irecv(c, src, tag, buf, bytes, req, err)
-                    : mpi_recv(c, src, tag, buf, bytes, false, req, err);
+    return LOCAL(c) ? rpi_local_irecv(c, src, tag, buf, bytes, req, err)
+                    : rpi_mpi_recv(c, src, tag, buf, bytes, false, req, err);
 }
 
 rp_status rp_comm_wait(rp_comm *c, rp_request *req, rp_error *err) {
-    return LOCAL(c) ? local_wait(c, req, err) : mpi_wait(c, req, err);
+    return LOCAL(c) ? rpi_local_wait(c, req, err) : rpi_mpi_wait(c, req, err);
 }
 
 rp_status rp_comm_send(rp_comm *c, int dst, int tag, const void *buf, size_t bytes,
                        rp_error *err) {
     rp_request r;
     if (!LOCAL(c))
-        return mpi_send(c, dst, tag, buf, bytes, true, &r, err);
-    rp_status s = local_isend(c, dst, tag, buf, bytes, &r, err);
-    return s ? s : local_wait(c, &r, err);
+        return rpi_mpi_send(c, dst, tag, buf, bytes, true, &r, err);
+    rp_status s = rpi_local_isend(c, dst, tag, buf, bytes, &r, err);
+    return s ? s : rpi_local_wait(c, &r, err);
 }
 
 rp_status rp_comm_recv(rp_comm *c, int src, int tag, void *buf, size_t bytes, rp_error *err) {
     rp_request r;
     if (!LOCAL(c))
-        return mpi_recv(c, src, tag, buf, bytes, true, &r, err);
-    rp_status s = local_irecv(c, src, tag, buf, bytes, &r, err);
-    return s ? s : local_wait(c, &r, err);
+        return rpi_mpi_recv(c, src, tag, buf, bytes, true, &r, err);
+    rp_status s = rpi_local_irecv(c, src, tag, buf, bytes, &r, err);
+    return s ? s : rpi_local_wait(c, &r, err);
 }
 
 rp_status rp_comm_barrier(rp_comm *c, rp_error *err) {
-    return LOCAL(c) ? local_barrier(c, err) : mpi_barrier(c, err);
+    return LOCAL(c) ? rpi_local_barrier(c, err) : rpi_mpi_barrier(c, err);
 }
 
 rp_status rp_comm_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
                             rp_error *err) {
-    rp_status s = comm_check_grouping(c, g, err);
+    rp_status s = rpi_comm_check_grouping(c, g, err);
     if (s)
         return s;
     int size = g ? g->group_size : c->size;
     if (root < 0 || root >= size)
         return rp_fail(err, RP_ERR_INVALID, "broadcast: root %d is not a member index (group of %d)",
                        root, size);
-    return LOCAL(c) ? local_broadcast(c, g, buf, n, root, err)
-                    : mpi_broadcast(c, g, buf, n, root, err);
+    return LOCAL(c) ? rpi_local_broadcast(c, g, buf, n, root, err)
+                    : rpi_mpi_broadcast(c, g, buf, n, root, err);
 }
 
 rp_status rp_comm_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n,
                             rp_error *err) {
-    rp_status s = comm_check_grouping(c, g, err);
+    rp_status s = rpi_comm_check_grouping(c, g, err);
     if (s)
         return s;
-    return LOCAL(c) ? local_allreduce(c, g, buf, n, err) : mpi_allreduce(c, g, buf, n, err);
+    return LOCAL(c) ? rpi_local_allreduce(c, g, buf, n, err) : rpi_mpi_allreduce(c, g, buf, n, err);
 }
 
 rp_status rp_comm_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
                                  float *out, rp_error *err) {
-    rp_status s = comm_check_grouping(c, g, err);
+    rp_status s = rpi_comm_check_grouping(c, g, err);
     if (s)
         return s;
-    return LOCAL(c) ? local_reduce_scatter(c, g, in, n, out, err)
-                    : mpi_reduce_scatter(c, g, in, n, out, err);
+    return LOCAL(c) ? rpi_local_reduce_scatter(c, g, in, n, out, err)
+                    : rpi_mpi_reduce_scatter(c, g, in, n, out, err);
 }
 
 rp_status rp_comm_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
                                  size_t n, rp_error *err) {
-    rp_status s = comm_check_grouping(c, g, err);
+    rp_status s = rpi_comm_check_grouping(c, g, err);
     if (s)
         return s;
-    return LOCAL(c) ? local_allreduce_half(c, g, buf, stage, n, err)
-                    : mpi_allreduce_half(c, g, buf, stage, n, err);
+    return LOCAL(c) ? rpi_local_allreduce_half(c, g, buf, stage, n, err)
+                    : rpi_mpi_allreduce_half(c, g, buf, stage, n, err);
 }
 
 rp_status rp_comm_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
                             float *out, rp_error *err) {
-    rp_status s = comm_check_grouping(c, g, err);
+    rp_status s = rpi_comm_check_grouping(c, g, err);
     if (s)
         return s;
-    return LOCAL(c) ? local_allgather(c, g, in, k, out, err)
-                    : mpi_allgather(c, g, in, k, out, err);
+    return LOCAL(c) ? rpi_local_allgather(c, g, in, k, out, err)
+                    : rpi_mpi_allgather(c, g, in, k, out, err);
 }
 
 rp_status rp_comm_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
                                 size_t n, rp_update_fn update, void *ctx, rp_error *err) {
-    rp_status s = comm_check_grouping(c, g, err);
+    rp_status s = rpi_comm_check_grouping(c, g, err);
     if (s)
         return s;
-    return LOCAL(c) ? local_reduce_update(c, g, grads, params, n, update, ctx, err)
-                    : mpi_reduce_update(c, g, grads, params, n, update, ctx, err);
+    return LOCAL(c) ? rpi_local_reduce_update(c, g, grads, params, n, update, ctx, err)
+                    : rpi_mpi_reduce_update(c, g, grads, params, n, update, ctx, err);
 }
 
 rp_status rp_comm_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err) {
-    return LOCAL(c) ? local_split(c, color, key, out, err) : mpi_split(c, color, key, out, err);
+    return LOCAL(c) ? rpi_local_split(c, color, key, out, err) : rpi_mpi_split(c, color, key, out, err);
 }
 
 void rp_comm_free(rp_comm *c) {
@@ -148,15 +148,15 @@ void rp_comm_free(rp_comm *c) {
         return;
     if (LOCAL(c)) {
         if (!c->from_world)
-            local_free(c);
+            rpi_local_free(c);
     } else {
-        mpi_free(c);
+        rpi_mpi_free(c);
     }
 }
 
 void rp_comm_fail(rp_comm *c, const char *msg) {
     if (LOCAL(c))
-        local_fail(c, msg);
+        rpi_local_fail(c, msg);
     else
-        mpi_fail(c, msg);
+        rpi_mpi_fail(c, msg);
 }

@@ -134,7 +134,7 @@ static rp_status aborted(rp_world *w, rp_error *err) {
     return rp_fail(err, RP_ERR_ABORTED, "%s", w->msg);
 }
 
-void local_fail(rp_comm *c, const char *msg) {
+void rpi_local_fail(rp_comm *c, const char *msg) {
     rp_world *w = c->world;
     pthread_mutex_lock(&w->mu);
     if (!w->failed) {
@@ -207,7 +207,7 @@ static rp_status enter(rp_comm *c, const rp_grouping *g, const void *ptr, group_
     gc->s = find_sync(w, world, gc->g);
     if (!gc->s) {
         pthread_mutex_unlock(&w->mu);
-        local_fail(c, "out of memory in a collective");
+        rpi_local_fail(c, "out of memory in a collective");
         return rp_fail(err, RP_ERR_NOMEM, "out of memory in a collective");
     }
     gc->s->ptr[gc->index] = ptr;
@@ -255,7 +255,7 @@ static void sum_members(const void **ptrs, int g, size_t from, size_t to, float 
 /* Member i alone touches chunk i of every buffer: it sums the chunk over
 ** all members and writes the sum into all of them. Two barriers: enter
 ** (every buffer published) and leave (every chunk written). */
-rp_status local_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n,
+rp_status rpi_local_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n,
                           rp_error *err) {
     group_call gc;
     rp_status st = enter(c, g, buf, &gc, err);
@@ -274,7 +274,7 @@ rp_status local_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n
 ** chunk i of every member's halves in fp32, in member order, and writes the
 ** sum, rounded to half, back into every member's halves; then each member
 ** reads its own. Half the bytes of the fp32 allreduce cross between cores. */
-rp_status local_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
+rp_status rpi_local_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
                                size_t n, rp_error *err) {
     rp_half_encode(buf, stage, n);
     group_call gc;
@@ -306,7 +306,7 @@ rp_status local_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uin
     return RP_OK;
 }
 
-rp_status local_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
+rp_status rpi_local_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
                                float *out, rp_error *err) {
     group_call gc;
     rp_status st = enter(c, g, in, &gc, err);
@@ -319,7 +319,7 @@ rp_status local_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in
     return gc.g == 1 ? RP_OK : step(&gc, err);
 }
 
-rp_status local_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
+rp_status rpi_local_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
                           float *out, rp_error *err) {
     group_call gc;
     rp_status st = enter(c, g, in, &gc, err);
@@ -341,7 +341,7 @@ typedef struct update_bufs {
     float *grads, *params;
 } update_bufs;
 
-rp_status local_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
+rp_status rpi_local_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
                               size_t n, rp_update_fn update, void *ctx, rp_error *err) {
     update_bufs mine = {grads, params};
     group_call gc;
@@ -372,7 +372,7 @@ rp_status local_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, fl
     return step(&gc, err);
 }
 
-rp_status local_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
+rp_status rpi_local_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
                           rp_error *err) {
     group_call gc;
     rp_status st = enter(c, g, buf, &gc, err);
@@ -383,12 +383,12 @@ rp_status local_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n
     return step(&gc, err);
 }
 
-rp_status local_barrier(rp_comm *c, rp_error *err) {
+rp_status rpi_local_barrier(rp_comm *c, rp_error *err) {
     group_call gc;
     return enter(c, NULL, NULL, &gc, err);
 }
 
-rp_status local_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err) {
+rp_status rpi_local_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err) {
     group_call gc;
     int mine[2] = {color, key};
     rp_status st = enter(c, NULL, mine, &gc, err);
@@ -399,7 +399,7 @@ rp_status local_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *e
     rp_comm *nc = calloc(1, sizeof *nc);
     if (!members || !nc) {
         free(members), free(nc);
-        local_fail(c, "out of memory in split");
+        rpi_local_fail(c, "out of memory in split");
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
     for (int r = 0; r < c->size; r++) {
@@ -430,7 +430,7 @@ rp_status local_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *e
     return RP_OK;
 }
 
-void local_free(rp_comm *c) {
+void rpi_local_free(rp_comm *c) {
     free(c->members);
     free(c);
 }
@@ -492,17 +492,17 @@ static rp_status post(rp_comm *c, bool is_send, int peer, int tag, void *buf, si
     return RP_OK;
 }
 
-rp_status local_isend(rp_comm *c, int dst, int tag, const void *buf, size_t bytes,
+rp_status rpi_local_isend(rp_comm *c, int dst, int tag, const void *buf, size_t bytes,
                       rp_request *req, rp_error *err) {
     return post(c, true, dst, tag, (void *)buf, bytes, req, err);
 }
 
-rp_status local_irecv(rp_comm *c, int src, int tag, void *buf, size_t bytes, rp_request *req,
+rp_status rpi_local_irecv(rp_comm *c, int src, int tag, void *buf, size_t bytes, rp_request *req,
                       rp_error *err) {
     return post(c, false, src, tag, buf, bytes, req, err);
 }
 
-rp_status local_wait(rp_comm *c, rp_request *req, rp_error *err) {
+rp_status rpi_local_wait(rp_comm *c, rp_request *req, rp_error *err) {
     rp_world *w = c->world;
     lreq *r = (lreq *)req->opaque;
     pthread_mutex_lock(&w->mu);

@@ -82,7 +82,7 @@ void rp_comm_mpi_finalize(rp_comm *c) {
         MPI_Finalize();
 }
 
-void mpi_free(rp_comm *c) {
+void rpi_mpi_free(rp_comm *c) {
     mpi_state *s = S(c);
     for (int i = 0; i < s->num_groups; i++)
         if (s->groups[i].comm != s->comm)
@@ -94,7 +94,7 @@ void mpi_free(rp_comm *c) {
     free(c);
 }
 
-void mpi_fail(rp_comm *c, const char *msg) {
+void rpi_mpi_fail(rp_comm *c, const char *msg) {
     (void)msg; /* the caller reports it; MPI_Abort ends every rank */
     /* mpirun forwards a rank's output asynchronously and MPI_Abort kills at
     ** once: flush, and give the forwarder a moment to deliver the message */
@@ -138,7 +138,7 @@ static rp_status count_ok(size_t n, const char *what, rp_error *err) {
     return RP_OK;
 }
 
-rp_status mpi_send(rp_comm *c, int dst, int tag, const void *buf, size_t bytes, bool wait,
+rp_status rpi_mpi_send(rp_comm *c, int dst, int tag, const void *buf, size_t bytes, bool wait,
                    rp_request *req, rp_error *err) {
     rp_status st = count_ok(bytes, "a message", err);
     if (st)
@@ -149,7 +149,7 @@ rp_status mpi_send(rp_comm *c, int dst, int tag, const void *buf, size_t bytes, 
     return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "send", err);
 }
 
-rp_status mpi_recv(rp_comm *c, int src, int tag, void *buf, size_t bytes, bool wait,
+rp_status rpi_mpi_recv(rp_comm *c, int src, int tag, void *buf, size_t bytes, bool wait,
                    rp_request *req, rp_error *err) {
     rp_status st = count_ok(bytes, "a message", err);
     if (st)
@@ -160,18 +160,18 @@ rp_status mpi_recv(rp_comm *c, int src, int tag, void *buf, size_t bytes, bool w
     return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "receive", err);
 }
 
-rp_status mpi_wait(rp_comm *c, rp_request *req, rp_error *err) {
+rp_status rpi_mpi_wait(rp_comm *c, rp_request *req, rp_error *err) {
     (void)c;
     int rc = MPI_Wait((MPI_Request *)req->opaque, MPI_STATUS_IGNORE);
     return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "wait", err);
 }
 
-rp_status mpi_barrier(rp_comm *c, rp_error *err) {
+rp_status rpi_mpi_barrier(rp_comm *c, rp_error *err) {
     int rc = MPI_Barrier(S(c)->comm);
     return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "barrier", err);
 }
 
-rp_status mpi_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
+rp_status rpi_mpi_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
                         rp_error *err) {
     MPI_Comm gc;
     rp_status st = count_ok(n, "a broadcast", err);
@@ -181,7 +181,7 @@ rp_status mpi_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, 
     return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "Bcast", err);
 }
 
-rp_status mpi_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n, rp_error *err) {
+rp_status rpi_mpi_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n, rp_error *err) {
     MPI_Comm gc;
     rp_status st = count_ok(n, "an allreduce", err);
     if (st || (st = group_comm(c, g, &gc, err)))
@@ -201,7 +201,7 @@ static void half_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
         b[i] = rp_half_from_float(rp_half_to_float(a[i]) + rp_half_to_float(b[i]));
 }
 
-rp_status mpi_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
+rp_status rpi_mpi_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
                              size_t n, rp_error *err) {
     MPI_Comm gc;
     rp_status st = count_ok(n, "an allreduce", err);
@@ -220,7 +220,7 @@ rp_status mpi_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint1
     return RP_OK;
 }
 
-rp_status mpi_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
+rp_status rpi_mpi_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
                              float *out, rp_error *err) {
     MPI_Comm gc;
     rp_status st = group_comm(c, g, &gc, err);
@@ -250,7 +250,7 @@ rp_status mpi_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, 
     return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "Reduce_scatter_block", err);
 }
 
-rp_status mpi_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k, float *out,
+rp_status rpi_mpi_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k, float *out,
                         rp_error *err) {
     MPI_Comm gc;
     rp_status st = count_ok(k, "an allgather", err);
@@ -268,16 +268,16 @@ rp_status mpi_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_
 /* Open MPI's reduce-scatter and all-gather together take longer than its
 ** allreduce (0.67 against 0.37 ms for 4 MB on two ranks), so every member
 ** takes the allreduce's sums and updates all n elements itself. */
-rp_status mpi_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
+rp_status rpi_mpi_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
                             size_t n, rp_update_fn update, void *ctx, rp_error *err) {
     (void)params;
-    rp_status st = mpi_allreduce(c, g, grads, n, err);
+    rp_status st = rpi_mpi_allreduce(c, g, grads, n, err);
     if (!st && n)
         update(ctx, 0, grads, n);
     return st;
 }
 
-rp_status mpi_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err) {
+rp_status rpi_mpi_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err) {
     MPI_Comm nc;
     int rc = MPI_Comm_split(S(c)->comm, color, key, &nc);
     if (rc != MPI_SUCCESS)

@@ -34,7 +34,7 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
-void cache_key(const rp_model *m, const rp_config *cfg, char *path, size_t n, uint64_t *key) {
+void rpi_cache_key(const rp_model *m, const rp_config *cfg, char *path, size_t n, uint64_t *key) {
     uint64_t h = 0xcbf29ce484222325ull;
     char line[256];
     for (int l = 0; l < m->num_layers; l++) { /* everything that shapes the model */
@@ -95,7 +95,7 @@ static void put_u32(buf *b, uint32_t v) {
     put(b, x, 4);
 }
 
-rp_status cache_store(const char *path, uint64_t key, const rp_workplan *plan,
+rp_status rpi_cache_store(const char *path, uint64_t key, const rp_workplan *plan,
                       const rp_memory *mem, rp_error *err) {
     buf b = {0};
     char version[16] = {0};
@@ -156,7 +156,7 @@ static int get_int(reader *r, int lo, int hi) {
     return v;
 }
 
-cache_result cache_parse(const unsigned char *d, size_t len, uint64_t key, int workers,
+cache_result rpi_cache_parse(const unsigned char *d, size_t len, uint64_t key, int workers,
                          int stages, int ga, rp_workplan **plan, rp_memory *mem, char *why,
                          size_t why_n) {
     *plan = NULL;
@@ -241,7 +241,7 @@ done:
     return res;
 }
 
-cache_result cache_load(const char *path, uint64_t key, int workers, int stages, int ga,
+cache_result rpi_cache_load(const char *path, uint64_t key, int workers, int stages, int ga,
                         rp_workplan **plan, rp_memory *mem, char *why, size_t why_n) {
     *plan = NULL;
     if (access(path, F_OK) != 0)
@@ -253,7 +253,7 @@ cache_result cache_load(const char *path, uint64_t key, int workers, int stages,
         snprintf(why, why_n, "unreadable (%s)", err.msg);
         return CACHE_REBUILD;
     }
-    cache_result res = cache_parse((const unsigned char *)data, len, key, workers, stages, ga,
+    cache_result res = rpi_cache_parse((const unsigned char *)data, len, key, workers, stages, ga,
                                    plan, mem, why, why_n);
     free(data);
     return res;

@@ -20,19 +20,19 @@ typedef enum cache_result {
 } cache_result;
 
 /* The entry's path (dir/<16 hex digits>.rpx) and the key stored in it. */
-void cache_key(const rp_model *m, const rp_config *cfg, char *path, size_t n, uint64_t *key);
+void rpi_cache_key(const rp_model *m, const rp_config *cfg, char *path, size_t n, uint64_t *key);
 
 /* Looks the entry up: on a hit, *plan (owned by the caller) and mem[0..P)
 ** are filled. `why` receives the reason of a rebuild. */
-cache_result cache_load(const char *path, uint64_t key, int workers, int stages, int ga,
+cache_result rpi_cache_load(const char *path, uint64_t key, int workers, int stages, int ga,
                         rp_workplan **plan, rp_memory *mem, char *why, size_t why_n);
 
 /* The same on an entry's bytes (fuzzed). */
-cache_result cache_parse(const unsigned char *data, size_t len, uint64_t key, int workers,
+cache_result rpi_cache_parse(const unsigned char *data, size_t len, uint64_t key, int workers,
                          int stages, int ga, rp_workplan **plan, rp_memory *mem, char *why,
                          size_t why_n);
 
-rp_status cache_store(const char *path, uint64_t key, const rp_workplan *plan,
+rp_status rpi_cache_store(const char *path, uint64_t key, const rp_workplan *plan,
                       const rp_memory *mem, rp_error *err);
 
 #endif /* REPIPE_CACHE_H */

@@ -707,8 +707,8 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     bool cached = false;
     if (cfg->executable_cache_dir[0]) {
         char why[160];
-        cache_key(m, cfg, cpath, sizeof cpath, &ckey);
-        switch (cache_load(cpath, ckey, W, P, s->GA, &s->plan, s->mem, why, sizeof why)) {
+        rpi_cache_key(m, cfg, cpath, sizeof cpath, &ckey);
+        switch (rpi_cache_load(cpath, ckey, W, P, s->GA, &s->plan, s->mem, why, sizeof why)) {
         case CACHE_HIT:
             cached = true;
             snprintf(s->cache_note, sizeof s->cache_note,
@@ -829,7 +829,7 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     }
     if (cfg->executable_cache_dir[0] && !cached && (!comm || rp_comm_rank(comm) == 0)) {
         mkdir(cfg->executable_cache_dir, 0777); /* one level; an existing one is fine */
-        if ((st = cache_store(cpath, ckey, s->plan, s->mem, err))) {
+        if ((st = rpi_cache_store(cpath, ckey, s->plan, s->mem, err))) {
             rp_error e2 = *err;
             st = rp_fail(err, st, "executable_cache_dir: %s", e2.msg);
             goto fail;

@@ -26,14 +26,14 @@ typedef struct layer_args {
 } layer_args;
 
 /* Bytes of aux state per micro-batch of B rows. */
-size_t layer_aux_bytes(const rp_layer *L, int B);
+size_t rpi_layer_aux_bytes(const rp_layer *L, int B);
 /* Floats of scratch (col, tmp) a convolution needs for B rows, tiled to
 ** fit `limit` bytes (0: no limit). */
-void layer_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp);
+void rpi_layer_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp);
 /* Bytes of scratch one sample of a convolution needs: the least tile. */
-size_t conv_sample_scratch(const rp_layer *L);
+size_t rpi_conv_sample_scratch(const rp_layer *L);
 
-rp_status layer_forward(const layer_args *a, rp_error *err);
-void layer_backward(const layer_args *a, const float *dout, float *din);
+rp_status rpi_layer_forward(const layer_args *a, rp_error *err);
+void rpi_layer_backward(const layer_args *a, const float *dout, float *din);
 
 #endif /* REPIPE_LAYERS_H */

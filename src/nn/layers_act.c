@@ -7,17 +7,17 @@
 
 #include "layers.h"
 
-void linear_forward(const layer_args *a);
-void linear_backward(const layer_args *a, const float *dout, float *din);
-void layernorm_forward(const layer_args *a);
-void layernorm_backward(const layer_args *a, const float *dout, float *din);
-rp_status embedding_forward(const layer_args *a, rp_error *err);
-void embedding_backward(const layer_args *a, const float *dout, float *din);
-void conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp);
-void conv_forward(const layer_args *a);
-void conv_backward(const layer_args *a, const float *dout, float *din);
-void maxpool_forward(const layer_args *a);
-void maxpool_backward(const layer_args *a, const float *dout, float *din);
+void rpi_linear_forward(const layer_args *a);
+void rpi_linear_backward(const layer_args *a, const float *dout, float *din);
+void rpi_layernorm_forward(const layer_args *a);
+void rpi_layernorm_backward(const layer_args *a, const float *dout, float *din);
+rp_status rpi_embedding_forward(const layer_args *a, rp_error *err);
+void rpi_embedding_backward(const layer_args *a, const float *dout, float *din);
+void rpi_conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp);
+void rpi_conv_forward(const layer_args *a);
+void rpi_conv_backward(const layer_args *a, const float *dout, float *din);
+void rpi_maxpool_forward(const layer_args *a);
+void rpi_maxpool_backward(const layer_args *a, const float *dout, float *din);
 
 /* Dropout keeps element e of row r with probability 1 - p; the decision is
 ** a function of (seed, update, sample id, layer, element), nothing else. */
@@ -72,7 +72,7 @@ static void softmax_ce_backward(const layer_args *a, float *din) {
     }
 }
 
-size_t layer_aux_bytes(const rp_layer *L, int B) {
+size_t rpi_layer_aux_bytes(const rp_layer *L, int B) {
     switch (L->type) {
     case RP_LAYER_MAXPOOL2D: return sizeof(int) * rp_shape_size(&L->out) * B;
     case RP_LAYER_LAYERNORM:
@@ -82,10 +82,10 @@ size_t layer_aux_bytes(const rp_layer *L, int B) {
     }
 }
 
-void layer_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp) {
+void rpi_layer_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp) {
     *col = *tmp = 0;
     if (L->type == RP_LAYER_CONV2D)
-        conv_scratch(L, B, limit, col, tmp);
+        rpi_conv_scratch(L, B, limit, col, tmp);
 }
 
 static void relu_forward(const float *restrict x, float *restrict y, size_t n) {
@@ -104,14 +104,14 @@ static void relu_backward(const float *restrict x, const float *restrict dy, flo
 static const float SQRT1_2 = 0.70710678118654752f;
 static const float INV_SQRT_2PI = 0.39894228040143268f;
 
-rp_status layer_forward(const layer_args *a, rp_error *err) {
+rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {
     size_t n = rp_shape_size(&a->L->in) * a->B;
     switch (a->L->type) {
-    case RP_LAYER_LINEAR: linear_forward(a); break;
-    case RP_LAYER_CONV2D: conv_forward(a); break;
-    case RP_LAYER_MAXPOOL2D: maxpool_forward(a); break;
-    case RP_LAYER_LAYERNORM: layernorm_forward(a); break;
-    case RP_LAYER_EMBEDDING: return embedding_forward(a, err);
+    case RP_LAYER_LINEAR: rpi_linear_forward(a); break;
+    case RP_LAYER_CONV2D: rpi_conv_forward(a); break;
+    case RP_LAYER_MAXPOOL2D: rpi_maxpool_forward(a); break;
+    case RP_LAYER_LAYERNORM: rpi_layernorm_forward(a); break;
+    case RP_LAYER_EMBEDDING: return rpi_embedding_forward(a, err);
     case RP_LAYER_SOFTMAX_CE: return softmax_ce_forward(a, err);
     case RP_LAYER_RELU: relu_forward(a->in, a->out, n); break;
     case RP_LAYER_GELU:
@@ -133,14 +133,14 @@ rp_status layer_forward(const layer_args *a, rp_error *err) {
     return RP_OK;
 }
 
-void layer_backward(const layer_args *a, const float *dout, float *din) {
+void rpi_layer_backward(const layer_args *a, const float *dout, float *din) {
     size_t n = rp_shape_size(&a->L->in) * a->B;
     switch (a->L->type) {
-    case RP_LAYER_LINEAR: linear_backward(a, dout, din); break;
-    case RP_LAYER_CONV2D: conv_backward(a, dout, din); break;
-    case RP_LAYER_MAXPOOL2D: maxpool_backward(a, dout, din); break;
-    case RP_LAYER_LAYERNORM: layernorm_backward(a, dout, din); break;
-    case RP_LAYER_EMBEDDING: embedding_backward(a, dout, din); break;
+    case RP_LAYER_LINEAR: rpi_linear_backward(a, dout, din); break;
+    case RP_LAYER_CONV2D: rpi_conv_backward(a, dout, din); break;
+    case RP_LAYER_MAXPOOL2D: rpi_maxpool_backward(a, dout, din); break;
+    case RP_LAYER_LAYERNORM: rpi_layernorm_backward(a, dout, din); break;
+    case RP_LAYER_EMBEDDING: rpi_embedding_backward(a, dout, din); break;
     case RP_LAYER_SOFTMAX_CE: softmax_ce_backward(a, din); break;
     case RP_LAYER_RELU:
         if (din)

@@ -17,7 +17,7 @@
 ** stay in a core's L2 cache while the product reads them. */
 #define CONV_TILE_BYTES (128 * 1024)
 
-size_t conv_sample_scratch(const rp_layer *L) {
+size_t rpi_conv_sample_scratch(const rp_layer *L) {
     size_t ckk = (size_t)L->in.dim[0] * L->kernel * L->kernel;
     return sizeof(float) * (ckk + (size_t)L->units) * L->out.dim[1] * L->out.dim[2];
 }
@@ -28,14 +28,14 @@ size_t conv_sample_scratch(const rp_layer *L) {
 static int conv_tile(const rp_layer *L, int B, size_t limit) {
     size_t per = (size_t)L->in.dim[0] * L->kernel * L->kernel * L->out.dim[1] * L->out.dim[2];
     size_t t = CONV_TILE_BYTES / (sizeof(float) * per);
-    if (limit && limit / conv_sample_scratch(L) < t)
-        t = limit / conv_sample_scratch(L);
+    if (limit && limit / rpi_conv_sample_scratch(L) < t)
+        t = limit / rpi_conv_sample_scratch(L);
     if (t < 1)
         t = 1;
     return (int)(t < (size_t)B ? t : (size_t)B);
 }
 
-void conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp) {
+void rpi_conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp) {
     size_t positions = (size_t)conv_tile(L, B, limit) * L->out.dim[1] * L->out.dim[2];
     *col = (size_t)L->in.dim[0] * L->kernel * L->kernel * positions;
     *tmp = (size_t)L->units * positions;
@@ -216,7 +216,7 @@ static void col2im(const rp_layer *L, int B, const int *mask, const float *col, 
             }
 }
 
-void conv_forward(const layer_args *a) {
+void rpi_conv_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     int O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
     int HW = L->out.dim[1] * L->out.dim[2];
@@ -243,7 +243,7 @@ void conv_forward(const layer_args *a) {
 /* The columns are recomputed tile by tile rather than kept from forward:
 ** cheaper than a round trip through memory, and the activations of a
 ** micro-batch stay as small as the layer outputs. */
-void conv_backward(const layer_args *a, const float *dout, float *din) {
+void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
     int HW = L->out.dim[1] * L->out.dim[2];
@@ -291,7 +291,7 @@ void conv_backward(const layer_args *a, const float *dout, float *din) {
 }
 
 /* aux: for every output, the offset of its maximum in the input plane */
-void maxpool_forward(const layer_args *a) {
+void rpi_maxpool_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
     int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride;
@@ -346,7 +346,7 @@ void maxpool_forward(const layer_args *a) {
     }
 }
 
-void maxpool_backward(const layer_args *a, const float *dout, float *din) {
+void rpi_maxpool_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     if (!din)
         return;

@@ -16,7 +16,7 @@ static inline int rows_of(const rp_shape *s, int B) {
     return (int)(rp_shape_size(s) / (size_t)last_dim(s)) * B;
 }
 
-void linear_forward(const layer_args *a) {
+void rpi_linear_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     int D = last_dim(&L->in), N = L->units, R = rows_of(&L->in, a->B);
     const float *W = a->w, *b = a->w + (size_t)N * D;
@@ -27,7 +27,7 @@ void linear_forward(const layer_args *a) {
                 L->bias ? 1.0f : 0.0f, a->out, N);
 }
 
-void linear_backward(const layer_args *a, const float *dout, float *din) {
+void rpi_linear_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int D = last_dim(&L->in), N = L->units, R = rows_of(&L->in, a->B);
     float *dW = a->dw, *db = a->dw + (size_t)N * D;
@@ -47,7 +47,7 @@ void linear_backward(const layer_args *a, const float *dout, float *din) {
 }
 
 /* aux: mean and 1/std of every row */
-void layernorm_forward(const layer_args *a) {
+void rpi_layernorm_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     int D = last_dim(&L->in), R = rows_of(&L->in, a->B);
     const float *g = a->w, *b = a->w + D;
@@ -71,7 +71,7 @@ void layernorm_forward(const layer_args *a) {
     }
 }
 
-void layernorm_backward(const layer_args *a, const float *dout, float *din) {
+void rpi_layernorm_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int D = last_dim(&L->in), R = rows_of(&L->in, a->B);
     const float *g = a->w;
@@ -111,7 +111,7 @@ static int blocks_of(const layer_args *a) {
     return n > 1 ? n : 1;
 }
 
-rp_status embedding_forward(const layer_args *a, rp_error *err) {
+rp_status rpi_embedding_forward(const layer_args *a, rp_error *err) {
     const rp_layer *L = a->L;
     int T = L->in.dim[0], Dm = L->dim;
     for (int r = 0; r < a->B * T; r++) {
@@ -135,7 +135,7 @@ rp_status embedding_forward(const layer_args *a, rp_error *err) {
     return RP_OK;
 }
 
-void embedding_backward(const layer_args *a, const float *dout, float *din) {
+void rpi_embedding_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int T = L->in.dim[0], Dm = L->dim;
     if (!a->accumulate)

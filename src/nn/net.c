@@ -80,7 +80,7 @@ static rp_status plan_recompute(rp_net *n, rp_error *err) {
         }
         if (!n->keep_aux[i]) {
             n->ov_aux[i] = at;
-            at += ALIGN64(layer_aux_bytes(Ly, n->max_batch));
+            at += ALIGN64(rpi_layer_aux_bytes(Ly, n->max_batch));
         }
         n->overlay_bytes = at > n->overlay_bytes ? at : n->overlay_bytes;
         /* a flatten changes only the shape: its output is its input's memory,
@@ -120,8 +120,8 @@ rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_bat
         const rp_layer *L = &m->layers[l];
         size_t c, t;
         if (L->type == RP_LAYER_CONV2D && n->opt.scratch_limit &&
-            conv_sample_scratch(L) > n->opt.scratch_limit) {
-            size_t need = conv_sample_scratch(L), limit = n->opt.scratch_limit;
+            rpi_conv_sample_scratch(L) > n->opt.scratch_limit) {
+            size_t need = rpi_conv_sample_scratch(L), limit = n->opt.scratch_limit;
             free(n);
             return rp_fail(err, RP_ERR_INFEASIBLE,
                            "matmul_proportion: layer %d (conv2d, line %d) needs %zu bytes of "
@@ -129,7 +129,7 @@ rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_bat
                            "%zu",
                            l, L->line, need, limit);
         }
-        layer_scratch(L, max_batch, n->opt.scratch_limit, &c, &t);
+        rpi_layer_scratch(L, max_batch, n->opt.scratch_limit, &c, &t);
         n->col_n = c > n->col_n ? c : n->col_n;
         n->tmp_n = t > n->tmp_n ? t : n->tmp_n;
         n->gmax = in_size(L) > n->gmax ? in_size(L) : n->gmax;
@@ -200,7 +200,7 @@ static size_t acts_layout(const rp_net *n, int batch, size_t *off_out, size_t *o
         if (n->keep_aux[i]) {
             if (off_aux)
                 off_aux[i] = at;
-            at += ALIGN64(layer_aux_bytes(L, batch));
+            at += ALIGN64(rpi_layer_aux_bytes(L, batch));
         }
     }
     return at;
@@ -282,7 +282,7 @@ const float *rp_net_forward(rp_net *n, rp_acts *a, const float *input, int batch
         if (n->alias[l - n->first])
             continue;
         layer_args x = args_for(n, a, l, ctx);
-        if (layer_forward(&x, &n->err) != RP_OK)
+        if (rpi_layer_forward(&x, &n->err) != RP_OK)
             return NULL;
     }
     const float *out = a->out[n->last - 1 - n->first];
@@ -317,10 +317,10 @@ const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_
             for (int k = s0; k <= l; k++) {
                 int i = k - n->first;
                 if (n->alias[i] ||
-                    (n->keep_out[i] && (n->keep_aux[i] || !layer_aux_bytes(&n->m->layers[k], 1))))
+                    (n->keep_out[i] && (n->keep_aux[i] || !rpi_layer_aux_bytes(&n->m->layers[k], 1))))
                     continue;
                 layer_args x = args_for(n, a, k, ctx);
-                layer_forward(&x, &n->err); /* it succeeded on these rows before */
+                rpi_layer_forward(&x, &n->err); /* it succeeded on these rows before */
             }
         }
         if (n->alias[l - n->first])
@@ -328,7 +328,7 @@ const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_
         layer_args x = args_for(n, a, l, ctx);
         bool want = l > stop || need_input_grad;
         float *din = want ? n->g[buf] : NULL;
-        layer_backward(&x, g, din);
+        rpi_layer_backward(&x, g, din);
         g = din;
         buf ^= 1;
     }
