@@ -7,6 +7,8 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
+# warnings as errors: the project's CI sets WERROR=ON (.ci/run)
+WERROR ?= OFF
 
 .PHONY: all deps build build-asan demo test test-release test-asan test-fuzz bench clean
 
@@ -16,11 +18,12 @@ deps:
 	@sh scripts/install-deps
 
 build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DREPIPE_WERROR=$(WERROR) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
 build-asan: deps
-	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DREPIPE_SANITIZE=ON >/dev/null
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DREPIPE_SANITIZE=ON \
+	  -DREPIPE_WERROR=$(WERROR) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) -- --no-print-directory
 
 demo: build
@@ -40,7 +43,7 @@ test-asan: build-asan
 test-fuzz: deps
 	@if command -v clang >/dev/null 2>&1; then \
 	  CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DREPIPE_SANITIZE=ON \
-	    -DREPIPE_FUZZ=ON >/dev/null && \
+	    -DREPIPE_FUZZ=ON -DREPIPE_WERROR=$(WERROR) >/dev/null && \
 	  cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers -- --no-print-directory && \
 	  cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) -L libfuzzer; \
 	else \

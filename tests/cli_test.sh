@@ -246,6 +246,30 @@ out=$("$bin" plan --profile "$tmp/mlp.txt" --machines 2 --straight --config-out 
 if grep -q "execution configuration written to .*the engine's plan; it sets:" <<<"$out" &&
    "$bin" config check "$tmp/mlp-plan.json" --layers 7 >/dev/null 2>&1 &&
    "$bin" config show "$tmp/mlp-plan.json" | grep -qE "samples per update +64 "; then ok; else bad "plan --config-out: $out"; fi
+# The launch line plan prints: on two servers of 2 slots each, rank r lands on
+# server r / 2, as the plan assumed (shown without launching); then the same
+# options, for real, on this one machine.
+if command -v mpirun >/dev/null && [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  out=$("$bin" plan --profile "$tmp/mlp.txt" --machines 2 2 --objective engine --global-batch 64 \
+        --config-out "$tmp/mlp22.json" 2>&1)
+  line=$(grep "^  mpirun " <<<"$out")
+  np=$(sed -n 's/.*-np \([0-9]*\) .*/\1/p' <<<"$line")
+  if grep -q -- "--hostfile HOSTS --map-by ppr:2:node --bind-to core repipe train --model MODEL --config $tmp/mlp22.json --backend mpi" <<<"$line" &&
+     [ -n "$np" ]; then ok; else bad "plan launch line: $out"; fi
+  printf 'server1 slots=2\nserver2 slots=2\n' > "$tmp/hosts"
+  map=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 30 mpirun -np "$np" \
+        --hostfile "$tmp/hosts" --map-by ppr:2:node --display-map --do-not-launch true 2>&1)
+  placed=$(awk '/Data for node:/ { node = $4 }
+                match($0, /Process rank: [0-9]+/) { print substr($0, RSTART + 14, RLENGTH - 14), node }' <<<"$map" |
+           sort -n | awk '{ printf "%s:%s ", $1, $2 }')
+  want=""; for r in $(seq 0 $((np - 1))); do want+="$r:server$((r / 2 + 1)) "; done
+  if [ "$placed" = "$want" ]; then ok; else bad "rank placement: $placed, want $want: $map"; fi
+  printf 'localhost slots=%d\n' "$np" > "$tmp/localhost"
+  if OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np "$np" --hostfile "$tmp/localhost" \
+       --map-by "ppr:$np:node" --bind-to none --mca btl self,vader "$bin" train \
+       --model "$src/examples/fmnist-mlp.model" --config "$tmp/mlp22.json" --backend mpi --updates 2 \
+       > "$tmp/launch.txt" 2>&1 && grep -q "^test accuracy" "$tmp/launch.txt"; then ok; else bad "launch: $(tail -5 "$tmp/launch.txt")"; fi
+fi
 # PipeDream's objective on request: its stages, with every stage replica fed
 out=$("$bin" plan --profile "$vgg" --machines 8 2 --bandwidth 4294967296 2147483648 \
       --activation-compression 1 --objective pipedream --profile-batch 64 --global-batch 896 \

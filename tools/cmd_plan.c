@@ -243,6 +243,24 @@ static void print_keys(const rp_config *c) {
            c->replicated_tensor_sharding ? "true" : "false");
 }
 
+/* The mpirun line that puts the configuration's workers where the plan
+** placed them: worker (rank) w on the machine w / M1 of the innermost level
+** M1, which is where Open MPI's ppr mapping puts it when the hostfile lists
+** the outer machines in order (docs/cluster.md). */
+static void print_launch(const rp_config *c, const rp_plan_options *o, const char *config) {
+    rp_derived d;
+    rp_config_derive(c, &d);
+    printf("\nlaunch it on MPI ranks (docs/cluster.md):\n  mpirun -np %d", d.workers);
+    if (o->num_levels > 1)
+        printf(" --hostfile HOSTS --map-by ppr:%d:node", o->machines[0]);
+    printf(" --bind-to core repipe train --model MODEL --config %s --backend mpi\n", config);
+    if (o->num_levels > 1) {
+        int hosts = (d.workers + o->machines[0] - 1) / o->machines[0];
+        printf("  HOSTS: the %d server%s in order, %d slots each; the same paths on each\n", hosts,
+               hosts == 1 ? "" : "s", o->machines[0]);
+    }
+}
+
 /* The engine objective: the fastest synchronous configuration beside one
 ** worker, data parallelism and PipeDream's plan run synchronously; with
 ** config_out, written (the engine's choice, or PipeDream's plan with a
@@ -360,6 +378,7 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
            base_config ? ", based on " : "", base_config ? base_config : "",
            pipedream_out ? "PipeDream's plan" : "the engine's plan");
     print_keys(&e->cfg);
+    print_launch(&e->cfg, o, config_out);
 done:
     for (int k = 1; k < np; k++)
         rp_profile_free((rp_profile *)profs[k]);
