@@ -10,6 +10,22 @@
 
 #include "repipe/model.h"
 
+/* The element-wise loops of these kernels vectorise twice or four times as
+** wide on AVX2 and AVX-512, which a portable build may not assume: on
+** x86-64 each function marked RP_HOT is compiled once per level and the
+** loader picks the one this CPU runs (GNU ifunc). The clones compute the
+** same floats: ISO C (-std=c11) contracts no a * b + c into an FMA, and
+** nothing is reassociated. A -march=native build needs no clones. */
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(__AVX2__) && \
+    !defined(REPIPE_NO_CLONES)
+#if __has_attribute(target_clones)
+#define RP_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#ifndef RP_HOT
+#define RP_HOT
+#endif
+
 typedef struct layer_args {
     const rp_layer *L;
     int index; /* layer number in the model (keys dropout masks) */

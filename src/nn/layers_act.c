@@ -104,6 +104,7 @@ static void relu_backward(const float *restrict x, const float *restrict dy, flo
 static const float SQRT1_2 = 0.70710678118654752f;
 static const float INV_SQRT_2PI = 0.39894228040143268f;
 
+RP_HOT
 rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {
     size_t n = rp_shape_size(&a->L->in) * a->B;
     switch (a->L->type) {
@@ -133,6 +134,7 @@ rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {
     return RP_OK;
 }
 
+RP_HOT
 void rpi_layer_backward(const layer_args *a, const float *dout, float *din) {
     size_t n = rp_shape_size(&a->L->in) * a->B;
     switch (a->L->type) {

@@ -144,6 +144,7 @@ static const int *conv_masks(const rp_layer *L, int *mask) {
     return mask;
 }
 
+RP_HOT
 static void im2col(const rp_layer *L, int B, const int *mask, const float *in, float *col) {
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
     int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride, P = L->pad;
@@ -182,6 +183,7 @@ static void im2col(const rp_layer *L, int B, const int *mask, const float *in, f
             }
 }
 
+RP_HOT
 static void col2im(const rp_layer *L, int B, const int *mask, const float *col, float *din) {
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
     int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride, P = L->pad;
@@ -216,6 +218,7 @@ static void col2im(const rp_layer *L, int B, const int *mask, const float *col, 
             }
 }
 
+RP_HOT
 void rpi_conv_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     int O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
@@ -243,6 +246,7 @@ void rpi_conv_forward(const layer_args *a) {
 /* The columns are recomputed tile by tile rather than kept from forward:
 ** cheaper than a round trip through memory, and the activations of a
 ** micro-batch stay as small as the layer outputs. */
+RP_HOT
 void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
@@ -291,6 +295,7 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
 }
 
 /* aux: for every output, the offset of its maximum in the input plane */
+RP_HOT
 void rpi_maxpool_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
@@ -346,6 +351,7 @@ void rpi_maxpool_forward(const layer_args *a) {
     }
 }
 
+RP_HOT
 void rpi_maxpool_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     if (!din)

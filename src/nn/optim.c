@@ -6,6 +6,7 @@
 */
 #include <math.h>
 
+#include "layers.h" /* RP_HOT */
 #include "repipe/model.h"
 
 int rp_optimizer_state_per_param(const rp_optimizer_config *o) {
@@ -19,6 +20,7 @@ void rp_optimizer_step(const rp_optimizer_config *o, long long step, float *p, c
     rp_optimizer_step_at(o, step, p, g, state, n, n);
 }
 
+RP_HOT
 void rp_optimizer_step_at(const rp_optimizer_config *o, long long step, float *p, const float *g,
                           float *state, size_t stride, size_t n) {
     float lr = (float)o->lr, wd = (float)o->weight_decay;
