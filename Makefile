@@ -10,7 +10,7 @@ FUZZ_BUILD ?= build-fuzz
 # warnings as errors: the project's CI sets WERROR=ON (.ci/run)
 WERROR ?= OFF
 
-.PHONY: all deps build build-asan demo test test-release test-asan test-fuzz bench clean
+.PHONY: all deps build build-asan demo test test-release test-asan test-fuzz install bench clean
 
 all: build
 
@@ -50,6 +50,11 @@ test-fuzz: deps
 	  echo "test-fuzz: clang is not installed, so the libFuzzer targets were not run" \
 	       "(the deterministic fuzz drivers above were; apt-get install clang adds these)"; \
 	fi
+
+# The command, the libraries, headers, repipe.pc, manual page and docs.
+PREFIX ?= /usr/local
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 bench: build
 	@sh scripts/bench $(BUILD)

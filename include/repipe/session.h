@@ -10,6 +10,14 @@
 ** of this process (the local backend) or MPI ranks, one worker per rank.
 ** Every update equals plain mini-batch SGD on the update's samples within
 ** each variable's replica group.
+**
+** A session keeps a pointer to its model, which must outlive it; it copies
+** the configuration. Objects returned through **out belong to the caller
+** (rp_session_free, rp_weights_free, rp_train_state_free); an rp_result
+** belongs to the session until its next call. Under MPI these calls are
+** collective, made by every rank in the same order: rp_session_create_mpi,
+** rp_session_run, rp_session_run_samples, rp_session_predict,
+** rp_session_get_weights, rp_session_get_state and rp_session_free.
 */
 #ifndef REPIPE_SESSION_H
 #define REPIPE_SESSION_H

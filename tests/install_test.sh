@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The installed tree, as someone outside this repository uses it: install
+# the build into a scratch prefix, build examples/library/replicas.c against
+# it with pkg-config (the shared library, then the static one), run both,
+# and check that the shared library exports rp_ names only.
+# Usage: install_test.sh BUILD_DIR SOURCE_DIR
+set -u
+build=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { fail=1; echo "FAIL: $*" >&2; }
+cmake --install "$build" --prefix "$tmp/inst" >/dev/null || { echo "FAIL: cmake --install" >&2; exit 1; }
+pc=$(dirname "$(find "$tmp/inst" -name repipe.pc)")
+lib=$(dirname "$pc")
+export PKG_CONFIG_PATH=$pc
+[ -x "$tmp/inst/bin/repipe" ] && [ -f "$tmp/inst/include/repipe/repipe.h" ] &&
+  [ -f "$tmp/inst/share/man/man1/repipe.1" ] && [ -f "$tmp/inst/share/doc/repipe/library.md" ] ||
+  bad "installed files: $(cd "$tmp/inst" && find . -type f | head -20)"
+soname=$(objdump -p "$lib/librepipe.so" 2>/dev/null | awk '/SONAME/ { print $2 }')
+[ "$soname" = "librepipe.so.0" ] || bad "soname: $soname"
+cd "$tmp"
+# shared
+cc "$src/examples/library/replicas.c" $(pkg-config --cflags --libs repipe) -o shared 2>cc.err ||
+  bad "build against the shared library: $(cat cc.err)"
+out=$(LD_LIBRARY_PATH=$lib ./shared 2>&1)
+grep -q "^2 workers, loss .* after 200" <<<"$out" && grep -q "^plan: " <<<"$out" &&
+  [ -f replicas.rpw ] || bad "shared: $out"
+# static: the archive and, behind it, what it needs (pkg-config --static)
+cc "$src/examples/library/replicas.c" $(pkg-config --cflags repipe) "$lib/librepipe.a" \
+   $(pkg-config --static --libs repipe | sed 's/-lrepipe//') -o static 2>cc.err ||
+  bad "build against the static library: $(cat cc.err)"
+out=$(./static 2>&1)
+grep -q "^2 workers, loss .* after 200" <<<"$out" || bad "static: $out"
+# the shared library's interface: rp_ names only
+leaked=$(nm -D --defined-only "$lib/librepipe.so" | awk '$3 !~ /^rp_/ { print $3 }')
+[ -z "$leaked" ] || bad "exported beyond rp_: $leaked"
+[ $fail = 0 ] && echo "installed tree: the library example built and ran, shared and static"
+exit $fail
