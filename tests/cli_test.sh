@@ -74,8 +74,14 @@ expect_grep "config show update" "samples per update +512" -- "$bin" config show
 expect_grep "config show wildcard note" "pass --layers L" -- "$bin" config show "$src/examples/pipeline-2x2.json"
 expect_grep "config show layers" "stage 1 +layers 3-6 \(4 layers\)" -- "$bin" config show "$src/examples/pipeline-2x2.json" --layers 7
 expect_grep "config show hybrid" "workers needed +16" -- "$bin" config show "$src/examples/hybrid-7-1.json"
-expect_grep "config json" '"training":\{"stages":4,"replication_factor":4,"workers":16,"samples_per_micro_batch":1,"samples_per_update":64,"samples_per_host_call":512' \
+expect_grep "config json" '"training":\{"stages":2,"replication_factor":2,"workers":4,"samples_per_micro_batch":1,"samples_per_update":32,"samples_per_host_call":64' \
   -- "$bin" config show "$src/examples/ipu_config.json" --json
+# the IPUConfig example against a real model: its layers fit the MLP's
+expect_grep "config check --model" "ipu_config.json: ok" -- "$bin" config check "$src/examples/ipu_config.json" \
+  --model "$src/examples/fmnist-mlp.model"
+printf '{"ipus_per_replica": 4, "layers_per_ipu": [0, 3, 2, 2]}\n' > "$tmp/empty-stage.json"
+expect_fail "config check --model empty stage" 1 "with .*fmnist-mlp.model: layers_per_stage: stage 0 has no layers" \
+  -- "$bin" config check "$tmp/empty-stage.json" --model "$src/examples/fmnist-mlp.model"
 "$bin" config check "$src/examples/ipu_config.json" >/dev/null 2>"$tmp/warn"
 if grep -q "'parallelize_kwargs' has no meaning" "$tmp/warn" && grep -q "'optimum_version' has no meaning" "$tmp/warn"; then ok; else bad "ipu warnings: $(cat "$tmp/warn")"; fi
 echo '{"replication_factor": 2, "layers_per_stage": [2, 3]}' > "$tmp/c.json"
@@ -215,6 +221,9 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   out=$("$bin" train --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist-r2.json" \
         --updates 20 --save "$tmp/r2.rpw" 2>&1)
   if grep -q "^2 workers (local backend)" <<<"$out" && grep -q "^test accuracy" <<<"$out"; then ok; else bad "train R=2: $out"; fi
+  # the IPUConfig example trains the MLP: 2 replicas of 2 stages
+  out=$("$bin" train --model "$src/examples/fmnist-mlp.model" --config "$src/examples/ipu_config.json" --updates 4 2>&1)
+  if grep -q "^4 workers (local backend), 2 stages" <<<"$out" && grep -q "^test accuracy" <<<"$out"; then ok; else bad "train ipu_config: $out"; fi
   expect_grep "eval" "^test accuracy: 0\.[0-9]{4}$" -- "$bin" eval --model "$src/examples/fmnist-mlp.model" \
     --config "$src/examples/fmnist-r2.json" --load "$tmp/r2.rpw" --out "$tmp/pred.csv"
   if [ "$(wc -l < "$tmp/pred.csv")" = 10001 ] && head -2 "$tmp/pred.csv" | grep -q "^0,[0-9],9$"; then ok; else bad "predictions csv"; fi

@@ -190,6 +190,75 @@ static const char *IPU_JSON =
     "  \"sharded_execution_for_inference\": true\n"
     "}\n";
 
+/* Every key of Optimum Graphcore's IPUConfig, in its latest release and as
+** older ones wrote them, loads: with its meaning here, or with a warning that
+** names it. The exclusions IPUConfig enforces are enforced. */
+static void test_ipu_keys(void) {
+    static const char *ALL =
+        "{\"seed\": 1, \"auto_loss_scaling\": false, \"executable_cache_dir\": \"\", "
+        "\"replication_factor\": 2, \"inference_replication_factor\": 1, "
+        "\"gradient_accumulation_steps\": 4, \"layers_per_ipu\": [2, -1], "
+        "\"inference_layers_per_ipu\": [-1], \"ipus_per_replica\": 2, "
+        "\"inference_ipus_per_replica\": 1, \"optimizer_state_offchip\": false, "
+        "\"replicated_tensor_sharding\": false, \"matmul_proportion\": [0.2, 0.2], "
+        "\"inference_matmul_proportion\": 0.2, \"enable_half_partials\": false, "
+        "\"embedding_serialization_factor\": 1, \"inference_embedding_serialization_factor\": 1, "
+        "\"serialized_projection_splits_per_ipu\": [0, 2], "
+        "\"inference_serialized_projection_splits_per_ipu\": [2], "
+        "\"recompute_checkpoint_every_layer\": false, \"device_iterations\": 1, "
+        "\"inference_device_iterations\": 1, \"output_mode\": \"final\", "
+        "\"explicit_ir_inference\": false, \"parallelize_kwargs\": {}, "
+        "\"inference_parallelize_kwargs\": {}, \"sharded_execution_for_inference\": true, "
+        "\"enable_half_first_order_momentum\": true, "
+        "\"execute_encoder_on_cpu_for_generation\": false, \"profile_dir\": \"\", "
+        "\"use_popdist\": false, \"pod_type\": \"pod16\", \"decompose_grad_sum\": false, "
+        "\"optimum_version\": \"1.6.1\", \"transformers_version\": \"4.29.2\"}";
+    rp_config cfg;
+    rp_error err;
+    CHECK(load(&cfg, ALL, &err) == RP_OK);
+    const char *warned[] = {"serialized_projection_splits_per_ipu': repipe serializes",
+                            "explicit_ir_inference' has no meaning",
+                            "parallelize_kwargs' has no meaning",
+                            "inference_parallelize_kwargs' has no meaning",
+                            "sharded_execution_for_inference' is deprecated",
+                            "enable_half_first_order_momentum' is deprecated",
+                            "execute_encoder_on_cpu_for_generation' has no meaning",
+                            "profile_dir' has no meaning",
+                            "use_popdist' has no meaning",
+                            "pod_type' is deprecated",
+                            "decompose_grad_sum' is deprecated",
+                            "optimum_version' has no meaning",
+                            "transformers_version' has no meaning"};
+    for (size_t k = 0; k < sizeof warned / sizeof warned[0]; k++) {
+        bool found = false;
+        for (int i = 0; i < cfg.num_warnings; i++)
+            found |= strstr(cfg.warnings[i], warned[k]) != NULL;
+        if (!found)
+            fprintf(stderr, "no warning names %s\n", warned[k]);
+        CHECK(found);
+    }
+    CHECK_INT(cfg.layers_per_stage.count, 2);
+    /* a factor and splits of one layer: one or the other */
+    CHECK(load(&cfg, "{\"ipus_per_replica\": 2, \"embedding_serialization_factor\": 2, "
+                     "\"serialized_embedding_splits_per_ipu\": [1, 1]}",
+               &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "keys 'embedding_serialization_factor' and "
+                           "'serialized_embedding_splits_per_ipu': give one of them, not both");
+    CHECK(load(&cfg, "{\"ipus_per_replica\": 4, \"serialized_embedding_splits_per_ipu\": "
+                     "[3, 0, 2, 0]}",
+               &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "[3,0,2,0] is invalid: the pieces must lie on consecutive stages");
+    CHECK(load(&cfg, "{\"ipus_per_replica\": 2, \"serialized_embedding_splits_per_ipu\": [0, 0]}",
+               &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "at least one piece");
+    CHECK(load(&cfg, "{\"ipus_per_replica\": 2, \"serialized_embedding_splits_per_ipu\": "
+                     "[1, 1, 1]}",
+               &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "lists 3 stages but the training pipeline has 2");
+    CHECK(load(&cfg, "{\"projection_serialization_factor\": 0}", &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "'projection_serialization_factor'");
+}
+
 static void test_ipu_config(void) {
     rp_config cfg;
     rp_error err;
@@ -276,6 +345,7 @@ int main(void) {
     test_key_errors();
     test_wildcards();
     test_ipu_config();
+    test_ipu_keys();
     test_round_trip();
     return test_finish("test_config");
 }

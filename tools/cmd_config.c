@@ -11,6 +11,7 @@
 static const cli_opt OPTS[] = {
     {"layers", 'l', "L", "number of layers of the model, to resolve -1 wildcards"},
     {"json", 0, NULL, "print JSON instead of text (show)"},
+    {"model", 'm', "FILE", "check against this model: its layers, its loss, its embeddings (sets --layers)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -172,6 +173,7 @@ static bool show_json(const cli_cmd *cmd, const rp_config *cfg, int layers) {
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     long long layers = 0;
+    const char *model = NULL;
     bool json = false, help;
     const char *pos[4];
     int npos = 0;
@@ -183,6 +185,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             return 2;
         if (o == 1)
             json = true;
+        if (o == 2)
+            model = arg;
     }
     if (npos != 2 || (strcmp(pos[0], "show") != 0 && strcmp(pos[0], "check") != 0)) {
         cli_error(cmd, "expected 'show FILE' or 'check FILE' (see 'repipe config --help')");
@@ -196,6 +200,23 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     for (int i = 0; i < cfg.num_warnings; i++)
         fprintf(stderr, "warning: %s\n", cfg.warnings[i]);
+    if (model) { /* what a session would refuse, before any worker starts */
+        rp_model *m;
+        if (rp_model_load(&m, model, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            return 1;
+        }
+        rp_status ms = rp_session_check(m, &cfg, &err);
+        if (layers && layers != m->num_layers && !ms)
+            ms = rp_fail(&err, RP_ERR_INVALID, "--layers %lld, but %s has %d layers", layers,
+                         model, m->num_layers);
+        layers = m->num_layers;
+        rp_model_free(m);
+        if (ms) {
+            cli_error(cmd, "%s with %s: %s", pos[1], model, err.msg);
+            return 1;
+        }
+    }
     if (strcmp(pos[0], "check") == 0) {
         if (layers) {
             int counts[RP_MAX_STAGES];
@@ -216,11 +237,13 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
 const cli_cmd cmd_config = {
     "config",
     "check an execution configuration and print the numbers derived from it",
-    "show|check FILE [--layers L] [--json]",
+    "show|check FILE [--layers L | --model M] [--json]",
     "FILE is repipe's JSON configuration or an Optimum Graphcore ipu_config.json.\n"
     "'show' prints the workers needed, the samples per micro-batch, update and\n"
     "host call for training and inference, and the layers of every stage.\n"
-    "'check' exits non-zero with the reason when the file is not valid.",
+    "'check' exits non-zero with the reason when the file is not valid, and with\n"
+    "--model, when the model could not train under it (a stage without layers, a\n"
+    "model without a loss, an embedding the serialization factor does not divide).",
     OPTS,
     run,
 };

@@ -47,6 +47,12 @@ typedef struct rp_result {
     const float *losses;
 } rp_result;
 
+/* What rp_session_create checks of a model and a configuration, without
+** making workers: the model ends with a loss, the training and inference
+** layer lists resolve for its layers, no training stage is empty, and
+** embedding tables divide by their serialization factors. */
+rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *err);
+
 /* Local backend: one thread per worker. */
 rp_status rp_session_create(const rp_model *m, const rp_config *cfg, rp_session **out,
                             rp_error *err);

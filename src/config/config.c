@@ -49,6 +49,11 @@ typedef struct load_ctx {
     bool layers_seen, inference_layers_seen;
     const char *layers_key, *inference_layers_key; /* spelling used */
     int group_size, group_stride; /* from replica_grouping */
+    /* IPUConfig's layer serializations, training and inference, of
+    ** embeddings and projections: which factors were given, and the length
+    ** of each *_splits_per_ipu list (0: not given) */
+    bool factor_given[4];
+    int splits_len[4];
 } load_ctx;
 
 /* The value as compact JSON for messages, truncated to fit. */
@@ -167,8 +172,89 @@ INT_KEY(k_inf_replication, inference_replication_factor, 1)
 INT_KEY(k_ga, gradient_accumulation_steps, 1)
 INT_KEY(k_device_iterations, device_iterations, 1)
 INT_KEY(k_inf_device_iterations, inference_device_iterations, 1)
-INT_KEY(k_embedding_ser, embedding_serialization_factor, 1)
-INT_KEY(k_inf_embedding_ser, inference_embedding_serialization_factor, 1)
+INT_KEY(k_embedding_factor, embedding_serialization_factor, 1)
+INT_KEY(k_inf_embedding_factor, inference_embedding_serialization_factor, 1)
+
+/* The serialization keys of IPUConfig, numbered as load_ctx counts them. */
+static const char *const SERIALIZATIONS[4][2] = {
+    {"embedding_serialization_factor", "serialized_embedding_splits_per_ipu"},
+    {"inference_embedding_serialization_factor", "inference_serialized_embedding_splits_per_ipu"},
+    {"projection_serialization_factor", "serialized_projection_splits_per_ipu"},
+    {"inference_projection_serialization_factor",
+     "inference_serialized_projection_splits_per_ipu"},
+};
+
+static int serialization_of(const char *key) {
+    for (int k = 0; k < 4; k++)
+        if (strcmp(key, SERIALIZATIONS[k][0]) == 0 || strcmp(key, SERIALIZATIONS[k][1]) == 0)
+            return k;
+    return -1;
+}
+
+static rp_status k_embedding_ser(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
+    c->factor_given[serialization_of(key)] = true;
+    return k_embedding_factor(cfg, c, key, v);
+}
+
+static rp_status k_inf_embedding_ser(rp_config *cfg, load_ctx *c, const char *key,
+                                     const cJSON *v) {
+    c->factor_given[serialization_of(key)] = true;
+    return k_inf_embedding_factor(cfg, c, key, v);
+}
+
+/* projection_serialization_factor: checked as IPUConfig checks it, and
+** without meaning here (repipe does not split a linear layer's product). */
+static rp_status k_projection_ser(rp_config *cfg, load_ctx *c, const char *key,
+                                  const cJSON *v) {
+    int f;
+    rp_status s = get_int(c, key, v, 1, &f);
+    if (s)
+        return s;
+    c->factor_given[serialization_of(key)] = true;
+    warn(cfg, "%s: key '%s' has no meaning in repipe and is ignored", c->name, key);
+    return RP_OK;
+}
+
+/* *_splits_per_ipu: per stage, how many pieces of the serialized layer it
+** holds; IPUConfig's rules: whole numbers >= 0, at least one piece, on
+** consecutive stages. repipe serializes a layer on the stage that holds it
+** (embedding_serialization_factor), so the placement itself is ignored. */
+static rp_status k_splits(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1, sum = 0, last = -1;
+    bool gap = false;
+    if (n < 1 || n > RP_MAX_STAGES)
+        return bad_value(c, key, v, "must be a list of 1 to 64 whole numbers >= 0");
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsNumber(e) || e->valuedouble != (int)e->valuedouble || e->valuedouble < 0)
+            return bad_value(c, key, v, "must be a list of whole numbers >= 0");
+        int x = (int)e->valuedouble;
+        if (x > 0 && last >= 0 && gap)
+            return bad_value(c, key, v, "the pieces must lie on consecutive stages");
+        if (x > 0)
+            last = i;
+        else if (last >= 0)
+            gap = true;
+        sum += x;
+    }
+    if (sum < 1)
+        return bad_value(c, key, v, "at least one piece, on one stage");
+    c->splits_len[serialization_of(key)] = n;
+    warn(cfg,
+         "%s: key '%s': repipe serializes a layer on the stage that holds it; the placement "
+         "is ignored",
+         c->name, key);
+    return RP_OK;
+}
+
+/* Keys older Optimum Graphcore releases wrote, or deprecated. */
+static rp_status k_deprecated(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
+    (void)v;
+    warn(cfg, "%s: key '%s' is deprecated in IPUConfig and has no meaning in repipe; it is "
+              "ignored",
+         c->name, key);
+    return RP_OK;
+}
 BOOL_KEY(k_rts, replicated_tensor_sharding)
 BOOL_KEY(k_offchip, optimizer_state_offchip)
 BOOL_KEY(k_recompute, recompute_checkpoint_every_layer)
@@ -460,15 +546,20 @@ static const struct key_def {
     {"parallelize_kwargs", k_ignored},
     {"inference_parallelize_kwargs", k_ignored},
     {"explicit_ir_inference", k_ignored},
-    {"serialized_embedding_splits_per_ipu", k_ignored},
-    {"inference_serialized_embedding_splits_per_ipu", k_ignored},
-    {"serialized_projection_splits_per_ipu", k_ignored},
-    {"inference_serialized_projection_splits_per_ipu", k_ignored},
-    {"projection_serialization_factor", k_ignored},
-    {"inference_projection_serialization_factor", k_ignored},
+    {"serialized_embedding_splits_per_ipu", k_splits},
+    {"inference_serialized_embedding_splits_per_ipu", k_splits},
+    {"serialized_projection_splits_per_ipu", k_splits},
+    {"inference_serialized_projection_splits_per_ipu", k_splits},
+    {"projection_serialization_factor", k_projection_ser},
+    {"inference_projection_serialization_factor", k_projection_ser},
     {"execute_encoder_on_cpu_for_generation", k_ignored},
+    {"profile_dir", k_ignored},
+    {"use_popdist", k_ignored},
     {"optimum_version", k_ignored},
     {"transformers_version", k_ignored},
+    {"enable_half_first_order_momentum", k_deprecated},
+    {"pod_type", k_deprecated},
+    {"decompose_grad_sum", k_deprecated},
 };
 #define NUM_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
@@ -512,6 +603,23 @@ static rp_status validate(rp_config *cfg, load_ctx *c) {
     if (s)
         return s;
     int stages = cfg->layers_per_stage.count;
+    /* IPUConfig: a layer is serialized by a factor or by its splits, not
+    ** both; the splits list one entry per stage */
+    for (int k = 0; k < 4; k++) {
+        bool inference = k & 1;
+        int n = inference ? cfg->inference_layers_per_stage.count : stages;
+        if (c->factor_given[k] && c->splits_len[k])
+            return rp_fail(c->err, RP_ERR_INVALID,
+                           "%s: keys '%s' and '%s': give one of them, not both (a factor "
+                           "serializes the layer where it is, the splits place its pieces)",
+                           c->name, SERIALIZATIONS[k][0], SERIALIZATIONS[k][1]);
+        if (c->splits_len[k] && c->splits_len[k] != n &&
+            !(inference && !cfg->inference_layers_set && c->splits_len[k] == stages))
+            return rp_fail(c->err, RP_ERR_INVALID,
+                           "%s: key '%s' lists %d stages but the %s pipeline has %d",
+                           c->name, SERIALIZATIONS[k][1], c->splits_len[k],
+                           inference ? "inference" : "training", n);
+    }
     if (cfg->stage_replication_count && cfg->stage_replication_count != stages)
         return rp_fail(c->err, RP_ERR_INVALID,
                        "%s: key 'stage_replication' lists %d stages but the pipeline has %d "

@@ -598,9 +598,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
 
 static rp_status plan_memory(const rp_session *s, int stage, rp_memory *out, rp_error *err);
 
-static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, rp_session **out,
-                        rp_error *err) {
-    *out = NULL;
+rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *err) {
     if (m->num_classes == 0 || m->layers[m->num_layers - 1].type != RP_LAYER_SOFTMAX_CE)
         return rp_fail(err, RP_ERR_INVALID,
                        "the model must end with softmax_cross_entropy to be trained");
@@ -621,13 +619,27 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     }
     rp_derived der;
     rp_config_derive(cfg, &der);
-    int P = der.stages, W = der.workers, R = cfg->replication_factor;
-    for (int t = 0; t < P; t++)
+    for (int t = 0; t < der.stages; t++)
         if (counts[t] == 0)
             return rp_fail(err, RP_ERR_INVALID,
                            "layers_per_stage: stage %d has no layers; every stage of a training "
                            "pipeline needs at least one",
                            t);
+    /* inference runs stage after stage: an empty one is allowed */
+    return rp_config_stage_layers(cfg, true, m->num_layers, counts, err);
+}
+
+static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, rp_session **out,
+                        rp_error *err) {
+    *out = NULL;
+    rp_status st = rp_session_check(m, cfg, err);
+    if (st)
+        return st;
+    int counts[RP_MAX_STAGES];
+    rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
+    rp_derived der;
+    rp_config_derive(cfg, &der);
+    int P = der.stages, W = der.workers, R = cfg->replication_factor;
     if (comm && rp_comm_size(comm) != W)
         return rp_fail(err, RP_ERR_INVALID,
                        "the configuration needs %d workers (replication_factor %d x %d per "
