@@ -1,6 +1,6 @@
 /*
 ** Planner: the optimised dynamic programme against a plain transcription of
-** the recurrence (DESIGN §6) on random profiles and every option, plus the
+** the recurrence (docs/planner.md) on random profiles and every option, plus the
 ** antichain DAG of small graphs counted by hand, the rank layout and the
 ** infeasible cases.
 */

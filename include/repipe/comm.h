@@ -1,5 +1,5 @@
 /*
-** Communicators: how workers talk (DESIGN §5.2).
+** Communicators: how workers talk (docs/communicators.md).
 **
 ** One interface, two backends with the same semantics:
 **   local  workers are threads of one process; messages and collectives go

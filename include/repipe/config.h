@@ -1,5 +1,5 @@
 /*
-** Execution configuration: the IPUConfig vocabulary (DESIGN §2).
+** Execution configuration: the IPUConfig vocabulary (docs/configuration.md).
 **
 ** A configuration is loaded from a JSON object, either repipe's own keys or
 ** an Optimum Graphcore `ipu_config.json`. Every key is validated on load; an
@@ -95,7 +95,7 @@ typedef struct rp_config {
     char warnings[RP_MAX_WARNINGS][RP_WARNING_MAX];
 } rp_config;
 
-/* Fills cfg with the defaults of DESIGN §2 (one stage, one replica, ...). */
+/* Fills cfg with the defaults of docs/configuration.md (one stage, one replica, ...). */
 void rp_config_default(rp_config *cfg);
 
 /* Parses a JSON object. `name` (a file name) prefixes every message. */
@@ -130,7 +130,7 @@ rp_status rp_layers_expand(const rp_layer_list *list, int num_layers, int *out,
 rp_status rp_config_stage_layers(const rp_config *cfg, bool inference, int num_layers,
                                  int *out, rp_error *err);
 
-/* Numbers derived from a configuration (DESIGN §2 "batch arithmetic"). */
+/* Numbers derived from a configuration (docs/configuration.md). */
 typedef struct rp_derived {
     int stages, inference_stages;
     int workers, inference_workers;               /* R * sum(r_s); R_inf * P_inf */

@@ -1,6 +1,6 @@
 /*
 ** Datasets: IDX files (MNIST, Fashion-MNIST; gzipped or not) and synthetic
-** data for tests, and the global sample stream of DESIGN §4.1: sample
+** data for tests, and the global sample stream of docs/replicas.md: sample
 ** order is fixed by (seed, epoch) and consumed an update at a time.
 */
 #ifndef REPIPE_DATA_H

@@ -1,5 +1,5 @@
 /*
-** Models: the model spec (DESIGN §7), layers over flat buffers, optimizers
+** Models: the model spec (docs/training.md), layers over flat buffers, optimizers
 ** and weight files.
 **
 ** A model spec is a text file, one layer per line:

@@ -1,5 +1,5 @@
 /*
-** The planner: PipeDream's hierarchical partitioning (DESIGN §6).
+** The planner: PipeDream's hierarchical partitioning (docs/planner.md).
 **
 ** Given a profile and a machine hierarchy (level 1 innermost: e.g. 8 devices
 ** per server, then 2 servers) it finds, per level, pipeline stages and the
@@ -79,7 +79,7 @@ typedef struct rp_plan {
     int rows_solved; /* rows of the level below the top solved, of num_states
                      ** (num_states with one level) */
     /* Final stages are the stages of level 1, numbered across the levels
-    ** above; workers are numbered replica-major (DESIGN §1). */
+    ** above; workers are numbered replica-major (docs/cluster.md). */
     int num_stages;
     int *stage_num_ranks;  /* per final stage */
     int num_workers;

@@ -1,5 +1,5 @@
 /*
-** Per-layer profiles in PipeDream's graph.txt format (DESIGN §6.1).
+** Per-layer profiles in PipeDream's graph.txt format (docs/planner.md).
 **
 ** One node per line:
 **   ID -- DESCRIPTION -- forward_compute_time=F, backward_compute_time=B,

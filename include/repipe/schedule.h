@@ -1,5 +1,5 @@
 /*
-** Pipeline schedules (DESIGN §5.1): each worker's list of operations for
+** Pipeline schedules (docs/pipelines.md): each worker's list of operations for
 ** one update, built from the configuration and checked by simulation before
 ** anything runs.
 **

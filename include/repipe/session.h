@@ -1,6 +1,7 @@
 /*
 ** Sessions: a model, an execution configuration and the workers that run
-** them (DESIGN §1, §3, §4). A host call (rp_session_run) performs
+** them (docs/replicas.md, docs/groupings.md, docs/pipelines.md). A host
+** call (rp_session_run) performs
 ** device_iterations updates on data handed over at once and returns the
 ** losses shaped by output_mode.
 **
@@ -36,7 +37,7 @@ extern "C" {
 
 typedef struct rp_session rp_session;
 
-/* Losses of a host call (DESIGN §4.4): `all` gives [D][R][GA] micro-batch
+/* Losses of a host call (docs/replicas.md): `all` gives [D][R][GA] micro-batch
 ** losses, `sum` (per replica, over its D * GA micro-batches) and `final`
 ** (per replica, its last micro-batch) give [R]. Each loss is the mean over
 ** the samples of its micro-batch. Owned by the session until the next call. */

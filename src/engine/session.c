@@ -1,6 +1,6 @@
 /*
 ** Sessions: R replicas of a pipeline of P stages, stage s replicated r_s
-** times inside each replica (DESIGN §1, §4, §5).
+** times inside each replica (docs/replicas.md, docs/pipelines.md).
 **
 ** Every worker runs the operation list the schedule gives it (forwards,
 ** backwards, sends and receives of micro-batches tagged by their number),
@@ -1119,7 +1119,7 @@ rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_weights_
 
 /* ---- inference ---------------------------------------------------------------------- */
 
-/* Sharded inference (DESIGN §5.3) with replica 0's weights: each inference
+/* Sharded inference (docs/pipelines.md) with replica 0's weights: each inference
 ** replica runs the inference stages one after another on micro-batches r,
 ** r + R, r + 2R, ... of the rows. On the local backend the replicas are
 ** threads (replica 0 the calling thread); under MPI every rank computes all

@@ -1,5 +1,5 @@
 /*
-** Model spec parser and shape inference (DESIGN §7).
+** Model spec parser and shape inference (docs/training.md).
 */
 #include <ctype.h>
 #include <errno.h>
