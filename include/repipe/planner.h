@@ -98,13 +98,6 @@ void rp_plan_free(rp_plan *plan);
 rp_status rp_plan_to_json(const rp_plan *plan, const rp_profile *profile, char **out,
                           rp_error *err);
 
-/* Measures a repipe model on this machine: per layer the median forward and
-** backward time of `repeats` runs on `batch` rows, its output bytes and its
-** parameter bytes, as a profile that starts with an Input source and chains
-** the layers in order (PipeDream's optimizer reads it too). */
-rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profile **out,
-                             rp_error *err);
-
 /* Writes a plan of a chain profile (one node per layer after the Input
 ** source, as rp_profile_measure makes) into cfg: layers_per_stage,
 ** stage_replication and replication_factor; the rest of cfg is kept. A top

@@ -10,6 +10,7 @@
 #include "repipe/config.h"
 #include "repipe/core.h"
 #include "repipe/grouping.h"
+#include "repipe/measure.h"
 #include "repipe/planner.h"
 #include "repipe/profile.h"
 #include "repipe/model.h"

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "../core/util.h"
+#include "repipe/measure.h"
 #include "repipe/planner.h"
 
 static char *dupstr(const char *s) {
