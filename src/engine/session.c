@@ -19,6 +19,12 @@
 ** worker is a thread that waits for host calls: W workers take W threads,
 ** none of them idle while the others work. Under MPI this process is one
 ** worker (its rank) and the others are ranks.
+**
+** This file makes sessions and runs host calls: each worker's operation
+** loop. The gradient exchange and the optimizer step are in exchange.c,
+** weights and the whole training state in state.c, inference in
+** inference.c, the memory plan and traces in memory.c; session_impl.h is
+** what they share.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
@@ -35,39 +41,9 @@
 #include "cache.h"
 #include "session_impl.h"
 
-/* ---- loss scaling ----------------------------------------------------------- */
-
-/* The loss is multiplied by a power of two `scale` before backward, so
-** gradients that would underflow, or overflow fp16 on their way between
-** stages, stay representable. The reduced gradients are divided by it
-** again (exactly: a power of two) before the update. With
-** auto_loss_scaling, an update whose gradients hold an inf or a NaN
-** anywhere in the world is skipped by every worker and the scale halved;
-** loss_scaling_growth_interval clean updates in a row double it. */
-#define MIN_SCALE 0x1p-24
-#define MAX_SCALE 0x1p100
-
-static bool all_finite(const float *x, size_t n) {
-    float acc = 0; /* inf and NaN survive x * 0: one test at the end */
-    for (size_t i = 0; i < n; i++)
-        acc += x[i] * 0.0f;
-    return acc == 0.0f;
-}
-
-static void next_scale(worker *w, const rp_config *cfg) {
-    if (w->skip) {
-        w->skipped++;
-        w->scale = w->scale / 2 < MIN_SCALE ? MIN_SCALE : w->scale / 2;
-        w->clean = 0;
-    } else if (++w->clean >= cfg->loss_scaling_growth_interval) {
-        w->scale = w->scale * 2 > MAX_SCALE ? MAX_SCALE : w->scale * 2;
-        w->clean = 0;
-    }
-}
-
 /* How the nets of a stage trade memory for compute: recomputation, and the
 ** scratch of a product limited to matmul_proportion of device_memory. */
-static rp_net_options net_options(const rp_config *cfg, int stage, bool inference) {
+rp_net_options rpi_net_options(const rp_config *cfg, int stage, bool inference) {
     rp_net_options o = {.recompute = !inference && cfg->recompute_checkpoint_every_layer};
     const double *prop = cfg->matmul_proportion;
     int count = cfg->matmul_proportion_count;
@@ -101,150 +77,6 @@ static bool comm_failed(worker *w, rp_status st) {
     return true;
 }
 
-
-rp_status rpi_pio(int fd, void *buf, size_t bytes, off_t at, bool write_it) {
-    unsigned char *p = buf;
-    while (bytes) {
-        ssize_t k = write_it ? pwrite(fd, p, bytes, at) : pread(fd, p, bytes, at);
-        if (k <= 0)
-            return RP_ERR_IO;
-        p += k, at += k, bytes -= (size_t)k;
-    }
-    return RP_OK;
-}
-
-/* One optimizer step of `count` parameters whose state starts at
-** state_offset (the state of a run: `per` arrays of count floats). Offchip,
-** the state is streamed through the chunk buffer: read, step, write back. */
-static rp_status opt_step(worker *w, long long step, float *p, const float *g, size_t state_offset,
-                          size_t count) {
-    rp_session *s = w->s;
-    if (w->state_fd < 0) {
-        rp_optimizer_step(&s->cfg.optimizer, step, p, g, w->opt + state_offset, count);
-        return RP_OK;
-    }
-    size_t per = s->state_per_param;
-    for (size_t at = 0; at < count; at += RP_OFFCHIP_CHUNK) {
-        size_t n = count - at < RP_OFFCHIP_CHUNK ? count - at : RP_OFFCHIP_CHUNK;
-        for (size_t a = 0; a < per; a++) /* array a of the run, elements [at, at + n) */
-            if (rpi_pio(w->state_fd, w->chunk + a * n, sizeof(float) * n,
-                    (off_t)(sizeof(float) * (state_offset + a * count + at)), false))
-                return rp_fail(&w->err, RP_ERR_IO, "offchip optimizer state: read failed");
-        rp_optimizer_step(&s->cfg.optimizer, step, p + at, g + at, w->chunk, n);
-        for (size_t a = 0; a < per; a++)
-            if (rpi_pio(w->state_fd, w->chunk + a * n, sizeof(float) * n,
-                    (off_t)(sizeof(float) * (state_offset + a * count + at)), true))
-                return rp_fail(&w->err, RP_ERR_IO, "offchip optimizer state: write failed");
-    }
-    return RP_OK;
-}
-
-/* A fused run's update of one piece of this member's share. A sharded
-** run's state is its shard's, laid out as the reduce-scatter path lays it
-** out: arrays of the shard's length. */
-typedef struct fused_update {
-    worker *w;
-    const var_run *vr;
-    float f;            /* the group's rescale over the loss scale */
-    size_t first, have; /* the shard: where it starts, its length */
-} fused_update;
-
-static void apply_update(void *ctx, size_t at, float *sum, size_t len) {
-    const fused_update *u = ctx;
-    worker *w = u->w;
-    if (u->f != 1.0f)
-        for (size_t e = 0; e < len; e++)
-            sum[e] *= u->f;
-    float *state = u->vr->sharded ? w->opt + u->vr->state_offset + (at - u->first) : NULL;
-    rp_optimizer_step_at(&w->s->cfg.optimizer, w->applied,
-                         rp_net_params(w->net) + u->vr->offset + at, sum, state, u->have, len);
-}
-
-/* The gradients of an update, reduced within each variable's group and
-** unscaled; with auto_loss_scaling, every worker of the world learns
-** whether any gradient is not finite and skips the update if so.
-** Sharded runs are reduce-scattered, then (unless skipped) their shard is
-** updated and the parameters all-gathered (ZeRO stage 1). Fused runs are
-** summed and updated here too (rp_comm_reduce_update). */
-static rp_status reduce(worker *w) {
-    rp_session *s = w->s;
-    float *g = rp_net_grads(w->net), *prm = rp_net_params(w->net);
-    rp_status st = RP_OK;
-    if (w->any_fused) /* never skipped: no auto_loss_scaling */
-        w->applied++;
-    for (int r = 0; r < w->nruns && !st; r++) {
-        const var_run *vr = &w->runs[r];
-        rp_comm *rc = w->reduce[vr->grouping];
-        float f = (float)(vr->rescale / w->scale), *x = g + vr->offset;
-        size_t k = vr->count;
-        if (vr->fused) {
-            size_t first = (size_t)rp_comm_rank(rc) * vr->shard;
-            size_t have = first < vr->count ? vr->count - first : 0;
-            fused_update u = {w, vr, f, first, have < vr->shard ? have : vr->shard};
-            st = rp_comm_reduce_update(rc, NULL, x, prm + vr->offset, k, apply_update, &u,
-                                       &w->err);
-            continue;
-        }
-        if (vr->sharded) {
-            x = w->shard_g + vr->shard_offset, k = vr->shard;
-            st = rp_comm_reduce_scatter(rc, NULL, g + vr->offset, vr->count, x, &w->err);
-        } else if (rp_comm_size(rc) > 1 && w->h_stage) {
-            st = rp_comm_allreduce_half(rc, NULL, x, w->h_stage, k, &w->err);
-        } else if (rp_comm_size(rc) > 1) {
-            st = rp_comm_allreduce(rc, NULL, x, k, &w->err);
-        }
-        if (f != 1.0f)
-            for (size_t e = 0; e < k; e++)
-                x[e] *= f;
-    }
-    if (st)
-        return st;
-    w->skip = false;
-    if (s->cfg.auto_loss_scaling) {
-        float bad = 0;
-        for (int r = 0; r < w->nruns; r++) {
-            const var_run *vr = &w->runs[r];
-            bool ok = vr->sharded ? all_finite(w->shard_g + vr->shard_offset, vr->shard)
-                                  : all_finite(g + vr->offset, vr->count);
-            bad += ok ? 0.0f : 1.0f;
-        }
-        if (rp_comm_size(w->comm) > 1 && (st = rp_comm_allreduce(w->comm, NULL, &bad, 1, &w->err)))
-            return st;
-        w->skip = bad > 0;
-        next_scale(w, &s->cfg);
-    }
-    if (w->skip)
-        return RP_OK;
-    if (!w->any_fused)
-        w->applied++;
-    for (int r = 0; r < w->nruns && !st; r++) {
-        const var_run *vr = &w->runs[r];
-        if (!vr->sharded || vr->fused)
-            continue;
-        rp_comm *rc = w->reduce[vr->grouping];
-        size_t c = vr->shard, first = (size_t)rp_comm_rank(rc) * c;
-        size_t have = first < vr->count ? vr->count - first : 0;
-        have = have < c ? have : c;
-        /* the shard is updated where it lies and all-gathered in place; the
-        ** padded tail, fewer floats than members, lands on the next run's
-        ** parameters (or the net's slack) and is put back */
-        float *p = prm + vr->offset + first, *out = prm + vr->offset;
-        if ((st = opt_step(w, w->applied, p, w->shard_g + vr->shard_offset, vr->state_offset,
-                           have)))
-            break;
-        if (have < c) {
-            memcpy(w->shard_p, p, sizeof(float) * have);
-            memset(w->shard_p + have, 0, sizeof(float) * (c - have));
-            p = w->shard_p;
-        }
-        size_t pad = c * (size_t)rp_comm_size(rc) - vr->count;
-        memcpy(w->tail, out + vr->count, sizeof(float) * pad);
-        if ((st = rp_comm_allgather(rc, NULL, p, c, out, &w->err)))
-            break;
-        memcpy(out + vr->count, w->tail, sizeof(float) * pad);
-    }
-    return st;
-}
 
 static void worker_run(worker *w) {
     rp_session *s = w->s;
@@ -350,7 +182,7 @@ static void worker_run(worker *w) {
                     }
                 break;
             case RP_OP_REDUCE:
-                st = reduce(w);
+                st = rpi_reduce(w);
                 break;
             case RP_OP_STEP:
                 if (w->skip)
@@ -363,7 +195,7 @@ static void worker_run(worker *w) {
                 for (int r = 0; r < w->nruns && !st; r++) { /* the others stepped above */
                     const var_run *vr = &w->runs[r];
                     if (!vr->sharded && !vr->fused)
-                        st = opt_step(w, w->applied, rp_net_params(w->net) + vr->offset,
+                        st = rpi_opt_step(w, w->applied, rp_net_params(w->net) + vr->offset,
                                       rp_net_grads(w->net) + vr->offset, vr->state_offset,
                                       vr->count);
                 }
@@ -465,7 +297,7 @@ int rpi_reduce_members(const rp_session *s, const rp_grouping *g, int c, int sta
 ** chunk is the member's shard (under MPI every rank would update all of it).
 ** Never with auto_loss_scaling (the update may yet be skipped), fp16 sums or
 ** offchip state (streamed a chunk at a time). */
-static bool fused_run(const rp_session *s, int k, bool sharded) {
+bool rpi_fused_run(const rp_session *s, int k, bool sharded) {
     if (k < 2 || s->cfg.auto_loss_scaling || s->cfg.enable_half_partials)
         return false;
     if (s->state_per_param == 0)
@@ -482,7 +314,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     w->stage = w->plan->stage;
     w->stage_replica = w->plan->stage_replica;
     int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
-    rp_net_options no = net_options(&s->cfg, w->stage, false);
+    rp_net_options no = rpi_net_options(&s->cfg, w->stage, false);
     if (s->cfg.replicated_tensor_sharding) /* room for a padded all-gather's tail */
         no.param_slack = (size_t)s->R * rp_config_stage_replicas(&s->cfg, w->stage);
     rp_status st = rp_net_create_with(m, l0, l1, s->B, &no, &w->net, err);
@@ -544,7 +376,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         vr->shard = vr->sharded ? (vr->count + k - 1) / k : vr->count;
         vr->state_offset = w->state_floats;
         w->state_floats += vr->shard * per;
-        vr->fused = fused_run(s, k, vr->sharded);
+        vr->fused = rpi_fused_run(s, k, vr->sharded);
         w->any_fused |= vr->fused;
         w->any_sharded |= vr->sharded && !vr->fused; /* reduce-scattered, all-gathered */
         if (vr->sharded && !vr->fused) {
@@ -596,7 +428,6 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     return RP_OK;
 }
 
-static rp_status plan_memory(const rp_session *s, int stage, rp_memory *out, rp_error *err);
 
 rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *err) {
     if (m->num_classes == 0 || m->layers[m->num_layers - 1].type != RP_LAYER_SOFTMAX_CE)
@@ -814,7 +645,7 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     }
     for (int t = 0; t < P; t++) {
         rp_memory mem;
-        if ((st = plan_memory(s, t, &mem, err)))
+        if ((st = rpi_plan_memory(s, t, &mem, err)))
             goto fail;
         if (cached && memcmp(&mem, &s->mem[t], sizeof mem) != 0) {
             cached = false;
@@ -984,440 +815,3 @@ static rp_status run(rp_session *s, rp_result *res, rp_error *err) {
     return RP_OK;
 }
 
-/* ---- weights ---------------------------------------------------------------------- */
-
-/* Every replica's full flat parameters, R * num_params floats: each stage's
-** slice from the replica's first stage replica. Collective under MPI. */
-static rp_status all_params(rp_session *s, float **out, rp_error *err) {
-    const rp_model *m = s->m;
-    size_t n = m->num_params;
-    float *buf = calloc(n * s->R, sizeof(float));
-    if (!buf)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    if (s->backend == RP_BACKEND_LOCAL) {
-        for (int c = 0; c < s->R; c++)
-            for (int t = 0; t < s->P; t++) {
-                worker *w = &s->w[rp_workplan_worker(&s->cfg, c, t, 0)];
-                memcpy(buf + (size_t)c * n + m->layers[s->first[t]].param_offset,
-                       rp_net_params(w->net), sizeof(float) * rp_net_num_params(w->net));
-            }
-        *out = buf;
-        return RP_OK;
-    }
-    /* MPI: every rank contributes its slice in a zero vector */
-    float *mine = calloc(n ? n : 1, sizeof(float)), *every = malloc(sizeof(float) * n * s->W);
-    rp_status st = RP_OK;
-    if (!mine || !every) {
-        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    } else {
-        worker *w = &s->w[0];
-        memcpy(mine + m->layers[s->first[w->stage]].param_offset, rp_net_params(w->net),
-               sizeof(float) * rp_net_num_params(w->net));
-        st = rp_comm_allgather(s->comm, NULL, mine, n, every, err);
-        for (int c = 0; !st && c < s->R; c++)
-            for (int t = 0; t < s->P; t++) {
-                size_t a = m->layers[s->first[t]].param_offset;
-                size_t b = t + 1 < s->P ? m->layers[s->first[t + 1]].param_offset : n;
-                memcpy(buf + (size_t)c * n + a,
-                       every + (size_t)rp_workplan_worker(&s->cfg, c, t, 0) * n + a,
-                       sizeof(float) * (b - a));
-            }
-    }
-    free(mine), free(every);
-    if (st)
-        free(buf);
-    else
-        *out = buf;
-    return st;
-}
-
-rp_status rp_session_get_weights(rp_session *s, rp_weights_mode mode, rp_weights **out,
-                                 rp_error *err) {
-    *out = NULL;
-    const rp_model *m = s->m;
-    float *rows = NULL;
-    rp_weights *w = calloc(1, sizeof *w);
-    rp_status st = RP_OK;
-    if (!w || !(w->tensors = calloc(m->num_vars ? m->num_vars : 1, sizeof(rp_tensor)))) {
-        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    if ((st = all_params(s, &rows, err)))
-        goto done;
-    for (int v = 0; v < m->num_vars; v++) {
-        const rp_variable *var = &m->vars[v];
-        const rp_grouping *g = &s->var_group[v];
-        rp_tensor *t = &w->tensors[v];
-        snprintf(t->name, RP_NAME_MAX, "%s", var->name);
-        t->shape = var->shape;
-        t->groups = mode == RP_ALL_REPLICAS ? s->R : rp_grouping_num_groups(g);
-        t->data = malloc(sizeof(float) * var->count * t->groups);
-        if (!t->data) {
-            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-            goto done;
-        }
-        w->num_tensors++;
-        for (int k = 0; k < t->groups; k++) {
-            int c = mode == RP_ALL_REPLICAS ? k : rp_grouping_first(g, k);
-            memcpy(t->data + (size_t)k * var->count, rows + (size_t)c * m->num_params + var->offset,
-                   sizeof(float) * var->count);
-        }
-    }
-done:
-    free(rows);
-    if (st) {
-        rp_weights_free(w);
-        return st;
-    }
-    *out = w;
-    return RP_OK;
-}
-
-rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_weights_mode mode,
-                                 rp_error *err) {
-    const rp_model *m = s->m;
-    /* check everything before writing anything */
-    for (int v = 0; v < m->num_vars; v++) {
-        const rp_variable *var = &m->vars[v];
-        const rp_grouping *g = &s->var_group[v];
-        const rp_tensor *t;
-        rp_status st = rp_weights_var(w, var, &t, err);
-        if (st)
-            return st;
-        int want = mode == RP_ALL_REPLICAS ? s->R : rp_grouping_num_groups(g);
-        if (mode == RP_ALL_REPLICAS && g->group_size > 1)
-            return rp_fail(err, RP_ERR_INVALID,
-                           "weights: variable '%s' is shared by groups of %d replicas; writing "
-                           "one value per replica (all_replicas) could make a group's members "
-                           "differ: write one value per group",
-                           var->name, g->group_size);
-        if (t->groups != 1 && t->groups != want)
-            return rp_fail(err, RP_ERR_INVALID,
-                           "weights: variable '%s' has %d copies; it needs 1 or %d (%s)",
-                           var->name, t->groups, want,
-                           mode == RP_ALL_REPLICAS ? "replicas" : "groups");
-    }
-    for (int i = 0; i < s->nlocal; i++) {
-        worker *wk = &s->w[i];
-        int c = wk->replica, l0 = s->first[wk->stage], l1 = s->first[wk->stage + 1];
-        float *p = rp_net_params(wk->net);
-        size_t base = m->layers[l0].param_offset;
-        for (int v = 0; v < m->num_vars; v++) {
-            const rp_variable *var = &m->vars[v];
-            if (var->layer < l0 || var->layer >= l1)
-                continue;
-            const rp_tensor *t = rp_weights_find(w, var->name);
-            int row = t->groups == 1 ? 0
-                      : mode == RP_ALL_REPLICAS ? c
-                                                : rp_grouping_group_of(&s->var_group[v], c);
-            memcpy(p + (var->offset - base), t->data + (size_t)row * var->count,
-                   sizeof(float) * var->count);
-        }
-    }
-    return RP_OK;
-}
-
-/* ---- inference ---------------------------------------------------------------------- */
-
-/* Sharded inference (docs/pipelines.md) with replica 0's weights: each inference
-** replica runs the inference stages one after another on micro-batches r,
-** r + R, r + 2R, ... of the rows. On the local backend the replicas are
-** threads (replica 0 the calling thread); under MPI every rank computes all
-** rows itself, one replica. A row's prediction does not depend on R: the
-** micro-batches are the same. */
-typedef struct infer_replica {
-    const rp_session *s;
-    const float *x;
-    int n, r, R, used;
-    int32_t *pred;
-    rp_net *nets[RP_MAX_STAGES];
-    rp_acts *acts[RP_MAX_STAGES];
-    rp_status st;
-    rp_error err;
-    pthread_t thread;
-} infer_replica;
-
-static rp_status infer_setup(infer_replica *ir, const int *counts, int P, const float *params) {
-    const rp_model *m = ir->s->m;
-    int l0 = 0;
-    rp_status st = RP_OK;
-    for (int t = 0; t < P && !st; t++) {
-        if (counts[t] == 0)
-            continue;
-        rp_net_options no = net_options(&ir->s->cfg, t, true);
-        rp_net **net = &ir->nets[ir->used];
-        if ((st = rp_net_create_with(m, l0, l0 + counts[t], ir->s->B, &no, net, &ir->err)) ||
-            (st = rp_acts_create(*net, ir->s->B, &ir->acts[ir->used], &ir->err)))
-            break;
-        memcpy(rp_net_params(*net), params + m->layers[l0].param_offset,
-               sizeof(float) * rp_net_num_params(*net));
-        ir->used++;
-        l0 += counts[t];
-    }
-    return st;
-}
-
-static void infer_run(infer_replica *ir) {
-    const rp_session *s = ir->s;
-    size_t in = rp_shape_size(&s->m->input);
-    rp_step_ctx ctx = {.training = false,
-                       .seed = s->cfg.seed,
-                       .loss_scale = 1.0,
-                       .embedding_blocks = s->cfg.inference_embedding_serialization_factor};
-    for (int at = ir->r * s->B; !ir->st && at < ir->n; at += ir->R * s->B) {
-        int k = ir->n - at < s->B ? ir->n - at : s->B;
-        const float *y = ir->x + (size_t)at * in;
-        for (int t = 0; t < ir->used && y; t++)
-            y = rp_net_forward(ir->nets[t], ir->acts[t], y, k, &ctx, NULL);
-        if (!y) {
-            ir->st = RP_ERR_INVALID;
-            for (int t = 0; t < ir->used; t++)
-                if (rp_net_error(ir->nets[t])[0])
-                    rp_fail(&ir->err, RP_ERR_INVALID, "%s", rp_net_error(ir->nets[t]));
-            if (!ir->err.msg[0])
-                rp_fail(&ir->err, RP_ERR_INVALID, "inference failed");
-            return;
-        }
-        rp_net_predictions(ir->nets[ir->used - 1], ir->acts[ir->used - 1], ir->pred + at);
-    }
-}
-
-static void *infer_thread(void *arg) {
-    rp_fpu_fast_denormals();
-    infer_run(arg);
-    return NULL;
-}
-
-/* Under MPI rank r < R takes micro-batches r, r + R, ...; the predictions
-** are then summed over the world as floats (exact: each row has one
-** nonzero contribution, a class index below 2^24), with one more element
-** that counts the ranks that failed, so that all return together. */
-static rp_status predict_mpi(rp_session *s, const float *x, int n, int32_t *pred,
-                             const int *counts, int P, const float *params, int R,
-                             rp_error *err) {
-    int me = rp_comm_rank(s->comm);
-    infer_replica q = {.s = s, .x = x, .n = n, .r = me, .R = R, .pred = pred};
-    float *votes = calloc((size_t)n + 1, sizeof(float));
-    if (!votes)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    if (me < R && !(q.st = infer_setup(&q, counts, P, params)))
-        infer_run(&q);
-    if (q.st)
-        votes[n] = 1;
-    for (int at = me * s->B; me < R && !q.st && at < n; at += R * s->B)
-        for (int i = at; i < n && i < at + s->B; i++)
-            votes[i] = (float)pred[i];
-    rp_status st = rp_comm_allreduce(s->comm, NULL, votes, (size_t)n + 1, err);
-    if (!st && q.st)
-        st = rp_fail(err, q.st, "%s", q.err.msg);
-    else if (!st && votes[n] > 0)
-        st = rp_fail(err, RP_ERR_INVALID, "inference failed on %d other rank(s)", (int)votes[n]);
-    for (int i = 0; !st && i < n; i++)
-        pred[i] = (int32_t)votes[i];
-    for (int t = 0; t < q.used; t++) {
-        rp_acts_free(q.acts[t]);
-        rp_net_free(q.nets[t]);
-    }
-    free(votes);
-    return st;
-}
-
-rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred,
-                             rp_error *err) {
-    const rp_model *m = s->m;
-    int counts[RP_MAX_STAGES], P = rp_config_num_stages(&s->cfg, true);
-    rp_status st = rp_config_stage_layers(&s->cfg, true, m->num_layers, counts, err);
-    if (st)
-        return st;
-    float *params = NULL;
-    if ((st = all_params(s, &params, err))) /* replica 0's come first */
-        return st;
-    int batches = (n + s->B - 1) / s->B;
-    int R = s->cfg.inference_replication_factor;
-    if (s->backend == RP_BACKEND_MPI && R > rp_comm_size(s->comm))
-        R = rp_comm_size(s->comm);
-    R = R < batches ? R : (batches > 0 ? batches : 1);
-    if (s->backend == RP_BACKEND_MPI) {
-        st = predict_mpi(s, x, n, pred, counts, P, params, R, err);
-        free(params);
-        return st;
-    }
-    infer_replica *ir = calloc((size_t)R, sizeof *ir);
-    if (!ir) {
-        free(params);
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    }
-    int made = 0, started = 0;
-    while (made < R) {
-        infer_replica *q = &ir[made++];
-        *q = (infer_replica){.s = s, .x = x, .n = n, .r = made - 1, .R = R, .pred = pred};
-        if ((st = infer_setup(q, counts, P, params))) {
-            rp_fail(err, st, "%s", q->err.msg);
-            break;
-        }
-    }
-    free(params);
-    for (int r = 1; r < R && !st; r++, started++)
-        if (pthread_create(&ir[r].thread, NULL, infer_thread, &ir[r]) != 0)
-            break;
-    if (!st && started < R - 1) { /* not every replica got a thread: run them here */
-        for (int r = started + 1; r < R; r++)
-            infer_run(&ir[r]);
-    }
-    if (!st)
-        infer_run(&ir[0]);
-    for (int r = 1; r <= started; r++)
-        pthread_join(ir[r].thread, NULL);
-    for (int r = 0; r < made; r++) {
-        if (!st && ir[r].st) /* the first replica's failure */
-            st = rp_fail(err, ir[r].st, "%s", ir[r].err.msg);
-        for (int t = 0; t < ir[r].used; t++) {
-            rp_acts_free(ir[r].acts[t]);
-            rp_net_free(ir[r].nets[t]);
-        }
-    }
-    free(ir);
-    return st;
-}
-
-/* ---- memory and traces -------------------------------------------------------------- */
-
-/* Floats of optimizer state a worker of `stage` holds: each run of its
-** variables that share a grouping, or, sharded, one shard of it; *shards
-** receives the floats of the reduce-scattered runs' shards (their reduced
-** gradients; a fused run needs none). */
-static size_t stage_state_floats(const rp_session *s, int stage, size_t *shards) {
-    const rp_model *m = s->m;
-    int l0 = s->first[stage], l1 = s->first[stage + 1];
-    size_t total = 0, run = 0;
-    int run_q = -1;
-    for (int v = 0; v <= m->num_vars; v++) {
-        int q = -1;
-        if (v < m->num_vars && m->vars[v].layer >= l0 && m->vars[v].layer < l1) {
-            q = 0;
-            while (!rp_grouping_equal(&s->groupings[q], &s->var_group[v]))
-                q++;
-        } else if (v < m->num_vars) {
-            continue;
-        }
-        if (q != run_q && run) { /* close the run */
-            int k = s->groupings[run_q].group_size * rp_config_stage_replicas(&s->cfg, stage);
-            bool sharded = s->cfg.replicated_tensor_sharding && k > 1 && s->state_per_param > 0;
-            total += (sharded ? (run + k - 1) / k : run) * s->state_per_param;
-            *shards += sharded && !fused_run(s, k, true) ? (run + k - 1) / k : 0;
-            run = 0;
-        }
-        if (q >= 0) {
-            run += m->vars[v].count;
-            run_q = q;
-        }
-    }
-    return total;
-}
-
-rp_status rp_session_memory(const rp_session *s, int stage, rp_memory *out, rp_error *err) {
-    if (stage < 0 || stage >= s->P)
-        return rp_fail(err, RP_ERR_INVALID, "stage %d: the pipeline has %d stages", stage, s->P);
-    *out = s->mem[stage];
-    return RP_OK;
-}
-
-/* What a worker of `stage` holds, from a net of the stage. */
-static rp_status plan_memory(const rp_session *s, int stage, rp_memory *out, rp_error *err) {
-    const worker *w = NULL;
-    for (int i = 0; i < s->nlocal && !w; i++)
-        if (s->w[i].stage == stage && s->w[i].net)
-            w = &s->w[i];
-    rp_net *tmp = NULL;
-    const rp_net *net = w ? w->net : NULL;
-    if (!net) { /* under MPI, another rank's stage: measure a net of it */
-        rp_net_options no = net_options(&s->cfg, stage, false);
-        rp_status st = rp_net_create_with(s->m, s->first[stage], s->first[stage + 1], s->B, &no,
-                                          &tmp, err);
-        if (st)
-            return st;
-        net = tmp;
-    }
-    int slots = 0; /* the stage's largest in-flight bound */
-    for (int k = 0; k < s->W; k++)
-        if (s->plan->w[k].stage == stage && s->plan->w[k].slots > slots)
-            slots = s->plan->w[k].slots;
-    size_t n = rp_net_num_params(net);
-    out->params = sizeof(float) * n;
-    out->grads = sizeof(float) * n;
-    /* sharded: each worker keeps its shard of the state */
-    size_t shards = 0;
-    out->optimizer = sizeof(float) * stage_state_floats(s, stage, &shards);
-    out->grads += sizeof(float) * shards;
-    if (s->cfg.optimizer_state_offchip && out->optimizer) { /* one chunk in memory */
-        size_t chunk = sizeof(float) * RP_OFFCHIP_CHUNK * s->state_per_param;
-        out->optimizer = out->optimizer < chunk ? out->optimizer : chunk;
-    }
-    out->activations = rp_acts_bytes(net, s->B) * (size_t)slots;
-    out->scratch = rp_net_scratch_bytes(net);
-    rp_net_free(tmp);
-    return RP_OK;
-}
-
-rp_status rp_session_trace(rp_session *s, bool on, rp_error *err) {
-    if (on && !s->tracing) {
-        for (int i = 0; i < s->nlocal; i++) {
-            worker *w = &s->w[i];
-            if (!w->trace) {
-                w->trace = malloc(sizeof(trace_event) * RP_TRACE_EVENTS);
-                if (!w->trace)
-                    return rp_fail(err, RP_ERR_NOMEM,
-                                   "out of memory for the trace of worker %d (%d events)", w->id,
-                                   RP_TRACE_EVENTS);
-                w->trace_cap = RP_TRACE_EVENTS;
-            }
-        }
-        s->t_origin = rp_now();
-    }
-    s->tracing = on;
-    return RP_OK;
-}
-
-long long rp_session_trace_dropped(const rp_session *s) {
-    long long n = 0;
-    for (int i = 0; i < s->nlocal; i++)
-        n += s->w[i].trace_dropped;
-    return n;
-}
-
-rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error *err) {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return rp_fail(err, RP_ERR_IO, "%s: cannot write the trace", path);
-    fprintf(f, "{\"traceEvents\":[\n");
-    bool first = true;
-    for (int i = 0; i < s->nlocal; i++) {
-        const worker *w = &s->w[i];
-        fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":"
-                   "{\"name\":\"worker %d: replica %d, stage %d.%d\"}}",
-                first ? "" : ",\n", w->id, w->id, w->replica, w->stage, w->stage_replica);
-        first = false;
-        if (w->trace_dropped) /* said where the reader looks: on the worker's track */
-            fprintf(f, ",\n{\"name\":\"%lld later operations not recorded (the first %d are)\","
-                       "\"ph\":\"i\",\"s\":\"t\",\"pid\":0,\"tid\":%d,\"ts\":%.3f}",
-                    w->trace_dropped, w->trace_cap, w->id,
-                    w->ntrace ? (w->trace[w->ntrace - 1].t1 - s->t_origin) * 1e6 : 0.0);
-        for (int e = 0; e < w->ntrace; e++) {
-            const trace_event *ev = &w->trace[e];
-            char name[64];
-            if (ev->mb >= 0)
-                snprintf(name, sizeof name, "%s %d", rp_op_name((rp_op_kind)ev->kind), ev->mb);
-            else
-                snprintf(name, sizeof name, "%s", rp_op_name((rp_op_kind)ev->kind));
-            fprintf(f,
-                    ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
-                    "\"ts\":%.3f,\"dur\":%.3f}",
-                    name, rp_op_name((rp_op_kind)ev->kind), w->id,
-                    (ev->t0 - s->t_origin) * 1e6, (ev->t1 - ev->t0) * 1e6);
-        }
-    }
-    fprintf(f, "\n]}\n");
-    if (fclose(f) != 0)
-        return rp_fail(err, RP_ERR_IO, "%s: write failed", path);
-    return RP_OK;
-}

@@ -111,6 +111,20 @@ struct rp_session {
     char run_dir[RP_PATH_MAX]; /* optimizer_state_offchip: this process's state files */
 };
 
+/* How the nets of a stage trade memory for compute (session.c). */
+rp_net_options rpi_net_options(const rp_config *cfg, int stage, bool inference);
+/* Whether a run reduced over k workers is summed and updated by one
+** rp_comm_reduce_update (session.c). */
+bool rpi_fused_run(const rp_session *s, int k, bool sharded);
+/* The gradient exchange and step of an update (exchange.c). */
+rp_status rpi_reduce(worker *w);
+rp_status rpi_opt_step(worker *w, long long step, float *p, const float *g, size_t state_offset,
+                       size_t count);
+/* Every replica's parameters, [R][num_params]; under MPI collective (state.c). */
+rp_status rpi_all_params(rp_session *s, float **out, rp_error *err);
+/* What a worker of `stage` holds (memory.c). */
+rp_status rpi_plan_memory(const rp_session *s, int stage, rp_memory *out, rp_error *err);
+
 /* Reads (write_it false) or writes bytes of a file at an offset, whole. */
 rp_status rpi_pio(int fd, void *buf, size_t bytes, off_t at, bool write_it);
 

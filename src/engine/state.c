@@ -1,5 +1,6 @@
 /*
-** A session's whole training state, free of its layout (rp_train_state).
+** A session's weights, and its whole training state, free of its layout
+** (rp_train_state).
 **
 ** A worker holds its stage's parameters and, per run of variables (see
 ** session_impl.h), `per` optimizer state arrays: of the whole run, or with
@@ -17,6 +18,141 @@
 #include <string.h>
 
 #include "session_impl.h"
+
+/* ---- weights ---------------------------------------------------------------------- */
+
+/* Every replica's full flat parameters, R * num_params floats: each stage's
+** slice from the replica's first stage replica. Collective under MPI. */
+rp_status rpi_all_params(rp_session *s, float **out, rp_error *err) {
+    const rp_model *m = s->m;
+    size_t n = m->num_params;
+    float *buf = calloc(n * s->R, sizeof(float));
+    if (!buf)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    if (s->backend == RP_BACKEND_LOCAL) {
+        for (int c = 0; c < s->R; c++)
+            for (int t = 0; t < s->P; t++) {
+                worker *w = &s->w[rp_workplan_worker(&s->cfg, c, t, 0)];
+                memcpy(buf + (size_t)c * n + m->layers[s->first[t]].param_offset,
+                       rp_net_params(w->net), sizeof(float) * rp_net_num_params(w->net));
+            }
+        *out = buf;
+        return RP_OK;
+    }
+    /* MPI: every rank contributes its slice in a zero vector */
+    float *mine = calloc(n ? n : 1, sizeof(float)), *every = malloc(sizeof(float) * n * s->W);
+    rp_status st = RP_OK;
+    if (!mine || !every) {
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    } else {
+        worker *w = &s->w[0];
+        memcpy(mine + m->layers[s->first[w->stage]].param_offset, rp_net_params(w->net),
+               sizeof(float) * rp_net_num_params(w->net));
+        st = rp_comm_allgather(s->comm, NULL, mine, n, every, err);
+        for (int c = 0; !st && c < s->R; c++)
+            for (int t = 0; t < s->P; t++) {
+                size_t a = m->layers[s->first[t]].param_offset;
+                size_t b = t + 1 < s->P ? m->layers[s->first[t + 1]].param_offset : n;
+                memcpy(buf + (size_t)c * n + a,
+                       every + (size_t)rp_workplan_worker(&s->cfg, c, t, 0) * n + a,
+                       sizeof(float) * (b - a));
+            }
+    }
+    free(mine), free(every);
+    if (st)
+        free(buf);
+    else
+        *out = buf;
+    return st;
+}
+
+rp_status rp_session_get_weights(rp_session *s, rp_weights_mode mode, rp_weights **out,
+                                 rp_error *err) {
+    *out = NULL;
+    const rp_model *m = s->m;
+    float *rows = NULL;
+    rp_weights *w = calloc(1, sizeof *w);
+    rp_status st = RP_OK;
+    if (!w || !(w->tensors = calloc(m->num_vars ? m->num_vars : 1, sizeof(rp_tensor)))) {
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if ((st = rpi_all_params(s, &rows, err)))
+        goto done;
+    for (int v = 0; v < m->num_vars; v++) {
+        const rp_variable *var = &m->vars[v];
+        const rp_grouping *g = &s->var_group[v];
+        rp_tensor *t = &w->tensors[v];
+        snprintf(t->name, RP_NAME_MAX, "%s", var->name);
+        t->shape = var->shape;
+        t->groups = mode == RP_ALL_REPLICAS ? s->R : rp_grouping_num_groups(g);
+        t->data = malloc(sizeof(float) * var->count * t->groups);
+        if (!t->data) {
+            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        w->num_tensors++;
+        for (int k = 0; k < t->groups; k++) {
+            int c = mode == RP_ALL_REPLICAS ? k : rp_grouping_first(g, k);
+            memcpy(t->data + (size_t)k * var->count, rows + (size_t)c * m->num_params + var->offset,
+                   sizeof(float) * var->count);
+        }
+    }
+done:
+    free(rows);
+    if (st) {
+        rp_weights_free(w);
+        return st;
+    }
+    *out = w;
+    return RP_OK;
+}
+
+rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_weights_mode mode,
+                                 rp_error *err) {
+    const rp_model *m = s->m;
+    /* check everything before writing anything */
+    for (int v = 0; v < m->num_vars; v++) {
+        const rp_variable *var = &m->vars[v];
+        const rp_grouping *g = &s->var_group[v];
+        const rp_tensor *t;
+        rp_status st = rp_weights_var(w, var, &t, err);
+        if (st)
+            return st;
+        int want = mode == RP_ALL_REPLICAS ? s->R : rp_grouping_num_groups(g);
+        if (mode == RP_ALL_REPLICAS && g->group_size > 1)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "weights: variable '%s' is shared by groups of %d replicas; writing "
+                           "one value per replica (all_replicas) could make a group's members "
+                           "differ: write one value per group",
+                           var->name, g->group_size);
+        if (t->groups != 1 && t->groups != want)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "weights: variable '%s' has %d copies; it needs 1 or %d (%s)",
+                           var->name, t->groups, want,
+                           mode == RP_ALL_REPLICAS ? "replicas" : "groups");
+    }
+    for (int i = 0; i < s->nlocal; i++) {
+        worker *wk = &s->w[i];
+        int c = wk->replica, l0 = s->first[wk->stage], l1 = s->first[wk->stage + 1];
+        float *p = rp_net_params(wk->net);
+        size_t base = m->layers[l0].param_offset;
+        for (int v = 0; v < m->num_vars; v++) {
+            const rp_variable *var = &m->vars[v];
+            if (var->layer < l0 || var->layer >= l1)
+                continue;
+            const rp_tensor *t = rp_weights_find(w, var->name);
+            int row = t->groups == 1 ? 0
+                      : mode == RP_ALL_REPLICAS ? c
+                                                : rp_grouping_group_of(&s->var_group[v], c);
+            memcpy(p + (var->offset - base), t->data + (size_t)row * var->count,
+                   sizeof(float) * var->count);
+        }
+    }
+    return RP_OK;
+}
+
+/* ---- the whole training state ------------------------------------------------- */
 
 void rp_train_state_free(rp_train_state *st) {
     if (!st)

@@ -1,0 +1,188 @@
+/*
+** A worker's gradient exchange and optimizer step: loss scaling, the
+** reduction of each run of variables within its group (allreduce, fp16,
+** reduce-scatter and all-gather when sharded, or summed and updated at once
+** when fused), and the step on state in memory or streamed from a file.
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "session_impl.h"
+
+/* ---- loss scaling ----------------------------------------------------------- */
+
+/* The loss is multiplied by a power of two `scale` before backward, so
+** gradients that would underflow, or overflow fp16 on their way between
+** stages, stay representable. The reduced gradients are divided by it
+** again (exactly: a power of two) before the update. With
+** auto_loss_scaling, an update whose gradients hold an inf or a NaN
+** anywhere in the world is skipped by every worker and the scale halved;
+** loss_scaling_growth_interval clean updates in a row double it. */
+#define MIN_SCALE 0x1p-24
+#define MAX_SCALE 0x1p100
+
+static bool all_finite(const float *x, size_t n) {
+    float acc = 0; /* inf and NaN survive x * 0: one test at the end */
+    for (size_t i = 0; i < n; i++)
+        acc += x[i] * 0.0f;
+    return acc == 0.0f;
+}
+
+static void next_scale(worker *w, const rp_config *cfg) {
+    if (w->skip) {
+        w->skipped++;
+        w->scale = w->scale / 2 < MIN_SCALE ? MIN_SCALE : w->scale / 2;
+        w->clean = 0;
+    } else if (++w->clean >= cfg->loss_scaling_growth_interval) {
+        w->scale = w->scale * 2 > MAX_SCALE ? MAX_SCALE : w->scale * 2;
+        w->clean = 0;
+    }
+}
+
+rp_status rpi_pio(int fd, void *buf, size_t bytes, off_t at, bool write_it) {
+    unsigned char *p = buf;
+    while (bytes) {
+        ssize_t k = write_it ? pwrite(fd, p, bytes, at) : pread(fd, p, bytes, at);
+        if (k <= 0)
+            return RP_ERR_IO;
+        p += k, at += k, bytes -= (size_t)k;
+    }
+    return RP_OK;
+}
+
+/* One optimizer step of `count` parameters whose state starts at
+** state_offset (the state of a run: `per` arrays of count floats). Offchip,
+** the state is streamed through the chunk buffer: read, step, write back. */
+rp_status rpi_opt_step(worker *w, long long step, float *p, const float *g, size_t state_offset,
+                          size_t count) {
+    rp_session *s = w->s;
+    if (w->state_fd < 0) {
+        rp_optimizer_step(&s->cfg.optimizer, step, p, g, w->opt + state_offset, count);
+        return RP_OK;
+    }
+    size_t per = s->state_per_param;
+    for (size_t at = 0; at < count; at += RP_OFFCHIP_CHUNK) {
+        size_t n = count - at < RP_OFFCHIP_CHUNK ? count - at : RP_OFFCHIP_CHUNK;
+        for (size_t a = 0; a < per; a++) /* array a of the run, elements [at, at + n) */
+            if (rpi_pio(w->state_fd, w->chunk + a * n, sizeof(float) * n,
+                    (off_t)(sizeof(float) * (state_offset + a * count + at)), false))
+                return rp_fail(&w->err, RP_ERR_IO, "offchip optimizer state: read failed");
+        rp_optimizer_step(&s->cfg.optimizer, step, p + at, g + at, w->chunk, n);
+        for (size_t a = 0; a < per; a++)
+            if (rpi_pio(w->state_fd, w->chunk + a * n, sizeof(float) * n,
+                    (off_t)(sizeof(float) * (state_offset + a * count + at)), true))
+                return rp_fail(&w->err, RP_ERR_IO, "offchip optimizer state: write failed");
+    }
+    return RP_OK;
+}
+
+/* A fused run's update of one piece of this member's share. A sharded
+** run's state is its shard's, laid out as the reduce-scatter path lays it
+** out: arrays of the shard's length. */
+typedef struct fused_update {
+    worker *w;
+    const var_run *vr;
+    float f;            /* the group's rescale over the loss scale */
+    size_t first, have; /* the shard: where it starts, its length */
+} fused_update;
+
+static void apply_update(void *ctx, size_t at, float *sum, size_t len) {
+    const fused_update *u = ctx;
+    worker *w = u->w;
+    if (u->f != 1.0f)
+        for (size_t e = 0; e < len; e++)
+            sum[e] *= u->f;
+    float *state = u->vr->sharded ? w->opt + u->vr->state_offset + (at - u->first) : NULL;
+    rp_optimizer_step_at(&w->s->cfg.optimizer, w->applied,
+                         rp_net_params(w->net) + u->vr->offset + at, sum, state, u->have, len);
+}
+
+/* The gradients of an update, reduced within each variable's group and
+** unscaled; with auto_loss_scaling, every worker of the world learns
+** whether any gradient is not finite and skips the update if so.
+** Sharded runs are reduce-scattered, then (unless skipped) their shard is
+** updated and the parameters all-gathered (ZeRO stage 1). Fused runs are
+** summed and updated here too (rp_comm_reduce_update). */
+rp_status rpi_reduce(worker *w) {
+    rp_session *s = w->s;
+    float *g = rp_net_grads(w->net), *prm = rp_net_params(w->net);
+    rp_status st = RP_OK;
+    if (w->any_fused) /* never skipped: no auto_loss_scaling */
+        w->applied++;
+    for (int r = 0; r < w->nruns && !st; r++) {
+        const var_run *vr = &w->runs[r];
+        rp_comm *rc = w->reduce[vr->grouping];
+        float f = (float)(vr->rescale / w->scale), *x = g + vr->offset;
+        size_t k = vr->count;
+        if (vr->fused) {
+            size_t first = (size_t)rp_comm_rank(rc) * vr->shard;
+            size_t have = first < vr->count ? vr->count - first : 0;
+            fused_update u = {w, vr, f, first, have < vr->shard ? have : vr->shard};
+            st = rp_comm_reduce_update(rc, NULL, x, prm + vr->offset, k, apply_update, &u,
+                                       &w->err);
+            continue;
+        }
+        if (vr->sharded) {
+            x = w->shard_g + vr->shard_offset, k = vr->shard;
+            st = rp_comm_reduce_scatter(rc, NULL, g + vr->offset, vr->count, x, &w->err);
+        } else if (rp_comm_size(rc) > 1 && w->h_stage) {
+            st = rp_comm_allreduce_half(rc, NULL, x, w->h_stage, k, &w->err);
+        } else if (rp_comm_size(rc) > 1) {
+            st = rp_comm_allreduce(rc, NULL, x, k, &w->err);
+        }
+        if (f != 1.0f)
+            for (size_t e = 0; e < k; e++)
+                x[e] *= f;
+    }
+    if (st)
+        return st;
+    w->skip = false;
+    if (s->cfg.auto_loss_scaling) {
+        float bad = 0;
+        for (int r = 0; r < w->nruns; r++) {
+            const var_run *vr = &w->runs[r];
+            bool ok = vr->sharded ? all_finite(w->shard_g + vr->shard_offset, vr->shard)
+                                  : all_finite(g + vr->offset, vr->count);
+            bad += ok ? 0.0f : 1.0f;
+        }
+        if (rp_comm_size(w->comm) > 1 && (st = rp_comm_allreduce(w->comm, NULL, &bad, 1, &w->err)))
+            return st;
+        w->skip = bad > 0;
+        next_scale(w, &s->cfg);
+    }
+    if (w->skip)
+        return RP_OK;
+    if (!w->any_fused)
+        w->applied++;
+    for (int r = 0; r < w->nruns && !st; r++) {
+        const var_run *vr = &w->runs[r];
+        if (!vr->sharded || vr->fused)
+            continue;
+        rp_comm *rc = w->reduce[vr->grouping];
+        size_t c = vr->shard, first = (size_t)rp_comm_rank(rc) * c;
+        size_t have = first < vr->count ? vr->count - first : 0;
+        have = have < c ? have : c;
+        /* the shard is updated where it lies and all-gathered in place; the
+        ** padded tail, fewer floats than members, lands on the next run's
+        ** parameters (or the net's slack) and is put back */
+        float *p = prm + vr->offset + first, *out = prm + vr->offset;
+        if ((st = rpi_opt_step(w, w->applied, p, w->shard_g + vr->shard_offset, vr->state_offset,
+                           have)))
+            break;
+        if (have < c) {
+            memcpy(w->shard_p, p, sizeof(float) * have);
+            memset(w->shard_p + have, 0, sizeof(float) * (c - have));
+            p = w->shard_p;
+        }
+        size_t pad = c * (size_t)rp_comm_size(rc) - vr->count;
+        memcpy(w->tail, out + vr->count, sizeof(float) * pad);
+        if ((st = rp_comm_allgather(rc, NULL, p, c, out, &w->err)))
+            break;
+        memcpy(out + vr->count, w->tail, sizeof(float) * pad);
+    }
+    return st;
+}
+
