@@ -14,13 +14,12 @@
 ** wide on AVX2 and AVX-512, which a portable build may not assume: on
 ** x86-64 each function marked RP_HOT is compiled once per level and the
 ** loader picks the one this CPU runs (GNU ifunc). The clones compute the
-** same floats: ISO C (-std=c11) contracts no a * b + c into an FMA, and
-** nothing is reassociated. A -march=native build needs no clones. */
-#if defined(__x86_64__) && defined(__has_attribute) && !defined(__AVX2__) && \
-    !defined(REPIPE_NO_CLONES)
-#if __has_attribute(target_clones)
+** same floats: the build contracts no a * b + c into an FMA
+** (-ffp-contract=off), and nothing is reassociated. A -march=native build
+** needs no clones. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__AVX2__) && \
+    !defined(REPIPE_NO_CLONES) /* clang names clones of an extern function apart */
 #define RP_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
 #endif
 #ifndef RP_HOT
 #define RP_HOT

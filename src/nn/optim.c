@@ -15,11 +15,6 @@ int rp_optimizer_state_per_param(const rp_optimizer_config *o) {
     return 2;
 }
 
-void rp_optimizer_step(const rp_optimizer_config *o, long long step, float *p, const float *g,
-                       float *state, size_t n) {
-    rp_optimizer_step_at(o, step, p, g, state, n, n);
-}
-
 RP_HOT
 void rp_optimizer_step_at(const rp_optimizer_config *o, long long step, float *p, const float *g,
                           float *state, size_t stride, size_t n) {
@@ -54,4 +49,11 @@ void rp_optimizer_step_at(const rp_optimizer_config *o, long long step, float *p
         v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
         p[i] -= step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
     }
+}
+
+/* After the definition: clang makes a function multiversioned only before
+** its first use. */
+void rp_optimizer_step(const rp_optimizer_config *o, long long step, float *p, const float *g,
+                       float *state, size_t n) {
+    rp_optimizer_step_at(o, step, p, g, state, n, n);
 }
