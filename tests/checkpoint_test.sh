@@ -4,15 +4,9 @@
 # SIGINT, a SIGKILL of the process and of one MPI rank; what changes the
 # mathematics is refused; outputs are checked before training.
 # Usage: checkpoint_test.sh REPIPE [MPIRUN]
-set -u
+. "$(dirname "$0")/lib.sh"
 bin=$1
 mpirun=${2:-}
-fail=0
-pass=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
 same() { # NAME A B RTOL: the weights agree
   if "$bin" weights compare "$2" "$3" --rtol "$4" >"$tmp/cmp" 2>&1 && grep -q "^same: 0 tensors" "$tmp/cmp"; then ok
   else bad "$1: $(tail -3 "$tmp/cmp")"; fi
@@ -139,5 +133,4 @@ if [ -n "$mpirun" ]; then
   same "MPI checkpoint resumed on threads" "$tmp/mpi.rpw" "$tmp/mt.rpw" 1e-5
 fi
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary

@@ -1,16 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end checks of the repipe command: exact outputs, exit codes and
 # messages. Usage: cli_test.sh REPIPE SOURCE_DIR
-set -u
+. "$(dirname "$0")/lib.sh"
 bin=$1
 src=$2
-fail=0
-pass=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
 
 # expect_out NAME EXPECTED -- CMD...: stdout must equal EXPECTED, exit 0.
 expect_out() {
@@ -353,5 +347,4 @@ expect_fail "simulate too few machines" 1 "needs 16 workers but the machines hol
 expect_fail "simulate bandwidth count" 2 "--bandwidth has 1 value but --machines has 2 levels" -- \
   "$bin" simulate --config "$tmp/seed28.json" --profile "$vgg" --machines 8 2 --bandwidth 1e9
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary

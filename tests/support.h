@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "repipe/comm.h"
 #include "repipe/config.h"
+#include "repipe/data.h"
 #include "repipe/model.h"
 
 /* Parses a model spec or ends the test with the parser's message. */
@@ -31,6 +33,21 @@ static inline rp_config test_config(const char *json) {
         exit(1);
     }
     return c;
+}
+
+/* The start of an engine test: n synthetic samples shaped like
+** Fashion-MNIST's, and with --mpi the MPI world in *mpi (else NULL). Ends
+** the test with the message when either fails. */
+static inline void test_start(int argc, char **argv, int n, uint64_t seed, rp_dataset **data,
+                              rp_comm **mpi) {
+    rp_error err;
+    rp_shape shape = {3, {1, 28, 28}};
+    *mpi = NULL;
+    if (rp_dataset_synthetic(data, n, shape, 10, seed, &err) != RP_OK ||
+        (argc > 1 && strcmp(argv[1], "--mpi") == 0 && rp_comm_mpi_init(&argc, &argv, mpi, &err))) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
 }
 
 #endif /* REPIPE_TEST_SUPPORT_H */

@@ -306,12 +306,7 @@ static void files(void) {
 }
 
 int main(int argc, char **argv) {
-    rp_error err;
-    rp_shape shape = {3, {1, 28, 28}};
-    if (rp_dataset_synthetic(&data, 512, shape, 10, 5, &err) != RP_OK)
-        return 1;
-    if (argc > 1 && strcmp(argv[1], "--mpi") == 0 && rp_comm_mpi_init(&argc, &argv, &mpi, &err))
-        return 1;
+    test_start(argc, argv, 512, 5, &data, &mpi);
     const char *four[] = {
         "\"replication_factor\": 4, \"micro_batch_size\": 2, \"gradient_accumulation_steps\": 3",
         "\"replication_factor\": 2, \"micro_batch_size\": 4, \"gradient_accumulation_steps\": 3, "

@@ -486,12 +486,7 @@ static void embedding_blocks(const char *shape) {
 }
 
 int main(int argc, char **argv) {
-    rp_error err;
-    rp_shape shape = {3, {1, 28, 28}};
-    if (rp_dataset_synthetic(&data, 256, shape, 10, 2, &err) != RP_OK)
-        return 1;
-    if (argc > 1 && strcmp(argv[1], "--mpi") == 0 && rp_comm_mpi_init(&argc, &argv, &mpi, &err))
-        return 1;
+    test_start(argc, argv, 256, 2, &data, &mpi);
     compare("\"replication_factor\": 4", 4, 4);
     compare("\"replication_factor\": 2, \"layers_per_stage\": [3, -1]", 2, 4);
     compare("\"replication_factor\": 2, \"layers_per_stage\": [3, -1], "
