@@ -132,9 +132,13 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   # loss scaling is logged, on the terminal's lines and in the JSON log
   out=$("$bin" train --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist-fp16.json" \
         --updates 20 --log-every 10 --json-log "$tmp/ls.jsonl" 2>&1)
-  if grep -q "^update 20/20 .* loss scale 65536 (0 skipped)$" <<<"$out" &&
+  if grep -q "^update 20/20 .* loss scale 65536 (0 skipped)  lr 0.05$" <<<"$out" &&
      grep -q "^loss scaling: 0 updates skipped (gradients not finite); the scale is now 65536$" <<<"$out" &&
-     grep -q '"loss_scale":65536,"skipped_updates":0}' "$tmp/ls.jsonl"; then ok; else bad "loss scale log: $out"; fi
+     grep -q '"loss_scale":65536,"skipped_updates":0,"lr":0.05}' "$tmp/ls.jsonl"; then ok; else bad "loss scale log: $out"; fi
+  # the learning rate of a schedule, and the norm clipping saw
+  printf '{"micro_batch_size": 64, "gradient_clipping": 1, "lr_schedule": {"type": "step", "step_updates": 5, "gamma": 0.5}}\n' > "$tmp/sched.json"
+  out=$("$bin" train --model "$src/examples/fmnist-mlp.model" --config "$tmp/sched.json" --updates 12 --log-every 6 2>&1)
+  if grep -q "^update 12/12 .*  lr 0.0125  grad norm [0-9.]*$" <<<"$out"; then ok; else bad "schedule log: $out"; fi
   # executable cache: stored on the first start, reused on the second, also under MPI
   printf '{"micro_batch_size": 64, "layers_per_stage": [-1, -1], "executable_cache_dir": "%s"}' \
     "$tmp/cache" > "$tmp/cached.json"

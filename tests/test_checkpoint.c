@@ -136,6 +136,9 @@ static void same_layout(rp_comm *comm, const char *layout) {
         {"Adam, offchip state", "ADAM", "\"optimizer_state_offchip\": true"},
         {"auto loss scaling, fp16 exchange", "SGD",
          "\"auto_loss_scaling\": true, \"enable_half_partials\": true, \"loss_scaling\": 1024"},
+        {"cosine schedule, gradient clipping", "SGD",
+         "\"gradient_clipping\": 0.5, \"lr_schedule\": {\"type\": \"cosine\", "
+         "\"warmup_updates\": 3, \"decay_updates\": 16, \"min_lr\": 0.001}"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const char *opt = strcmp(cases[k].opt, "SGD") == 0 ? SGD : ADAM;

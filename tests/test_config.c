@@ -3,6 +3,7 @@
 ** Execution configuration: per-key validation messages, wildcard expansion,
 ** IPUConfig files, derived numbers and the save/load round trip.
 */
+#include <math.h>
 #include <stdlib.h>
 
 #include "repipe/config.h"
@@ -259,6 +260,48 @@ static void test_ipu_keys(void) {
     CHECK_STR_HAS(err.msg, "'projection_serialization_factor'");
 }
 
+/* The learning-rate schedule and clipping: values derived by hand, the
+** rules, and a save/load round trip. */
+static void test_lr_schedule(void) {
+    rp_config cfg;
+    rp_error err;
+    CHECK(load(&cfg, "{\"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1}, \"lr_schedule\": "
+                     "{\"type\": \"step\", \"warmup_updates\": 4, \"step_updates\": 10, "
+                     "\"gamma\": 0.5}, \"gradient_clipping\": 2}",
+               &err) == RP_OK);
+    CHECK(rp_config_lr(&cfg, 0) == 0.1 * 1 / 4);
+    CHECK(rp_config_lr(&cfg, 3) == 0.1);
+    CHECK(rp_config_lr(&cfg, 13) == 0.1);       /* 9 updates after the warm-up */
+    CHECK(rp_config_lr(&cfg, 14) == 0.1 * 0.5); /* 10 */
+    CHECK(rp_config_lr(&cfg, 34) == 0.1 * 0.125);
+    CHECK(cfg.gradient_clipping == 2);
+    char *text;
+    rp_config back;
+    CHECK(rp_config_to_json(&cfg, &text, &err) == RP_OK);
+    CHECK(load(&back, text, &err) == RP_OK);
+    CHECK(rp_config_equal(&cfg, &back));
+    free(text);
+    /* cosine: halfway down at the middle of the decay */
+    CHECK(load(&cfg, "{\"optimizer\": {\"type\": \"sgd\", \"lr\": 0.3}, \"lr_schedule\": "
+                     "{\"type\": \"cosine\", \"decay_updates\": 10, \"min_lr\": 0.1}}",
+               &err) == RP_OK);
+    CHECK(rp_config_lr(&cfg, 0) == 0.3);
+    CHECK(fabs(rp_config_lr(&cfg, 5) - 0.2) < 1e-15);
+    CHECK(rp_config_lr(&cfg, 10) == 0.1 && rp_config_lr(&cfg, 1000) == 0.1);
+    /* the rules name the key */
+    CHECK(load(&cfg, "{\"lr_schedule\": {\"type\": \"cosine\", \"warmup_updates\": 5}}",
+               &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "a cosine schedule needs decay_updates");
+    CHECK(load(&cfg, "{\"lr_schedule\": {\"type\": \"linear\"}}", &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "'lr_schedule.type'");
+    CHECK(load(&cfg, "{\"lr_schedule\": {\"type\": \"step\", \"step_update\": 3}}", &err) ==
+          RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "unknown key 'lr_schedule.step_update' (did you mean "
+                           "'lr_schedule.step_updates'?)");
+    CHECK(load(&cfg, "{\"gradient_clipping\": -1}", &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "'gradient_clipping'");
+}
+
 static void test_ipu_config(void) {
     rp_config cfg;
     rp_error err;
@@ -346,6 +389,7 @@ int main(void) {
     test_wildcards();
     test_ipu_config();
     test_ipu_keys();
+    test_lr_schedule();
     test_round_trip();
     return test_finish("test_config");
 }

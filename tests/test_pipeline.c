@@ -147,6 +147,69 @@ static void sweep(bool use_mpi, int only_workers) {
     printf("%d pipeline configurations compared with one worker\n", run);
 }
 
+/* Gradient clipping by the global norm and a cosine schedule with warm-up,
+** over three updates in one host call: the pipeline equals one worker, the
+** clip was active (the norm is above it), and the last update's learning
+** rate is the schedule's. The norm sums every stage's and replica's share
+** once, so a clipped pipeline update is the clipped single-worker one. */
+static void clipped(bool use_mpi, int only_workers) {
+    static const pcase picks[] = {
+        {2, 2, {2, 1}, 3, "1f1b"}, {3, 1, {1, 3, 1}, 4, "gpipe"}, {2, 2, {1, 1}, 3, "gpipe"},
+        {2, 1, {3, 1}, 4, "1f1b"},
+    };
+    const char *opt = "{\"type\": \"sgd\", \"lr\": 0.2, \"momentum\": 0.9}, "
+                      "\"gradient_clipping\": 0.25, \"device_iterations\": 3, "
+                      "\"lr_schedule\": {\"type\": \"cosine\", \"warmup_updates\": 1, "
+                      "\"decay_updates\": 4, \"min_lr\": 0.01}";
+    int run = 0;
+    for (size_t k = 0; k < sizeof picks / sizeof picks[0]; k++) {
+        const pcase *pc = &picks[k];
+        if (only_workers && workers_of(pc) != only_workers)
+            continue;
+        rp_model *m = test_model(MLP);
+        rp_config pipe = config(pc, false, opt), one = config(pc, true, opt);
+        rp_weights *a = train(m, &pipe, use_mpi, NULL), *b = train(m, &one, false, NULL);
+        if (a && b) {
+            double d = diff(a, b);
+            if (!(d <= 1e-5))
+                fprintf(stderr, "clipped P=%d R=%d r=[%d,%d,%d] GA=%d: differs by %g\n", pc->P,
+                        pc->R, pc->r[0], pc->r[1], pc->r[2], pc->GA, d);
+            CHECK(d <= 1e-5);
+        }
+        rp_weights_free(a), rp_weights_free(b);
+        rp_model_free(m);
+        run++;
+    }
+    /* on one worker: the norm it clipped at, the rate of update 2 */
+    rp_model *m = test_model(MLP);
+    rp_config one = config(&picks[0], true, opt);
+    rp_session *s;
+    rp_error err;
+    CHECK(rp_session_create(m, &one, &s, &err) == RP_OK);
+    long long per = rp_session_samples_per_call(s);
+    int64_t *ids = malloc(sizeof(int64_t) * per);
+    float *x = malloc(sizeof(float) * per * 784);
+    int32_t *y = malloc(sizeof(int32_t) * per);
+    for (long long i = 0; i < per; i++)
+        ids[i] = (i * 7) % data->n;
+    rp_dataset_gather(data, ids, (int)per, x, y);
+    rp_result r;
+    CHECK(rp_session_run(s, x, y, ids, &r, &err) == RP_OK);
+    double lr, norm;
+    rp_session_last_update(s, &lr, &norm);
+    CHECK(norm > 0.25); /* the clip was active */
+    /* update 2: (2 - 1) / (4 - 1) of the way down the cosine */
+    double want = 0.01 + 0.5 * (1 + cos(3.14159265358979323846 / 3)) * (0.2 - 0.01);
+    CHECK(fabs(lr - want) < 1e-12);
+    CHECK(fabs(rp_config_lr(&one, 0) - 0.2) < 1e-15); /* warm-up of one update: full rate */
+    CHECK(rp_config_lr(&one, 7) == 0.01);
+    free(ids), free(x), free(y);
+    rp_session_free(s);
+    rp_model_free(m);
+    CHECK(run > 0);
+    printf("%d clipped, scheduled pipelines compared with one worker\n", run);
+}
+
 /* A pipeline twice: the same bits. */
 static void determinism(void) {
     rp_model *m = test_model(CNN);
@@ -278,6 +341,7 @@ int main(int argc, char **argv) {
         if (rp_comm_mpi_init(&argc, &argv, &mpi, &err))
             return 1;
         sweep(true, rp_comm_size(mpi));
+        clipped(true, rp_comm_size(mpi));
         char name[64];
         snprintf(name, sizeof name, "test_pipeline (mpi rank %d)", rp_comm_rank(mpi));
         rc = test_finish(name);
@@ -285,6 +349,7 @@ int main(int argc, char **argv) {
     } else {
         checker();
         sweep(false, 0);
+        clipped(false, 0);
         determinism();
         rc = test_finish("test_pipeline (local)");
     }

@@ -453,11 +453,21 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             double scale;
             long long skipped;
             rp_session_loss_scale(s, &scale, &skipped);
-            char ls[96] = "", ljs[96] = "";
+            char ls[192] = "", ljs[192] = "";
             if (cfg.auto_loss_scaling) {
                 snprintf(ls, sizeof ls, "  loss scale %.10g (%lld skipped)", scale, skipped);
                 snprintf(ljs, sizeof ljs, ",\"loss_scale\":%.17g,\"skipped_updates\":%lld",
                          scale, skipped);
+            }
+            double lr, norm; /* the schedule's rate and, when clipping, the norm */
+            rp_session_last_update(s, &lr, &norm);
+            size_t l1 = strlen(ls), l2 = strlen(ljs);
+            snprintf(ls + l1, sizeof ls - l1, "  lr %.4g", lr);
+            snprintf(ljs + l2, sizeof ljs - l2, ",\"lr\":%.9g", lr);
+            if (norm >= 0) {
+                l1 = strlen(ls), l2 = strlen(ljs);
+                snprintf(ls + l1, sizeof ls - l1, "  grad norm %.4g", norm);
+                snprintf(ljs + l2, sizeof ljs - l2, ",\"grad_norm\":%.9g", norm);
             }
             if (!tty && lead)
                 printf("update %lld/%lld  epoch %.2f  loss %.4f  %.0f samples/s  ETA %s%s\n",

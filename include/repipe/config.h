@@ -47,6 +47,21 @@ typedef struct rp_optimizer_config {
     double eps;          /* adam [1e-8] */
 } rp_optimizer_config;
 
+/* The learning rate over a run, by update u (0, 1, ...): first a linear
+** warm-up, lr * (u + 1) / warmup_updates for u < warmup_updates; then
+** constant, cosine (from lr down to min_lr at decay_updates, min_lr after)
+** or step (lr * gamma^floor((u - warmup_updates) / step_updates)). */
+typedef enum rp_lr_schedule_type { RP_LR_CONSTANT = 0, RP_LR_COSINE, RP_LR_STEP } rp_lr_schedule_type;
+
+typedef struct rp_lr_schedule {
+    rp_lr_schedule_type type;
+    long long warmup_updates; /* [0] */
+    long long decay_updates;  /* cosine: the update min_lr is reached at (required) */
+    double min_lr;            /* cosine [0] */
+    long long step_updates;   /* step: updates between decays (required) */
+    double gamma;             /* step [0.1] */
+} rp_lr_schedule;
+
 /* A list of layer counts per stage; -1 entries are wildcards. */
 typedef struct rp_layer_list {
     int count;
@@ -89,11 +104,19 @@ typedef struct rp_config {
     int64_t device_memory; /* bytes; 0 = unlimited */
     char executable_cache_dir[RP_PATH_MAX];
     rp_optimizer_config optimizer;
+    rp_lr_schedule lr_schedule;
+    /* > 0: gradients scaled by min(1, C / (norm + 1e-6)), norm the global L2
+    ** norm over every variable of every stage and replica group, computed
+    ** once per update (PyTorch's clip_grad_norm_); 0: off */
+    double gradient_clipping;
 
     /* Keys accepted without effect, one message each. */
     int num_warnings;
     char warnings[RP_MAX_WARNINGS][RP_WARNING_MAX];
 } rp_config;
+
+/* The learning rate of update u (counted from 0, skipped updates included). */
+double rp_config_lr(const rp_config *cfg, long long u);
 
 /* Fills cfg with the defaults of docs/configuration.md (one stage, one replica, ...). */
 void rp_config_default(rp_config *cfg);

@@ -67,6 +67,9 @@ void rp_session_free(rp_session *s);
 long long rp_session_samples_per_call(const rp_session *s);
 /* Updates done so far (skipped ones included). */
 long long rp_session_updates(const rp_session *s);
+/* The last update's learning rate (lr_schedule), and with gradient_clipping
+** its global gradient norm before clipping (-1 without). */
+void rp_session_last_update(const rp_session *s, double *lr, double *grad_norm);
 /* The loss scale of the next update, and the updates skipped so far by
 ** auto_loss_scaling because their gradients were not finite. */
 void rp_session_loss_scale(const rp_session *s, double *scale, long long *skipped);

@@ -37,6 +37,7 @@ void rp_config_default(rp_config *cfg) {
     cfg->optimizer.beta1 = 0.9;
     cfg->optimizer.beta2 = 0.999;
     cfg->optimizer.eps = 1e-8;
+    cfg->lr_schedule.gamma = 0.1;
 }
 
 /* ---- loading ------------------------------------------------------------ */
@@ -489,6 +490,104 @@ static rp_status k_optimizer(rp_config *cfg, load_ctx *c, const char *key, const
     return RP_OK;
 }
 
+/* A whole number >= lo of an object's key, or the default when absent. */
+static rp_status get_count(load_ctx *c, const cJSON *obj, const char *key, const char *full,
+                           long long lo, long long *out) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!e)
+        return RP_OK;
+    if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < lo ||
+        e->valuedouble > 1e15) {
+        char rule[64];
+        snprintf(rule, sizeof rule, "must be a whole number >= %lld", lo);
+        return bad_value(c, full, e, rule);
+    }
+    *out = (long long)e->valuedouble;
+    return RP_OK;
+}
+
+static rp_status k_lr_schedule(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
+    if (!cJSON_IsObject(v))
+        return bad_value(c, key, v,
+                         "must be an object such as {\"type\": \"cosine\", \"warmup_updates\": "
+                         "100, \"decay_updates\": 5000, \"min_lr\": 0.0001}");
+    rp_lr_schedule *ls = &cfg->lr_schedule;
+    static const char *const known[] = {"type",          "warmup_updates", "decay_updates",
+                                        "min_lr",        "step_updates",   "gamma"};
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        bool found = false;
+        for (int k = 0; k < 6; k++)
+            found |= strcmp(e->string, known[k]) == 0;
+        if (!found) {
+            const char *hint = rp_closest_word(e->string, known, 6);
+            return rp_fail(c->err, RP_ERR_INVALID, "%s: unknown key 'lr_schedule.%s'%s%s%s",
+                           c->name, e->string, hint ? " (did you mean 'lr_schedule." : "",
+                           hint ? hint : "", hint ? "'?)" : "");
+        }
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
+    if (!t || !cJSON_IsString(t) ||
+        (strcmp(t->valuestring, "constant") && strcmp(t->valuestring, "cosine") &&
+         strcmp(t->valuestring, "step")))
+        return bad_value(c, "lr_schedule.type", t ? t : v,
+                         "must be \"constant\", \"cosine\" or \"step\"");
+    ls->type = strcmp(t->valuestring, "cosine") == 0 ? RP_LR_COSINE
+               : strcmp(t->valuestring, "step") == 0 ? RP_LR_STEP
+                                                     : RP_LR_CONSTANT;
+    rp_status s;
+    if ((s = get_count(c, v, "warmup_updates", "lr_schedule.warmup_updates", 0,
+                       &ls->warmup_updates)) ||
+        (s = get_count(c, v, "decay_updates", "lr_schedule.decay_updates", 1,
+                       &ls->decay_updates)) ||
+        (s = get_count(c, v, "step_updates", "lr_schedule.step_updates", 1, &ls->step_updates)))
+        return s;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(v, "min_lr");
+    if (m && !(cJSON_IsNumber(m) && m->valuedouble >= 0 && isfinite(m->valuedouble)))
+        return bad_value(c, "lr_schedule.min_lr", m, "must be a number >= 0");
+    if (m)
+        ls->min_lr = m->valuedouble;
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(v, "gamma");
+    if (g && !(cJSON_IsNumber(g) && g->valuedouble > 0 && g->valuedouble <= 1))
+        return bad_value(c, "lr_schedule.gamma", g, "must be a number > 0 and <= 1");
+    if (g)
+        ls->gamma = g->valuedouble;
+    if (ls->type == RP_LR_COSINE && ls->decay_updates <= ls->warmup_updates)
+        return rp_fail(c->err, RP_ERR_INVALID,
+                       "%s: key 'lr_schedule': a cosine schedule needs decay_updates (the "
+                       "update min_lr is reached at) after warmup_updates (%lld); got %lld",
+                       c->name, ls->warmup_updates, ls->decay_updates);
+    if (ls->type == RP_LR_STEP && ls->step_updates < 1)
+        return rp_fail(c->err, RP_ERR_INVALID,
+                       "%s: key 'lr_schedule': a step schedule needs step_updates >= 1",
+                       c->name);
+    return RP_OK;
+}
+
+static rp_status k_clipping(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || !isfinite(v->valuedouble))
+        return bad_value(c, key, v, "must be a number >= 0 (0: no clipping)");
+    cfg->gradient_clipping = v->valuedouble;
+    return RP_OK;
+}
+
+double rp_config_lr(const rp_config *cfg, long long u) {
+    const rp_lr_schedule *ls = &cfg->lr_schedule;
+    double lr = cfg->optimizer.lr;
+    if (u < ls->warmup_updates)
+        return lr * (double)(u + 1) / (double)ls->warmup_updates;
+    long long t = u - ls->warmup_updates;
+    if (ls->type == RP_LR_COSINE) {
+        double p = (double)t / (double)(ls->decay_updates - ls->warmup_updates);
+        if (p >= 1)
+            return ls->min_lr;
+        return ls->min_lr + 0.5 * (1 + cos(3.14159265358979323846 * p)) * (lr - ls->min_lr);
+    }
+    if (ls->type == RP_LR_STEP)
+        return lr * pow(ls->gamma, (double)(t / ls->step_updates));
+    return lr;
+}
+
 /* Keys of Optimum Graphcore's IPUConfig with no meaning in repipe. */
 static rp_status k_ignored(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
     (void)v;
@@ -542,6 +641,8 @@ static const struct key_def {
     {"device_memory", k_device_memory},
     {"executable_cache_dir", k_cache_dir},
     {"optimizer", k_optimizer},
+    {"lr_schedule", k_lr_schedule},
+    {"gradient_clipping", k_clipping},
     {"sharded_execution_for_inference", k_sharded_inference},
     {"parallelize_kwargs", k_ignored},
     {"inference_parallelize_kwargs", k_ignored},
@@ -868,6 +969,23 @@ rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
     }
     cJSON_AddNumberToObject(o, "weight_decay", oc->weight_decay);
     cJSON_AddItemToObject(r, "optimizer", o);
+    const rp_lr_schedule *ls = &cfg->lr_schedule;
+    if (ls->type != RP_LR_CONSTANT || ls->warmup_updates) {
+        static const char *const names[] = {"constant", "cosine", "step"};
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "type", names[ls->type]);
+        cJSON_AddNumberToObject(j, "warmup_updates", (double)ls->warmup_updates);
+        if (ls->type == RP_LR_COSINE) {
+            cJSON_AddNumberToObject(j, "decay_updates", (double)ls->decay_updates);
+            cJSON_AddNumberToObject(j, "min_lr", ls->min_lr);
+        } else if (ls->type == RP_LR_STEP) {
+            cJSON_AddNumberToObject(j, "step_updates", (double)ls->step_updates);
+            cJSON_AddNumberToObject(j, "gamma", ls->gamma);
+        }
+        cJSON_AddItemToObject(r, "lr_schedule", j);
+    }
+    if (cfg->gradient_clipping > 0)
+        cJSON_AddNumberToObject(r, "gradient_clipping", cfg->gradient_clipping);
     char *text = cJSON_Print(r);
     cJSON_Delete(r);
     if (!text)
@@ -936,6 +1054,15 @@ bool rp_config_equal(const rp_config *a, const rp_config *b) {
                   sizeof(double) * a->inference_matmul_proportion_count) == 0 &&
            a->device_memory == b->device_memory &&
            strcmp(a->executable_cache_dir, b->executable_cache_dir) == 0 &&
+           a->lr_schedule.type == b->lr_schedule.type &&
+           a->lr_schedule.warmup_updates == b->lr_schedule.warmup_updates &&
+           (a->lr_schedule.type != RP_LR_COSINE ||
+            (a->lr_schedule.decay_updates == b->lr_schedule.decay_updates &&
+             a->lr_schedule.min_lr == b->lr_schedule.min_lr)) &&
+           (a->lr_schedule.type != RP_LR_STEP ||
+            (a->lr_schedule.step_updates == b->lr_schedule.step_updates &&
+             a->lr_schedule.gamma == b->lr_schedule.gamma)) &&
+           a->gradient_clipping == b->gradient_clipping &&
            oa->type == ob->type && oa->lr == ob->lr && oa->momentum == ob->momentum &&
            oa->weight_decay == ob->weight_decay && oa->beta1 == ob->beta1 &&
            oa->beta2 == ob->beta2 && oa->eps == ob->eps;

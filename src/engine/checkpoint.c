@@ -336,6 +336,12 @@ rp_status rp_checkpoint_latest(const char *dir, rp_checkpoint *out, char *path, 
 
 /* ---- resuming under another configuration ------------------------------------ */
 
+static bool same_schedule(const rp_lr_schedule *a, const rp_lr_schedule *b) {
+    return a->type == b->type && a->warmup_updates == b->warmup_updates &&
+           a->decay_updates == b->decay_updates && a->min_lr == b->min_lr &&
+           a->step_updates == b->step_updates && a->gamma == b->gamma;
+}
+
 bool rp_checkpoint_compatible(const rp_config *was, const rp_config *now, char *why,
                               size_t cap) {
     rp_derived a, b;
@@ -375,6 +381,10 @@ bool rp_checkpoint_compatible(const rp_config *was, const rp_config *now, char *
         key = "loss_scaling";
     else if (was->enable_half_partials != now->enable_half_partials)
         key = "enable_half_partials";
+    else if (was->gradient_clipping != now->gradient_clipping)
+        key = "gradient_clipping";
+    else if (!same_schedule(&was->lr_schedule, &now->lr_schedule))
+        key = "lr_schedule";
     if (key && cap)
         snprintf(why, cap, "%s", key);
     return !key;

@@ -60,7 +60,7 @@ rp_status rpi_opt_step(worker *w, long long step, float *p, const float *g, size
                           size_t count) {
     rp_session *s = w->s;
     if (w->state_fd < 0) {
-        rp_optimizer_step(&s->cfg.optimizer, step, p, g, w->opt + state_offset, count);
+        rp_optimizer_step(&w->opt_now, step, p, g, w->opt + state_offset, count);
         return RP_OK;
     }
     size_t per = s->state_per_param;
@@ -70,7 +70,7 @@ rp_status rpi_opt_step(worker *w, long long step, float *p, const float *g, size
             if (rpi_pio(w->state_fd, w->chunk + a * n, sizeof(float) * n,
                     (off_t)(sizeof(float) * (state_offset + a * count + at)), false))
                 return rp_fail(&w->err, RP_ERR_IO, "offchip optimizer state: read failed");
-        rp_optimizer_step(&s->cfg.optimizer, step, p + at, g + at, w->chunk, n);
+        rp_optimizer_step(&w->opt_now, step, p + at, g + at, w->chunk, n);
         for (size_t a = 0; a < per; a++)
             if (rpi_pio(w->state_fd, w->chunk + a * n, sizeof(float) * n,
                     (off_t)(sizeof(float) * (state_offset + a * count + at)), true))
@@ -96,8 +96,49 @@ static void apply_update(void *ctx, size_t at, float *sum, size_t len) {
         for (size_t e = 0; e < len; e++)
             sum[e] *= u->f;
     float *state = u->vr->sharded ? w->opt + u->vr->state_offset + (at - u->first) : NULL;
-    rp_optimizer_step_at(&w->s->cfg.optimizer, w->applied,
+    rp_optimizer_step_at(&w->opt_now, w->applied,
                          rp_net_params(w->net) + u->vr->offset + at, sum, state, u->have, len);
+}
+
+/* Gradient clipping: every worker scales its reduced gradients by
+** min(1, C / (norm + 1e-6)), norm the L2 norm over every variable of every
+** stage and replica group. Each group's copy of a run counts once: its
+** shards, or for an unsharded run the first member of its reduction; their
+** squares are summed over the world. */
+static rp_status clip(worker *w) {
+    rp_session *s = w->s;
+    float *g = rp_net_grads(w->net);
+    double sum = 0;
+    for (int r = 0; r < w->nruns; r++) {
+        const var_run *vr = &w->runs[r];
+        const float *x = vr->sharded ? w->shard_g + vr->shard_offset : g + vr->offset;
+        size_t k = vr->sharded ? vr->shard : vr->count;
+        if (vr->sharded) { /* the shard's padding past the run holds nothing */
+            size_t first = (size_t)rp_comm_rank(w->reduce[vr->grouping]) * vr->shard;
+            k = first >= vr->count ? 0 : vr->count - first < k ? vr->count - first : k;
+        } else if (rp_comm_rank(w->reduce[vr->grouping]) != 0) {
+            continue;
+        }
+        for (size_t e = 0; e < k; e++)
+            sum += (double)x[e] * x[e];
+    }
+    float total = (float)sum;
+    rp_status st = RP_OK;
+    if (rp_comm_size(w->comm) > 1 && (st = rp_comm_allreduce(w->comm, NULL, &total, 1, &w->err)))
+        return st;
+    w->grad_norm = sqrt((double)total);
+    double coef = s->cfg.gradient_clipping / (w->grad_norm + 1e-6);
+    if (coef >= 1)
+        return RP_OK;
+    float f = (float)coef;
+    for (int r = 0; r < w->nruns; r++) {
+        const var_run *vr = &w->runs[r];
+        float *x = vr->sharded ? w->shard_g + vr->shard_offset : g + vr->offset;
+        size_t k = vr->sharded ? vr->shard : vr->count;
+        for (size_t e = 0; e < k; e++)
+            x[e] *= f;
+    }
+    return RP_OK;
 }
 
 /* The gradients of an update, reduced within each variable's group and
@@ -155,6 +196,8 @@ rp_status rpi_reduce(worker *w) {
     }
     if (w->skip)
         return RP_OK;
+    if (s->cfg.gradient_clipping > 0 && (st = clip(w)))
+        return st;
     if (!w->any_fused)
         w->applied++;
     for (int r = 0; r < w->nruns && !st; r++) {

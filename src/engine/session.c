@@ -89,6 +89,8 @@ static void worker_run(worker *w) {
     w->status = RP_OK;
     for (int d = 0; d < s->D; d++) {
         rp_net_zero_grads(w->net);
+        w->opt_now = s->cfg.optimizer; /* this update's learning rate */
+        w->opt_now.lr = rp_config_lr(&s->cfg, s->updates + d);
         for (int i = 0; i < w->plan->num_ops; i++) {
             const rp_op *op = &w->plan->ops[i];
             size_t row = op->mb >= 0 ? d * S + ((size_t)c * GA + op->mb) * B : 0;
@@ -188,7 +190,7 @@ static void worker_run(worker *w) {
                 if (w->skip)
                     break;
                 if (!w->any_sharded && !w->any_fused && w->state_fd < 0) {
-                    rp_optimizer_step(&s->cfg.optimizer, w->applied, rp_net_params(w->net),
+                    rp_optimizer_step(&w->opt_now, w->applied, rp_net_params(w->net),
                                       rp_net_grads(w->net), w->opt, n);
                     break;
                 }
@@ -295,10 +297,12 @@ int rpi_reduce_members(const rp_session *s, const rp_grouping *g, int c, int sta
 ** locally each member then updates a chunk for all. A stateful update may be
 ** split only where its state is: sharded runs on the local backend, whose
 ** chunk is the member's shard (under MPI every rank would update all of it).
-** Never with auto_loss_scaling (the update may yet be skipped), fp16 sums or
-** offchip state (streamed a chunk at a time). */
+** Never with auto_loss_scaling (the update may yet be skipped), gradient
+** clipping (it waits for the global norm), fp16 sums or offchip state
+** (streamed a chunk at a time). */
 bool rpi_fused_run(const rp_session *s, int k, bool sharded) {
-    if (k < 2 || s->cfg.auto_loss_scaling || s->cfg.enable_half_partials)
+    if (k < 2 || s->cfg.auto_loss_scaling || s->cfg.enable_half_partials ||
+        s->cfg.gradient_clipping > 0) /* (the update waits for the global norm) */
         return false;
     if (s->state_per_param == 0)
         return true;
@@ -331,6 +335,8 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     w->req_live = calloc(2 * (size_t)s->GA, sizeof(bool));
     w->runs = calloc(m->num_vars ? m->num_vars : 1, sizeof(var_run));
     w->scale = rp_config_loss_scale(&s->cfg);
+    w->opt_now = s->cfg.optimizer;
+    w->grad_norm = -1;
     if (s->cfg.enable_half_partials) {
         size_t big = in > out ? in : out;
         w->h_act = malloc(sizeof(uint16_t) * out * s->B * s->GA);
@@ -710,6 +716,11 @@ long long rp_session_samples_per_call(const rp_session *s) {
 long long rp_session_updates(const rp_session *s) { return s->updates; }
 
 const char *rp_session_cache_note(const rp_session *s) { return s->cache_note; }
+
+void rp_session_last_update(const rp_session *s, double *lr, double *grad_norm) {
+    *lr = s->w[0].opt_now.lr;
+    *grad_norm = s->w[0].grad_norm;
+}
 
 void rp_session_loss_scale(const rp_session *s, double *scale, long long *skipped) {
     *scale = s->w[0].scale; /* every worker took the same decisions */

@@ -61,6 +61,8 @@ typedef struct worker {
     double scale;             /* the loss scale of the next update */
     int clean;                /* updates without inf/NaN since the scale last changed */
     long long applied;        /* optimizer steps taken (skipped updates take none) */
+    rp_optimizer_config opt_now; /* the optimizer of this update: its learning rate */
+    double grad_norm;         /* gradient_clipping: the last update's global norm, else -1 */
     long long skipped;
     bool skip;                /* this update's gradients were not finite */
     rp_status status;
