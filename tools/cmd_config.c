@@ -70,6 +70,17 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
     printf("  output mode                %s\n", rp_output_mode_name(cfg->output_mode));
     printf("  optimizer                  %s, lr %g\n", rp_optimizer_name(cfg->optimizer.type),
            cfg->optimizer.lr);
+    const rp_lr_schedule *ls = &cfg->lr_schedule;
+    if (ls->warmup_updates)
+        printf("  lr warm-up                 %lld updates\n", ls->warmup_updates);
+    if (ls->type == RP_LR_COSINE)
+        printf("  lr schedule                cosine to %g at update %lld\n", ls->min_lr,
+               ls->decay_updates);
+    else if (ls->type == RP_LR_STEP)
+        printf("  lr schedule                x %g every %lld updates\n", ls->gamma,
+               ls->step_updates);
+    if (cfg->gradient_clipping > 0)
+        printf("  gradient clipping          global norm %g\n", cfg->gradient_clipping);
     /* the memory features that are on, one line each */
     bool any = cfg->replicated_tensor_sharding || cfg->optimizer_state_offchip ||
                cfg->recompute_checkpoint_every_layer || cfg->auto_loss_scaling ||
