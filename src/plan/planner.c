@@ -282,7 +282,7 @@ static void solve_row(const level_ctx *x, int i, row_buf *r) {
                             continue;
                         double pre = r->time[(size_t)k * M + m - mp];
                         if (pre > bound)
-                            continue; /* also skips infeasible cells */
+                            continue;
                         if (mem && (range(st->activation, k + 1, j) +
                                     range(st->parameter, k + 1, j)) *
                                            cdiv[m * M + mp] >
@@ -296,6 +296,8 @@ static void solve_row(const level_ctx *x, int i, row_buf *r) {
                                          : q | ((1 << SBLOCK) - 1);
                             continue;
                         }
+                        if (isinf(pre))
+                            continue; /* infeasible: passed above while the bound is too */
                         double lr, l = last_stage(x, k, j, mp, &lr);
                         double pt = pre > l ? pre : l;
                         if (pt > bound)
