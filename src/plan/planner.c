@@ -55,6 +55,7 @@ typedef struct row_buf {
     double *time;
     int *hint;    /* M x M: where the scan of (m, mp) started in the last column */
     double *cdiv; /* M x M: ceil((M - (m+1)) / mp), copies of a stash */
+    double *cfeas; /* M: the largest C[j] of a feasible cell (i, j, m) so far */
 } row_buf;
 
 static inline cell *at(const row_buf *r, int M, int j, int m) { return &r->c[(size_t)j * M + m]; }
@@ -222,6 +223,8 @@ static void solve_row(const level_ctx *x, int i, row_buf *r) {
     for (int q = 0; q < M * M; q++)
         hint[q] = 0;
     for (int m = 0; m < M; m++)
+        r->cfeas[m] = -INFINITY;
+    for (int m = 0; m < M; m++)
         for (int mp = 1; mp < M; mp++)
             r->cdiv[m * M + mp] = ceil_div(M - (m + 1), mp);
     for (int j = i; j < N; j++) {
@@ -238,6 +241,8 @@ static void solve_row(const level_ctx *x, int i, row_buf *r) {
                 c = (cell){time, time * time, -1, 0, m + 1, 1};
             }
             put(r, M, j, m, &c);
+            if (!isinf(c.time) && st->compute[j] > r->cfeas[m])
+                r->cfeas[m] = st->compute[j];
         }
         if (j == i)
             continue;
@@ -277,6 +282,10 @@ static void solve_row(const level_ctx *x, int i, row_buf *r) {
                         int k = pred[q];
                         double ck = st->compute[k];
                         if (side ? ck > cceil : ck < cfloor)
+                            break;
+                        /* larger prefixes from here on: none is feasible past
+                        ** the largest C of a feasible one */
+                        if (side && ck > r->cfeas[m - mp])
                             break;
                         if (k < i)
                             continue;
@@ -319,6 +328,8 @@ static void solve_row(const level_ctx *x, int i, row_buf *r) {
             if (better(&split, &c))
                 c = split;
             put(r, M, j, m, &c);
+            if (!isinf(c.time) && cj > r->cfeas[m])
+                r->cfeas[m] = cj;
         }
     }
 }
@@ -328,10 +339,13 @@ static rp_status row_alloc(row_buf *r, int N, int M) {
     r->time = malloc(sizeof(double) * (size_t)N * M);
     r->hint = malloc(sizeof(int) * (size_t)M * M);
     r->cdiv = malloc(sizeof(double) * (size_t)M * M);
-    return r->c && r->time && r->hint && r->cdiv ? RP_OK : RP_ERR_NOMEM;
+    r->cfeas = malloc(sizeof(double) * (size_t)M);
+    return r->c && r->time && r->hint && r->cdiv && r->cfeas ? RP_OK : RP_ERR_NOMEM;
 }
 
-static void row_free(row_buf *r) { free(r->c), free(r->time), free(r->hint), free(r->cdiv); }
+static void row_free(row_buf *r) {
+    free(r->c), free(r->time), free(r->hint), free(r->cdiv), free(r->cfeas);
+}
 
 typedef struct solver {
     const level_ctx *x;
@@ -669,6 +683,8 @@ static rp_status fits(int N, int nodes, const rp_plan_options *o, int threads,
             most = o->machines[l];
     }
     need += (double)(threads + 1) * N * most * (sizeof(cell) + sizeof(double));
+    if (need < 256e6)
+        return RP_OK; /* small: not worth reading /proc for */
     double avail = rp_memory_available();
     if (need > avail)
         return rp_fail(err, RP_ERR_NOMEM,
@@ -699,7 +715,7 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
     double *smax = NULL;
     size_t *soff = NULL;
     level_ctx ctx[RP_PLAN_MAX_LEVELS];
-    row_buf row = {NULL, NULL, NULL, NULL};
+    row_buf row = {0};
     rp_plan *p = calloc(1, sizeof *p);
     if (!p) {
         rp_states_free(&st);
