@@ -55,6 +55,18 @@ static int test_checks;
         }                                                                               \
     } while (0)
 
+/* A call that must succeed; on failure its message (err.msg) is printed. */
+#define CHECK_OK(call, err)                                                              \
+    do {                                                                                 \
+        int st_ = (int)(call);                                                           \
+        test_checks++;                                                                   \
+        if (st_ != 0) {                                                                  \
+            fprintf(stderr, "%s:%d: %s failed (%d): %s\n", __FILE__, __LINE__, #call, st_, \
+                    (err).msg);                                                          \
+            test_failures++;                                                             \
+        }                                                                                \
+    } while (0)
+
 /* Relative closeness: |a - b| <= rtol * max(|a|, |b|). */
 #define CHECK_CLOSE(a, b, rtol)                                                          \
     do {                                                                                 \

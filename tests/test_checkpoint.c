@@ -69,10 +69,10 @@ static rp_train_state run(const rp_model *m, const rp_config *c, rp_comm *comm,
             ids[i] = (u * per + i) % data->n;
         rp_dataset_gather(data, ids, (int)per, x, y);
         rp_result r;
-        CHECK(rp_session_run(s, x, y, ids, &r, &err) == RP_OK);
+        CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
     }
     rp_train_state out;
-    CHECK(rp_session_get_state(s, &out, &err) == RP_OK);
+    CHECK_OK(rp_session_get_state(s, &out, &err), err);
     free(ids), free(x), free(y);
     rp_session_free(s);
     return out;
@@ -183,7 +183,7 @@ static void refusals(void) {
     rp_train_state st = run(m, &c, NULL, NULL, 0, 2);
     rp_session *s;
     rp_error err;
-    CHECK(rp_session_create(m, &c, &s, &err) == RP_OK);
+    CHECK_OK(rp_session_create(m, &c, &s, &err), err);
     /* a moment missing */
     rp_tensor *t = &st.optimizer->tensors[st.optimizer->num_tensors - 1];
     char name[RP_NAME_MAX];
@@ -205,7 +205,7 @@ static void refusals(void) {
     CHECK(rp_session_set_state(s, &st, &err) == RP_ERR_INVALID);
     CHECK_STR_HAS(err.msg, "counters out of range");
     st.steps = st.updates;
-    CHECK(rp_session_set_state(s, &st, &err) == RP_OK);
+    CHECK_OK(rp_session_set_state(s, &st, &err), err);
     CHECK_INT(rp_session_updates(s), 2);
     rp_session_free(s);
     rp_train_state_free(&st);
@@ -239,7 +239,7 @@ static void files(void) {
             fclose(o);
         }
         ck.state = run(m, &c, NULL, NULL, 0, k);
-        CHECK(rp_checkpoint_write_dir(&ck, dir, 2, path, sizeof path, &err) == RP_OK);
+        CHECK_OK(rp_checkpoint_write_dir(&ck, dir, 2, path, sizeof path, &err), err);
         if (k < 4)
             rp_train_state_free(&ck.state);
     }
@@ -251,7 +251,7 @@ static void files(void) {
     snprintf(name, sizeof name, "%s/ckpt-000000000003.rpc", dir);
     CHECK(access(name, F_OK) == 0);
     rp_checkpoint back;
-    CHECK(rp_checkpoint_latest(dir, &back, path, sizeof path, note, sizeof note, &err) == RP_OK);
+    CHECK_OK(rp_checkpoint_latest(dir, &back, path, sizeof path, note, sizeof note, &err), err);
     CHECK_STR_HAS(path, "ckpt-000000000004.rpc");
     CHECK(note[0] == '\0');
     CHECK_INT(back.state.updates, 4);
@@ -266,14 +266,14 @@ static void files(void) {
     /* a damaged newest one: reported, and the one before used */
     char *bytes;
     size_t len;
-    CHECK(rp_read_file(path, &bytes, &len, &err) == RP_OK);
+    CHECK_OK(rp_read_file(path, &bytes, &len, &err), err);
     FILE *f = fopen(path, "r+b");
     fseek(f, (long)len / 2, SEEK_SET);
     fputc(bytes[len / 2] ^ 0x10, f);
     fclose(f);
     CHECK(rp_checkpoint_load(&back, path, &err) == RP_ERR_PARSE);
     CHECK_STR_HAS(err.msg, "checksum mismatch");
-    CHECK(rp_checkpoint_latest(dir, &back, path, sizeof path, note, sizeof note, &err) == RP_OK);
+    CHECK_OK(rp_checkpoint_latest(dir, &back, path, sizeof path, note, sizeof note, &err), err);
     CHECK_STR_HAS(path, "ckpt-000000000003.rpc");
     CHECK_STR_HAS(note, "ckpt-000000000004.rpc: skipped");
     CHECK_INT(back.state.updates, 3);

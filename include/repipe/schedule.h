@@ -39,6 +39,7 @@ typedef enum rp_op_kind {
     RP_OP_REDUCE,
     RP_OP_STEP
 } rp_op_kind;
+#define RP_OP_COUNT (RP_OP_STEP + 1) /* the kinds: switches need no case for it */
 
 typedef struct rp_op {
     rp_op_kind kind;

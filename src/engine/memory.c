@@ -8,6 +8,7 @@
 
 #include "../core/util.h"
 #include "session_impl.h"
+#include "sharding.h"
 
 /* ---- memory and traces -------------------------------------------------------------- */
 
@@ -31,7 +32,7 @@ static size_t stage_state_floats(const rp_session *s, int stage, size_t *shards)
         }
         if (q != run_q && run) { /* close the run */
             int k = s->groupings[run_q].group_size * rp_config_stage_replicas(&s->cfg, stage);
-            bool sharded = s->cfg.replicated_tensor_sharding && k > 1 && s->state_per_param > 0;
+            bool sharded = rpi_sharded(&s->cfg, k, s->state_per_param);
             total += (sharded ? (run + k - 1) / k : run) * s->state_per_param;
             *shards += sharded && !rpi_fused_run(s, k, true) ? (run + k - 1) / k : 0;
             run = 0;

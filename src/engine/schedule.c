@@ -12,7 +12,8 @@ const char *rp_op_name(rp_op_kind k) {
     static const char *const names[] = {"receive activation", "forward", "send activation",
                                         "receive gradient", "backward", "send gradient",
                                         "wait for sends", "reduce", "step"};
-    return names[k];
+    _Static_assert(sizeof names / sizeof names[0] == RP_OP_COUNT, "a name for every kind");
+    return k >= 0 && k < RP_OP_COUNT ? names[k] : "?";
 }
 
 int rp_workplan_worker(const rp_config *cfg, int c, int s, int j) {
@@ -82,7 +83,7 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
     rp_workplan *sc = calloc(1, sizeof *sc);
     if (!sc || !(sc->w = calloc((size_t)R * per, sizeof(rp_worker_ops)))) {
         free(sc);
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the schedules of %d workers", R * per);
     }
     sc->workers = R * per;
     sc->stages = P;
@@ -92,7 +93,7 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
     if (!order_fw || !order_mb || !slot_of || !free_slots) {
         free(order_fw), free(order_mb), free(slot_of), free(free_slots);
         rp_workplan_free(sc);
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a schedule of %d micro-batches", GA);
     }
     for (int c = 0; c < R; c++)
         for (int s = 0; s < P; s++) {
@@ -121,7 +122,7 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
                 if (!w->ops) {
                     free(order_fw), free(order_mb), free(slot_of), free(free_slots);
                     rp_workplan_free(sc);
-                    return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+                    return rp_fail(err, RP_ERR_NOMEM, "out of memory for the operations of worker %d", (int)(w - sc->w));
                 }
                 for (int i = 0; i < n; i++)
                     if (order_mb[i] % rp_config_stage_replicas(cfg, s) == j)
@@ -176,7 +177,7 @@ rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_er
     rp_status st = RP_OK;
     if (!pc || !sent || !received || !waiting_reduce || !group || !ids || !members ||
         !arrived || !msgs || !head || !tail) {
-        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory to check the schedules of %d workers", W);
         goto done;
     }
     for (int w = 0; w < W; w++) {
@@ -210,7 +211,7 @@ rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_er
                     if (nmsg == cap) {
                         msg *nm = realloc(msgs, sizeof(msg) * cap * 2);
                         if (!nm) {
-                            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+                            st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the %d messages of the schedule check", cap * 2);
                             goto done;
                         }
                         msgs = nm;

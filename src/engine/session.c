@@ -40,6 +40,7 @@
 #include "../core/util.h"
 #include "cache.h"
 #include "session_impl.h"
+#include "sharding.h"
 
 /* How the nets of a stage trade memory for compute: recomputation, and the
 ** scratch of a product limited to matmul_proportion of device_memory. */
@@ -343,11 +344,11 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         w->h_grad = malloc(sizeof(uint16_t) * in * s->B * s->GA);
         w->h_recv = malloc(sizeof(uint16_t) * big * s->B);
         if (!w->h_act || !w->h_grad || !w->h_recv)
-            return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's fp16 buffers", id);
     }
     if (!w->acts || !w->out || !w->losses || !w->grad_in || !w->grad_out || !w->req ||
         !w->req_live || !w->runs)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's activations and messages", id);
     for (int k = 0; k < w->plan->slots; k++)
         if ((st = rp_acts_create(w->net, s->B, &w->acts[k], err)))
             return st;
@@ -378,7 +379,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         /* members of the run's reduction: its group's replicas x stage replicas */
         const rp_grouping *g = &s->groupings[vr->grouping];
         int k = g->group_size * rp_config_stage_replicas(&s->cfg, w->stage);
-        vr->sharded = s->cfg.replicated_tensor_sharding && k > 1 && per > 0; /* state to shard */
+        vr->sharded = rpi_sharded(&s->cfg, k, per);
         vr->shard = vr->sharded ? (vr->count + k - 1) / k : vr->count;
         vr->state_offset = w->state_floats;
         w->state_floats += vr->shard * per;
@@ -398,7 +399,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
             if (!w->runs[r].sharded && w->runs[r].count > most)
                 most = w->runs[r].count;
         if (most && !(w->h_stage = malloc(sizeof(uint16_t) * most)))
-            return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's fp16 reduction", id);
     }
     if (s->cfg.optimizer_state_offchip && w->state_floats) {
         /* worker-ID.state in the session's run directory, removed with it */
@@ -415,18 +416,18 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         w->opt = calloc(w->state_floats ? w->state_floats : 1, sizeof(float));
     }
     if (w->state_fd >= 0 && !w->chunk)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's offchip chunk", id);
     if (w->any_sharded) {
         w->shard_g = malloc(sizeof(float) * shards);
         w->shard_p = malloc(sizeof(float) * maxc); /* touched by the last member only */
         w->tail = malloc(sizeof(float) * maxk);
     }
     if (!w->opt || (w->any_sharded && (!w->shard_g || !w->shard_p || !w->tail)))
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's optimizer state (%zu floats)", id, w->state_floats);
     /* replica c starts from its group's row of each variable */
     int *var_index = malloc(sizeof(int) * (m->num_vars ? m->num_vars : 1));
     if (!var_index)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's initialisation", id);
     for (int v = 0; v < m->num_vars; v++)
         var_index[v] = rp_grouping_group_of(&s->var_group[v], w->replica);
     rp_model_init_params(m, l0, l1, s->cfg.seed, var_index, rp_net_params(w->net));
@@ -484,7 +485,7 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
                        W, R, W / R, rp_comm_size(comm), W);
     rp_session *s = calloc(1, sizeof *s);
     if (!s)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a session of %d workers", W);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->m = m;
@@ -508,7 +509,7 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     s->reduced = malloc(sizeof(float) * R);
     s->labels = malloc(sizeof(int32_t) * (size_t)s->D * R * s->GA * s->B);
     if (!s->var_group || !s->w || !s->all || !s->gather || !s->reduced || !s->labels) {
-        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory for a session of %d workers", W);
         goto fail;
     }
     for (int i = 0; i < s->nlocal; i++)
@@ -602,7 +603,7 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     {
         int *gid = malloc(sizeof(int) * W), G = rp_grouping_num_groups(&cfg->replica_grouping);
         if (!gid) {
-            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+            st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the schedule check of %d workers", W);
             goto fail;
         }
         for (int k = 0; k < W; k++)
@@ -643,7 +644,7 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
                 while (members[me] != id)
                     me++;
                 if (!(w->reduce[q] = rp_world_subcomm(s->world, members, nm, me))) {
-                    st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+                    st = rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's reduction group", id);
                     goto fail;
                 }
             }

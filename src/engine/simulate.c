@@ -14,6 +14,7 @@
 #include "repipe/session.h"
 #include "repipe/simulate.h"
 #include "simulate_impl.h"
+#include "sharding.h"
 
 void rp_sim_options_default(rp_sim_options *o) {
     *o = (rp_sim_options){
@@ -99,7 +100,7 @@ double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const doub
     ** the stage's variables, streamed a chunk at a time when offchip */
     double state = par * rp_optimizer_state_per_param(&cfg->optimizer);
     int sharers = cfg->replica_grouping.group_size * r;
-    if (cfg->replicated_tensor_sharding && sharers > 1)
+    if (rpi_sharded(cfg, sharers, (size_t)rp_optimizer_state_per_param(&cfg->optimizer)))
         state /= sharers;
     double chunk = sizeof(float) * (double)RP_OFFCHIP_CHUNK *
                    rp_optimizer_state_per_param(&cfg->optimizer);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "session_impl.h"
+#include "sharding.h"
 
 /* ---- weights ---------------------------------------------------------------------- */
 
@@ -281,7 +282,7 @@ rp_status rp_session_get_state(rp_session *s, rp_train_state *out, rp_error *err
         size_t first, count;
         run_of(s, v, &first, &count);
         int k = g->group_size * rp_config_stage_replicas(&s->cfg, t);
-        bool sharded = s->cfg.replicated_tensor_sharding && k > 1;
+        bool sharded = rpi_sharded(&s->cfg, k, per);
         size_t shard = sharded ? (count + k - 1) / k : count;
         for (size_t a = 0; a < per; a++) {
             rp_tensor *ten = &out->optimizer->tensors[out->optimizer->num_tensors];

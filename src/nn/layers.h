@@ -51,4 +51,29 @@ size_t rpi_conv_sample_scratch(const rp_layer *L);
 rp_status rpi_layer_forward(const layer_args *a, rp_error *err);
 void rpi_layer_backward(const layer_args *a, const float *dout, float *din);
 
+/* The kernels, by file. Forward reads a->in and writes a->out (B rows);
+** backward reads dout, adds to a->dw and writes din (when not NULL). */
+/* layers_dense.c */
+void rpi_linear_forward(const layer_args *a);
+void rpi_linear_backward(const layer_args *a, const float *dout, float *din);
+void rpi_layernorm_forward(const layer_args *a);
+void rpi_layernorm_backward(const layer_args *a, const float *dout, float *din);
+rp_status rpi_embedding_forward(const layer_args *a, rp_error *err);
+void rpi_embedding_backward(const layer_args *a, const float *dout, float *din);
+/* layers_conv.c */
+void rpi_conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp);
+void rpi_conv_forward(const layer_args *a);
+void rpi_conv_backward(const layer_args *a, const float *dout, float *din);
+void rpi_maxpool_forward(const layer_args *a);
+void rpi_maxpool_backward(const layer_args *a, const float *dout, float *din);
+/* layers_act.c */
+void rpi_relu_forward(const float *x, float *y, size_t n);
+void rpi_relu_backward(const float *x, const float *dy, float *dx, size_t n);
+void rpi_gelu_forward(const float *x, float *y, size_t n);
+void rpi_gelu_backward(const float *x, const float *dy, float *dx, size_t n);
+/* dropout's mask applied to in (forward: the input; backward: dout) */
+void rpi_dropout_apply(const layer_args *a, const float *in, float *out);
+rp_status rpi_softmax_ce_forward(const layer_args *a, rp_error *err);
+void rpi_softmax_ce_backward(const layer_args *a, float *din);
+
 #endif /* REPIPE_LAYERS_H */

@@ -1,0 +1,71 @@
+/*
+** The dispatch from a layer's type to its kernels, and what each needs
+** beside its input and output: aux state kept for backward, and scratch.
+** The kernels are in layers_dense.c (linear, layernorm, embedding),
+** layers_conv.c (convolution, pooling) and layers_act.c (element-wise, the
+** loss).
+*/
+#include <string.h>
+
+#include "layers.h"
+
+size_t rpi_layer_aux_bytes(const rp_layer *L, int B) {
+    switch (L->type) {
+    case RP_LAYER_MAXPOOL2D: return sizeof(int) * rp_shape_size(&L->out) * B;
+    case RP_LAYER_LAYERNORM:
+        return sizeof(float) * 2 * (rp_shape_size(&L->in) / L->in.dim[L->in.ndim - 1]) * B;
+    case RP_LAYER_SOFTMAX_CE: return sizeof(float) * rp_shape_size(&L->in) * B;
+    default: return 0;
+    }
+}
+
+void rpi_layer_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp) {
+    *col = *tmp = 0;
+    if (L->type == RP_LAYER_CONV2D)
+        rpi_conv_scratch(L, B, limit, col, tmp);
+}
+
+rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {
+    size_t n = rp_shape_size(&a->L->in) * a->B;
+    switch (a->L->type) {
+    case RP_LAYER_LINEAR: rpi_linear_forward(a); break;
+    case RP_LAYER_CONV2D: rpi_conv_forward(a); break;
+    case RP_LAYER_MAXPOOL2D: rpi_maxpool_forward(a); break;
+    case RP_LAYER_LAYERNORM: rpi_layernorm_forward(a); break;
+    case RP_LAYER_EMBEDDING: return rpi_embedding_forward(a, err);
+    case RP_LAYER_SOFTMAX_CE: return rpi_softmax_ce_forward(a, err);
+    case RP_LAYER_RELU: rpi_relu_forward(a->in, a->out, n); break;
+    case RP_LAYER_GELU: rpi_gelu_forward(a->in, a->out, n); break;
+    case RP_LAYER_FLATTEN: memcpy(a->out, a->in, sizeof(float) * n); break;
+    case RP_LAYER_DROPOUT: rpi_dropout_apply(a, a->in, a->out); break;
+    }
+    return RP_OK;
+}
+
+void rpi_layer_backward(const layer_args *a, const float *dout, float *din) {
+    size_t n = rp_shape_size(&a->L->in) * a->B;
+    switch (a->L->type) {
+    case RP_LAYER_LINEAR: rpi_linear_backward(a, dout, din); break;
+    case RP_LAYER_CONV2D: rpi_conv_backward(a, dout, din); break;
+    case RP_LAYER_MAXPOOL2D: rpi_maxpool_backward(a, dout, din); break;
+    case RP_LAYER_LAYERNORM: rpi_layernorm_backward(a, dout, din); break;
+    case RP_LAYER_EMBEDDING: rpi_embedding_backward(a, dout, din); break;
+    case RP_LAYER_SOFTMAX_CE: rpi_softmax_ce_backward(a, din); break;
+    case RP_LAYER_RELU:
+        if (din)
+            rpi_relu_backward(a->in, dout, din, n);
+        break;
+    case RP_LAYER_GELU:
+        if (din)
+            rpi_gelu_backward(a->in, dout, din, n);
+        break;
+    case RP_LAYER_FLATTEN:
+        if (din)
+            memcpy(din, dout, sizeof(float) * n);
+        break;
+    case RP_LAYER_DROPOUT:
+        if (din)
+            rpi_dropout_apply(a, dout, din);
+        break;
+    }
+}
