@@ -15,7 +15,8 @@ static inline float dropout_scale(const layer_args *a, int r, size_t e) {
     return u < a->L->p ? 0.0f : 1.0f / (1.0f - a->L->p);
 }
 
-/* aux: the probabilities of every row */
+/* in: (B, C) scores; out: (B) losses, -log softmax(in)[label]; aux (B, C):
+** the probabilities, for backward */
 rp_status rpi_softmax_ce_forward(const layer_args *a, rp_error *err) {
     int C = a->L->in.dim[0];
     float *prob = a->aux;
@@ -45,6 +46,7 @@ rp_status rpi_softmax_ce_forward(const layer_args *a, rp_error *err) {
     return RP_OK;
 }
 
+/* din: (B, C) = (probabilities - one-hot label) x the loss scale */
 void rpi_softmax_ce_backward(const layer_args *a, float *din) {
     if (!din)
         return;

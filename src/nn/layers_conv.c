@@ -144,6 +144,8 @@ static const int *conv_masks(const rp_layer *L, int *mask) {
     return mask;
 }
 
+/* in: B samples (C, H, W); col: (C K K, B OH OW), a row per kernel tap and
+** a column per output position */
 RP_HOT
 static void im2col(const rp_layer *L, int B, const int *mask, const float *in, float *col) {
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
@@ -183,6 +185,7 @@ static void im2col(const rp_layer *L, int B, const int *mask, const float *in, f
             }
 }
 
+/* col: (C K K, B OH OW) added back into din: B samples (C, H, W) */
 RP_HOT
 static void col2im(const rp_layer *L, int B, const int *mask, const float *col, float *din) {
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
@@ -218,6 +221,8 @@ static void col2im(const rp_layer *L, int B, const int *mask, const float *col, 
             }
 }
 
+/* in: (B, C, H, W); out: (B, O, OH, OW); weight (O, C, K, K), bias (O);
+** tiled over a few samples at a time through col and tmp */
 RP_HOT
 void rpi_conv_forward(const layer_args *a) {
     const rp_layer *L = a->L;
@@ -246,6 +251,7 @@ void rpi_conv_forward(const layer_args *a) {
 /* The columns are recomputed tile by tile rather than kept from forward:
 ** cheaper than a round trip through memory, and the activations of a
 ** micro-batch stay as small as the layer outputs. */
+/* dout: (B, O, OH, OW); dW (O, C, K, K), db (O); din: (B, C, H, W) */
 RP_HOT
 void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
@@ -294,7 +300,8 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
     }
 }
 
-/* aux: for every output, the offset of its maximum in the input plane */
+/* in: (B, C, H, W); out: (B, C, OH, OW); aux: for every output, the offset
+** of its maximum in its input plane */
 RP_HOT
 void rpi_maxpool_forward(const layer_args *a) {
     const rp_layer *L = a->L;
@@ -351,6 +358,7 @@ void rpi_maxpool_forward(const layer_args *a) {
     }
 }
 
+/* dout: (B, C, OH, OW) routed to each maximum's place in din: (B, C, H, W) */
 RP_HOT
 void rpi_maxpool_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;

@@ -16,6 +16,8 @@ static inline int rows_of(const rp_shape *s, int B) {
     return (int)(rp_shape_size(s) / (size_t)last_dim(s)) * B;
 }
 
+/* in: (R, D) rows, R = B x the sample's leading dims; out: (R, N); weight
+** (N, D), then bias (N): out = in W^T + b */
 void rpi_linear_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     int D = last_dim(&L->in), N = L->units, R = rows_of(&L->in, a->B);
@@ -27,6 +29,7 @@ void rpi_linear_forward(const layer_args *a) {
                 L->bias ? 1.0f : 0.0f, a->out, N);
 }
 
+/* dout: (R, N); dW (N, D) += dout^T in, db (N) += column sums; din: (R, D) */
 void rpi_linear_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int D = last_dim(&L->in), N = L->units, R = rows_of(&L->in, a->B);
@@ -46,7 +49,8 @@ void rpi_linear_backward(const layer_args *a, const float *dout, float *din) {
                     0.0f, din, D);
 }
 
-/* aux: mean and 1/std of every row */
+/* in, out: (R, D); gain then bias (D) each; aux (R, 2): the mean and 1/std
+** of every row, side by side, for backward */
 void rpi_layernorm_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     int D = last_dim(&L->in), R = rows_of(&L->in, a->B);
@@ -71,6 +75,7 @@ void rpi_layernorm_forward(const layer_args *a) {
     }
 }
 
+/* dout, din: (R, D); dgain, dbias (D) from the aux row statistics */
 void rpi_layernorm_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int D = last_dim(&L->in), R = rows_of(&L->in, a->B);
@@ -111,6 +116,7 @@ static int blocks_of(const layer_args *a) {
     return n > 1 ? n : 1;
 }
 
+/* in: (B, T) token ids as floats; out: (B, T, Dm); table (vocab, Dm) */
 rp_status rpi_embedding_forward(const layer_args *a, rp_error *err) {
     const rp_layer *L = a->L;
     int T = L->in.dim[0], Dm = L->dim;
@@ -135,6 +141,7 @@ rp_status rpi_embedding_forward(const layer_args *a, rp_error *err) {
     return RP_OK;
 }
 
+/* dout: (B, T, Dm) added into the rows of the table's gradient; no din (ids) */
 void rpi_embedding_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int T = L->in.dim[0], Dm = L->dim;
