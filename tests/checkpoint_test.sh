@@ -98,7 +98,8 @@ start --config "$tmp/r2.json" --updates 3000 --checkpoint-dir "$tmp/k" --checkpo
   --json-log "$tmp/k.fifo" --log-every 1 >/dev/null 2>&1 &
 pid=$!
 exec 3<"$tmp/k.fifo"
-reach 201 # past the first checkpoint
+reach 201 # past the first checkpoint, which is written behind the training:
+for _ in $(seq 600); do [ -e "$tmp/k/ckpt-000000000200.rpc" ] && break; sleep 0.05; done
 kill -KILL $pid; exec 3<&-
 { wait $pid; } 2>/dev/null; rc=$?
 if [ $rc = 137 ]; then ok; else bad "SIGKILL: exit $rc"; fi
@@ -119,6 +120,7 @@ if [ -n "$mpirun" ]; then
   job=$!
   exec 3<"$tmp/m.fifo"
   reach 101
+  for _ in $(seq 600); do [ -e "$tmp/m/ckpt-000000000100.rpc" ] && break; sleep 0.05; done
   rank=$(pgrep -f -- "--json-log $tmp/m.fifo" | while read -r p; do
            [ "$(ps -o comm= -p "$p")" = repipe ] && echo "$p"; done | tail -1)
   t0=$(date +%s)

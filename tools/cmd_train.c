@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,22 +104,63 @@ static rp_status check_writable(const char *what, const char *path, rp_error *er
     return RP_OK;
 }
 
-/* A checkpoint of the session: every rank gives its state, rank 0 writes. */
-static rp_status checkpoint(rp_session *s, const rp_model *m, const rp_config *cfg, bool mpi,
-                            bool lead, long long samples, const char *dir, int keep,
-                            rp_error *err) {
-    rp_checkpoint ck = {.config = *cfg,
-                        .model = rp_model_fingerprint(m),
-                        .samples = samples,
-                        .workers = rp_session_workers(s),
-                        .stages = rp_session_stages(s)};
-    snprintf(ck.backend, sizeof ck.backend, "%s", mpi ? "mpi" : "local");
-    rp_status st = rp_session_get_state(s, &ck.state, err); /* collective */
+/* Checkpoints are written behind the training: the state is taken at the
+** update (every rank gives its own, rank 0 keeps the whole), and a thread
+** of rank 0 writes and fsyncs the file while the next updates run. A write
+** still under way is finished before the next checkpoint and before exit,
+** and its failure fails the run then. */
+typedef struct ck_writer {
+    pthread_t thread;
+    bool busy;
+    rp_checkpoint ck;
+    const char *dir;
+    int keep;
+    rp_status status;
+    rp_error err;
+} ck_writer;
+
+static void *write_checkpoint(void *arg) {
+    ck_writer *cw = arg;
     char path[4096];
-    if (!st && lead)
-        st = rp_checkpoint_write_dir(&ck, dir, keep, path, sizeof path, err);
-    rp_checkpoint_free(&ck);
-    return st;
+    cw->status = rp_checkpoint_write_dir(&cw->ck, cw->dir, cw->keep, path, sizeof path, &cw->err);
+    rp_checkpoint_free(&cw->ck);
+    return NULL;
+}
+
+/* Waits for the write under way, if any; its status. */
+static rp_status finish_checkpoint(ck_writer *cw, rp_error *err) {
+    if (!cw->busy)
+        return RP_OK;
+    pthread_join(cw->thread, NULL);
+    cw->busy = false;
+    if (cw->status)
+        *err = cw->err;
+    return cw->status;
+}
+
+static rp_status checkpoint(ck_writer *cw, rp_session *s, const rp_model *m, const rp_config *cfg,
+                            bool mpi, bool lead, long long samples, rp_error *err) {
+    rp_status st = finish_checkpoint(cw, err);
+    if (st)
+        return st;
+    cw->ck = (rp_checkpoint){.config = *cfg,
+                             .model = rp_model_fingerprint(m),
+                             .samples = samples,
+                             .workers = rp_session_workers(s),
+                             .stages = rp_session_stages(s)};
+    snprintf(cw->ck.backend, sizeof cw->ck.backend, "%s", mpi ? "mpi" : "local");
+    if ((st = rp_session_get_state(s, &cw->ck.state, err)) || !lead) { /* collective */
+        rp_checkpoint_free(&cw->ck);
+        return st;
+    }
+    if (pthread_create(&cw->thread, NULL, write_checkpoint, cw) == 0) {
+        cw->busy = true;
+        return RP_OK;
+    }
+    write_checkpoint(cw); /* no thread: here and now */
+    if (cw->status)
+        *err = cw->err;
+    return cw->status;
 }
 
 /* Every rank gives its weights, rank 0 writes them. */
@@ -231,6 +273,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_session *s = NULL;
     rp_comm *comm;
     FILE *jl = NULL;
+    ck_writer writer = {0};
     int rc = 1;
     bool lead; /* prints: rank 0 under MPI */
     if (!cli_mpi_start(cmd, use_mpi, &argc, &argv, &comm, &lead))
@@ -339,6 +382,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (jl) /* whole lines, as they happen: a killed run leaves no half record */
         setvbuf(jl, NULL, _IOLBF, 0);
     long long start = 0; /* updates done before this run: a checkpoint's */
+    writer.dir = ckdir;
+    writer.keep = (int)keep;
     if (resume) {
         rp_checkpoint ck;
         char path[4096], note[2048], why[200];
@@ -487,8 +532,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         if (ckdir && (stopped || at >= next_ck || c == calls - 1)) {
             while (next_ck <= at)
                 next_ck += ck_every;
-            if ((st = checkpoint(s, m, &cfg, comm != NULL, lead, train->n, ckdir, (int)keep,
-                                 &err)))
+            if ((st = checkpoint(&writer, s, m, &cfg, comm != NULL, lead, train->n, &err)))
                 break;
         }
         if (stopped) {
@@ -505,6 +549,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         }
     }
     catch_stops(false);
+    if (!st) /* the last checkpoint is on disk before anything else */
+        st = finish_checkpoint(&writer, &err);
     if (tty)
         printf("\n");
     free(ids);
@@ -561,6 +607,8 @@ fail:
     cli_error(cmd, "%s", err.msg);
     cli_mpi_abort(comm, err.msg);
 done:
+    if (finish_checkpoint(&writer, &err)) /* a write still under way after a failure */
+        fprintf(stderr, "warning: %s\n", err.msg);
     if (jl && (ferror(jl) | fclose(jl)))
         fprintf(stderr, "warning: --json-log %s: writing failed\n", json_log);
     rp_session_free(s);
