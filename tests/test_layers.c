@@ -112,6 +112,11 @@ static void ref_forward(const refctx *c, const double *x, const double *w, doubl
             for (int d = 0; d < L->dim; d++)
                 y[t * L->dim + d] = w[(size_t)x[t] * L->dim + d];
         break;
+    case RP_LAYER_POSITION_EMBEDDING:
+        for (int b = 0; b < B; b++)
+            for (size_t e = 0; e < in; e++)
+                y[b * in + e] = x[b * in + e] + w[e];
+        break;
     case RP_LAYER_SOFTMAX_CE: {
         int C = L->in.dim[0];
         for (int b = 0; b < B; b++) {
@@ -283,6 +288,7 @@ int main(void) {
     check_layer("input 20\ndropout 0.3\n", 3);
     check_layer("input 3 6\nlayernorm\n", 2);
     check_layer("input 5\nembedding 7 3\n", 2);
+    check_layer("input 4 3\nposition_embedding\n", 3);
     check_layer("input 6\nsoftmax_cross_entropy\n", 4);
     return test_finish("test_layers");
 }

@@ -42,6 +42,15 @@ static void test_examples(void) {
     CHECK_INT(m->layers[3].out.dim[0], 48);
     CHECK(m->layers[4].p == 0.1f);
     rp_model_free(m);
+    /* tokens and their positions: (T x C) after the embedding, a (T, C) table */
+    CHECK(parse("input 6\nembedding 10 4\nposition_embedding\nflatten\nlinear 10\n"
+                "softmax_cross_entropy\n", &m, &err) == RP_OK);
+    CHECK_INT(m->layers[1].out.ndim, 2);
+    CHECK_INT(m->vars[1].shape.dim[0], 6);
+    CHECK_INT(m->vars[1].shape.dim[1], 4);
+    CHECK(strcmp(m->vars[1].name, "1.weight") == 0);
+    CHECK_INT(m->num_params, 10 * 4 + 6 * 4 + 24 * 10 + 10);
+    rp_model_free(m);
 }
 
 static void test_spec_errors(void) {
@@ -70,6 +79,8 @@ static void test_spec_errors(void) {
          "m.model:3: softmax_cross_entropy (line 2) must be the last layer"},
         {"input 4\ndropout 1.5\n", "dropout probability '1.5' is not a number in [0, 1)"},
         {"input 2 3\nembedding 5 4\n", "embedding needs a 1-dimensional input of token ids"},
+        {"input 6\nposition_embedding\n",
+         "position_embedding needs a 2-dimensional input (positions x features)"},
         {"input 4\nlayernorm eps=0\n", "eps: '0' is not a number > 0"},
         {"input 4\nrelu extra\n", "relu takes 0 arguments"},
         {"input 4\nlinear 3 stride\n", "m.model:2: linear takes 1 argument before its options, not 2"},

@@ -46,7 +46,8 @@ typedef enum rp_layer_type {
     RP_LAYER_DROPOUT,
     RP_LAYER_LAYERNORM,
     RP_LAYER_EMBEDDING,
-    RP_LAYER_SOFTMAX_CE
+    RP_LAYER_SOFTMAX_CE,
+    RP_LAYER_POSITION_EMBEDDING /* learned positions added to a (T x C) input */
 } rp_layer_type;
 
 /* The shape of one sample (the batch dimension is not included). */

@@ -33,6 +33,7 @@ rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {
     case RP_LAYER_MAXPOOL2D: rpi_maxpool_forward(a); break;
     case RP_LAYER_LAYERNORM: rpi_layernorm_forward(a); break;
     case RP_LAYER_EMBEDDING: return rpi_embedding_forward(a, err);
+    case RP_LAYER_POSITION_EMBEDDING: rpi_position_forward(a); break;
     case RP_LAYER_SOFTMAX_CE: return rpi_softmax_ce_forward(a, err);
     case RP_LAYER_RELU: rpi_relu_forward(a->in, a->out, n); break;
     case RP_LAYER_GELU: rpi_gelu_forward(a->in, a->out, n); break;
@@ -50,6 +51,7 @@ void rpi_layer_backward(const layer_args *a, const float *dout, float *din) {
     case RP_LAYER_MAXPOOL2D: rpi_maxpool_backward(a, dout, din); break;
     case RP_LAYER_LAYERNORM: rpi_layernorm_backward(a, dout, din); break;
     case RP_LAYER_EMBEDDING: rpi_embedding_backward(a, dout, din); break;
+    case RP_LAYER_POSITION_EMBEDDING: rpi_position_backward(a, dout, din); break;
     case RP_LAYER_SOFTMAX_CE: rpi_softmax_ce_backward(a, din); break;
     case RP_LAYER_RELU:
         if (din)

@@ -60,6 +60,8 @@ void rpi_layernorm_forward(const layer_args *a);
 void rpi_layernorm_backward(const layer_args *a, const float *dout, float *din);
 rp_status rpi_embedding_forward(const layer_args *a, rp_error *err);
 void rpi_embedding_backward(const layer_args *a, const float *dout, float *din);
+void rpi_position_forward(const layer_args *a);
+void rpi_position_backward(const layer_args *a, const float *dout, float *din);
 /* layers_conv.c */
 void rpi_conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp);
 void rpi_conv_forward(const layer_args *a);

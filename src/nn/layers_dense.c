@@ -1,5 +1,5 @@
 /*
-** Dense layers: linear, layernorm and embedding. Linear acts on the last
+** Dense layers: linear, layernorm, embedding and position embedding. Linear acts on the last
 ** dimension of its input, so a (tokens x features) sample is handled as
 ** `tokens` rows.
 */
@@ -162,4 +162,27 @@ void rpi_embedding_backward(const layer_args *a, const float *dout, float *din) 
     }
     if (din) /* token ids have no gradient */
         memset(din, 0, sizeof(float) * (size_t)a->B * T);
+}
+
+/* in, out: (B, T, C); positions (T, C), added to every sample */
+void rpi_position_forward(const layer_args *a) {
+    size_t n = rp_shape_size(&a->L->in);
+    for (int b = 0; b < a->B; b++) {
+        const float *x = a->in + (size_t)b * n;
+        float *y = a->out + (size_t)b * n;
+        for (size_t e = 0; e < n; e++)
+            y[e] = x[e] + a->w[e];
+    }
+}
+
+/* dout: (B, T, C); dpositions (T, C) += the sum over samples; din = dout */
+void rpi_position_backward(const layer_args *a, const float *dout, float *din) {
+    size_t n = rp_shape_size(&a->L->in);
+    if (!a->accumulate)
+        memset(a->dw, 0, sizeof(float) * n);
+    for (int b = 0; b < a->B; b++)
+        for (size_t e = 0; e < n; e++)
+            a->dw[e] += dout[(size_t)b * n + e];
+    if (din)
+        memcpy(din, dout, sizeof(float) * n * a->B);
 }

@@ -39,6 +39,7 @@ const char *rp_layer_name(rp_layer_type t) {
     case RP_LAYER_LAYERNORM: return "layernorm";
     case RP_LAYER_EMBEDDING: return "embedding";
     case RP_LAYER_SOFTMAX_CE: return "softmax_cross_entropy";
+    case RP_LAYER_POSITION_EMBEDDING: return "position_embedding";
     }
     return "?";
 }
@@ -182,6 +183,7 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
         {"layernorm", RP_LAYER_LAYERNORM, 0, " eps group_size "},
         {"embedding", RP_LAYER_EMBEDDING, 2, " group_size "},
         {"softmax_cross_entropy", RP_LAYER_SOFTMAX_CE, 0, " "},
+        {"position_embedding", RP_LAYER_POSITION_EMBEDDING, 0, " group_size "},
     };
     int k = 0, nk = (int)(sizeof kinds / sizeof kinds[0]);
     while (k < nk && strcmp(kinds[k].name, w->w[0]) != 0)
@@ -293,6 +295,11 @@ static rp_status infer(pctx *c, rp_layer *L, rp_model *m) {
         out.dim[1] = L->dim;
         L->num_vars = 1;
         break;
+    case RP_LAYER_POSITION_EMBEDDING:
+        if (in.ndim != 2)
+            return shape_error(c, L, "a 2-dimensional input (positions x features)");
+        L->num_vars = 1;
+        break;
     case RP_LAYER_SOFTMAX_CE:
         if (in.ndim != 1)
             return shape_error(c, L, "a 1-dimensional input of class scores (flatten first)");
@@ -342,6 +349,9 @@ static rp_status layout_params(rp_model *m, rp_error *err) {
                 break;
             case RP_LAYER_EMBEDDING:
                 var->shape = (rp_shape){2, {L->vocab, L->dim}};
+                break;
+            case RP_LAYER_POSITION_EMBEDDING:
+                var->shape = L->in;
                 break;
             default:
                 break;
@@ -505,12 +515,16 @@ void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed,
             if (L->type == RP_LAYER_LAYERNORM) {
                 for (size_t e = 0; e < var->count; e++)
                     p[e] = v == 0 ? 1.0f : 0.0f;
-            } else if (L->type == RP_LAYER_EMBEDDING) {
-                /* Box-Muller from two uniforms of the element's stream */
+            } else if (L->type == RP_LAYER_EMBEDDING || L->type == RP_LAYER_POSITION_EMBEDDING) {
+                /* Box-Muller from two uniforms of the element's stream: N(0, 1) for
+                ** tokens, as PyTorch's nn.Embedding; N(0, 0.02^2) for positions, as
+                ** GPT-2's */
+                double sd = L->type == RP_LAYER_EMBEDDING ? 1.0 : 0.02;
                 for (size_t e = 0; e < var->count; e++) {
                     double u1 = rp_uniform(seed, (uint64_t)vi, (uint64_t)group, e, 0);
                     double u2 = rp_uniform(seed, (uint64_t)vi, (uint64_t)group, e, 1);
-                    p[e] = (float)(sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2));
+                    p[e] = (float)(sd * sqrt(-2.0 * log(1.0 - u1)) *
+                                   cos(6.283185307179586 * u2));
                 }
             } else {
                 /* fan_in of the layer's weight: all its dimensions but the first */
