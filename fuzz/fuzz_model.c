@@ -30,18 +30,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (rp_acts_create(net, 1, &acts, &err) == RP_OK) {
             rp_model_init_params(m, 0, m->num_layers, 1, NULL, rp_net_params(net));
             float *x = calloc(rp_net_in_size(net), sizeof(float));
+            int32_t *labels = calloc((size_t)m->num_targets, sizeof(int32_t)); /* class 0 */
             int64_t id = 0;
-            int32_t label = 0;
-            rp_step_ctx ctx = {.training = true, .sample_id = &id, .labels = &label,
+            rp_step_ctx ctx = {.training = true, .sample_id = &id, .labels = labels,
                                .loss_scale = 1};
-            const float *y = x ? rp_net_forward(net, acts, x, 1, &ctx, NULL) : NULL;
+            const float *y = x && labels ? rp_net_forward(net, acts, x, 1, &ctx, NULL) : NULL;
             if (y) {
                 float *dy = calloc(rp_net_out_size(net), sizeof(float));
                 if (dy)
                     rp_net_backward(net, acts, dy, &ctx, true);
                 free(dy);
             }
-            free(x);
+            free(x), free(labels);
             rp_acts_free(acts);
         }
         rp_net_free(net);

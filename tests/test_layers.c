@@ -117,15 +117,19 @@ static void ref_forward(const refctx *c, const double *x, const double *w, doubl
             for (size_t e = 0; e < in; e++)
                 y[b * in + e] = x[b * in + e] + w[e];
         break;
-    case RP_LAYER_SOFTMAX_CE: {
-        int C = L->in.dim[0];
+    case RP_LAYER_SOFTMAX_CE: { /* a sample's loss: the mean over its T rows */
+        int C = L->in.dim[L->in.ndim - 1], T = L->in.ndim == 2 ? L->in.dim[0] : 1;
         for (int b = 0; b < B; b++) {
-            double m = -1e300, s = 0;
-            for (int k = 0; k < C; k++)
-                m = x[b * C + k] > m ? x[b * C + k] : m;
-            for (int k = 0; k < C; k++)
-                s += exp(x[b * C + k] - m);
-            y[b] = log(s) + m - x[b * C + c->ctx->labels[b]];
+            y[b] = 0;
+            for (int t = 0; t < T; t++) {
+                const double *z = x + ((size_t)b * T + t) * C;
+                double m = -1e300, s = 0;
+                for (int k = 0; k < C; k++)
+                    m = z[k] > m ? z[k] : m;
+                for (int k = 0; k < C; k++)
+                    s += exp(z[k] - m);
+                y[b] += (log(s) + m - z[c->ctx->labels[b * T + t]]) / T;
+            }
         }
         break;
     }
@@ -172,11 +176,11 @@ static void check_layer(const char *spec, int B) {
     double *x = malloc(sizeof(double) * in), *w = malloc(sizeof(double) * (np + 1));
     double *r = malloc(sizeof(double) * out), *y = malloc(sizeof(double) * out);
     int64_t ids[16];
-    int32_t labels[16];
-    for (int b = 0; b < B; b++) {
+    int32_t labels[256];
+    for (int b = 0; b < B; b++)
         ids[b] = 1000 + 7 * b;
-        labels[b] = b % (m->num_classes ? m->num_classes : 1);
-    }
+    for (int i = 0; i < B * m->num_targets; i++) /* a class per sample, or per token */
+        labels[i] = (i * 3 + 1) % (m->num_classes ? m->num_classes : 1);
     rp_step_ctx ctx = {.training = true, .seed = 5, .update = 3, .sample_id = ids,
                        .labels = labels, .loss_scale = 1.0 / B};
     refctx c = {m, L, B, &ctx};
@@ -290,5 +294,6 @@ int main(void) {
     check_layer("input 5\nembedding 7 3\n", 2);
     check_layer("input 4 3\nposition_embedding\n", 3);
     check_layer("input 6\nsoftmax_cross_entropy\n", 4);
+    check_layer("input 5 7\nsoftmax_cross_entropy\n", 3); /* a target per token */
     return test_finish("test_layers");
 }

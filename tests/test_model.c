@@ -73,8 +73,8 @@ static void test_spec_errors(void) {
         {"input 1 2 2\nconv2d 3 kernel=5\n", "but its input has shape 1x2x2"},
         {"input 1 4 4\nconv2d 3\n", "m.model:2: conv2d needs kernel=K"},
         {"input 1 4 4\nmaxpool2d 2\nlinear 3\nsoftmax_cross_entropy\n",
-         "softmax_cross_entropy needs a 1-dimensional input of class scores (flatten first), "
-         "but its input has shape 1x2x3"},
+         "softmax_cross_entropy needs a 1-dimensional input of class scores, or 2-dimensional "
+         "(tokens x classes) (flatten first), but its input has shape 1x2x3"},
         {"input 4\nsoftmax_cross_entropy\nlinear 2\n",
          "m.model:3: softmax_cross_entropy (line 2) must be the last layer"},
         {"input 4\ndropout 1.5\n", "dropout probability '1.5' is not a number in [0, 1)"},

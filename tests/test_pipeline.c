@@ -204,6 +204,64 @@ static void clipped(bool use_mpi, int only_workers) {
     printf("%d clipped, scheduled pipelines compared with one worker\n", run);
 }
 
+/* A language model of tokens: embedding, positions, a per-token output layer
+** and a target per token (the next one). Pipelined, replicated and
+** accumulated, it equals one worker on the same samples, the loss of a
+** sample being the mean over its tokens. */
+static void tokens(bool use_mpi, int only_workers) {
+    static const char *LM = "input 8\nembedding 13 6\nposition_embedding\ngelu\n"
+                            "linear 13\nsoftmax_cross_entropy\n";
+    static const pcase picks[] = {
+        {2, 2, {1, 1}, 3, "1f1b"}, {2, 1, {2, 1}, 4, "gpipe"}, {3, 1, {1, 2, 1}, 3, "1f1b"}};
+    const char *adam = "{\"type\": \"adam\", \"lr\": 0.01}, \"gradient_clipping\": 1";
+    int run = 0;
+    for (size_t k = 0; k < sizeof picks / sizeof picks[0]; k++) {
+        const pcase *pc = &picks[k];
+        if (only_workers && workers_of(pc) != only_workers)
+            continue;
+        rp_model *m = test_model(LM);
+        CHECK_INT(m->num_targets, 8);
+        rp_config pipe = config(pc, false, adam), one = config(pc, true, adam);
+        rp_weights *w[2];
+        float first[2];
+        for (int v = 0; v < 2; v++) {
+            rp_session *s;
+            rp_error err;
+            const rp_config *c = v ? &one : &pipe;
+            CHECK_OK(v || !use_mpi ? rp_session_create(m, c, &s, &err)
+                                   : rp_session_create_mpi(m, c, mpi, &s, &err),
+                     err);
+            long long per = rp_session_samples_per_call(s);
+            float *x = malloc(sizeof(float) * per * 8);
+            int32_t *y = malloc(sizeof(int32_t) * per * 8);
+            int64_t *ids = malloc(sizeof(int64_t) * per);
+            for (long long i = 0; i < per; i++) { /* a text of 13 symbols: next = f(this) */
+                ids[i] = i;
+                for (int t = 0; t < 8; t++) {
+                    int tok = (int)((i * 5 + t * 3) % 13);
+                    x[i * 8 + t] = (float)tok;
+                    y[i * 8 + t] = (tok * 7 + 2) % 13;
+                }
+            }
+            rp_result r;
+            CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
+            first[v] = r.losses[0];
+            CHECK_OK(rp_session_get_weights(s, RP_ONE_PER_GROUP, &w[v], &err), err);
+            free(x), free(y), free(ids);
+            rp_session_free(s);
+        }
+        double d = diff(w[0], w[1]);
+        CHECKF(d <= 1e-5, "tokens P=%d R=%d r=[%d,%d,%d] GA=%d: differs by %g", pc->P, pc->R,
+               pc->r[0], pc->r[1], pc->r[2], pc->GA, d);
+        CHECK(first[0] > 2.0f && first[0] < 3.5f); /* about log 13: per token, not per sample */
+        rp_weights_free(w[0]), rp_weights_free(w[1]);
+        rp_model_free(m);
+        run++;
+    }
+    CHECK(run > 0);
+    printf("%d token-model pipelines compared with one worker\n", run);
+}
+
 /* A pipeline twice: the same bits. */
 static void determinism(void) {
     rp_model *m = test_model(CNN);
@@ -336,6 +394,7 @@ int main(int argc, char **argv) {
             return 1;
         sweep(true, rp_comm_size(mpi));
         clipped(true, rp_comm_size(mpi));
+        tokens(true, rp_comm_size(mpi));
         char name[64];
         snprintf(name, sizeof name, "test_pipeline (mpi rank %d)", rp_comm_rank(mpi));
         rc = test_finish(name);
@@ -344,6 +403,7 @@ int main(int argc, char **argv) {
         checker();
         sweep(false, 0);
         clipped(false, 0);
+        tokens(false, 0);
         determinism();
         rc = test_finish("test_pipeline (local)");
     }

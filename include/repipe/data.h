@@ -19,7 +19,8 @@ typedef struct rp_dataset {
     int n;           /* samples */
     rp_shape sample; /* shape of one sample */
     float *x;        /* n * size(sample) values (pixels scaled to [0, 1]) */
-    int32_t *labels; /* n labels */
+    int32_t *labels; /* n * label_count labels */
+    int label_count; /* per sample: 1 for a class, T for a target per token */
     int num_classes;
 } rp_dataset;
 
@@ -48,7 +49,8 @@ rp_status rp_dataset_synthetic(rp_dataset **out, int n, rp_shape sample, int cla
 
 void rp_dataset_free(rp_dataset *d);
 
-/* Copies the samples idx[0..count) into x (rows) and labels. */
+/* Copies the samples idx[0..count) into x (rows) and their labels
+** (label_count each). */
 void rp_dataset_gather(const rp_dataset *d, const int64_t *idx, int count, float *x,
                        int32_t *labels);
 

@@ -92,6 +92,7 @@ typedef struct rp_model {
     rp_variable *vars;
     size_t num_params;
     int num_classes; /* of the loss layer; 0 if the model has none */
+    int num_targets; /* labels per sample: 1, or T for a loss over (T x classes) scores */
 } rp_model;
 
 rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const char *name,

@@ -76,8 +76,8 @@ void rp_session_loss_scale(const rp_session *s, double *scale, long long *skippe
 
 /* One host call: D updates on rows x (samples_per_call of them, in stream
 ** order: update by update, replica by replica, micro-batch by micro-batch),
-** their labels and global sample ids. Under MPI every rank passes the same
-** data and receives the same result.
+** their labels (the model's num_targets per sample) and global sample ids.
+** Under MPI every rank passes the same data and receives the same result.
 **
 ** If a worker fails, the call returns that worker's message; the local
 ** backend's other workers stop. Under MPI the other ranks are left waiting:

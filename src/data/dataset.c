@@ -169,6 +169,7 @@ rp_status rp_dataset_load_idx(rp_dataset **out, const char *dir, bool train, rp_
         goto done;
     }
     d->n = idims[0];
+    d->label_count = 1;
     /* images of h x w become 1 x h x w: one channel */
     d->sample.ndim = ind == 3 ? 3 : ind - 1;
     if (ind == 3) {
@@ -220,6 +221,7 @@ rp_status rp_dataset_synthetic(rp_dataset **out, int n, rp_shape sample, int cla
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
     d->n = n;
+    d->label_count = 1;
     d->sample = sample;
     d->num_classes = classes;
     for (size_t i = 0; i < per * classes; i++)
@@ -253,7 +255,8 @@ void rp_dataset_gather(const rp_dataset *d, const int64_t *idx, int count, float
         if (x)
             memcpy(x + (size_t)i * per, d->x + (size_t)idx[i] * per, sizeof(float) * per);
         if (labels)
-            labels[i] = d->labels[idx[i]];
+            memcpy(labels + (size_t)i * d->label_count, d->labels + idx[i] * d->label_count,
+                   sizeof(int32_t) * d->label_count);
     }
 }
 
@@ -308,6 +311,10 @@ rp_status rp_dataset_fits(const rp_dataset *d, const rp_model *m, const char *wh
         return rp_fail(err, RP_ERR_INVALID, "%s: its samples are %s but the model's input is %s",
                        what, rp_shape_to_string(&d->sample, a, sizeof a),
                        rp_shape_to_string(&m->input, b, sizeof b));
+    if (d->label_count != m->num_targets)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "%s: its samples have %d label%s each but the model's loss takes %d",
+                       what, d->label_count, d->label_count == 1 ? "" : "s", m->num_targets);
     if (d->num_classes > m->num_classes)
         return rp_fail(err, RP_ERR_INVALID, "%s: its labels run to class %d but the model scores "
                                             "%d classes",

@@ -117,6 +117,11 @@ static rp_status predict_mpi(rp_session *s, const float *x, int n, int32_t *pred
 rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred,
                              rp_error *err) {
     const rp_model *m = s->m;
+    if (m->num_targets > 1)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "predict: the model scores %d targets per sample (one per token); it "
+                       "predicts one class per sample only",
+                       m->num_targets);
     int counts[RP_MAX_STAGES], P = rp_config_num_stages(&s->cfg, true);
     rp_status st = rp_config_stage_layers(&s->cfg, true, m->num_layers, counts, err);
     if (st)

@@ -86,6 +86,7 @@ static void worker_run(worker *w) {
     size_t in = rp_net_in_size(w->net), out = rp_net_out_size(w->net);
     size_t n = rp_net_num_params(w->net);
     size_t S = (size_t)B * GA * s->R, data_in = rp_shape_size(&s->m->input);
+    size_t K = (size_t)s->m->num_targets; /* labels per sample */
     bool half = s->cfg.enable_half_partials;
     w->status = RP_OK;
     for (int d = 0; d < s->D; d++) {
@@ -100,7 +101,7 @@ static void worker_run(worker *w) {
                                .seed = s->cfg.seed,
                                .update = (uint64_t)(s->updates + d),
                                .sample_id = s->ids + row,
-                               .labels = s->y + row,
+                               .labels = s->y + row * K,
                                .loss_scale = s->loss_scale * w->scale,
                                .embedding_blocks = s->cfg.embedding_serialization_factor};
             double t0 = s->tracing ? rp_now() : 0;
@@ -507,7 +508,7 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     s->all = malloc(sizeof(float) * (size_t)s->D * R * s->GA);
     s->gather = malloc(sizeof(float) * (size_t)s->D * W * s->GA);
     s->reduced = malloc(sizeof(float) * R);
-    s->labels = malloc(sizeof(int32_t) * (size_t)s->D * R * s->GA * s->B);
+    s->labels = malloc(sizeof(int32_t) * (size_t)s->D * R * s->GA * s->B * m->num_targets);
     if (!s->var_group || !s->w || !s->all || !s->gather || !s->reduced || !s->labels) {
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory for a session of %d workers", W);
         goto fail;
@@ -749,12 +750,16 @@ rp_status rp_session_run_samples(rp_session *s, const rp_dataset *d, const int64
     if (rp_shape_size(&d->sample) != rp_shape_size(&s->m->input))
         return rp_fail(err, RP_ERR_INVALID, "the dataset's samples have %zu values, the model's "
                        "input %zu", rp_shape_size(&d->sample), rp_shape_size(&s->m->input));
-    size_t n = (size_t)s->D * s->R * s->GA * s->B;
+    size_t n = (size_t)s->D * s->R * s->GA * s->B, K = (size_t)s->m->num_targets;
+    if ((size_t)d->label_count != K)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "the dataset's samples have %d labels each, the model's loss takes %zu",
+                       d->label_count, K);
     for (size_t i = 0; i < n; i++) {
         if (sample_ids[i] < 0 || sample_ids[i] >= d->n)
             return rp_fail(err, RP_ERR_INVALID, "sample id %lld (row %zu of the call) is not "
                            "in the dataset's %d samples", (long long)sample_ids[i], i, d->n);
-        s->labels[i] = d->labels[sample_ids[i]];
+        memcpy(s->labels + i * K, d->labels + sample_ids[i] * (int64_t)K, sizeof(int32_t) * K);
     }
     s->x = NULL;
     s->data = d;

@@ -15,45 +15,68 @@ static inline float dropout_scale(const layer_args *a, int r, size_t e) {
     return u < a->L->p ? 0.0f : 1.0f / (1.0f - a->L->p);
 }
 
-/* in: (B, C) scores; out: (B) losses, -log softmax(in)[label]; aux (B, C):
+/* One row r of C scores: its probabilities into prob, and its loss,
+** -log softmax(z)[label] (0 without labels). */
+static rp_status softmax_ce_row(const layer_args *a, int r, int C, float *prob, double *loss,
+                                rp_error *err) {
+    const float *z = a->in + (size_t)r * C;
+    float *p = prob + (size_t)r * C;
+    int y = a->ctx->labels ? a->ctx->labels[r] : -1;
+    if (a->ctx->labels && (y < 0 || y >= C))
+        return rp_fail(err, RP_ERR_INVALID,
+                       "layer %d (softmax_cross_entropy): label %d of row %d is not a class in "
+                       "[0, %d)",
+                       a->index, y, r, C);
+    float m = z[0];
+    for (int c = 1; c < C; c++)
+        m = z[c] > m ? z[c] : m;
+    double sum = 0;
+    for (int c = 0; c < C; c++) {
+        p[c] = expf(z[c] - m);
+        sum += p[c];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int c = 0; c < C; c++)
+        p[c] *= inv;
+    /* log(sum) + m - z[y]: exact even when p[y] underflows */
+    *loss = y >= 0 ? log(sum) + m - z[y] : 0.0;
+    return RP_OK;
+}
+
+/* The targets of a sample: 1 for class scores, T for (T x C) token scores. */
+static inline int targets_of(const rp_layer *L) { return L->in.ndim == 2 ? L->in.dim[0] : 1; }
+
+/* in: (B, T, C) scores, T = 1 for classes and a sample's tokens otherwise;
+** labels (B, T); out: (B) losses, the mean of a sample's T; aux (B, T, C):
 ** the probabilities, for backward */
 rp_status rpi_softmax_ce_forward(const layer_args *a, rp_error *err) {
-    int C = a->L->in.dim[0];
-    float *prob = a->aux;
-    for (int r = 0; r < a->B; r++) {
-        const float *z = a->in + (size_t)r * C;
-        float *p = prob + (size_t)r * C;
-        int y = a->ctx->labels ? a->ctx->labels[r] : -1;
-        if (a->ctx->labels && (y < 0 || y >= C))
-            return rp_fail(err, RP_ERR_INVALID,
-                           "layer %d (softmax_cross_entropy): label %d of row %d is not a class "
-                           "in [0, %d)",
-                           a->index, y, r, C);
-        float m = z[0];
-        for (int c = 1; c < C; c++)
-            m = z[c] > m ? z[c] : m;
-        double sum = 0;
-        for (int c = 0; c < C; c++) {
-            p[c] = expf(z[c] - m);
-            sum += p[c];
+    const rp_layer *L = a->L;
+    int C = L->in.dim[L->in.ndim - 1], T = targets_of(L);
+    for (int b = 0; b < a->B; b++) {
+        double total = 0;
+        for (int t = 0; t < T; t++) {
+            double loss = 0;
+            rp_status st = softmax_ce_row(a, b * T + t, C, a->aux, &loss, err);
+            if (st)
+                return st;
+            total += loss;
         }
-        float inv = (float)(1.0 / sum);
-        for (int c = 0; c < C; c++)
-            p[c] *= inv;
-        /* -log softmax(z)[y] = log(sum) + m - z[y], exact even when p[y] underflows */
-        a->out[r] = y >= 0 ? (float)(log(sum) + m - z[y]) : 0.0f;
+        a->out[b] = (float)(T == 1 ? total : total / T);
     }
     return RP_OK;
 }
 
-/* din: (B, C) = (probabilities - one-hot label) x the loss scale */
+/* din: (B, T, C) = (probabilities - one-hot label) x the loss scale / T */
 void rpi_softmax_ce_backward(const layer_args *a, float *din) {
     if (!din)
         return;
-    int C = a->L->in.dim[0];
+    const rp_layer *L = a->L;
+    int C = L->in.dim[L->in.ndim - 1], T = targets_of(L);
     const float *prob = a->aux;
     float scale = (float)a->ctx->loss_scale;
-    for (int r = 0; r < a->B; r++) {
+    if (T > 1)
+        scale /= (float)T;
+    for (int r = 0; r < a->B * T; r++) {
         const float *p = prob + (size_t)r * C;
         float *d = din + (size_t)r * C;
         for (int c = 0; c < C; c++)

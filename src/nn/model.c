@@ -301,13 +301,17 @@ static rp_status infer(pctx *c, rp_layer *L, rp_model *m) {
         L->num_vars = 1;
         break;
     case RP_LAYER_SOFTMAX_CE:
-        if (in.ndim != 1)
-            return shape_error(c, L, "a 1-dimensional input of class scores (flatten first)");
-        if (in.dim[0] < 2)
+        /* class scores, or one row of them per token: a target each */
+        if (in.ndim != 1 && in.ndim != 2)
+            return shape_error(c, L,
+                               "a 1-dimensional input of class scores, or 2-dimensional (tokens "
+                               "x classes) (flatten first)");
+        if (in.dim[in.ndim - 1] < 2)
             return shape_error(c, L, "at least 2 classes");
         out.ndim = 1;
         out.dim[0] = 1;
-        m->num_classes = in.dim[0];
+        m->num_classes = in.dim[in.ndim - 1];
+        m->num_targets = in.ndim == 2 ? in.dim[0] : 1;
         break;
     default:
         break;
@@ -371,8 +375,10 @@ rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const cha
     rp_model *m = calloc(1, sizeof *m);
     char *buf = malloc(len + 1);
     int cap = 16;
-    if (m)
+    if (m) {
         m->layers = calloc(cap, sizeof(rp_layer));
+        m->num_targets = 1;
+    }
     if (!m || !buf || !m->layers) {
         free(buf);
         rp_model_free(m);
