@@ -243,9 +243,23 @@ static void tokens(bool use_mpi, int only_workers) {
                     y[i * 8 + t] = (tok * 7 + 2) % 13;
                 }
             }
+            /* the loss of the first micro-batch before the update, as a validation
+            ** loss, against the one the update measured */
+            double before = 0, all = 0;
+            CHECK_OK(rp_session_loss(s, x, y, v ? one.micro_batch_size : pipe.micro_batch_size,
+                                     &before, &err),
+                     err);
+            CHECK_OK(rp_session_loss(s, x, y, (int)per, &all, &err), err);
             rp_result r;
             CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
             first[v] = r.losses[0];
+            double mean = 0; /* equal micro-batches: the mean of their means */
+            for (int i = 0; i < r.count; i++)
+                mean += r.losses[i] / r.count;
+            CHECKF(fabs(before - r.losses[0]) <= 1e-6 * fabs(before) &&
+                       fabs(all - mean) <= 1e-6 * fabs(all),
+                   "loss %.9g and %.9g, the update's %.9g and %.9g", before, all, r.losses[0],
+                   mean);
             CHECK_OK(rp_session_get_weights(s, RP_ONE_PER_GROUP, &w[v], &err), err);
             free(x), free(y), free(ids);
             rp_session_free(s);

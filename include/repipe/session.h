@@ -100,6 +100,13 @@ rp_status rp_session_run_samples(rp_session *s, const rp_dataset *d, const int64
 rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred,
                              rp_error *err);
 
+/* The mean loss of n rows (their labels: the model's num_targets per row)
+** with replica 0's weights, run as rp_session_predict runs: a validation
+** loss. For a model with a target per token, the mean over tokens. Under
+** MPI the call is collective. */
+rp_status rp_session_loss(rp_session *s, const float *x, const int32_t *labels, int n,
+                          double *mean, rp_error *err);
+
 /* How weights are read and written (PopXL's retrieval modes). */
 typedef enum rp_weights_mode {
     RP_ONE_PER_GROUP = 0, /* [G] + shape: each group's value, from its first member */

@@ -20,8 +20,10 @@
 typedef struct infer_replica {
     const rp_session *s;
     const float *x;
+    const int32_t *labels; /* loss mode: num_targets per row; else NULL */
+    double loss_sum;       /* loss mode: the summed losses of this replica's rows */
     int n, r, R, used;
-    int32_t *pred;
+    int32_t *pred;         /* prediction mode: a class per row; else NULL */
     rp_net *nets[RP_MAX_STAGES];
     rp_acts *acts[RP_MAX_STAGES];
     rp_status st;
@@ -56,11 +58,16 @@ static void infer_run(infer_replica *ir) {
                        .seed = s->cfg.seed,
                        .loss_scale = 1.0,
                        .embedding_blocks = s->cfg.inference_embedding_serialization_factor};
+    size_t K = (size_t)s->m->num_targets;
     for (int at = ir->r * s->B; !ir->st && at < ir->n; at += ir->R * s->B) {
         int k = ir->n - at < s->B ? ir->n - at : s->B;
         const float *y = ir->x + (size_t)at * in;
+        double loss = 0;
+        ctx.labels = ir->labels ? ir->labels + (size_t)at * K : NULL;
         for (int t = 0; t < ir->used && y; t++)
-            y = rp_net_forward(ir->nets[t], ir->acts[t], y, k, &ctx, NULL);
+            y = rp_net_forward(ir->nets[t], ir->acts[t], y, k, &ctx,
+                               t == ir->used - 1 && ir->labels ? &loss : NULL);
+        ir->loss_sum += loss;
         if (!y) {
             ir->st = RP_ERR_INVALID;
             for (int t = 0; t < ir->used; t++)
@@ -70,7 +77,8 @@ static void infer_run(infer_replica *ir) {
                 rp_fail(&ir->err, RP_ERR_INVALID, "inference failed");
             return;
         }
-        rp_net_predictions(ir->nets[ir->used - 1], ir->acts[ir->used - 1], ir->pred + at);
+        if (ir->pred)
+            rp_net_predictions(ir->nets[ir->used - 1], ir->acts[ir->used - 1], ir->pred + at);
     }
 }
 
@@ -83,29 +91,36 @@ static void *infer_thread(void *arg) {
 /* Under MPI rank r < R takes micro-batches r, r + R, ...; the predictions
 ** are then summed over the world as floats (exact: each row has one
 ** nonzero contribution, a class index below 2^24), with one more element
-** that counts the ranks that failed, so that all return together. */
-static rp_status predict_mpi(rp_session *s, const float *x, int n, int32_t *pred,
-                             const int *counts, int P, const float *params, int R,
-                             rp_error *err) {
+** that counts the ranks that failed, so that all return together. In loss
+** mode the ranks' loss sums are summed the same way. */
+static rp_status infer_mpi(rp_session *s, const float *x, const int32_t *labels, int n,
+                           int32_t *pred, double *loss_sum, const int *counts, int P,
+                           const float *params, int R, rp_error *err) {
     int me = rp_comm_rank(s->comm);
-    infer_replica q = {.s = s, .x = x, .n = n, .r = me, .R = R, .pred = pred};
-    float *votes = calloc((size_t)n + 1, sizeof(float));
+    infer_replica q = {.s = s, .x = x, .labels = labels, .n = n, .r = me, .R = R, .pred = pred};
+    size_t slots = pred ? (size_t)n : 1; /* the votes, or one loss sum */
+    float *votes = calloc(slots + 1, sizeof(float));
     if (!votes)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the predictions of %d rows", n);
     if (me < R && !(q.st = infer_setup(&q, counts, P, params)))
         infer_run(&q);
     if (q.st)
-        votes[n] = 1;
-    for (int at = me * s->B; me < R && !q.st && at < n; at += R * s->B)
+        votes[slots] = 1;
+    for (int at = me * s->B; pred && me < R && !q.st && at < n; at += R * s->B)
         for (int i = at; i < n && i < at + s->B; i++)
             votes[i] = (float)pred[i];
-    rp_status st = rp_comm_allreduce(s->comm, NULL, votes, (size_t)n + 1, err);
+    if (!pred)
+        votes[0] = (float)q.loss_sum;
+    rp_status st = rp_comm_allreduce(s->comm, NULL, votes, slots + 1, err);
     if (!st && q.st)
         st = rp_fail(err, q.st, "%s", q.err.msg);
-    else if (!st && votes[n] > 0)
-        st = rp_fail(err, RP_ERR_INVALID, "inference failed on %d other rank(s)", (int)votes[n]);
-    for (int i = 0; !st && i < n; i++)
+    else if (!st && votes[slots] > 0)
+        st = rp_fail(err, RP_ERR_INVALID, "inference failed on %d other rank(s)",
+                     (int)votes[slots]);
+    for (int i = 0; !st && pred && i < n; i++)
         pred[i] = (int32_t)votes[i];
+    if (!st && !pred)
+        *loss_sum = votes[0];
     for (int t = 0; t < q.used; t++) {
         rp_acts_free(q.acts[t]);
         rp_net_free(q.nets[t]);
@@ -114,14 +129,10 @@ static rp_status predict_mpi(rp_session *s, const float *x, int n, int32_t *pred
     return st;
 }
 
-rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred,
-                             rp_error *err) {
+/* Predictions (pred) or the summed loss (labels, loss_sum) of n rows. */
+static rp_status infer(rp_session *s, const float *x, const int32_t *labels, int n,
+                       int32_t *pred, double *loss_sum, rp_error *err) {
     const rp_model *m = s->m;
-    if (m->num_targets > 1)
-        return rp_fail(err, RP_ERR_INVALID,
-                       "predict: the model scores %d targets per sample (one per token); it "
-                       "predicts one class per sample only",
-                       m->num_targets);
     int counts[RP_MAX_STAGES], P = rp_config_num_stages(&s->cfg, true);
     rp_status st = rp_config_stage_layers(&s->cfg, true, m->num_layers, counts, err);
     if (st)
@@ -135,19 +146,20 @@ rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred
         R = rp_comm_size(s->comm);
     R = R < batches ? R : (batches > 0 ? batches : 1);
     if (s->backend == RP_BACKEND_MPI) {
-        st = predict_mpi(s, x, n, pred, counts, P, params, R, err);
+        st = infer_mpi(s, x, labels, n, pred, loss_sum, counts, P, params, R, err);
         free(params);
         return st;
     }
     infer_replica *ir = calloc((size_t)R, sizeof *ir);
     if (!ir) {
         free(params);
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for %d inference replicas", R);
     }
     int made = 0, started = 0;
     while (made < R) {
         infer_replica *q = &ir[made++];
-        *q = (infer_replica){.s = s, .x = x, .n = n, .r = made - 1, .R = R, .pred = pred};
+        *q = (infer_replica){
+            .s = s, .x = x, .labels = labels, .n = n, .r = made - 1, .R = R, .pred = pred};
         if ((st = infer_setup(q, counts, P, params))) {
             rp_fail(err, st, "%s", q->err.msg);
             break;
@@ -165,15 +177,40 @@ rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred
         infer_run(&ir[0]);
     for (int r = 1; r <= started; r++)
         pthread_join(ir[r].thread, NULL);
+    double sum = 0;
     for (int r = 0; r < made; r++) {
         if (!st && ir[r].st) /* the first replica's failure */
             st = rp_fail(err, ir[r].st, "%s", ir[r].err.msg);
+        sum += ir[r].loss_sum; /* in replica order: the same sum every run */
         for (int t = 0; t < ir[r].used; t++) {
             rp_acts_free(ir[r].acts[t]);
             rp_net_free(ir[r].nets[t]);
         }
     }
+    if (loss_sum)
+        *loss_sum = sum;
     free(ir);
     return st;
 }
 
+rp_status rp_session_predict(rp_session *s, const float *x, int n, int32_t *pred,
+                             rp_error *err) {
+    if (s->m->num_targets > 1)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "predict: the model scores %d targets per sample (one per token); it "
+                       "predicts one class per sample only (rp_session_loss measures it)",
+                       s->m->num_targets);
+    return infer(s, x, NULL, n, pred, NULL, err);
+}
+
+rp_status rp_session_loss(rp_session *s, const float *x, const int32_t *labels, int n,
+                          double *mean, rp_error *err) {
+    *mean = 0;
+    if (n < 1)
+        return rp_fail(err, RP_ERR_INVALID, "loss: no rows");
+    double sum = 0;
+    rp_status st = infer(s, x, labels, n, NULL, &sum, err);
+    if (!st)
+        *mean = sum / n;
+    return st;
+}
