@@ -243,6 +243,26 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   fi
 fi
 
+# A token model on text: the bytes of a file, 2 replicas of 2 stages; the
+# validation loss falls well below a uniform guess's ln 256 = 5.55.
+for i in $(seq 300); do printf 'the quick brown fox jumps over the lazy dog. '; done > "$tmp/text.txt"
+printf 'input 16\nembedding 256 16\nposition_embedding\ngelu\nlinear 256\nsoftmax_cross_entropy\n' > "$tmp/lm.model"
+printf '{"micro_batch_size": 8, "replication_factor": 2, "layers_per_stage": [2, -1], "optimizer": {"type": "adam", "lr": 0.01}}\n' > "$tmp/lm.json"
+out=$("$bin" train --model "$tmp/lm.model" --config "$tmp/lm.json" --text "$tmp/text.txt" --updates 120 \
+      --log-every 1000 --eval-every 60 --json-log "$tmp/lm.jsonl" 2>&1)
+vl=$(sed -n 's/^validation loss: \([0-9.]*\) (nats per token; [0-9.]* bits)$/\1/p' <<<"$out")
+if [ -n "$vl" ] && awk -v v="$vl" 'BEGIN { exit !(v < 2.5) }' && grep -q "^update 60  validation loss " <<<"$out" &&
+   grep -q '"eval":"validation","samples":[0-9]*,"loss":' "$tmp/lm.jsonl"; then ok; else bad "text: $out"; fi
+# the same tokens as llm.c writes them: a 256 x int32 header [20240520, 1, count], uint16 tokens
+perl -e 'binmode STDOUT; local $/; my $t = <>; print pack("l<l<l<", 20240520, 1, length $t), "\0" x 1012, pack("S<*", unpack("C*", $t));' \
+  "$tmp/text.txt" > "$tmp/text.bin"
+out2=$("$bin" train --model "$tmp/lm.model" --config "$tmp/lm.json" --tokens "$tmp/text.bin" --updates 120 --log-every 1000 2>&1)
+if [ "$(grep '^validation loss' <<<"$out2")" = "$(grep '^validation loss' <<<"$out")" ]; then ok; else bad "llm.c tokens: $out2"; fi
+expect_fail "text on an image model" 1 "need a token model: an input of T token ids" -- "$bin" train \
+  --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist.json" --text "$tmp/text.txt" --updates 1
+expect_fail "not llm.c tokens" 1 "not an llm.c token file \(magic" -- "$bin" train --model "$tmp/lm.model" \
+  --config "$tmp/lm.json" --tokens "$tmp/text.txt" --updates 1
+
 # Workflow: profile a repipe model, plan it, turn the plan into a configuration.
 "$bin" profile --model "$src/examples/fmnist-mlp.model" --micro-batch 8 --repeats 3 --out "$tmp/mlp.txt" >/dev/null 2>&1
 if [ "$(grep -c ' -- ' "$tmp/mlp.txt")" -ge 15 ] && grep -q "^node0 -- Input0 micro_batch=8 -- " "$tmp/mlp.txt" &&

@@ -35,6 +35,11 @@ enum {
     OPT_KEEP,
     OPT_RESUME,
     OPT_RESUME_ANYWAY,
+    OPT_TEXT,
+    OPT_TOKENS,
+    OPT_VAL_TEXT,
+    OPT_VAL_TOKENS,
+    OPT_EVAL_EVERY,
 };
 
 static const cli_opt OPTS[] = {
@@ -56,6 +61,11 @@ static const cli_opt OPTS[] = {
     [OPT_KEEP] = {"keep", 0, "K", "checkpoints to keep, the newest [3]"},
     [OPT_RESUME] = {"resume", 'r', "DIR", "continue from the newest checkpoint of DIR that loads, on this configuration's layout"},
     [OPT_RESUME_ANYWAY] = {"resume-anyway", 0, NULL, "--resume even where the configuration changes the mathematics"},
+    [OPT_TEXT] = {"text", 0, "FILE", "train a token model on the bytes of FILE (vocabulary 256), the last 10% held out"},
+    [OPT_TOKENS] = {"tokens", 0, "FILE", "train a token model on llm.c's token file FILE, the last 10% held out"},
+    [OPT_VAL_TEXT] = {"val-text", 0, "FILE", "validate on the bytes of FILE instead"},
+    [OPT_VAL_TOKENS] = {"val-tokens", 0, "FILE", "validate on llm.c's token file FILE instead"},
+    [OPT_EVAL_EVERY] = {"eval-every", 0, "N", "token models: the validation loss every N updates too"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -198,13 +208,49 @@ static rp_status evaluate(rp_session *s, const rp_dataset *d, double *acc, rp_er
     return st;
 }
 
+/* A token model's data: the tokens of a file (its bytes, or llm.c's token
+** file), cut into the model's T-token samples; validation from another
+** file, or the last 10 % of the tokens. */
+static rp_status load_text(const rp_model *m, const char *path, bool llmc, const char *val,
+                           bool val_llmc, rp_dataset **train, rp_dataset **test, rp_error *err) {
+    int T = m->input.ndim == 1 ? m->input.dim[0] : 0;
+    if (!T || m->num_targets != T)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "--text and --tokens need a token model: an input of T token ids and a "
+                       "loss with a target per token (T x classes scores); this model's input "
+                       "is %d-dimensional and its loss takes %d target%s",
+                       m->input.ndim, m->num_targets, m->num_targets == 1 ? "" : "s");
+    int32_t *tok, *vtok = NULL;
+    size_t n, vn = 0;
+    int vocab, vvocab = 0;
+    rp_status st = rp_tokens_read(path, llmc, &tok, &n, &vocab, err);
+    if (st)
+        return st;
+    if (val)
+        st = rp_tokens_read(val, val_llmc, &vtok, &vn, &vvocab, err);
+    size_t cut = val ? n : n - n / 10; /* the last tenth, unless a file validates */
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s (the first %zu tokens)", path, cut);
+    snprintf(b, sizeof b, "%s (%s)", val ? val : path, val ? "validation" : "the last tenth");
+    if (!st)
+        st = rp_dataset_from_tokens(tok, cut, T, vocab, a, train, err);
+    if (!st)
+        st = val ? rp_dataset_from_tokens(vtok, vn, T, vocab > vvocab ? vocab : vvocab, b, test,
+                                          err)
+                 : rp_dataset_from_tokens(tok + cut, n - cut, T, vocab, b, test, err);
+    free(tok), free(vtok);
+    return st;
+}
+
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *model_path = NULL, *config_path = NULL, *data = RP_FASHION_MNIST_DIR;
     const char *save = NULL, *load = NULL, *json_log = NULL;
     long long epochs = 0, updates = 0, log_every = 0;
     bool use_mpi = false, allow_nonfinite = false;
     const char *trace = NULL, *plan = NULL, *ckdir = NULL, *resume = NULL;
-    long long ck_every = 0, keep = 3;
+    long long ck_every = 0, keep = 3, eval_every = 0;
+    const char *text = NULL, *val = NULL;
+    bool text_llmc = false, val_llmc = false;
     bool resume_anyway = false;
     bool help;
     const char *arg;
@@ -244,6 +290,20 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             break;
         case OPT_RESUME: resume = arg; break;
         case OPT_RESUME_ANYWAY: resume_anyway = true; break;
+        case OPT_TEXT:
+        case OPT_TOKENS:
+            text = arg;
+            text_llmc = o == OPT_TOKENS;
+            break;
+        case OPT_VAL_TEXT:
+        case OPT_VAL_TOKENS:
+            val = arg;
+            val_llmc = o == OPT_VAL_TOKENS;
+            break;
+        case OPT_EVAL_EVERY:
+            if (!cli_int("eval-every", arg, 1, 1LL << 40, &eval_every))
+                return 2;
+            break;
         case OPT_BACKEND:
             if (!cli_backend(cmd, arg, &use_mpi))
                 return 2;
@@ -260,6 +320,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     if (load && resume) {
         cli_error(cmd, "give --load (weights only) or --resume (the whole state), not both");
+        return 2;
+    }
+    if (val && !text) {
+        cli_error(cmd, "--val-text and --val-tokens go with --text or --tokens");
         return 2;
     }
     if ((ck_every || keep != 3) && !ckdir) {
@@ -307,13 +371,20 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     ** replicas, the same on every layout of a run; output_mode only shapes
     ** what a program gets back from the session */
     cfg.output_mode = RP_OUTPUT_ALL;
-    if (rp_dataset_load_idx(&train, data, true, &err) ||
-        rp_dataset_load_idx(&test, data, false, &err))
-        goto fail;
-    /* both sets: a test image of another size would be read past its end */
     char what[2][600];
-    snprintf(what[0], sizeof what[0], "the training set of %s", data);
-    snprintf(what[1], sizeof what[1], "the test set of %s", data);
+    if (text) {
+        if (load_text(m, text, text_llmc, val, val_llmc, &train, &test, &err))
+            goto fail;
+        snprintf(what[0], sizeof what[0], "the training tokens of %s", text);
+        snprintf(what[1], sizeof what[1], "the validation tokens of %s", val ? val : text);
+    } else {
+        if (rp_dataset_load_idx(&train, data, true, &err) ||
+            rp_dataset_load_idx(&test, data, false, &err))
+            goto fail;
+        snprintf(what[0], sizeof what[0], "the training set of %s", data);
+        snprintf(what[1], sizeof what[1], "the test set of %s", data);
+    }
+    /* both sets: a test image of another size would be read past its end */
     if (rp_dataset_fits(train, m, what[0], &err) || rp_dataset_fits(test, m, what[1], &err))
         goto fail;
     /* before any worker starts: an update the dataset cannot fill */
@@ -523,6 +594,15 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                         "\"elapsed_s\":%.3f%s}\n",
                         at, (double)at / per_epoch, loss, sps, el, ljs);
         }
+        if (text && eval_every && at % eval_every == 0) { /* every rank: collective */
+            double vl;
+            if ((st = rp_session_loss(s, test->x, test->labels, test->n, &vl, &err)))
+                break;
+            if (lead)
+                printf("update %lld  validation loss %.4f\n", at, vl);
+            if (jl)
+                fprintf(jl, "{\"update\":%lld,\"validation_loss\":%.6f}\n", at, vl);
+        }
         /* a stop asked of any rank stops them all, after the same update */
         float asked = (float)stop_signal;
         if (comm && (st = rp_comm_allreduce(comm, NULL, &asked, 1, &err)))
@@ -580,9 +660,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         rc = 128 + (int)stopped;
         goto done;
     }
-    double acc = 0;
+    double acc = 0, vloss = 0;
     double te = rp_now();
-    if (evaluate(s, test, &acc, &err))
+    if (text ? rp_session_loss(s, test->x, test->labels, test->n, &vloss, &err) /* collective */
+             : evaluate(s, test, &acc, &err))
         goto fail;
     if (lead && cfg.auto_loss_scaling) {
         double scale;
@@ -595,9 +676,16 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (lead) {
         printf("training took %.1f s; evaluation of %d samples %.1f s\n", te - t0, test->n,
                rp_now() - te);
-        printf("test accuracy: %.4f\n", acc);
+        if (text)
+            printf("validation loss: %.4f (nats per token; %.4f bits)\n", vloss,
+                   vloss / log(2.0));
+        else
+            printf("test accuracy: %.4f\n", acc);
     }
-    if (jl)
+    if (jl && text)
+        fprintf(jl, "{\"eval\":\"validation\",\"samples\":%d,\"loss\":%.6f}\n", test->n,
+                vloss);
+    else if (jl)
         fprintf(jl, "{\"eval\":\"test\",\"samples\":%d,\"accuracy\":%.6f}\n", test->n, acc);
     if (save && save_weights(s, save, lead, &err))
         goto fail;
@@ -622,7 +710,7 @@ done:
 
 const cli_cmd cmd_train = {
     "train",
-    "train a model on an IDX dataset and report its test accuracy",
+    "train a model on an IDX dataset, or a token model on text, and report its test accuracy or validation loss",
     "--model FILE --config FILE [--epochs N | --updates N] [options]",
     "The sample order is fixed by the configuration's seed and the epoch. With\n"
     "--checkpoint-dir the whole training state is written every --checkpoint-every\n"

@@ -6,6 +6,7 @@
 #ifndef REPIPE_DATA_H
 #define REPIPE_DATA_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "repipe/core.h"
@@ -48,6 +49,20 @@ rp_status rp_dataset_synthetic(rp_dataset **out, int n, rp_shape sample, int cla
                                uint64_t seed, rp_error *err);
 
 void rp_dataset_free(rp_dataset *d);
+
+/* Tokens of a file: its bytes (vocabulary 256), or with llmc llm.c's token
+** file (a 256 x int32 header [20240520, 1, count], then uint16 tokens;
+** vocabulary: the largest token + 1). The caller frees *tokens. */
+rp_status rp_tokens_read(const char *path, bool llmc, int32_t **tokens, size_t *count,
+                         int *vocab, rp_error *err);
+/* The same from bytes in memory; messages name `name`. */
+rp_status rp_tokens_parse(const unsigned char *data, size_t len, bool llmc, const char *name,
+                          int32_t **tokens, size_t *count, int *vocab, rp_error *err);
+/* Samples of T tokens at a stride of T, each token's label the one after
+** it: (count - 1) / T samples, label_count T. `what` names the source in
+** messages. */
+rp_status rp_dataset_from_tokens(const int32_t *tokens, size_t count, int T, int vocab,
+                                 const char *what, rp_dataset **out, rp_error *err);
 
 /* Copies the samples idx[0..count) into x (rows) and their labels
 ** (label_count each). */
