@@ -16,6 +16,103 @@ typedef struct refctx {
     const rp_step_ctx *ctx;
 } refctx;
 
+/* ---- transformer_block in double precision, written from its definition:
+** LN1, one projection per Q, K and V row block, causal softmax attention per
+** head, the output projection, dropout on the branch, LN2 and the MLP. ---- */
+
+static void ref_layernorm(const double *x, const double *g, const double *b, double *y, int D,
+                          double eps) {
+    double mean = 0, var = 0;
+    for (int d = 0; d < D; d++)
+        mean += x[d] / D;
+    for (int d = 0; d < D; d++)
+        var += (x[d] - mean) * (x[d] - mean) / D;
+    for (int d = 0; d < D; d++)
+        y[d] = (x[d] - mean) / sqrt(var + eps) * g[d] + b[d];
+}
+
+/* y (N) = W (N x D) x + b */
+static void ref_affine(const double *W, const double *b, const double *x, double *y, int N,
+                       int D) {
+    for (int n = 0; n < N; n++) {
+        double s = b[n];
+        for (int d = 0; d < D; d++)
+            s += W[(size_t)n * D + d] * x[d];
+        y[n] = s;
+    }
+}
+
+static double ref_gelu(double x, bool erf_form) {
+    if (erf_form)
+        return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    return 0.5 * x * (1 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+}
+
+static void ref_block(const refctx *c, const double *x, const double *w, double *y) {
+    const rp_layer *L = c->L;
+    int T = L->in.dim[0], C = L->in.dim[1], H = L->heads, hs = C / H, M = L->mlp * C;
+    /* the parameters in file order */
+    const double *ln1g = w, *ln1b = ln1g + C, *Wqkv = ln1b + C, *bqkv = Wqkv + 3 * C * C;
+    const double *Wp = bqkv + 3 * C, *bp = Wp + C * C, *ln2g = bp + C, *ln2b = ln2g + C;
+    const double *Wfc = ln2b + C, *bfc = Wfc + (size_t)M * C, *Wfp = bfc + M, *bfp = Wfp + (size_t)M * C;
+    double *ln = malloc(sizeof(double) * T * C), *qkv = malloc(sizeof(double) * T * 3 * C);
+    double *att = malloc(sizeof(double) * T * C), *x1 = malloc(sizeof(double) * T * C);
+    double *hid = malloc(sizeof(double) * M), *br = malloc(sizeof(double) * C);
+    double *p = malloc(sizeof(double) * T);
+    for (int b = 0; b < c->B; b++) {
+        const double *xs = x + (size_t)b * T * C;
+        double *ys = y + (size_t)b * T * C;
+        for (int t = 0; t < T; t++) {
+            ref_layernorm(xs + t * C, ln1g, ln1b, ln + t * C, C, L->eps);
+            ref_affine(Wqkv, bqkv, ln + t * C, qkv + t * 3 * C, 3 * C, C);
+        }
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++) {
+                double m = -1e300, sum = 0;
+                for (int j = 0; j <= i; j++) {
+                    double s = 0;
+                    for (int d = 0; d < hs; d++)
+                        s += qkv[i * 3 * C + h * hs + d] * qkv[j * 3 * C + C + h * hs + d];
+                    p[j] = s / sqrt((double)hs);
+                    m = p[j] > m ? p[j] : m;
+                }
+                for (int j = 0; j <= i; j++)
+                    sum += (p[j] = exp(p[j] - m));
+                for (int d = 0; d < hs; d++) {
+                    double s = 0;
+                    for (int j = 0; j <= i; j++)
+                        s += p[j] / sum * qkv[j * 3 * C + 2 * C + h * hs + d];
+                    att[i * C + h * hs + d] = s;
+                }
+            }
+        for (int k = 0; k < 2; k++)
+            for (int t = 0; t < T; t++) {
+                const double *in = k == 0 ? xs + t * C : x1 + t * C;
+                if (k == 0) {
+                    ref_affine(Wp, bp, att + t * C, br, C, C);
+                } else {
+                    ref_layernorm(in, ln2g, ln2b, ln + t * C, C, L->eps);
+                    ref_affine(Wfc, bfc, ln + t * C, hid, M, C);
+                    for (int e = 0; e < M; e++)
+                        hid[e] = ref_gelu(hid[e], L->gelu_erf);
+                    ref_affine(Wfp, bfp, hid, br, C, M);
+                }
+                double *o = k == 0 ? x1 + t * C : ys + t * C;
+                for (int d = 0; d < C; d++) {
+                    double keep = 1;
+                    if (L->p > 0) { /* branch k's mask: element k x T x C + e of the sample */
+                        float u = rp_uniform(c->ctx->seed, c->ctx->update,
+                                             (uint64_t)c->ctx->sample_id[b], 0,
+                                             (uint64_t)k * T * C + t * C + d);
+                        keep = u < L->p ? 0 : 1 / (1.0 - L->p);
+                    }
+                    o[d] = in[d] + br[d] * keep;
+                }
+            }
+    }
+    free(ln), free(qkv), free(att), free(x1), free(hid), free(br), free(p);
+}
+
 /* ---- double-precision references of one layer's forward pass ----------- */
 
 static void ref_forward(const refctx *c, const double *x, const double *w, double *y) {
@@ -116,6 +213,9 @@ static void ref_forward(const refctx *c, const double *x, const double *w, doubl
         for (int b = 0; b < B; b++)
             for (size_t e = 0; e < in; e++)
                 y[b * in + e] = x[b * in + e] + w[e];
+        break;
+    case RP_LAYER_TRANSFORMER_BLOCK:
+        ref_block(c, x, w, y);
         break;
     case RP_LAYER_SOFTMAX_CE: { /* a sample's loss: the mean over its T rows */
         int C = L->in.dim[L->in.ndim - 1], T = L->in.ndim == 2 ? L->in.dim[0] : 1;
@@ -295,5 +395,9 @@ int main(void) {
     check_layer("input 4 3\nposition_embedding\n", 3);
     check_layer("input 6\nsoftmax_cross_entropy\n", 4);
     check_layer("input 5 7\nsoftmax_cross_entropy\n", 3); /* a target per token */
+    /* blocks: one head and several, both GELUs, a narrow MLP, dropout on both branches */
+    check_layer("input 4 6\ntransformer_block heads=2\n", 2);
+    check_layer("input 5 4\ntransformer_block heads=1 mlp=2 gelu=erf\n", 2);
+    check_layer("input 3 8\ntransformer_block heads=4 dropout=0.3\n", 3);
     return test_finish("test_layers");
 }

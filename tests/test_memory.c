@@ -485,6 +485,64 @@ static void embedding_blocks(const char *shape) {
     rp_model_free(m);
 }
 
+/* The memory features on transformer blocks: recomputing each block in
+** backward, sharding the optimizer state over the replicas and a fixed loss
+** scale leave the weights bit for bit; recomputation keeps less. */
+static void gpt_features(const char *shape) {
+    rp_model *m = test_model("input 8\nembedding 16 8\nposition_embedding\n"
+                             "transformer_block heads=2 dropout=0.1\n"
+                             "transformer_block heads=2\nlayernorm\nlinear 16\n"
+                             "softmax_cross_entropy\n");
+    static const char *extra[] = {"", "\"recompute_checkpoint_every_layer\": true",
+                                  "\"replicated_tensor_sharding\": true",
+                                  "\"loss_scaling\": 128"};
+    enum { NX = sizeof extra / sizeof extra[0] };
+    rp_weights *w[NX] = {0};
+    size_t acts[NX];
+    for (int k = 0; k < NX; k++) {
+        char json[400];
+        snprintf(json, sizeof json,
+                 "{\"seed\": 6, \"micro_batch_size\": 2, \"gradient_accumulation_steps\": 2, %s, "
+                 "\"optimizer\": {\"type\": \"adamw\", \"lr\": 0.01, \"eps\": 1e-5}%s%s}",
+                 shape, *extra[k] ? ", " : "", extra[k]);
+        rp_config c = test_config(json);
+        rp_error err;
+        rp_session *s;
+        CHECK_OK(rp_session_create(m, &c, &s, &err), err);
+        rp_memory mem; /* the last stage: its block is not the stage's last layer */
+        CHECK_OK(rp_session_memory(s, rp_session_stages(s) - 1, &mem, &err), err);
+        acts[k] = mem.activations;
+        int n = (int)rp_session_samples_per_call(s);
+        float x[16 * 8];
+        int32_t y[16 * 8];
+        int64_t ids[16];
+        CHECK(n <= 16);
+        for (int call = 0; call < 2 && n <= 16; call++) {
+            for (int i = 0; i < n; i++) {
+                ids[i] = call * n + i;
+                for (int t = 0; t < 8; t++) {
+                    x[i * 8 + t] = (float)((i * 5 + t * 3 + call) % 16);
+                    y[i * 8 + t] = (i + t * 7 + call) % 16;
+                }
+            }
+            rp_result r;
+            CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
+        }
+        CHECK_OK(rp_session_get_weights(s, RP_ONE_PER_GROUP, &w[k], &err), err);
+        rp_session_free(s);
+    }
+    for (int k = 1; k < NX; k++)
+        for (int t = 0; w[k] && t < w[0]->num_tensors; t++)
+            CHECKF(memcmp(w[0]->tensors[t].data, w[k]->tensors[t].data,
+                          sizeof(float) * rp_shape_size(&w[0]->tensors[t].shape)) == 0,
+                   "%s: tensor %s differs", extra[k], w[0]->tensors[t].name);
+    CHECKF(acts[1] < acts[0], "recomputed blocks keep %zu bytes, not less than %zu", acts[1],
+           acts[0]);
+    for (int k = 0; k < NX; k++)
+        rp_weights_free(w[k]);
+    rp_model_free(m);
+}
+
 int main(int argc, char **argv) {
     test_start(argc, argv, 256, 2, &data, &mpi);
     compare("\"replication_factor\": 4", 4, 4);
@@ -497,6 +555,8 @@ int main(int argc, char **argv) {
     if (!mpi) {
         embedding_blocks("\"replication_factor\": 4");
         embedding_blocks("\"replication_factor\": 2, \"layers_per_stage\": [2, -1]");
+        gpt_features("\"replication_factor\": 2");
+        gpt_features("\"replication_factor\": 2, \"layers_per_stage\": [3, -1]");
         loss_scale_recovery();
         offchip_files();
         cache_entries("\"replication_factor\": 4");

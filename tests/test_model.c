@@ -51,6 +51,35 @@ static void test_examples(void) {
     CHECK(strcmp(m->vars[1].name, "1.weight") == 0);
     CHECK_INT(m->num_params, 10 * 4 + 6 * 4 + 24 * 10 + 10);
     rp_model_free(m);
+    /* a block: 12 named tensors, GPT-2's 12 C^2 + 13 C parameters at mlp=4, the
+    ** input's shape out */
+    CHECK(parse("input 5 8\ntransformer_block heads=2 dropout=0.1\n"
+                "transformer_block heads=4 mlp=2 gelu=erf\n", &m, &err) == RP_OK);
+    CHECK_INT(m->num_vars, 24);
+    CHECK_INT(m->layers[0].param_count, 12 * 64 + 13 * 8);
+    CHECK_INT(m->layers[1].param_count, 4 * 64 + 2 * 128 + 2 * 16 + 24 + 8 + 16 + 8);
+    CHECK_INT(m->layers[1].out.dim[0], 5);
+    CHECK_INT(m->layers[1].out.dim[1], 8);
+    CHECK(m->layers[0].p == 0.1f && !m->layers[0].gelu_erf && m->layers[1].gelu_erf);
+    CHECK(strcmp(m->vars[2].name, "0.attn.qkv.weight") == 0);
+    CHECK_INT(m->vars[2].shape.dim[0], 24);
+    CHECK(strcmp(m->vars[12 + 11].name, "1.mlp.proj.bias") == 0);
+    CHECK_INT(m->vars[12 + 10].shape.dim[1], 16);
+    /* GPT-2's initialisation: LN ones and zeros, biases zero, the projections
+    ** into the residual stream 0.02 / sqrt(2 x 2 blocks) */
+    float *w = malloc(sizeof(float) * m->num_params);
+    rp_model_init_params(m, 0, 2, 7, NULL, w);
+    CHECK(w[0] == 1.0f && w[8] == 0.0f && w[m->vars[3].offset] == 0.0f);
+    double ss[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        const rp_variable *v = &m->vars[k ? 10 : 8]; /* mlp.fc, then mlp.proj: 256 each */
+        for (size_t e = 0; e < v->count; e++)
+            ss[k] += (double)w[v->offset + e] * w[v->offset + e] / v->count;
+    }
+    CHECK_CLOSE(sqrt(ss[0]), 0.02, 0.15); /* 256 draws: a standard error of 4.4 % */
+    CHECK_CLOSE(sqrt(ss[1]), 0.01, 0.15);
+    free(w);
+    rp_model_free(m);
 }
 
 static void test_spec_errors(void) {
@@ -82,6 +111,15 @@ static void test_spec_errors(void) {
         {"input 6\nposition_embedding\n",
          "position_embedding needs a 2-dimensional input (positions x features)"},
         {"input 4\nlayernorm eps=0\n", "eps: '0' is not a number > 0"},
+        {"input 4 6\ntransformer_block\n", "m.model:2: transformer_block needs heads=H"},
+        {"input 4 6\ntransformer_block heads=4\n",
+         "transformer_block needs features divisible by its 4 heads, but its input has shape 4x6"},
+        {"input 24\ntransformer_block heads=2\n",
+         "transformer_block needs a 2-dimensional input (positions x features)"},
+        {"input 4 6\ntransformer_block heads=2 gelu=relu\n", "gelu: 'relu' is not tanh or erf"},
+        {"input 4 6\ntransformer_block heads=2 dropout=1\n", "dropout: '1' is not a number in [0, 1)"},
+        {"input 4 6\ntransformer_block heads=2 kernel=3\n",
+         "transformer_block takes no option 'kernel' (it takes: heads mlp dropout gelu group_size )"},
         {"input 4\nrelu extra\n", "relu takes 0 arguments"},
         {"input 4\nlinear 3 stride\n", "m.model:2: linear takes 1 argument before its options, not 2"},
         {"input 4\nlinear 3 bias=true extra\n", "m.model:2: unexpected 'extra'"},

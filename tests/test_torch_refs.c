@@ -228,7 +228,7 @@ int main(int argc, char **argv) {
         }
     }
     free(text);
-    CHECK_INT(cases, 13);
+    CHECK_INT(cases, 16);
     printf("%d cases compared with PyTorch\n", cases);
     return test_finish("test_torch_refs");
 }

@@ -47,7 +47,8 @@ typedef enum rp_layer_type {
     RP_LAYER_LAYERNORM,
     RP_LAYER_EMBEDDING,
     RP_LAYER_SOFTMAX_CE,
-    RP_LAYER_POSITION_EMBEDDING /* learned positions added to a (T x C) input */
+    RP_LAYER_POSITION_EMBEDDING, /* learned positions added to a (T x C) input */
+    RP_LAYER_TRANSFORMER_BLOCK   /* GPT-2's pre-LayerNorm block on a (T x C) input */
 } rp_layer_type;
 
 /* The shape of one sample (the batch dimension is not included). */
@@ -67,11 +68,13 @@ typedef struct rp_layer {
     int units;        /* linear: output features; conv2d: output channels */
     int kernel, stride, pad;
     bool bias;
-    float p;          /* dropout probability */
+    float p;          /* dropout probability (a block's: of its two residual branches) */
     float eps;        /* layernorm */
     int vocab, dim;   /* embedding */
+    int heads, mlp;   /* transformer_block: attention heads, MLP width / C */
+    bool gelu_erf;    /* transformer_block: GELU's erf form (else GPT-2's tanh form) */
     int group_size;   /* replica grouping override for this layer; 0 = config's */
-    int num_vars;     /* parameter tensors: 0, 1 or 2 */
+    int num_vars;     /* parameter tensors: 0, 1 or 2; a transformer_block's 12 */
     int first_var;    /* index of its first variable in the model */
     size_t param_offset, param_count; /* slice of the flat parameter array */
 } rp_layer;

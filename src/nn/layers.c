@@ -2,8 +2,8 @@
 ** The dispatch from a layer's type to its kernels, and what each needs
 ** beside its input and output: aux state kept for backward, and scratch.
 ** The kernels are in layers_dense.c (linear, layernorm, embedding),
-** layers_conv.c (convolution, pooling) and layers_act.c (element-wise, the
-** loss).
+** layers_conv.c (convolution, pooling), layers_act.c (element-wise, the
+** loss) and layers_block.c (transformer_block).
 */
 #include <string.h>
 
@@ -15,6 +15,7 @@ size_t rpi_layer_aux_bytes(const rp_layer *L, int B) {
     case RP_LAYER_LAYERNORM:
         return sizeof(float) * 2 * (rp_shape_size(&L->in) / L->in.dim[L->in.ndim - 1]) * B;
     case RP_LAYER_SOFTMAX_CE: return sizeof(float) * rp_shape_size(&L->in) * B;
+    case RP_LAYER_TRANSFORMER_BLOCK: return rpi_block_aux_bytes(L, B);
     default: return 0;
     }
 }
@@ -23,6 +24,8 @@ void rpi_layer_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size
     *col = *tmp = 0;
     if (L->type == RP_LAYER_CONV2D)
         rpi_conv_scratch(L, B, limit, col, tmp);
+    if (L->type == RP_LAYER_TRANSFORMER_BLOCK)
+        *tmp = rpi_block_scratch(L, B);
 }
 
 rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {
@@ -34,6 +37,7 @@ rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {
     case RP_LAYER_LAYERNORM: rpi_layernorm_forward(a); break;
     case RP_LAYER_EMBEDDING: return rpi_embedding_forward(a, err);
     case RP_LAYER_POSITION_EMBEDDING: rpi_position_forward(a); break;
+    case RP_LAYER_TRANSFORMER_BLOCK: rpi_block_forward(a); break;
     case RP_LAYER_SOFTMAX_CE: return rpi_softmax_ce_forward(a, err);
     case RP_LAYER_RELU: rpi_relu_forward(a->in, a->out, n); break;
     case RP_LAYER_GELU: rpi_gelu_forward(a->in, a->out, n); break;
@@ -52,6 +56,7 @@ void rpi_layer_backward(const layer_args *a, const float *dout, float *din) {
     case RP_LAYER_LAYERNORM: rpi_layernorm_backward(a, dout, din); break;
     case RP_LAYER_EMBEDDING: rpi_embedding_backward(a, dout, din); break;
     case RP_LAYER_POSITION_EMBEDDING: rpi_position_backward(a, dout, din); break;
+    case RP_LAYER_TRANSFORMER_BLOCK: rpi_block_backward(a, dout, din); break;
     case RP_LAYER_SOFTMAX_CE: rpi_softmax_ce_backward(a, din); break;
     case RP_LAYER_RELU:
         if (din)

@@ -53,7 +53,16 @@ void rpi_layer_backward(const layer_args *a, const float *dout, float *din);
 
 /* The kernels, by file. Forward reads a->in and writes a->out (B rows);
 ** backward reads dout, adds to a->dw and writes din (when not NULL). */
-/* layers_dense.c */
+/* layers_dense.c; the _rows forms act on R rows of plain arrays */
+void rpi_linear_rows(const float *in, float *out, const float *W, const float *b, int R, int D,
+                     int N);
+void rpi_linear_rows_backward(const float *in, const float *dout, const float *W, float *dW,
+                              float *db, float *din, bool accumulate, int R, int D, int N);
+void rpi_layernorm_rows(const float *in, float *out, const float *g, const float *b,
+                        float *stats, int R, int D, float eps);
+void rpi_layernorm_rows_backward(const float *in, const float *dout, const float *g,
+                                 const float *stats, float *dg, float *db, float *dx, bool add,
+                                 bool accumulate, int R, int D);
 void rpi_linear_forward(const layer_args *a);
 void rpi_linear_backward(const layer_args *a, const float *dout, float *din);
 void rpi_layernorm_forward(const layer_args *a);
@@ -77,5 +86,21 @@ void rpi_gelu_backward(const float *x, const float *dy, float *dx, size_t n);
 void rpi_dropout_apply(const layer_args *a, const float *in, float *out);
 rp_status rpi_softmax_ce_forward(const layer_args *a, rp_error *err);
 void rpi_softmax_ce_backward(const layer_args *a, float *din);
+void rpi_gelu_tanh_forward(const float *x, float *y, size_t n);
+void rpi_gelu_tanh_backward(const float *x, const float *dy, float *dx, size_t n);
+/* layers_block.c: transformer_block. Its 12 variables, in order: */
+enum {
+    RPI_BLOCK_LN1_W, RPI_BLOCK_LN1_B, RPI_BLOCK_QKV_W, RPI_BLOCK_QKV_B, RPI_BLOCK_PROJ_W,
+    RPI_BLOCK_PROJ_B, RPI_BLOCK_LN2_W, RPI_BLOCK_LN2_B, RPI_BLOCK_FC_W, RPI_BLOCK_FC_B,
+    RPI_BLOCK_FCPROJ_W, RPI_BLOCK_FCPROJ_B, RPI_BLOCK_VARS
+};
+const char *rpi_block_var_name(int v); /* "attn.qkv.weight" */
+rp_shape rpi_block_var_shape(const rp_layer *L, int v);
+/* the standard deviation of variable v's initial values, or 0 and *constant */
+double rpi_block_var_init(int v, int blocks, float *constant);
+size_t rpi_block_aux_bytes(const rp_layer *L, int B);
+size_t rpi_block_scratch(const rp_layer *L, int B);
+void rpi_block_forward(const layer_args *a);
+void rpi_block_backward(const layer_args *a, const float *dout, float *din);
 
 #endif /* REPIPE_LAYERS_H */

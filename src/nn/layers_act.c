@@ -119,6 +119,28 @@ void rpi_gelu_backward(const float *x, const float *dy, float *dx, size_t n) {
     }
 }
 
+/* GELU, GPT-2's tanh form: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) */
+static const float SQRT_2_PI = 0.79788456080286536f;
+
+RP_HOT
+void rpi_gelu_tanh_forward(const float *x, float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = 0.5f * v * (1.0f + tanhf(SQRT_2_PI * (v + 0.044715f * v * v * v)));
+    }
+}
+
+/* dx may be dy */
+RP_HOT
+void rpi_gelu_tanh_backward(const float *x, const float *dy, float *dx, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        float t = tanhf(SQRT_2_PI * (v + 0.044715f * v * v * v));
+        float du = SQRT_2_PI * (1.0f + 3.0f * 0.044715f * v * v);
+        dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    }
+}
+
 /* in, out: B rows of the layer's input; backward passes dout and din. In
 ** inference, or with p = 0, a copy. */
 RP_HOT

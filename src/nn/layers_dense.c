@@ -16,49 +16,57 @@ static inline int rows_of(const rp_shape *s, int B) {
     return (int)(rp_shape_size(s) / (size_t)last_dim(s)) * B;
 }
 
-/* in: (R, D) rows, R = B x the sample's leading dims; out: (R, N); weight
-** (N, D), then bias (N): out = in W^T + b */
-void rpi_linear_forward(const layer_args *a) {
-    const rp_layer *L = a->L;
-    int D = last_dim(&L->in), N = L->units, R = rows_of(&L->in, a->B);
-    const float *W = a->w, *b = a->w + (size_t)N * D;
-    if (L->bias)
+/* in: (R, D); out: (R, N); W (N, D); b (N) or NULL: out = in W^T + b */
+void rpi_linear_rows(const float *in, float *out, const float *W, const float *b, int R, int D,
+                     int N) {
+    if (b)
         for (int r = 0; r < R; r++)
-            memcpy(a->out + (size_t)r * N, b, sizeof(float) * N);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, D, 1.0f, a->in, D, W, D,
-                L->bias ? 1.0f : 0.0f, a->out, N);
+            memcpy(out + (size_t)r * N, b, sizeof(float) * N);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, D, 1.0f, in, D, W, D,
+                b ? 1.0f : 0.0f, out, N);
 }
 
-/* dout: (R, N); dW (N, D) += dout^T in, db (N) += column sums; din: (R, D) */
-void rpi_linear_backward(const layer_args *a, const float *dout, float *din) {
-    const rp_layer *L = a->L;
-    int D = last_dim(&L->in), N = L->units, R = rows_of(&L->in, a->B);
-    float *dW = a->dw, *db = a->dw + (size_t)N * D;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, D, R, 1.0f, dout, N, a->in, D,
-                a->accumulate ? 1.0f : 0.0f, dW, D);
-    if (L->bias && !a->accumulate)
+/* dout: (R, N); dW (N, D) += dout^T in and db (N) += its column sums (or
+** overwritten when !accumulate; db NULL: no bias); din (R, D) = dout W */
+void rpi_linear_rows_backward(const float *in, const float *dout, const float *W, float *dW,
+                              float *db, float *din, bool accumulate, int R, int D, int N) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, D, R, 1.0f, dout, N, in, D,
+                accumulate ? 1.0f : 0.0f, dW, D);
+    if (db && !accumulate)
         memset(db, 0, sizeof(float) * N);
-    if (L->bias)
+    if (db)
         for (int r = 0; r < R; r++) {
             const float *g = dout + (size_t)r * N;
             for (int n = 0; n < N; n++)
                 db[n] += g[n];
         }
     if (din)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, N, 1.0f, dout, N, a->w, D,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, N, 1.0f, dout, N, W, D,
                     0.0f, din, D);
 }
 
-/* in, out: (R, D); gain then bias (D) each; aux (R, 2): the mean and 1/std
-** of every row, side by side, for backward */
-void rpi_layernorm_forward(const layer_args *a) {
+/* in: (R, D) rows, R = B x the sample's leading dims; weight (N, D), then bias (N) */
+void rpi_linear_forward(const layer_args *a) {
     const rp_layer *L = a->L;
-    int D = last_dim(&L->in), R = rows_of(&L->in, a->B);
-    const float *g = a->w, *b = a->w + D;
-    float *stats = a->aux;
+    int D = last_dim(&L->in), N = L->units;
+    rpi_linear_rows(a->in, a->out, a->w, L->bias ? a->w + (size_t)N * D : NULL,
+                    rows_of(&L->in, a->B), D, N);
+}
+
+void rpi_linear_backward(const layer_args *a, const float *dout, float *din) {
+    const rp_layer *L = a->L;
+    int D = last_dim(&L->in), N = L->units;
+    rpi_linear_rows_backward(a->in, dout, a->w, a->dw, L->bias ? a->dw + (size_t)N * D : NULL,
+                             din, a->accumulate, rows_of(&L->in, a->B), D, N);
+}
+
+/* x, y: (R, D); gain g and bias b (D); stats (R, 2): the mean and 1/std of
+** every row, side by side, for backward */
+void rpi_layernorm_rows(const float *in, float *out, const float *g, const float *b,
+                        float *stats, int R, int D, float eps) {
     for (int r = 0; r < R; r++) {
-        const float *x = a->in + (size_t)r * D;
-        float *y = a->out + (size_t)r * D;
+        const float *x = in + (size_t)r * D;
+        float *y = out + (size_t)r * D;
         double mean = 0, var = 0;
         for (int d = 0; d < D; d++)
             mean += x[d];
@@ -66,7 +74,7 @@ void rpi_layernorm_forward(const layer_args *a) {
         for (int d = 0; d < D; d++)
             var += (x[d] - mean) * (x[d] - mean);
         var /= D;
-        float rstd = (float)(1.0 / sqrt(var + L->eps));
+        float rstd = (float)(1.0 / sqrt(var + eps));
         float m = (float)mean;
         for (int d = 0; d < D; d++)
             y[d] = (x[d] - m) * rstd * g[d] + b[d];
@@ -75,17 +83,17 @@ void rpi_layernorm_forward(const layer_args *a) {
     }
 }
 
-/* dout, din: (R, D); dgain, dbias (D) from the aux row statistics */
-void rpi_layernorm_backward(const layer_args *a, const float *dout, float *din) {
-    const rp_layer *L = a->L;
-    int D = last_dim(&L->in), R = rows_of(&L->in, a->B);
-    const float *g = a->w;
-    float *dg = a->dw, *db = a->dw + D;
-    const float *stats = a->aux;
-    if (!a->accumulate)
-        memset(a->dw, 0, sizeof(float) * 2 * D);
+/* dy: (R, D); dg, db (D) += (overwritten when !accumulate); dx (R, D), when
+** not NULL, = the input's gradient (add: += it) */
+void rpi_layernorm_rows_backward(const float *in, const float *dout, const float *g,
+                                 const float *stats, float *dg, float *db, float *dx, bool add,
+                                 bool accumulate, int R, int D) {
+    if (!accumulate) {
+        memset(dg, 0, sizeof(float) * D);
+        memset(db, 0, sizeof(float) * D);
+    }
     for (int r = 0; r < R; r++) {
-        const float *x = a->in + (size_t)r * D, *dy = dout + (size_t)r * D;
+        const float *x = in + (size_t)r * D, *dy = dout + (size_t)r * D;
         float m = stats[2 * r], rstd = stats[2 * r + 1];
         double sum_dxhat = 0, sum_dxhat_xhat = 0;
         for (int d = 0; d < D; d++) {
@@ -96,15 +104,30 @@ void rpi_layernorm_backward(const layer_args *a, const float *dout, float *din) 
             sum_dxhat += dxhat;
             sum_dxhat_xhat += dxhat * xhat;
         }
-        if (!din)
+        if (!dx)
             continue;
         float mean_dxhat = (float)(sum_dxhat / D), mean_dxhat_xhat = (float)(sum_dxhat_xhat / D);
-        float *dx = din + (size_t)r * D;
+        float *o = dx + (size_t)r * D;
         for (int d = 0; d < D; d++) {
             float xhat = (x[d] - m) * rstd;
-            dx[d] = rstd * (dy[d] * g[d] - mean_dxhat - xhat * mean_dxhat_xhat);
+            float v = rstd * (dy[d] * g[d] - mean_dxhat - xhat * mean_dxhat_xhat);
+            o[d] = add ? o[d] + v : v;
         }
     }
+}
+
+/* over the last dimension; gain then bias (D) each */
+void rpi_layernorm_forward(const layer_args *a) {
+    const rp_layer *L = a->L;
+    int D = last_dim(&L->in);
+    rpi_layernorm_rows(a->in, a->out, a->w, a->w + D, a->aux, rows_of(&L->in, a->B), D, L->eps);
+}
+
+void rpi_layernorm_backward(const layer_args *a, const float *dout, float *din) {
+    const rp_layer *L = a->L;
+    int D = last_dim(&L->in);
+    rpi_layernorm_rows_backward(a->in, dout, a->w, a->aux, a->dw, a->dw + D, din, false,
+                                a->accumulate, rows_of(&L->in, a->B), D);
 }
 
 /* The table is processed as ctx->embedding_blocks row blocks, one after

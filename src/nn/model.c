@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include "../core/util.h"
+#include "layers.h"
 #include "repipe/model.h"
 
 size_t rp_shape_size(const rp_shape *s) {
@@ -40,6 +41,7 @@ const char *rp_layer_name(rp_layer_type t) {
     case RP_LAYER_EMBEDDING: return "embedding";
     case RP_LAYER_SOFTMAX_CE: return "softmax_cross_entropy";
     case RP_LAYER_POSITION_EMBEDDING: return "position_embedding";
+    case RP_LAYER_TRANSFORMER_BLOCK: return "transformer_block";
     }
     return "?";
 }
@@ -126,6 +128,17 @@ static rp_status apply_options(pctx *c, rp_layer *L, words *w, int first, const 
             s = want_int(c, k, v, 0, 1 << 16, &L->pad);
         else if (strcmp(k, "group_size") == 0)
             s = want_int(c, k, v, 1, 1 << 20, &L->group_size);
+        else if (strcmp(k, "heads") == 0)
+            s = want_int(c, k, v, 1, 1 << 16, &L->heads);
+        else if (strcmp(k, "mlp") == 0)
+            s = want_int(c, k, v, 1, 64, &L->mlp);
+        else if (strcmp(k, "gelu") == 0) {
+            if (strcmp(v, "tanh") == 0 || strcmp(v, "erf") == 0)
+                L->gelu_erf = v[0] == 'e';
+            else
+                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: gelu: '%s' is not tanh or erf",
+                            c->name, c->line, v);
+        }
         else if (strcmp(k, "bias") == 0) {
             if (strcmp(v, "true") == 0)
                 L->bias = true;
@@ -134,9 +147,9 @@ static rp_status apply_options(pctx *c, rp_layer *L, words *w, int first, const 
             else
                 s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: bias: '%s' is not true or false",
                             c->name, c->line, v);
-        } else if (strcmp(k, "eps") == 0 || strcmp(k, "p") == 0) {
+        } else if (strcmp(k, "eps") == 0 || strcmp(k, "p") == 0 || strcmp(k, "dropout") == 0) {
             double d;
-            bool is_p = k[0] == 'p';
+            bool is_p = k[0] != 'e';
             if (!parse_float(v, &d) || (is_p ? (d < 0 || d >= 1) : d <= 0))
                 s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s: '%s' is not a number %s", c->name,
                             c->line, k, v, is_p ? "in [0, 1)" : "> 0");
@@ -184,6 +197,7 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
         {"embedding", RP_LAYER_EMBEDDING, 2, " group_size "},
         {"softmax_cross_entropy", RP_LAYER_SOFTMAX_CE, 0, " "},
         {"position_embedding", RP_LAYER_POSITION_EMBEDDING, 0, " group_size "},
+        {"transformer_block", RP_LAYER_TRANSFORMER_BLOCK, 0, " heads mlp dropout gelu group_size "},
     };
     int k = 0, nk = (int)(sizeof kinds / sizeof kinds[0]);
     while (k < nk && strcmp(kinds[k].name, w->w[0]) != 0)
@@ -202,6 +216,7 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
     L->bias = true;
     L->eps = 1e-5f;
     L->stride = 0;
+    L->mlp = 4;
     int npos = positional(w);
     int want = kinds[k].args;
     if (want >= 0 && npos != want)
@@ -248,6 +263,9 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
         return s;
     if (L->type == RP_LAYER_CONV2D && L->kernel == 0)
         return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: conv2d needs kernel=K", c->name, c->line);
+    if (L->type == RP_LAYER_TRANSFORMER_BLOCK && L->heads == 0)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: transformer_block needs heads=H", c->name,
+                       c->line);
     if (L->stride == 0)
         L->stride = L->type == RP_LAYER_MAXPOOL2D ? L->kernel : 1;
     return RP_OK;
@@ -300,6 +318,18 @@ static rp_status infer(pctx *c, rp_layer *L, rp_model *m) {
             return shape_error(c, L, "a 2-dimensional input (positions x features)");
         L->num_vars = 1;
         break;
+    case RP_LAYER_TRANSFORMER_BLOCK:
+        if (in.ndim != 2)
+            return shape_error(c, L, "a 2-dimensional input (positions x features)");
+        if (in.dim[1] % L->heads) {
+            char need[96];
+            snprintf(need, sizeof need, "features divisible by its %d heads", L->heads);
+            return shape_error(c, L, need);
+        }
+        if ((double)in.dim[1] * in.dim[1] * (3 + 1 + 2 * L->mlp) > (double)(1u << 30))
+            return shape_error(c, L, "fewer features (its weights would exceed 2^30 floats)");
+        L->num_vars = 12;
+        break;
     case RP_LAYER_SOFTMAX_CE:
         /* class scores, or one row of them per token: a target each */
         if (in.ndim != 1 && in.ndim != 2)
@@ -341,6 +371,10 @@ static rp_status layout_params(rp_model *m, rp_error *err) {
             snprintf(var->name, RP_NAME_MAX, "%d.%s", l, weight ? "weight" : "bias");
             int D = L->in.dim[L->in.ndim - 1];
             switch (L->type) {
+            case RP_LAYER_TRANSFORMER_BLOCK:
+                snprintf(var->name, RP_NAME_MAX, "%d.%s", l, rpi_block_var_name(v));
+                var->shape = rpi_block_var_shape(L, v);
+                break;
             case RP_LAYER_LINEAR:
                 var->shape = weight ? (rp_shape){2, {L->units, D}} : (rp_shape){1, {L->units}};
                 break;
@@ -508,6 +542,20 @@ rp_status rp_model_load(rp_model **out, const char *path, rp_error *err) {
     return s;
 }
 
+/* N(0, sd^2) by Box-Muller from two uniforms of element e's stream */
+static double gauss(uint64_t seed, int v, int group, size_t e, double sd) {
+    double u1 = rp_uniform(seed, (uint64_t)v, (uint64_t)group, e, 0);
+    double u2 = rp_uniform(seed, (uint64_t)v, (uint64_t)group, e, 1);
+    return sd * sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+}
+
+static int blocks_of(const rp_model *m) {
+    int n = 0;
+    for (int l = 0; l < m->num_layers; l++)
+        n += m->layers[l].type == RP_LAYER_TRANSFORMER_BLOCK;
+    return n;
+}
+
 void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed,
                           const int *var_group, float *params) {
     size_t base = m->layers[first].param_offset;
@@ -521,17 +569,21 @@ void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed,
             if (L->type == RP_LAYER_LAYERNORM) {
                 for (size_t e = 0; e < var->count; e++)
                     p[e] = v == 0 ? 1.0f : 0.0f;
+            } else if (L->type == RP_LAYER_TRANSFORMER_BLOCK) {
+                /* GPT-2's: LayerNorms ones and zeros, biases zero, weights N(0, 0.02^2),
+                ** the two projections into the residual stream N(0, (0.02 / sqrt(2 x
+                ** blocks))^2) so that the stream's variance does not grow with depth */
+                float constant;
+                double sd = rpi_block_var_init(v, blocks_of(m), &constant);
+                for (size_t e = 0; e < var->count; e++)
+                    p[e] = sd > 0 ? (float)gauss(seed, vi, group, e, sd) : constant;
             } else if (L->type == RP_LAYER_EMBEDDING || L->type == RP_LAYER_POSITION_EMBEDDING) {
                 /* Box-Muller from two uniforms of the element's stream: N(0, 1) for
                 ** tokens, as PyTorch's nn.Embedding; N(0, 0.02^2) for positions, as
                 ** GPT-2's */
                 double sd = L->type == RP_LAYER_EMBEDDING ? 1.0 : 0.02;
-                for (size_t e = 0; e < var->count; e++) {
-                    double u1 = rp_uniform(seed, (uint64_t)vi, (uint64_t)group, e, 0);
-                    double u2 = rp_uniform(seed, (uint64_t)vi, (uint64_t)group, e, 1);
-                    p[e] = (float)(sd * sqrt(-2.0 * log(1.0 - u1)) *
-                                   cos(6.283185307179586 * u2));
-                }
+                for (size_t e = 0; e < var->count; e++)
+                    p[e] = (float)gauss(seed, vi, group, e, sd);
             } else {
                 /* fan_in of the layer's weight: all its dimensions but the first */
                 const rp_variable *w = &m->vars[L->first_var];
@@ -556,6 +608,10 @@ uint32_t rp_model_fingerprint(const rp_model *m) {
         int ints[] = {(int)l->type, l->in.ndim, l->out.ndim, l->units, l->kernel, l->stride,
                       l->pad, l->bias, l->vocab, l->dim, l->group_size};
         c = fold(c, ints, sizeof ints);
+        if (l->type == RP_LAYER_TRANSFORMER_BLOCK) {
+            int block[] = {l->heads, l->mlp, l->gelu_erf};
+            c = fold(c, block, sizeof block);
+        }
         c = fold(c, l->in.dim, sizeof(int) * l->in.ndim);
         c = fold(c, l->out.dim, sizeof(int) * l->out.ndim);
         c = fold(c, &l->p, sizeof l->p);

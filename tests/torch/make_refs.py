@@ -46,6 +46,9 @@ def emit_stats(name, t):
 def params_of(mods):
     out = []
     for m in mods:
+        if hasattr(m, "ordered"):
+            out += m.ordered
+            continue
         for p in (getattr(m, "weight", None), getattr(m, "bias", None)):
             if p is not None:
                 out.append(p)
@@ -56,6 +59,41 @@ def set_params(params):
     for v, p in enumerate(params):
         with torch.no_grad():
             p.copy_(tensor(p.numel(), 100 + v, 0.5, p.shape))
+
+
+class Block(torch.nn.Module):
+    """GPT-2's block as nanoGPT and llm.c's PyTorch reference write it: pre-LayerNorm, fused
+    QKV, causal attention, GELU (tanh form unless erf), no dropout."""
+
+    def __init__(s, C, H, mlp=4, gelu="tanh"):
+        super().__init__()
+        nn = torch.nn
+        s.H = H
+        s.ln1, s.qkv, s.proj = nn.LayerNorm(C), nn.Linear(C, 3 * C), nn.Linear(C, C)
+        s.ln2, s.fc, s.fcproj = nn.LayerNorm(C), nn.Linear(C, mlp * C), nn.Linear(mlp * C, C)
+        s.gelu = nn.GELU(approximate=gelu if gelu == "tanh" else "none")
+        # repipe's variable order
+        s.ordered = [s.ln1.weight, s.ln1.bias, s.qkv.weight, s.qkv.bias, s.proj.weight, s.proj.bias,
+                     s.ln2.weight, s.ln2.bias, s.fc.weight, s.fc.bias, s.fcproj.weight, s.fcproj.bias]
+
+    def forward(s, x):
+        B, T, C = x.shape
+        q, k, v = s.qkv(s.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, s.H, C // s.H).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / (C // s.H) ** 0.5
+        att = att.masked_fill(torch.tril(torch.ones(T, T)) == 0, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + s.proj(y)
+        return x + s.fcproj(s.gelu(s.fc(s.ln2(x))))
+
+
+class Positions(torch.nn.Module):
+    def __init__(s, T, C):
+        super().__init__()
+        s.weight = torch.nn.Parameter(torch.zeros(T, C))
+
+    def forward(s, x):
+        return x + s.weight
 
 
 LAYER_CASES = [
@@ -71,6 +109,10 @@ LAYER_CASES = [
     ("maxpool2d_k3s2", "maxpool2d 3 stride=2", (2, 2, 7, 7), lambda: [torch.nn.MaxPool2d(3, stride=2)]),
     ("flatten", "flatten", (2, 2, 3, 2), lambda: [torch.nn.Flatten()]),
     ("layernorm", "layernorm", (2, 3, 8), lambda: [torch.nn.LayerNorm(8)]),
+    ("position_embedding", "position_embedding", (2, 4, 3), lambda: [Positions(4, 3)]),
+    ("transformer_block", "transformer_block heads=2", (2, 5, 8), lambda: [Block(8, 2)]),
+    ("transformer_block_erf", "transformer_block heads=4 mlp=2 gelu=erf", (3, 6, 8),
+     lambda: [Block(8, 4, mlp=2, gelu="erf")]),
 ]
 
 

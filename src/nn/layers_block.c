@@ -1,0 +1,275 @@
+/*
+** transformer_block: GPT-2's pre-LayerNorm block on a (T x C) sample,
+**
+**     x1  = x  + drop(proj(attention(LN1(x))))
+**     out = x1 + drop(fc_proj(gelu(fc(LN2(x1)))))
+**
+** with causal multi-head attention over a fused QKV projection (biases on
+** every projection), scores scaled by 1/sqrt(C/H), LayerNorm eps from the
+** layer (1e-5), and the MLP mlp x C wide. As one layer it is one unit of
+** layers_per_stage, the way pipeline frameworks cut transformers.
+**
+** Every product is one BLAS call over all B x T rows, or per (sample,
+** head) for attention, reading Q, K and V in place through a leading
+** dimension of 3C. Forward keeps what backward needs in aux; with
+** recomputation the block is a segment of its own and aux is rebuilt.
+**
+** Dropout acts on the two residual branches (GPT-2's resid_pdrop); element
+** e of branch k of a sample is kept by the same counter-based rule as the
+** dropout layer, keyed by element k x T x C + e.
+*/
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "layers.h"
+
+static const char *const NAMES[RPI_BLOCK_VARS] = {
+    "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias",
+    "attn.proj.weight", "attn.proj.bias", "ln2.weight", "ln2.bias",
+    "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias",
+};
+
+const char *rpi_block_var_name(int v) { return NAMES[v]; }
+
+rp_shape rpi_block_var_shape(const rp_layer *L, int v) {
+    int C = L->in.dim[1], M = L->mlp * C;
+    switch (v) {
+    case RPI_BLOCK_QKV_W: return (rp_shape){2, {3 * C, C}};
+    case RPI_BLOCK_QKV_B: return (rp_shape){1, {3 * C}};
+    case RPI_BLOCK_PROJ_W: return (rp_shape){2, {C, C}};
+    case RPI_BLOCK_FC_W: return (rp_shape){2, {M, C}};
+    case RPI_BLOCK_FC_B: return (rp_shape){1, {M}};
+    case RPI_BLOCK_FCPROJ_W: return (rp_shape){2, {C, M}};
+    default: return (rp_shape){1, {C}}; /* the LayerNorms, the projections' biases */
+    }
+}
+
+double rpi_block_var_init(int v, int blocks, float *constant) {
+    *constant = v == RPI_BLOCK_LN1_W || v == RPI_BLOCK_LN2_W ? 1.0f : 0.0f;
+    switch (v) {
+    case RPI_BLOCK_QKV_W:
+    case RPI_BLOCK_FC_W: return 0.02;
+    case RPI_BLOCK_PROJ_W:
+    case RPI_BLOCK_FCPROJ_W: return 0.02 / sqrt(2.0 * (blocks > 0 ? blocks : 1));
+    default: return 0;
+    }
+}
+
+/* Where a micro-batch's parts live in aux (floats from its start), R = B x T rows. */
+typedef struct block_layout {
+    int T, C, H, hs, M, R;
+    size_t ln1, st1, qkv, prob, att, x1, ln2, st2, h, gh, end;
+} block_layout;
+
+static block_layout layout(const rp_layer *L, int B) {
+    block_layout o;
+    o.T = L->in.dim[0], o.C = L->in.dim[1], o.H = L->heads;
+    o.hs = o.C / o.H, o.M = L->mlp * o.C, o.R = B * o.T;
+    size_t R = (size_t)o.R, C = (size_t)o.C;
+    o.ln1 = 0;                                     /* LN1(x): R x C */
+    o.st1 = o.ln1 + R * C;                         /* its row statistics: R x 2 */
+    o.qkv = o.st1 + 2 * R;                         /* R x 3C */
+    o.prob = o.qkv + 3 * R * C;                    /* attention: B x H x T x T */
+    o.att = o.prob + (size_t)B * o.H * o.T * o.T;  /* heads side by side: R x C */
+    o.x1 = o.att + R * C;                          /* the residual after attention */
+    o.ln2 = o.x1 + R * C;
+    o.st2 = o.ln2 + R * C;
+    o.h = o.st2 + 2 * R;                           /* fc's output: R x M */
+    o.gh = o.h + R * (size_t)o.M;                  /* gelu(h) */
+    o.end = o.gh + R * (size_t)o.M;
+    return o;
+}
+
+size_t rpi_block_aux_bytes(const rp_layer *L, int B) { return sizeof(float) * layout(L, B).end; }
+
+/* Backward's gradients: dM (R x M), then four of R x C (the residual
+** stream's, a branch's, LN's input's, attention's), dqkv (R x 3C) and one
+** T x T matrix. */
+size_t rpi_block_scratch(const rp_layer *L, int B) {
+    block_layout o = layout(L, B);
+    return (size_t)o.R * (o.M + 7 * (size_t)o.C) + (size_t)o.T * o.T;
+}
+
+/* y = x + drop_k(b): branch k's dropout of sample r's elements, as the
+** dropout layer draws them; y may be b. */
+static void residual(const layer_args *a, int k, const float *x, const float *b, float *y) {
+    const rp_layer *L = a->L;
+    size_t n = rp_shape_size(&L->in);
+    bool drop = a->ctx->training && L->p > 0;
+    float keep = drop ? 1.0f / (1.0f - L->p) : 1.0f;
+    for (int r = 0; r < a->B; r++)
+        for (size_t e = 0; e < n; e++) {
+            size_t i = (size_t)r * n + e;
+            float s = 1.0f;
+            if (drop) {
+                const rp_step_ctx *c = a->ctx;
+                float u = rp_uniform(c->seed, c->update, (uint64_t)c->sample_id[r],
+                                     (uint64_t)a->index, k * n + e);
+                s = u < L->p ? 0.0f : keep;
+            }
+            y[i] = x[i] + b[i] * s;
+        }
+}
+
+/* dy = drop_k(dy) in place, the mask of residual() */
+static void residual_back(const layer_args *a, int k, float *dy) {
+    const rp_layer *L = a->L;
+    if (!a->ctx->training || L->p == 0)
+        return;
+    size_t n = rp_shape_size(&L->in);
+    float keep = 1.0f / (1.0f - L->p);
+    const rp_step_ctx *c = a->ctx;
+    for (int r = 0; r < a->B; r++)
+        for (size_t e = 0; e < n; e++) {
+            float u = rp_uniform(c->seed, c->update, (uint64_t)c->sample_id[r],
+                                 (uint64_t)a->index, k * n + e);
+            dy[(size_t)r * n + e] *= u < L->p ? 0.0f : keep;
+        }
+}
+
+static void gelu(const rp_layer *L, const float *x, float *y, size_t n) {
+    if (L->gelu_erf)
+        rpi_gelu_forward(x, y, n);
+    else
+        rpi_gelu_tanh_forward(x, y, n);
+}
+
+static void gelu_back(const rp_layer *L, const float *x, float *d, size_t n) {
+    if (L->gelu_erf)
+        rpi_gelu_backward(x, d, d, n);
+    else
+        rpi_gelu_tanh_backward(x, d, d, n);
+}
+
+/* Causal attention of sample b, head h: P = softmax(Q K^T / sqrt(hs)) with
+** P[i][j] = 0 for j > i, then att = P V. */
+static void attention(const block_layout *o, const float *qkv, float *P, float *att) {
+    int T = o->T, C3 = 3 * o->C;
+    float scale = 1.0f / sqrtf((float)o->hs);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, o->hs, scale, qkv, C3,
+                qkv + o->C, C3, 0.0f, P, T);
+    for (int i = 0; i < T; i++) {
+        float *p = P + (size_t)i * T, m = p[0];
+        for (int j = 1; j <= i; j++)
+            m = p[j] > m ? p[j] : m;
+        double sum = 0;
+        for (int j = 0; j <= i; j++) {
+            p[j] = expf(p[j] - m);
+            sum += p[j];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int j = 0; j <= i; j++)
+            p[j] *= inv;
+        memset(p + i + 1, 0, sizeof(float) * (T - 1 - i));
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, o->hs, T, 1.0f, P, T,
+                qkv + 2 * o->C, C3, 0.0f, att, o->C);
+}
+
+/* The gradients of one (sample, head): from datt (T x hs, ld C) into dqkv
+** (T x 3C, this head's columns of Q, K, V); dS is T x T scratch. */
+static void attention_back(const block_layout *o, const float *qkv, const float *P,
+                           const float *datt, float *dqkv, float *dS) {
+    int T = o->T, C3 = 3 * o->C, hs = o->hs;
+    float scale = 1.0f / sqrtf((float)hs);
+    /* dP = datt V^T; dV = P^T datt */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, datt, o->C,
+                qkv + 2 * o->C, C3, 0.0f, dS, T);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, P, T, datt, o->C, 0.0f,
+                dqkv + 2 * o->C, C3);
+    /* softmax backward, row by row: dS = P (dP - sum_j P dP), times the scale */
+    for (int i = 0; i < T; i++) {
+        const float *p = P + (size_t)i * T;
+        float *d = dS + (size_t)i * T;
+        double dot = 0;
+        for (int j = 0; j <= i; j++)
+            dot += (double)p[j] * d[j];
+        for (int j = 0; j <= i; j++)
+            d[j] = p[j] * (d[j] - (float)dot) * scale;
+        memset(d + i + 1, 0, sizeof(float) * (T - 1 - i));
+    }
+    /* dQ = dS K; dK = dS^T Q */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, dS, T, qkv + o->C, C3,
+                0.0f, dqkv, C3);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, dS, T, qkv, C3, 0.0f,
+                dqkv + o->C, C3);
+}
+
+/* The block's variables within its parameter (or gradient) slice. */
+static void var_ptrs(const rp_layer *L, float *base, float *p[RPI_BLOCK_VARS]) {
+    size_t at = 0;
+    for (int v = 0; v < RPI_BLOCK_VARS; v++) {
+        rp_shape s = rpi_block_var_shape(L, v);
+        p[v] = base + at;
+        at += rp_shape_size(&s);
+    }
+}
+
+void rpi_block_forward(const layer_args *a) {
+    const rp_layer *L = a->L;
+    block_layout o = layout(L, a->B);
+    float *w[RPI_BLOCK_VARS], *aux = a->aux;
+    var_ptrs(L, (float *)a->w, w);
+    int R = o.R, C = o.C, T = o.T;
+    rpi_layernorm_rows(a->in, aux + o.ln1, w[RPI_BLOCK_LN1_W], w[RPI_BLOCK_LN1_B], aux + o.st1, R,
+                       C, L->eps);
+    rpi_linear_rows(aux + o.ln1, aux + o.qkv, w[RPI_BLOCK_QKV_W], w[RPI_BLOCK_QKV_B], R, C, 3 * C);
+    for (int b = 0; b < a->B; b++)
+        for (int h = 0; h < o.H; h++)
+            attention(&o, aux + o.qkv + (size_t)b * T * 3 * C + (size_t)h * o.hs,
+                      aux + o.prob + ((size_t)b * o.H + h) * T * T,
+                      aux + o.att + (size_t)b * T * C + (size_t)h * o.hs);
+    /* the projection lands in out, then joins the residual stream */
+    rpi_linear_rows(aux + o.att, a->out, w[RPI_BLOCK_PROJ_W], w[RPI_BLOCK_PROJ_B], R, C, C);
+    residual(a, 0, a->in, a->out, aux + o.x1);
+    rpi_layernorm_rows(aux + o.x1, aux + o.ln2, w[RPI_BLOCK_LN2_W], w[RPI_BLOCK_LN2_B],
+                       aux + o.st2, R, C, L->eps);
+    rpi_linear_rows(aux + o.ln2, aux + o.h, w[RPI_BLOCK_FC_W], w[RPI_BLOCK_FC_B], R, C, o.M);
+    gelu(L, aux + o.h, aux + o.gh, (size_t)R * o.M);
+    rpi_linear_rows(aux + o.gh, a->out, w[RPI_BLOCK_FCPROJ_W], w[RPI_BLOCK_FCPROJ_B], R, o.M, C);
+    residual(a, 1, aux + o.x1, a->out, a->out);
+}
+
+void rpi_block_backward(const layer_args *a, const float *dout, float *din) {
+    const rp_layer *L = a->L;
+    block_layout o = layout(L, a->B);
+    const float *aux = a->aux;
+    float *w[RPI_BLOCK_VARS], *dw[RPI_BLOCK_VARS];
+    var_ptrs(L, (float *)a->w, w);
+    var_ptrs(L, a->dw, dw);
+    int R = o.R, C = o.C, T = o.T;
+    size_t RC = (size_t)R * C;
+    float *dM = a->tmp, *dx1 = dM + (size_t)R * o.M, *dbr = dx1 + RC, *dln = dbr + RC,
+          *datt = dln + RC, *dqkv = datt + RC, *dS = dqkv + 3 * RC;
+    bool acc = a->accumulate;
+    /* the MLP branch */
+    memcpy(dx1, dout, sizeof(float) * RC);
+    memcpy(dbr, dout, sizeof(float) * RC);
+    residual_back(a, 1, dbr);
+    rpi_linear_rows_backward(aux + o.gh, dbr, w[RPI_BLOCK_FCPROJ_W], dw[RPI_BLOCK_FCPROJ_W],
+                             dw[RPI_BLOCK_FCPROJ_B], dM, acc, R, o.M, C);
+    gelu_back(L, aux + o.h, dM, (size_t)R * o.M);
+    rpi_linear_rows_backward(aux + o.ln2, dM, w[RPI_BLOCK_FC_W], dw[RPI_BLOCK_FC_W],
+                             dw[RPI_BLOCK_FC_B], dln, acc, R, C, o.M);
+    rpi_layernorm_rows_backward(aux + o.x1, dln, w[RPI_BLOCK_LN2_W], aux + o.st2,
+                                dw[RPI_BLOCK_LN2_W], dw[RPI_BLOCK_LN2_B], dx1, true, acc, R, C);
+    /* the attention branch */
+    memcpy(dbr, dx1, sizeof(float) * RC);
+    residual_back(a, 0, dbr);
+    rpi_linear_rows_backward(aux + o.att, dbr, w[RPI_BLOCK_PROJ_W], dw[RPI_BLOCK_PROJ_W],
+                             dw[RPI_BLOCK_PROJ_B], datt, acc, R, C, C);
+    for (int b = 0; b < a->B; b++)
+        for (int h = 0; h < o.H; h++) {
+            size_t q = (size_t)b * T * 3 * C + (size_t)h * o.hs;
+            attention_back(&o, aux + o.qkv + q, aux + o.prob + ((size_t)b * o.H + h) * T * T,
+                           datt + (size_t)b * T * C + (size_t)h * o.hs, dqkv + q, dS);
+        }
+    rpi_linear_rows_backward(aux + o.ln1, dqkv, w[RPI_BLOCK_QKV_W], dw[RPI_BLOCK_QKV_W],
+                             dw[RPI_BLOCK_QKV_B], dln, acc, R, C, 3 * C);
+    /* din = dx1 + LN1's input gradient; LN1's parameters learn either way */
+    rpi_layernorm_rows_backward(a->in, dln, w[RPI_BLOCK_LN1_W], aux + o.st1, dw[RPI_BLOCK_LN1_W],
+                                dw[RPI_BLOCK_LN1_B], din ? dx1 : NULL, true, acc, R, C);
+    if (din)
+        memcpy(din, dx1, sizeof(float) * RC);
+}
