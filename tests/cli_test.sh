@@ -258,6 +258,11 @@ perl -e 'binmode STDOUT; local $/; my $t = <>; print pack("l<l<l<", 20240520, 1,
   "$tmp/text.txt" > "$tmp/text.bin"
 out2=$("$bin" train --model "$tmp/lm.model" --config "$tmp/lm.json" --tokens "$tmp/text.bin" --updates 120 --log-every 1000 2>&1)
 if [ "$(grep '^validation loss' <<<"$out2")" = "$(grep '^validation loss' <<<"$out")" ]; then ok; else bad "llm.c tokens: $out2"; fi
+# a token model profiles (its loss takes a label per token) and plans
+printf 'input 16\nembedding 256 16\nposition_embedding\ntransformer_block heads=2\nlayernorm\nlinear 256\nsoftmax_cross_entropy\n' > "$tmp/gpt.model"
+if "$bin" profile --model "$tmp/gpt.model" --out "$tmp/gpt.txt" -b 2 -r 1 > /dev/null 2>&1 &&
+   grep -q "transformer_block (layer 2, line 4)" "$tmp/gpt.txt" &&
+   "$bin" plan --profile "$tmp/gpt.txt" --machines 2 --bandwidth 1e9 > /dev/null 2>&1; then ok; else bad "profile a GPT"; fi
 expect_fail "text on an image model" 1 "need a token model: an input of T token ids" -- "$bin" train \
   --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist.json" --text "$tmp/text.txt" --updates 1
 expect_fail "not llm.c tokens" 1 "not an llm.c token file \(magic" -- "$bin" train --model "$tmp/lm.model" \

@@ -32,7 +32,7 @@ rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profi
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
     double *fw = malloc(sizeof(double) * repeats), *bw = malloc(sizeof(double) * repeats);
-    int32_t *labels = calloc(batch, sizeof(int32_t));
+    int32_t *labels = calloc((size_t)batch * m->num_targets, sizeof(int32_t)); /* a row each */
     int64_t *ids = calloc(batch, sizeof(int64_t));
     rp_status st = RP_OK;
     if (!fw || !bw || !labels || !ids) {
