@@ -249,7 +249,7 @@ for i in $(seq 300); do printf 'the quick brown fox jumps over the lazy dog. '; 
 printf 'input 16\nembedding 256 16\nposition_embedding\ngelu\nlinear 256\nsoftmax_cross_entropy\n' > "$tmp/lm.model"
 printf '{"micro_batch_size": 8, "replication_factor": 2, "layers_per_stage": [2, -1], "optimizer": {"type": "adam", "lr": 0.01}}\n' > "$tmp/lm.json"
 out=$("$bin" train --model "$tmp/lm.model" --config "$tmp/lm.json" --text "$tmp/text.txt" --updates 120 \
-      --log-every 1000 --eval-every 60 --json-log "$tmp/lm.jsonl" 2>&1)
+      --log-every 1000 --eval-every 60 --json-log "$tmp/lm.jsonl" --save "$tmp/lm.rpw" 2>&1)
 vl=$(sed -n 's/^validation loss: \([0-9.]*\) (nats per token; [0-9.]* bits)$/\1/p' <<<"$out")
 if [ -n "$vl" ] && awk -v v="$vl" 'BEGIN { exit !(v < 2.5) }' && grep -q "^update 60  validation loss " <<<"$out" &&
    grep -q '"eval":"validation","samples":[0-9]*,"loss":' "$tmp/lm.jsonl"; then ok; else bad "text: $out"; fi
@@ -263,6 +263,13 @@ printf 'input 16\nembedding 256 16\nposition_embedding\ntransformer_block heads=
 if "$bin" profile --model "$tmp/gpt.model" --out "$tmp/gpt.txt" -b 2 -r 1 > /dev/null 2>&1 &&
    grep -q "transformer_block (layer 2, line 4)" "$tmp/gpt.txt" &&
    "$bin" plan --profile "$tmp/gpt.txt" --machines 2 --bandwidth 1e9 > /dev/null 2>&1; then ok; else bad "profile a GPT"; fi
+# its samples: the prompt, then 40 bytes of the text's alphabet; a seed gives the same text
+g1=$("$bin" generate --model "$tmp/lm.model" --load "$tmp/lm.rpw" --prompt "the " --tokens 40 --seed 5 2>&1)
+g2=$("$bin" generate --model "$tmp/lm.model" --load "$tmp/lm.rpw" --prompt "the " --tokens 40 --seed 5 2>&1)
+if [ "$g1" = "$g2" ] && [ "${#g1}" -eq 44 ] && [ "${g1#the }" != "$g1" ] &&
+   [ -z "$(tr -d 'a-z .' <<<"$g1")" ]; then ok; else bad "generate: '$g1' '$g2'"; fi
+expect_fail "generate from an image model" 1 "generate needs a token model" -- "$bin" generate \
+  --model "$src/examples/fmnist-mlp.model" --load "$tmp/lm.rpw"
 expect_fail "text on an image model" 1 "need a token model: an input of T token ids" -- "$bin" train \
   --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist.json" --text "$tmp/text.txt" --updates 1
 expect_fail "not llm.c tokens" 1 "not an llm.c token file \(magic" -- "$bin" train --model "$tmp/lm.model" \

@@ -274,6 +274,52 @@ static void test_stream(void) {
     CHECK(rp_stream_init(&a, 7, 10, 30, &err) == RP_ERR_INVALID);
 }
 
+/* Sampling: a model whose next token is (this + 1) mod 5 for certain, by
+** construction of its table, continues any prompt by counting, also past
+** its window of T = 4; draws are a function of the seed. */
+static void test_generate(void) {
+    rp_model *m;
+    rp_error err;
+    CHECK(parse("input 4\nembedding 5 5\nposition_embedding\nsoftmax_cross_entropy\n", &m,
+                &err) == RP_OK);
+    float *w = calloc(m->num_params, sizeof(float)); /* positions stay 0 */
+    for (int v = 0; v < 5; v++)
+        w[v * 5 + (v + 1) % 5] = 40; /* the scores of token v: 40 at v + 1 */
+    int32_t t[12] = {2};
+    CHECK_OK(rp_model_generate(m, w, t, 1, 11, 0, 0, 1, &err), err);
+    for (int i = 1; i < 12; i++)
+        CHECK_INT(t[i], (2 + i) % 5);
+    int32_t u[12] = {4, 0, 3}; /* a prompt of 3: continue after the 3 */
+    CHECK_OK(rp_model_generate(m, w, u, 3, 9, 1.0, 2, 9, &err), err);
+    for (int i = 3; i < 12; i++)
+        CHECK_INT(u[i], (3 + i - 2) % 5);
+    /* even odds between two tokens: the seed decides, and decides the same way again */
+    for (int v = 0; v < 5; v++)
+        w[v * 5 + (v + 2) % 5] = 40;
+    int32_t a[40] = {0}, b[40] = {0}, c[40] = {0};
+    CHECK_OK(rp_model_generate(m, w, a, 1, 39, 1.0, 0, 7, &err), err);
+    CHECK_OK(rp_model_generate(m, w, b, 1, 39, 1.0, 0, 7, &err), err);
+    CHECK_OK(rp_model_generate(m, w, c, 1, 39, 1.0, 0, 8, &err), err);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK(memcmp(a, c, sizeof a) != 0);
+    int ones = 0;
+    for (int i = 1; i < 40; i++) {
+        int step = (a[i] - a[i - 1] + 5) % 5;
+        CHECK(step == 1 || step == 2);
+        ones += step == 1;
+    }
+    CHECK(ones > 5 && ones < 34); /* 39 fair coins */
+    int32_t bad[2] = {7};
+    CHECK(rp_model_generate(m, w, bad, 1, 1, 1.0, 0, 1, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "prompt token 0 is 7, outside the vocabulary [0, 5)");
+    free(w);
+    rp_model_free(m);
+    CHECK(parse("input 6\nlinear 3\nsoftmax_cross_entropy\n", &m, &err) == RP_OK);
+    CHECK(rp_model_generate(m, NULL, bad, 1, 1, 1.0, 0, 1, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "generate needs a token model");
+    rp_model_free(m);
+}
+
 int main(void) {
     test_examples();
     test_spec_errors();
@@ -281,5 +327,6 @@ int main(void) {
     test_weight_files();
     test_idx();
     test_stream();
+    test_generate();
     return test_finish("test_model");
 }

@@ -96,6 +96,7 @@ extern const cli_cmd cmd_plan;
 extern const cli_cmd cmd_train;
 extern const cli_cmd cmd_eval;
 extern const cli_cmd cmd_profile;
+extern const cli_cmd cmd_generate;
 extern const cli_cmd cmd_simulate;
 extern const cli_cmd cmd_weights;
 extern const cli_cmd cmd_checkpoint;

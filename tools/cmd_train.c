@@ -213,13 +213,10 @@ static rp_status evaluate(rp_session *s, const rp_dataset *d, double *acc, rp_er
 ** file, or the last 10 % of the tokens. */
 static rp_status load_text(const rp_model *m, const char *path, bool llmc, const char *val,
                            bool val_llmc, rp_dataset **train, rp_dataset **test, rp_error *err) {
-    int T = m->input.ndim == 1 ? m->input.dim[0] : 0;
-    if (!T || m->num_targets != T)
-        return rp_fail(err, RP_ERR_INVALID,
-                       "--text and --tokens need a token model: an input of T token ids and a "
-                       "loss with a target per token (T x classes scores); this model's input "
-                       "is %d-dimensional and its loss takes %d target%s",
-                       m->input.ndim, m->num_targets, m->num_targets == 1 ? "" : "s");
+    int T = m->input.dim[0];
+    rp_status st0 = rp_model_check_tokens(m, "--text and --tokens", err);
+    if (st0)
+        return st0;
     int32_t *tok, *vtok = NULL;
     size_t n, vn = 0;
     int vocab, vvocab = 0;

@@ -11,7 +11,7 @@
 #include "cli.h"
 #include "repipe/repipe.h"
 
-static const cli_cmd *const COMMANDS[] = {&cmd_train, &cmd_eval, &cmd_profile, &cmd_plan, &cmd_simulate, &cmd_config, &cmd_groups, &cmd_weights, &cmd_checkpoint};
+static const cli_cmd *const COMMANDS[] = {&cmd_train, &cmd_eval, &cmd_generate, &cmd_profile, &cmd_plan, &cmd_simulate, &cmd_config, &cmd_groups, &cmd_weights, &cmd_checkpoint};
 #define NUM_COMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))
 
 static void usage(FILE *f) {

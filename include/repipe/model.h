@@ -201,6 +201,23 @@ const char *rp_net_error(const rp_net *net);
 
 /* The predicted class of each row of a forward pass through a loss layer. */
 void rp_net_predictions(const rp_net *net, const rp_acts *acts, int32_t *out);
+/* The class probabilities of each row of a forward pass through a loss
+** layer (rows x classes; a token model has T rows a sample). */
+const float *rp_net_probabilities(const rp_net *net, const rp_acts *acts);
+
+/* Whether m is a token model: an input of T token ids and a loss with a
+** target per token; the error says what `what` needs and what m has. */
+rp_status rp_model_check_tokens(const rp_model *m, const char *what, rp_error *err);
+
+/* Sampling from a token model (an input of T token ids, a loss with a
+** target per token). tokens holds `len` tokens (at least one) and has room
+** for len + n; each of the n new ones is drawn from the model's
+** distribution for the position after the last T tokens, its scores
+** divided by `temperature` (0: the most likely token) and cut to the
+** `top_k` most likely (0: all). The draws come from the stream of `seed`,
+** so a seed gives the same text. params: the whole model's. */
+rp_status rp_model_generate(const rp_model *m, const float *params, int32_t *tokens, int len,
+                            int n, double temperature, int top_k, uint64_t seed, rp_error *err);
 
 /* ---- optimizers ----------------------------------------------------------- */
 

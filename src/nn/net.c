@@ -350,3 +350,9 @@ void rp_net_predictions(const rp_net *n, const rp_acts *a, int32_t *out) {
         out[r] = best;
     }
 }
+
+const float *rp_net_probabilities(const rp_net *n, const rp_acts *a) {
+    if (n->m->layers[n->last - 1].type != RP_LAYER_SOFTMAX_CE)
+        return NULL;
+    return a->aux[n->last - 1 - n->first];
+}
