@@ -80,6 +80,19 @@ static void test_examples(void) {
     CHECK_CLOSE(sqrt(ss[1]), 0.01, 0.15);
     free(w);
     rp_model_free(m);
+    /* a tied head starts as its embedding's table, drawn with the table's std */
+    CHECK(parse("input 4\nembedding 9 6 std=0.02\nlinear 9 bias=false tie=0\n"
+                "softmax_cross_entropy\n", &m, &err) == RP_OK);
+    CHECK_INT(m->layers[1].tie, 1);
+    w = malloc(sizeof(float) * m->num_params);
+    rp_model_init_params(m, 0, 3, 11, NULL, w);
+    CHECK(memcmp(w, w + 54, sizeof(float) * 54) == 0);
+    double sq = 0;
+    for (int e = 0; e < 54; e++)
+        sq += (double)w[e] * w[e] / 54;
+    CHECK_CLOSE(sqrt(sq), 0.02, 0.25); /* 54 draws */
+    free(w);
+    rp_model_free(m);
 }
 
 static void test_spec_errors(void) {
@@ -112,6 +125,11 @@ static void test_spec_errors(void) {
          "position_embedding needs a 2-dimensional input (positions x features)"},
         {"input 4\nlayernorm eps=0\n", "eps: '0' is not a number > 0"},
         {"input 4 6\ntransformer_block\n", "m.model:2: transformer_block needs heads=H"},
+        {"input 4\nembedding 9 6\nlinear 9 tie=1\n",
+         "m.model:3: tie=1: layer 1 is not an embedding before this layer"},
+        {"input 4\nembedding 9 6\nlinear 8 tie=0\n",
+         "m.model:3: tie=0: the embedding's table is 9 x 6, but this layer's weight is 8 x 6"},
+        {"input 4\nembedding 9 6 std=-1\n", "std: '-1' is not a number in (0, 1000]"},
         {"input 4 6\ntransformer_block heads=4\n",
          "transformer_block needs features divisible by its 4 heads, but its input has shape 4x6"},
         {"input 24\ntransformer_block heads=2\n",

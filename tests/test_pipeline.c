@@ -213,10 +213,11 @@ static void clipped(bool use_mpi, int only_workers) {
 static void tokens(bool use_mpi, int only_workers, bool gpt) {
     static const char *LM = "input 8\nembedding 13 6\nposition_embedding\ngelu\n"
                             "linear 13\nsoftmax_cross_entropy\n";
-    static const char *GPT = "input 8\nembedding 13 8\nposition_embedding\n"
+    /* GPT-2's head: the embedding's table again, on the last stage */
+    static const char *GPT = "input 8\nembedding 13 8 std=0.3\nposition_embedding\n"
                              "transformer_block heads=2 dropout=0.1\n"
                              "transformer_block heads=2 mlp=2 dropout=0.1\nlayernorm\n"
-                             "linear 13\nsoftmax_cross_entropy\n";
+                             "linear 13 bias=false tie=0\nsoftmax_cross_entropy\n";
     static const pcase lm_picks[] = {
         {2, 2, {1, 1}, 3, "1f1b"}, {2, 1, {2, 1}, 4, "gpipe"}, {3, 1, {1, 2, 1}, 3, "1f1b"}};
     static const pcase gpt_picks[] = {{2, 2, {1, 1}, 1, "1f1b"}, {2, 1, {2, 1}, 4, "gpipe"},
@@ -291,6 +292,10 @@ static void tokens(bool use_mpi, int only_workers, bool gpt) {
             free(x), free(y), free(ids);
             rp_session_free(s);
         }
+        for (int v = 0; gpt && v < 2; v++) { /* the tie held: one table, two copies */
+            const rp_tensor *e = rp_weights_find(w[v], "0.weight"), *h = rp_weights_find(w[v], "5.weight");
+            CHECK(e && h && memcmp(e->data, h->data, sizeof(float) * 13 * 8) == 0);
+        }
         double d = diff(w[0], w[1]);
         CHECKF(d <= 1e-5, "%s P=%d R=%d r=[%d,%d,%d] GA=%d: differs by %g", gpt ? "gpt" : "tokens",
                pc->P, pc->R, pc->r[0], pc->r[1], pc->r[2], pc->GA, d);
@@ -301,6 +306,29 @@ static void tokens(bool use_mpi, int only_workers, bool gpt) {
     }
     CHECK(run > 0);
     printf("%d %s pipelines compared with one worker\n", run, gpt ? "GPT" : "token-model");
+}
+
+/* What a tie cannot be: sharded apart, or shared by some replicas only. */
+static void tie_refusals(void) {
+    rp_model *m = test_model("input 4\nembedding 9 6\nlinear 9 bias=false tie=0\n"
+                             "softmax_cross_entropy\n");
+    static const struct {
+        const char *json, *msg;
+    } cases[] = {
+        {"{\"replication_factor\": 2, \"replicated_tensor_sharding\": true}",
+         "layer 1 (linear, line 3) tie=0: replicated_tensor_sharding would shard the two copies "
+         "apart"},
+        {"{\"replication_factor\": 4, \"replica_grouping\": {\"group_size\": 2}}",
+         "tie=0: its copies must be shared by every replica"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        rp_config c = test_config(cases[k].json);
+        rp_session *s;
+        rp_error err;
+        CHECK(rp_session_create(m, &c, &s, &err) == RP_ERR_INVALID);
+        CHECK_STR_HAS(err.msg, cases[k].msg);
+    }
+    rp_model_free(m);
 }
 
 /* A pipeline twice: the same bits. */
@@ -447,6 +475,7 @@ int main(int argc, char **argv) {
         clipped(false, 0);
         tokens(false, 0, false);
         tokens(false, 0, true);
+        tie_refusals();
         determinism();
         rc = test_finish("test_pipeline (local)");
     }

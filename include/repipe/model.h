@@ -72,6 +72,8 @@ typedef struct rp_layer {
     float eps;        /* layernorm */
     int vocab, dim;   /* embedding */
     int heads, mlp;   /* transformer_block: attention heads, MLP width / C */
+    int tie;          /* linear: 1 + the embedding layer whose table its weight is; 0: none */
+    float std;        /* embedding: its initial values' standard deviation [1] */
     bool gelu_erf;    /* transformer_block: GELU's erf form (else GPT-2's tanh form) */
     int group_size;   /* replica grouping override for this layer; 0 = config's */
     int num_vars;     /* parameter tensors: 0, 1 or 2; a transformer_block's 12 */

@@ -100,6 +100,42 @@ static void apply_update(void *ctx, size_t at, float *sum, size_t len) {
                          rp_net_params(w->net) + u->vr->offset + at, sum, state, u->have, len);
 }
 
+/* A variable's reduced gradient in this worker's buffer, or NULL when its
+** layer lies on another stage. */
+static float *var_grad(worker *w, int v) {
+    const rp_session *s = w->s;
+    const rp_variable *var = &s->m->vars[v];
+    int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
+    if (var->layer < l0 || var->layer >= l1)
+        return NULL;
+    return rp_net_grads(w->net) + (var->offset - s->m->layers[l0].param_offset);
+}
+
+/* Tied weights: both copies take the sum of their reduced gradients, so
+** they stay equal, as one tensor used twice would. On one stage the sum is
+** local; across stages every worker joins one sum of the world in which only
+** the first worker of each of the two stages puts in its gradient (the
+** others, zeros): the result is that one addition, whatever the order. */
+static rp_status tie_sum(worker *w) {
+    rp_session *s = w->s;
+    rp_status st = RP_OK;
+    for (int i = 0; i < s->nties && !st; i++) {
+        const tie *t = &s->ties[i];
+        size_t n = s->m->vars[t->emb_var].count;
+        float *ge = var_grad(w, t->emb_var), *gh = var_grad(w, t->head_var);
+        if (t->emb_stage == t->head_stage) {
+            for (size_t e = 0; ge && e < n; e++)
+                gh[e] = ge[e] = ge[e] + gh[e];
+            continue;
+        }
+        float *buf = ge ? ge : gh ? gh : w->tie_buf;
+        if (w->id != t->emb_rep && w->id != t->head_rep)
+            memset(buf, 0, sizeof(float) * n);
+        st = rp_comm_allreduce(w->comm, NULL, buf, n, &w->err);
+    }
+    return st;
+}
+
 /* Gradient clipping: every worker scales its reduced gradients by
 ** min(1, C / (norm + 1e-6)), norm the L2 norm over every variable of every
 ** stage and replica group. Each group's copy of a run counts once: its
@@ -121,6 +157,19 @@ static rp_status clip(worker *w) {
         }
         for (size_t e = 0; e < k; e++)
             sum += (double)x[e] * x[e];
+    }
+    /* a tied weight is one tensor: its second copy does not count */
+    for (int i = 0; i < s->nties; i++) {
+        const float *gh = var_grad(w, s->ties[i].head_var);
+        size_t n = s->m->vars[s->ties[i].head_var].count;
+        size_t at = gh ? (size_t)(gh - g) : 0;
+        for (int r = 0; gh && r < w->nruns; r++) {
+            const var_run *vr = &w->runs[r];
+            if (at >= vr->offset && at < vr->offset + vr->count &&
+                rp_comm_rank(w->reduce[vr->grouping]) == 0)
+                for (size_t e = 0; e < n; e++)
+                    sum -= (double)gh[e] * gh[e];
+        }
     }
     float total = (float)sum;
     rp_status st = RP_OK;
@@ -178,6 +227,8 @@ rp_status rpi_reduce(worker *w) {
             for (size_t e = 0; e < k; e++)
                 x[e] *= f;
     }
+    if (!st && s->nties)
+        st = tie_sum(w);
     if (st)
         return st;
     w->skip = false;

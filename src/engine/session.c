@@ -267,7 +267,7 @@ void rp_session_free(rp_session *s) {
         free(w->acts), free(w->out), free(w->opt), free(w->losses), free(w->grad_in);
         free(w->grad_out), free(w->req), free(w->req_live), free(w->runs), free(w->trace);
         free(w->shard_g), free(w->shard_p), free(w->tail), free(w->chunk);
-        free(w->h_act), free(w->h_grad), free(w->h_recv), free(w->h_stage);
+        free(w->h_act), free(w->h_grad), free(w->h_recv), free(w->h_stage), free(w->tie_buf);
         if (w->state_fd >= 0) {
             char path[RP_PATH_MAX + 32];
             snprintf(path, sizeof path, "%s/worker-%d.state", s->run_dir, w->id);
@@ -304,7 +304,7 @@ int rpi_reduce_members(const rp_session *s, const rp_grouping *g, int c, int sta
 ** (streamed a chunk at a time). */
 bool rpi_fused_run(const rp_session *s, int k, bool sharded) {
     if (k < 2 || s->cfg.auto_loss_scaling || s->cfg.enable_half_partials ||
-        s->cfg.gradient_clipping > 0) /* (the update waits for the global norm) */
+        s->cfg.gradient_clipping > 0 || s->nties) /* (the update waits for the norm, the tie) */
         return false;
     if (s->state_per_param == 0)
         return true;
@@ -373,6 +373,16 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
                                             .grouping = q,
                                             .rescale = (float)gcfg / s->var_group[v].group_size};
     }
+    /* a tie across two other stages passes through this worker's zeros */
+    size_t tie_n = 0;
+    for (int i = 0; i < s->nties; i++) {
+        const tie *t = &s->ties[i];
+        if (t->emb_stage != t->head_stage && w->stage != t->emb_stage &&
+            w->stage != t->head_stage && m->vars[t->emb_var].count > tie_n)
+            tie_n = m->vars[t->emb_var].count;
+    }
+    if (tie_n && !(w->tie_buf = malloc(sizeof(float) * tie_n)))
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's tied gradients", id);
     /* optimizer state: whole runs, or one shard of each sharded run */
     size_t per = s->state_per_param, maxc = 1, maxk = 1, shards = 0;
     for (int r = 0; r < w->nruns; r++) {
@@ -445,8 +455,23 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
     rp_status st = rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
     if (st)
         return st;
+    int nties = 0;
     for (int l = 0; l < m->num_layers; l++) {
         const rp_layer *L = &m->layers[l];
+        if (L->tie) {
+            const rp_layer *E = &m->layers[L->tie - 1];
+            const char *why = ++nties > MAX_TIES ? "more ties than the engine holds"
+                              : cfg->replicated_tensor_sharding
+                                  ? "replicated_tensor_sharding would shard the two copies apart"
+                              : L->group_size || E->group_size ||
+                                      cfg->replica_grouping.group_size != cfg->replication_factor
+                                  ? "its copies must be shared by every replica (no replica "
+                                    "grouping)"
+                                  : NULL;
+            if (why)
+                return rp_fail(err, RP_ERR_INVALID, "layer %d (linear, line %d) tie=%d: %s", l,
+                               L->line, L->tie - 1, why);
+        }
         int f[2] = {cfg->embedding_serialization_factor,
                     cfg->inference_embedding_serialization_factor};
         for (int k = 0; k < 2 && L->type == RP_LAYER_EMBEDDING; k++)
@@ -552,6 +577,20 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             s->groupings[s->ngroupings++] = s->var_group[v];
         }
     }
+    /* ties: which stage holds each copy (the workers come with the schedule) */
+    for (int l = 0; l < m->num_layers; l++) {
+        if (!m->layers[l].tie)
+            continue;
+        tie *t = &s->ties[s->nties++];
+        t->emb_var = m->layers[m->layers[l].tie - 1].first_var;
+        t->head_var = m->layers[l].first_var;
+        for (int q = 0; q < P; q++) {
+            if (m->layers[l].tie - 1 >= s->first[q] && m->layers[l].tie - 1 < s->first[q + 1])
+                t->emb_stage = q;
+            if (l >= s->first[q] && l < s->first[q + 1])
+                t->head_stage = q;
+        }
+    }
     /* the schedule, checked before anything runs, or a cached one */
     char cpath[RP_PATH_MAX + 32];
     uint64_t ckey = 0;
@@ -601,6 +640,16 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     }
     if (!s->plan && (st = rp_workplan_build(cfg, &s->plan, err)))
         goto fail;
+    for (int i = 0; i < s->nties; i++) { /* the first worker of each stage speaks for it */
+        tie *t = &s->ties[i];
+        t->emb_rep = t->head_rep = -1;
+        for (int k = W - 1; k >= 0; k--) {
+            if (s->plan->w[k].stage == t->emb_stage)
+                t->emb_rep = k;
+            if (s->plan->w[k].stage == t->head_stage)
+                t->head_rep = k;
+        }
+    }
     {
         int *gid = malloc(sizeof(int) * W), G = rp_grouping_num_groups(&cfg->replica_grouping);
         if (!gid) {

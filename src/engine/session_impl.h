@@ -26,6 +26,15 @@ typedef struct var_run {
     size_t shard_offset;  /* of its reduced gradient shard in shard_g */
 } var_run;
 
+/* A linear layer's weight tied to an embedding's table (GPT-2's LM head):
+** each keeps its copy, and their gradients are summed once per update. */
+#define MAX_TIES 4
+typedef struct tie {
+    int emb_var, head_var; /* the two copies, as variables of the model */
+    int emb_stage, head_stage;
+    int emb_rep, head_rep; /* the worker of each stage whose sum counts */
+} tie;
+
 typedef struct trace_event {
     int kind, mb;
     double t0, t1;
@@ -71,6 +80,7 @@ typedef struct worker {
     trace_event *trace;
     int ntrace, trace_cap;
     long long trace_dropped; /* operations past trace_cap, not recorded */
+    float *tie_buf;          /* a tie across stages that skips this worker's: its zeros */
 } worker;
 
 struct rp_session {
@@ -87,6 +97,8 @@ struct rp_session {
     rp_grouping *var_group;
     rp_grouping groupings[MAX_GROUPINGS];
     int ngroupings;
+    tie ties[MAX_TIES];
+    int nties;
     double loss_scale;
     size_t state_per_param;
     bool tracing;

@@ -128,7 +128,10 @@ static rp_status apply_options(pctx *c, rp_layer *L, words *w, int first, const 
             s = want_int(c, k, v, 0, 1 << 16, &L->pad);
         else if (strcmp(k, "group_size") == 0)
             s = want_int(c, k, v, 1, 1 << 20, &L->group_size);
-        else if (strcmp(k, "heads") == 0)
+        else if (strcmp(k, "tie") == 0) {
+            s = want_int(c, k, v, 0, 1 << 24, &L->tie);
+            L->tie++;
+        } else if (strcmp(k, "heads") == 0)
             s = want_int(c, k, v, 1, 1 << 16, &L->heads);
         else if (strcmp(k, "mlp") == 0)
             s = want_int(c, k, v, 1, 64, &L->mlp);
@@ -147,6 +150,13 @@ static rp_status apply_options(pctx *c, rp_layer *L, words *w, int first, const 
             else
                 s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: bias: '%s' is not true or false",
                             c->name, c->line, v);
+        } else if (strcmp(k, "std") == 0) {
+            double d;
+            if (!parse_float(v, &d) || !(d > 0) || d > 1e3)
+                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: std: '%s' is not a number in (0, 1000]",
+                            c->name, c->line, v);
+            else
+                L->std = (float)d;
         } else if (strcmp(k, "eps") == 0 || strcmp(k, "p") == 0 || strcmp(k, "dropout") == 0) {
             double d;
             bool is_p = k[0] != 'e';
@@ -186,7 +196,7 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
         int args; /* positional arguments */
         const char *options;
     } kinds[] = {
-        {"linear", RP_LAYER_LINEAR, 1, " bias group_size "},
+        {"linear", RP_LAYER_LINEAR, 1, " bias group_size tie "},
         {"conv2d", RP_LAYER_CONV2D, 1, " kernel stride pad bias group_size "},
         {"relu", RP_LAYER_RELU, 0, " "},
         {"gelu", RP_LAYER_GELU, 0, " "},
@@ -194,7 +204,7 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
         {"flatten", RP_LAYER_FLATTEN, 0, " "},
         {"dropout", RP_LAYER_DROPOUT, -1, " p "},
         {"layernorm", RP_LAYER_LAYERNORM, 0, " eps group_size "},
-        {"embedding", RP_LAYER_EMBEDDING, 2, " group_size "},
+        {"embedding", RP_LAYER_EMBEDDING, 2, " group_size std "},
         {"softmax_cross_entropy", RP_LAYER_SOFTMAX_CE, 0, " "},
         {"position_embedding", RP_LAYER_POSITION_EMBEDDING, 0, " group_size "},
         {"transformer_block", RP_LAYER_TRANSFORMER_BLOCK, 0, " heads mlp dropout gelu group_size "},
@@ -217,6 +227,7 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
     L->eps = 1e-5f;
     L->stride = 0;
     L->mlp = 4;
+    L->std = 1;
     int npos = positional(w);
     int want = kinds[k].args;
     if (want >= 0 && npos != want)
@@ -278,6 +289,20 @@ static rp_status infer(pctx *c, rp_layer *L, rp_model *m) {
     case RP_LAYER_LINEAR:
         out.dim[in.ndim - 1] = L->units;
         L->num_vars = L->bias ? 2 : 1;
+        if (L->tie) { /* its weight is an embedding's table: V x D */
+            int e = L->tie - 1;
+            const rp_layer *E = e < m->num_layers ? &m->layers[e] : NULL;
+            if (!E || E->type != RP_LAYER_EMBEDDING)
+                return rp_fail(c->err, RP_ERR_INVALID,
+                               "%s:%d: tie=%d: layer %d is not an embedding before this layer",
+                               c->name, c->line, e, e);
+            if (E->vocab != L->units || E->dim != in.dim[in.ndim - 1])
+                return rp_fail(c->err, RP_ERR_INVALID,
+                               "%s:%d: tie=%d: the embedding's table is %d x %d, but this "
+                               "layer's weight is %d x %d",
+                               c->name, c->line, e, E->vocab, E->dim, L->units,
+                               in.dim[in.ndim - 1]);
+        }
         break;
     case RP_LAYER_CONV2D:
     case RP_LAYER_MAXPOOL2D: {
@@ -578,12 +603,17 @@ void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed,
                 for (size_t e = 0; e < var->count; e++)
                     p[e] = sd > 0 ? (float)gauss(seed, vi, group, e, sd) : constant;
             } else if (L->type == RP_LAYER_EMBEDDING || L->type == RP_LAYER_POSITION_EMBEDDING) {
-                /* Box-Muller from two uniforms of the element's stream: N(0, 1) for
-                ** tokens, as PyTorch's nn.Embedding; N(0, 0.02^2) for positions, as
-                ** GPT-2's */
-                double sd = L->type == RP_LAYER_EMBEDDING ? 1.0 : 0.02;
+                /* N(0, std^2) for tokens (1: PyTorch's nn.Embedding); N(0, 0.02^2)
+                ** for positions, as GPT-2's */
+                double sd = L->type == RP_LAYER_EMBEDDING ? L->std : 0.02;
                 for (size_t e = 0; e < var->count; e++)
                     p[e] = (float)gauss(seed, vi, group, e, sd);
+            } else if (L->tie && v == 0) {
+                /* a tied weight starts as its embedding's table: the same draws */
+                const rp_layer *E = &m->layers[L->tie - 1];
+                int ve = E->first_var, ge = var_group ? var_group[ve] : 0;
+                for (size_t e = 0; e < var->count; e++)
+                    p[e] = (float)gauss(seed, ve, ge, e, E->std);
             } else {
                 /* fan_in of the layer's weight: all its dimensions but the first */
                 const rp_variable *w = &m->vars[L->first_var];
@@ -612,6 +642,10 @@ uint32_t rp_model_fingerprint(const rp_model *m) {
             int block[] = {l->heads, l->mlp, l->gelu_erf};
             c = fold(c, block, sizeof block);
         }
+        if (l->tie)
+            c = fold(c, &l->tie, sizeof l->tie);
+        if (l->type == RP_LAYER_EMBEDDING && l->std != 1)
+            c = fold(c, &l->std, sizeof l->std);
         c = fold(c, l->in.dim, sizeof(int) * l->in.ndim);
         c = fold(c, l->out.dim, sizeof(int) * l->out.ndim);
         c = fold(c, &l->p, sizeof l->p);
