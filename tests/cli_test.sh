@@ -270,6 +270,25 @@ if [ "$g1" = "$g2" ] && [ "${#g1}" -eq 44 ] && [ "${g1#the }" != "$g1" ] &&
    [ -z "$(tr -d 'a-z .' <<<"$g1")" ]; then ok; else bad "generate: '$g1' '$g2'"; fi
 expect_fail "generate from an image model" 1 "generate needs a token model" -- "$bin" generate \
   --model "$src/examples/fmnist-mlp.model" --load "$tmp/lm.rpw"
+# llm.c's GPT-2, imported: the first 10 losses of llm.c and PyTorch from the same
+# checkpoint and batches (tests/fixtures/llmc/reference.txt), on one worker and on 2
+# replicas of 2 stages with the tied head on the other stage; exported, the same bytes
+fx="$src/tests/fixtures/llmc"
+"$bin" weights import-llmc "$fx/gpt-l2.bin" --model "$fx/gpt-l2.model" --out "$tmp/l2.rpw" > /dev/null
+"$bin" weights export-llmc "$tmp/l2.rpw" --model "$fx/gpt-l2.model" --out "$tmp/l2.bin" > /dev/null
+if cmp -s "$fx/gpt-l2.bin" "$tmp/l2.bin"; then ok; else bad "export-llmc does not give back llm.c's file"; fi
+for layout in '"micro_batch_size": 4' \
+  '"micro_batch_size": 1, "gradient_accumulation_steps": 2, "replication_factor": 2, "layers_per_stage": [3, -1]'; do
+  printf '{%s, "data_order": "sequential", "optimizer": {"type": "adamw", "lr": 0.001, "weight_decay": 0}}\n' \
+    "$layout" > "$tmp/l2.json"
+  "$bin" train --model "$fx/gpt-l2.model" --config "$tmp/l2.json" --tokens "$fx/tokens.bin" --load "$tmp/l2.rpw" \
+    --updates 10 --log-every 1 --json-log "$tmp/l2.jsonl" > /dev/null 2>&1
+  worst=$(grep -o '"update":[0-9]*,"epoch":[0-9.]*,"loss":[0-9.]*' "$tmp/l2.jsonl" | sed 's/.*"loss"://' |
+    paste - <(grep -v '^#' "$fx/reference.txt") |
+    awk '{ for (k = 2; k <= 3; k++) { d = $1 - $k; d = d < 0 ? -d : d; if (d > w) w = d }; n++ }
+         END { print (n == 10 ? w : 1) }')
+  if awk -v w="$worst" 'BEGIN { exit !(w <= 1e-4) }'; then ok; else bad "llm.c losses ($layout): off by $worst"; fi
+done
 expect_fail "text on an image model" 1 "need a token model: an input of T token ids" -- "$bin" train \
   --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist.json" --text "$tmp/text.txt" --updates 1
 expect_fail "not llm.c tokens" 1 "not an llm.c token file \(magic" -- "$bin" train --model "$tmp/lm.model" \

@@ -300,6 +300,11 @@ static void test_lr_schedule(void) {
                            "'lr_schedule.step_updates'?)");
     CHECK(load(&cfg, "{\"gradient_clipping\": -1}", &err) == RP_ERR_INVALID);
     CHECK_STR_HAS(err.msg, "'gradient_clipping'");
+    CHECK(load(&cfg, "{\"data_order\": \"sequential\"}", &err) == RP_OK && cfg.sequential_data);
+    CHECK(load(&cfg, "{\"data_order\": \"shuffled\"}", &err) == RP_OK && !cfg.sequential_data);
+    CHECK(load(&cfg, "{\"data_order\": \"random\"}", &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "'data_order'");
+    CHECK_STR_HAS(err.msg, "must be \"shuffled\" or \"sequential\"");
 }
 
 static void test_ipu_config(void) {

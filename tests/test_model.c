@@ -289,6 +289,15 @@ static void test_stream(void) {
     CHECK(memcmp(ia, ib, sizeof ia) != 0); /* epochs are shuffled differently */
     rp_stream_free(&a);
     rp_stream_free(&b);
+    /* sequential: every epoch front to back */
+    rp_stream q;
+    CHECK(rp_stream_init(&q, 7, 100, 30, &err) == RP_OK);
+    q.sequential = true;
+    int64_t qi[30];
+    rp_stream_update(&q, 4, qi); /* epoch 1 (3 updates an epoch), its second update */
+    for (int i = 0; i < 30; i++)
+        CHECK_INT(qi[i], 30 + i);
+    rp_stream_free(&q);
     CHECK(rp_stream_init(&a, 7, 10, 30, &err) == RP_ERR_INVALID);
 }
 

@@ -81,6 +81,8 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
                ls->step_updates);
     if (cfg->gradient_clipping > 0)
         printf("  gradient clipping          global norm %g\n", cfg->gradient_clipping);
+    if (cfg->sequential_data)
+        printf("  data order                 sequential\n");
     /* the memory features that are on, one line each */
     bool any = cfg->replicated_tensor_sharding || cfg->optimizer_state_offchip ||
                cfg->recompute_checkpoint_every_layer || cfg->auto_loss_scaling ||

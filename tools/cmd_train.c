@@ -490,6 +490,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_stream stream;
     if (rp_stream_init(&stream, cfg.seed, train->n, (int)d.samples_per_update, &err))
         goto fail;
+    stream.sequential = cfg.sequential_data;
     long long per_epoch = rp_stream_updates_per_epoch(&stream);
     /* --updates and --epochs count from the run's beginning, resumed or not */
     long long total = updates ? updates : (epochs ? epochs : 1) * per_epoch;

@@ -1,15 +1,19 @@
 /*
-** repipe weights show|compare: inspects weight files.
+** repipe weights show|compare|import-llmc|export-llmc: inspects weight
+** files, and converts llm.c's GPT-2 checkpoints to them and back.
 */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/core/util.h"
 #include "cli.h"
 #include "repipe/repipe.h"
 
 static const cli_opt OPTS[] = {
     {"rtol", 0, "X", "compare: largest relative difference allowed per tensor [1e-5]"},
+    {"model", 'm', "FILE", "import-llmc, export-llmc: the model the weights are for"},
+    {"out", 'o', "FILE", "import-llmc, export-llmc: the file to write"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -94,8 +98,54 @@ static int compare(const cli_cmd *cmd, const char *pa, const char *pb, double rt
     return bad ? 1 : 0;
 }
 
+/* llm.c checkpoint -> weight file (to_llmc false), or back */
+static int llmc(const cli_cmd *cmd, const char *in, const char *model, const char *out,
+                bool to_llmc) {
+    if (!model || !out) {
+        cli_error(cmd, "%s needs --model and --out", to_llmc ? "export-llmc" : "import-llmc");
+        return 2;
+    }
+    rp_error err;
+    rp_model *m = NULL;
+    rp_weights *w = NULL;
+    char *data = NULL;
+    size_t len = 0;
+    float *params = NULL;
+    int rc = 1;
+    if (rp_model_load(&m, model, &err))
+        goto done;
+    if (!(params = malloc(sizeof(float) * (m->num_params ? m->num_params : 1)))) {
+        rp_fail(&err, RP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (to_llmc) {
+        unsigned char *b = NULL;
+        if (cli_load_weights(in, &w, &err) || rp_weights_to_params(m, w, 0, params, &err) ||
+            rp_llmc_export(m, params, &b, &len, &err))
+            goto done;
+        data = (char *)b;
+        if (rp_write_file_atomic(out, data, len, &err))
+            goto done;
+    } else {
+        if (rp_read_file(in, &data, &len, &err) ||
+            rp_llmc_import(m, (const unsigned char *)data, len, in, params, &err) ||
+            rp_weights_from_params(m, params, &w, &err) || rp_weights_save(w, out, &err))
+            goto done;
+    }
+    printf("%s written to %s\n", to_llmc ? "llm.c checkpoint" : "weights", out);
+    rc = 0;
+done:
+    if (rc)
+        cli_error(cmd, "%s", err.msg);
+    free(data), free(params);
+    rp_weights_free(w);
+    rp_model_free(m);
+    return rc;
+}
+
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     double rtol = 1e-5;
+    const char *model = NULL, *out = NULL;
     const char *pos[4];
     int npos = 0;
     bool help;
@@ -105,6 +155,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             return help ? 0 : 2;
         if (o == 0 && !cli_double("rtol", arg, &rtol))
             return 2;
+        if (o == 1)
+            model = arg;
+        if (o == 2)
+            out = arg;
         if (o == 0 && !(rtol >= 0)) {
             cli_error(cmd, "--rtol: '%s' is not a relative difference >= 0", arg);
             return 2;
@@ -114,17 +168,24 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         return show(cmd, pos[1]);
     if (npos == 3 && strcmp(pos[0], "compare") == 0)
         return compare(cmd, pos[1], pos[2], rtol);
-    cli_error(cmd, "expected 'show FILE' or 'compare A B' (see 'repipe weights --help')");
+    if (npos == 2 && (strcmp(pos[0], "import-llmc") == 0 || strcmp(pos[0], "export-llmc") == 0))
+        return llmc(cmd, pos[1], model, out, pos[0][0] == 'e');
+    cli_error(cmd, "expected 'show FILE', 'compare A B', 'import-llmc FILE.bin' or "
+                   "'export-llmc W' (see 'repipe weights --help')");
     return 2;
 }
 
 const cli_cmd cmd_weights = {
     "weights",
-    "show a weight file, or compare two",
-    "show FILE | compare A B [--rtol X]",
+    "show a weight file, compare two, or convert llm.c's checkpoints",
+    "show FILE | compare A B [--rtol X] | import-llmc FILE.bin --model M --out W |\n"
+    "       export-llmc W --model M --out FILE.bin",
     "compare prints, for every tensor (and replica group), the largest difference\n"
     "relative to the tensor's scale, max|a - b| / max(max|a|, max|b|), and exits 0\n"
-    "only when every one is within --rtol and both files hold the same tensors.",
+    "only when every one is within --rtol and both files hold the same tensors.\n"
+    "import-llmc reads llm.c's GPT-2 checkpoint (train_gpt2.c's format) into a\n"
+    "weight file for a model of llm.c's shape (see docs/training.md); export-llmc\n"
+    "writes one back.",
     OPTS,
     run,
 };

@@ -109,6 +109,10 @@ typedef struct rp_config {
     ** norm over every variable of every stage and replica group, computed
     ** once per update (PyTorch's clip_grad_norm_); 0: off */
     double gradient_clipping;
+    /* "data_order": "sequential": every epoch visits the samples in the
+    ** dataset's order (a text's windows front to back) instead of a
+    ** permutation fixed by (seed, epoch) ("shuffled", the default) */
+    bool sequential_data;
 
     /* Keys accepted without effect, one message each. */
     int num_warnings;

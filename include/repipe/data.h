@@ -78,6 +78,7 @@ typedef struct rp_stream {
     int n, per_update;
     long long cached_epoch;
     int32_t *perm;
+    bool sequential; /* set after init: every epoch in the dataset's order */
 } rp_stream;
 
 rp_status rp_stream_init(rp_stream *s, uint64_t seed, int n, int per_update, rp_error *err);

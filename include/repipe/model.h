@@ -207,6 +207,19 @@ void rp_net_predictions(const rp_net *net, const rp_acts *acts, int32_t *out);
 ** layer (rows x classes; a token model has T rows a sample). */
 const float *rp_net_probabilities(const rp_net *net, const rp_acts *acts);
 
+/* llm.c's GPT-2 checkpoints: a header of 256 int32 [20240326, 3, maxT, V,
+** L, NH, C, Vp], then float32 tensors in its order (wte, wpe, then each
+** block tensor stacked over the L blocks, then the final LayerNorm). The
+** model must be llm.c's shape: embedding V C, position_embedding, L
+** transformer_blocks (heads NH, mlp 4, gelu tanh), layernorm, linear V
+** bias=false tie=0, softmax_cross_entropy, with T <= maxT and V <= Vp.
+** Import fills params (the whole model's); export writes maxT = T, Vp = V
+** and the embedding's copy of a tied table. */
+rp_status rp_llmc_import(const rp_model *m, const unsigned char *data, size_t len,
+                         const char *name, float *params, rp_error *err);
+rp_status rp_llmc_export(const rp_model *m, const float *params, unsigned char **out,
+                         size_t *len, rp_error *err);
+
 /* Whether m is a token model: an input of T token ids and a loss with a
 ** target per token; the error says what `what` needs and what m has. */
 rp_status rp_model_check_tokens(const rp_model *m, const char *what, rp_error *err);

@@ -564,6 +564,14 @@ static rp_status k_lr_schedule(rp_config *cfg, load_ctx *c, const char *key, con
     return RP_OK;
 }
 
+static rp_status k_data_order(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
+    if (!cJSON_IsString(v) ||
+        (strcmp(v->valuestring, "shuffled") != 0 && strcmp(v->valuestring, "sequential") != 0))
+        return bad_value(c, key, v, "must be \"shuffled\" or \"sequential\"");
+    cfg->sequential_data = v->valuestring[1] == 'e';
+    return RP_OK;
+}
+
 static rp_status k_clipping(rp_config *cfg, load_ctx *c, const char *key, const cJSON *v) {
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || !isfinite(v->valuedouble))
         return bad_value(c, key, v, "must be a number >= 0 (0: no clipping)");
@@ -643,6 +651,7 @@ static const struct key_def {
     {"optimizer", k_optimizer},
     {"lr_schedule", k_lr_schedule},
     {"gradient_clipping", k_clipping},
+    {"data_order", k_data_order},
     {"sharded_execution_for_inference", k_sharded_inference},
     {"parallelize_kwargs", k_ignored},
     {"inference_parallelize_kwargs", k_ignored},
@@ -986,6 +995,8 @@ rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
     }
     if (cfg->gradient_clipping > 0)
         cJSON_AddNumberToObject(r, "gradient_clipping", cfg->gradient_clipping);
+    if (cfg->sequential_data)
+        cJSON_AddStringToObject(r, "data_order", "sequential");
     char *text = cJSON_Print(r);
     cJSON_Delete(r);
     if (!text)
@@ -1063,6 +1074,7 @@ bool rp_config_equal(const rp_config *a, const rp_config *b) {
             (a->lr_schedule.step_updates == b->lr_schedule.step_updates &&
              a->lr_schedule.gamma == b->lr_schedule.gamma)) &&
            a->gradient_clipping == b->gradient_clipping &&
+           a->sequential_data == b->sequential_data &&
            oa->type == ob->type && oa->lr == ob->lr && oa->momentum == ob->momentum &&
            oa->weight_decay == ob->weight_decay && oa->beta1 == ob->beta1 &&
            oa->beta2 == ob->beta2 && oa->eps == ob->eps;

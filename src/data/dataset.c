@@ -291,8 +291,10 @@ void rp_stream_update(rp_stream *s, long long u, int64_t *idx) {
         for (int i = 0; i < s->n; i++)
             s->perm[i] = i;
         for (int i = s->n - 1; i > 0; i--) {
-            int j = (int)(rp_hash64(s->seed, 0x5eed, (uint64_t)epoch, (uint64_t)i, 0) %
-                          (uint64_t)(i + 1));
+            int j = s->sequential ? i
+                                  : (int)(rp_hash64(s->seed, 0x5eed, (uint64_t)epoch,
+                                                    (uint64_t)i, 0) %
+                                          (uint64_t)(i + 1));
             int32_t t = s->perm[i];
             s->perm[i] = s->perm[j];
             s->perm[j] = t;

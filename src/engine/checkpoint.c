@@ -383,6 +383,8 @@ bool rp_checkpoint_compatible(const rp_config *was, const rp_config *now, char *
         key = "enable_half_partials";
     else if (was->gradient_clipping != now->gradient_clipping)
         key = "gradient_clipping";
+    else if (was->sequential_data != now->sequential_data)
+        key = "data_order";
     else if (!same_schedule(&was->lr_schedule, &now->lr_schedule))
         key = "lr_schedule";
     if (key && cap)
