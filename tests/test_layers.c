@@ -429,5 +429,7 @@ int main(void) {
     check_layer("input 4 6\ntransformer_block heads=2\n", 2);
     check_layer("input 5 4\ntransformer_block heads=1 mlp=2 gelu=erf\n", 2);
     check_layer("input 3 8\ntransformer_block heads=4 dropout=0.3\n", 3);
+    /* more positions than a block of attention rows (64): three blocks */
+    check_layer("input 130 4\ntransformer_block heads=2 mlp=1\n", 2);
     return test_finish("test_layers");
 }

@@ -119,28 +119,9 @@ void rpi_gelu_backward(const float *x, const float *dy, float *dx, size_t n) {
     }
 }
 
-/* e^x for the element-wise loops: glibc's tanhf and expf are calls the
-** compiler cannot vectorise, and tanhf alone took a third of a GPT's step.
-** x = n ln 2 + r with |r| <= ln 2 / 2 (ln 2 split in two so r is exact to
-** float precision), e^r by its Taylor series to r^7 (truncation below
-** 2e-8), and 2^n put into the exponent bits: within 2 ulp of expf on
-** [-87, 88], the range it is clamped to. Plain float operations, so every
-** clone computes the same bits. */
-static inline float exp_poly(float x) {
-    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
-    /* n = x / ln 2 rounded to the nearest integer: adding 1.5 x 2^23 leaves no bits
-    ** for a fraction */
-    float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
-    float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-              r * (1.0f / 720 + r * (1.0f / 5040)))))));
-    union { float f; int32_t i; } scale = {.i = ((int32_t)n + 127) << 23};
-    return p * scale.f;
-}
-
 /* tanh(u) = 1 - 2 / (e^2u + 1): an absolute error of a few ulp of 1, which
 ** is what GELU's 0.5 x (1 + tanh) can use */
-static inline float tanh_poly(float u) { return 1.0f - 2.0f / (exp_poly(2.0f * u) + 1.0f); }
+static inline float tanh_poly(float u) { return 1.0f - 2.0f / (rpi_expf(2.0f * u) + 1.0f); }
 
 /* GELU, GPT-2's tanh form: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) */
 static const float SQRT_2_PI = 0.79788456080286536f;

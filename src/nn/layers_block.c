@@ -142,29 +142,39 @@ static void gelu_back(const rp_layer *L, const float *x, float *d, size_t n) {
         rpi_gelu_tanh_backward(x, d, d, n);
 }
 
+/* Attention is causal: row i of the scores needs keys 0..i only. Rows are
+** taken in blocks of ROWS, and a block's products stop at its last row's
+** key, which skips 3/8 of the products at T = 4 x ROWS. */
+#define ROWS 64
+
 /* Causal attention of sample b, head h: P = softmax(Q K^T / sqrt(hs)) with
 ** P[i][j] = 0 for j > i, then att = P V. */
+RP_HOT
 static void attention(const block_layout *o, const float *qkv, float *P, float *att) {
     int T = o->T, C3 = 3 * o->C;
     float scale = 1.0f / sqrtf((float)o->hs);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, o->hs, scale, qkv, C3,
-                qkv + o->C, C3, 0.0f, P, T);
-    for (int i = 0; i < T; i++) {
-        float *p = P + (size_t)i * T, m = p[0];
-        for (int j = 1; j <= i; j++)
-            m = p[j] > m ? p[j] : m;
-        double sum = 0;
-        for (int j = 0; j <= i; j++) {
-            p[j] = expf(p[j] - m);
-            sum += p[j];
+    for (int r0 = 0; r0 < T; r0 += ROWS) {
+        int r1 = r0 + ROWS < T ? r0 + ROWS : T, n = r1 - r0;
+        float *Pb = P + (size_t)r0 * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1, o->hs, scale,
+                    qkv + (size_t)r0 * C3, C3, qkv + o->C, C3, 0.0f, Pb, T);
+        for (int i = r0; i < r1; i++) {
+            float *p = P + (size_t)i * T, m = p[0];
+            for (int j = 1; j <= i; j++)
+                m = p[j] > m ? p[j] : m;
+            for (int j = 0; j <= i; j++) /* a loop of its own: it vectorises */
+                p[j] = rpi_expf(p[j] - m);
+            double sum = 0;
+            for (int j = 0; j <= i; j++)
+                sum += p[j];
+            float inv = (float)(1.0 / sum);
+            for (int j = 0; j <= i; j++)
+                p[j] *= inv;
+            memset(p + i + 1, 0, sizeof(float) * (T - 1 - i));
         }
-        float inv = (float)(1.0 / sum);
-        for (int j = 0; j <= i; j++)
-            p[j] *= inv;
-        memset(p + i + 1, 0, sizeof(float) * (T - 1 - i));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, o->hs, r1, 1.0f, Pb, T,
+                    qkv + 2 * o->C, C3, 0.0f, att + (size_t)r0 * o->C, o->C);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, o->hs, T, 1.0f, P, T,
-                qkv + 2 * o->C, C3, 0.0f, att, o->C);
 }
 
 /* The gradients of one (sample, head): from datt (T x hs, ld C) into dqkv
@@ -173,27 +183,36 @@ static void attention_back(const block_layout *o, const float *qkv, const float 
                            const float *datt, float *dqkv, float *dS) {
     int T = o->T, C3 = 3 * o->C, hs = o->hs;
     float scale = 1.0f / sqrtf((float)hs);
-    /* dP = datt V^T; dV = P^T datt */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, datt, o->C,
-                qkv + 2 * o->C, C3, 0.0f, dS, T);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, P, T, datt, o->C, 0.0f,
-                dqkv + 2 * o->C, C3);
-    /* softmax backward, row by row: dS = P (dP - sum_j P dP), times the scale */
-    for (int i = 0; i < T; i++) {
-        const float *p = P + (size_t)i * T;
-        float *d = dS + (size_t)i * T;
-        double dot = 0;
-        for (int j = 0; j <= i; j++)
-            dot += (double)p[j] * d[j];
-        for (int j = 0; j <= i; j++)
-            d[j] = p[j] * (d[j] - (float)dot) * scale;
-        memset(d + i + 1, 0, sizeof(float) * (T - 1 - i));
+    for (int r0 = 0; r0 < T; r0 += ROWS) {
+        int r1 = r0 + ROWS < T ? r0 + ROWS : T, n = r1 - r0;
+        const float *Pb = P + (size_t)r0 * T, *db = datt + (size_t)r0 * o->C;
+        float *dSb = dS + (size_t)r0 * T;
+        /* dP = datt V^T; dV (keys 0..r1) += P^T datt, the first block writing */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1, hs, 1.0f, db, o->C,
+                    qkv + 2 * o->C, C3, 0.0f, dSb, T);
+        if (r0 == 0 && r1 < T) /* keys past the first block: their first sum comes later */
+            for (int j = r1; j < T; j++)
+                memset(dqkv + (size_t)j * C3 + o->C, 0, sizeof(float) * hs),
+                    memset(dqkv + (size_t)j * C3 + 2 * o->C, 0, sizeof(float) * hs);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, n, 1.0f, Pb, T, db, o->C,
+                    r0 ? 1.0f : 0.0f, dqkv + 2 * o->C, C3);
+        /* softmax backward, row by row: dS = P (dP - sum_j P dP), times the scale */
+        for (int i = r0; i < r1; i++) {
+            const float *p = P + (size_t)i * T;
+            float *d = dS + (size_t)i * T;
+            double dot = 0;
+            for (int j = 0; j <= i; j++)
+                dot += (double)p[j] * d[j];
+            for (int j = 0; j <= i; j++)
+                d[j] = p[j] * (d[j] - (float)dot) * scale;
+            memset(d + i + 1, 0, sizeof(float) * (r1 - 1 - i));
+        }
+        /* dQ = dS K; dK (keys 0..r1) += dS^T Q */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, r1, 1.0f, dSb, T,
+                    qkv + o->C, C3, 0.0f, dqkv + (size_t)r0 * C3, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, n, 1.0f, dSb, T,
+                    qkv + (size_t)r0 * C3, C3, r0 ? 1.0f : 0.0f, dqkv + o->C, C3);
     }
-    /* dQ = dS K; dK = dS^T Q */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, dS, T, qkv + o->C, C3,
-                0.0f, dqkv, C3);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, dS, T, qkv, C3, 0.0f,
-                dqkv + o->C, C3);
 }
 
 /* The block's variables within its parameter (or gradient) slice. */
