@@ -20,7 +20,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     size_t biggest = rp_shape_size(&m->input);
     for (int l = 0; l < m->num_layers; l++) {
-        size_t o = rp_shape_size(&m->layers[l].out);
+        const rp_layer *L = &m->layers[l];
+        size_t o = rp_shape_size(&L->out);
+        if (L->type == RP_LAYER_TRANSFORMER_BLOCK) /* attention keeps heads x T x T */
+            o += (size_t)L->heads * L->in.dim[0] * L->in.dim[0] + (size_t)L->mlp * o;
         biggest = o > biggest ? o : biggest;
     }
     rp_net *net;
