@@ -34,7 +34,11 @@ typedef enum rp_output_mode {
     RP_OUTPUT_DEFAULT /* `all` for inference, `final` for training */
 } rp_output_mode;
 
-typedef enum rp_schedule { RP_SCHEDULE_1F1B = 0, RP_SCHEDULE_GPIPE } rp_schedule;
+/* 1f1b and gpipe flush every update (each equals SGD); pipedream is
+** PipeDream's asynchronous 1F1B: a stage updates after each backward, and
+** weight stashing gives a micro-batch's backward the weights of its
+** forward (docs/pipelines.md). */
+typedef enum rp_schedule { RP_SCHEDULE_1F1B = 0, RP_SCHEDULE_GPIPE, RP_SCHEDULE_PIPEDREAM } rp_schedule;
 
 typedef enum rp_optimizer_type { RP_OPT_SGD = 0, RP_OPT_ADAM, RP_OPT_ADAMW } rp_optimizer_type;
 

@@ -198,6 +198,12 @@ void rp_net_zero_grads(rp_net *net);
 const float *rp_net_backward(rp_net *net, rp_acts *acts, const float *dout,
                              const rp_step_ctx *ctx, bool need_input_grad);
 
+/* Makes the net read its parameters from p (as many as rp_net_num_params)
+** until called again; returns the array it read before. Weight stashing
+** runs a backward on the version its forward used this way. Gradients and
+** updates stay the net's own. */
+float *rp_net_use_params(rp_net *net, float *p);
+
 /* The message of the last failed forward pass. */
 const char *rp_net_error(const rp_net *net);
 

@@ -346,8 +346,10 @@ static rp_status k_schedule(rp_config *cfg, load_ctx *c, const char *key, const 
         cfg->schedule = RP_SCHEDULE_1F1B;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "gpipe") == 0)
         cfg->schedule = RP_SCHEDULE_GPIPE;
+    else if (cJSON_IsString(v) && strcmp(v->valuestring, "pipedream") == 0)
+        cfg->schedule = RP_SCHEDULE_PIPEDREAM;
     else
-        return bad_value(c, key, v, "must be \"gpipe\" or \"1f1b\"");
+        return bad_value(c, key, v, "must be \"gpipe\", \"1f1b\" or \"pipedream\"");
     return RP_OK;
 }
 
@@ -896,7 +898,9 @@ const char *rp_output_mode_name(rp_output_mode m) {
     return "final";
 }
 
-const char *rp_schedule_name(rp_schedule s) { return s == RP_SCHEDULE_GPIPE ? "gpipe" : "1f1b"; }
+const char *rp_schedule_name(rp_schedule s) {
+    return s == RP_SCHEDULE_GPIPE ? "gpipe" : s == RP_SCHEDULE_PIPEDREAM ? "pipedream" : "1f1b";
+}
 
 const char *rp_optimizer_name(rp_optimizer_type t) {
     return t == RP_OPT_ADAM ? "adam" : t == RP_OPT_ADAMW ? "adamw" : "sgd";

@@ -205,7 +205,7 @@ rp_status rpi_reduce(worker *w) {
     for (int r = 0; r < w->nruns && !st; r++) {
         const var_run *vr = &w->runs[r];
         rp_comm *rc = w->reduce[vr->grouping];
-        float f = (float)(vr->rescale / w->scale), *x = g + vr->offset;
+        float f = (float)(vr->rescale / w->scale) * w->mean, *x = g + vr->offset;
         size_t k = vr->count;
         if (vr->fused) {
             size_t first = (size_t)rp_comm_rank(rc) * vr->shard;

@@ -118,18 +118,26 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
                 w->stage = s;
                 w->replica = c;
                 w->stage_replica = j;
-                w->ops = malloc(sizeof(rp_op) * (6 * (size_t)GA + 3));
+                w->ops = malloc(sizeof(rp_op) * (8 * (size_t)GA + 3));
                 if (!w->ops) {
                     free(order_fw), free(order_mb), free(slot_of), free(free_slots);
                     rp_workplan_free(sc);
                     return rp_fail(err, RP_ERR_NOMEM, "out of memory for the operations of worker %d", (int)(w - sc->w));
                 }
+                bool async = cfg->schedule == RP_SCHEDULE_PIPEDREAM;
                 for (int i = 0; i < n; i++)
-                    if (order_mb[i] % rp_config_stage_replicas(cfg, s) == j)
+                    if (order_mb[i] % rp_config_stage_replicas(cfg, s) == j) {
                         add_pass(cfg, w, order_fw[i], order_mb[i]);
+                        if (async && !order_fw[i]) { /* PipeDream: an update a backward */
+                            push(w, RP_OP_REDUCE, -1, -1);
+                            push(w, RP_OP_STEP, -1, -1);
+                        }
+                    }
                 push(w, RP_OP_WAIT_SENDS, -1, -1);
-                push(w, RP_OP_REDUCE, -1, -1);
-                push(w, RP_OP_STEP, -1, -1);
+                if (!async) {
+                    push(w, RP_OP_REDUCE, -1, -1);
+                    push(w, RP_OP_STEP, -1, -1);
+                }
                 /* activation slots: taken at a forward, freed at its backward */
                 int nfree = 0, used = 0;
                 for (int i = 0; i < w->num_ops; i++) {
@@ -161,7 +169,7 @@ rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_er
     int W = s->workers;
     int *pc = calloc(W, sizeof(int));
     int *sent = calloc(W, sizeof(int)), *received = calloc(W, sizeof(int));
-    int *waiting_reduce = calloc(W, sizeof(int));
+    int *waiting_reduce = calloc(W, sizeof(int)), *rounds = calloc(W, sizeof(int));
     /* reduction groups, numbered 0..G-1: members, and members arrived */
     int *group = malloc(sizeof(int) * W), *ids = malloc(sizeof(int) * W);
     int *members = calloc(W, sizeof(int)), *arrived = calloc(W, sizeof(int));
@@ -175,7 +183,7 @@ rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_er
     msg *msgs = malloc(sizeof(msg) * cap);
     int *head = malloc(sizeof(int) * W), *tail = malloc(sizeof(int) * W);
     rp_status st = RP_OK;
-    if (!pc || !sent || !received || !waiting_reduce || !group || !ids || !members ||
+    if (!pc || !sent || !received || !waiting_reduce || !rounds || !group || !ids || !members ||
         !arrived || !msgs || !head || !tail) {
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory to check the schedules of %d workers", W);
         goto done;
@@ -243,13 +251,17 @@ rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_er
                     if (received[w] < sent[w])
                         break;
                 } else if (op->kind == RP_OP_REDUCE) {
-                    /* passes once every member of its group has arrived */
+                    /* the k-th passes once every member of its group has arrived at
+                    ** its k-th: no member reaches its k+1-th before all reach the k-th,
+                    ** so the arrivals can be counted together */
                     if (!waiting_reduce[w]) {
                         waiting_reduce[w] = 1;
                         arrived[group[w]]++;
+                        rounds[w]++;
                     }
-                    if (arrived[group[w]] < members[group[w]])
+                    if (arrived[group[w]] < members[group[w]] * rounds[w])
                         break;
+                    waiting_reduce[w] = 0;
                 }
                 pc[w]++;
                 progress = true;
@@ -281,7 +293,7 @@ rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_er
                          m->kind ? "activation" : "gradient", m->mb, m->from, m->to);
         }
 done:
-    free(pc), free(sent), free(received), free(waiting_reduce), free(msgs);
+    free(pc), free(sent), free(received), free(waiting_reduce), free(rounds), free(msgs);
     free(group), free(ids), free(members), free(arrived), free(head), free(tail);
     return st;
 }

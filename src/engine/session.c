@@ -119,6 +119,9 @@ static void worker_run(worker *w) {
             }
             case RP_OP_FORWARD: {
                 rp_acts *a = w->acts[op->slot];
+                if (w->stash) /* the version this micro-batch's backward will use */
+                    memcpy(w->stash + (size_t)op->slot * n, rp_net_params(w->net),
+                           sizeof(float) * n);
                 const float *x = rp_acts_input(a);
                 if (w->stage == 0 && s->x)
                     x = s->x + row * data_in;
@@ -160,8 +163,12 @@ static void worker_run(worker *w) {
                 }
                 break;
             case RP_OP_BACKWARD: {
+                float *own = w->stash ? rp_net_use_params(w->net, w->stash + (size_t)op->slot * n)
+                                      : NULL;
                 const float *din = rp_net_backward(w->net, w->acts[op->slot],
                                                    last ? NULL : w->grad_in, &ctx, w->stage > 0);
+                if (own)
+                    rp_net_use_params(w->net, own);
                 if (w->stage > 0 && half)
                     rp_half_encode(din, w->h_grad + (size_t)op->mb * in * B, in * B);
                 else if (w->stage > 0)
@@ -205,6 +212,8 @@ static void worker_run(worker *w) {
                 }
                 break;
             }
+            if (op->kind == RP_OP_STEP && w->stash) /* the next backward: a new update */
+                rp_net_zero_grads(w->net);
             if (comm_failed(w, st))
                 return;
             if (s->tracing && w->ntrace < w->trace_cap)
@@ -268,6 +277,7 @@ void rp_session_free(rp_session *s) {
         free(w->grad_out), free(w->req), free(w->req_live), free(w->runs), free(w->trace);
         free(w->shard_g), free(w->shard_p), free(w->tail), free(w->chunk);
         free(w->h_act), free(w->h_grad), free(w->h_recv), free(w->h_stage), free(w->tie_buf);
+        free(w->stash);
         if (w->state_fd >= 0) {
             char path[RP_PATH_MAX + 32];
             snprintf(path, sizeof path, "%s/worker-%d.state", s->run_dir, w->id);
@@ -383,6 +393,14 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     }
     if (tie_n && !(w->tie_buf = malloc(sizeof(float) * tie_n)))
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's tied gradients", id);
+    w->mean = 1;
+    if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM) { /* weight stashing: a version a slot */
+        size_t np = rp_net_num_params(w->net) ? rp_net_num_params(w->net) : 1;
+        if (!(w->stash = malloc(sizeof(float) * np * w->plan->slots)))
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's %d weight versions",
+                           id, w->plan->slots);
+        w->mean = 1.0f / (float)(rp_config_stage_replicas(&s->cfg, w->stage) * s->R);
+    }
     /* optimizer state: whole runs, or one shard of each sharded run */
     size_t per = s->state_per_param, maxc = 1, maxk = 1, shards = 0;
     for (int r = 0; r < w->nruns; r++) {
@@ -455,6 +473,31 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
     rp_status st = rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
     if (st)
         return st;
+    if (cfg->schedule == RP_SCHEDULE_PIPEDREAM) {
+        const char *why = cfg->replicated_tensor_sharding ? "replicated_tensor_sharding"
+                          : cfg->optimizer_state_offchip  ? "optimizer_state_offchip"
+                          : cfg->gradient_clipping > 0    ? "gradient_clipping (a global norm "
+                                                            "over stages that update apart)"
+                          : cfg->auto_loss_scaling        ? "auto_loss_scaling"
+                          : cfg->enable_half_partials     ? "enable_half_partials"
+                          : cfg->replica_grouping.group_size != cfg->replication_factor
+                              ? "replica groupings"
+                              : NULL;
+        for (int l = 0; !why && l < m->num_layers; l++)
+            if (m->layers[l].tie || m->layers[l].group_size)
+                why = m->layers[l].tie ? "tied layers" : "per-layer replica groupings";
+        if (why)
+            return rp_fail(err, RP_ERR_INVALID, "schedule \"pipedream\" does not go with %s",
+                           why);
+        for (int t = 0; t < cfg->layers_per_stage.count; t++) {
+            int r = rp_config_stage_replicas(cfg, t);
+            if (cfg->gradient_accumulation_steps % r)
+                return rp_fail(err, RP_ERR_INVALID,
+                               "schedule \"pipedream\": stage %d's %d replicas update together, "
+                               "so gradient_accumulation_steps (%d) must be a multiple of %d",
+                               t, r, cfg->gradient_accumulation_steps, r);
+        }
+    }
     int nties = 0;
     for (int l = 0; l < m->num_layers; l++) {
         const rp_layer *L = &m->layers[l];
@@ -553,6 +596,8 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     /* each variable's grouping: the configuration's, or its layer's own */
     int gcfg = cfg->replica_grouping.group_size;
     s->loss_scale = 1.0 / ((double)s->B * s->GA * gcfg);
+    if (cfg->schedule == RP_SCHEDULE_PIPEDREAM) /* a micro-batch's mean; the stages average */
+        s->loss_scale = 1.0 / s->B;
     s->groupings[s->ngroupings++] = cfg->replica_grouping;
     for (int v = 0; v < m->num_vars; v++) {
         const rp_layer *L = &m->layers[m->vars[v].layer];

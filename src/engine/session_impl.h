@@ -81,6 +81,8 @@ typedef struct worker {
     int ntrace, trace_cap;
     long long trace_dropped; /* operations past trace_cap, not recorded */
     float *tie_buf;          /* a tie across stages that skips this worker's: its zeros */
+    float *stash;            /* pipedream: the weights each slot's forward used */
+    float mean;              /* pipedream: 1 / the micro-batches an update of this stage sums */
 } worker;
 
 struct rp_session {

@@ -167,6 +167,12 @@ void rp_net_free(rp_net *n) {
 }
 
 float *rp_net_params(rp_net *n) { return n->params; }
+
+float *rp_net_use_params(rp_net *n, float *p) {
+    float *was = n->params;
+    n->params = p;
+    return was;
+}
 float *rp_net_grads(rp_net *n) {
     if (n->grads_clean) { /* materialise the zeros before anyone reads them */
         memset(n->grads, 0, sizeof(float) * n->num_params);
