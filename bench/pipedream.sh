@@ -8,10 +8,10 @@ default_rounds=1
 . "$(dirname "$0")/common.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-printf '%-5s %-6s %-10s %12s %9s\n' model where schedule "samples/s" accuracy
+printf '%-5s %-6s %-14s %12s %9s\n' model where schedule "samples/s" accuracy
 for model in mlp cnn; do
   for where in local mpi; do
-    for sched in 1f1b pipedream; do
+    for sched in 1f1b pipedream pipedream_2bw; do
       R=1; [ "$where" = mpi ] && R=2
       printf '{"seed": 1, "micro_batch_size": 16, "gradient_accumulation_steps": 8, "replication_factor": %d, "layers_per_stage": [-1, -1], "schedule": "%s", "optimizer": {"type": "sgd", "lr": 0.05}}\n' \
         "$R" "$sched" > "$work/c.json"
@@ -24,7 +24,7 @@ for model in mlp cnn; do
       fi
       sps=$(grep '"samples_per_s"' "$work/l.jsonl" | tail -1 | sed 's/.*"samples_per_s":\([0-9.]*\).*/\1/')
       acc=$(sed -n 's/^test accuracy: //p' "$work/out.txt")
-      printf '%-5s %-6s %-10s %12s %9s\n' "$model" "$where" "$sched" "$sps" "$acc"
+      printf '%-5s %-6s %-14s %12s %9s\n' "$model" "$where" "$sched" "$sps" "$acc"
     done
   done
 done

@@ -34,6 +34,7 @@ static const char *MLP = "input 1 28 28\nflatten\nlinear 24\nrelu\nlinear 16\nre
 
 typedef struct pdcase {
     int P, R, r[3], layers[3], GA;
+    bool bw; /* pipedream_2bw */
 } pdcase;
 
 /* The version each forward of stage s sees: backwards of the same stage
@@ -136,6 +137,49 @@ static void emulate(const rp_model *m, const pdcase *pc, double lr, double mu, i
     free(vel);
 }
 
+/* PipeDream-2BW, from its rule W(t + 1) = W(t) - step(grad f(W(t - 1))),
+** W(-1) = W(0): each update's micro-batches all run on the version one
+** update older than the one the update is applied to. One net, the whole
+** model: the stages do not matter to the rule. */
+static void emulate_2bw(const rp_model *m, const pdcase *pc, double lr, double mu, int calls,
+                        const float *x, const int32_t *y, const int64_t *ids, float *params) {
+    int B = 4, GA = pc->GA, R = pc->R;
+    size_t n = m->num_params;
+    rp_model_init_params(m, 0, m->num_layers, 3, NULL, params);
+    float *vel = calloc(n, sizeof(float)), *older = malloc(sizeof(float) * n);
+    float *sum = calloc(n, sizeof(float));
+    memcpy(older, params, sizeof(float) * n);
+    rp_net *net;
+    rp_acts *acts;
+    rp_error err;
+    CHECK_OK(rp_net_create(m, 0, m->num_layers, B, &net, &err), err);
+    CHECK_OK(rp_acts_create(net, B, &acts, &err), err);
+    for (int call = 0; call < calls; call++) {
+        memcpy(rp_net_params(net), older, sizeof(float) * n);
+        for (int c = 0; c < R; c++)
+            for (int mb = 0; mb < GA; mb++) {
+                size_t row = (size_t)call * B * GA * R + ((size_t)c * GA + mb) * B;
+                rp_step_ctx ctx = {.training = true, .seed = 3, .update = (uint64_t)call,
+                                   .sample_id = ids + row, .labels = y + row,
+                                   .loss_scale = 1.0 / ((double)B * GA * R)};
+                rp_net_forward(net, acts, x + row * 784, B, &ctx, NULL);
+                memset(rp_net_grads(net), 0, sizeof(float) * n);
+                rp_net_backward(net, acts, NULL, &ctx, false);
+                for (size_t e = 0; e < n; e++)
+                    sum[e] += rp_net_grads(net)[e];
+            }
+        memcpy(older, params, sizeof(float) * n);
+        for (size_t e = 0; e < n; e++) {
+            vel[e] = (float)mu * vel[e] + sum[e];
+            params[e] -= (float)lr * vel[e];
+            sum[e] = 0;
+        }
+    }
+    rp_acts_free(acts);
+    rp_net_free(net);
+    free(vel), free(older), free(sum);
+}
+
 static void compare(const pdcase *pc) {
     int workers = 0;
     for (int s = 0; s < pc->P; s++)
@@ -154,9 +198,9 @@ static void compare(const pdcase *pc) {
     snprintf(json, sizeof json,
              "{\"seed\": 3, \"micro_batch_size\": 4, \"gradient_accumulation_steps\": %d, "
              "\"replication_factor\": %d, \"layers_per_stage\": %s, \"stage_replication\": %s, "
-             "\"schedule\": \"pipedream\", \"optimizer\": {\"type\": \"sgd\", \"lr\": %g, "
+             "\"schedule\": \"%s\", \"optimizer\": {\"type\": \"sgd\", \"lr\": %g, "
              "\"momentum\": %g}}",
-             pc->GA, pc->R, layers, reps, lr, mu);
+             pc->GA, pc->R, layers, reps, pc->bw ? "pipedream_2bw" : "pipedream", lr, mu);
     rp_config cfg = test_config(json);
     rp_session *s;
     rp_error err;
@@ -178,7 +222,10 @@ static void compare(const pdcase *pc) {
     rp_weights *got, *want;
     CHECK_OK(rp_session_get_weights(s, RP_ONE_PER_GROUP, &got, &err), err);
     float *params = malloc(sizeof(float) * m->num_params);
-    emulate(m, pc, lr, mu, calls, x, y, ids, params);
+    if (pc->bw)
+        emulate_2bw(m, pc, lr, mu, calls, x, y, ids, params);
+    else
+        emulate(m, pc, lr, mu, calls, x, y, ids, params);
     CHECK_OK(rp_weights_from_params(m, params, &want, &err), err);
     double worst = 0, moved = 0;
     float *init = malloc(sizeof(float) * m->num_params);
@@ -190,8 +237,9 @@ static void compare(const pdcase *pc) {
         double e = rp_tensor_rel_diff(got->tensors[t].data, init + m->vars[t].offset, n);
         moved = e > moved ? e : moved;
     }
-    CHECKF(worst <= 1e-6, "pipedream P=%d R=%d r=[%d,%d,%d] GA=%d: %g from the emulator", pc->P,
-           pc->R, pc->r[0], pc->r[1], pc->r[2], pc->GA, worst);
+    CHECKF(worst <= 1e-6, "%s P=%d R=%d r=[%d,%d,%d] GA=%d: %g from the emulator",
+           pc->bw ? "pipedream_2bw" : "pipedream", pc->P, pc->R, pc->r[0], pc->r[1], pc->r[2],
+           pc->GA, worst);
     CHECK(moved > 1e-3); /* the updates did something */
     ran++;
     free(init), free(params), free(ids), free(x), free(y);
@@ -220,6 +268,21 @@ static void memory_and_refusals(void) {
     CHECK(a.params == 3 * b.params);
     CHECK(a.activations == b.activations);
     rp_session_free(s), rp_session_free(t);
+    /* 2BW: two versions; its state is not one a checkpoint holds */
+    rp_config bw = c;
+    bw.schedule = RP_SCHEDULE_PIPEDREAM_2BW;
+    CHECK_OK(rp_session_create(m, &bw, &s, &err), err);
+    CHECK_OK(rp_session_memory(s, 0, &a, &err), err);
+    CHECK(a.params == 2 * b.params);
+    rp_train_state state;
+    CHECK(rp_session_get_state(s, &state, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "\"pipedream_2bw\" keeps two, so it cannot be checkpointed yet");
+    rp_session_free(s);
+    bw.replicated_tensor_sharding = true;
+    bw.replication_factor = 2;
+    bw.replica_grouping.group_size = 2;
+    CHECK(rp_session_create(m, &bw, &s, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "schedule \"pipedream_2bw\" does not go with replicated_tensor_sharding");
     static const struct {
         const char *json, *msg;
     } bad[] = {
@@ -246,9 +309,14 @@ static void memory_and_refusals(void) {
 int main(int argc, char **argv) {
     test_start(argc, argv, 512, 9, &data, &mpi);
     static const pdcase CASES[] = {
-        {2, 1, {1, 1}, {4, 3}, 4},    {2, 2, {1, 1}, {4, 3}, 4},    {2, 1, {2, 1}, {4, 3}, 4},
-        {2, 2, {2, 1}, {4, 3}, 6},    {3, 1, {1, 2, 1}, {2, 2, 3}, 4},
-        {3, 2, {1, 2, 1}, {2, 2, 3}, 4}, {3, 1, {1, 1, 1}, {2, 2, 3}, 8},
+        {2, 1, {1, 1}, {4, 3}, 4, false},       {2, 2, {1, 1}, {4, 3}, 4, false},
+        {2, 1, {2, 1}, {4, 3}, 4, false},       {2, 2, {2, 1}, {4, 3}, 6, false},
+        {3, 1, {1, 2, 1}, {2, 2, 3}, 4, false}, {3, 2, {1, 2, 1}, {2, 2, 3}, 4, false},
+        {3, 1, {1, 1, 1}, {2, 2, 3}, 8, false},
+        /* PipeDream-2BW */
+        {2, 1, {1, 1}, {4, 3}, 2, true},        {2, 2, {1, 1}, {4, 3}, 4, true},
+        {2, 1, {2, 1}, {4, 3}, 4, true},        {3, 1, {1, 2, 1}, {2, 2, 3}, 2, true},
+        {3, 2, {1, 1, 1}, {2, 2, 3}, 4, true},
     };
     for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++)
         compare(&CASES[k]);

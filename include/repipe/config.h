@@ -37,8 +37,14 @@ typedef enum rp_output_mode {
 /* 1f1b and gpipe flush every update (each equals SGD); pipedream is
 ** PipeDream's asynchronous 1F1B: a stage updates after each backward, and
 ** weight stashing gives a micro-batch's backward the weights of its
-** forward (docs/pipelines.md). */
-typedef enum rp_schedule { RP_SCHEDULE_1F1B = 0, RP_SCHEDULE_GPIPE, RP_SCHEDULE_PIPEDREAM } rp_schedule;
+** forward; pipedream_2bw is PipeDream-2BW: 1F1B whose update uses the
+** gradient of the weights one update older (docs/pipelines.md). */
+typedef enum rp_schedule {
+    RP_SCHEDULE_1F1B = 0,
+    RP_SCHEDULE_GPIPE,
+    RP_SCHEDULE_PIPEDREAM,
+    RP_SCHEDULE_PIPEDREAM_2BW
+} rp_schedule;
 
 typedef enum rp_optimizer_type { RP_OPT_SGD = 0, RP_OPT_ADAM, RP_OPT_ADAMW } rp_optimizer_type;
 

@@ -348,8 +348,11 @@ static rp_status k_schedule(rp_config *cfg, load_ctx *c, const char *key, const 
         cfg->schedule = RP_SCHEDULE_GPIPE;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "pipedream") == 0)
         cfg->schedule = RP_SCHEDULE_PIPEDREAM;
+    else if (cJSON_IsString(v) && strcmp(v->valuestring, "pipedream_2bw") == 0)
+        cfg->schedule = RP_SCHEDULE_PIPEDREAM_2BW;
     else
-        return bad_value(c, key, v, "must be \"gpipe\", \"1f1b\" or \"pipedream\"");
+        return bad_value(c, key, v,
+                         "must be \"gpipe\", \"1f1b\", \"pipedream\" or \"pipedream_2bw\"");
     return RP_OK;
 }
 
@@ -899,7 +902,10 @@ const char *rp_output_mode_name(rp_output_mode m) {
 }
 
 const char *rp_schedule_name(rp_schedule s) {
-    return s == RP_SCHEDULE_GPIPE ? "gpipe" : s == RP_SCHEDULE_PIPEDREAM ? "pipedream" : "1f1b";
+    return s == RP_SCHEDULE_GPIPE           ? "gpipe"
+           : s == RP_SCHEDULE_PIPEDREAM     ? "pipedream"
+           : s == RP_SCHEDULE_PIPEDREAM_2BW ? "pipedream_2bw"
+                                            : "1f1b";
 }
 
 const char *rp_optimizer_name(rp_optimizer_type t) {

@@ -385,7 +385,8 @@ bool rp_checkpoint_compatible(const rp_config *was, const rp_config *now, char *
         key = "gradient_clipping";
     else if (was->sequential_data != now->sequential_data)
         key = "data_order";
-    else if ((was->schedule == RP_SCHEDULE_PIPEDREAM) != (now->schedule == RP_SCHEDULE_PIPEDREAM))
+    else if ((was->schedule >= RP_SCHEDULE_PIPEDREAM || now->schedule >= RP_SCHEDULE_PIPEDREAM) &&
+             was->schedule != now->schedule)
         key = "schedule"; /* asynchronous updates are other mathematics */
     else if (!same_schedule(&was->lr_schedule, &now->lr_schedule))
         key = "lr_schedule";

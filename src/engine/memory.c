@@ -76,6 +76,8 @@ rp_status rpi_plan_memory(const rp_session *s, int stage, rp_memory *out, rp_err
     out->params = sizeof(float) * n;
     if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM) /* a stashed version a micro-batch in flight */
         out->params += sizeof(float) * n * (size_t)slots;
+    if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW) /* the older version */
+        out->params += sizeof(float) * n;
     out->grads = sizeof(float) * n;
     /* sharded: each worker keeps its shard of the state */
     size_t shards = 0;

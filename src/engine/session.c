@@ -91,6 +91,8 @@ static void worker_run(worker *w) {
     w->status = RP_OK;
     for (int d = 0; d < s->D; d++) {
         rp_net_zero_grads(w->net);
+        if (w->stale) /* 2BW: this update's passes run on the older version */
+            rp_net_use_params(w->net, w->stale);
         w->opt_now = s->cfg.optimizer; /* this update's learning rate */
         w->opt_now.lr = rp_config_lr(&s->cfg, s->updates + d);
         for (int i = 0; i < w->plan->num_ops; i++) {
@@ -196,8 +198,12 @@ static void worker_run(worker *w) {
                 st = rpi_reduce(w);
                 break;
             case RP_OP_STEP:
+                if (w->stale) /* 2BW: the older version becomes this one; this one steps */
+                    rp_net_use_params(w->net, w->own);
                 if (w->skip)
                     break;
+                if (w->stale)
+                    memcpy(w->stale, w->own, sizeof(float) * n);
                 if (!w->any_sharded && !w->any_fused && w->state_fd < 0) {
                     rp_optimizer_step(&w->opt_now, w->applied, rp_net_params(w->net),
                                       rp_net_grads(w->net), w->opt, n);
@@ -277,7 +283,7 @@ void rp_session_free(rp_session *s) {
         free(w->grad_out), free(w->req), free(w->req_live), free(w->runs), free(w->trace);
         free(w->shard_g), free(w->shard_p), free(w->tail), free(w->chunk);
         free(w->h_act), free(w->h_grad), free(w->h_recv), free(w->h_stage), free(w->tie_buf);
-        free(w->stash);
+        free(w->stash), free(w->stale);
         if (w->state_fd >= 0) {
             char path[RP_PATH_MAX + 32];
             snprintf(path, sizeof path, "%s/worker-%d.state", s->run_dir, w->id);
@@ -314,7 +320,8 @@ int rpi_reduce_members(const rp_session *s, const rp_grouping *g, int c, int sta
 ** (streamed a chunk at a time). */
 bool rpi_fused_run(const rp_session *s, int k, bool sharded) {
     if (k < 2 || s->cfg.auto_loss_scaling || s->cfg.enable_half_partials ||
-        s->cfg.gradient_clipping > 0 || s->nties) /* (the update waits for the norm, the tie) */
+        s->cfg.gradient_clipping > 0 || s->nties || /* (the update waits for the norm, the tie) */
+        s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW) /* (it updates the other version) */
         return false;
     if (s->state_per_param == 0)
         return true;
@@ -394,6 +401,12 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     if (tie_n && !(w->tie_buf = malloc(sizeof(float) * tie_n)))
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's tied gradients", id);
     w->mean = 1;
+    w->own = rp_net_params(w->net);
+    if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW) { /* filled once the weights are set */
+        size_t np = rp_net_num_params(w->net) ? rp_net_num_params(w->net) : 1;
+        if (!(w->stale = malloc(sizeof(float) * np)))
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's second version", id);
+    }
     if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM) { /* weight stashing: a version a slot */
         size_t np = rp_net_num_params(w->net) ? rp_net_num_params(w->net) : 1;
         if (!(w->stash = malloc(sizeof(float) * np * w->plan->slots)))
@@ -461,6 +474,8 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         var_index[v] = rp_grouping_group_of(&s->var_group[v], w->replica);
     rp_model_init_params(m, l0, l1, s->cfg.seed, var_index, rp_net_params(w->net));
     free(var_index);
+    if (w->stale) /* 2BW's first update uses the weights it starts from twice */
+        memcpy(w->stale, rp_net_params(w->net), sizeof(float) * rp_net_num_params(w->net));
     return RP_OK;
 }
 
@@ -473,6 +488,12 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
     rp_status st = rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
     if (st)
         return st;
+    if (cfg->schedule == RP_SCHEDULE_PIPEDREAM_2BW &&
+        (cfg->replicated_tensor_sharding || cfg->optimizer_state_offchip))
+        return rp_fail(err, RP_ERR_INVALID,
+                       "schedule \"pipedream_2bw\" does not go with %s",
+                       cfg->replicated_tensor_sharding ? "replicated_tensor_sharding"
+                                                       : "optimizer_state_offchip");
     if (cfg->schedule == RP_SCHEDULE_PIPEDREAM) {
         const char *why = cfg->replicated_tensor_sharding ? "replicated_tensor_sharding"
                           : cfg->optimizer_state_offchip  ? "optimizer_state_offchip"

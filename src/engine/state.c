@@ -149,6 +149,8 @@ rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_weights_
             memcpy(p + (var->offset - base), t->data + (size_t)row * var->count,
                    sizeof(float) * var->count);
         }
+        if (wk->stale) /* 2BW: set weights start both versions */
+            memcpy(wk->stale, p, sizeof(float) * rp_net_num_params(wk->net));
     }
     return RP_OK;
 }
@@ -262,6 +264,10 @@ static rp_status gather_state(rp_session *s, float **out, rp_error *err) {
 
 rp_status rp_session_get_state(rp_session *s, rp_train_state *out, rp_error *err) {
     memset(out, 0, sizeof *out);
+    if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "a training state holds one version of the weights; schedule "
+                       "\"pipedream_2bw\" keeps two, so it cannot be checkpointed yet");
     const rp_model *m = s->m;
     size_t n = m->num_params, per = s->state_per_param;
     float *every = NULL;
@@ -328,6 +334,10 @@ done:
 rp_status rp_session_set_state(rp_session *s, const rp_train_state *in, rp_error *err) {
     const rp_model *m = s->m;
     size_t n = m->num_params, per = s->state_per_param;
+    if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "a training state holds one version of the weights; schedule "
+                       "\"pipedream_2bw\" needs two");
     if (!in->weights || !(in->loss_scale > 0) || in->updates < 0 || in->steps < 0 ||
         in->steps > in->updates || in->skipped < 0 || in->clean < 0)
         return rp_fail(err, RP_ERR_INVALID,
