@@ -65,8 +65,9 @@ static void versions(const pdcase *pc, int s, int *vf) {
     }
 }
 
-static void emulate(const rp_model *m, const pdcase *pc, double lr, double mu, int calls,
-                    const float *x, const int32_t *y, const int64_t *ids, float *params) {
+static void emulate(const rp_model *m, const pdcase *pc, bool vsync, double lr, double mu,
+                    int calls, const float *x, const int32_t *y, const int64_t *ids,
+                    float *params) {
     int B = 4, P = pc->P, GA = pc->GA, R = pc->R, first[4] = {0};
     for (int s = 0; s < P; s++)
         first[s + 1] = first[s] + pc->layers[s];
@@ -86,6 +87,9 @@ static void emulate(const rp_model *m, const pdcase *pc, double lr, double mu, i
         sum[s] = calloc(n, sizeof(float));
         versions(pc, s, vf[s]);
     }
+    for (int s = P - 1; vsync && s >= 0; s--) /* the input stage's micro-batches, in r_s groups */
+        for (int mb = 0; mb < GA; mb++)
+            vf[s][mb] = vf[0][mb] * pc->r[0] / pc->r[s];
     for (int call = 0; call < calls; call++) {
         for (int s = 0; s < P; s++) { /* version 0 of this call: the weights so far */
             size_t n = rp_net_num_params(net[s]), off = m->layers[first[s]].param_offset;
@@ -180,7 +184,7 @@ static void emulate_2bw(const rp_model *m, const pdcase *pc, double lr, double m
     free(vel), free(older), free(sum);
 }
 
-static void compare(const pdcase *pc) {
+static void compare(const pdcase *pc, bool vsync) {
     int workers = 0;
     for (int s = 0; s < pc->P; s++)
         workers += pc->r[s] * pc->R;
@@ -198,9 +202,10 @@ static void compare(const pdcase *pc) {
     snprintf(json, sizeof json,
              "{\"seed\": 3, \"micro_batch_size\": 4, \"gradient_accumulation_steps\": %d, "
              "\"replication_factor\": %d, \"layers_per_stage\": %s, \"stage_replication\": %s, "
-             "\"schedule\": \"%s\", \"optimizer\": {\"type\": \"sgd\", \"lr\": %g, "
-             "\"momentum\": %g}}",
-             pc->GA, pc->R, layers, reps, pc->bw ? "pipedream_2bw" : "pipedream", lr, mu);
+             "\"schedule\": \"%s\", \"pipedream_vertical_sync\": %s, "
+             "\"optimizer\": {\"type\": \"sgd\", \"lr\": %g, \"momentum\": %g}}",
+             pc->GA, pc->R, layers, reps, pc->bw ? "pipedream_2bw" : "pipedream",
+             vsync ? "true" : "false", lr, mu);
     rp_config cfg = test_config(json);
     rp_session *s;
     rp_error err;
@@ -225,7 +230,7 @@ static void compare(const pdcase *pc) {
     if (pc->bw)
         emulate_2bw(m, pc, lr, mu, calls, x, y, ids, params);
     else
-        emulate(m, pc, lr, mu, calls, x, y, ids, params);
+        emulate(m, pc, vsync, lr, mu, calls, x, y, ids, params);
     CHECK_OK(rp_weights_from_params(m, params, &want, &err), err);
     double worst = 0, moved = 0;
     float *init = malloc(sizeof(float) * m->num_params);
@@ -237,8 +242,8 @@ static void compare(const pdcase *pc) {
         double e = rp_tensor_rel_diff(got->tensors[t].data, init + m->vars[t].offset, n);
         moved = e > moved ? e : moved;
     }
-    CHECKF(worst <= 1e-6, "%s P=%d R=%d r=[%d,%d,%d] GA=%d: %g from the emulator",
-           pc->bw ? "pipedream_2bw" : "pipedream", pc->P, pc->R, pc->r[0], pc->r[1], pc->r[2],
+    CHECKF(worst <= 1e-6, "%s%s P=%d R=%d r=[%d,%d,%d] GA=%d: %g from the emulator",
+           pc->bw ? "pipedream_2bw" : "pipedream", vsync ? " (vertical sync)" : "", pc->P, pc->R, pc->r[0], pc->r[1], pc->r[2],
            pc->GA, worst);
     CHECK(moved > 1e-3); /* the updates did something */
     ran++;
@@ -310,16 +315,19 @@ int main(int argc, char **argv) {
     test_start(argc, argv, 512, 9, &data, &mpi);
     static const pdcase CASES[] = {
         {2, 1, {1, 1}, {4, 3}, 4, false},       {2, 2, {1, 1}, {4, 3}, 4, false},
-        {2, 1, {2, 1}, {4, 3}, 4, false},       {2, 2, {2, 1}, {4, 3}, 6, false},
-        {3, 1, {1, 2, 1}, {2, 2, 3}, 4, false}, {3, 2, {1, 2, 1}, {2, 2, 3}, 4, false},
+        {2, 1, {2, 1}, {4, 3}, 8, false},       {2, 2, {2, 1}, {4, 3}, 6, false},
+        {3, 1, {1, 2, 1}, {2, 2, 3}, 8, false}, {3, 2, {1, 2, 1}, {2, 2, 3}, 6, false},
         {3, 1, {1, 1, 1}, {2, 2, 3}, 8, false},
         /* PipeDream-2BW */
         {2, 1, {1, 1}, {4, 3}, 2, true},        {2, 2, {1, 1}, {4, 3}, 4, true},
         {2, 1, {2, 1}, {4, 3}, 4, true},        {3, 1, {1, 2, 1}, {2, 2, 3}, 2, true},
         {3, 2, {1, 1, 1}, {2, 2, 3}, 4, true},
     };
-    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++)
-        compare(&CASES[k]);
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+        compare(&CASES[k], false);
+        if (!CASES[k].bw)
+            compare(&CASES[k], true);
+    }
     CHECK(ran > 0);
     if (!mpi)
         memory_and_refusals();

@@ -98,6 +98,10 @@ typedef struct rp_config {
     bool replicated_tensor_sharding;
     bool optimizer_state_offchip;
     bool recompute_checkpoint_every_layer;
+    /* schedule pipedream: every stage runs micro-batch m on the version that
+    ** reflects the micro-batches the input stage's version for m did
+    ** (PipeDream's vertical sync) */
+    bool pipedream_vertical_sync;
     bool auto_loss_scaling;
     bool enable_half_partials;
     /* The loss scale (a power of two): fixed, or the first of auto_loss_scaling.

@@ -259,6 +259,7 @@ static rp_status k_deprecated(rp_config *cfg, load_ctx *c, const char *key, cons
 BOOL_KEY(k_rts, replicated_tensor_sharding)
 BOOL_KEY(k_offchip, optimizer_state_offchip)
 BOOL_KEY(k_recompute, recompute_checkpoint_every_layer)
+BOOL_KEY(k_vsync, pipedream_vertical_sync)
 BOOL_KEY(k_als, auto_loss_scaling)
 BOOL_KEY(k_half, enable_half_partials)
 INT_KEY(k_growth, loss_scaling_growth_interval, 1)
@@ -643,6 +644,7 @@ static const struct key_def {
     {"replicated_tensor_sharding", k_rts},
     {"optimizer_state_offchip", k_offchip},
     {"recompute_checkpoint_every_layer", k_recompute},
+    {"pipedream_vertical_sync", k_vsync},
     {"auto_loss_scaling", k_als},
     {"enable_half_partials", k_half},
     {"loss_scaling", k_loss_scaling},
@@ -958,6 +960,8 @@ rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
     cJSON_AddBoolToObject(r, "optimizer_state_offchip", cfg->optimizer_state_offchip);
     cJSON_AddBoolToObject(r, "recompute_checkpoint_every_layer",
                           cfg->recompute_checkpoint_every_layer);
+    if (cfg->pipedream_vertical_sync)
+        cJSON_AddBoolToObject(r, "pipedream_vertical_sync", true);
     cJSON_AddBoolToObject(r, "auto_loss_scaling", cfg->auto_loss_scaling);
     cJSON_AddBoolToObject(r, "enable_half_partials", cfg->enable_half_partials);
     if (cfg->loss_scaling > 0)
@@ -1084,6 +1088,7 @@ bool rp_config_equal(const rp_config *a, const rp_config *b) {
             (a->lr_schedule.step_updates == b->lr_schedule.step_updates &&
              a->lr_schedule.gamma == b->lr_schedule.gamma)) &&
            a->gradient_clipping == b->gradient_clipping &&
+           a->pipedream_vertical_sync == b->pipedream_vertical_sync &&
            a->sequential_data == b->sequential_data &&
            oa->type == ob->type && oa->lr == ob->lr && oa->momentum == ob->momentum &&
            oa->weight_decay == ob->weight_decay && oa->beta1 == ob->beta1 &&

@@ -388,6 +388,8 @@ bool rp_checkpoint_compatible(const rp_config *was, const rp_config *now, char *
     else if ((was->schedule >= RP_SCHEDULE_PIPEDREAM || now->schedule >= RP_SCHEDULE_PIPEDREAM) &&
              was->schedule != now->schedule)
         key = "schedule"; /* asynchronous updates are other mathematics */
+    else if (was->pipedream_vertical_sync != now->pipedream_vertical_sync)
+        key = "pipedream_vertical_sync";
     else if (!same_schedule(&was->lr_schedule, &now->lr_schedule))
         key = "lr_schedule";
     if (key && cap)

@@ -93,6 +93,10 @@ static void worker_run(worker *w) {
         rp_net_zero_grads(w->net);
         if (w->stale) /* 2BW: this update's passes run on the older version */
             rp_net_use_params(w->net, w->stale);
+        if (w->history) { /* vertical sync: version 0 of the call */
+            memcpy(w->history, w->own, sizeof(float) * n);
+            w->versions = 0;
+        }
         w->opt_now = s->cfg.optimizer; /* this update's learning rate */
         w->opt_now.lr = rp_config_lr(&s->cfg, s->updates + d);
         for (int i = 0; i < w->plan->num_ops; i++) {
@@ -121,9 +125,15 @@ static void worker_run(worker *w) {
             }
             case RP_OP_FORWARD: {
                 rp_acts *a = w->acts[op->slot];
-                if (w->stash) /* the version this micro-batch's backward will use */
+                if (w->history) /* vertical sync: the input stage's version, kept */
+                    w->slot_ver[op->slot] = w->history + (size_t)w->version_of[op->mb] * n;
+                else if (w->stash) { /* the version this micro-batch's backward will use */
                     memcpy(w->stash + (size_t)op->slot * n, rp_net_params(w->net),
                            sizeof(float) * n);
+                    w->slot_ver[op->slot] = w->stash + (size_t)op->slot * n;
+                }
+                if (w->history)
+                    rp_net_use_params(w->net, (float *)w->slot_ver[op->slot]);
                 const float *x = rp_acts_input(a);
                 if (w->stage == 0 && s->x)
                     x = s->x + row * data_in;
@@ -138,6 +148,8 @@ static void worker_run(worker *w) {
                     worker_fail(w, RP_ERR_INVALID, msg);
                     return;
                 }
+                if (w->history)
+                    rp_net_use_params(w->net, w->own);
                 w->out[op->slot] = y;
                 if (last)
                     w->losses[(size_t)d * GA + op->mb] = (float)(loss / B);
@@ -165,8 +177,8 @@ static void worker_run(worker *w) {
                 }
                 break;
             case RP_OP_BACKWARD: {
-                float *own = w->stash ? rp_net_use_params(w->net, w->stash + (size_t)op->slot * n)
-                                      : NULL;
+                float *own = w->slot_ver ? rp_net_use_params(w->net, (float *)w->slot_ver[op->slot])
+                                         : NULL;
                 const float *din = rp_net_backward(w->net, w->acts[op->slot],
                                                    last ? NULL : w->grad_in, &ctx, w->stage > 0);
                 if (own)
@@ -218,8 +230,10 @@ static void worker_run(worker *w) {
                 }
                 break;
             }
-            if (op->kind == RP_OP_STEP && w->stash) /* the next backward: a new update */
+            if (op->kind == RP_OP_STEP && w->slot_ver) /* the next backward: a new update */
                 rp_net_zero_grads(w->net);
+            if (op->kind == RP_OP_STEP && w->history) /* vertical sync keeps every version */
+                memcpy(w->history + (size_t)++w->versions * n, w->own, sizeof(float) * n);
             if (comm_failed(w, st))
                 return;
             if (s->tracing && w->ntrace < w->trace_cap)
@@ -278,12 +292,14 @@ void rp_session_free(rp_session *s) {
             rp_acts_free(w->acts[k]);
         for (int q = 0; q < s->ngroupings; q++)
             rp_comm_free(w->reduce[q]);
+        if (w->net && w->own) /* a pass that failed may have left another version in */
+            rp_net_use_params(w->net, w->own);
         rp_net_free(w->net);
         free(w->acts), free(w->out), free(w->opt), free(w->losses), free(w->grad_in);
         free(w->grad_out), free(w->req), free(w->req_live), free(w->runs), free(w->trace);
         free(w->shard_g), free(w->shard_p), free(w->tail), free(w->chunk);
         free(w->h_act), free(w->h_grad), free(w->h_recv), free(w->h_stage), free(w->tie_buf);
-        free(w->stash), free(w->stale);
+        free(w->stash), free(w->stale), free(w->history), free(w->version_of), free(w->slot_ver);
         if (w->state_fd >= 0) {
             char path[RP_PATH_MAX + 32];
             snprintf(path, sizeof path, "%s/worker-%d.state", s->run_dir, w->id);
@@ -326,6 +342,39 @@ bool rpi_fused_run(const rp_session *s, int k, bool sharded) {
     if (s->state_per_param == 0)
         return true;
     return sharded && s->backend == RP_BACKEND_LOCAL && !s->cfg.optimizer_state_offchip;
+}
+
+/* Vertical sync: micro-batch m runs at stage s on the version that holds
+** the micro-batches the input stage's version for it holds, v_0(m) r_0 of
+** them (v_0(m): stage 0's updates before m's forward there), as far as the
+** stage's groups of r_s allow: version floor(v_0(m) r_0 / r_s). The stage
+** must have made that version before m's forward reaches it. */
+static rp_status vertical_versions(const rp_session *s, worker *w, rp_error *err) {
+    const rp_config *cfg = &s->cfg;
+    int r0 = rp_config_stage_replicas(cfg, 0), rs = rp_config_stage_replicas(cfg, w->stage);
+    for (int j = 0; j < r0; j++) {
+        const rp_worker_ops *in = &s->plan->w[rp_workplan_worker(cfg, 0, 0, j)];
+        int steps = 0;
+        for (int i = 0; i < in->num_ops; i++) {
+            const rp_op *op = &in->ops[i];
+            if (op->kind == RP_OP_STEP)
+                steps++;
+            else if (op->kind == RP_OP_FORWARD)
+                w->version_of[op->mb] = steps * r0 / rs;
+        }
+    }
+    int steps = 0;
+    for (int i = 0; i < w->plan->num_ops; i++) {
+        const rp_op *op = &w->plan->ops[i];
+        if (op->kind == RP_OP_STEP)
+            steps++;
+        else if (op->kind == RP_OP_FORWARD && w->version_of[op->mb] > steps)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "pipedream_vertical_sync: stage %d would need version %d for "
+                           "micro-batch %d before it has made it (%d)",
+                           w->stage, w->version_of[op->mb], op->mb, steps);
+    }
+    return RP_OK;
 }
 
 static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
@@ -407,12 +456,24 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         if (!(w->stale = malloc(sizeof(float) * np)))
             return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's second version", id);
     }
-    if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM) { /* weight stashing: a version a slot */
+    if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM) {
         size_t np = rp_net_num_params(w->net) ? rp_net_num_params(w->net) : 1;
-        if (!(w->stash = malloc(sizeof(float) * np * w->plan->slots)))
+        int r = rp_config_stage_replicas(&s->cfg, w->stage), kept = w->plan->slots;
+        w->mean = 1.0f / (float)(r * s->R);
+        w->slot_ver = calloc(w->plan->slots, sizeof(float *));
+        if (s->cfg.pipedream_vertical_sync) { /* every version of a call */
+            kept = s->GA / r + 1;
+            w->history = malloc(sizeof(float) * np * kept);
+            w->version_of = malloc(sizeof(int) * s->GA);
+            if (w->history && w->version_of && (st = vertical_versions(s, w, err)))
+                return st;
+        } else { /* weight stashing: a version a slot */
+            w->stash = malloc(sizeof(float) * np * kept);
+        }
+        if (!w->slot_ver || (!w->stash && !w->history) ||
+            (s->cfg.pipedream_vertical_sync && !w->version_of))
             return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's %d weight versions",
-                           id, w->plan->slots);
-        w->mean = 1.0f / (float)(rp_config_stage_replicas(&s->cfg, w->stage) * s->R);
+                           id, kept);
     }
     /* optimizer state: whole runs, or one shard of each sharded run */
     size_t per = s->state_per_param, maxc = 1, maxk = 1, shards = 0;
@@ -488,6 +549,10 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
     rp_status st = rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
     if (st)
         return st;
+    if (cfg->pipedream_vertical_sync && cfg->schedule != RP_SCHEDULE_PIPEDREAM)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "pipedream_vertical_sync goes with schedule \"pipedream\", not \"%s\"",
+                       rp_schedule_name(cfg->schedule));
     if (cfg->schedule == RP_SCHEDULE_PIPEDREAM_2BW &&
         (cfg->replicated_tensor_sharding || cfg->optimizer_state_offchip))
         return rp_fail(err, RP_ERR_INVALID,

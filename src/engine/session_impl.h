@@ -82,6 +82,10 @@ typedef struct worker {
     long long trace_dropped; /* operations past trace_cap, not recorded */
     float *tie_buf;          /* a tie across stages that skips this worker's: its zeros */
     float *stash;            /* pipedream: the weights each slot's forward used */
+    float *history;          /* vertical sync: every version of a call, GA / r_s + 1 */
+    int *version_of;         /* vertical sync: the version micro-batch m runs on */
+    const float **slot_ver;  /* pipedream: the version each slot's forward used */
+    int versions;            /* vertical sync: the versions of this call so far, - 1 */
     float *stale;            /* pipedream_2bw: the version the passes use, one update older */
     float *own;              /* the net's own parameters: the newest version */
     float mean;              /* pipedream: 1 / the micro-batches an update of this stage sums */
