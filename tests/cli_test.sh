@@ -289,6 +289,15 @@ for layout in '"micro_batch_size": 4' \
          END { print (n == 10 ? w : 1) }')
   if awk -v w="$worst" 'BEGIN { exit !(w <= 1e-4) }'; then ok; else bad "llm.c losses ($layout): off by $worst"; fi
 done
+# PipeDream's schedules: the memory table says what its parameters hold; vertical sync
+# belongs to pipedream
+printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [3, -1], "schedule": "pipedream", "pipedream_vertical_sync": true}\n' > "$tmp/pd.json"
+out=$("$bin" train --model "$src/examples/fmnist-mlp.model" --config "$tmp/pd.json" --updates 3 2>&1)
+if grep -q "parameters count the weight versions pipedream keeps" <<<"$out" &&
+   grep -q "^test accuracy: 0\." <<<"$out"; then ok; else bad "pipedream train: $out"; fi
+printf '{"layers_per_stage": [3, -1], "pipedream_vertical_sync": true}\n' > "$tmp/pd1.json"
+expect_fail "vertical sync without pipedream" 1 'pipedream_vertical_sync goes with schedule "pipedream", not "1f1b"' -- \
+  "$bin" train --model "$src/examples/fmnist-mlp.model" --config "$tmp/pd1.json" --updates 1
 expect_fail "text on an image model" 1 "need a token model: an input of T token ids" -- "$bin" train \
   --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist.json" --text "$tmp/text.txt" --updates 1
 expect_fail "not llm.c tokens" 1 "not an llm.c token file \(magic" -- "$bin" train --model "$tmp/lm.model" \

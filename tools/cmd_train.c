@@ -415,6 +415,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                    mem.grads / 1e6, mem.optimizer / 1e6, mem.activations / 1e6,
                    mem.scratch / 1e6, total / 1e6);
         }
+        if (cfg.schedule >= RP_SCHEDULE_PIPEDREAM)
+            printf("  (parameters count the weight versions %s keeps beside the weights)\n",
+                   rp_schedule_name(cfg.schedule));
     }
     if (load) {
         rp_weights *w;
