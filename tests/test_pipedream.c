@@ -184,7 +184,9 @@ static void emulate_2bw(const rp_model *m, const pdcase *pc, double lr, double m
     free(vel), free(older), free(sum);
 }
 
-static void compare(const pdcase *pc, bool vsync) {
+/* D device iterations a host call: each drains, as a call does (D calls of
+** the emulator's). */
+static void compare(const pdcase *pc, bool vsync, int D) {
     int workers = 0;
     for (int s = 0; s < pc->P; s++)
         workers += pc->r[s] * pc->R;
@@ -201,10 +203,11 @@ static void compare(const pdcase *pc, bool vsync) {
     const double lr = 0.05, mu = 0.9;
     snprintf(json, sizeof json,
              "{\"seed\": 3, \"micro_batch_size\": 4, \"gradient_accumulation_steps\": %d, "
+             "\"device_iterations\": %d, "
              "\"replication_factor\": %d, \"layers_per_stage\": %s, \"stage_replication\": %s, "
              "\"schedule\": \"%s\", \"pipedream_vertical_sync\": %s, "
              "\"optimizer\": {\"type\": \"sgd\", \"lr\": %g, \"momentum\": %g}}",
-             pc->GA, pc->R, layers, reps, pc->bw ? "pipedream_2bw" : "pipedream",
+             pc->GA, D, pc->R, layers, reps, pc->bw ? "pipedream_2bw" : "pipedream",
              vsync ? "true" : "false", lr, mu);
     rp_config cfg = test_config(json);
     rp_session *s;
@@ -228,9 +231,9 @@ static void compare(const pdcase *pc, bool vsync) {
     CHECK_OK(rp_session_get_weights(s, RP_ONE_PER_GROUP, &got, &err), err);
     float *params = malloc(sizeof(float) * m->num_params);
     if (pc->bw)
-        emulate_2bw(m, pc, lr, mu, calls, x, y, ids, params);
+        emulate_2bw(m, pc, lr, mu, calls * D, x, y, ids, params);
     else
-        emulate(m, pc, vsync, lr, mu, calls, x, y, ids, params);
+        emulate(m, pc, vsync, lr, mu, calls * D, x, y, ids, params);
     CHECK_OK(rp_weights_from_params(m, params, &want, &err), err);
     double worst = 0, moved = 0;
     float *init = malloc(sizeof(float) * m->num_params);
@@ -324,10 +327,12 @@ int main(int argc, char **argv) {
         {3, 2, {1, 1, 1}, {2, 2, 3}, 4, true},
     };
     for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
-        compare(&CASES[k], false);
+        compare(&CASES[k], false, 1);
         if (!CASES[k].bw)
-            compare(&CASES[k], true);
+            compare(&CASES[k], true, 1);
     }
+    compare(&CASES[4], true, 2);  /* [1, 2, 1], vertical sync: 2 iterations a call */
+    compare(&CASES[10], false, 2); /* 2BW, [1, 2, 1] */
     CHECK(ran > 0);
     if (!mpi)
         memory_and_refusals();
