@@ -328,6 +328,21 @@ static void tie_refusals(void) {
         CHECK(rp_session_create(m, &c, &s, &err) == RP_ERR_INVALID);
         CHECK_STR_HAS(err.msg, cases[k].msg);
     }
+    /* weights whose two copies differ would stay apart: refused, the session untouched */
+    rp_config c = test_config("{\"layers_per_stage\": [1, -1]}");
+    rp_session *s;
+    rp_error err;
+    rp_weights *w;
+    CHECK_OK(rp_session_create(m, &c, &s, &err), err);
+    CHECK_OK(rp_session_get_weights(s, RP_ONE_PER_GROUP, &w, &err), err);
+    CHECK_OK(rp_session_set_weights(s, w, RP_ONE_PER_GROUP, &err), err);
+    rp_tensor *h = (rp_tensor *)rp_weights_find(w, "1.weight");
+    h->data[5] += 1;
+    CHECK(rp_session_set_weights(s, w, RP_ONE_PER_GROUP, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "weights: '0.weight' and '1.weight' are tied, one tensor, but the "
+                           "file holds two different ones");
+    rp_weights_free(w);
+    rp_session_free(s);
     rp_model_free(m);
 }
 
