@@ -109,13 +109,15 @@ same "SIGKILL, resumed = straight" "$tmp/long.rpw" "$tmp/k.rpw" 0
 
 # Under MPI: one rank killed ends the job; resuming on ranks equals the
 # uninterrupted run on ranks, and resuming on threads agrees within 1e-5.
+# The run is long enough that its log, which nobody reads past line 101,
+# fills the FIFO (64 KiB) and holds it until the kill.
 if [ -n "$mpirun" ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
   mpi() { "$mpirun" --oversubscribe --bind-to none --mca btl self,vader -np 2 "$bin" train \
           --model "$tmp/m.model" --data "$tmp/idx" --log-every 1000000 --backend mpi "$@"; }
-  mpi --config "$tmp/r2.json" --updates 600 --save "$tmp/mpi.rpw" >/dev/null 2>&1
+  mpi --config "$tmp/r2.json" --updates 1500 --save "$tmp/mpi.rpw" >/dev/null 2>&1
   mkfifo "$tmp/m.fifo"
-  mpi --config "$tmp/r2.json" --updates 600 --checkpoint-dir "$tmp/m" --checkpoint-every 100 \
+  mpi --config "$tmp/r2.json" --updates 1500 --checkpoint-dir "$tmp/m" --checkpoint-every 100 \
     --json-log "$tmp/m.fifo" --log-every 1 >/dev/null 2>&1 &
   job=$!
   exec 3<"$tmp/m.fifo"
@@ -129,9 +131,10 @@ if [ -n "$mpirun" ]; then
   wait $job; rc=$?
   t1=$(date +%s)
   if [ -n "$rank" ] && [ $rc != 0 ] && [ $((t1 - t0)) -le 5 ]; then ok; else bad "MPI rank kill: rank '$rank', exit $rc after $((t1 - t0)) s"; fi
-  mpi --config "$tmp/r2.json" --updates 600 --resume "$tmp/m" --save "$tmp/m.rpw" >/dev/null 2>&1
+  cp -r "$tmp/m" "$tmp/mt" # the killed run's checkpoints, for the threads too
+  mpi --config "$tmp/r2.json" --updates 1500 --resume "$tmp/m" --save "$tmp/m.rpw" >/dev/null 2>&1
   same "MPI rank killed, resumed on ranks = straight on ranks" "$tmp/mpi.rpw" "$tmp/m.rpw" 0
-  train --config "$tmp/r2.json" --updates 600 --resume "$tmp/m" --save "$tmp/mt.rpw" >/dev/null 2>&1
+  train --config "$tmp/r2.json" --updates 1500 --resume "$tmp/mt" --save "$tmp/mt.rpw" >/dev/null 2>&1
   same "MPI checkpoint resumed on threads" "$tmp/mpi.rpw" "$tmp/mt.rpw" 1e-5
 fi
 
