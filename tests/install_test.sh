@@ -36,5 +36,10 @@ grep -q "^2 workers, loss .* after 200" <<<"$out" || bad "static: $out"
 # the shared library's interface: rp_ names only
 leaked=$(nm -D --defined-only "$lib/librepipe.so" | awk '$3 !~ /^rp_/ { print $3 }')
 [ -z "$leaked" ] || bad "exported beyond rp_: $leaked"
+# the Python package finds the library beside it
+py=$(command -v /usr/bin/python3 || command -v python3)
+out=$(cd "$tmp" && env -u REPIPE_LIBRARY PYTHONPATH="$lib/python3/dist-packages" "$py" -c \
+      'import repipe; print(repipe.groups(4, 2))' 2>&1)
+[ "$out" = "[0, 0, 1, 1]" ] || bad "installed Python package: $out"
 [ $fail = 0 ] && echo "installed tree: the library example built and ran, shared and static"
 exit $fail

@@ -188,6 +188,10 @@ int rp_config_stage_replicas(const rp_config *cfg, int s);
 
 void rp_config_derive(const rp_config *cfg, rp_derived *out);
 
+/* sizeof(rp_config), for bindings that hold one without its definition
+** (Python's ctypes). */
+size_t rp_config_size(void);
+
 const char *rp_output_mode_name(rp_output_mode m);
 const char *rp_schedule_name(rp_schedule s);
 const char *rp_optimizer_name(rp_optimizer_type t);

@@ -41,6 +41,8 @@ typedef struct rp_plan_options {
 
 /* Defaults: no levels yet, bandwidth 1e9, memory 16e9, options off. */
 void rp_plan_options_default(rp_plan_options *o);
+/* sizeof(rp_plan_options), for bindings (Python's ctypes). */
+size_t rp_plan_options_size(void);
 
 /* Reads options from JSON as rp_plan_to_json writes them: an object with
 ** "machines", "bandwidths", "memory_size", "straight_pipeline",

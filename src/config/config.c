@@ -1155,6 +1155,8 @@ int rp_config_stage_replicas(const rp_config *cfg, int s) {
     return cfg->stage_replication_count ? cfg->stage_replication[s] : 1;
 }
 
+size_t rp_config_size(void) { return sizeof(rp_config); }
+
 void rp_config_derive(const rp_config *cfg, rp_derived *d) {
     memset(d, 0, sizeof *d);
     d->stages = rp_config_num_stages(cfg, false);

@@ -28,6 +28,8 @@
 #include "../core/util.h"
 #include "antichain.h"
 
+size_t rp_plan_options_size(void) { return sizeof(rp_plan_options); }
+
 void rp_plan_options_default(rp_plan_options *o) {
     memset(o, 0, sizeof *o);
     for (int i = 0; i < RP_PLAN_MAX_LEVELS; i++)

@@ -1,0 +1,458 @@
+"""repipe from Python: plan, configure and train through the C library.
+
+A thin layer over librepipe (ctypes, numpy), in the C API's shapes:
+
+    import repipe
+    plan = repipe.plan("graph.txt", machines=[8, 2], bandwidth=[4e9, 2e9])
+    cfg = repipe.Config.load("examples/fmnist.json")     # or repipe.Config(micro_batch_size=64)
+    with repipe.Session(repipe.Model.load("examples/fmnist-mlp.model"), cfg) as s:
+        losses = s.run(x, y)                               # numpy arrays, as the C side reads them
+        w = s.weights()                                    # {"1.weight": array, ...}
+
+Errors raise repipe.Error with the C side's message. Arrays cross the boundary
+without a copy: they must already be C-contiguous float32 (inputs), int32
+(labels) and int64 (sample ids); anything else is refused, not converted.
+
+The library is found at $REPIPE_LIBRARY, beside an installed package
+(PREFIX/lib), in the build tree (build/), or on the loader's path.
+"""
+import ctypes
+import ctypes.util
+import json
+import os
+
+import numpy as np
+
+__all__ = ["Error", "Config", "Model", "Session", "Plan", "plan", "groups", "load_weights",
+           "fashion_mnist", "Stream"]
+
+
+class Error(Exception):
+    """A failure the C library reported; the message is its own."""
+
+
+# ---- the library and the structures Python reads -------------------------------------------
+
+def _find_library():
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.environ.get("REPIPE_LIBRARY"),
+                  os.path.join(here, "..", "..", "..", "librepipe.so.0"),  # PREFIX/lib/python3/...
+                  os.path.join(here, "..", "..", "build", "librepipe.so.0"),  # the build tree
+                  ctypes.util.find_library("repipe")]
+    for c in candidates:
+        if c and (os.path.exists(c) or c == candidates[-1]):
+            return ctypes.CDLL(c)
+    raise ImportError("repipe: librepipe.so.0 not found; set REPIPE_LIBRARY or build the library")
+
+
+_lib = _find_library()
+_ERROR_MAX = 1024
+_NAME_MAX = 64
+_MAX_DIMS = 4
+
+
+class _Err(ctypes.Structure):
+    _fields_ = [("status", ctypes.c_int), ("msg", ctypes.c_char * _ERROR_MAX)]
+
+
+class _Shape(ctypes.Structure):
+    _fields_ = [("ndim", ctypes.c_int), ("dim", ctypes.c_int * _MAX_DIMS)]
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * _NAME_MAX), ("shape", _Shape), ("groups", ctypes.c_int),
+                ("data", ctypes.POINTER(ctypes.c_float))]
+
+
+class _Weights(ctypes.Structure):
+    _fields_ = [("num_tensors", ctypes.c_int), ("tensors", ctypes.POINTER(_Tensor))]
+
+
+class _Result(ctypes.Structure):
+    _fields_ = [("ndim", ctypes.c_int), ("dims", ctypes.c_int * 3), ("count", ctypes.c_int),
+                ("losses", ctypes.POINTER(ctypes.c_float))]
+
+
+class _Model(ctypes.Structure):  # the leading fields of rp_model
+    _fields_ = [("input", _Shape), ("num_layers", ctypes.c_int), ("layers", ctypes.c_void_p),
+                ("num_vars", ctypes.c_int), ("vars", ctypes.c_void_p),
+                ("num_params", ctypes.c_size_t), ("num_classes", ctypes.c_int),
+                ("num_targets", ctypes.c_int)]
+
+
+class _Derived(ctypes.Structure):
+    _fields_ = [("stages", ctypes.c_int), ("inference_stages", ctypes.c_int),
+                ("workers", ctypes.c_int), ("inference_workers", ctypes.c_int),
+                ("samples_per_micro_batch", ctypes.c_longlong),
+                ("samples_per_update", ctypes.c_longlong),
+                ("samples_per_host_call", ctypes.c_longlong),
+                ("inference_samples_per_step", ctypes.c_longlong),
+                ("inference_samples_per_host_call", ctypes.c_longlong)]
+
+
+class _Grouping(ctypes.Structure):
+    _fields_ = [("replicas", ctypes.c_int), ("group_size", ctypes.c_int), ("stride", ctypes.c_int)]
+
+
+class _Dataset(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_int), ("sample", _Shape), ("x", ctypes.POINTER(ctypes.c_float)),
+                ("labels", ctypes.POINTER(ctypes.c_int32)), ("label_count", ctypes.c_int),
+                ("num_classes", ctypes.c_int)]
+
+
+class _Stream(ctypes.Structure):
+    _fields_ = [("seed", ctypes.c_uint64), ("n", ctypes.c_int), ("per_update", ctypes.c_int),
+                ("cached_epoch", ctypes.c_longlong), ("perm", ctypes.POINTER(ctypes.c_int32)),
+                ("sequential", ctypes.c_bool)]
+
+
+def _sig(name, res, *args):
+    f = getattr(_lib, name)
+    f.restype, f.argtypes = res, list(args)
+    return f
+
+
+_P = ctypes.c_void_p
+_PP = ctypes.POINTER(ctypes.c_void_p)
+_E = ctypes.POINTER(_Err)
+_c = ctypes.c_char_p
+_int, _size, _ll = ctypes.c_int, ctypes.c_size_t, ctypes.c_longlong
+_F = ctypes.POINTER(ctypes.c_float)
+_I32 = ctypes.POINTER(ctypes.c_int32)
+_I64 = ctypes.POINTER(ctypes.c_int64)
+
+_config_size = _sig("rp_config_size", _size)
+_config_load_file = _sig("rp_config_load_file", _int, _P, _c, _E)
+_config_load_string = _sig("rp_config_load_string", _int, _P, _c, _size, _c, _E)
+_config_derive = _sig("rp_config_derive", None, _P, ctypes.POINTER(_Derived))
+_config_to_json = _sig("rp_config_to_json", _int, _P, ctypes.POINTER(ctypes.c_void_p), _E)
+_free = ctypes.CDLL(None).free  # the C library's, which allocated what it frees
+_free.restype, _free.argtypes = None, [_P]
+_model_load = _sig("rp_model_load", _int, _PP, _c, _E)
+_model_parse = _sig("rp_model_parse", _int, _PP, _c, _size, _c, _E)
+_model_free = _sig("rp_model_free", None, _P)
+_session_create = _sig("rp_session_create", _int, _P, _P, _PP, _E)
+_session_free = _sig("rp_session_free", None, _P)
+_session_per_call = _sig("rp_session_samples_per_call", _ll, _P)
+_session_run = _sig("rp_session_run", _int, _P, _F, _I32, _I64, ctypes.POINTER(_Result), _E)
+_session_predict = _sig("rp_session_predict", _int, _P, _F, _int, _I32, _E)
+_session_get_weights = _sig("rp_session_get_weights", _int, _P, _int,
+                            ctypes.POINTER(ctypes.POINTER(_Weights)), _E)
+_session_set_weights = _sig("rp_session_set_weights", _int, _P, ctypes.POINTER(_Weights), _int, _E)
+_weights_load = _sig("rp_weights_load", _int, ctypes.POINTER(ctypes.POINTER(_Weights)), _c, _E)
+_weights_free = _sig("rp_weights_free", None, ctypes.POINTER(_Weights))
+_grouping_init = _sig("rp_grouping_init", _int, ctypes.POINTER(_Grouping), _int, _int, _int, _E)
+_grouping_group_of = _sig("rp_grouping_group_of", _int, ctypes.POINTER(_Grouping), _int)
+_profile_read = _sig("rp_profile_read", _int, _PP, _c, _E)
+_profile_free = _sig("rp_profile_free", None, _P)
+_plan_options_size = _sig("rp_plan_options_size", _size)
+_plan_options_default = _sig("rp_plan_options_default", None, _P)
+_plan_options_from_json = _sig("rp_plan_options_from_json", _int, _P, _c, _size, _c, _E)
+_plan_compute = _sig("rp_plan_compute", _int, _P, _P, _PP, _E)
+_plan_to_json = _sig("rp_plan_to_json", _int, _P, _P, ctypes.POINTER(ctypes.c_void_p), _E)
+_plan_pipedream_conf = _sig("rp_plan_pipedream_conf", _int, _P, ctypes.POINTER(ctypes.c_void_p), _E)
+_plan_free = _sig("rp_plan_free", None, _P)
+_dataset_load_idx = _sig("rp_dataset_load_idx", _int, ctypes.POINTER(ctypes.POINTER(_Dataset)),
+                         _c, ctypes.c_bool, _E)
+_dataset_free = _sig("rp_dataset_free", None, ctypes.POINTER(_Dataset))
+_stream_init = _sig("rp_stream_init", _int, ctypes.POINTER(_Stream), ctypes.c_uint64, _int, _int, _E)
+_stream_free = _sig("rp_stream_free", None, ctypes.POINTER(_Stream))
+_stream_update = _sig("rp_stream_update", None, ctypes.POINTER(_Stream), _ll, _I64)
+
+
+def _check(status, err):
+    if status != 0:
+        raise Error(err.msg.decode("utf-8", "replace"))
+
+
+def _take_string(ptr):
+    """A malloc'd C string, read and freed."""
+    try:
+        return ctypes.string_at(ptr.value).decode()
+    finally:
+        _free(ptr)
+
+
+def _array(a, dtype, what, shape=None):
+    """a as the C side reads it, or Error: the right dtype, C-contiguous, the shape."""
+    if not isinstance(a, np.ndarray):
+        raise Error("%s: expected a numpy array, got %s" % (what, type(a).__name__))
+    if a.dtype != dtype:
+        raise Error("%s: dtype %s, expected %s (arrays are not converted)" % (what, a.dtype,
+                                                                             np.dtype(dtype)))
+    if not a.flags["C_CONTIGUOUS"]:
+        raise Error("%s: not C-contiguous (np.ascontiguousarray makes it so)" % what)
+    if shape is not None and tuple(a.shape) != tuple(shape):
+        raise Error("%s: shape %s, expected %s" % (what, tuple(a.shape), tuple(shape)))
+    return a
+
+
+def _ptr(a, ctype):
+    return a.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+# ---- configurations -------------------------------------------------------------------------
+
+class Config:
+    """An execution configuration (IPUConfig's vocabulary): Config.load(path) or Config(**keys)."""
+
+    def __init__(self, **keys):
+        self._buf = ctypes.create_string_buffer(_config_size())
+        text = json.dumps(keys).encode()
+        err = _Err()
+        _check(_config_load_string(self._buf, text, len(text), b"Config(...)", ctypes.byref(err)),
+               err)
+
+    @classmethod
+    def load(cls, path):
+        c = cls.__new__(cls)
+        c._buf = ctypes.create_string_buffer(_config_size())
+        err = _Err()
+        _check(_config_load_file(c._buf, os.fsencode(path), ctypes.byref(err)), err)
+        return c
+
+    @property
+    def derived(self):
+        """Workers, samples per micro-batch, update and host call, as `repipe config show`."""
+        d = _Derived()
+        _config_derive(self._buf, ctypes.byref(d))
+        return {name: getattr(d, name) for name, _ in _Derived._fields_}
+
+    def to_dict(self):
+        out, err = ctypes.c_void_p(), _Err()
+        _check(_config_to_json(self._buf, ctypes.byref(out), ctypes.byref(err)), err)
+        return json.loads(_take_string(out))
+
+
+def groups(replicas, group_size=None, stride=1):
+    """PopXL's replica grouping: the group of each replica, as a list."""
+    g, err = _Grouping(), _Err()
+    _check(_grouping_init(ctypes.byref(g), replicas, group_size or replicas, stride,
+                          ctypes.byref(err)), err)
+    return [_grouping_group_of(ctypes.byref(g), r) for r in range(replicas)]
+
+
+# ---- planning -------------------------------------------------------------------------------
+
+class Plan:
+    """A plan of PipeDream's objective: .json holds what `repipe plan --json` writes."""
+
+    def __init__(self, text, conf):
+        self.json = json.loads(text)
+        self._conf = conf
+
+    def pipedream_conf(self):
+        """PipeDream's hybrid_conf.json, as a dict."""
+        return json.loads(self._conf)
+
+
+def plan(profile, machines, bandwidth=None, memory_size=16e9, memory_constraint=False,
+         straight=False, fewer_machines=False, activation_compression=None):
+    """Stages and replication for a profile (PipeDream's graph.txt) on machines (innermost
+    level first, with a bandwidth in bytes/s per level): `repipe plan`'s numbers."""
+    machines = list(machines)
+    bandwidth = list(bandwidth) if bandwidth is not None else [1e9] * len(machines)
+    options = json.dumps({"machines": machines, "bandwidths": bandwidth,
+                          "memory_size": memory_size, "use_memory_constraint": memory_constraint,
+                          "straight_pipeline": straight, "use_fewer_machines": fewer_machines,
+                          "activation_compression_ratio": activation_compression}).encode()
+    err = _Err()
+    opts = ctypes.create_string_buffer(_plan_options_size())
+    _plan_options_default(opts)
+    _check(_plan_options_from_json(opts, options, len(options), b"plan()", ctypes.byref(err)), err)
+    prof, p = ctypes.c_void_p(), ctypes.c_void_p()
+    _check(_profile_read(ctypes.byref(prof), os.fsencode(profile), ctypes.byref(err)), err)
+    try:
+        _check(_plan_compute(prof, opts, ctypes.byref(p), ctypes.byref(err)), err)
+        try:
+            text, conf = ctypes.c_void_p(), ctypes.c_void_p()
+            _check(_plan_to_json(p, prof, ctypes.byref(text), ctypes.byref(err)), err)
+            text = _take_string(text)
+            _check(_plan_pipedream_conf(p, ctypes.byref(conf), ctypes.byref(err)), err)
+            return Plan(text, _take_string(conf))
+        finally:
+            _plan_free(p)
+    finally:
+        _profile_free(prof)
+
+
+# ---- models, sessions, weights --------------------------------------------------------------
+
+class Model:
+    """A model spec: Model.load(path) or Model.parse(text)."""
+
+    def __init__(self, handle):
+        self._h = handle
+
+    @classmethod
+    def load(cls, path):
+        h, err = ctypes.c_void_p(), _Err()
+        _check(_model_load(ctypes.byref(h), os.fsencode(path), ctypes.byref(err)), err)
+        return cls(h)
+
+    @classmethod
+    def parse(cls, text, name="model"):
+        h, err, b = ctypes.c_void_p(), _Err(), text.encode()
+        _check(_model_parse(ctypes.byref(h), b, len(b), name.encode(), ctypes.byref(err)), err)
+        return cls(h)
+
+    @property
+    def _m(self):
+        return ctypes.cast(self._h, ctypes.POINTER(_Model)).contents
+
+    @property
+    def input_shape(self):
+        s = self._m.input
+        return tuple(s.dim[i] for i in range(s.ndim))
+
+    @property
+    def num_params(self):
+        return self._m.num_params
+
+    @property
+    def targets(self):
+        """Labels per sample: 1, or T for a token model."""
+        return self._m.num_targets
+
+    def __del__(self):
+        if getattr(self, "_h", None):
+            _model_free(self._h)
+            self._h = None
+
+
+def _weights_dict(w):
+    out = {}
+    for i in range(w.contents.num_tensors):
+        t = w.contents.tensors[i]
+        shape = tuple(t.shape.dim[k] for k in range(t.shape.ndim))
+        n = t.groups * int(np.prod(shape))
+        a = np.ctypeslib.as_array(t.data, shape=(n,)).copy()
+        out[t.name.decode()] = a.reshape(((t.groups,) if t.groups > 1 else ()) + shape)
+    return out
+
+
+def load_weights(path):
+    """A weight file (or a checkpoint's weights) as {name: array}."""
+    w, err = ctypes.POINTER(_Weights)(), _Err()
+    _check(_weights_load(ctypes.byref(w), os.fsencode(path), ctypes.byref(err)), err)
+    try:
+        return _weights_dict(w)
+    finally:
+        _weights_free(w)
+
+
+class Session:
+    """Workers running a model under a configuration, on threads (the local backend)."""
+
+    def __init__(self, model, config):
+        self.model, self.config = model, config  # the C side reads both while it lives
+        self._h, err = ctypes.c_void_p(), _Err()
+        _check(_session_create(model._h, config._buf, ctypes.byref(self._h), ctypes.byref(err)),
+               err)
+        self.samples_per_call = _session_per_call(self._h)
+        self._next_id = 0
+
+    def run(self, x, y, ids=None):
+        """One host call: x (samples_per_call, *input) float32, y (samples_per_call[, T])
+        int32, ids int64 (default: consecutive numbers). Returns the losses."""
+        n, shape = self.samples_per_call, self.model.input_shape
+        x = _array(x, np.float32, "x", (n,) + shape)
+        want_y = (n,) if self.model.targets == 1 else (n, self.model.targets)
+        y = _array(y, np.int32, "y", want_y)
+        if ids is None:
+            ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
+            self._next_id += n
+        ids = _array(ids, np.int64, "ids", (n,))
+        res, err = _Result(), _Err()
+        _check(_session_run(self._h, _ptr(x, ctypes.c_float), _ptr(y, ctypes.c_int32),
+                            _ptr(ids, ctypes.c_int64), ctypes.byref(res), ctypes.byref(err)), err)
+        dims = tuple(res.dims[i] for i in range(res.ndim))
+        return np.ctypeslib.as_array(res.losses, shape=(res.count,)).copy().reshape(dims)
+
+    def predict(self, x):
+        """The predicted class of each row of x (n, *input) float32."""
+        x = _array(x, np.float32, "x")
+        if tuple(x.shape[1:]) != self.model.input_shape:
+            raise Error("x: shape %s, expected (n,) + %s" % (tuple(x.shape),
+                                                             self.model.input_shape))
+        pred, err = np.empty(x.shape[0], dtype=np.int32), _Err()
+        _check(_session_predict(self._h, _ptr(x, ctypes.c_float), x.shape[0],
+                                _ptr(pred, ctypes.c_int32), ctypes.byref(err)), err)
+        return pred
+
+    def weights(self):
+        """{name: array}, one copy per replica group."""
+        w, err = ctypes.POINTER(_Weights)(), _Err()
+        _check(_session_get_weights(self._h, 0, ctypes.byref(w), ctypes.byref(err)), err)
+        try:
+            return _weights_dict(w)
+        finally:
+            _weights_free(w)
+
+    def set_weights(self, weights):
+        """Replaces the weights from {name: float32 array} (every variable of the model)."""
+        arrays = {k: _array(v, np.float32, "weights[%r]" % k) for k, v in weights.items()}
+        tensors = (_Tensor * len(arrays))()
+        for t, (name, a) in zip(tensors, arrays.items()):
+            t.name = name.encode()
+            t.shape.ndim = a.ndim
+            for i, d in enumerate(a.shape[:_MAX_DIMS]):
+                t.shape.dim[i] = d
+            t.groups = 1
+            t.data = _ptr(a, ctypes.c_float)
+        w, err = _Weights(len(arrays), tensors), _Err()
+        _check(_session_set_weights(self._h, ctypes.byref(w), 0, ctypes.byref(err)), err)
+
+    def close(self):
+        if self._h:
+            _session_free(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+# ---- data -----------------------------------------------------------------------------------
+
+def fashion_mnist(directory="/usr/share/datasets/fashion-mnist", train=True):
+    """IDX images and labels (Debian's dataset-fashion-mnist by default) as (x, y) arrays:
+    x float32 (n, 1, 28, 28) scaled to [0, 1], y int32, as `repipe train` reads them."""
+    d, err = ctypes.POINTER(_Dataset)(), _Err()
+    _check(_dataset_load_idx(ctypes.byref(d), os.fsencode(directory), train, ctypes.byref(err)),
+           err)
+    try:
+        s = d.contents.sample
+        shape = tuple(s.dim[i] for i in range(s.ndim))
+        n = d.contents.n
+        x = np.ctypeslib.as_array(d.contents.x, shape=(n * int(np.prod(shape)),)).copy()
+        y = np.ctypeslib.as_array(d.contents.labels, shape=(n,)).copy()
+        return x.reshape((n,) + shape), y
+    finally:
+        _dataset_free(d)
+
+
+class Stream:
+    """`repipe train`'s sample order: epoch e is a permutation fixed by (seed, e); update u
+    takes the next per_update samples of its epoch (indices into the dataset)."""
+
+    def __init__(self, seed, n, per_update, sequential=False):
+        self._s, err = _Stream(), _Err()
+        _check(_stream_init(ctypes.byref(self._s), seed, n, per_update, ctypes.byref(err)), err)
+        self._s.sequential = sequential
+        self.per_update = per_update
+
+    def update(self, u):
+        idx = np.empty(self.per_update, dtype=np.int64)
+        _stream_update(ctypes.byref(self._s), u, _ptr(idx, ctypes.c_int64))
+        return idx
+
+    def __del__(self):
+        if getattr(self, "_s", None) is not None:
+            _stream_free(ctypes.byref(self._s))
+            self._s = None

@@ -1,0 +1,154 @@
+"""The Python package against the command and the C library's rules.
+
+Run by CTest (`python`), with REPIPE_LIBRARY the built library, REPIPE_CLI the
+command and REPIPE_SOURCE the repository.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import repipe  # noqa: E402
+
+SRC = os.environ.get("REPIPE_SOURCE", os.path.join(os.path.dirname(__file__), "..", ".."))
+CLI = os.environ.get("REPIPE_CLI", os.path.join(SRC, "build", "repipe"))
+FIXTURES = os.path.join(SRC, "tests", "fixtures", "pipedream")
+FMNIST = "/usr/share/datasets/fashion-mnist"
+
+
+class Plans(unittest.TestCase):
+    def test_every_fixture_equals_repipe_plan_json(self):
+        cases = sorted(glob.glob(os.path.join(FIXTURES, "expected", "*.json")))
+        self.assertGreater(len(cases), 5)
+        for case in cases:
+            with open(case) as f:
+                fx = json.load(f)
+            o, profile = fx["options"], os.path.join(FIXTURES, fx["profile"])
+            argv = [CLI, "plan", "--profile", profile, "--machines"] + \
+                [str(m) for m in o["machines"]] + ["--bandwidth"] + \
+                [repr(b) for b in o["bandwidths"]] + ["--memory-size", repr(o["memory_size"]),
+                                                       "--json", "-"]
+            if o["use_memory_constraint"]:
+                argv.append("--memory-constraint")
+            if o["straight_pipeline"]:
+                argv.append("--straight")
+            if o["use_fewer_machines"]:
+                argv.append("--fewer-machines")
+            if o["activation_compression_ratio"] is not None:
+                argv += ["--activation-compression", repr(o["activation_compression_ratio"])]
+            want = json.loads(subprocess.run(argv, check=True, capture_output=True).stdout)
+            got = repipe.plan(profile, o["machines"], o["bandwidths"], o["memory_size"],
+                              o["use_memory_constraint"], o["straight_pipeline"],
+                              o["use_fewer_machines"], o["activation_compression_ratio"])
+            self.assertEqual(got.json, want, os.path.basename(case))
+            self.assertIn("stage_to_rank_map", got.pipedream_conf())
+
+    def test_a_bad_profile_raises_the_c_message(self):
+        with self.assertRaisesRegex(repipe.Error, "nope.txt"):
+            repipe.plan("nope.txt", [2])
+
+
+class Configs(unittest.TestCase):
+    def test_keys_and_derived(self):
+        c = repipe.Config(micro_batch_size=8, gradient_accumulation_steps=3, replication_factor=2,
+                          layers_per_stage=[2, -1], stage_replication=[2, 1])
+        d = c.derived
+        self.assertEqual(d["workers"], 6)
+        self.assertEqual(d["samples_per_update"], 48)
+        self.assertEqual(c.to_dict()["micro_batch_size"], 8)
+        self.assertEqual(repipe.Config.load(os.path.join(SRC, "examples", "fmnist.json"))
+                         .derived["workers"], 1)
+
+    def test_errors_carry_the_c_message(self):
+        with self.assertRaisesRegex(repipe.Error, "unknown key 'replication_factr' \\(did you "
+                                                  "mean 'replication_factor'\\?\\)"):
+            repipe.Config(replication_factr=2)
+        with self.assertRaisesRegex(repipe.Error, "no.json"):
+            repipe.Config.load("no.json")
+        with self.assertRaisesRegex(repipe.Error, "unknown layer 'linaer'"):
+            repipe.Model.parse("input 4\nlinaer 3\n")
+
+    def test_groups(self):
+        self.assertEqual(repipe.groups(8, 2, 4), [0, 1, 2, 3, 0, 1, 2, 3])
+        self.assertEqual(repipe.groups(4), [0, 0, 0, 0])
+        with self.assertRaises(repipe.Error):
+            repipe.groups(6, 4)
+
+
+@unittest.skipUnless(os.path.exists(os.path.join(FMNIST, "train-labels-idx1-ubyte.gz")) or
+                     os.path.exists(os.path.join(FMNIST, "train-labels-idx1-ubyte")),
+                     "needs Debian's dataset-fashion-mnist (make test installs it)")
+class Training(unittest.TestCase):
+    def test_python_training_equals_repipe_train_bit_for_bit(self):
+        model_path = os.path.join(SRC, "examples", "fmnist-cnn.model")
+        config_path = os.path.join(SRC, "examples", "fmnist-2x2.json")
+        updates = 12
+        with tempfile.TemporaryDirectory() as tmp:
+            saved = os.path.join(tmp, "w.rpw")
+            subprocess.run([CLI, "train", "--model", model_path, "--config", config_path,
+                            "--updates", str(updates), "--save", saved, "--log-every", "1000"],
+                           check=True, capture_output=True)
+            want = repipe.load_weights(saved)
+        cfg = repipe.Config.load(config_path)
+        x, y = repipe.fashion_mnist()
+        per_update = cfg.derived["samples_per_update"]
+        stream = repipe.Stream(cfg.to_dict()["seed"], len(y), per_update)
+        with repipe.Session(repipe.Model.load(model_path), cfg) as s:
+            calls = updates * per_update // s.samples_per_call
+            for call in range(calls):
+                k = s.samples_per_call // per_update
+                ids = np.concatenate([stream.update(call * k + i) for i in range(k)])
+                s.run(np.ascontiguousarray(x[ids]), np.ascontiguousarray(y[ids]), ids)
+            got = s.weights()
+        self.assertEqual(sorted(got), sorted(want))
+        for name in want:
+            self.assertTrue(np.array_equal(got[name], want[name]), name)
+
+
+class Arrays(unittest.TestCase):
+    def setUp(self):
+        self.model = repipe.Model.parse("input 6\nlinear 4\nrelu\nlinear 3\n"
+                                        "softmax_cross_entropy\n")
+        self.session = repipe.Session(self.model, repipe.Config(micro_batch_size=5))
+        self.x = np.random.default_rng(1).random((5, 6), dtype=np.float32)
+        self.y = np.array([0, 1, 2, 0, 1], dtype=np.int32)
+
+    def tearDown(self):
+        self.session.close()
+
+    def test_runs_and_predicts(self):
+        losses = self.session.run(self.x, self.y)
+        self.assertEqual(losses.size, 1)
+        self.assertTrue(np.isfinite(losses).all())
+        self.assertEqual(self.session.predict(self.x).shape, (5,))
+        w = self.session.weights()
+        self.assertEqual(w["0.weight"].shape, (4, 6))
+        w["0.weight"][:] = 0
+        self.session.set_weights(w)
+        self.assertTrue((self.session.weights()["0.weight"] == 0).all())
+
+    def test_wrong_arrays_are_refused_not_crashed_on(self):
+        bad = [(self.x.astype(np.float64), self.y, "dtype float64, expected float32"),
+               (self.x[:, ::-1], self.y, "not C-contiguous"),
+               (self.x[:4], self.y, r"shape \(4, 6\), expected \(5, 6\)"),
+               (self.x, self.y.astype(np.int64), "dtype int64, expected int32"),
+               (self.x.tolist(), self.y, "expected a numpy array")]
+        for x, y, msg in bad:
+            with self.assertRaisesRegex(repipe.Error, msg):
+                self.session.run(x, y)
+        with self.assertRaisesRegex(repipe.Error, "label 7 of row 0 is not a class"):
+            self.session.run(self.x, np.array([7, 0, 0, 0, 0], dtype=np.int32))
+        with self.assertRaisesRegex(repipe.Error, "shape"):
+            self.session.predict(np.ones((3, 5), np.float32))
+        with self.assertRaisesRegex(repipe.Error, "weights"):
+            self.session.set_weights({"0.weight": np.ones((2, 2), np.float32)})
+
+
+if __name__ == "__main__":
+    unittest.main()
