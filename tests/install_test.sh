@@ -41,5 +41,6 @@ py=$(command -v /usr/bin/python3 || command -v python3)
 out=$(cd "$tmp" && env -u REPIPE_LIBRARY PYTHONPATH="$lib/python3/dist-packages" "$py" -c \
       'import repipe; print(repipe.groups(4, 2))' 2>&1)
 [ "$out" = "[0, 0, 1, 1]" ] || bad "installed Python package: $out"
+[ -f "$lib/python3/dist-packages/repipe/torch.py" ] || bad "repipe.torch not installed"
 [ $fail = 0 ] && echo "installed tree: the library example built and ran, shared and static"
 exit $fail

@@ -126,6 +126,8 @@ _config_load_file = _sig("rp_config_load_file", _int, _P, _c, _E)
 _config_load_string = _sig("rp_config_load_string", _int, _P, _c, _size, _c, _E)
 _config_derive = _sig("rp_config_derive", None, _P, ctypes.POINTER(_Derived))
 _config_to_json = _sig("rp_config_to_json", _int, _P, ctypes.POINTER(ctypes.c_void_p), _E)
+_config_save_file = _sig("rp_config_save_file", _int, _P, _c, _E)
+_config_apply_plan = _sig("rp_config_apply_plan", _int, _P, _c, _size, _c, _E)
 _free = ctypes.CDLL(None).free  # the C library's, which allocated what it frees
 _free.restype, _free.argtypes = None, [_P]
 _model_load = _sig("rp_model_load", _int, _PP, _c, _E)
@@ -139,6 +141,8 @@ _session_predict = _sig("rp_session_predict", _int, _P, _F, _int, _I32, _E)
 _session_get_weights = _sig("rp_session_get_weights", _int, _P, _int,
                             ctypes.POINTER(ctypes.POINTER(_Weights)), _E)
 _session_set_weights = _sig("rp_session_set_weights", _int, _P, ctypes.POINTER(_Weights), _int, _E)
+_session_loss = _sig("rp_session_loss", _int, _P, _F, _I32, _int,
+                     ctypes.POINTER(ctypes.c_double), _E)
 _weights_load = _sig("rp_weights_load", _int, ctypes.POINTER(ctypes.POINTER(_Weights)), _c, _E)
 _weights_free = _sig("rp_weights_free", None, ctypes.POINTER(_Weights))
 _grouping_init = _sig("rp_grouping_init", _int, ctypes.POINTER(_Grouping), _int, _int, _int, _E)
@@ -194,7 +198,9 @@ def _ptr(a, ctype):
 # ---- configurations -------------------------------------------------------------------------
 
 class Config:
-    """An execution configuration (IPUConfig's vocabulary): Config.load(path) or Config(**keys)."""
+    """An execution configuration (IPUConfig's vocabulary): Config.load(path) or Config(**keys).
+    Its keys read as attributes (cfg.micro_batch_size); cfg.replace(**keys) gives a changed
+    copy, validated again; cfg.save(path) writes it for `repipe train --config`."""
 
     def __init__(self, **keys):
         self._buf = ctypes.create_string_buffer(_config_size())
@@ -211,6 +217,19 @@ class Config:
         _check(_config_load_file(c._buf, os.fsencode(path), ctypes.byref(err)), err)
         return c
 
+    @classmethod
+    def _of(cls, base):
+        """A new configuration from base: None (the defaults), a path, a dict or a Config."""
+        if base is None:
+            return cls()
+        if isinstance(base, dict):
+            return cls(**base)
+        if isinstance(base, Config):
+            c = cls.__new__(cls)
+            c._buf = ctypes.create_string_buffer(base._buf.raw, len(base._buf))  # a flat struct
+            return c
+        return cls.load(base)
+
     @property
     def derived(self):
         """Workers, samples per micro-batch, update and host call, as `repipe config show`."""
@@ -223,6 +242,29 @@ class Config:
         _check(_config_to_json(self._buf, ctypes.byref(out), ctypes.byref(err)), err)
         return json.loads(_take_string(out))
 
+    def __getattr__(self, key):
+        if key.startswith("_"):
+            raise AttributeError(key)
+        d = self.to_dict()
+        if key not in d:
+            raise AttributeError("Config has no key %r (docs/configuration.md)" % key)
+        return d[key]
+
+    def replace(self, **keys):
+        """A copy with these keys changed, through the C side's validation."""
+        return Config(**dict(self.to_dict(), **keys))
+
+    def save(self, path):
+        err = _Err()
+        _check(_config_save_file(self._buf, os.fsencode(path), ctypes.byref(err)), err)
+        return path
+
+    def __eq__(self, other):
+        return isinstance(other, Config) and self.to_dict() == other.to_dict()
+
+    def __repr__(self):
+        return "repipe.Config(%s)" % ", ".join("%s=%r" % kv for kv in self.to_dict().items())
+
 
 def groups(replicas, group_size=None, stride=1):
     """PopXL's replica grouping: the group of each replica, as a list."""
@@ -234,16 +276,89 @@ def groups(replicas, group_size=None, stride=1):
 
 # ---- planning -------------------------------------------------------------------------------
 
+def _read_graph(path):
+    """A graph.txt's node descriptions in node order, and the nodes nothing feeds."""
+    desc, fed = {}, set()
+    with open(path) as f:
+        for line in f:
+            if line.startswith("\t"):
+                fed.add(line.split(" -- ")[1].strip())
+            elif line.strip():
+                parts = line.rstrip("\n").split(" -- ")
+                desc[parts[0]] = " -- ".join(parts[1:-1])
+    return desc, [n for n in desc if n not in fed]
+
+
+def _runs(ranks):
+    """[0, 1, 2, 5] as "0–2 and 5"."""
+    runs = []
+    for r in sorted(ranks):
+        if runs and runs[-1][1] == r - 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    words = ["%d" % a if a == b else "%d–%d" % (a, b) for a, b in runs]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
 class Plan:
     """A plan of PipeDream's objective: .json holds what `repipe plan --json` writes."""
 
-    def __init__(self, text, conf):
-        self.json = json.loads(text)
-        self._conf = conf
+    def __init__(self, text, conf, profile):
+        self.json, self._text, self._conf = json.loads(text), text, conf
+        self.profile = os.fspath(profile)
 
     def pipedream_conf(self):
         """PipeDream's hybrid_conf.json, as a dict."""
         return json.loads(self._conf)
+
+    def config(self, base=None):
+        """base (None, a path, a dict or a Config) with the plan's replication_factor,
+        layers_per_stage and stage_replication: a Config for repipe's engine. The profile must
+        be a chain of layers. Its batch keys stay base's; every stage replica must get
+        micro-batches, so gradient_accumulation_steps must be a multiple of each stage's
+        replication (repipe plan --objective engine chooses a batch as well)."""
+        cfg, err, text = Config._of(base), _Err(), self._text.encode()
+        _check(_config_apply_plan(cfg._buf, text, len(text), os.fsencode(self.profile),
+                                  ctypes.byref(err)), err)
+        ga = cfg.gradient_accumulation_steps
+        for s, r in enumerate(self.json["execution_config"]["stage_replication"] or []):
+            if ga % r:
+                raise Error("Plan.config: stage %d has %d workers per pipeline but "
+                            "gradient_accumulation_steps is %d; give a base whose "
+                            "gradient_accumulation_steps is a multiple of %d, so that each "
+                            "stage replica gets micro-batches" % (s, r, ga, r))
+        return cfg
+
+    def describe(self):
+        """The plan in words: each stage's workers (PipeDream's ranks) and layers, and the
+        predicted time per step, as `repipe plan` prints them."""
+        j, (desc, sources) = self.json, _read_graph(self.profile)
+        stages = sorted(j["stage_to_rank_map"], key=int)
+        lines = ["%d workers on %s machines (innermost level first), replica-major; PipeDream's"
+                 " --stage_to_num_ranks %s" % (
+                     sum(j["stage_to_num_ranks"]), " x ".join(map(str, j["options"]["machines"])),
+                     ",".join(map(str, j["stage_to_num_ranks"])))]
+        for s in stages:
+            ranks = j["stage_to_rank_map"][s]
+            nodes = sorted((n for n, st in j["node_stage"].items()
+                            if st == int(s) and n not in sources), key=lambda n: int(n[4:]))
+            lines.append("  stage %s: %d worker%s — rank%s %s" % (
+                s, len(ranks), "" if len(ranks) == 1 else "s", "" if len(ranks) == 1 else "s",
+                _runs(ranks)))
+            if nodes:
+                lines.append("    %d layer%s: %s ... %s" % (len(nodes), "" if len(nodes) == 1
+                                                            else "s", desc[nodes[0]],
+                                                            desc[nodes[-1]]))
+        lines.append("predicted time per step: %.6f s; one machine %.6f s; data parallel "
+                     "%.6f s; %.2fx one machine, %.2fx data parallel" % (
+                         j["pipeline_time"], j["single_stage_time"], j["data_parallel_time"],
+                         j["speedup_vs_single"], j["speedup_vs_dp"]))
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return "<repipe.Plan %s: %s>" % (
+            self.profile, ", ".join("%d workers" % n for n in self.json["stage_to_num_ranks"]))
 
 
 def plan(profile, machines, bandwidth=None, memory_size=16e9, memory_constraint=False,
@@ -269,7 +384,7 @@ def plan(profile, machines, bandwidth=None, memory_size=16e9, memory_constraint=
             _check(_plan_to_json(p, prof, ctypes.byref(text), ctypes.byref(err)), err)
             text = _take_string(text)
             _check(_plan_pipedream_conf(p, ctypes.byref(conf), ctypes.byref(err)), err)
-            return Plan(text, _take_string(conf))
+            return Plan(text, _take_string(conf), profile)
         finally:
             _plan_free(p)
     finally:
@@ -320,15 +435,35 @@ class Model:
             self._h = None
 
 
-def _weights_dict(w):
+def _weights_dict(w, all_replicas=False):
+    """{name: array}: a tensor with several copies (groups, or replicas) gets a leading axis."""
     out = {}
     for i in range(w.contents.num_tensors):
         t = w.contents.tensors[i]
         shape = tuple(t.shape.dim[k] for k in range(t.shape.ndim))
         n = t.groups * int(np.prod(shape))
         a = np.ctypeslib.as_array(t.data, shape=(n,)).copy()
-        out[t.name.decode()] = a.reshape(((t.groups,) if t.groups > 1 else ()) + shape)
+        out[t.name.decode()] = a.reshape(((t.groups,) if t.groups > 1 or all_replicas else ())
+                                         + shape)
     return out
+
+
+def _tensor_shapes(h):
+    """{name: shape} of a session's tensors, without their group axis."""
+    w, err = ctypes.POINTER(_Weights)(), _Err()
+    _check(_session_get_weights(h, 0, ctypes.byref(w), ctypes.byref(err)), err)
+    try:
+        return {t.name.decode(): tuple(t.shape.dim[k] for k in range(t.shape.ndim))
+                for t in (w.contents.tensors[i] for i in range(w.contents.num_tensors))}
+    finally:
+        _weights_free(w)
+
+
+def _mode(mode):
+    modes = {"one_per_group": 0, "all_replicas": 1}
+    if mode not in modes:
+        raise Error("mode %r: expected 'one_per_group' or 'all_replicas'" % (mode,))
+    return modes[mode]
 
 
 def load_weights(path):
@@ -351,6 +486,7 @@ class Session:
                err)
         self.samples_per_call = _session_per_call(self._h)
         self._next_id = 0
+        self._shapes = _tensor_shapes(self._h)
 
     def run(self, x, y, ids=None):
         """One host call: x (samples_per_call, *input) float32, y (samples_per_call[, T])
@@ -380,28 +516,52 @@ class Session:
                                 _ptr(pred, ctypes.c_int32), ctypes.byref(err)), err)
         return pred
 
-    def weights(self):
-        """{name: array}, one copy per replica group."""
+    def loss(self, x, y):
+        """The mean loss of rows x with labels y, on replica 0's weights (a validation loss;
+        per token for a token model)."""
+        x = _array(x, np.float32, "x")
+        if tuple(x.shape[1:]) != self.model.input_shape:
+            raise Error("x: shape %s, expected (n,) + %s" % (tuple(x.shape),
+                                                             self.model.input_shape))
+        n = x.shape[0]
+        y = _array(y, np.int32, "y", (n,) if self.model.targets == 1 else
+                   (n, self.model.targets))
+        mean, err = ctypes.c_double(), _Err()
+        _check(_session_loss(self._h, _ptr(x, ctypes.c_float), _ptr(y, ctypes.c_int32), n,
+                             ctypes.byref(mean), ctypes.byref(err)), err)
+        return mean.value
+
+    def weights(self, mode="one_per_group"):
+        """{name: array}: in "one_per_group" mode a tensor of a grouping with G > 1 groups has a
+        leading dimension G (each group's value); in "all_replicas" mode every tensor has a
+        leading dimension R, the replicas in order (PopXL's retrieval modes)."""
         w, err = ctypes.POINTER(_Weights)(), _Err()
-        _check(_session_get_weights(self._h, 0, ctypes.byref(w), ctypes.byref(err)), err)
+        _check(_session_get_weights(self._h, _mode(mode), ctypes.byref(w), ctypes.byref(err)),
+               err)
         try:
-            return _weights_dict(w)
+            return _weights_dict(w, all_replicas=_mode(mode) == 1)
         finally:
             _weights_free(w)
 
-    def set_weights(self, weights):
-        """Replaces the weights from {name: float32 array} (every variable of the model)."""
+    def set_weights(self, weights, mode="one_per_group"):
+        """Replaces weights from {name: float32 array}: an array of the tensor's own shape sets
+        every group (every replica); one with a leading dimension sets each group, or in
+        "all_replicas" mode each replica (refused where a group's replicas would differ)."""
+        _mode(mode)
         arrays = {k: _array(v, np.float32, "weights[%r]" % k) for k, v in weights.items()}
         tensors = (_Tensor * len(arrays))()
         for t, (name, a) in zip(tensors, arrays.items()):
+            lead = name in self._shapes and a.ndim == len(self._shapes[name]) + 1
+            shape = a.shape[1:] if lead else a.shape
             t.name = name.encode()
-            t.shape.ndim = a.ndim
-            for i, d in enumerate(a.shape[:_MAX_DIMS]):
+            t.shape.ndim = len(shape)
+            for i, d in enumerate(shape[:_MAX_DIMS]):
                 t.shape.dim[i] = d
-            t.groups = 1
+            t.groups = a.shape[0] if lead else 1
             t.data = _ptr(a, ctypes.c_float)
         w, err = _Weights(len(arrays), tensors), _Err()
-        _check(_session_set_weights(self._h, ctypes.byref(w), 0, ctypes.byref(err)), err)
+        _check(_session_set_weights(self._h, ctypes.byref(w), _mode(mode), ctypes.byref(err)),
+               err)
 
     def close(self):
         if self._h:

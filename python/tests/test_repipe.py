@@ -49,6 +49,37 @@ class Plans(unittest.TestCase):
             self.assertEqual(got.json, want, os.path.basename(case))
             self.assertIn("stage_to_rank_map", got.pipedream_conf())
 
+    def test_config_and_describe_say_what_the_command_says(self):
+        profile = os.path.join(FIXTURES, "profiles", "vgg16", "graph.txt")
+        argv = [CLI, "plan", "--profile", profile, "--machines", "8", "2", "--bandwidth",
+                "4294967296", "2147483648", "--activation-compression", "1"]
+        text = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+        want = json.loads(subprocess.run(argv + ["--json", "-"], check=True,
+                                         capture_output=True).stdout)["execution_config"]
+        p = repipe.plan(profile, [8, 2], [4294967296, 2147483648], activation_compression=1)
+        described = p.describe().splitlines()
+        stage_lines = [ln.strip() for ln in described if ln.strip().startswith("stage ")]
+        self.assertEqual(len(stage_lines), len(want["stage_replication"]))
+        for ln in stage_lines:  # each stage's ranks and layers, as `repipe plan` prints them
+            self.assertIn(ln, text)
+            at = described.index("  " + ln)
+            self.assertIn(described[at + 1].strip(), text)
+        base = {"micro_batch_size": 16, "gradient_accumulation_steps": 14, "seed": 9}
+        cfg = p.config(base)
+        for key in want:
+            self.assertEqual(getattr(cfg, key), want[key], key)
+        self.assertEqual((cfg.micro_batch_size, cfg.seed), (16, 9))  # base's keys stay
+        self.assertEqual(cfg.derived["workers"], sum(p.json["stage_to_num_ranks"]))
+        with tempfile.TemporaryDirectory() as tmp:  # the command reads what it writes
+            path = cfg.save(os.path.join(tmp, "c.json"))
+            shown = subprocess.run([CLI, "config", "show", path, "--json"], check=True,
+                                   capture_output=True).stdout
+            self.assertEqual(json.loads(shown)["training"]["workers"], 16)
+            self.assertEqual(repipe.Config.load(path), cfg)
+        with self.assertRaisesRegex(repipe.Error, "stage 0 has 7 workers per pipeline but "
+                                                  "gradient_accumulation_steps is 4"):
+            p.config(dict(base, gradient_accumulation_steps=4))
+
     def test_a_bad_profile_raises_the_c_message(self):
         with self.assertRaisesRegex(repipe.Error, "nope.txt"):
             repipe.plan("nope.txt", [2])
@@ -64,6 +95,18 @@ class Configs(unittest.TestCase):
         self.assertEqual(c.to_dict()["micro_batch_size"], 8)
         self.assertEqual(repipe.Config.load(os.path.join(SRC, "examples", "fmnist.json"))
                          .derived["workers"], 1)
+
+    def test_keys_as_attributes_and_changed_copies(self):
+        c = repipe.Config.load(os.path.join(SRC, "examples", "fmnist-2x2.json"))
+        self.assertEqual(c.replication_factor, c.to_dict()["replication_factor"])
+        d = c.replace(seed=5)
+        self.assertEqual((d.seed, c.seed), (5, c.to_dict()["seed"]))
+        self.assertEqual(c.replace(), c)
+        self.assertNotEqual(d, c)
+        with self.assertRaisesRegex(repipe.Error, "micro_batch_size"):
+            c.replace(micro_batch_size=0)
+        with self.assertRaisesRegex(AttributeError, "no key 'micro_batch'"):
+            c.micro_batch
 
     def test_errors_carry_the_c_message(self):
         with self.assertRaisesRegex(repipe.Error, "unknown key 'replication_factr' \\(did you "
@@ -132,6 +175,44 @@ class Arrays(unittest.TestCase):
         w["0.weight"][:] = 0
         self.session.set_weights(w)
         self.assertTrue((self.session.weights()["0.weight"] == 0).all())
+
+    def test_weights_per_group_and_per_replica(self):
+        x = np.repeat(self.x, 4, axis=0)
+        y = np.repeat(self.y, 4)
+        for g, stride in ((2, 1), (2, 2), (1, 1)):
+            cfg = repipe.Config(micro_batch_size=5, replication_factor=4,
+                                replica_grouping={"group_size": g, "stride": stride})
+            members = repipe.groups(4, g, stride)
+            with repipe.Session(self.model, cfg) as s:
+                G = 4 // g
+                w = s.weights()
+                self.assertEqual(w["0.weight"].shape, ((G,) if G > 1 else ()) + (4, 6))
+                rng = np.random.default_rng(g)
+                per_group = {k: rng.random((G,) + v.shape[-v.ndim + (G > 1):],
+                                           dtype=np.float32) for k, v in w.items()}
+                s.set_weights(per_group)
+                every = s.weights("all_replicas")
+                for k, v in per_group.items():  # replica r holds its group's value
+                    self.assertEqual(every[k].shape, (4,) + v.shape[1:])
+                    for r in range(4):
+                        self.assertTrue(np.array_equal(every[k][r], v[members[r]]), (k, r))
+                if g > 1:
+                    with self.assertRaisesRegex(repipe.Error, "all_replicas|identical|group"):
+                        s.set_weights(every, mode="all_replicas")
+                else:  # a replica per group: each may be written
+                    every["0.bias"][3] += 1
+                    s.set_weights(every, mode="all_replicas")
+                    self.assertTrue(np.array_equal(s.weights()["0.bias"], every["0.bias"]))
+                s.run(x, y)  # still trains
+        with self.assertRaisesRegex(repipe.Error, "mode 'both'"):
+            self.session.weights("both")
+
+    def test_validation_loss(self):
+        loss = self.session.loss(self.x, self.y)
+        self.assertTrue(np.isfinite(loss))
+        self.assertAlmostEqual(loss, float(self.session.run(self.x, self.y).mean()), places=5)
+        with self.assertRaisesRegex(repipe.Error, r"y: shape \(4,\)"):
+            self.session.loss(self.x, self.y[:4])
 
     def test_wrong_arrays_are_refused_not_crashed_on(self):
         bad = [(self.x.astype(np.float64), self.y, "dtype float64, expected float32"),

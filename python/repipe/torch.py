@@ -1,0 +1,203 @@
+"""A profiler for PyTorch modules that writes the planner's input (PipeDream's graph.txt).
+
+    import repipe.torch
+    repipe.torch.profile(model, torch.randn(64, 3, 224, 224), out="graph.txt")
+    plan = repipe.plan("graph.txt", machines=[8, 2], bandwidth=[4e9, 2e9])
+
+Each leaf module (one without children) is a node: its forward and backward time (the best
+of `repeat` runs of the whole model, from hooks around the module), its output's bytes and
+its parameters' bytes. The graph comes from torch.fx where the model traces: functions
+between modules (flatten, a residual addition) become nodes of their own with no time. A
+model fx cannot trace is profiled in the order its leaf modules run, as a chain.
+"""
+import time
+
+import torch
+
+__all__ = ["profile"]
+
+
+def _bytes(x):
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (tuple, list)):
+        return sum(_bytes(t) for t in x)
+    return 0
+
+
+def _first_tensor(x):
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, (tuple, list)):
+        for t in x:
+            f = _first_tensor(t)
+            if f is not None:
+                return f
+    return None
+
+
+def _leaves(module):
+    return [(name, m) for name, m in module.named_modules() if not list(m.children())]
+
+
+def _grad_fns(x):
+    if isinstance(x, torch.Tensor):
+        return [x.grad_fn] if x.grad_fn is not None else []
+    if isinstance(x, (tuple, list)):
+        return [g for t in x for g in _grad_fns(t)]
+    if isinstance(x, dict):
+        return [g for t in x.values() for g in _grad_fns(t)]
+    return []
+
+
+def _time_modules(module, example_input, repeat):
+    """Forward and backward seconds of each leaf module, the best of `repeat` runs, and the
+    order in which they ran.
+
+    Forward runs from the module's call to its return. Backward is read off the autograd
+    graph, not from module backward hooks, which cannot watch a module that overwrites its
+    input (ReLU(inplace=True)): it runs from the moment the node that made the module's output
+    starts to the moment the last node its forward created is done. Those nodes are found by
+    walking back from the output to the nodes that existed before the call."""
+    leaves = _leaves(module)
+    fw = {name: float("inf") for name, _ in leaves}
+    bw = {name: float("inf") for name, _ in leaves}
+    out_bytes, order = {}, []
+    t_fw, before, owner = {}, {}, {}
+    t_begin, t_end = {}, {}
+
+    def hooks(name):
+        def pre(mod, inp):
+            before[name] = set(_grad_fns(inp))
+            t_fw[name] = time.perf_counter()
+
+        def post(mod, inp, out):
+            fw[name] = min(fw[name], time.perf_counter() - t_fw[name])
+            out_bytes[name] = _bytes(out)
+            if name not in order:
+                order.append(name)
+            roots = [g for g in _grad_fns(out) if g not in before[name] and g not in owner]
+            stack, mine = list(roots), []
+            while stack:  # the nodes this call created: back to what existed before it
+                g = stack.pop()
+                if g in owner or g in before[name] or g.name().endswith("AccumulateGrad"):
+                    continue
+                owner[g] = name
+                mine.append(g)
+                stack += [n for n, _ in g.next_functions if n is not None]
+            for g in roots:
+                g.register_prehook(begin)
+            for g in mine:
+                g.register_hook(end)
+
+        def begin(grad_outputs):  # the first of the output's nodes starts
+            if name not in t_begin:
+                t_begin[name] = time.perf_counter()
+
+        def end(grad_inputs, grad_outputs):  # one of the call's nodes is done
+            t_end[name] = time.perf_counter()
+        return pre, post
+
+    handles = []
+    try:
+        for name, m in leaves:
+            pre, post = hooks(name)
+            handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post)]
+        for r in range(repeat + 1):  # the first run warms up
+            owner.clear()
+            t_begin.clear()
+            t_end.clear()
+            x = example_input.detach().requires_grad_(example_input.is_floating_point())
+            out = module(x)
+            loss = out.float().sum() if isinstance(out, torch.Tensor) else \
+                sum(o.float().sum() for o in out)
+            loss.backward()
+            module.zero_grad(set_to_none=True)
+            del out, loss
+            for name in t_end:
+                if r and name in t_begin:
+                    bw[name] = min(bw[name], t_end[name] - t_begin[name])
+    finally:
+        for h in handles:
+            h.remove()
+    fw = {k: (0.0 if v == float("inf") else v) for k, v in fw.items()}
+    bw = {k: (0.0 if v == float("inf") else v) for k, v in bw.items()}
+    return fw, bw, out_bytes, order
+
+
+def _graph(module, example_input, order):
+    """Nodes (name, description, leaf module name or None) and edges, from torch.fx, or the
+    execution order when the model does not trace."""
+    try:
+        import torch.fx
+        from torch.fx.passes.shape_prop import ShapeProp
+        class Leaves(torch.fx.Tracer):  # every module without children is a node, as timed
+            def is_leaf_module(self, m, qualname):
+                return not list(m.children())
+
+        gm = torch.fx.GraphModule(module, Leaves().trace(module))
+        ShapeProp(gm).propagate(example_input)
+    except Exception:  # not traceable: a chain in the order the leaves ran
+        nodes = [(name, name, name) for name in order]
+        return nodes, [(i, i + 1) for i in range(len(nodes) - 1)], None
+    nodes, index, edges, sizes = [], {}, [], {}
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":  # the input: node0
+            index[n.name] = -1
+        if n.op in ("placeholder", "output", "get_attr"):
+            continue
+        meta = n.meta.get("tensor_meta")
+        sizes[len(nodes)] = (_meta_bytes(meta))
+        leaf = n.target if n.op == "call_module" else None
+        desc = str(gm.get_submodule(n.target)) if leaf else "%s(%s)" % (
+            getattr(n.target, "__name__", str(n.target)), n.op)
+        index[n.name] = len(nodes)
+        nodes.append((n.name, desc.replace("\n", " "), leaf))
+        for a in n.all_input_nodes:
+            if a.name in index:
+                edges.append((index[a.name], index[n.name]))
+    return nodes, edges, sizes
+
+
+def _meta_bytes(meta):
+    if meta is None:
+        return 0
+    if hasattr(meta, "shape"):
+        n = 1
+        for d in meta.shape:
+            n *= d
+        return n * torch.tensor([], dtype=meta.dtype).element_size()
+    if isinstance(meta, (tuple, list)):
+        return sum(_meta_bytes(m) for m in meta)
+    return 0
+
+
+def profile(module, example_input, *, batch_size=None, repeat=3, out="graph.txt"):
+    """Profiles module on example_input (a batch) and writes PipeDream's graph.txt to `out`.
+    batch_size, when given, is written for the planner (default: the input's first
+    dimension). Returns the path."""
+    batch = batch_size or int(example_input.shape[0])
+    module.train()
+    fw, bw, out_bytes, order = _time_modules(module, example_input, repeat)
+    nodes, edges, sizes = _graph(module, example_input, order)
+    params = {name: sum(p.numel() * p.element_size() for p in m.parameters(recurse=False))
+              for name, m in _leaves(module)}
+    lines = ["node0 -- Input0 micro_batch=%d -- forward_compute_time=0.000, "
+             "backward_compute_time=0.000, activation_size=%.1f, parameter_size=0.000"
+             % (batch, float(_bytes(example_input)))]
+    for i, (name, desc, leaf) in enumerate(nodes):
+        act = out_bytes.get(leaf, 0) if sizes is None else sizes[i]
+        lines.append("node%d -- %s -- forward_compute_time=%.6f, backward_compute_time=%.6f, "
+                     "activation_size=%.1f, parameter_size=%.1f"
+                     % (i + 1, desc, fw.get(leaf, 0.0) * 1e3 if leaf else 0.0,
+                        bw.get(leaf, 0.0) * 1e3 if leaf else 0.0, float(act),
+                        float(params.get(leaf, 0)) if leaf else 0.0))
+    fed = {j for _, j in edges}
+    for i in range(len(nodes)):  # what nothing feeds reads the input
+        if i not in fed:
+            edges.append((-1, i))
+    for i, j in sorted(set(edges)):  # -1: the input, node0
+        lines.append("\tnode%d -- node%d" % (i + 1, j + 1))
+    with open(out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return out

@@ -1,0 +1,154 @@
+"""repipe.torch.profile on models written here (no downloads): a VGG-style chain, a
+ResNet-style block with its residual addition, and a transformer that torch.fx cannot trace.
+These need PyTorch: without Debian's python3-torch they are skipped, saying so."""
+import os
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import repipe  # noqa: E402
+
+try:
+    import torch
+    from torch import nn
+    import repipe.torch as rtorch
+except ImportError:
+    torch = None
+
+NEEDS_TORCH = "needs PyTorch (Debian's python3-torch), which is not installed"
+
+
+def read_graph(path):
+    nodes, edges = {}, []
+    with open(path) as f:
+        text = f.read().splitlines()
+    for line in text:
+        if line.startswith("\t"):
+            a, b = line.strip().split(" -- ")
+            edges.append((a, b))
+        else:
+            name, desc, rest = line.split(" -- ")
+            fields = dict(kv.split("=") for kv in rest.split(", "))
+            nodes[name] = (desc, {k: float(v) for k, v in fields.items()})
+    return nodes, edges
+
+
+@unittest.skipUnless(torch is not None, NEEDS_TORCH)
+class Profiles(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def profile(self, model, x):
+        path = os.path.join(self.tmp.name, "graph.txt")
+        rtorch.profile(model, x, repeat=2, out=path)
+        return path, read_graph(path)
+
+    def test_vgg_style_chain(self):
+        model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(inplace=True),
+                              nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1),
+                              nn.ReLU(inplace=True), nn.MaxPool2d(2), nn.Flatten(),
+                              nn.Linear(16 * 8 * 8, 10))
+        path, (nodes, edges) = self.profile(model, torch.randn(4, 3, 32, 32))
+        self.assertTrue(model[1].inplace and model[4].inplace)  # as it was written
+        self.assertGreater(nodes["node2"][1]["backward_compute_time"], 0)
+        self.assertEqual(len(nodes), 1 + 8)  # the input and every layer
+        self.assertEqual(len(edges), 8)      # a chain
+        conv = nodes["node1"][1]
+        self.assertGreater(conv["forward_compute_time"], 0)
+        self.assertGreater(conv["backward_compute_time"], 0)
+        self.assertEqual(conv["parameter_size"], (8 * 3 * 9 + 8) * 4)
+        self.assertEqual(conv["activation_size"], 4 * 8 * 32 * 32 * 4)
+        self.assertEqual(nodes["node8"][1]["activation_size"], 4 * 10 * 4)
+        self.assertIn("micro_batch=4", nodes["node0"][0])
+        plan = repipe.plan(path, machines=[2])  # the planner reads it
+        self.assertEqual(sum(s["replication"] for s in plan.json["levels"][0]["stages"]) >= 1,
+                         True)
+
+    def test_time_lands_on_the_module_that_spends_it(self):
+        class SlowGrad(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x.clone()
+
+            @staticmethod
+            def backward(ctx, g):
+                time.sleep(0.03)
+                return g
+
+        class SlowBackward(nn.Module):
+            def forward(self, x):
+                return SlowGrad.apply(x)
+
+        class SlowForward(nn.Module):
+            def forward(self, x):
+                time.sleep(0.03)
+                return x * 2
+
+        model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(inplace=True), SlowBackward(),
+                              nn.ReLU(inplace=True), SlowForward(), nn.Linear(8, 2))
+        path, (nodes, edges) = self.profile(model, torch.randn(4, 8))
+        for i in range(1, 7):
+            v = nodes["node%d" % i][1]
+            self.assertEqual(v["forward_compute_time"] >= 30, i == 5, (i, v))
+            self.assertEqual(v["backward_compute_time"] >= 30, i == 3, (i, v))
+        self.assertFalse(any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()))
+
+    def test_residual_block_is_a_graph(self):
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv1, self.relu = nn.Conv2d(8, 8, 3, padding=1), nn.ReLU()
+                self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+                self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(8, 4)
+
+            def forward(self, x):
+                y = self.conv2(self.relu(self.conv1(x)))
+                return self.fc(torch.flatten(self.pool(self.relu(x + y)), 1))
+
+        path, (nodes, edges) = self.profile(Block(), torch.randn(2, 8, 16, 16))
+        adds = [n for n, (desc, _) in nodes.items() if desc.startswith("add")]
+        self.assertEqual(len(adds), 1)
+        into_add = [a for a, b in edges if b == adds[0]]
+        self.assertEqual(len(into_add), 2)  # the shortcut and the branch
+        self.assertEqual(nodes[adds[0]][1]["forward_compute_time"], 0)
+        self.assertEqual(nodes[adds[0]][1]["activation_size"], 2 * 8 * 16 * 16 * 4)
+        plan = repipe.plan(path, machines=[2])
+        self.assertIn("node_stage", plan.json)
+
+    def test_untraceable_model_is_profiled_in_execution_order(self):
+        class Tiny(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Linear(8, 16)
+                self.layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+                self.head = nn.Linear(16, 4)
+
+            def forward(self, x):
+                h = self.emb(x)
+                if h.sum() > -1e9:  # data-dependent control flow: fx cannot trace it
+                    h = self.layer(h)
+                return self.head(h)
+
+        model, ran = Tiny(), []
+        for name, m in model.named_modules():  # which leaves run, counted apart
+            if not list(m.children()):
+                m.register_forward_hook(lambda *a, name=name: ran.append(name))
+        model(torch.randn(2, 5, 8))
+        path, (nodes, edges) = self.profile(model, torch.randn(2, 5, 8))
+        self.assertGreater(len(set(ran)), 4)
+        self.assertEqual(len(nodes), 1 + len(set(ran)))
+        self.assertEqual(len(edges), len(set(ran)))  # a chain from the input
+        self.assertTrue(all(v["forward_compute_time"] > 0 for n, (d, v) in nodes.items()
+                            if n != "node0"))
+        repipe.plan(path, machines=[2])
+
+
+if __name__ == "__main__":
+    unittest.main()
