@@ -51,8 +51,9 @@ def _grad_fns(x):
 
 
 def _time_modules(module, example_input, repeat):
-    """Forward and backward seconds of each leaf module, the best of `repeat` runs, and the
-    order in which they ran.
+    """Forward and backward seconds of each call of a leaf module, the best of `repeat` runs,
+    and the order of the calls. A call is (module name, k): a module called twice in a pass
+    (torchvision's ResNet blocks call one ReLU twice) is timed call by call.
 
     Forward runs from the module's call to its return. Backward is read off the autograd
     graph, not from module backward hooks, which cannot watch a module that overwrites its
@@ -60,43 +61,45 @@ def _time_modules(module, example_input, repeat):
     starts to the moment the last node its forward created is done. Those nodes are found by
     walking back from the output to the nodes that existed before the call."""
     leaves = _leaves(module)
-    fw = {name: float("inf") for name, _ in leaves}
-    bw = {name: float("inf") for name, _ in leaves}
-    out_bytes, order = {}, []
-    t_fw, before, owner = {}, {}, {}
+    fw, bw, out_bytes, order = {}, {}, {}, []
+    calls, t_fw, before, owner = {}, {}, {}, {}
     t_begin, t_end = {}, {}
 
     def hooks(name):
         def pre(mod, inp):
-            before[name] = set(_grad_fns(inp))
-            t_fw[name] = time.perf_counter()
+            key = (name, calls.get(name, 0))
+            calls[name] = key[1] + 1
+            before[key] = set(_grad_fns(inp))
+            t_fw[key] = time.perf_counter()
 
         def post(mod, inp, out):
-            fw[name] = min(fw[name], time.perf_counter() - t_fw[name])
-            out_bytes[name] = _bytes(out)
-            if name not in order:
-                order.append(name)
-            roots = [g for g in _grad_fns(out) if g not in before[name] and g not in owner]
+            key = (name, calls[name] - 1)
+            fw[key] = min(fw.get(key, float("inf")), time.perf_counter() - t_fw[key])
+            out_bytes[key] = _bytes(out)
+            if key not in order:
+                order.append(key)
+            roots = [g for g in _grad_fns(out) if g not in before[key] and g not in owner]
             stack, mine = list(roots), []
             while stack:  # the nodes this call created: back to what existed before it
                 g = stack.pop()
-                if g in owner or g in before[name] or g.name().endswith("AccumulateGrad"):
+                if g in owner or g in before[key] or g.name().endswith("AccumulateGrad"):
                     continue
-                owner[g] = name
+                owner[g] = key
                 mine.append(g)
                 stack += [n for n, _ in g.next_functions if n is not None]
             for g in roots:
-                g.register_prehook(begin)
+                g.register_prehook(lambda gout, key=key: begin(key))
             for g in mine:
-                g.register_hook(end)
+                g.register_hook(lambda gin, gout, key=key: end(key))
 
-        def begin(grad_outputs):  # the first of the output's nodes starts
-            if name not in t_begin:
-                t_begin[name] = time.perf_counter()
-
-        def end(grad_inputs, grad_outputs):  # one of the call's nodes is done
-            t_end[name] = time.perf_counter()
         return pre, post
+
+    def begin(key):  # the first of a call's output nodes starts
+        if key not in t_begin:
+            t_begin[key] = time.perf_counter()
+
+    def end(key):  # one of the call's nodes is done
+        t_end[key] = time.perf_counter()
 
     handles = []
     try:
@@ -104,6 +107,7 @@ def _time_modules(module, example_input, repeat):
             pre, post = hooks(name)
             handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post)]
         for r in range(repeat + 1):  # the first run warms up
+            calls.clear()
             owner.clear()
             t_begin.clear()
             t_end.clear()
@@ -114,20 +118,18 @@ def _time_modules(module, example_input, repeat):
             loss.backward()
             module.zero_grad(set_to_none=True)
             del out, loss
-            for name in t_end:
-                if r and name in t_begin:
-                    bw[name] = min(bw[name], t_end[name] - t_begin[name])
+            for key in t_end:
+                if r and key in t_begin:
+                    bw[key] = min(bw.get(key, float("inf")), t_end[key] - t_begin[key])
     finally:
         for h in handles:
             h.remove()
-    fw = {k: (0.0 if v == float("inf") else v) for k, v in fw.items()}
-    bw = {k: (0.0 if v == float("inf") else v) for k, v in bw.items()}
     return fw, bw, out_bytes, order
 
 
 def _graph(module, example_input, order):
-    """Nodes (name, description, leaf module name or None) and edges, from torch.fx, or the
-    execution order when the model does not trace."""
+    """Nodes (name, description, the leaf module's call (name, k) or None) and edges, from
+    torch.fx, or the order of the calls when the model does not trace."""
     try:
         import torch.fx
         from torch.fx.passes.shape_prop import ShapeProp
@@ -138,9 +140,10 @@ def _graph(module, example_input, order):
         gm = torch.fx.GraphModule(module, Leaves().trace(module))
         ShapeProp(gm).propagate(example_input)
     except Exception:  # not traceable: a chain in the order the leaves ran
-        nodes = [(name, name, name) for name in order]
+        named = dict(module.named_modules())
+        nodes = [(key[0], str(named[key[0]]).replace("\n", " "), key) for key in order]
         return nodes, [(i, i + 1) for i in range(len(nodes) - 1)], None
-    nodes, index, edges, sizes = [], {}, [], {}
+    nodes, index, edges, sizes, seen = [], {}, [], {}, {}
     for n in gm.graph.nodes:
         if n.op == "placeholder":  # the input: node0
             index[n.name] = -1
@@ -148,7 +151,10 @@ def _graph(module, example_input, order):
             continue
         meta = n.meta.get("tensor_meta")
         sizes[len(nodes)] = (_meta_bytes(meta))
-        leaf = n.target if n.op == "call_module" else None
+        leaf = None
+        if n.op == "call_module":  # its k-th call, in the order of the trace
+            leaf = (n.target, seen.get(n.target, 0))
+            seen[n.target] = leaf[1] + 1
         desc = str(gm.get_submodule(n.target)) if leaf else "%s(%s)" % (
             getattr(n.target, "__name__", str(n.target)), n.op)
         index[n.name] = len(nodes)
@@ -180,7 +186,8 @@ def profile(module, example_input, *, batch_size=None, repeat=3, out="graph.txt"
     module.train()
     fw, bw, out_bytes, order = _time_modules(module, example_input, repeat)
     nodes, edges, sizes = _graph(module, example_input, order)
-    params = {name: sum(p.numel() * p.element_size() for p in m.parameters(recurse=False))
+    # a module's parameters count once, at its first call
+    params = {(name, 0): sum(p.numel() * p.element_size() for p in m.parameters(recurse=False))
               for name, m in _leaves(module)}
     lines = ["node0 -- Input0 micro_batch=%d -- forward_compute_time=0.000, "
              "backward_compute_time=0.000, activation_size=%.1f, parameter_size=0.000"

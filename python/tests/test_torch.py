@@ -91,14 +91,79 @@ class Profiles(unittest.TestCase):
                 time.sleep(0.03)
                 return x * 2
 
-        model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(inplace=True), SlowBackward(),
-                              nn.ReLU(inplace=True), SlowForward(), nn.Linear(8, 2))
+        class Net(nn.Module):  # one ReLU, called on both sides of the slow backward
+            def __init__(self):
+                super().__init__()
+                self.lin1, self.act, self.slow_bw = nn.Linear(8, 8), nn.ReLU(True), SlowBackward()
+                self.slow_fw, self.lin2 = SlowForward(), nn.Linear(8, 2)
+
+            def forward(self, x):
+                return self.lin2(self.slow_fw(self.act(self.slow_bw(self.act(self.lin1(x))))))
+
+        model = Net()
         path, (nodes, edges) = self.profile(model, torch.randn(4, 8))
+        self.assertEqual([nodes["node%d" % i][0].split("(")[0] for i in range(1, 7)],
+                         ["Linear", "ReLU", "SlowBackward", "ReLU", "SlowForward", "Linear"])
         for i in range(1, 7):
             v = nodes["node%d" % i][1]
             self.assertEqual(v["forward_compute_time"] >= 30, i == 5, (i, v))
             self.assertEqual(v["backward_compute_time"] >= 30, i == 3, (i, v))
         self.assertFalse(any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()))
+
+    def test_torchvision_style_resnet(self):
+        class BasicBlock(nn.Module):  # torchvision's, at a small width
+            def __init__(self, cin, cout, stride=1):
+                super().__init__()
+                self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+                self.bn1, self.relu = nn.BatchNorm2d(cout), nn.ReLU(inplace=True)
+                self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+                self.bn2 = nn.BatchNorm2d(cout)
+                self.downsample = None if stride == 1 and cin == cout else nn.Sequential(
+                    nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+            def forward(self, x):
+                identity = x if self.downsample is None else self.downsample(x)
+                out = self.relu(self.bn1(self.conv1(x)))
+                out = self.bn2(self.conv2(out))
+                out += identity
+                return self.relu(out)
+
+        class ResNet(nn.Module):
+            def __init__(self, classes=10):
+                super().__init__()
+                self.conv1 = nn.Conv2d(3, 8, 7, 2, 3, bias=False)
+                self.bn1, self.relu = nn.BatchNorm2d(8), nn.ReLU(inplace=True)
+                self.maxpool = nn.MaxPool2d(3, 2, 1)
+                self.layer1 = nn.Sequential(BasicBlock(8, 8), BasicBlock(8, 8))
+                self.layer2 = nn.Sequential(BasicBlock(8, 16, 2), BasicBlock(16, 16))
+                self.avgpool, self.fc = nn.AdaptiveAvgPool2d((1, 1)), nn.Linear(16, classes)
+
+            def forward(self, x):
+                x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+                x = self.layer2(self.layer1(x))
+                return self.fc(torch.flatten(self.avgpool(x), 1))
+
+        model, calls = ResNet(), []
+        hooks = [m.register_forward_hook(lambda *a: calls.append(1))
+                 for m in model.modules() if not list(m.children())]
+        model(torch.randn(2, 3, 32, 32))
+        for h in hooks:
+            h.remove()
+        path, (nodes, edges) = self.profile(model, torch.randn(2, 3, 32, 32))
+        adds = [n for n, (desc, _) in nodes.items() if desc.startswith(("add", "iadd"))]
+        self.assertEqual(len(adds), 4)  # a residual addition per block
+        for a in adds:
+            self.assertEqual(len([e for e in edges if e[1] == a]), 2, a)
+        # every call of a leaf module is a node (each block calls its ReLU twice), with flatten
+        self.assertEqual(len(nodes), 1 + len(calls) + len(adds) + 1)
+        self.assertEqual(sum(v["parameter_size"] for _, v in nodes.values()),
+                         sum(p.numel() * 4 for p in model.parameters()))
+        fc = [v for d, v in nodes.values() if d.startswith("Linear")][0]
+        self.assertEqual(fc["activation_size"], 2 * 10 * 4)
+        self.assertTrue(all(v["backward_compute_time"] > 0 for d, v in nodes.values()
+                            if d.startswith(("Conv2d", "BatchNorm2d", "ReLU"))))
+        plan = repipe.plan(path, machines=[2, 2])
+        self.assertEqual(sum(plan.json["stage_to_num_ranks"]), 4)
 
     def test_residual_block_is_a_graph(self):
         class Block(nn.Module):
