@@ -185,8 +185,9 @@ static void emulate_2bw(const rp_model *m, const pdcase *pc, double lr, double m
 }
 
 /* D device iterations a host call: each drains, as a call does (D calls of
-** the emulator's). */
-static void compare(const pdcase *pc, bool vsync, int D) {
+** the emulator's). With recompute, backward recomputes each layer's forward
+** from the stashed version, so the weights must not change. */
+static void compare(const pdcase *pc, bool vsync, int D, bool recompute) {
     int workers = 0;
     for (int s = 0; s < pc->P; s++)
         workers += pc->r[s] * pc->R;
@@ -206,9 +207,10 @@ static void compare(const pdcase *pc, bool vsync, int D) {
              "\"device_iterations\": %d, "
              "\"replication_factor\": %d, \"layers_per_stage\": %s, \"stage_replication\": %s, "
              "\"schedule\": \"%s\", \"pipedream_vertical_sync\": %s, "
+             "\"recompute_checkpoint_every_layer\": %s, "
              "\"optimizer\": {\"type\": \"sgd\", \"lr\": %g, \"momentum\": %g}}",
              pc->GA, D, pc->R, layers, reps, pc->bw ? "pipedream_2bw" : "pipedream",
-             vsync ? "true" : "false", lr, mu);
+             vsync ? "true" : "false", recompute ? "true" : "false", lr, mu);
     rp_config cfg = test_config(json);
     rp_session *s;
     rp_error err;
@@ -245,9 +247,10 @@ static void compare(const pdcase *pc, bool vsync, int D) {
         double e = rp_tensor_rel_diff(got->tensors[t].data, init + m->vars[t].offset, n);
         moved = e > moved ? e : moved;
     }
-    CHECKF(worst <= 1e-6, "%s%s P=%d R=%d r=[%d,%d,%d] GA=%d: %g from the emulator",
-           pc->bw ? "pipedream_2bw" : "pipedream", vsync ? " (vertical sync)" : "", pc->P, pc->R, pc->r[0], pc->r[1], pc->r[2],
-           pc->GA, worst);
+    CHECKF(worst <= 1e-6, "%s%s%s P=%d R=%d r=[%d,%d,%d] GA=%d: %g from the emulator",
+           pc->bw ? "pipedream_2bw" : "pipedream", vsync ? " (vertical sync)" : "",
+           recompute ? " (recompute)" : "", pc->P, pc->R, pc->r[0], pc->r[1], pc->r[2], pc->GA,
+           worst);
     CHECK(moved > 1e-3); /* the updates did something */
     ran++;
     free(init), free(params), free(ids), free(x), free(y);
@@ -327,12 +330,16 @@ int main(int argc, char **argv) {
         {3, 2, {1, 1, 1}, {2, 2, 3}, 4, true},
     };
     for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
-        compare(&CASES[k], false, 1);
+        compare(&CASES[k], false, 1, false);
         if (!CASES[k].bw)
-            compare(&CASES[k], true, 1);
+            compare(&CASES[k], true, 1, false);
     }
-    compare(&CASES[4], true, 2);  /* [1, 2, 1], vertical sync: 2 iterations a call */
-    compare(&CASES[10], false, 2); /* 2BW, [1, 2, 1] */
+    compare(&CASES[4], true, 2, false);  /* [1, 2, 1], vertical sync: 2 iterations a call */
+    compare(&CASES[10], false, 2, false); /* 2BW, [1, 2, 1] */
+    /* per-layer recomputation runs on the stashed versions */
+    compare(&CASES[3], false, 1, true);  /* [2, 1], R 2 */
+    compare(&CASES[5], true, 1, true);   /* [1, 2, 1], R 2, vertical sync */
+    compare(&CASES[10], false, 1, true); /* 2BW, [1, 2, 1] */
     CHECK(ran > 0);
     if (!mpi)
         memory_and_refusals();
