@@ -354,6 +354,14 @@ rate() { sed -n "s/^  $1 .* s  *\([0-9]*\)$/\1/p" <<<"$out"; }
 dp=$(rate "data parallel"); pd=$(rate "PipeDream's plan, synchronous"); best=$(rate "fastest for the engine")
 if [ -n "$best" ] && [ -n "$dp" ] && [ -n "$pd" ] && [ "$best" -ge "$dp" ] && [ "$best" -ge "$pd" ] &&
    grep -q "^  stage 0: layers 0-" <<<"$out"; then ok; else bad "engine objective: $out"; fi
+# With --json -, standard output is the JSON alone: the plan with the engine's rows
+out=$("$bin" plan --profile "$vgg" --machines 8 2 --bandwidth 4294967296 2147483648 \
+      --activation-compression 1 --objective engine --profile-batch 64 --global-batch 1024 \
+      --json - 2>/dev/null)
+if [ "$(head -c 1 <<<"$out")" = "{" ] && [ "$(tail -n 1 <<<"$out")" = "}" ] &&
+   grep -q '"engine":' <<<"$out" && grep -q '"samples_per_second":' <<<"$out" &&
+   grep -q '"stage_to_rank_map":' <<<"$out" && ! grep -q "repipe's engine" <<<"$out"; then ok
+else bad "engine objective --json -: $out"; fi
 
 # Simulation of a 2-stage pipeline from a profile: a time and a timeline.
 printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [3, -1]}\n' > "$tmp/p2.json"

@@ -156,9 +156,10 @@ static void print_plan(const rp_plan *p, const char *profile_path, const rp_prof
 }
 
 /* The plan run by repipe's engine: its time per update with the flush of
-** the schedule (the bubble) and each stage's memory. */
+** the schedule (the bubble) and each stage's memory, written to out. */
 static int engine_mode(const cli_cmd *cmd, const rp_plan *plan, const rp_profile *prof,
-                       const char *base_config, const char *schedule, int M, double device_memory) {
+                       const char *base_config, const char *schedule, int M, double device_memory,
+                       FILE *out) {
     rp_config cfg;
     rp_error err;
     rp_config_default(&cfg);
@@ -188,17 +189,17 @@ static int engine_mode(const cli_cmd *cmd, const rp_plan *plan, const rp_profile
     }
     rp_derived d;
     rp_config_derive(&cfg, &d);
-    printf("\nrepipe's engine, %s with %d micro-batches per replica and update (micro-batches as "
+    fprintf(out, "\nrepipe's engine, %s with %d micro-batches per replica and update (micro-batches as "
            "profiled):\n",
            schedule, M);
-    printf("  predicted %.6f s per update, %.6f s per micro-batch (flush included; %.2fx the "
+    fprintf(out, "  predicted %.6f s per update, %.6f s per micro-batch (flush included; %.2fx the "
            "plan's steady-state time)\n",
            res.update_time, res.update_time / M,
            res.update_time / M / plan->pipeline_time);
     rc = 0;
     for (int s = 0; s < res.stages; s++) {
         bool over = device_memory > 0 && res.stage_bytes[s] > device_memory;
-        printf("  stage %d: a worker holds %.1f MB (parameters, gradients, activations in "
+        fprintf(out, "  stage %d: a worker holds %.1f MB (parameters, gradients, activations in "
                "flight)%s\n",
                s, res.stage_bytes[s] / 1e6, over ? "  > device memory" : "");
         if (over)
@@ -270,7 +271,8 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
                             const rp_plan_options *o, const char *base_config,
                             long long global_batch, long long profile_batch, double memory,
                             int cores, bool polling, const char *config_out,
-                            bool pipedream_out) {
+                            bool pipedream_out, const char *json) {
+    bool quiet = json && strcmp(json, "-") == 0; /* standard output carries the JSON */
     rp_config base;
     rp_error err;
     rp_config_default(&base);
@@ -323,6 +325,20 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
+    const rp_config *c = &r.best.cfg;
+    if (json) { /* the plan's JSON with the engine's comparison */
+        char *text;
+        if (rp_autoplan_to_json(&r, ao.global_batch, plan, prof, &text, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
+        bool ok = write_text(cmd, json, text);
+        free(text);
+        if (!ok)
+            goto done;
+    }
+    if (quiet)
+        goto write_config;
     printf("\nrepipe's engine, %lld samples per update (micro-batches as profiled: ",
            ao.global_batch);
     for (int k = 0; k < np; k++)
@@ -334,7 +350,6 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
     print_row("data parallel", &r.data_parallel);
     print_row("PipeDream's plan, synchronous", &r.pipedream);
     print_row("fastest for the engine", &r.best);
-    const rp_config *c = &r.best.cfg;
     rp_config_derive(c, &d);
     if (d.stages == 1)
         printf("data parallelism on %d of the %d workers is predicted fastest: every worker holds "
@@ -357,6 +372,7 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
         free(fw), free(bw), free(ob), free(pb), free(node);
     }
     print_keys(c);
+write_config:
     rc = 0;
     if (!config_out)
         goto done;
@@ -374,6 +390,8 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
         rc = 1;
         goto done;
     }
+    if (quiet)
+        goto done;
     printf("\nexecution configuration written to %s%s%s, %s; it sets:\n", config_out,
            base_config ? ", based on " : "", base_config ? base_config : "",
            pipedream_out ? "PipeDream's plan" : "the engine's plan");
@@ -504,7 +522,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     int rc = 0;
     char *text;
-    if (json) {
+    bool engine = objective ? strcmp(objective, "engine") == 0 : config_out != NULL;
+    if (json && !engine) { /* with the engine objective, written with its rows */
         if (rp_plan_to_json(plan, prof, &text, &err) == RP_OK) {
             rc |= !write_text(cmd, json, text);
             free(text);
@@ -526,12 +545,13 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         cli_error(cmd, "%s", err.msg);
         rc = 1;
     }
-    if (!json || strcmp(json, "-") != 0)
+    /* with the JSON on standard output, words go to standard error */
+    FILE *text_out = json && strcmp(json, "-") == 0 ? stderr : stdout;
+    if (text_out == stdout)
         print_plan(plan, profile, prof);
     if (schedule && rc == 0)
         rc = engine_mode(cmd, plan, prof, base_config, schedule, (int)micro_batches,
-                         device_memory);
-    bool engine = objective ? strcmp(objective, "engine") == 0 : config_out != NULL;
+                         device_memory, text_out);
     if (rc == 0 && (engine || config_out)) {
         if (config_out && !engine) { /* PipeDream's stages: how they map onto the config */
             rp_config cfg;
@@ -541,14 +561,14 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                 cli_error(cmd, "%s", err.msg);
                 rc = 1;
             } else {
-                printf("\n%s\n", explain);
+                fprintf(text_out, "\n%s\n", explain);
             }
         }
         if (rc == 0)
             rc = engine_objective(cmd, prof, more, num_more, plan, &o, base_config, global_batch,
                                   profile_batch,
                                   memory_given ? o.memory_size : 0, (int)cores, polling,
-                                  config_out, !engine);
+                                  config_out, !engine, engine ? json : NULL);
     }
     rp_plan_free(plan);
     rp_profile_free(prof);

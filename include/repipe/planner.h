@@ -158,6 +158,19 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
                               const rp_autoplan_options *options, rp_autoplan *out,
                               rp_error *err);
 
+/* The engine objective's comparison as JSON: {"global_batch", "simulated",
+** "best", "single", "data_parallel", "pipedream"}, each row {"found",
+** "workers", "stages", "seconds_per_update", "samples_per_second",
+** "worker_bytes", "config"} with the whole configuration. With a plan (may
+** be NULL), the object is the "engine" key of rp_plan_to_json's. The
+** caller frees *out. */
+rp_status rp_autoplan_to_json(const rp_autoplan *a, long long global_batch, const rp_plan *plan,
+                              const rp_profile *profile, char **out, rp_error *err);
+
+/* sizeof(rp_autoplan_options) and sizeof(rp_autoplan), for bindings. */
+size_t rp_autoplan_options_size(void);
+size_t rp_autoplan_size(void);
+
 /* PipeDream's hybrid_conf.json: module_to_stage_map and stage_to_rank_map. */
 rp_status rp_plan_pipedream_conf(const rp_plan *plan, char **out, rp_error *err);
 

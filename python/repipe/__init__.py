@@ -90,6 +90,16 @@ class _Derived(ctypes.Structure):
                 ("inference_samples_per_host_call", ctypes.c_longlong)]
 
 
+_MAX_LEVELS = 8
+
+
+class _AutoplanOptions(ctypes.Structure):
+    _fields_ = [("num_levels", ctypes.c_int), ("machines", ctypes.c_int * _MAX_LEVELS),
+                ("bandwidth", ctypes.c_double * _MAX_LEVELS), ("global_batch", ctypes.c_longlong),
+                ("memory_size", ctypes.c_double), ("max_accumulation", ctypes.c_int),
+                ("candidates", ctypes.c_int), ("cores", ctypes.c_int), ("polling", ctypes.c_bool)]
+
+
 class _Grouping(ctypes.Structure):
     _fields_ = [("replicas", ctypes.c_int), ("group_size", ctypes.c_int), ("stride", ctypes.c_int)]
 
@@ -156,12 +166,24 @@ _plan_compute = _sig("rp_plan_compute", _int, _P, _P, _PP, _E)
 _plan_to_json = _sig("rp_plan_to_json", _int, _P, _P, ctypes.POINTER(ctypes.c_void_p), _E)
 _plan_pipedream_conf = _sig("rp_plan_pipedream_conf", _int, _P, ctypes.POINTER(ctypes.c_void_p), _E)
 _plan_free = _sig("rp_plan_free", None, _P)
+_profile_micro_batch = _sig("rp_profile_micro_batch", _int, _P)
+_autoplan_options_size = _sig("rp_autoplan_options_size", _size)
+_autoplan_size = _sig("rp_autoplan_size", _size)
+_autoplan_options_default = _sig("rp_autoplan_options_default", None, _P)
+_autoplan_compute = _sig("rp_autoplan_compute", _int, _PP, ctypes.POINTER(ctypes.c_double), _int,
+                         _P, _P, _P, _P, _E)
+_autoplan_to_json = _sig("rp_autoplan_to_json", _int, _P, _ll, _P, _P,
+                         ctypes.POINTER(ctypes.c_void_p), _E)
 _dataset_load_idx = _sig("rp_dataset_load_idx", _int, ctypes.POINTER(ctypes.POINTER(_Dataset)),
                          _c, ctypes.c_bool, _E)
 _dataset_free = _sig("rp_dataset_free", None, ctypes.POINTER(_Dataset))
 _stream_init = _sig("rp_stream_init", _int, ctypes.POINTER(_Stream), ctypes.c_uint64, _int, _int, _E)
 _stream_free = _sig("rp_stream_free", None, ctypes.POINTER(_Stream))
 _stream_update = _sig("rp_stream_update", None, ctypes.POINTER(_Stream), _ll, _I64)
+
+
+if ctypes.sizeof(_AutoplanOptions) != _autoplan_options_size():
+    raise ImportError("repipe: this package does not match librepipe's rp_autoplan_options")
 
 
 def _check(status, err):
@@ -304,9 +326,64 @@ def _runs(ranks):
 class Plan:
     """A plan of PipeDream's objective: .json holds what `repipe plan --json` writes."""
 
-    def __init__(self, text, conf, profile):
+    def __init__(self, text, conf, profile, handles):
         self.json, self._text, self._conf = json.loads(text), text, conf
         self.profile = os.fspath(profile)
+        self._prof, self._plan = handles  # freed with the Plan
+
+    def __del__(self):
+        if getattr(self, "_plan", None):
+            _plan_free(self._plan)
+            self._plan = None
+        if getattr(self, "_prof", None):
+            _profile_free(self._prof)
+            self._prof = None
+
+    def engine(self, global_batch=None, base=None, profile_batch=None, memory_size=0,
+               max_accumulation=64, cores=0, backend="local"):
+        """The engine objective, as `repipe plan --objective engine --json` gives it: the
+        configuration repipe's synchronous pipelines run fastest for global_batch samples per
+        update, beside one worker, data parallelism and this plan run synchronously. Returns
+        {"global_batch", "simulated", "best", "single", "data_parallel", "pipedream"}; each row
+        has "found", "workers", "stages", "seconds_per_update", "samples_per_second",
+        "worker_bytes" and "config", a Config (base's other keys kept) ready to save and run.
+
+        profile_batch: the micro-batch the profile was measured on (default: the profile's
+        own, as repipe.torch.profile writes it, else base's micro_batch_size). global_batch
+        defaults to base's samples per update, else profile_batch x the machines."""
+        cfg = Config._of(base)
+        batch = profile_batch or _profile_micro_batch(self._prof) or (
+            cfg.micro_batch_size if base is not None else 0)
+        if not batch:
+            raise Error("Plan.engine: the profile does not say its micro-batch; give "
+                        "profile_batch, or a base whose micro_batch_size it was measured at")
+        if backend not in ("local", "mpi"):
+            raise Error("Plan.engine: backend %r: expected 'local' or 'mpi'" % (backend,))
+        o = self.json["options"]
+        opts = _AutoplanOptions()
+        _autoplan_options_default(ctypes.byref(opts))
+        opts.num_levels = len(o["machines"])
+        for i, (m, b) in enumerate(zip(o["machines"], o["bandwidths"])):
+            opts.machines[i], opts.bandwidth[i] = m, b
+        opts.global_batch = int(global_batch or (cfg.derived["samples_per_update"]
+                                                 if base is not None else
+                                                 batch * self.json["machines_available"]))
+        opts.memory_size = float(memory_size or cfg.device_memory)
+        opts.max_accumulation, opts.cores = max_accumulation, cores
+        opts.polling = backend == "mpi"
+        profs = (ctypes.c_void_p * 1)(self._prof)
+        batches = (ctypes.c_double * 1)(batch)
+        out, err = ctypes.create_string_buffer(_autoplan_size()), _Err()
+        _check(_autoplan_compute(ctypes.cast(profs, _PP), batches, 1, cfg._buf, self._plan,
+                                 ctypes.byref(opts), out, ctypes.byref(err)), err)
+        text = ctypes.c_void_p()
+        _check(_autoplan_to_json(out, opts.global_batch, None, None, ctypes.byref(text),
+                                 ctypes.byref(err)), err)
+        result = json.loads(_take_string(text))
+        for row in ("best", "single", "data_parallel", "pipedream"):
+            if result[row]["found"]:
+                result[row]["config"] = Config(**result[row]["config"])
+        return result
 
     def pipedream_conf(self):
         """PipeDream's hybrid_conf.json, as a dict."""
@@ -379,16 +456,16 @@ def plan(profile, machines, bandwidth=None, memory_size=16e9, memory_constraint=
     _check(_profile_read(ctypes.byref(prof), os.fsencode(profile), ctypes.byref(err)), err)
     try:
         _check(_plan_compute(prof, opts, ctypes.byref(p), ctypes.byref(err)), err)
-        try:
-            text, conf = ctypes.c_void_p(), ctypes.c_void_p()
-            _check(_plan_to_json(p, prof, ctypes.byref(text), ctypes.byref(err)), err)
-            text = _take_string(text)
-            _check(_plan_pipedream_conf(p, ctypes.byref(conf), ctypes.byref(err)), err)
-            return Plan(text, _take_string(conf), profile)
-        finally:
+        text, conf = ctypes.c_void_p(), ctypes.c_void_p()
+        _check(_plan_to_json(p, prof, ctypes.byref(text), ctypes.byref(err)), err)
+        text = _take_string(text)
+        _check(_plan_pipedream_conf(p, ctypes.byref(conf), ctypes.byref(err)), err)
+        return Plan(text, _take_string(conf), profile, (prof.value, p.value))
+    except BaseException:
+        if p:
             _plan_free(p)
-    finally:
         _profile_free(prof)
+        raise
 
 
 # ---- models, sessions, weights --------------------------------------------------------------

@@ -80,6 +80,34 @@ class Plans(unittest.TestCase):
                                                   "gradient_accumulation_steps is 4"):
             p.config(dict(base, gradient_accumulation_steps=4))
 
+    def test_engine_objective_equals_the_command(self):
+        profile = os.path.join(FIXTURES, "profiles", "vgg16", "graph.txt")
+        argv = [CLI, "plan", "--profile", profile, "--machines", "8", "2", "--bandwidth",
+                "4294967296", "2147483648", "--activation-compression", "1",
+                "--objective", "engine", "--json", "-"]
+        p = repipe.plan(profile, [8, 2], [4294967296, 2147483648], activation_compression=1)
+        base = {"seed": 4, "micro_batch_size": 32, "gradient_accumulation_steps": 8,
+                "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}}
+        with tempfile.TemporaryDirectory() as tmp:
+            base_path = os.path.join(tmp, "base.json")
+            with open(base_path, "w") as f:
+                json.dump(base, f)
+            cases = [(["--profile-batch", "64", "--global-batch", "1024"],
+                      dict(global_batch=1024, profile_batch=64)),
+                     (["--base-config", base_path], dict(base=base_path))]
+            for extra, kwargs in cases:
+                out = subprocess.run(argv + extra, check=True, capture_output=True).stdout
+                want = json.loads(out)  # standard output is the JSON alone
+                self.assertEqual({k: v for k, v in want.items() if k != "engine"}, p.json)
+                got = p.engine(**kwargs)
+                for row in ("best", "single", "data_parallel", "pipedream"):
+                    if got[row]["found"]:
+                        got[row]["config"] = got[row]["config"].to_dict()
+                self.assertEqual(got, want["engine"], extra)
+        self.assertEqual(want["engine"]["best"]["config"]["seed"], 4)  # base's keys stay
+        with self.assertRaisesRegex(repipe.Error, "does not say its micro-batch"):
+            p.engine(global_batch=1024)
+
     def test_a_bad_profile_raises_the_c_message(self):
         with self.assertRaisesRegex(repipe.Error, "nope.txt"):
             repipe.plan("nope.txt", [2])

@@ -68,8 +68,10 @@ class Profiles(unittest.TestCase):
         self.assertEqual(nodes["node8"][1]["activation_size"], 4 * 10 * 4)
         self.assertIn("micro_batch=4", nodes["node0"][0])
         plan = repipe.plan(path, machines=[2])  # the planner reads it
-        self.assertEqual(sum(s["replication"] for s in plan.json["levels"][0]["stages"]) >= 1,
-                         True)
+        engine = plan.engine()  # the micro-batch comes from the profile: 4 x 2 machines
+        self.assertEqual(engine["global_batch"], 8)
+        self.assertTrue(engine["best"]["found"])
+        self.assertEqual(sum(engine["best"]["config"].layers_per_stage), 8)
 
     def test_time_lands_on_the_module_that_spends_it(self):
         class SlowGrad(torch.autograd.Function):

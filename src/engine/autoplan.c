@@ -43,6 +43,9 @@ void rp_autoplan_options_default(rp_autoplan_options *o) {
     };
 }
 
+size_t rp_autoplan_options_size(void) { return sizeof(rp_autoplan_options); }
+size_t rp_autoplan_size(void) { return sizeof(rp_autoplan); }
+
 /* A shape whose stages the programme chose, with its estimate. */
 typedef struct cand {
     int R, per, GA, B, P, prof; /* prof: the profile its times come from */

@@ -40,8 +40,7 @@ static cJSON *rank_map(const rp_plan *p) {
     return m;
 }
 
-rp_status rp_plan_to_json(const rp_plan *p, const rp_profile *profile, char **out,
-                          rp_error *err) {
+static cJSON *plan_json(const rp_plan *p, const rp_profile *profile) {
     cJSON *r = cJSON_CreateObject();
     const rp_plan_options *o = &p->options;
     cJSON *opt = cJSON_CreateObject();
@@ -109,7 +108,64 @@ rp_status rp_plan_to_json(const rp_plan *p, const rp_profile *profile, char **ou
                               cJSON_CreateIntArray(cfg.stage_replication,
                                                    cfg.stage_replication_count));
     }
-    return finish(r, out, err);
+    return r;
+}
+
+rp_status rp_plan_to_json(const rp_plan *p, const rp_profile *profile, char **out,
+                          rp_error *err) {
+    return finish(plan_json(p, profile), out, err);
+}
+
+/* One row of the engine objective's comparison: its configuration whole,
+** as rp_config_to_json writes it, so that it can be saved and run. */
+static cJSON *autoplan_entry(const rp_autoplan_entry *e, rp_error *err) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddBoolToObject(j, "found", e->found);
+    if (!e->found)
+        return j;
+    rp_derived d;
+    rp_config_derive(&e->cfg, &d);
+    cJSON_AddNumberToObject(j, "workers", d.workers);
+    cJSON_AddNumberToObject(j, "stages", d.stages);
+    cJSON_AddNumberToObject(j, "seconds_per_update", e->seconds);
+    cJSON_AddNumberToObject(j, "samples_per_second", (double)d.samples_per_update / e->seconds);
+    cJSON_AddNumberToObject(j, "worker_bytes", e->worker_bytes);
+    char *text;
+    if (rp_config_to_json(&e->cfg, &text, err)) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    cJSON *cfg = cJSON_Parse(text);
+    free(text);
+    if (!cfg) {
+        cJSON_Delete(j);
+        rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    cJSON_AddItemToObject(j, "config", cfg);
+    return j;
+}
+
+rp_status rp_autoplan_to_json(const rp_autoplan *a, long long global_batch, const rp_plan *plan,
+                              const rp_profile *profile, char **out, rp_error *err) {
+    cJSON *root = plan ? plan_json(plan, profile) : NULL;
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "global_batch", (double)global_batch);
+    cJSON_AddNumberToObject(e, "simulated", a->simulated);
+    static const char *const names[] = {"best", "single", "data_parallel", "pipedream"};
+    const rp_autoplan_entry *rows[] = {&a->best, &a->single, &a->data_parallel, &a->pipedream};
+    for (int k = 0; k < 4; k++) {
+        cJSON *j = autoplan_entry(rows[k], err);
+        if (!j) {
+            cJSON_Delete(e), cJSON_Delete(root);
+            return err->status;
+        }
+        cJSON_AddItemToObject(e, names[k], j);
+    }
+    if (!root)
+        return finish(e, out, err);
+    cJSON_AddItemToObject(root, "engine", e);
+    return finish(root, out, err);
 }
 
 rp_status rp_plan_options_from_json(rp_plan_options *o, const char *text, size_t len,
