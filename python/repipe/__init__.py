@@ -159,6 +159,8 @@ _grouping_init = _sig("rp_grouping_init", _int, ctypes.POINTER(_Grouping), _int,
 _grouping_group_of = _sig("rp_grouping_group_of", _int, ctypes.POINTER(_Grouping), _int)
 _profile_read = _sig("rp_profile_read", _int, _PP, _c, _E)
 _profile_free = _sig("rp_profile_free", None, _P)
+_profile_measure = _sig("rp_profile_measure", _int, _P, _int, _int, _PP, _E)
+_profile_write = _sig("rp_profile_write", _int, _P, ctypes.POINTER(ctypes.c_int), _c, _E)
 _plan_options_size = _sig("rp_plan_options_size", _size)
 _plan_options_default = _sig("rp_plan_options_default", None, _P)
 _plan_options_from_json = _sig("rp_plan_options_from_json", _int, _P, _c, _size, _c, _E)
@@ -505,6 +507,18 @@ class Model:
     def targets(self):
         """Labels per sample: 1, or T for a token model."""
         return self._m.num_targets
+
+    def profile(self, out="graph.txt", micro_batch=64, repeats=20):
+        """Measures each layer on micro_batch rows (the median of `repeats` runs) and writes
+        the planner's graph.txt to `out`, as `repipe profile` does. Returns the path."""
+        p, err = ctypes.c_void_p(), _Err()
+        _check(_profile_measure(self._h, micro_batch, repeats, ctypes.byref(p),
+                                ctypes.byref(err)), err)
+        try:
+            _check(_profile_write(p, None, os.fsencode(out), ctypes.byref(err)), err)
+        finally:
+            _profile_free(p)
+        return out
 
     def __del__(self):
         if getattr(self, "_h", None):

@@ -6,6 +6,7 @@ command and REPIPE_SOURCE the repository.
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -107,6 +108,25 @@ class Plans(unittest.TestCase):
         self.assertEqual(want["engine"]["best"]["config"]["seed"], 4)  # base's keys stay
         with self.assertRaisesRegex(repipe.Error, "does not say its micro-batch"):
             p.engine(global_batch=1024)
+
+    def test_model_profile_is_the_commands(self):
+        model_path = os.path.join(SRC, "examples", "fmnist-cnn.model")
+        with tempfile.TemporaryDirectory() as tmp:
+            ours = repipe.Model.load(model_path).profile(os.path.join(tmp, "py.txt"),
+                                                         micro_batch=8, repeats=2)
+            theirs = os.path.join(tmp, "cli.txt")
+            subprocess.run([CLI, "profile", "--model", model_path, "--micro-batch", "8",
+                            "--repeats", "2", "--out", theirs], check=True, capture_output=True)
+
+            def shape(path):  # everything but the times, which are measured anew
+                with open(path) as f:
+                    return [re.sub(r"(forward|backward)_compute_time=[0-9.]+", "", line)
+                            for line in f]
+            self.assertEqual(shape(ours), shape(theirs))
+            self.assertGreater(len(shape(ours)), 5)
+            self.assertEqual(repipe.plan(ours, [2]).engine()["global_batch"], 16)
+        with self.assertRaisesRegex(repipe.Error, "batch and repeats must be >= 1"):
+            repipe.Model.load(model_path).profile(os.path.join("nope", "x.txt"), micro_batch=0)
 
     def test_a_bad_profile_raises_the_c_message(self):
         with self.assertRaisesRegex(repipe.Error, "nope.txt"):
