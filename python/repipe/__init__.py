@@ -159,6 +159,11 @@ _grouping_init = _sig("rp_grouping_init", _int, ctypes.POINTER(_Grouping), _int,
 _grouping_group_of = _sig("rp_grouping_group_of", _int, ctypes.POINTER(_Grouping), _int)
 _profile_read = _sig("rp_profile_read", _int, _PP, _c, _E)
 _profile_free = _sig("rp_profile_free", None, _P)
+_weights_to_params = _sig("rp_weights_to_params", _int, _P, ctypes.POINTER(_Weights), _int, _F, _E)
+_model_check_tokens = _sig("rp_model_check_tokens", _int, _P, _c, _E)
+_model_generate = _sig("rp_model_generate", _int, _P, _F, _I32, _int, _int, ctypes.c_double, _int,
+                       ctypes.c_uint64, _E)
+_fpu_fast_denormals = _sig("rp_fpu_fast_denormals", None)
 _profile_measure = _sig("rp_profile_measure", _int, _P, _int, _int, _PP, _E)
 _profile_write = _sig("rp_profile_write", _int, _P, ctypes.POINTER(ctypes.c_int), _c, _E)
 _plan_options_size = _sig("rp_plan_options_size", _size)
@@ -508,6 +513,38 @@ class Model:
         """Labels per sample: 1, or T for a token model."""
         return self._m.num_targets
 
+    def generate(self, weights, prompt, n=256, temperature=1.0, top_k=40, seed=1):
+        """Continues prompt by n tokens drawn from a token model with these weights
+        ({name: float32 array}, as Session.weights() or load_weights() give them), as
+        `repipe generate` does: scores divided by temperature (0: the most likely token), the
+        top_k most likely (0: all), draws from seed's stream. prompt: bytes or str (UTF-8;
+        returns bytes) or token ids (returns an int32 array of prompt and continuation).
+        Like a Session, it turns on flush-to-zero for the calling thread."""
+        err = _Err()
+        _check(_model_check_tokens(self._h, b"generate", ctypes.byref(err)), err)
+        text = isinstance(prompt, (str, bytes))
+        ids = np.frombuffer(prompt.encode() if isinstance(prompt, str) else prompt,
+                            dtype=np.uint8) if text else _array(prompt, np.int32, "prompt")
+        if ids.ndim != 1 or ids.size == 0:
+            raise Error("prompt: give at least one token")
+        tokens = np.empty(ids.size + n, dtype=np.int32)
+        tokens[:ids.size] = ids
+        tensors = _tensors(weights)
+        w = _Weights(len(tensors), tensors)
+        params = np.empty(max(self.num_params, 1), dtype=np.float32)
+        _check(_weights_to_params(self._h, ctypes.byref(w), 0, _ptr(params, ctypes.c_float),
+                                  ctypes.byref(err)), err)
+        _fpu_fast_denormals()
+        _check(_model_generate(self._h, _ptr(params, ctypes.c_float),
+                               _ptr(tokens, ctypes.c_int32), ids.size, n, temperature, top_k,
+                               seed, ctypes.byref(err)), err)
+        if text:
+            if tokens.max(initial=0) > 255:
+                raise Error("generate: a vocabulary of more than 256 tokens does not give bytes;"
+                            " pass the prompt as token ids")
+            return tokens.astype(np.uint8).tobytes()
+        return tokens
+
     def profile(self, out="graph.txt", micro_batch=64, repeats=20):
         """Measures each layer on micro_batch rows (the median of `repeats` runs) and writes
         the planner's graph.txt to `out`, as `repipe profile` does. Returns the path."""
@@ -537,6 +574,26 @@ def _weights_dict(w, all_replicas=False):
         out[t.name.decode()] = a.reshape(((t.groups,) if t.groups > 1 or all_replicas else ())
                                          + shape)
     return out
+
+
+def _tensors(weights, shapes=None):
+    """{name: float32 array} as rp_tensors that point into the arrays (kept alive by the
+    caller's dict). An array with one axis more than its tensor's shape in `shapes` holds a
+    copy per group (or replica) along its first axis."""
+    arrays = {k: _array(v, np.float32, "weights[%r]" % k) for k, v in weights.items()}
+    tensors = (_Tensor * len(arrays))()
+    for t, (name, a) in zip(tensors, arrays.items()):
+        lead = shapes is not None and name in shapes and a.ndim == len(shapes[name]) + 1
+        shape = a.shape[1:] if lead else a.shape
+        if len(shape) > _MAX_DIMS:
+            raise Error("weights[%r]: %d dimensions, at most %d" % (name, len(shape), _MAX_DIMS))
+        t.name = name.encode()
+        t.shape.ndim = len(shape)
+        for i, d in enumerate(shape):
+            t.shape.dim[i] = d
+        t.groups = a.shape[0] if lead else 1
+        t.data = _ptr(a, ctypes.c_float)
+    return tensors
 
 
 def _tensor_shapes(h):
@@ -639,18 +696,8 @@ class Session:
         every group (every replica); one with a leading dimension sets each group, or in
         "all_replicas" mode each replica (refused where a group's replicas would differ)."""
         _mode(mode)
-        arrays = {k: _array(v, np.float32, "weights[%r]" % k) for k, v in weights.items()}
-        tensors = (_Tensor * len(arrays))()
-        for t, (name, a) in zip(tensors, arrays.items()):
-            lead = name in self._shapes and a.ndim == len(self._shapes[name]) + 1
-            shape = a.shape[1:] if lead else a.shape
-            t.name = name.encode()
-            t.shape.ndim = len(shape)
-            for i, d in enumerate(shape[:_MAX_DIMS]):
-                t.shape.dim[i] = d
-            t.groups = a.shape[0] if lead else 1
-            t.data = _ptr(a, ctypes.c_float)
-        w, err = _Weights(len(arrays), tensors), _Err()
+        tensors = _tensors(weights, self._shapes)
+        w, err = _Weights(len(tensors), tensors), _Err()
         _check(_session_set_weights(self._h, ctypes.byref(w), _mode(mode), ctypes.byref(err)),
                err)
 

@@ -202,6 +202,39 @@ class Training(unittest.TestCase):
             self.assertTrue(np.array_equal(got[name], want[name]), name)
 
 
+class Generation(unittest.TestCase):
+    def test_generate_equals_the_command(self):
+        fx = os.path.join(SRC, "tests", "fixtures", "llmc")
+        model_path = os.path.join(fx, "gpt-l2.model")
+        with tempfile.TemporaryDirectory() as tmp:
+            w_path = os.path.join(tmp, "l2.rpw")
+            subprocess.run([CLI, "weights", "import-llmc", os.path.join(fx, "gpt-l2.bin"),
+                            "--model", model_path, "--out", w_path], check=True,
+                           capture_output=True)
+            weights = repipe.load_weights(w_path)
+            model = repipe.Model.load(model_path)
+            for args in ((b"And", 40, 1.0, 40, 7), (b"x", 20, 0.0, 0, 1), (b"ab", 30, 0.7, 5, 3)):
+                prompt, n, temp, k, seed = args
+                want = subprocess.run([CLI, "generate", "--model", model_path, "--load",
+                                       w_path, "--prompt", prompt.decode(), "--tokens", str(n),
+                                       "--temperature", str(temp), "--top-k", str(k),
+                                       "--seed", str(seed)], check=True,
+                                      capture_output=True).stdout
+                got = model.generate(weights, prompt, n, temp, k, seed)
+                self.assertEqual(got, want[:len(got)], args)  # the command adds a newline
+                self.assertEqual(len(got), len(prompt) + n)
+            ids = model.generate(weights, np.array([65, 110], np.int32), 5, 0.0)
+            self.assertEqual(ids.dtype, np.int32)
+            self.assertEqual(ids.tobytes()[:8], np.array([65, 110], np.int32).tobytes())
+            with self.assertRaisesRegex(repipe.Error, "prompt"):
+                model.generate(weights, b"", 5)
+            with self.assertRaisesRegex(repipe.Error, "weights"):
+                model.generate({}, b"a", 5)
+        with self.assertRaisesRegex(repipe.Error, "generate"):
+            repipe.Model.parse("input 4\nlinear 3\nsoftmax_cross_entropy\n").generate(
+                {}, b"a", 2)
+
+
 class Arrays(unittest.TestCase):
     def setUp(self):
         self.model = repipe.Model.parse("input 6\nlinear 4\nrelu\nlinear 3\n"
