@@ -336,7 +336,8 @@ class Plan:
     def __init__(self, text, conf, profile, handles):
         self.json, self._text, self._conf = json.loads(text), text, conf
         self.profile = os.fspath(profile)
-        self._prof, self._plan = handles  # freed with the Plan
+        self._graph = _read_graph(self.profile)  # for describe(), read while it is there
+        self._prof, self._plan = handles  # freed with the Plan (set last: __init__ then holds)
 
     def __del__(self):
         if getattr(self, "_plan", None):
@@ -417,7 +418,7 @@ class Plan:
     def describe(self):
         """The plan in words: each stage's workers (PipeDream's ranks) and layers, and the
         predicted time per step, as `repipe plan` prints them."""
-        j, (desc, sources) = self.json, _read_graph(self.profile)
+        j, (desc, sources) = self.json, self._graph
         stages = sorted(j["stage_to_rank_map"], key=int)
         lines = ["%d workers on %s machines (innermost level first), replica-major; PipeDream's"
                  " --stage_to_num_ranks %s" % (
