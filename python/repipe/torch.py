@@ -4,11 +4,12 @@
     repipe.torch.profile(model, torch.randn(64, 3, 224, 224), out="graph.txt")
     plan = repipe.plan("graph.txt", machines=[8, 2], bandwidth=[4e9, 2e9])
 
-Each leaf module (one without children) is a node: its forward and backward time (the best
-of `repeat` runs of the whole model, from hooks around the module), its output's bytes and
-its parameters' bytes. The graph comes from torch.fx where the model traces: functions
-between modules (flatten, a residual addition) become nodes of their own with no time. A
-model fx cannot trace is profiled in the order its leaf modules run, as a chain.
+Each call of a leaf module (one without children) is a node: its forward time (hooks around
+the call) and backward time (read off the autograd graph), the best of `repeat` runs of the
+whole model, its output's bytes and its parameters' bytes. The graph comes from torch.fx
+where the model traces: functions between modules (flatten, a residual addition) become
+nodes of their own with no time. A model fx cannot trace is profiled in the order its leaf
+modules run, as a chain.
 """
 import time
 
@@ -23,17 +24,6 @@ def _bytes(x):
     if isinstance(x, (tuple, list)):
         return sum(_bytes(t) for t in x)
     return 0
-
-
-def _first_tensor(x):
-    if isinstance(x, torch.Tensor):
-        return x
-    if isinstance(x, (tuple, list)):
-        for t in x:
-            f = _first_tensor(t)
-            if f is not None:
-                return f
-    return None
 
 
 def _leaves(module):
