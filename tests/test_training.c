@@ -4,6 +4,9 @@
 ** output modes return what separate computations give.
 */
 #include <stdlib.h>
+#if defined(__SSE__) || defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include "repipe/data.h"
 #include "repipe/session.h"
@@ -194,6 +197,37 @@ static void test_output_modes(void) {
     rp_model_free(m);
 }
 
+/* The calling thread is worker 0: it computes with denormals flushed, as
+** the others, and has its own floating-point mode back after each call, so
+** the caller's mode neither leaks nor changes a result. */
+static void test_callers_fpu_mode(void) {
+#if defined(__SSE__) || defined(__x86_64__)
+    const unsigned FTZ_DAZ = 0x8000 | 0x0040;
+    unsigned mode = _mm_getcsr();
+    rp_model *m = test_model(DROP);
+    rp_config c = config(8, 2, 1, "{\"type\": \"sgd\", \"lr\": 0.1}");
+    _mm_setcsr(mode & ~FTZ_DAZ);
+    float *plain = train(m, &c, 2, NULL); /* create, run, get weights, free */
+    CHECK(_mm_getcsr() == (mode & ~FTZ_DAZ));
+    rp_session *s;
+    rp_error err;
+    CHECK(rp_session_create(m, &c, &s, &err) == RP_OK);
+    int32_t pred[8];
+    double loss;
+    CHECK(rp_session_predict(s, data->x, 8, pred, &err) == RP_OK);
+    CHECK(rp_session_loss(s, data->x, data->labels, 8, &loss, &err) == RP_OK);
+    CHECK(_mm_getcsr() == (mode & ~FTZ_DAZ));
+    rp_session_free(s);
+    _mm_setcsr(mode | FTZ_DAZ); /* a caller that flushes already */
+    float *flushed = train(m, &c, 2, NULL);
+    CHECK(_mm_getcsr() == (mode | FTZ_DAZ));
+    CHECK(memcmp(plain, flushed, sizeof(float) * m->num_params) == 0);
+    _mm_setcsr(mode);
+    free(plain), free(flushed);
+    rp_model_free(m);
+#endif
+}
+
 int main(void) {
     rp_error err;
     rp_shape shape = {3, {1, 28, 28}};
@@ -202,6 +236,7 @@ int main(void) {
     test_accumulation();
     test_determinism_and_iterations();
     test_output_modes();
+    test_callers_fpu_mode();
     rp_dataset_free(data);
     return test_finish("test_training");
 }

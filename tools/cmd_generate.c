@@ -74,7 +74,6 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     for (int i = 0; i < len; i++)
         tokens[i] = (unsigned char)prompt[i];
-    rp_fpu_fast_denormals();
     if (rp_weights_to_params(m, w, 0, params, &err) ||
         rp_model_generate(m, params, tokens, len, (int)n, temperature, (int)top_k,
                           (uint64_t)seed, &err))

@@ -41,7 +41,6 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         cli_error(cmd, "%s", err.msg);
         return 1;
     }
-    rp_fpu_fast_denormals();
     int rc = 0;
     if (rp_profile_measure(m, (int)batch, (int)repeats, &p, &err) ||
         rp_profile_write(p, NULL, out, &err)) {

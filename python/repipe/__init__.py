@@ -163,7 +163,6 @@ _weights_to_params = _sig("rp_weights_to_params", _int, _P, ctypes.POINTER(_Weig
 _model_check_tokens = _sig("rp_model_check_tokens", _int, _P, _c, _E)
 _model_generate = _sig("rp_model_generate", _int, _P, _F, _I32, _int, _int, ctypes.c_double, _int,
                        ctypes.c_uint64, _E)
-_fpu_fast_denormals = _sig("rp_fpu_fast_denormals", None)
 _profile_measure = _sig("rp_profile_measure", _int, _P, _int, _int, _PP, _E)
 _profile_write = _sig("rp_profile_write", _int, _P, ctypes.POINTER(ctypes.c_int), _c, _E)
 _plan_options_size = _sig("rp_plan_options_size", _size)
@@ -519,8 +518,7 @@ class Model:
         ({name: float32 array}, as Session.weights() or load_weights() give them), as
         `repipe generate` does: scores divided by temperature (0: the most likely token), the
         top_k most likely (0: all), draws from seed's stream. prompt: bytes or str (UTF-8;
-        returns bytes) or token ids (returns an int32 array of prompt and continuation).
-        Like a Session, it turns on flush-to-zero for the calling thread."""
+        returns bytes) or token ids (returns an int32 array of prompt and continuation)."""
         err = _Err()
         _check(_model_check_tokens(self._h, b"generate", ctypes.byref(err)), err)
         text = isinstance(prompt, (str, bytes))
@@ -535,7 +533,6 @@ class Model:
         params = np.empty(max(self.num_params, 1), dtype=np.float32)
         _check(_weights_to_params(self._h, ctypes.byref(w), 0, _ptr(params, ctypes.c_float),
                                   ctypes.byref(err)), err)
-        _fpu_fast_denormals()
         _check(_model_generate(self._h, _ptr(params, ctypes.c_float),
                                _ptr(tokens, ctypes.c_int32), ids.size, n, temperature, top_k,
                                seed, ctypes.byref(err)), err)

@@ -62,4 +62,10 @@ static inline void rp_cpu_relax(void) {
 /* qsort comparison of doubles, ascending. */
 int rp_cmp_double(const void *a, const void *b);
 
+/* The library computes on the caller's thread with flush-to-zero on (as its
+** worker threads always do) and gives the caller its own mode back:
+** saved = rpi_fpu_enter(); ...; rpi_fpu_leave(saved). */
+unsigned rpi_fpu_enter(void);
+void rpi_fpu_leave(unsigned saved);
+
 #endif /* REPIPE_UTIL_H */

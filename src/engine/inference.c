@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/util.h"
 #include "session_impl.h"
 
 /* ---- inference ---------------------------------------------------------------------- */
@@ -129,9 +130,21 @@ static rp_status infer_mpi(rp_session *s, const float *x, const int32_t *labels,
     return st;
 }
 
-/* Predictions (pred) or the summed loss (labels, loss_sum) of n rows. */
+static rp_status infer_call(rp_session *s, const float *x, const int32_t *labels, int n,
+                            int32_t *pred, double *loss_sum, rp_error *err);
+
+/* Predictions (pred) or the summed loss (labels, loss_sum) of n rows; the
+** calling thread runs replica 0 with denormals flushed, as the others. */
 static rp_status infer(rp_session *s, const float *x, const int32_t *labels, int n,
                        int32_t *pred, double *loss_sum, rp_error *err) {
+    unsigned fpu = rpi_fpu_enter();
+    rp_status st = infer_call(s, x, labels, n, pred, loss_sum, err);
+    rpi_fpu_leave(fpu);
+    return st;
+}
+
+static rp_status infer_call(rp_session *s, const float *x, const int32_t *labels, int n,
+                            int32_t *pred, double *loss_sum, rp_error *err) {
     const rp_model *m = s->m;
     int counts[RP_MAX_STAGES], P = rp_config_num_stages(&s->cfg, true);
     rp_status st = rp_config_stage_layers(&s->cfg, true, m->num_layers, counts, err);

@@ -20,8 +20,8 @@ static char *dupstr(const char *s) {
     return d;
 }
 
-rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profile **out,
-                             rp_error *err) {
+static rp_status measure(const rp_model *m, int batch, int repeats, rp_profile **out,
+                         rp_error *err) {
     *out = NULL;
     if (batch < 1 || repeats < 1)
         return rp_fail(err, RP_ERR_INVALID, "profile: batch and repeats must be >= 1");
@@ -119,6 +119,15 @@ done:
     }
     *out = p;
     return RP_OK;
+}
+
+/* Times as the engine's workers see them: denormals flushed. */
+rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profile **out,
+                             rp_error *err) {
+    unsigned fpu = rpi_fpu_enter();
+    rp_status st = measure(m, batch, repeats, out, err);
+    rpi_fpu_leave(fpu);
+    return st;
 }
 
 rp_status rp_plan_to_config(const rp_plan *plan, const rp_profile *prof, rp_config *cfg,

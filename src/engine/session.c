@@ -795,7 +795,6 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
         if (st)
             goto fail;
     }
-    rp_fpu_fast_denormals();
     openblas_set_num_threads(1); /* one BLAS thread per worker */
     if (!comm && (st = rp_world_create(W, &s->world, err)))
         goto fail;
@@ -881,14 +880,23 @@ fail:
     return st;
 }
 
+/* The calling thread computes as worker 0, with denormals flushed as on the
+** other workers' threads; it gets its own floating-point mode back after
+** each call. */
 rp_status rp_session_create(const rp_model *m, const rp_config *cfg, rp_session **out,
                             rp_error *err) {
-    return create(m, cfg, NULL, out, err);
+    unsigned fpu = rpi_fpu_enter();
+    rp_status st = create(m, cfg, NULL, out, err);
+    rpi_fpu_leave(fpu);
+    return st;
 }
 
 rp_status rp_session_create_mpi(const rp_model *m, const rp_config *cfg, rp_comm *comm,
                                 rp_session **out, rp_error *err) {
-    return create(m, cfg, comm, out, err);
+    unsigned fpu = rpi_fpu_enter();
+    rp_status st = create(m, cfg, comm, out, err);
+    rpi_fpu_leave(fpu);
+    return st;
 }
 
 long long rp_session_samples_per_call(const rp_session *s) {
@@ -948,7 +956,16 @@ rp_status rp_session_run_samples(rp_session *s, const rp_dataset *d, const int64
     return run(s, res, err);
 }
 
+static rp_status run_call(rp_session *s, rp_result *res, rp_error *err);
+
 static rp_status run(rp_session *s, rp_result *res, rp_error *err) {
+    unsigned fpu = rpi_fpu_enter();
+    rp_status st = run_call(s, res, err);
+    rpi_fpu_leave(fpu);
+    return st;
+}
+
+static rp_status run_call(rp_session *s, rp_result *res, rp_error *err) {
     if (s->started) {
         pthread_mutex_lock(&s->mu);
         __atomic_store_n(&s->done, 0, __ATOMIC_RELAXED);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/util.h"
 #include "repipe/model.h"
 
 /* sorts probabilities into descending order */
@@ -28,8 +29,8 @@ rp_status rp_model_check_tokens(const rp_model *m, const char *what, rp_error *e
     return RP_OK;
 }
 
-rp_status rp_model_generate(const rp_model *m, const float *params, int32_t *tokens, int len,
-                            int n, double temperature, int top_k, uint64_t seed, rp_error *err) {
+static rp_status generate(const rp_model *m, const float *params, int32_t *tokens, int len,
+                          int n, double temperature, int top_k, uint64_t seed, rp_error *err) {
     int T = m->input.dim[0], V = m->num_classes;
     rp_status bad = rp_model_check_tokens(m, "generate", err);
     if (bad)
@@ -94,5 +95,13 @@ rp_status rp_model_generate(const rp_model *m, const float *params, int32_t *tok
     rp_acts_free(acts);
     rp_net_free(net);
     free(x), free(cand);
+    return st;
+}
+
+rp_status rp_model_generate(const rp_model *m, const float *params, int32_t *tokens, int len,
+                            int n, double temperature, int top_k, uint64_t seed, rp_error *err) {
+    unsigned fpu = rpi_fpu_enter(); /* the draws as the engine computes: denormals flushed */
+    rp_status st = generate(m, params, tokens, len, n, temperature, top_k, seed, err);
+    rpi_fpu_leave(fpu);
     return st;
 }
