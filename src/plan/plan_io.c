@@ -120,6 +120,10 @@ rp_status rp_plan_to_json(const rp_plan *p, const rp_profile *profile, char **ou
 ** as rp_config_to_json writes it, so that it can be saved and run. */
 static cJSON *autoplan_entry(const rp_autoplan_entry *e, rp_error *err) {
     cJSON *j = cJSON_CreateObject();
+    if (!j) {
+        rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
     cJSON_AddBoolToObject(j, "found", e->found);
     if (!e->found)
         return j;
@@ -150,6 +154,10 @@ rp_status rp_autoplan_to_json(const rp_autoplan *a, long long global_batch, cons
                               const rp_profile *profile, char **out, rp_error *err) {
     cJSON *root = plan ? plan_json(plan, profile) : NULL;
     cJSON *e = cJSON_CreateObject();
+    if (!e || (plan && !root)) {
+        cJSON_Delete(e), cJSON_Delete(root);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
     cJSON_AddNumberToObject(e, "global_batch", (double)global_batch);
     cJSON_AddNumberToObject(e, "simulated", a->simulated);
     static const char *const names[] = {"best", "single", "data_parallel", "pipedream"};
