@@ -192,6 +192,9 @@ if ctypes.sizeof(_AutoplanOptions) != _autoplan_options_size():
     raise ImportError("repipe: this package does not match librepipe's rp_autoplan_options")
 
 
+__version__ = _sig("rp_version", ctypes.c_char_p)().decode()  # the library's
+
+
 def _check(status, err):
     if status != 0:
         raise Error(err.msg.decode("utf-8", "replace"))

@@ -165,6 +165,11 @@ class Configs(unittest.TestCase):
         with self.assertRaisesRegex(repipe.Error, "unknown layer 'linaer'"):
             repipe.Model.parse("input 4\nlinaer 3\n")
 
+    def test_version_is_the_commands(self):
+        out = subprocess.run([CLI, "--version"], check=True, capture_output=True, text=True)
+        self.assertIn(repipe.__version__, out.stdout)
+        self.assertRegex(repipe.__version__, r"^\d+\.\d+")
+
     def test_groups(self):
         self.assertEqual(repipe.groups(8, 2, 4), [0, 1, 2, 3, 0, 1, 2, 3])
         self.assertEqual(repipe.groups(4), [0, 0, 0, 0])
