@@ -637,13 +637,24 @@ class Session:
         self._next_id = 0
         self._shapes = _tensor_shapes(self._h)
 
+    def _rows(self, x, n=None):
+        """x as n rows (any number when n is None) of the model's input, float32."""
+        x = _array(x, np.float32, "x", None if n is None else (n,) + self.model.input_shape)
+        if tuple(x.shape[1:]) != self.model.input_shape:
+            raise Error("x: shape %s, expected (n,) + %s" % (tuple(x.shape),
+                                                             self.model.input_shape))
+        return x
+
+    def _labels(self, y, n):
+        """y as the labels of n rows, int32: one each, or T for a token model."""
+        T = self.model.targets
+        return _array(y, np.int32, "y", (n,) if T == 1 else (n, T))
+
     def run(self, x, y, ids=None):
         """One host call: x (samples_per_call, *input) float32, y (samples_per_call[, T])
         int32, ids int64 (default: consecutive numbers). Returns the losses."""
-        n, shape = self.samples_per_call, self.model.input_shape
-        x = _array(x, np.float32, "x", (n,) + shape)
-        want_y = (n,) if self.model.targets == 1 else (n, self.model.targets)
-        y = _array(y, np.int32, "y", want_y)
+        n = self.samples_per_call
+        x, y = self._rows(x, n), self._labels(y, n)
         if ids is None:
             ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
             self._next_id += n
@@ -656,10 +667,7 @@ class Session:
 
     def predict(self, x):
         """The predicted class of each row of x (n, *input) float32."""
-        x = _array(x, np.float32, "x")
-        if tuple(x.shape[1:]) != self.model.input_shape:
-            raise Error("x: shape %s, expected (n,) + %s" % (tuple(x.shape),
-                                                             self.model.input_shape))
+        x = self._rows(x)
         pred, err = np.empty(x.shape[0], dtype=np.int32), _Err()
         _check(_session_predict(self._h, _ptr(x, ctypes.c_float), x.shape[0],
                                 _ptr(pred, ctypes.c_int32), ctypes.byref(err)), err)
@@ -668,13 +676,9 @@ class Session:
     def loss(self, x, y):
         """The mean loss of rows x with labels y, on replica 0's weights (a validation loss;
         per token for a token model)."""
-        x = _array(x, np.float32, "x")
-        if tuple(x.shape[1:]) != self.model.input_shape:
-            raise Error("x: shape %s, expected (n,) + %s" % (tuple(x.shape),
-                                                             self.model.input_shape))
+        x = self._rows(x)
         n = x.shape[0]
-        y = _array(y, np.int32, "y", (n,) if self.model.targets == 1 else
-                   (n, self.model.targets))
+        y = self._labels(y, n)
         mean, err = ctypes.c_double(), _Err()
         _check(_session_loss(self._h, _ptr(x, ctypes.c_float), _ptr(y, ctypes.c_int32), n,
                              ctypes.byref(mean), ctypes.byref(err)), err)
@@ -684,11 +688,10 @@ class Session:
         """{name: array}: in "one_per_group" mode a tensor of a grouping with G > 1 groups has a
         leading dimension G (each group's value); in "all_replicas" mode every tensor has a
         leading dimension R, the replicas in order (PopXL's retrieval modes)."""
-        w, err = ctypes.POINTER(_Weights)(), _Err()
-        _check(_session_get_weights(self._h, _mode(mode), ctypes.byref(w), ctypes.byref(err)),
-               err)
+        m, w, err = _mode(mode), ctypes.POINTER(_Weights)(), _Err()
+        _check(_session_get_weights(self._h, m, ctypes.byref(w), ctypes.byref(err)), err)
         try:
-            return _weights_dict(w, all_replicas=_mode(mode) == 1)
+            return _weights_dict(w, all_replicas=m == 1)
         finally:
             _weights_free(w)
 
@@ -696,11 +699,9 @@ class Session:
         """Replaces weights from {name: float32 array}: an array of the tensor's own shape sets
         every group (every replica); one with a leading dimension sets each group, or in
         "all_replicas" mode each replica (refused where a group's replicas would differ)."""
-        _mode(mode)
-        tensors = _tensors(weights, self._shapes)
+        m, tensors = _mode(mode), _tensors(weights, self._shapes)
         w, err = _Weights(len(tensors), tensors), _Err()
-        _check(_session_set_weights(self._h, ctypes.byref(w), _mode(mode), ctypes.byref(err)),
-               err)
+        _check(_session_set_weights(self._h, ctypes.byref(w), m, ctypes.byref(err)), err)
 
     def close(self):
         if self._h:

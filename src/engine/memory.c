@@ -74,11 +74,8 @@ rp_status rpi_plan_memory(const rp_session *s, int stage, rp_memory *out, rp_err
             slots = s->plan->w[k].slots;
     size_t n = rp_net_num_params(net);
     out->params = sizeof(float) * n;
-    if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM) /* a stashed version a micro-batch in flight */
-        out->params += sizeof(float) * n *
-                       (size_t)(s->cfg.pipedream_vertical_sync /* or every version of a call */
-                                    ? s->GA / rp_config_stage_replicas(&s->cfg, stage) + 1
-                                    : slots);
+    if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM)
+        out->params += sizeof(float) * n * (size_t)rpi_pipedream_versions(s, stage, slots);
     if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW) /* the older version */
         out->params += sizeof(float) * n;
     out->grads = sizeof(float) * n;

@@ -122,7 +122,9 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
                 if (!w->ops) {
                     free(order_fw), free(order_mb), free(slot_of), free(free_slots);
                     rp_workplan_free(sc);
-                    return rp_fail(err, RP_ERR_NOMEM, "out of memory for the operations of worker %d", (int)(w - sc->w));
+                    return rp_fail(err, RP_ERR_NOMEM,
+                                   "out of memory for the operations of worker %d",
+                                   (int)(w - sc->w));
                 }
                 bool async = cfg->schedule == RP_SCHEDULE_PIPEDREAM;
                 for (int i = 0; i < n; i++)
@@ -219,7 +221,10 @@ rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_er
                     if (nmsg == cap) {
                         msg *nm = realloc(msgs, sizeof(msg) * cap * 2);
                         if (!nm) {
-                            st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the %d messages of the schedule check", cap * 2);
+                            st = rp_fail(err, RP_ERR_NOMEM,
+                                         "out of memory for the %d messages of the schedule "
+                                         "check",
+                                         cap * 2);
                             goto done;
                         }
                         msgs = nm;

@@ -415,7 +415,8 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     }
     if (!w->acts || !w->out || !w->losses || !w->grad_in || !w->grad_out || !w->req ||
         !w->req_live || !w->runs)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's activations and messages", id);
+        return rp_fail(err, RP_ERR_NOMEM,
+                       "out of memory for worker %d's activations and messages", id);
     for (int k = 0; k < w->plan->slots; k++)
         if ((st = rp_acts_create(w->net, s->B, &w->acts[k], err)))
             return st;
@@ -458,11 +459,11 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     }
     if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM) {
         size_t np = rp_net_num_params(w->net) ? rp_net_num_params(w->net) : 1;
-        int r = rp_config_stage_replicas(&s->cfg, w->stage), kept = w->plan->slots;
+        int r = rp_config_stage_replicas(&s->cfg, w->stage);
+        int kept = rpi_pipedream_versions(s, w->stage, w->plan->slots);
         w->mean = 1.0f / (float)(r * s->R);
         w->slot_ver = calloc(w->plan->slots, sizeof(float *));
         if (s->cfg.pipedream_vertical_sync) { /* every version of a call */
-            kept = s->GA / r + 1;
             w->history = malloc(sizeof(float) * np * kept);
             w->version_of = malloc(sizeof(int) * s->GA);
             if (w->history && w->version_of && (st = vertical_versions(s, w, err)))
@@ -526,7 +527,9 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         w->tail = malloc(sizeof(float) * maxk);
     }
     if (!w->opt || (w->any_sharded && (!w->shard_g || !w->shard_p || !w->tail)))
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's optimizer state (%zu floats)", id, w->state_floats);
+        return rp_fail(err, RP_ERR_NOMEM,
+                       "out of memory for worker %d's optimizer state (%zu floats)", id,
+                       w->state_floats);
     /* replica c starts from its group's row of each variable */
     int *var_index = malloc(sizeof(int) * (m->num_vars ? m->num_vars : 1));
     if (!var_index)
@@ -824,7 +827,8 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
                 while (members[me] != id)
                     me++;
                 if (!(w->reduce[q] = rp_world_subcomm(s->world, members, nm, me))) {
-                    st = rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's reduction group", id);
+                    st = rp_fail(err, RP_ERR_NOMEM,
+                                 "out of memory for worker %d's reduction group", id);
                     goto fail;
                 }
             }

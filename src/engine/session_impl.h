@@ -154,4 +154,13 @@ rp_status rpi_pio(int fd, void *buf, size_t bytes, off_t at, bool write_it);
 ** replica of stage s in every replica of c's group, by worker id. */
 int rpi_reduce_members(const rp_session *s, const rp_grouping *g, int c, int stage, int *out);
 
+/* Schedule pipedream: the weight versions a worker of `stage` keeps beside
+** its own. One a micro-batch in flight (its activation slots); with vertical
+** sync every version of a call, GA / r_s + 1. */
+static inline int rpi_pipedream_versions(const rp_session *s, int stage, int slots) {
+    return s->cfg.pipedream_vertical_sync
+               ? s->GA / rp_config_stage_replicas(&s->cfg, stage) + 1
+               : slots;
+}
+
 #endif /* REPIPE_SESSION_IMPL_H */

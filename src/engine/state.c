@@ -136,7 +136,8 @@ rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_weights_
     for (int i = 0; i < s->nties; i++) { /* a tie's two copies are one tensor */
         const rp_tensor *e = rp_weights_find(w, m->vars[s->ties[i].emb_var].name);
         const rp_tensor *h = rp_weights_find(w, m->vars[s->ties[i].head_var].name);
-        size_t n = rp_shape_size(&e->shape) * (size_t)(e->groups < h->groups ? e->groups : h->groups);
+        int groups = e->groups < h->groups ? e->groups : h->groups;
+        size_t n = rp_shape_size(&e->shape) * (size_t)groups;
         if (e->groups != h->groups || memcmp(e->data, h->data, sizeof(float) * n) != 0)
             return rp_fail(err, RP_ERR_INVALID,
                            "weights: '%s' and '%s' are tied, one tensor, but the file holds "

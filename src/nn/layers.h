@@ -59,6 +59,15 @@ typedef struct layer_args {
     size_t scratch_limit; /* bytes of col + tmp a product may use (0: no limit) */
 } layer_args;
 
+/* Dropout keeps element e of row r with probability 1 - L->p; the decision
+** is a function of (seed, update, sample id, layer, e), nothing else. The
+** dropout layer and transformer_block's residual branches share it. */
+static inline float rpi_dropout_scale(const layer_args *a, int r, size_t e) {
+    const rp_step_ctx *c = a->ctx;
+    float u = rp_uniform(c->seed, c->update, (uint64_t)c->sample_id[r], (uint64_t)a->index, e);
+    return u < a->L->p ? 0.0f : 1.0f / (1.0f - a->L->p);
+}
+
 /* Bytes of aux state per micro-batch of B rows. */
 size_t rpi_layer_aux_bytes(const rp_layer *L, int B);
 /* Floats of scratch (col, tmp) a convolution needs for B rows, tiled to

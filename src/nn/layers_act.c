@@ -7,14 +7,6 @@
 
 #include "layers.h"
 
-/* Dropout keeps element e of row r with probability 1 - p; the decision is
-** a function of (seed, update, sample id, layer, element), nothing else. */
-static inline float dropout_scale(const layer_args *a, int r, size_t e) {
-    const rp_step_ctx *c = a->ctx;
-    float u = rp_uniform(c->seed, c->update, (uint64_t)c->sample_id[r], (uint64_t)a->index, e);
-    return u < a->L->p ? 0.0f : 1.0f / (1.0f - a->L->p);
-}
-
 /* One row r of C scores: its probabilities into prob, and its loss,
 ** -log softmax(z)[label] (0 without labels). */
 static rp_status softmax_ce_row(const layer_args *a, int r, int C, float *prob, double *loss,
@@ -156,5 +148,5 @@ void rpi_dropout_apply(const layer_args *a, const float *in, float *out) {
     }
     for (int r = 0; r < a->B; r++)
         for (size_t e = 0; e < per; e++)
-            out[r * per + e] = in[r * per + e] * dropout_scale(a, r, e);
+            out[r * per + e] = in[r * per + e] * rpi_dropout_scale(a, r, e);
 }

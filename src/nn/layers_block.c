@@ -94,38 +94,23 @@ size_t rpi_block_scratch(const rp_layer *L, int B) {
 /* y = x + drop_k(b): branch k's dropout of sample r's elements, as the
 ** dropout layer draws them; y may be b. */
 static void residual(const layer_args *a, int k, const float *x, const float *b, float *y) {
-    const rp_layer *L = a->L;
-    size_t n = rp_shape_size(&L->in);
-    bool drop = a->ctx->training && L->p > 0;
-    float keep = drop ? 1.0f / (1.0f - L->p) : 1.0f;
+    size_t n = rp_shape_size(&a->L->in);
+    bool drop = a->ctx->training && a->L->p > 0;
     for (int r = 0; r < a->B; r++)
         for (size_t e = 0; e < n; e++) {
             size_t i = (size_t)r * n + e;
-            float s = 1.0f;
-            if (drop) {
-                const rp_step_ctx *c = a->ctx;
-                float u = rp_uniform(c->seed, c->update, (uint64_t)c->sample_id[r],
-                                     (uint64_t)a->index, k * n + e);
-                s = u < L->p ? 0.0f : keep;
-            }
-            y[i] = x[i] + b[i] * s;
+            y[i] = x[i] + (drop ? b[i] * rpi_dropout_scale(a, r, k * n + e) : b[i]);
         }
 }
 
 /* dy = drop_k(dy) in place, the mask of residual() */
 static void residual_back(const layer_args *a, int k, float *dy) {
-    const rp_layer *L = a->L;
-    if (!a->ctx->training || L->p == 0)
+    if (!a->ctx->training || a->L->p == 0)
         return;
-    size_t n = rp_shape_size(&L->in);
-    float keep = 1.0f / (1.0f - L->p);
-    const rp_step_ctx *c = a->ctx;
+    size_t n = rp_shape_size(&a->L->in);
     for (int r = 0; r < a->B; r++)
-        for (size_t e = 0; e < n; e++) {
-            float u = rp_uniform(c->seed, c->update, (uint64_t)c->sample_id[r],
-                                 (uint64_t)a->index, k * n + e);
-            dy[(size_t)r * n + e] *= u < L->p ? 0.0f : keep;
-        }
+        for (size_t e = 0; e < n; e++)
+            dy[(size_t)r * n + e] *= rpi_dropout_scale(a, r, k * n + e);
 }
 
 static void gelu(const rp_layer *L, const float *x, float *y, size_t n) {
