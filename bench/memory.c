@@ -44,8 +44,8 @@ static const struct variant {
     {"baseline", "\"replication_factor\": 2, \"layers_per_stage\": [-1, -1]", ""},
     {"recompute_checkpoint_every_layer", "\"replication_factor\": 2, \"layers_per_stage\": [-1, -1]",
      "\"recompute_checkpoint_every_layer\": true"},
-    {"enable_half_partials (fp16)", "\"replication_factor\": 2, \"layers_per_stage\": [-1, -1]",
-     "\"enable_half_partials\": true, \"auto_loss_scaling\": true"},
+    {"fp16_exchange (fp16)", "\"replication_factor\": 2, \"layers_per_stage\": [-1, -1]",
+     "\"fp16_exchange\": true, \"auto_loss_scaling\": true"},
 };
 #define NV (int)(sizeof VARIANTS / sizeof VARIANTS[0])
 
@@ -69,7 +69,7 @@ static result run(const rp_model *m, const struct variant *v, int updates) {
     if (rp_session_stages(s) > 1 &&
         rp_config_stage_layers(&cfg, false, m->num_layers, counts, &err) == RP_OK) {
         double boundary = (double)rp_shape_size(&m->layers[counts[0] - 1].out);
-        double bytes = cfg.enable_half_partials ? 2 : 4;
+        double bytes = cfg.fp16_exchange ? 2 : 4;
         r.exchanged = 2 * boundary * bytes * cfg.micro_batch_size * cfg.gradient_accumulation_steps;
     }
     long long per = rp_session_samples_per_call(s);

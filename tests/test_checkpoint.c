@@ -135,7 +135,7 @@ static void same_layout(rp_comm *comm, const char *layout) {
         {"Adam, replicated tensor sharding", "ADAM", "\"replicated_tensor_sharding\": true"},
         {"Adam, offchip state", "ADAM", "\"optimizer_state_offchip\": true"},
         {"auto loss scaling, fp16 exchange", "SGD",
-         "\"auto_loss_scaling\": true, \"enable_half_partials\": true, \"loss_scaling\": 1024"},
+         "\"auto_loss_scaling\": true, \"fp16_exchange\": true, \"loss_scaling\": 1024"},
         {"cosine schedule, gradient clipping", "SGD",
          "\"gradient_clipping\": 0.5, \"lr_schedule\": {\"type\": \"cosine\", "
          "\"warmup_updates\": 3, \"decay_updates\": 16, \"min_lr\": 0.001}"},

@@ -12,7 +12,7 @@
 **   auto_loss_scaling, and a fixed loss_scaling: bit-identical while
 **       nothing overflows (the scale is a power of two, so scaling and
 **       unscaling are exact);
-**   enable_half_partials: activations and gradients cross stage boundaries
+**   fp16_exchange: activations and gradients cross stage boundaries
 **       as fp16, and the replicas' gradient sums are exchanged as fp16: each
 **       value rounded with a relative error of at most 2^-11 (the sum of g
 **       members, at most (g + 1) 2^-11 of the sum of their magnitudes). That
@@ -116,7 +116,7 @@ static const struct variant {
      "\"replicated_tensor_sharding\": true, \"optimizer_state_offchip\": true", SUM_ORDER},
     {"recompute", "\"recompute_checkpoint_every_layer\": true", EXACT},
     {"loss scaling", "\"auto_loss_scaling\": true", EXACT},
-    {"fp16 exchange", "\"auto_loss_scaling\": true, \"enable_half_partials\": true", HALF},
+    {"fp16 exchange", "\"auto_loss_scaling\": true, \"fp16_exchange\": true", HALF},
     {"fixed loss scale", "\"loss_scaling\": 1024", EXACT},
 };
 #define NVARIANTS (int)(sizeof VARIANTS / sizeof VARIANTS[0])
@@ -225,7 +225,7 @@ static void loss_scale_recovery(void) {
     const char *shape = "\"layers_per_stage\": [3, -1]", *sgd = "{\"type\": \"sgd\"}";
     const char *huge = "\"auto_loss_scaling\": true, \"loss_scaling\": 1152921504606846976";
     char json[256];
-    snprintf(json, sizeof json, "%s, \"enable_half_partials\": true", huge);
+    snprintf(json, sizeof json, "%s, \"fp16_exchange\": true", huge);
     rp_config half = config(shape, sgd, json), full = config(shape, sgd, huge);
     double scale;
     long long skipped;
@@ -555,7 +555,7 @@ static void gpt_features(const char *shape) {
     size_t unused;
     rp_weights *a = gpt_run(m, shape, sgd, "", &unused),
                *b = gpt_run(m, shape, sgd,
-                            "\"auto_loss_scaling\": true, \"enable_half_partials\": true",
+                            "\"auto_loss_scaling\": true, \"fp16_exchange\": true",
                             &unused);
     /* A bias starts at zero, so its scale is its own two updates and its
     ** difference that of a gradient's relative rounding, which sums that

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cJSON.h>
+
 #include "cli.h"
 #include "repipe/repipe.h"
 
@@ -51,7 +53,10 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
     rp_config_derive(cfg, &d);
     int counts[RP_MAX_STAGES];
     char gbuf[96];
-    printf("configuration: %s\n\ntraining\n", path);
+    printf("configuration: %s\n", path);
+    if (cfg->origin[0])
+        printf("  %s\n", cfg->origin);
+    printf("\ntraining\n");
     printf("  stages (pipeline depth)    %d\n", d.stages);
     printf("  stage replication          ");
     for (int s = 0; s < d.stages; s++)
@@ -86,7 +91,7 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
     /* the memory features that are on, one line each */
     bool any = cfg->replicated_tensor_sharding || cfg->optimizer_state_offchip ||
                cfg->recompute_checkpoint_every_layer || cfg->auto_loss_scaling ||
-               cfg->enable_half_partials || cfg->loss_scaling > 0 ||
+               cfg->fp16_exchange || cfg->loss_scaling > 0 ||
                cfg->embedding_serialization_factor > 1 || cfg->executable_cache_dir[0];
     printf("  memory features%s\n", any ? "" : "            none");
     if (cfg->replicated_tensor_sharding)
@@ -100,7 +105,7 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
                rp_config_loss_scale(cfg), cfg->loss_scaling_growth_interval);
     else if (cfg->loss_scaling > 0)
         printf("    loss scaled by %g\n", cfg->loss_scaling);
-    if (cfg->enable_half_partials)
+    if (cfg->fp16_exchange)
         printf("    fp16 activations and gradients between stages\n");
     if (cfg->embedding_serialization_factor > 1)
         printf("    embedding tables in %d row blocks\n", cfg->embedding_serialization_factor);
@@ -144,12 +149,11 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
     return true;
 }
 
-static bool json_stages(const cli_cmd *cmd, const rp_config *cfg, bool inf, int layers, int n) {
-    int counts[RP_MAX_STAGES];
-    int known = stage_ranges(cmd, cfg, inf, layers, counts);
-    if (known <= 0) {
+/* known: stage_ranges' answer for this pipeline (1, or 0 for wildcards). */
+static void json_stages(int known, const int *counts, int n) {
+    if (!known) {
         printf("null");
-        return known == 0;
+        return;
     }
     printf("[");
     int first = 0;
@@ -159,28 +163,36 @@ static bool json_stages(const cli_cmd *cmd, const rp_config *cfg, bool inf, int 
         first += counts[s];
     }
     printf("]");
-    return true;
 }
 
 static bool show_json(const cli_cmd *cmd, const rp_config *cfg, int layers) {
     rp_derived d;
     rp_config_derive(cfg, &d);
+    /* every check before the first byte, so that a failure prints no JSON */
+    int counts[2][RP_MAX_STAGES], known[2];
+    for (int inf = 0; inf < 2; inf++)
+        if ((known[inf] = stage_ranges(cmd, cfg, inf, layers, counts[inf])) < 0)
+            return false;
     printf("{\"training\":{\"stages\":%d,\"replication_factor\":%d,\"workers\":%d,"
            "\"samples_per_micro_batch\":%lld,\"samples_per_update\":%lld,"
            "\"samples_per_host_call\":%lld,\"stage_layers\":",
            d.stages, cfg->replication_factor, d.workers, d.samples_per_micro_batch,
            d.samples_per_update, d.samples_per_host_call);
-    if (!json_stages(cmd, cfg, false, layers, d.stages))
-        return false;
+    json_stages(known[0], counts[0], d.stages);
     printf("},\"inference\":{\"stages\":%d,\"replication_factor\":%d,\"workers\":%d,"
            "\"samples_per_micro_batch\":%lld,\"samples_per_step\":%lld,"
            "\"samples_per_host_call\":%lld,\"stage_layers\":",
            d.inference_stages, cfg->inference_replication_factor, d.inference_workers,
            d.samples_per_micro_batch, d.inference_samples_per_step,
            d.inference_samples_per_host_call);
-    if (!json_stages(cmd, cfg, true, layers, d.inference_stages))
-        return false;
-    printf("}}\n");
+    json_stages(known[1], counts[1], d.inference_stages);
+    printf("},\"read_as\":");
+    cJSON *origin = cfg->origin[0] ? cJSON_CreateString(cfg->origin) : cJSON_CreateNull();
+    char *text = origin ? cJSON_PrintUnformatted(origin) : NULL;
+    printf("%s", text ? text : "null");
+    cJSON_free(text);
+    cJSON_Delete(origin);
+    printf("}\n");
     return true;
 }
 

@@ -2,9 +2,11 @@
 ** Execution configuration: the IPUConfig vocabulary (docs/configuration.md).
 **
 ** A configuration is loaded from a JSON object, either repipe's own keys or
-** an Optimum Graphcore `ipu_config.json`. Every key is validated on load; an
-** unknown key is an error that names it (with a "did you mean" hint), a key
-** that has no meaning here is accepted with a warning that names it.
+** an Optimum Graphcore `ipu_config.json`, which is read as the release of
+** Optimum Graphcore that wrote it read it (docs/configuration.md). Every key
+** is validated on load; an unknown key is an error that names it (with a
+** "did you mean" hint) except in a file of a release that ignored such keys;
+** a key that has no meaning here is accepted with a warning that names it.
 **
 ** Layer lists keep their -1 wildcards; rp_config_stage_layers() expands them
 ** once the model's number of layers is known.
@@ -103,7 +105,11 @@ typedef struct rp_config {
     ** (PipeDream's vertical sync) */
     bool pipedream_vertical_sync;
     bool auto_loss_scaling;
+    /* Optimum's fp16 partial sums of products and convolutions: accepted, no
+    ** effect (repipe's products sum in fp32) [true, as in Optimum] */
     bool enable_half_partials;
+    /* activations and their gradients cross stage boundaries in fp16 */
+    bool fp16_exchange;
     /* The loss scale (a power of two): fixed, or the first of auto_loss_scaling.
     ** 0: the default, 2^16 with auto_loss_scaling and 1 without. */
     double loss_scaling;
@@ -128,10 +134,33 @@ typedef struct rp_config {
     ** permutation fixed by (seed, epoch) ("shuffled", the default) */
     bool sequential_data;
 
+    /* Why the layers of the training (0) or inference (1) pipeline cannot be
+    ** placed for any model, as IPUConfig's release found at placement (a
+    ** layer list of 3 IPUs for ipus_per_replica 4); "" when they can. */
+    char layers_error[2][RP_WARNING_MAX];
+    /* Placement by index, as IPUConfig before 0.6.0 placed layers: layer i
+    ** goes to the IPU the list's i-th layer names, so a model with fewer
+    ** layers than the list leaves the tail empty (one with more cannot be
+    ** placed); the list has no wildcards. */
+    bool layers_by_index;
+    /* The layer keys as the file spelled them, for messages. */
+    char layers_key[2][48];
+    /* How the file was read: "" for repipe's own keys, else which release of
+    ** Optimum Graphcore's IPUConfig it was read as, and why. */
+    char origin[RP_WARNING_MAX];
+    /* That release, "0.6.0" or "0.2.3-0.5"; "" for repipe's own keys (read
+    ** as the current release reads them). */
+    char ipu_release[40];
     /* Keys accepted without effect, one message each. */
     int num_warnings;
     char warnings[RP_MAX_WARNINGS][RP_WARNING_MAX];
 } rp_config;
+
+/* How to read an IPUConfig file of Optimum Graphcore 0.2.1-0.6.0, whose
+** values may be dictionaries by pod type. */
+typedef struct rp_config_load_options {
+    const char *pod_type; /* "pod16", ...; NULL: the file's pod_type, else "default" */
+} rp_config_load_options;
 
 /* The learning rate of update u (counted from 0, skipped updates included). */
 double rp_config_lr(const rp_config *cfg, long long u);
@@ -143,6 +172,12 @@ void rp_config_default(rp_config *cfg);
 rp_status rp_config_load_string(rp_config *cfg, const char *text, size_t len, const char *name,
                                 rp_error *err);
 rp_status rp_config_load_file(rp_config *cfg, const char *path, rp_error *err);
+/* The same with options (opts may be NULL). */
+rp_status rp_config_load_string_opts(rp_config *cfg, const char *text, size_t len,
+                                     const char *name, const rp_config_load_options *opts,
+                                     rp_error *err);
+rp_status rp_config_load_file_opts(rp_config *cfg, const char *path,
+                                   const rp_config_load_options *opts, rp_error *err);
 
 /* Applies the "execution_config" object of a plan written by `repipe plan
 ** --json` (replication_factor, layers_per_stage, stage_replication) to cfg,

@@ -248,8 +248,9 @@ static bool duplicate_key(const cJSON *v, char *path, size_t cap, size_t at) {
     return false;
 }
 
-rp_status rp_json_parse(const char *text, size_t len, const char *name, cJSON **out,
-                        rp_error *err) {
+/* A syntax error or trailing text, with the line and column. */
+static rp_status parse_document(const char *text, size_t len, const char *name, cJSON **out,
+                                rp_error *err) {
     *out = NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
@@ -270,11 +271,91 @@ rp_status rp_json_parse(const char *text, size_t len, const char *name, cJSON **
         return rp_fail(err, RP_ERR_PARSE, "%s:%d:%d: %s after the JSON document", name, line,
                        col, text[at] == '\0' ? "a NUL byte" : "more text");
     }
+    *out = root;
+    return RP_OK;
+}
+
+rp_status rp_json_parse(const char *text, size_t len, const char *name, cJSON **out,
+                        rp_error *err) {
+    cJSON *root;
+    rp_status s = parse_document(text, len, name, &root, err);
+    if (s)
+        return s;
     char path[256] = "";
     if (duplicate_key(root, path, sizeof path, 0)) {
         cJSON_Delete(root);
         return rp_fail(err, RP_ERR_PARSE, "%s: key '%s' appears twice", name, path);
     }
     *out = root;
+    return RP_OK;
+}
+
+/* Marks, in document order, the numbers of the tree that the text writes
+** with a fraction or an exponent. cJSON keeps only the double, so the text
+** is scanned again: outside strings, every number token is one number item,
+** and cJSON links items in the order it read them. */
+static const char *mark_numbers(cJSON *v, const char *p, const char *end) {
+    for (; v; v = v->next) {
+        if (cJSON_IsNumber(v)) {
+            while (p < end) { /* to the next number token outside a string */
+                if (*p == '"') {
+                    for (p++; p < end && *p != '"'; p++)
+                        if (*p == '\\')
+                            p++;
+                    p++;
+                } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+                    break;
+                } else {
+                    p++;
+                }
+            }
+            bool fraction = false;
+            for (; p < end && *p && strchr("+-0123456789.eE", *p); p++)
+                fraction |= *p == '.' || *p == 'e' || *p == 'E';
+            if (fraction)
+                v->type |= RP_JSON_FRACTION;
+        }
+        if (v->child)
+            p = mark_numbers(v->child, p, end);
+    }
+    return p;
+}
+
+/* Removes, in the whole tree, every item of an object that a later item of
+** the same key replaces. */
+static void drop_replaced(cJSON *v, int *count, char *first, size_t cap, const char *at) {
+    for (cJSON *c = v->child; c;) {
+        cJSON *next = c->next;
+        char path[256];
+        if (cJSON_IsObject(v))
+            snprintf(path, sizeof path, "%s%s%s", at, at[0] ? "." : "", c->string);
+        else
+            snprintf(path, sizeof path, "%s", at);
+        bool replaced = false;
+        if (cJSON_IsObject(v))
+            for (const cJSON *o = next; o && !replaced; o = o->next)
+                replaced = strcmp(o->string, c->string) == 0;
+        if (replaced) {
+            if ((*count)++ == 0 && cap)
+                snprintf(first, cap, "%s", path);
+            cJSON_Delete(cJSON_DetachItemViaPointer(v, c));
+        } else {
+            drop_replaced(c, count, first, cap, path);
+        }
+        c = next;
+    }
+}
+
+rp_status rp_json_parse_config(const char *text, size_t len, const char *name, cJSON **out,
+                               int *duplicates, char *first_duplicate, size_t cap,
+                               rp_error *err) {
+    *duplicates = 0;
+    if (cap)
+        first_duplicate[0] = '\0';
+    rp_status s = parse_document(text, len, name, out, err);
+    if (s)
+        return s;
+    mark_numbers(*out, text, text + len);
+    drop_replaced(*out, duplicates, first_duplicate, cap, "");
     return RP_OK;
 }

@@ -195,7 +195,7 @@ static bool programme(search *S, int R, int per, int GA, bool recompute, bool sh
                     }
                 }
             }
-    double wire = S->base->enable_half_partials ? 0.5 : 1.0;
+    double wire = S->base->fp16_exchange ? 0.5 : 1.0;
     for (int P = 1; P <= PM; P++) {
         if (S->best[AT(P, 0, per)] == DBL_MAX)
             continue; /* nothing fits */

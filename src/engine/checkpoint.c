@@ -379,8 +379,8 @@ bool rp_checkpoint_compatible(const rp_config *was, const rp_config *now, char *
         key = "loss_scaling_growth_interval";
     else if (!was->auto_loss_scaling && was->loss_scaling != now->loss_scaling)
         key = "loss_scaling";
-    else if (was->enable_half_partials != now->enable_half_partials)
-        key = "enable_half_partials";
+    else if (was->fp16_exchange != now->fp16_exchange)
+        key = "fp16_exchange";
     else if (was->gradient_clipping != now->gradient_clipping)
         key = "gradient_clipping";
     else if (was->sequential_data != now->sequential_data)

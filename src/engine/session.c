@@ -87,7 +87,7 @@ static void worker_run(worker *w) {
     size_t n = rp_net_num_params(w->net);
     size_t S = (size_t)B * GA * s->R, data_in = rp_shape_size(&s->m->input);
     size_t K = (size_t)s->m->num_targets; /* labels per sample */
-    bool half = s->cfg.enable_half_partials;
+    bool half = s->cfg.fp16_exchange;
     w->status = RP_OK;
     for (int d = 0; d < s->D; d++) {
         rp_net_zero_grads(w->net);
@@ -335,7 +335,7 @@ int rpi_reduce_members(const rp_session *s, const rp_grouping *g, int c, int sta
 ** clipping (it waits for the global norm), fp16 sums or offchip state
 ** (streamed a chunk at a time). */
 bool rpi_fused_run(const rp_session *s, int k, bool sharded) {
-    if (k < 2 || s->cfg.auto_loss_scaling || s->cfg.enable_half_partials ||
+    if (k < 2 || s->cfg.auto_loss_scaling || s->cfg.fp16_exchange ||
         s->cfg.gradient_clipping > 0 || s->nties || /* (the update waits for the norm, the tie) */
         s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW) /* (it updates the other version) */
         return false;
@@ -405,7 +405,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     w->scale = rp_config_loss_scale(&s->cfg);
     w->opt_now = s->cfg.optimizer;
     w->grad_norm = -1;
-    if (s->cfg.enable_half_partials) {
+    if (s->cfg.fp16_exchange) {
         size_t big = in > out ? in : out;
         w->h_act = malloc(sizeof(uint16_t) * out * s->B * s->GA);
         w->h_grad = malloc(sizeof(uint16_t) * in * s->B * s->GA);
@@ -497,7 +497,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
             maxk = (size_t)k > maxk ? (size_t)k : maxk;
         }
     }
-    if (s->cfg.enable_half_partials) { /* gradients reduced in fp16: the largest unsharded run */
+    if (s->cfg.fp16_exchange) { /* gradients reduced in fp16: the largest unsharded run */
         size_t most = 0;
         for (int r = 0; r < w->nruns; r++)
             if (!w->runs[r].sharded && w->runs[r].count > most)
@@ -568,7 +568,7 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
                           : cfg->gradient_clipping > 0    ? "gradient_clipping (a global norm "
                                                             "over stages that update apart)"
                           : cfg->auto_loss_scaling        ? "auto_loss_scaling"
-                          : cfg->enable_half_partials     ? "enable_half_partials"
+                          : cfg->fp16_exchange     ? "fp16_exchange"
                           : cfg->replica_grouping.group_size != cfg->replication_factor
                               ? "replica groupings"
                               : NULL;

@@ -64,7 +64,7 @@ typedef struct worker {
     float *tail;             /* gradients under a padded all-gather's tail */
     int state_fd;            /* optimizer_state_offchip: the state's file, else -1 */
     float *chunk;            /* offchip: the state of one chunk, streamed in and out */
-    uint16_t *h_act, *h_grad; /* enable_half_partials: GA fp16 sends each way */
+    uint16_t *h_act, *h_grad; /* fp16_exchange: GA fp16 sends each way */
     uint16_t *h_recv;         /* an fp16 receive */
     uint16_t *h_stage;        /* the fp16 gradients of a reduction */
     double scale;             /* the loss scale of the next update */

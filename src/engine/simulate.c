@@ -147,8 +147,8 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     double membw = opt->memory_bandwidth > 0 ? opt->memory_bandwidth : 1e10;
     /* fp16 exchange halves what crosses between workers: activations, their
     ** gradients and the replicas' sums (a sharded reduction stays fp32) */
-    double wire = cfg->enable_half_partials ? 0.5 : 1.0;
-    double wire_sum = cfg->enable_half_partials && !cfg->replicated_tensor_sharding ? 0.5 : 1.0;
+    double wire = cfg->fp16_exchange ? 0.5 : 1.0;
+    double wire_sum = cfg->fp16_exchange && !cfg->replicated_tensor_sharding ? 0.5 : 1.0;
     for (int s = 0, l = 0; s < P; s++) {
         tf[s] = tb[s] = par[s] = 0;
         for (int k = 0; k < counts[s]; k++, l++) {

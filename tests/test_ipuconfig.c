@@ -1,0 +1,291 @@
+/*
+** IPUConfig files against Optimum Graphcore's own IPUConfig.
+**
+** tests/fixtures/optimum-graphcore holds every IPUConfig file of Optimum
+** Graphcore's repository history, the Hub copies, what every release's
+** save_pretrained writes for a set of settings, and files at the edges of
+** its rules; expected.json, what the IPUConfig class of every release tag
+** (and, for a history file, of its own commit) made of each: accepted or
+** refused and why, the replication, accumulation and device iterations of
+** training and inference, the IPUs per replica, and where parallelize()
+** placed the layers of models of 7, 12, 24 layers and the file's own count.
+**
+** For every file repipe says which release it read it as; that release's
+** IPUConfig must agree with repipe on everything above. Against each history
+** file's own commit the agreement is counted and printed, and a divergence
+** is allowed only where the list below says why.
+*/
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "repipe/repipe.h"
+#include "test.h"
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s)
+        s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* The release tag whose IPUConfig stands for repipe's reading: the newest
+** of the release range it names. */
+static const char *tag_of(const char *release) {
+    static const char *const map[][2] = {
+        {"a development version before 0.1.0", "own"}, {"0.1.0-0.2.0", "v0.2.0"},
+        {"0.2.1-0.2.2", "v0.2.2"}, {"0.2.3-0.5", "v0.5.0"}, {"0.6.0", "v0.6.0"},
+        {"0.6.1", "v0.6.1"}, {"0.7.0", "v0.7.0"}, {"0.7.1", "v0.7.1"}, {"", "v0.7.1"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(map[i][0], release) == 0)
+            return map[i][1];
+    return NULL;
+}
+
+/* The release a refusal names: "(as Optimum Graphcore X reads this ...)". */
+static void refused_as(const char *msg, char *out, size_t cap) {
+    const char *p = strstr(msg, "(as Optimum Graphcore ");
+    out[0] = '\0';
+    if (!p)
+        return;
+    p += strlen("(as Optimum Graphcore ");
+    const char *e = strstr(p, " reads this");
+    if (e && (size_t)(e - p) < cap) {
+        memcpy(out, p, (size_t)(e - p));
+        out[e - p] = '\0';
+    }
+}
+
+static const cJSON *group_for(const cJSON *groups, const char *tag) {
+    const cJSON *g;
+    cJSON_ArrayForEach(g, groups) {
+        const cJSON *r;
+        cJSON_ArrayForEach(r, cJSON_GetObjectItem(g, "releases"))
+            if (strcmp(r->valuestring, tag) == 0)
+                return g;
+    }
+    return NULL;
+}
+
+static int num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsNumber(v) ? v->valueint : -1;
+}
+
+/* Where one difference is found, why; NULL when repipe agrees with g. The
+** layers are placed as in `placing`: g, or for a file without a layer list,
+** whose lists take the current release's default, the current release's
+** result (NULL: not compared). */
+static const char *compare(const rp_config *cfg, bool ok, const char *msg, const cJSON *g,
+                           const cJSON *placing, bool literal, char *why, size_t cap) {
+    bool accepted = cJSON_IsTrue(cJSON_GetObjectItem(g, "accepted"));
+    if (ok != accepted) {
+        snprintf(why, cap, "repipe %s, IPUConfig %s (%s)", ok ? "accepts" : "refuses",
+                 accepted ? "accepts" : "refuses",
+                 ok ? cJSON_GetStringValue(cJSON_GetObjectItem(g, "error")) : msg);
+        return why;
+    }
+    if (!ok) { /* both refuse: for the same key, where IPUConfig's message names one */
+        const char *key = cJSON_GetStringValue(cJSON_GetObjectItem(g, "key"));
+        if (key && !strstr(msg, key)) {
+            snprintf(why, cap, "refused for another reason: IPUConfig names '%s' (%s), repipe "
+                     "says: %s", key, cJSON_GetStringValue(cJSON_GetObjectItem(g, "error")), msg);
+            return why;
+        }
+        return NULL;
+    }
+    rp_derived d;
+    rp_config_derive(cfg, &d);
+    for (int inf = 0; inf < 2; inf++) {
+        const cJSON *m = cJSON_GetObjectItem(g, inf ? "inference" : "training");
+        int R = num(m, "replication_factor"), D = num(m, "device_iterations");
+        int GA = num(m, "gradient_accumulation"), ipus = num(m, "ipus_per_replica");
+        const cJSON *lp = cJSON_GetObjectItem(m, "layers_per_ipu");
+        if (literal && cJSON_IsArray(lp) && cJSON_GetArraySize(lp) > ipus)
+            ipus = cJSON_GetArraySize(lp); /* before 0.6.0 the list placed layers on its IPUs */
+        long long got[4] = {inf ? cfg->inference_replication_factor : cfg->replication_factor,
+                            inf ? d.inference_workers : d.workers,
+                            inf ? d.inference_samples_per_step : d.samples_per_update,
+                            inf ? d.inference_samples_per_host_call : d.samples_per_host_call};
+        long long want[4] = {R, (long long)R * ipus, (long long)R * GA, (long long)R * GA * D};
+        static const char *const names[4] = {"replication factor", "workers",
+                                             "samples per update", "samples per host call"};
+        for (int i = 0; i < 4; i++)
+            if (got[i] != want[i]) {
+                snprintf(why, cap, "%s %s: repipe %lld, IPUConfig %lld",
+                         inf ? "inference" : "training", names[i], got[i], want[i]);
+                return why;
+            }
+        const cJSON *sp, *pm = placing && cJSON_IsTrue(cJSON_GetObjectItem(placing, "accepted"))
+                                   ? cJSON_GetObjectItem(placing, inf ? "inference" : "training")
+                                   : NULL;
+        cJSON_ArrayForEach(sp, cJSON_GetObjectItem(pm, "splits")) {
+            int L = atoi(sp->string), counts[RP_MAX_STAGES];
+            rp_error err;
+            bool placed = rp_config_stage_layers(cfg, inf, L, counts, &err) == RP_OK;
+            int n = rp_config_num_stages(cfg, inf);
+            if (placed != cJSON_IsArray(sp)) {
+                snprintf(why, cap, "%s layers of a %d-layer model: repipe %s, IPUConfig %s",
+                         inf ? "inference" : "training", L, placed ? "places them" : err.msg,
+                         placed ? "cannot" : "places them");
+                return why;
+            }
+            if (!placed)
+                continue;
+            bool same = cJSON_GetArraySize(sp) == n;
+            for (int s = 0; same && s < n; s++)
+                same = cJSON_GetArrayItem(sp, s)->valueint == counts[s];
+            if (!same) {
+                char *w = cJSON_PrintUnformatted(sp);
+                snprintf(why, cap, "%s layers of a %d-layer model: IPUConfig %s, repipe differs "
+                         "(stage 0: %d of %d stages)", inf ? "inference" : "training", L, w,
+                         counts[0], n);
+                free(w);
+                return why;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* History files whose own commit's IPUConfig repipe does not follow, and why. */
+static const char *const OWN_DIVERGES[][2] = {
+    {"tests_ipu_config_trainer_test@66f25fb6.json",
+     "its commit's IPUConfig (a development branch) fails on every file, its own default "
+     "included: to_dict() deep-copies type hints that name a TypeVar it never defines"},
+    {"hubert-base_ipu_config@",
+     "its commit's list of pod types (pod4 to pod64, the list of 0.2.3 on) lacks the pod128 "
+     "and pod256 its dictionaries name; 0.2.1 and 0.2.2, whose list has them, read it"},
+    {"examples_language-modeling_ipu_config@87e9273f.json",
+     "its commit (a development branch) had 0.2.1's inference replication of its own; the "
+     "file holds no key of 0.2.1 or later, so it is read as 0.1.0-0.2.0 read it"},
+    {"examples_language-modeling_ipu_config@b0314dc6.json",
+     "its commit (a development branch) had 0.2.1's inference replication of its own; the "
+     "file holds no key of 0.2.1 or later, so it is read as 0.1.0-0.2.0 read it"},
+};
+
+/* Files the IPUConfig of no release reads as repipe does, and why. */
+static const char *const RELEASE_DIVERGES[][2] = {
+    {"tests_ipu_config_trainer_test@66f25fb6.json",
+     "its training_ipus_per_replica and the other training_X names of a development "
+     "version, which no release read, are read as ipus_per_replica and so on"},
+};
+
+static const char *release_divergence(const char *file) {
+    for (size_t i = 0; i < sizeof RELEASE_DIVERGES / sizeof RELEASE_DIVERGES[0]; i++)
+        if (strstr(file, RELEASE_DIVERGES[i][0]))
+            return RELEASE_DIVERGES[i][1];
+    return NULL;
+}
+
+static const char *own_divergence(const char *file) {
+    for (size_t i = 0; i < sizeof OWN_DIVERGES / sizeof OWN_DIVERGES[0]; i++)
+        if (strstr(file, OWN_DIVERGES[i][0]))
+            return OWN_DIVERGES[i][1];
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "tests/fixtures/optimum-graphcore";
+    char path[1024];
+    snprintf(path, sizeof path, "%s/expected.json", dir);
+    char *text = slurp(path);
+    if (!text) {
+        fprintf(stderr, "cannot read %s\n", path);
+        return 1;
+    }
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    CHECK(root != NULL);
+    const cJSON *files = cJSON_GetObjectItem(root, "files"), *f;
+    int loads = 0, agree = 0, own_total = 0, own_agree = 0, own_both = 0, own_accepted = 0;
+    int per_kind[4][2] = {{0}};
+    static const char *const kinds[4] = {"history/", "hub/", "saves/", "cases/"};
+    cJSON_ArrayForEach(f, files) {
+        const cJSON *pods, *own_commit = cJSON_GetObjectItem(f, "own_commit");
+        cJSON_ArrayForEach(pods, f) {
+            if (pods == own_commit)
+                continue;
+            const char *pod = strcmp(pods->string, "-") == 0 ? NULL : pods->string;
+            snprintf(path, sizeof path, "%s/%s", dir, f->string);
+            rp_config *cfg = malloc(sizeof *cfg);
+            rp_error err;
+            rp_config_load_options opts = {.pod_type = pod};
+            char *ftext = slurp(path);
+            cJSON *fjson = ftext ? cJSON_Parse(ftext) : NULL;
+            free(ftext);
+            const cJSON *lk = cJSON_GetObjectItem(fjson, "layers_per_ipu");
+            bool holds_layers = (lk && !cJSON_IsNull(lk)) ||
+                                cJSON_GetObjectItem(fjson, "layers_per_stage");
+            cJSON_Delete(fjson);
+            const cJSON *current = group_for(pods, "v0.7.1");
+            bool ok = rp_config_load_file_opts(cfg, path, &opts, &err) == RP_OK;
+            char rel[64];
+            if (ok)
+                snprintf(rel, sizeof rel, "%s", cfg->ipu_release);
+            else
+                refused_as(err.msg, rel, sizeof rel);
+            const char *tag = tag_of(rel);
+            const cJSON *g = tag ? group_for(pods, tag) : NULL;
+            loads++;
+            char why[2048];
+            bool literal = tag && (strcmp(tag, "v0.2.0") == 0 || strcmp(tag, "v0.2.2") == 0 ||
+                                   strcmp(tag, "v0.5.0") == 0 || strcmp(tag, "own") == 0);
+            const char *diff = g ? compare(cfg, ok, err.msg, g, holds_layers ? g : current,
+                                           literal, why, sizeof why)
+                                 : "no result of that release";
+            const char *excused = release_divergence(f->string);
+            if (diff && excused) {
+                printf("  %s differs from the release it is read as: %s\n", f->string, excused);
+                diff = NULL;
+            }
+            CHECKF(!diff, "%s%s%s, read as %s: %.1200s", f->string, pod ? " --pod-type " : "",
+                   pod ? pod : "", rel[0] ? rel : "repipe's own keys", diff);
+            agree += !diff;
+            for (int k = 0; k < 4; k++)
+                if (strncmp(f->string, kinds[k], strlen(kinds[k])) == 0) {
+                    per_kind[k][0]++;
+                    per_kind[k][1] += ok;
+                }
+            const cJSON *own = group_for(pods, "own");
+            if (own) { /* a file of the repository's history, against its own commit */
+                own_total++;
+                bool own_ok = cJSON_IsTrue(cJSON_GetObjectItem(own, "accepted"));
+                own_accepted += own_ok;
+                bool lit = cJSON_IsTrue(cJSON_GetObjectItem(own_commit, "literal"));
+                const char *d2 = compare(cfg, ok, err.msg, own, holds_layers ? own : current, lit,
+                                         why, sizeof why);
+                own_agree += !d2;
+                own_both += ok && own_ok && !d2;
+                const char *allowed = own_divergence(f->string);
+                CHECKF(!d2 || allowed, "%s against its own commit: %s", f->string, d2);
+                if (d2 && allowed)
+                    printf("  %s differs from its own commit: %s\n", f->string, allowed);
+            }
+            free(cfg);
+        }
+    }
+    printf("%d loads, %d agree with the IPUConfig of the release repipe read them as\n", loads,
+           agree);
+    for (int k = 0; k < 4; k++)
+        printf("  %-9s %3d loads, %3d accepted\n", kinds[k], per_kind[k][0], per_kind[k][1]);
+    printf("history against each file's own commit: %d files, %d accepted by it, %d agree "
+           "(%d accepted by both with the same numbers)\n",
+           own_total, own_accepted, own_agree, own_both);
+    cJSON_Delete(root);
+    printf("test_ipuconfig: %d checks, %d failed\n", test_checks, test_failures);
+    return test_failures != 0;
+}
