@@ -198,7 +198,103 @@ static const char *own_divergence(const char *file) {
     return NULL;
 }
 
+static rp_status load(rp_config *cfg, const char *json, const char *pod, rp_error *err) {
+    rp_config_load_options o = {.pod_type = pod};
+    return rp_config_load_string_opts(cfg, json, strlen(json), "f.json", &o, err);
+}
+
+static bool warned(const rp_config *cfg, const char *text) {
+    for (int i = 0; i < cfg->num_warnings; i++)
+        if (strstr(cfg->warnings[i], text))
+            return true;
+    return false;
+}
+
+/* What a new user met, one case each (the corpus above covers them too). */
+static void test_findings(void) {
+    rp_config *c = malloc(sizeof *c);
+    rp_error err;
+    int out[RP_MAX_STAGES];
+    /* nulls of Optimum 0.7's save_pretrained are "not set" */
+    CHECK_OK(load(c, "{\"seed\": null, \"layers_per_ipu\": [-1, -1], \"ipus_per_replica\": 2, "
+                     "\"serialized_embedding_splits_per_ipu\": null, "
+                     "\"inference_serialized_embedding_splits_per_ipu\": null, "
+                     "\"optimum_version\": \"1.6.1\"}", NULL, &err), err);
+    CHECK_STR_HAS(c->ipu_release, "0.6");
+    /* values per pod type: the pod type given, the file's, else "default" */
+    const char *pods = "{\"replication_factor\": {\"pod16\": 4, \"pod64\": 16, \"default\": 2}, "
+                       "\"gradient_accumulation_steps\": {\"pod16\": 8, \"default\": 32}}";
+    CHECK_OK(load(c, pods, NULL, &err), err);
+    CHECK(c->replication_factor == 2 && c->gradient_accumulation_steps == 32);
+    CHECK_OK(load(c, pods, "pod16", &err), err);
+    CHECK(c->replication_factor == 4 && c->gradient_accumulation_steps == 8);
+    CHECK(load(c, pods, "pod64", &err) != RP_OK);
+    CHECK_STR_HAS(err.msg, "'gradient_accumulation_steps'");
+    CHECK_STR_HAS(err.msg, "holds no value for the pod type pod64");
+    /* 0 meant "not serialized" before 0.6.1 */
+    CHECK_OK(load(c, "{\"embedding_serialization_factor\": 0, \"ipus_per_replica\": 2}", NULL,
+                  &err), err);
+    CHECK_INT(c->embedding_serialization_factor, 1);
+    CHECK(warned(c, "0 meant not serialized"));
+    /* a key given twice: the last counts, with a warning */
+    CHECK_OK(load(c, "{\"replication_factor\": 2, \"replication_factor\": 4}", NULL, &err), err);
+    CHECK_INT(c->replication_factor, 4);
+    CHECK(warned(c, "given more than once; the last value counts"));
+    /* keys a release dropped, and a training script's, are warnings there */
+    CHECK_OK(load(c, "{\"random_seed\": 7, \"synthetic_data\": true, \"fp32\": false, "
+                     "\"ipus_per_replica\": 2, \"layers_per_ipu\": [3, 4]}", NULL, &err), err);
+    CHECK_INT(c->seed, 7);
+    CHECK(warned(c, "'synthetic_data' (random data generated on the device)"));
+    CHECK(warned(c, "'fp32' is not a key of any IPUConfig release"));
+    /* ... but a misspelling is refused in every release */
+    CHECK(load(c, "{\"replicaton_factor\": 2, \"ipus_per_replica\": 2}", NULL, &err) != RP_OK);
+    CHECK_STR_HAS(err.msg, "did you mean 'replication_factor'");
+    /* four IPUs, three counts: the last IPU empty, as before 0.6.0 */
+    CHECK_OK(load(c, "{\"ipus_per_replica\": 4, \"layers_per_ipu\": [0, 2, 2]}", NULL, &err), err);
+    CHECK_INT(c->layers_per_stage.count, 4);
+    CHECK_OK(rp_config_stage_layers(c, false, 4, out, &err), err);
+    CHECK(out[0] == 0 && out[1] == 2 && out[2] == 2 && out[3] == 0);
+    /* the current release's defaults; enable_half_partials has Optimum's meaning */
+    CHECK_OK(load(c, "{\"ipus_per_replica\": 2}", NULL, &err), err);
+    CHECK(c->matmul_proportion[0] == 0.2 && c->enable_half_partials && !c->fp16_exchange);
+    /* inference: [-1] keeps ipus_per_replica; inference_ipus_per_replica alone
+    ** keeps the training list, which then does not fit */
+    CHECK_OK(load(c, "{\"ipus_per_replica\": 4, \"inference_layers_per_ipu\": [-1]}", NULL, &err),
+             err);
+    CHECK_INT(rp_config_num_stages(c, true), 4);
+    CHECK(load(c, "{\"ipus_per_replica\": 4, \"layers_per_ipu\": [2, 2, 2, 2], "
+                  "\"inference_ipus_per_replica\": 2}", NULL, &err) != RP_OK);
+    CHECK_STR_HAS(err.msg, "it lists 4 IPUs but inference_ipus_per_replica is 2");
+    /* splits serialize the embedding into the sum of their pieces */
+    CHECK_OK(load(c, "{\"ipus_per_replica\": 4, \"serialized_embedding_splits_per_ipu\": "
+                     "[3, 1, 0, 0]}", NULL, &err), err);
+    CHECK_INT(c->embedding_serialization_factor, 4);
+    /* matmul_proportion: 0 and above 1 are IPUConfig's; one value for four
+    ** IPUs is refused by the current release */
+    CHECK_OK(load(c, "{\"matmul_proportion\": 0.0, \"ipus_per_replica\": 1}", NULL, &err), err);
+    CHECK_OK(load(c, "{\"matmul_proportion\": 2.5, \"ipus_per_replica\": 1}", NULL, &err), err);
+    CHECK(load(c, "{\"ipus_per_replica\": 4, \"layers_per_ipu\": [-1], \"matmul_proportion\": "
+                  "[0.25], \"inference_ipus_per_replica\": 4}", NULL, &err) != RP_OK);
+    CHECK_STR_HAS(err.msg, "it lists 1 values for 4 IPUs");
+    /* "disabled" is no cache; one IPU takes every layer, whatever its list */
+    CHECK_OK(load(c, "{\"executable_cache_dir\": \"disabled\", \"ipus_per_replica\": 1, "
+                     "\"layers_per_ipu\": [12], \"optimum_version\": \"1.6.1\", "
+                     "\"inference_ipus_per_replica\": 1}", NULL, &err), err);
+    CHECK(c->executable_cache_dir[0] == '\0');
+    CHECK_OK(rp_config_stage_layers(c, false, 24, out, &err), err);
+    CHECK_INT(out[0], 24);
+    /* 2.0 is a float to Python and to IPUConfig */
+    CHECK(load(c, "{\"replication_factor\": 2.0}", NULL, &err) != RP_OK);
+    CHECK_STR_HAS(err.msg, "written without a fraction");
+    /* before 0.2.1 inference ran on the training replication and iterations */
+    CHECK_OK(load(c, "{\"random_seed\": 1, \"replication_factor\": 4, \"device_iterations\": 3}",
+                  NULL, &err), err);
+    CHECK(c->inference_replication_factor == 4 && c->inference_device_iterations == 3);
+    free(c);
+}
+
 int main(int argc, char **argv) {
+    test_findings();
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures/optimum-graphcore";
     char path[1024];
     snprintf(path, sizeof path, "%s/expected.json", dir);

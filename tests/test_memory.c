@@ -179,7 +179,8 @@ static void compare(const char *shape, int sharers, int workers) {
 ** the weights of the untiled run within summation order (the weight
 ** gradient sums over tiles); recomputation of a convolutional model is
 ** exact. A proportion below one sample's scratch is refused, naming the
-** layer. */
+** layer; a proportion of 0 asks for the least scratch and gets one sample a
+** tile. */
 static void cnn_features(const char *shape, int workers) {
     if (mpi && workers != rp_comm_size(mpi))
         return;
@@ -193,11 +194,19 @@ static void cnn_features(const char *shape, int workers) {
                                          "\"matmul_proportion\": 0.006");
     rp_config rc = config(shape, sgd, "\"device_memory\": 10000000, "
                                       "\"recompute_checkpoint_every_layer\": true");
-    rp_memory mo, mt, mr;
+    /* 0, IPUConfig's own lower bound: the least scratch, one sample a tile, as
+    ** the proportion above gives */
+    rp_config least = config(shape, sgd, "\"device_memory\": 10000000, "
+                                         "\"matmul_proportion\": 0.0");
+    rp_memory mo, mt, mr, ml;
     rp_weights *a = train(m, &off, &mo), *b = train(m, &tiled, &mt), *c = train(m, &rc, &mr);
+    rp_weights *l = train(m, &least, &ml);
     double dt = weights_diff(a, b), dr = weights_diff(a, c);
     CHECK(dt <= 1e-5);
     CHECK(dr == 0);
+    CHECK(weights_diff(b, l) == 0);
+    CHECK_INT(ml.scratch, mt.scratch);
+    rp_weights_free(l);
     if (dt > 1e-5 || dr != 0)
         fprintf(stderr, "%s: tiled differs by %g, recomputed by %g\n", shape, dt, dr);
     CHECK(mt.scratch < mo.scratch);

@@ -14,6 +14,7 @@ static const cli_opt OPTS[] = {
     {"layers", 'l', "L", "number of layers of the model, to resolve -1 wildcards"},
     {"json", 0, NULL, "print JSON instead of text (show)"},
     {"model", 'm', "FILE", "check against this model: its layers, its loss, its embeddings (sets --layers)"},
+    {"pod-type", 0, "POD", "an IPUConfig of Optimum Graphcore 0.2.1-0.6.0: the pod type (pod4, pod16, ...) whose values to take [the file's pod_type, else \"default\"]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -198,7 +199,7 @@ static bool show_json(const cli_cmd *cmd, const rp_config *cfg, int layers) {
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     long long layers = 0;
-    const char *model = NULL;
+    const char *model = NULL, *pod_type = NULL;
     bool json = false, help;
     const char *pos[4];
     int npos = 0;
@@ -212,6 +213,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             json = true;
         if (o == 2)
             model = arg;
+        if (o == 3)
+            pod_type = arg;
     }
     if (npos != 2 || (strcmp(pos[0], "show") != 0 && strcmp(pos[0], "check") != 0)) {
         cli_error(cmd, "expected 'show FILE' or 'check FILE' (see 'repipe config --help')");
@@ -219,7 +222,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     rp_config cfg;
     rp_error err;
-    if (rp_config_load_file(&cfg, pos[1], &err)) {
+    if (rp_config_load_file_opts(&cfg, pos[1], &(rp_config_load_options){.pod_type = pod_type},
+                                 &err)) {
         cli_error(cmd, "%s", err.msg);
         return 1;
     }

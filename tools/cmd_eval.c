@@ -7,7 +7,7 @@
 #include "cli.h"
 #include "repipe/repipe.h"
 
-enum { OPT_MODEL, OPT_CONFIG, OPT_LOAD, OPT_DATA, OPT_OUT, OPT_BACKEND, OPT_ALLOW_NONFINITE };
+enum { OPT_MODEL, OPT_CONFIG, OPT_LOAD, OPT_DATA, OPT_OUT, OPT_BACKEND, OPT_ALLOW_NONFINITE, OPT_POD_TYPE };
 
 static const cli_opt OPTS[] = {
     [OPT_MODEL] = {"model", 'm', "FILE", "model spec (required)"},
@@ -17,12 +17,13 @@ static const cli_opt OPTS[] = {
     [OPT_OUT] = {"out", 'o', "FILE", "write one prediction per test sample, in sample order (CSV)"},
     [OPT_BACKEND] = {"backend", 'b', "local|mpi", "replicas as threads, or as MPI ranks under mpirun [local]"},
     [OPT_ALLOW_NONFINITE] = {"allow-nonfinite", 0, NULL, "evaluate weights holding NaN or infinity too"},
+    [OPT_POD_TYPE] = {"pod-type", 0, "POD", "an IPUConfig of Optimum Graphcore 0.2.1-0.6.0: the pod type (pod4, pod16, ...) whose values to take [the file's pod_type, else \"default\"]"},
     {NULL, 0, NULL, NULL},
 };
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *model_path = NULL, *config_path = NULL, *load = NULL, *out = NULL;
-    const char *data = RP_FASHION_MNIST_DIR;
+    const char *data = RP_FASHION_MNIST_DIR, *pod_type = NULL;
     bool help, use_mpi = false, allow_nonfinite = false;
     const char *arg;
     for (int o; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
@@ -34,6 +35,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         case OPT_DATA: data = arg; break;
         case OPT_OUT: out = arg; break;
         case OPT_ALLOW_NONFINITE: allow_nonfinite = true; break;
+        case OPT_POD_TYPE: pod_type = arg; break;
         case OPT_BACKEND:
             if (!cli_backend(cmd, arg, &use_mpi))
                 return 2;
@@ -56,7 +58,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     bool lead; /* prints and writes: rank 0 under MPI */
     if (!cli_mpi_start(cmd, use_mpi, &argc, &argv, &comm, &lead))
         return 1;
-    if (rp_model_load(&m, model_path, &err) || rp_config_load_file(&cfg, config_path, &err) ||
+    if (rp_model_load(&m, model_path, &err) || rp_config_load_file_opts(&cfg, config_path, &(rp_config_load_options){.pod_type = pod_type}, &err) ||
         rp_dataset_load_idx(&test, data, false, &err) || cli_load_weights(load, &w, &err) ||
         (!allow_nonfinite && rp_weights_check_finite(w, load, &err)))
         goto fail;

@@ -25,6 +25,7 @@ enum {
     OPT_LATENCY,
     OPT_JSON,
     OPT_BACKEND,
+    OPT_POD_TYPE,
 };
 
 static const cli_opt OPTS[] = {
@@ -40,6 +41,7 @@ static const cli_opt OPTS[] = {
     [OPT_LATENCY] = {"latency", 0, "S", "seconds per message [2e-5]"},
     [OPT_JSON] = {"json", 0, "FILE", "write the prediction as JSON ('-' for standard output)"},
     [OPT_BACKEND] = {"backend", 0, "local|mpi", "mpi: waiting ranks poll, taking their share of --cores [local]"},
+    [OPT_POD_TYPE] = {"pod-type", 0, "POD", "an IPUConfig of Optimum Graphcore 0.2.1-0.6.0: the pod type (pod4, pod16, ...) whose values to take [the file's pod_type, else \"default\"]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -120,6 +122,7 @@ static bool write_json(const cli_cmd *cmd, const char *path, const rp_sim_result
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *config_path = NULL, *profile_path = NULL, *svg = NULL, *model = NULL;
+    const char *pod_type = NULL;
     const char *plan = NULL, *json = NULL;
     long long pbatch = 0, cores = 0;
     rp_sim_options opt;
@@ -140,6 +143,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             if (!cli_backend(cmd, arg, &opt.polling))
                 return 2;
             break;
+        case OPT_POD_TYPE: pod_type = arg; break;
         case OPT_PROFILE_BATCH:
             if (!cli_int("profile-batch", arg, 1, 1 << 20, &pbatch))
                 return 2;
@@ -185,7 +189,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_config cfg;
     rp_profile *p;
     rp_config_default(&cfg);
-    if ((config_path && rp_config_load_file(&cfg, config_path, &err)) ||
+    if ((config_path && rp_config_load_file_opts(&cfg, config_path, &(rp_config_load_options){.pod_type = pod_type},
+                                               &err)) ||
         rp_profile_read(&p, profile_path, &err)) {
         cli_error(cmd, "%s", err.msg);
         return 1;

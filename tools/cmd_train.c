@@ -40,6 +40,7 @@ enum {
     OPT_VAL_TEXT,
     OPT_VAL_TOKENS,
     OPT_EVAL_EVERY,
+    OPT_POD_TYPE,
 };
 
 static const cli_opt OPTS[] = {
@@ -66,6 +67,7 @@ static const cli_opt OPTS[] = {
     [OPT_VAL_TEXT] = {"val-text", 0, "FILE", "validate on the bytes of FILE instead"},
     [OPT_VAL_TOKENS] = {"val-tokens", 0, "FILE", "validate on llm.c's token file FILE instead"},
     [OPT_EVAL_EVERY] = {"eval-every", 0, "N", "token models: the validation loss every N updates too"},
+    [OPT_POD_TYPE] = {"pod-type", 0, "POD", "an IPUConfig of Optimum Graphcore 0.2.1-0.6.0: the pod type (pod4, pod16, ...) whose values to take [the file's pod_type, else \"default\"]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -244,7 +246,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *save = NULL, *load = NULL, *json_log = NULL;
     long long epochs = 0, updates = 0, log_every = 0;
     bool use_mpi = false, allow_nonfinite = false;
-    const char *trace = NULL, *plan = NULL, *ckdir = NULL, *resume = NULL;
+    const char *trace = NULL, *plan = NULL, *ckdir = NULL, *resume = NULL, *pod_type = NULL;
     long long ck_every = 0, keep = 3, eval_every = 0;
     const char *text = NULL, *val = NULL;
     bool text_llmc = false, val_llmc = false;
@@ -297,6 +299,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             val = arg;
             val_llmc = o == OPT_VAL_TOKENS;
             break;
+        case OPT_POD_TYPE: pod_type = arg; break;
         case OPT_EVAL_EVERY:
             if (!cli_int("eval-every", arg, 1, 1LL << 40, &eval_every))
                 return 2;
@@ -339,7 +342,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     bool lead; /* prints: rank 0 under MPI */
     if (!cli_mpi_start(cmd, use_mpi, &argc, &argv, &comm, &lead))
         return 1;
-    if (rp_model_load(&m, model_path, &err) || rp_config_load_file(&cfg, config_path, &err))
+    if (rp_model_load(&m, model_path, &err) || rp_config_load_file_opts(&cfg, config_path, &(rp_config_load_options){.pod_type = pod_type},
+                                 &err))
         goto fail;
     for (int i = 0; lead && i < cfg.num_warnings; i++)
         fprintf(stderr, "warning: %s\n", cfg.warnings[i]);

@@ -155,6 +155,10 @@ typedef struct rp_net_options {
     ** (im2col columns and the product) may take; convolutions are tiled to
     ** fit. 0: no limit. A limit below one sample's scratch is refused. */
     size_t scratch_limit;
+    /* matmul_proportion 0: the least scratch the tiling can use, one sample
+    ** at a time, whatever that takes (Poplar's least temporary memory);
+    ** scratch_limit is then ignored. */
+    bool scratch_least;
     /* Floats allocated after the parameters, for a collective that writes
     ** a padded tail past them. */
     size_t param_slack;

@@ -30,6 +30,8 @@
 #include <cblas.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
@@ -50,8 +52,11 @@ rp_net_options rpi_net_options(const rp_config *cfg, int stage, bool inference) 
     int count = cfg->matmul_proportion_count;
     if (inference && cfg->inference_matmul_proportion_count)
         prop = cfg->inference_matmul_proportion, count = cfg->inference_matmul_proportion_count;
-    if (cfg->device_memory > 0)
-        o.scratch_limit = (size_t)(prop[stage < count ? stage : 0] * (double)cfg->device_memory);
+    double p = prop[stage < count ? stage : 0];
+    if (cfg->device_memory > 0 && p == 0)
+        o.scratch_least = true;
+    else if (cfg->device_memory > 0) /* above 1: more than device_memory, as IPUConfig allows */
+        o.scratch_limit = (size_t)fmin(p * (double)cfg->device_memory, (double)SIZE_MAX / 2);
     return o;
 }
 

@@ -119,8 +119,10 @@ rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_bat
     for (int l = first; l < last; l++) {
         const rp_layer *L = &m->layers[l];
         size_t c, t;
-        if (L->type == RP_LAYER_CONV2D && n->opt.scratch_limit &&
-            rpi_conv_sample_scratch(L) > n->opt.scratch_limit) {
+        if (n->opt.scratch_least)
+            n->opt.scratch_limit = 1; /* tiles of one sample */
+        else if (L->type == RP_LAYER_CONV2D && n->opt.scratch_limit &&
+                 rpi_conv_sample_scratch(L) > n->opt.scratch_limit) {
             size_t need = rpi_conv_sample_scratch(L), limit = n->opt.scratch_limit;
             free(n);
             return rp_fail(err, RP_ERR_INFEASIBLE,
