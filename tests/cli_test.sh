@@ -48,9 +48,13 @@ expect_out "groups json" '{"replicas":8,"group_size":2,"stride":2,"num_groups":4
   -- "$bin" groups -r 8 -g 2 -s 2 --json
 expect_out "groups default" '{"replicas":4,"group_size":4,"stride":1,"num_groups":1,"groups":[[0,1,2,3]]}' \
   -- "$bin" groups --replicas 4 --json
-expect_fail "groups invalid" 1 "multiple of stride \* group_size.*replicas=8, stride=1, group_size=3" \
+expect_fail "groups invalid" 1 "8 replicas, group_size=3 \(stride not given: 1\): the number of replicas must be a multiple of stride x group size" \
   -- "$bin" groups --replicas 8 --group-size 3
-expect_fail "groups zero stride" 1 "stride must be >= 1" -- "$bin" groups --replicas 8 --group-size 2 --stride 0
+expect_fail "groups zero stride" 1 "stride=0 group_size=2: the stride must be at least 1" -- "$bin" groups --replicas 8 --group-size 2 --stride 0
+# as PopXL: a stride alone groups replicas / stride; a group size of 0 is refused as given
+expect_grep "groups stride alone" "1 +1, 3, 5, 7" -- "$bin" groups --replicas 8 --stride 2
+expect_fail "groups zero size" 1 "group_size=0 \(stride not given: 1\): the group size must be at least 1" -- "$bin" groups --replicas 8 --group-size 0
+expect_grep "groups transpose without a stride" "1 +2, 3, 6, 7" -- "$bin" groups --replicas 8 --stride 2 --group-size 2 --transpose
 expect_fail "groups missing" 2 "--replicas is required" -- "$bin" groups
 expect_fail "groups bad number" 2 "'x' is not a whole number" -- "$bin" groups --replicas x
 expect_fail "unknown option" 2 "unknown option '--bogus'" -- "$bin" groups --bogus

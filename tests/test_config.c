@@ -52,7 +52,7 @@ static void test_key_errors(void) {
         {"{\"replica_grouping\": {\"group_size\": 2, \"strde\": 1}}",
          "'replica_grouping.strde'", "known: group_size, stride"},
         {"{\"replication_factor\": 8, \"replica_grouping\": {\"group_size\": 3}}",
-         "'replica_grouping'", "replicas=8, stride=1, group_size=3"},
+         "'replica_grouping'", "8 replicas, group_size=3 (stride not given: 1)"},
         {"{\"replicated_tensor_sharding\": 1}", "'replicated_tensor_sharding'", "true or false"},
         {"{\"optimizer_state_offchip\": \"yes\"}", "'optimizer_state_offchip'", "true or false"},
         {"{\"recompute_checkpoint_every_layer\": null}", "'recompute_checkpoint_every_layer'",

@@ -156,6 +156,8 @@ _session_loss = _sig("rp_session_loss", _int, _P, _F, _I32, _int,
 _weights_load = _sig("rp_weights_load", _int, ctypes.POINTER(ctypes.POINTER(_Weights)), _c, _E)
 _weights_free = _sig("rp_weights_free", None, ctypes.POINTER(_Weights))
 _grouping_init = _sig("rp_grouping_init", _int, ctypes.POINTER(_Grouping), _int, _int, _int, _E)
+_grouping_popxl = _sig("rp_grouping_popxl", _int, ctypes.POINTER(_Grouping), _int,
+                       ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int), _E)
 _grouping_group_of = _sig("rp_grouping_group_of", _int, ctypes.POINTER(_Grouping), _int)
 _profile_read = _sig("rp_profile_read", _int, _PP, _c, _E)
 _profile_free = _sig("rp_profile_free", None, _P)
@@ -297,11 +299,14 @@ class Config:
         return "repipe.Config(%s)" % ", ".join("%s=%r" % kv for kv in self.to_dict().items())
 
 
-def groups(replicas, group_size=None, stride=1):
-    """PopXL's replica grouping: the group of each replica, as a list."""
+def groups(replicas, group_size=None, stride=None):
+    """PopXL's ir.replica_grouping(stride, group_size) on `replicas` replicas: the
+    group of each replica, as a list (PopXL's assignment). Not given, the
+    stride is 1 and the group size replicas / stride."""
     g, err = _Grouping(), _Err()
-    _check(_grouping_init(ctypes.byref(g), replicas, group_size or replicas, stride,
-                          ctypes.byref(err)), err)
+    ref = lambda v: None if v is None else ctypes.byref(ctypes.c_int(v))
+    _check(_grouping_popxl(ctypes.byref(g), replicas, ref(stride), ref(group_size),
+                           ctypes.byref(err)), err)
     return [_grouping_group_of(ctypes.byref(g), r) for r in range(replicas)]
 
 

@@ -175,6 +175,10 @@ class Configs(unittest.TestCase):
         self.assertEqual(repipe.groups(4), [0, 0, 0, 0])
         with self.assertRaises(repipe.Error):
             repipe.groups(6, 4)
+        # as PopXL: a stride alone groups replicas / stride replicas; 0 is no size
+        self.assertEqual(repipe.groups(8, stride=2), [0, 1, 0, 1, 0, 1, 0, 1])
+        with self.assertRaises(repipe.Error):
+            repipe.groups(8, 0)
 
 
 @unittest.skipUnless(os.path.exists(os.path.join(FMNIST, "train-labels-idx1-ubyte.gz")) or

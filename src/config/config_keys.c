@@ -305,8 +305,7 @@ static rp_status k_grouping(rp_config *cfg, rpi_load *c, const char *key, const 
     const char *rule = "must be an object {\"group_size\": g, \"stride\": s} with integers >= 1";
     if (!cJSON_IsObject(v))
         return rpi_bad_value(c, key, v, rule);
-    c->group_size = 0;
-    c->group_stride = 1;
+    c->group_size = c->group_stride = 0; /* not given */
     const cJSON *e;
     cJSON_ArrayForEach(e, v) {
         if (strcmp(e->string, "group_size") == 0) {
@@ -323,8 +322,7 @@ static rp_status k_grouping(rp_config *cfg, rpi_load *c, const char *key, const 
                            c->name, e->string);
         }
     }
-    if (c->group_size == 0)
-        return rpi_bad_value(c, key, v, "needs \"group_size\"");
+    /* either may be left out, as in PopXL: stride 1, group size R / stride */
     cfg->grouping_set = true;
     return RP_OK;
 }
@@ -473,8 +471,9 @@ rp_status rpi_validate(rpi_load *c) {
                        c->name, call > inf_call ? call : inf_call, (double)RP_MAX_SAMPLES);
     if (cfg->grouping_set) {
         rp_error gerr;
-        if (rp_grouping_init(&cfg->replica_grouping, cfg->replication_factor, c->group_size,
-                             c->group_stride, &gerr))
+        if (rp_grouping_popxl(&cfg->replica_grouping, cfg->replication_factor,
+                              c->group_stride ? &c->group_stride : NULL,
+                              c->group_size ? &c->group_size : NULL, &gerr))
             return rp_fail(c->err, RP_ERR_INVALID, "%s: key 'replica_grouping': %s", c->name,
                            gerr.msg);
     } else {

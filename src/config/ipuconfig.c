@@ -372,8 +372,7 @@ static rp_status attempt(rpi_load *c, const og_file *f, og_release r) {
     rp_config_default(c->cfg);
     c->layers = c->inference_layers = NULL;
     c->layers_key = c->inference_layers_key = NULL;
-    c->group_size = 0;
-    c->group_stride = 1;
+    c->group_size = c->group_stride = 0;
     c->matmul_list = c->inference_matmul_list = false;
     c->lenient = f->ipu && r <= OG_0_6_1;
     if (f->ipu)
