@@ -1,7 +1,10 @@
 /*
 ** repipe plan: splits a profiled model over a machine hierarchy.
 */
+#define _XOPEN_SOURCE 700 /* realpath */
+#include <limits.h>
 #include <math.h>
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,6 +100,122 @@ static void print_ranks(const rp_plan *p, int s) {
     printf("\n");
 }
 
+/* The name PipeDream's scripts take for the model: the profile's directory
+** (profiles/vgg16/graph.txt: vgg16), else its file name, as an identifier. */
+static void arch_name(const char *path, char *out, size_t cap) {
+    const char *end = strrchr(path, '/'), *start = path;
+    if (end && strcmp(end + 1, "graph.txt") == 0) { /* the directory */
+        start = end;
+        while (start > path && start[-1] != '/')
+            start--;
+    } else {
+        start = end ? end + 1 : path;
+        end = strchr(start, '.');
+        if (!end)
+            end = start + strlen(start);
+    }
+    size_t n = 0;
+    for (const char *c = start; c < end && n + 1 < cap; c++)
+        out[n++] = (char)(isalnum((unsigned char)*c) ? *c : '_');
+    if (n == 0 || isdigit((unsigned char)out[0])) /* a Python name */
+        memmove(out + 1, out, n++ < cap - 1 ? n : cap - 2), out[0] = 'm';
+    out[n < cap ? n : cap - 1] = '\0';
+}
+
+/* The ranks of each stage in words, from a rank -> stage table. */
+static void print_layout(const int *rank_stage, int workers, int stages) {
+    for (int s = 0; s < stages; s++) {
+        printf("%sstage %d: ", s ? ", " : "", s);
+        int n = 0;
+        for (int r = 0; r < workers; r++) {
+            if (rank_stage[r] != s || (r > 0 && rank_stage[r - 1] == s))
+                continue;
+            int e = r;
+            while (e + 1 < workers && rank_stage[e + 1] == s)
+                e++;
+            printf(e == r ? "%s%d" : "%s%d\u2013%d", n++ ? " and " : "ranks ", r, e);
+        }
+    }
+}
+
+/* A path as one word of a shell command: single-quoted unless it is plain. */
+static const char *shell_word(const char *path, char *buf, size_t cap) {
+    if (strspn(path, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789/._=+-") ==
+        strlen(path))
+        return path;
+    size_t n = 0;
+    buf[n++] = '\'';
+    for (const char *c = path; *c && n + 5 < cap; c++) {
+        if (*c == '\'') { /* close, an escaped quote, reopen */
+            memcpy(buf + n, "'\\''", 4);
+            n += 4;
+        } else {
+            buf[n++] = *c;
+        }
+    }
+    buf[n++] = '\'';
+    buf[n] = '\0';
+    return buf;
+}
+
+/* PipeDream's own commands for the plan: its code generator, with the stage
+** map in the form it parses, and its runtime on every rank. */
+static void print_pipedream(const rp_plan *p, const char *profile_path, const char *graph_out,
+                            const char *conf, long long batch) {
+    char arch[64], map[4096], gq[2 * PATH_MAX], cq[2 * PATH_MAX];
+    arch_name(profile_path, arch, sizeof arch);
+    if (graph_out)
+        graph_out = shell_word(graph_out, gq, sizeof gq);
+    if (conf)
+        conf = shell_word(conf, cq, sizeof cq);
+    if (rp_plan_pipedream_stage_map(p, map, sizeof map) >= sizeof map)
+        snprintf(map, sizeof map, "MAP");
+    int W = p->num_workers;
+    printf("\nPipeDream (msr-fiddle/pipedream) for this plan\n");
+    printf("  in optimizer/:\n    python convert_graph_to_model.py -f %s -n %c%sPartitioned -a %s "
+           "-o ../runtime/image_classification/models/%s/gpus=%d --stage_to_num_ranks_map %s\n",
+           graph_out ? graph_out : "GRAPH", toupper((unsigned char)arch[0]), arch + 1, arch,
+           arch, W, map);
+    printf("  in runtime/image_classification/, for every rank R of 0-%d (L: R's index on its "
+           "server):\n    python main_with_runtime.py --module models.%s.gpus=%d -b ", W - 1,
+           arch, W);
+    if (batch > 0)
+        printf("%lld", batch);
+    else
+        printf("B");
+    printf(" --data_dir DATA --rank R --local_rank L --master_addr MASTER --config_path %s "
+           "--distributed_backend gloo\n", conf ? conf : "CONF");
+    if (!graph_out)
+        printf("  GRAPH: the profile with each node's stage_id, as --graph-out FILE writes it\n");
+    if (batch <= 0)
+        printf("  B: the micro-batch the profile was measured on (--profile-batch)\n");
+    /* the layout convert_graph_to_model.py writes, against the plan's */
+    int *contiguous = malloc(sizeof(int) * (size_t)(W > 0 ? W : 1));
+    if (!contiguous)
+        return;
+    bool same = true;
+    for (int s = 0, r = 0; s < p->num_stages; s++)
+        for (int k = 0; k < p->stage_num_ranks[s]; k++, r++) {
+            contiguous[r] = s;
+            same &= p->worker_stage[r] == s;
+        }
+    if (same) {
+        printf("  %s: models/%s/gpus=%d/hybrid_conf.json as convert_graph_to_model.py writes "
+               "it, whose ranks are this plan's%s\n", conf ? "--config_path" : "CONF", arch, W,
+               conf ? " (--pipedream-conf wrote the same)" : "");
+    } else {
+        printf("  %s: the hybrid_conf.json of --pipedream-conf FILE, not convert_graph_to_model"
+               ".py's: that one numbers each stage's ranks after the stage before it (",
+               conf ? "--config_path" : "CONF");
+        print_layout(contiguous, W, p->num_stages);
+        printf("), so that a replica's stages straddle the outer machines; this plan keeps "
+               "each copy of an outer stage on consecutive ranks (");
+        print_layout(p->worker_stage, W, p->num_stages);
+        printf(")\n");
+    }
+    free(contiguous);
+}
+
 static void print_plan(const rp_plan *p, const char *profile_path, const rp_profile *prof) {
     const rp_plan_options *o = &p->options;
     printf("profile   %s (%d nodes, %d states)\n", profile_path, prof->num_nodes,
@@ -119,10 +238,8 @@ static void print_plan(const rp_plan *p, const char *profile_path, const rp_prof
             printf("\n");
         }
     }
-    printf("\nworkers (%d, replica-major; PipeDream's --stage_to_num_ranks ", p->num_workers);
-    for (int s = 0; s < p->num_stages; s++)
-        printf("%s%d", s ? "," : "", p->stage_num_ranks[s]);
-    printf(")\n");
+    printf("\nworkers (%d, replica-major: each copy of an outer stage on consecutive ranks)\n",
+           p->num_workers);
     /* each final stage's layers, named by the profile's descriptions */
     double *fw = NULL, *bw = NULL, *ob = NULL, *pb = NULL;
     int *node = NULL, L = 0;
@@ -547,8 +664,15 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     /* with the JSON on standard output, words go to standard error */
     FILE *text_out = json && strcmp(json, "-") == 0 ? stderr : stdout;
-    if (text_out == stdout)
+    if (text_out == stdout) {
+        /* the commands run elsewhere: the files they read by absolute paths */
+        char gpath[PATH_MAX], cpath[PATH_MAX];
+        const char *g = graph_out && realpath(graph_out, gpath) ? gpath : graph_out;
+        const char *cf = conf && realpath(conf, cpath) ? cpath : conf;
         print_plan(plan, profile, prof);
+        print_pipedream(plan, profile, g, cf,
+                        profile_batch ? profile_batch : rp_profile_micro_batch(prof));
+    }
     if (schedule && rc == 0)
         rc = engine_mode(cmd, plan, prof, base_config, schedule, (int)micro_batches,
                          device_memory, text_out);

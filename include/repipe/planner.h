@@ -174,6 +174,13 @@ size_t rp_autoplan_size(void);
 /* PipeDream's hybrid_conf.json: module_to_stage_map and stage_to_rank_map. */
 rp_status rp_plan_pipedream_conf(const rp_plan *plan, char **out, rp_error *err);
 
+/* PipeDream's --stage_to_num_ranks_map of convert_graph_to_model.py for the
+** plan, "0:14,1:2" (stage:workers, in stage order), snprintf-style: the
+** length it needs, written to buf when it fits cap. That script numbers the
+** ranks of stage s contiguously after those of stage s-1; repipe's layout
+** (and --pipedream-conf's) is replica-major (docs/planner.md). */
+size_t rp_plan_pipedream_stage_map(const rp_plan *plan, char *buf, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

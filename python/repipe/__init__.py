@@ -428,9 +428,9 @@ class Plan:
         j, (desc, sources) = self.json, self._graph
         stages = sorted(j["stage_to_rank_map"], key=int)
         lines = ["%d workers on %s machines (innermost level first), replica-major; PipeDream's"
-                 " --stage_to_num_ranks %s" % (
+                 " convert_graph_to_model.py --stage_to_num_ranks_map %s" % (
                      sum(j["stage_to_num_ranks"]), " x ".join(map(str, j["options"]["machines"])),
-                     ",".join(map(str, j["stage_to_num_ranks"])))]
+                     j["pipedream"]["stage_to_num_ranks_map"])]
         for s in stages:
             ranks = j["stage_to_rank_map"][s]
             nodes = sorted((n for n, st in j["node_stage"].items()

@@ -40,6 +40,35 @@ static cJSON *rank_map(const rp_plan *p) {
     return m;
 }
 
+size_t rp_plan_pipedream_stage_map(const rp_plan *p, char *buf, size_t cap) {
+    size_t at = 0;
+    for (int s = 0; s < p->num_stages; s++) {
+        int k = snprintf(at < cap ? buf + at : NULL, at < cap ? cap - at : 0, "%s%d:%d",
+                         s ? "," : "", s, p->stage_num_ranks[s]);
+        at += (size_t)k;
+    }
+    if (cap && at >= cap)
+        buf[cap - 1] = '\0';
+    if (!p->num_stages && cap)
+        buf[0] = '\0';
+    return at;
+}
+
+/* The stage_to_rank_map convert_graph_to_model.py writes for that map:
+** stage s takes the next stage_num_ranks[s] ranks. */
+static cJSON *contiguous_rank_map(const rp_plan *p) {
+    cJSON *m = cJSON_CreateObject();
+    for (int s = 0, first = 0; s < p->num_stages; first += p->stage_num_ranks[s++]) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", s);
+        cJSON *ranks = cJSON_CreateArray();
+        for (int r = first; r < first + p->stage_num_ranks[s]; r++)
+            cJSON_AddItemToArray(ranks, cJSON_CreateNumber(r));
+        cJSON_AddItemToObject(m, key, ranks);
+    }
+    return m;
+}
+
 static cJSON *plan_json(const rp_plan *p, const rp_profile *profile) {
     cJSON *r = cJSON_CreateObject();
     const rp_plan_options *o = &p->options;
@@ -94,6 +123,15 @@ static cJSON *plan_json(const rp_plan *p, const rp_profile *profile) {
     cJSON_AddItemToObject(r, "stage_to_num_ranks",
                           cJSON_CreateIntArray(p->stage_num_ranks, p->num_stages));
     cJSON_AddItemToObject(r, "stage_to_rank_map", rank_map(p));
+    cJSON *pd = cJSON_AddObjectToObject(r, "pipedream");
+    size_t need = rp_plan_pipedream_stage_map(p, NULL, 0) + 1;
+    char *map = malloc(need);
+    if (map) {
+        rp_plan_pipedream_stage_map(p, map, need);
+        cJSON_AddStringToObject(pd, "stage_to_num_ranks_map", map);
+        free(map);
+    }
+    cJSON_AddItemToObject(pd, "converted_stage_to_rank_map", contiguous_rank_map(p));
     /* what the engine runs, when the profile is a chain of layers */
     rp_config cfg;
     rp_error ignored;
