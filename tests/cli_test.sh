@@ -98,7 +98,7 @@ out=$("$bin" plan --profile "$vgg" --machines 8 2 --bandwidth 4294967296 2147483
       --pipedream-conf "$tmp/conf.json")
 if grep -q "stage 0: 14 workers — ranks 0–6 and 8–14" <<<"$out" &&
    grep -q "stage 1: 2 workers — ranks 7 and 15" <<<"$out" &&
-   grep -q "stage_to_num_ranks 14,2" <<<"$out"; then ok; else bad "plan seed text: $out"; fi
+   grep -q -- "--stage_to_num_ranks_map 0:14,1:2" <<<"$out"; then ok; else bad "plan seed text: $out"; fi
 if grep -q '"stage_to_num_ranks":	\[14, 2\]' "$tmp/plan.json" &&
    grep -q '"module_to_stage_map":	\[0, 1, 1\]' "$tmp/conf.json" &&
    grep -q 'node26 -- .* -- stage_id=1$' "$tmp/g.txt" && grep -q 'node1 -- Input.* -- stage_id=0$' "$tmp/g.txt"
