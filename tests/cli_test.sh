@@ -425,4 +425,39 @@ expect_fail "simulate too few machines" 1 "needs 16 workers but the machines hol
 expect_fail "simulate bandwidth count" 2 "--bandwidth has 1 value but --machines has 2 levels" -- \
   "$bin" simulate --config "$tmp/seed28.json" --profile "$vgg" --machines 8 2 --bandwidth 1e9
 
+# What a new user met: the messages name the user's own words.
+expect_fail "plan straight, more machines than states" 1 \
+  "--straight gives each of the 64 machines a stage of its own, and the profile has 40 states" -- \
+  "$bin" plan --profile "$vgg" --machines 64 --straight
+printf 'n1 -- Input -- forward_compute_time=0, backward_compute_time=0, activation_size=0, parameter_size=0\nn2 -- Linear -- forward_compute_time=0, backward_compute_time=0, activation_size=0, parameter_size=0\n\tn1 -- n2\n' > "$tmp/zero.txt"
+out=$("$bin" plan --profile "$tmp/zero.txt" --machines 4 2>&1)
+if ! grep -qi nan <<<"$out" && grep -q "the profile's times are all zero" <<<"$out"; then ok; else bad "zero-cost plan: $out"; fi
+printf '{"ipus_per_replica": 4, "layers_per_ipu": [2, 2, 2, 2]}\n' > "$tmp/l8.json"
+"$bin" config show "$tmp/l8.json" --layers 9 --json > "$tmp/show.out" 2> "$tmp/show.err"; rc=$?
+if [ $rc = 1 ] && [ ! -s "$tmp/show.out" ] &&
+   grep -q "layers_per_ipu: the list places 8 layers but the model has 9" "$tmp/show.err"; then ok
+else bad "config show --json, layers that do not fit: exit $rc, $(cat "$tmp/show.out" "$tmp/show.err")"; fi
+# PipeDream's profile has no micro-batch: its stages alone are written, and
+# simulate says what it takes the profile's micro-batch to be
+out=$("$bin" plan --profile "$vgg" --machines 8 2 --bandwidth 4294967296 2147483648 \
+      --objective pipedream --config-out "$tmp/pd-stages.json" 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "with PipeDream's stages and micro_batch_size 1" <<<"$out" &&
+   "$bin" config show "$tmp/pd-stages.json" | grep -qE "workers needed +16"; then ok
+else bad "plan --objective pipedream --config-out: exit $rc: $out"; fi
+expect_grep "simulate says the micro-batch it assumes" \
+  "note: .*vgg16/graph.txt does not say the micro-batch it was measured on; taken to be the configuration's 64" -- \
+  "$bin" simulate --config "$tmp/seed28.json" --profile "$vgg" --machines 8 2 --bandwidth 4294967296 2147483648
+out=$("$bin" simulate --config "$tmp/seed28.json" --profile "$vgg" --profile-batch 64 --machines 8 2 \
+      --bandwidth 4294967296 2147483648 2>&1)
+if ! grep -q "does not say the micro-batch" <<<"$out"; then ok; else bad "simulate --profile-batch still notes: $out"; fi
+# A profile too wide for the antichain DAG plans on PipeDream's compression,
+# and one too wide even so is refused at once
+incep="$src/tests/fixtures/pipedream/profiles/inception_v3/graph.txt"
+expect_grep "plan inception_v3 uncompressed" \
+  "\(326 nodes; with PipeDream's branch compression 92 nodes, 1646 states\)" -- \
+  "$bin" plan --profile "$incep" --machines 4
+expect_fail "plan nasnetamobile refused" 1 \
+  "more than 20000 states .* 921 nodes to 290\); PipeDream's optimizer would not finish either" -- \
+  "$bin" plan --profile "$src/tests/fixtures/pipedream/profiles/nasnetamobile/graph.txt" --machines 4
+
 summary

@@ -1,9 +1,11 @@
 /*
 ** Planner: the optimised dynamic programme against a plain transcription of
 ** the recurrence (docs/planner.md) on random profiles and every option, plus the
-** antichain DAG of small graphs counted by hand, the rank layout and the
-** infeasible cases.
+** antichain DAG of small graphs counted by hand, the rank layout, the
+** infeasible cases, and PipeDream's branch compression against the file
+** PipeDream's own code wrote.
 */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,10 @@
 #include "../src/plan/antichain.h"
 #include "repipe/planner.h"
 #include "test.h"
+
+#ifndef REPIPE_FIXTURES
+#define REPIPE_FIXTURES "tests/fixtures/pipedream"
+#endif
 
 /* ---- a plain reference ---------------------------------------------------- */
 
@@ -256,7 +262,7 @@ static void test_against_reference(void) {
         rp_plan_options o;
         random_options(&o);
         rp_states st;
-        CHECK(rp_states_build(p, &st, &err) == RP_OK);
+        CHECK(rp_states_build(p, 0, &st, &err) == RP_OK);
         falling += o.memory_constraint && falls(&st);
         ref_cell *tabs[RP_PLAN_MAX_LEVELS];
         double w = 1;
@@ -396,7 +402,7 @@ static void test_states(void) {
     CHECK(p != NULL);
     rp_states st;
     rp_error err;
-    CHECK(rp_states_build(p, &st, &err) == RP_OK);
+    CHECK(rp_states_build(p, 0, &st, &err) == RP_OK);
     CHECK_INT(st.n, 5);
     /* first state is {a}: 1 ms; last covers everything: 10 ms */
     CHECK_CLOSE(st.compute[0], 0.001, 1e-12);
@@ -411,7 +417,7 @@ static void test_states(void) {
               "activation_size=1.0, parameter_size=0.0\n" NODE("n1", "1.0") NODE("n2", "2.0")
                   NODE("n3", "3.0") NODE("n4", "4.0") "\tn0 -- n1\n\tn1 -- n2\n\tn2 -- n3\n"
                                                       "\tn3 -- n4\n");
-    CHECK(rp_states_build(p, &st, &err) == RP_OK);
+    CHECK(rp_states_build(p, 0, &st, &err) == RP_OK);
     CHECK_INT(st.n, 4);
     static const double cum[] = {0.001, 0.003, 0.006, 0.010};
     for (int i = 0; i < 4 && i < st.n; i++)
@@ -574,7 +580,94 @@ static void test_disconnected(void) {
     rp_profile_free(p);
 }
 
+/* PipeDream's Graph.compress_branches, run unmodified on inception_v3's
+** profile, wrote profiles/inception_v3/compressed.txt: repipe's
+** compression gives the same nodes (names, descriptions, times to its three
+** decimals), edges in the same order, and every profile node inside one of
+** them, its forward times summing to the node's. */
+static void test_compression(void) {
+    rp_profile *p, *want, *got = NULL;
+    rp_error err;
+    CHECK(rp_profile_read(&p, REPIPE_FIXTURES "/profiles/inception_v3/graph.txt", &err) == RP_OK);
+    CHECK(rp_profile_read(&want, REPIPE_FIXTURES "/profiles/inception_v3/compressed.txt", &err) ==
+          RP_OK);
+    int *member = malloc(sizeof(int) * p->num_nodes);
+    CHECK(rpi_profile_compress_branches(p, &got, member, &err) == RP_OK);
+    if (!got) {
+        free(member);
+        rp_profile_free(p), rp_profile_free(want);
+        return;
+    }
+    CHECK_INT(p->num_nodes, 326);
+    CHECK_INT(got->num_nodes, want->num_nodes);
+    CHECK_INT(got->num_nodes, 92);
+    int same = 0;
+    for (int i = 0; i < got->num_nodes && i < want->num_nodes; i++) {
+        const rp_profile_node *a = &got->nodes[i], *b = &want->nodes[i];
+        same += strcmp(a->id, b->id) == 0 && strcmp(a->desc, b->desc) == 0 &&
+                a->forward_ms == b->forward_ms && a->backward_ms == b->backward_ms &&
+                a->activation_bytes == b->activation_bytes &&
+                a->parameter_bytes == b->parameter_bytes;
+    }
+    CHECK_INT(same, want->num_nodes);
+    CHECK_INT(got->num_edges, want->num_edges);
+    int edges = 0;
+    for (int e = 0; e < got->num_edges && e < want->num_edges; e++)
+        edges += got->edges[e].from == want->edges[e].from && got->edges[e].to == want->edges[e].to;
+    CHECK_INT(edges, want->num_edges);
+    double *sum = calloc(got->num_nodes, sizeof(double));
+    int inside = 0;
+    for (int v = 0; v < p->num_nodes; v++)
+        if (member[v] >= 0 && member[v] < got->num_nodes) {
+            inside++;
+            sum[member[v]] += p->nodes[v].forward_ms;
+        }
+    CHECK_INT(inside, p->num_nodes);
+    int sums = 0;
+    for (int i = 0; i < got->num_nodes; i++)
+        sums += fabs(sum[i] - got->nodes[i].forward_ms) <= 5e-4 + 1e-12;
+    CHECK_INT(sums, got->num_nodes);
+    free(sum);
+    free(member);
+    rp_profile_free(got), rp_profile_free(want), rp_profile_free(p);
+}
+
+/* Graphs too wide to plan even compressed are refused at once, with the
+** counts; a straight pipeline longer than the profile names --straight,
+** not memory. */
+static void test_refusals(void) {
+    rp_profile *p;
+    rp_error err;
+    rp_plan_options o;
+    rp_plan_options_default(&o);
+    o.num_levels = 1;
+    o.machines[0] = 4;
+    rp_plan *plan = NULL;
+    CHECK(rp_profile_read(&p, REPIPE_FIXTURES "/profiles/nasnetamobile/graph.txt", &err) == RP_OK);
+    double t0 = rp_now();
+    CHECK(rp_plan_compute(p, &o, &plan, &err) == RP_ERR_INFEASIBLE);
+    CHECK(rp_now() - t0 < 10);
+    CHECK_STR_HAS(err.msg, "its antichain DAG has more than 20000 states");
+    CHECK_STR_HAS(err.msg, "921 nodes to 290");
+    CHECK_STR_HAS(err.msg, "Profile coarser layers");
+    rp_profile_free(p);
+    CHECK(rp_profile_read(&p, REPIPE_FIXTURES "/profiles/alexnet/graph.txt", &err) == RP_OK);
+    o.machines[0] = 64;
+    o.straight = true;
+    CHECK(rp_plan_compute(p, &o, &plan, &err) == RP_ERR_INFEASIBLE);
+    CHECK_STR_HAS(err.msg, "--straight gives each of the 64 machines a stage of its own, and the "
+                           "profile has 22 states");
+    o.memory_constraint = true;
+    o.machines[0] = 4;
+    o.memory_size = 1;
+    CHECK(rp_plan_compute(p, &o, &plan, &err) == RP_ERR_INFEASIBLE);
+    CHECK_STR_HAS(err.msg, "exceeds the memory size of 1 bytes per machine");
+    rp_profile_free(p);
+}
+
 int main(void) {
+    test_compression();
+    test_refusals();
     test_disconnected();
     test_limits();
     test_states();

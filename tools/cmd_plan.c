@@ -218,8 +218,12 @@ static void print_pipedream(const rp_plan *p, const char *profile_path, const ch
 
 static void print_plan(const rp_plan *p, const char *profile_path, const rp_profile *prof) {
     const rp_plan_options *o = &p->options;
-    printf("profile   %s (%d nodes, %d states)\n", profile_path, prof->num_nodes,
-           p->num_states);
+    if (p->compressed_nodes)
+        printf("profile   %s (%d nodes; with PipeDream's branch compression %d nodes, %d "
+               "states)\n", profile_path, prof->num_nodes, p->compressed_nodes, p->num_states);
+    else
+        printf("profile   %s (%d nodes, %d states)\n", profile_path, prof->num_nodes,
+               p->num_states);
     cli_print_machines(stdout, o->machines, o->bandwidth, o->num_levels);
     for (int l = 0; l < p->num_levels; l++) {
         const rp_plan_level *lv = &p->levels[l];
@@ -266,6 +270,12 @@ static void print_plan(const rp_plan *p, const char *profile_path, const rp_prof
     snprintf(dp, sizeof dp, "data parallel (%d)", p->machines_available);
     printf("\npredicted time per step\n");
     printf("  %-22s %.6f s\n", "one machine", p->single_stage_time);
+    if (!(p->single_stage_time > 0)) { /* a ratio of zero times says nothing */
+        printf("  %-22s %.6f s\n", dp, p->data_parallel_time);
+        printf("  %-22s %.6f s  (the profile's times are all zero: no speed-up to give)\n",
+               "this plan", p->pipeline_time);
+        return;
+    }
     printf("  %-22s %.6f s  %.2fx one machine\n", dp, p->data_parallel_time,
            p->dp_speedup_vs_single);
     printf("  %-22s %.6f s  %.2fx one machine, %.2fx data parallel\n", "this plan",
@@ -677,18 +687,39 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         rc = engine_mode(cmd, plan, prof, base_config, schedule, (int)micro_batches,
                          device_memory, text_out);
     if (rc == 0 && (engine || config_out)) {
+        bool written = false;
         if (config_out && !engine) { /* PipeDream's stages: how they map onto the config */
             rp_config cfg;
             char explain[512];
             rp_config_default(&cfg);
-            if (rp_plan_to_config(plan, prof, &cfg, explain, sizeof explain, &err)) {
+            if (base_config && rp_config_load_file(&cfg, base_config, &err)) {
+                cli_error(cmd, "%s", err.msg);
+                rc = 1;
+            } else if (rp_plan_to_config(plan, prof, &cfg, explain, sizeof explain, &err)) {
                 cli_error(cmd, "%s", err.msg);
                 rc = 1;
             } else {
                 fprintf(text_out, "\n%s\n", explain);
             }
+            /* without the micro-batch the profile was measured on, the engine's
+            ** rows cannot be priced: PipeDream's stages alone, on the base's
+            ** (or the default) micro-batch and accumulation; simulate says what
+            ** it assumes when it meets this profile */
+            if (rc == 0 && !profile_batch && !rp_profile_micro_batch(prof)) {
+                if (rp_config_save_file(&cfg, config_out, &err)) {
+                    cli_error(cmd, "%s", err.msg);
+                    rc = 1;
+                } else {
+                    fprintf(text_out, "execution configuration written to %s with PipeDream's "
+                            "stages and micro_batch_size %d (the profile does not say the "
+                            "micro-batch it was measured on: --profile-batch B also prices the "
+                            "synchronous run and sets B)\n", config_out, cfg.micro_batch_size);
+                    print_launch(&cfg, &o, config_out);
+                }
+                written = true;
+            }
         }
-        if (rc == 0)
+        if (rc == 0 && !written)
             rc = engine_objective(cmd, prof, more, num_more, plan, &o, base_config, global_batch,
                                   profile_batch,
                                   memory_given ? o.memory_size : 0, (int)cores, polling,

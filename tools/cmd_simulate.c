@@ -248,6 +248,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     FILE *txt = json && strcmp(json, "-") == 0 ? stderr : stdout;
     fprintf(txt, "%s: %d workers, %d stages, %d micro-batches of %d per replica\n", config_path,
            d.workers, d.stages, cfg.gradient_accumulation_steps, cfg.micro_batch_size);
+    if (!opt.profile_batch) /* the simulator prices the profile's rows as one micro-batch */
+        fprintf(txt, "note: %s does not say the micro-batch it was measured on; taken to be the "
+                     "configuration's %d (--profile-batch B says otherwise)\n",
+                profile_path, cfg.micro_batch_size);
     if (opt.num_levels)
         cli_print_machines(txt, opt.machines, opt.bandwidth, opt.num_levels);
     else

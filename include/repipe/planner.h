@@ -88,8 +88,20 @@ typedef struct rp_plan {
     int *worker_stage;     /* per worker: its final stage */
     int num_nodes;
     int *node_stage;       /* per profile node: final stage, -1 if none */
+    /* > 0: the profile's antichain DAG had more than RP_PLAN_MAX_STATES
+    ** states, and the plan is that of its graph with PipeDream's branch
+    ** compression (docs/planner.md), of this many nodes; a branch's nodes
+    ** share their stage */
+    int compressed_nodes;
     rp_plan_options options;
 } rp_plan;
+
+/* The states a plan is made over, at most, are this many or 16 per node,
+** whichever is more (a chain has one per node; PipeDream's profiles up to
+** 15): a graph with more (wide branches: an Inception module's states are
+** the product of its branch lengths) is planned with PipeDream's branch
+** compression, or refused when that has more too. */
+#define RP_PLAN_MAX_STATES 20000
 
 rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *options,
                           rp_plan **out, rp_error *err);

@@ -257,7 +257,8 @@ static int add_chain(builder *b, const int *list, int len) {
 
 /* Explores the antichain DAG breadth first from `first`. dag_order gets the
 ** antichains in the order they first appear in an edge. */
-static rp_status explore(builder *b, int first, ivec *dag_order, rp_error *err) {
+static rp_status explore(builder *b, int first, int max_states, ivec *dag_order,
+                         rp_error *err) {
     graph *g = &b->g;
     ivec queue = {0}, cand = {0}, keybuf = {0};
     unsigned char *in_order = NULL;
@@ -313,6 +314,11 @@ static rp_status explore(builder *b, int first, ivec *dag_order, rp_error *err) 
                 qsort(sorted, len, sizeof(int), cmp_int);
                 int bi = find_chain(b, sorted, len, hash_ints(sorted, len));
                 free(sorted);
+                if (bi < 0 && max_states && b->nac >= max_states) {
+                    s = rp_fail(err, RP_ERR_INFEASIBLE, "the antichain DAG has more than %d "
+                                "states", max_states);
+                    goto done;
+                }
                 if (bi < 0 && (bi = add_chain(b, keybuf.v, len)) < 0)
                     goto oom;
                 if (!iv_push(&b->ac[ai].succ, bi) || !iv_push(&queue, bi))
@@ -346,6 +352,20 @@ done:
     return s;
 }
 
+/* A state and its cumulative compute: descending compute, ties by
+** descending state. */
+typedef struct by_compute {
+    double c;
+    int s;
+} by_compute;
+
+static int cmp_compute_desc(const void *a, const void *b) {
+    const by_compute *x = a, *y = b;
+    if (x->c != y->c)
+        return x->c > y->c ? -1 : 1;
+    return (x->s < y->s) - (x->s > y->s);
+}
+
 void rp_states_free(rp_states *s) {
     free(s->compute), free(s->activation), free(s->parameter), free(s->out_activation);
     if (s->pred)
@@ -355,12 +375,12 @@ void rp_states_free(rp_states *s) {
     memset(s, 0, sizeof *s);
 }
 
-rp_status rp_states_build(const rp_profile *p, rp_states *st, rp_error *err) {
+rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp_error *err) {
     memset(st, 0, sizeof *st);
     builder b = {0};
     ivec dag_order = {0};
     int *topo = NULL, *pos = NULL;
-    word *spred = NULL;
+    word *spred = NULL; /* transitive successors of each state */
     rp_status s = RP_OK;
     st->input_source = calloc(p->num_nodes, 1);
     if (!st->input_source)
@@ -430,7 +450,7 @@ rp_status rp_states_build(const rp_profile *p, rp_states *st, rp_error *err) {
             goto done;
         }
     }
-    if ((s = explore(&b, first, &dag_order, err)))
+    if ((s = explore(&b, first, max_states, &dag_order, err)))
         goto done;
 
     /* Depth-first topological sort over nodes and out-edges in insertion
@@ -507,34 +527,54 @@ rp_status rp_states_build(const rp_profile *p, rp_states *st, rp_error *err) {
                 st->parameter[si] += nd->parameter_bytes;
             }
     }
-    /* Transitive predecessors of each state, in state order. */
-    for (int si = 0; si < N; si++) {
+    /* Transitive successors of each state, from the last state back. */
+    for (int si = N - 1; si >= 0; si--) {
         const achain *a = &b.ac[topo[si]];
-        word *ps = spred + (size_t)si * swords;
+        word *ss = spred + (size_t)si * swords;
         for (int e = 0; e < a->succ.n; e++) {
             int ti = pos[a->succ.v[e]];
-            word *pt = spred + (size_t)ti * swords;
+            const word *st_ = spred + (size_t)ti * swords;
             for (int w = 0; w < swords; w++)
-                pt[w] |= ps[w];
-            BIT_SET(pt, si);
+                ss[w] |= st_[w];
+            BIT_SET(ss, ti);
         }
     }
+    /* Each state's predecessors by descending cumulative compute, ties by
+    ** descending state, the order the planner scans split points in: the
+    ** states in that order, each appended to the lists of its successors. */
+    by_compute *order = malloc(sizeof(by_compute) * N);
+    int *fill = calloc(N, sizeof(int));
+    if (!order || !fill) {
+        free(order), free(fill);
+        s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
     for (int si = 0; si < N; si++) {
-        const word *ps = spred + (size_t)si * swords;
-        int cnt = 0;
+        order[si] = (by_compute){st->compute[si], si};
+        const word *ss = spred + (size_t)si * swords;
         for (int w = 0; w < swords; w++)
-            cnt += __builtin_popcountll(ps[w]);
-        st->pred[si] = malloc(sizeof(int) * (cnt ? cnt : 1));
+            for (word bits = ss[w]; bits; bits &= bits - 1)
+                st->num_pred[w * 64 + __builtin_ctzll(bits)]++;
+    }
+    qsort(order, N, sizeof *order, cmp_compute_desc);
+    for (int si = 0; si < N; si++) {
+        st->pred[si] = malloc(sizeof(int) * (st->num_pred[si] ? st->num_pred[si] : 1));
         if (!st->pred[si]) {
+            free(order), free(fill);
             s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
             goto done;
         }
-        int k = 0;
-        for (int w = 0; w < swords; w++)
-            for (word bits = ps[w]; bits; bits &= bits - 1)
-                st->pred[si][k++] = w * 64 + __builtin_ctzll(bits);
-        st->num_pred[si] = k;
     }
+    for (int g = 0; g < N; g++) {
+        int q = order[g].s;
+        const word *ss = spred + (size_t)q * swords;
+        for (int w = 0; w < swords; w++)
+            for (word bits = ss[w]; bits; bits &= bits - 1) {
+                int t = w * 64 + __builtin_ctzll(bits);
+                st->pred[t][fill[t]++] = q;
+            }
+    }
+    free(order), free(fill);
 done:
     for (int i = 0; i < b.nac; i++)
         free(b.ac[i].succ.v);

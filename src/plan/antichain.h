@@ -20,7 +20,9 @@ typedef struct rp_states {
     double *activation;      /* bytes, cumulative like compute */
     double *parameter;       /* bytes, cumulative like compute */
     double *out_activation;  /* bytes leaving the augmented antichain */
-    int **pred;              /* pred[s]: DAG predecessors of s, ascending */
+    /* pred[s]: the DAG predecessors of s by descending compute, ties by
+    ** descending state (the order the planner scans split points in) */
+    int **pred;
     int *num_pred;
     /* Per state, the profile nodes it covers (all predecessors of its
     ** augmented antichain), as a bitset of nwords words over the nodes. */
@@ -31,7 +33,17 @@ typedef struct rp_states {
     unsigned char *input_source; /* per profile node */
 } rp_states;
 
-rp_status rp_states_build(const rp_profile *p, rp_states *out, rp_error *err);
+/* Builds the states, at most max_states of them (0: no limit): past that
+** the exploration stops with RP_ERR_INFEASIBLE, the message saying how many
+** states it had found and how long it took, before the memory a larger DAG
+** would take is spent. */
+rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *out, rp_error *err);
 void rp_states_free(rp_states *s);
+
+/* PipeDream's Graph.compress_branches (compress.c): every branch that runs
+** as a chain from a fork to a join as one node. member_of (num_nodes
+** entries) receives the compressed node each profile node went into. */
+rp_status rpi_profile_compress_branches(const rp_profile *p, rp_profile **out, int *member_of,
+                                        rp_error *err);
 
 #endif /* REPIPE_ANTICHAIN_H */

@@ -543,40 +543,6 @@ out:
     return s;
 }
 
-typedef struct sort_key {
-    double v;
-    int k;
-} sort_key;
-
-static int cmp_key(const void *a, const void *b) {
-    const sort_key *x = a, *y = b;
-    if (x->v != y->v)
-        return x->v > y->v ? -1 : 1;
-    return (x->k < y->k) - (x->k > y->k);
-}
-
-/* Orders each state's predecessors by descending cumulative compute, ties
-** by descending state: the order solve_row() scans them in. */
-static rp_status order_preds(rp_states *st) {
-    int most = 1;
-    for (int j = 0; j < st->n; j++)
-        if (st->num_pred[j] > most)
-            most = st->num_pred[j];
-    sort_key *keys = malloc(sizeof(sort_key) * most);
-    if (!keys)
-        return RP_ERR_NOMEM;
-    for (int j = 0; j < st->n; j++) {
-        int np = st->num_pred[j];
-        for (int q = 0; q < np; q++)
-            keys[q] = (sort_key){st->compute[st->pred[j][q]], st->pred[j][q]};
-        qsort(keys, np, sizeof *keys, cmp_key);
-        for (int q = 0; q < np; q++)
-            st->pred[j][q] = keys[q].k;
-    }
-    free(keys);
-    return RP_OK;
-}
-
 void rp_plan_free(rp_plan *p) {
     if (!p)
         return;
@@ -696,6 +662,11 @@ static rp_status fits(int N, int nodes, const rp_plan_options *o, int threads,
     return RP_OK;
 }
 
+/* RP_PLAN_MAX_STATES, or 16 states a node when that is more */
+static int states_cap(const rp_profile *p) {
+    return p->num_nodes > RP_PLAN_MAX_STATES / 16 ? 16 * p->num_nodes : RP_PLAN_MAX_STATES;
+}
+
 rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, rp_plan **out,
                           rp_error *err) {
     *out = NULL;
@@ -710,8 +681,39 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
     if ((s = fits(profile->num_nodes - 1, profile->num_nodes, o, threads, "nodes", err)))
         return s;
     rp_states st;
-    if ((s = rp_states_build(profile, &st, err)))
+    rp_profile *compressed = NULL;
+    int *member = NULL;
+    const rp_profile *work = profile;
+    if ((s = rp_states_build(profile, states_cap(profile), &st, err)) == RP_ERR_INFEASIBLE) {
+        /* too many antichains: PipeDream's README compresses the branches by
+        ** hand; this is that compression, and the plan of its graph */
+        rp_error more;
+        member = malloc(sizeof(int) * (profile->num_nodes ? profile->num_nodes : 1));
+        if (!member)
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        if ((s = rpi_profile_compress_branches(profile, &compressed, member, err))) {
+            free(member);
+            return s;
+        }
+        s = rp_states_build(compressed, states_cap(compressed), &st, &more);
+        if (s == RP_ERR_INFEASIBLE)
+            rp_fail(err, s,
+                    "its antichain DAG has more than %d states (the branches of a fork "
+                    "multiply them), and more than %d with PipeDream's branch compression "
+                    "(every chain from a fork to a join as one node: %d nodes to %d); "
+                    "PipeDream's optimizer would not finish either. Profile coarser layers "
+                    "(one node per block or cell), or make the graph's branches shorter",
+                    states_cap(profile), states_cap(compressed), profile->num_nodes,
+                    compressed->num_nodes);
+        else if (s)
+            *err = more;
+        work = compressed;
+    }
+    if (s) {
+        rp_profile_free(compressed);
+        free(member);
         return s;
+    }
     int N = st.n;
     double *below_time[RP_PLAN_MAX_LEVELS] = {NULL};
     double *smax = NULL;
@@ -721,17 +723,20 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
     rp_plan *p = calloc(1, sizeof *p);
     if (!p) {
         rp_states_free(&st);
+        rp_profile_free(compressed);
+        free(member);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
     p->options = *o;
+    p->compressed_nodes = compressed ? compressed->num_nodes : 0;
     p->num_states = N;
-    if ((s = fits(N, profile->num_nodes, o, threads, "states", err)))
+    if ((s = fits(N, work->num_nodes, o, threads, "states", err)))
         goto done;
     int most = 1; /* the row is solved again on every level */
     for (int l = 0; l < L; l++)
         if (o->machines[l] > most)
             most = o->machines[l];
-    if (order_preds(&st) || row_alloc(&row, N, most)) {
+    if (row_alloc(&row, N, most)) {
         s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -775,6 +780,18 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
     if (s)
         goto done;
     const cell *top = at(&row, o->machines[L - 1], N - 1, o->machines[L - 1] - 1);
+    if (isinf(top->time) && !o->memory_constraint) {
+        /* with no memory limit only a straight pipeline can fail: it needs
+        ** a state for every machine */
+        int total = 1;
+        for (int l = 0; l < L; l++)
+            total *= o->machines[l];
+        s = rp_fail(err, RP_ERR_INFEASIBLE,
+                    "no plan fits: --straight gives each of the %d machines a stage of its own, "
+                    "and the profile has %d states%s",
+                    total, N, o->fewer_machines ? "" : " (fewer --machines, or --fewer-machines)");
+        goto done;
+    }
     if (isinf(top->time)) {
         s = rp_fail(err, RP_ERR_INFEASIBLE,
                     "no plan fits: every way of splitting %d states over these machines "
@@ -851,14 +868,26 @@ rp_status rp_plan_compute(const rp_profile *profile, const rp_plan_options *o, r
         p->stage_num_ranks[p->worker_stage[r]]++;
     p->machines_used = p->num_workers;
     /* Nodes: each final stage takes the nodes covered by its last state that
-    ** no earlier stage took; Input sources go to stage 0. */
-    for (int i = 0; i < profile->num_nodes; i++)
-        p->node_stage[i] = st.input_source[i] ? 0 : -1;
+    ** no earlier stage took; Input sources go to stage 0. A compressed
+    ** graph's node stands for its branch's nodes. */
+    int *stage = compressed ? malloc(sizeof(int) * (work->num_nodes ? work->num_nodes : 1))
+                            : p->node_stage;
+    if (!stage) {
+        s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < work->num_nodes; i++)
+        stage[i] = st.input_source[i] ? 0 : -1;
     for (int k = 0; k < bottom->num_stages; k++) {
         const uint64_t *cov = st.covers + (size_t)(bottom->stages[k].end - 1) * st.nwords;
+        for (int i = 0; i < work->num_nodes; i++)
+            if (stage[i] < 0 && ((cov[i >> 6] >> (i & 63)) & 1))
+                stage[i] = k;
+    }
+    if (compressed) {
         for (int i = 0; i < profile->num_nodes; i++)
-            if (p->node_stage[i] < 0 && ((cov[i >> 6] >> (i & 63)) & 1))
-                p->node_stage[i] = k;
+            p->node_stage[i] = member[i] >= 0 ? stage[member[i]] : -1;
+        free(stage);
     }
 done:
     for (int l = 0; l < L; l++)
@@ -866,6 +895,8 @@ done:
     row_free(&row);
     free(smax), free(soff);
     rp_states_free(&st);
+    rp_profile_free(compressed);
+    free(member);
     if (s) {
         rp_plan_free(p);
         return s;
