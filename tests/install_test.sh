@@ -42,5 +42,14 @@ out=$(cd "$tmp" && env -u REPIPE_LIBRARY PYTHONPATH="$lib/python3/dist-packages"
       'import repipe; print(repipe.groups(4, 2))' 2>&1)
 [ "$out" = "[0, 0, 1, 1]" ] || bad "installed Python package: $out"
 [ -f "$lib/python3/dist-packages/repipe/torch.py" ] || bad "repipe.torch not installed"
+# where the built and installed programs look for libraries: never the
+# current directory (an empty entry), which a padded build RPATH once held
+for f in "$build/repipe" "$build/librepipe.so" "$tmp/inst/bin/repipe" "$lib/librepipe.so"; do
+  rp=$(readelf -d "$f" | sed -n 's/.*(R.*PATH).*\[\(.*\)\]/\1/p')
+  [ -n "$rp" ] && case ":$rp:" in
+    *::*) bad "$f: its RUNPATH '$rp' has an empty entry, the current directory" ;;
+  esac
+done
+out=$(cd "$tmp" && "$tmp/inst/bin/repipe" --version 2>&1) || bad "installed repipe --version: $out"
 [ $fail = 0 ] && echo "installed tree: the library example built and ran, shared and static"
 exit $fail
