@@ -117,6 +117,22 @@ static double time_command(const char *repipe, const char *profile, const rp_pla
     return time_process(argv);
 }
 
+/* One line: the plan in-process and as a whole process, against ref. */
+static void bench_row(const char *label, const char *path, const rp_plan_options *o, double ref,
+                      const char *repipe, double floor_s) {
+    int states = 0;
+    double t = time_plan(path, NULL, o, 7, &states);
+    if (t <= 0)
+        return;
+    printf("%-34s %7d %12.3f %14.3f %9.0fx", label, states, t * 1e3, ref, ref / t);
+    double tp = repipe ? time_command(repipe, path, o) : 0;
+    if (tp > 0)
+        printf(" %14.3f %9.0fx %9.0fx", tp * 1e3, ref / tp, ref / floor_s);
+    else if (repipe)
+        printf(" %14s", "failed");
+    printf("\n");
+}
+
 static void fixtures(const char *dir, const char *repipe) {
     char exp[2048];
     snprintf(exp, sizeof exp, "%s/expected", dir);
@@ -137,7 +153,7 @@ static void fixtures(const char *dir, const char *repipe) {
                "%.3f ms\n", floor_s * 1e3, 1 / floor_s, start * 1e3);
         printf("bound: PipeDream's time over /bin/true's, the most any process could reach\n\n");
     }
-    printf("%-26s %7s %12s %14s %10s", "fixture", "states", "repipe (ms)", "PipeDream (s)",
+    printf("%-34s %7s %12s %14s %10s", "fixture", "states", "repipe (ms)", "PipeDream (s)",
            "ratio");
     if (repipe)
         printf(" %14s %10s %10s", "process (ms)", "ratio", "bound");
@@ -156,19 +172,18 @@ static void fixtures(const char *dir, const char *repipe) {
         free(text);
         if (!fx || st)
             continue;
-        snprintf(path, sizeof path, "%s/%s", dir,
-                 cJSON_GetObjectItem(fx, "profile")->valuestring);
         double ref = cJSON_GetObjectItem(fx, "reference_seconds")->valuedouble;
-        int states = 0;
-        double t = time_plan(path, NULL, &o, 7, &states);
-        if (t > 0) {
-            printf("%-26s %7d %12.3f %14.3f %9.0fx", names[i], states, t * 1e3, ref, ref / t);
-            double tp = repipe ? time_command(repipe, path, &o) : 0;
-            if (tp > 0)
-                printf(" %14.3f %9.0fx %9.0fx", tp * 1e3, ref / tp, ref / floor_s);
-            else if (repipe)
-                printf(" %14s", "failed");
-            printf("\n");
+        /* PipeDream's input first (a profile it planned only compressed by
+        ** hand), then, where that differs, the profile as measured */
+        const cJSON *hand = cJSON_GetObjectItem(fx, "pipedream_profile");
+        const char *profiles[2] = {hand ? hand->valuestring : NULL,
+                                   cJSON_GetObjectItem(fx, "profile")->valuestring};
+        for (int k = hand ? 0 : 1; k < 2; k++) {
+            char label[64];
+            snprintf(label, sizeof label, "%.*s%s", (int)strlen(names[i]) - 5, names[i],
+                     !hand ? "" : k ? " (as measured)" : " (compressed)");
+            snprintf(path, sizeof path, "%s/%s", dir, profiles[k]);
+            bench_row(label, path, &o, ref, repipe, floor_s);
         }
         cJSON_Delete(fx);
         free(names[i]);

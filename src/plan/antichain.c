@@ -49,6 +49,11 @@ typedef struct graph {
     unsigned char *alive;  /* not removed */
     int *out_start, *out;  /* out-neighbours in edge order (alive only) */
     word *pred, *succ;     /* transitive, n bitsets each */
+    /* Per node x: the predecessors p of x with an out-neighbour outside
+    ** x's past that is not x itself, which an antichain holding x is
+    ** augmented with. It depends on x alone, so it is found once here, not
+    ** for every antichain. */
+    word *extra;
 } graph;
 
 /* One explored antichain. */
@@ -93,9 +98,10 @@ static rp_status graph_build(const rp_profile *p, graph *g, unsigned char *input
     g->out = malloc(sizeof(int) * (p->num_edges + 1));
     g->pred = calloc((size_t)n * g->nw, sizeof(word));
     g->succ = calloc((size_t)n * g->nw, sizeof(word));
+    g->extra = calloc((size_t)n * g->nw, sizeof(word));
     int *order = malloc(sizeof(int) * n), *fill = calloc(n, sizeof(int));
     if (!g->alive || !indeg || !outdeg || !g->out_start || !g->out || !g->pred || !g->succ ||
-        !order || !fill) {
+        !g->extra || !order || !fill) {
         free(indeg), free(outdeg), free(order), free(fill);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
@@ -156,12 +162,28 @@ static rp_status graph_build(const rp_profile *p, graph *g, unsigned char *input
             BIT_SET(su, v);
         }
     }
+    for (int x = 0; x < n; x++) {
+        const word *px = g->pred + (size_t)x * g->nw;
+        word *ex = g->extra + (size_t)x * g->nw;
+        for (int w = 0; w < g->nw; w++)
+            for (word bits = px[w]; bits; bits &= bits - 1) {
+                int q = w * 64 + __builtin_ctzll(bits);
+                for (int k = g->out_start[q]; k < g->out_start[q + 1]; k++) {
+                    int o = g->out[k];
+                    if (o != x && !BIT_GET(px, o)) {
+                        BIT_SET(ex, q);
+                        break;
+                    }
+                }
+            }
+    }
     free(indeg), free(outdeg), free(order), free(fill);
     return RP_OK;
 }
 
 static void graph_free(graph *g) {
     free(g->alive), free(g->out_start), free(g->out), free(g->pred), free(g->succ);
+    free(g->extra);
 }
 
 /* Looks up the antichain with this sorted node list; -1 if unknown. */
@@ -219,24 +241,13 @@ static int add_chain(builder *b, const int *list, int len) {
         if (!iv_push(&b->arena, list[i]))
             return -1;
     qsort(b->arena.v + a.key_off, len, sizeof(int), cmp_int);
-    /* Extra nodes: predecessors p of an antichain node x with an
-    ** out-neighbour outside x's past that is not x itself. */
+    /* Extra nodes: those of graph.extra of its nodes. */
     word *extra = b->scratch;
     memset(extra, 0, sizeof(word) * g->nw);
     for (int i = 0; i < len; i++) {
-        int x = b->arena.v[a.list_off + i];
-        const word *px = g->pred + (size_t)x * g->nw;
+        const word *ex = g->extra + (size_t)b->arena.v[a.list_off + i] * g->nw;
         for (int w = 0; w < g->nw; w++)
-            for (word bits = px[w]; bits; bits &= bits - 1) {
-                int p = w * 64 + __builtin_ctzll(bits);
-                for (int k = g->out_start[p]; k < g->out_start[p + 1]; k++) {
-                    int o = g->out[k];
-                    if (o != x && !BIT_GET(px, o)) {
-                        BIT_SET(extra, p);
-                        break;
-                    }
-                }
-            }
+            extra[w] |= ex[w];
     }
     a.aug_off = b->arena.n;
     for (int w = 0; w < g->nw; w++)
@@ -260,7 +271,7 @@ static int add_chain(builder *b, const int *list, int len) {
 static rp_status explore(builder *b, int first, int max_states, ivec *dag_order,
                          rp_error *err) {
     graph *g = &b->g;
-    ivec queue = {0}, cand = {0}, keybuf = {0};
+    ivec queue = {0}, cand = {0}, keybuf = {0}, sorted = {0};
     unsigned char *in_order = NULL;
     int in_order_cap = 0;
     rp_status s = RP_OK;
@@ -307,13 +318,12 @@ static rp_status explore(builder *b, int first, int max_states, ivec *dag_order,
                         goto oom;
                 }
                 int len = keybuf.n;
-                int *sorted = malloc(sizeof(int) * (len ? len : 1));
-                if (!sorted)
-                    goto oom;
-                memcpy(sorted, keybuf.v, sizeof(int) * len);
-                qsort(sorted, len, sizeof(int), cmp_int);
-                int bi = find_chain(b, sorted, len, hash_ints(sorted, len));
-                free(sorted);
+                sorted.n = 0;
+                for (int i = 0; i < len; i++)
+                    if (!iv_push(&sorted, keybuf.v[i]))
+                        goto oom;
+                qsort(sorted.v, len, sizeof(int), cmp_int);
+                int bi = find_chain(b, sorted.v, len, hash_ints(sorted.v, len));
                 if (bi < 0 && max_states && b->nac >= max_states) {
                     s = rp_fail(err, RP_ERR_INFEASIBLE, "the antichain DAG has more than %d "
                                 "states", max_states);
@@ -348,7 +358,7 @@ static rp_status explore(builder *b, int first, int max_states, ivec *dag_order,
 oom:
     s = rp_fail(err, RP_ERR_NOMEM, "out of memory while building the antichain DAG");
 done:
-    free(queue.v), free(cand.v), free(keybuf.v), free(in_order);
+    free(queue.v), free(cand.v), free(keybuf.v), free(sorted.v), free(in_order);
     return s;
 }
 
