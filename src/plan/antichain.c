@@ -403,17 +403,40 @@ rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp
         s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
         goto done;
     }
-    int first = -1;
-    for (int i = 0; i < g->n && first < 0; i++) {
-        if (!g->alive[i])
-            continue;
-        bool has_in = false;
-        for (int e = 0; e < p->num_edges && !has_in; e++)
-            has_in = p->edges[e].to == i && g->alive[p->edges[e].from];
-        if (!has_in)
-            first = i;
+    /* The first node without an input, and each node's neighbours either
+    ** way (sources that join count), over the nodes left. */
+    int first = -1, n = g->n;
+    int *adj_start = calloc((size_t)n + 1, sizeof(int));
+    int *adj = malloc(sizeof(int) * (2 * (size_t)p->num_edges + 1));
+    unsigned char *has_in = calloc((size_t)n + 1, 1);
+    if (!adj_start || !adj || !has_in) {
+        free(adj_start), free(adj), free(has_in);
+        s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        goto done;
     }
+    for (int e = 0; e < p->num_edges; e++) {
+        int a = p->edges[e].from, v = p->edges[e].to;
+        if (g->alive[a] && g->alive[v]) {
+            has_in[v] = 1;
+            adj_start[a + 1]++, adj_start[v + 1]++;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        adj_start[i + 1] += adj_start[i];
+    for (int e = 0, *fill = adj_start; e < p->num_edges; e++) { /* fill, then shift back */
+        int a = p->edges[e].from, v = p->edges[e].to;
+        if (g->alive[a] && g->alive[v])
+            adj[fill[a]++] = v, adj[fill[v]++] = a;
+    }
+    for (int i = n; i > 0; i--)
+        adj_start[i] = adj_start[i - 1];
+    adj_start[0] = 0;
+    for (int i = 0; i < n && first < 0; i++)
+        if (g->alive[i] && !has_in[i])
+            first = i;
+    free(has_in);
     if (first < 0) {
+        free(adj_start), free(adj);
         s = rp_fail(err, RP_ERR_INVALID,
                     "the profile has no node left to plan once Input sources and __getitem__ "
                     "sinks are removed");
@@ -426,7 +449,7 @@ rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp
         unsigned char *seen = calloc(g->n, 1);
         int *queue = malloc(sizeof(int) * g->n), qh = 0, qt = 0;
         if (!seen || !queue) {
-            free(seen), free(queue);
+            free(seen), free(queue), free(adj_start), free(adj);
             s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
             goto done;
         }
@@ -434,14 +457,11 @@ rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp
         queue[qt++] = first;
         while (qh < qt) {
             int u = queue[qh++];
-            for (int e = 0; e < p->num_edges; e++) { /* either way: sources that join count */
-                int a = p->edges[e].from, v = p->edges[e].to;
-                if (a != u)
-                    a = v, v = p->edges[e].from;
-                if (a == u && g->alive[v] && !seen[v])
-                    seen[v] = 1, queue[qt++] = v;
-            }
+            for (int k = adj_start[u]; k < adj_start[u + 1]; k++)
+                if (!seen[adj[k]])
+                    seen[adj[k]] = 1, queue[qt++] = adj[k];
         }
+        free(adj_start), free(adj);
         char names[256] = "";
         size_t at = 0;
         int missed = 0;
