@@ -10,6 +10,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "../src/core/util.h"
 #include "repipe/grouping.h"
 #include "test.h"
 
@@ -133,18 +134,12 @@ static void test_popxl(const char *dir) {
     CHECK_INT(lines, 102496);
 }
 
+/* The file's text, NUL-terminated; NULL when it cannot be read. */
 static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) == (size_t)n)
-        s[n] = '\0';
-    fclose(f);
-    return s;
+    char *text;
+    size_t len;
+    rp_error err;
+    return rp_read_file(path, &text, &len, &err) ? NULL : text;
 }
 
 static int at(const cJSON *a, int i) { return cJSON_GetArrayItem(a, i)->valueint; }

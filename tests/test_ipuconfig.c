@@ -20,25 +20,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/core/util.h"
 #include "repipe/repipe.h"
 #include "test.h"
 
+/* The file's text, NUL-terminated; NULL when it cannot be read. */
 static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s)
-        s[n] = '\0';
-    fclose(f);
-    return s;
+    char *text;
+    size_t len;
+    rp_error err;
+    return rp_read_file(path, &text, &len, &err) ? NULL : text;
 }
 
 /* The release tag whose IPUConfig stands for repipe's reading: the newest
