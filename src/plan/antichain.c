@@ -31,15 +31,20 @@ typedef struct ivec {
     int n, cap;
 } ivec;
 
-static bool iv_push(ivec *a, int x) {
-    if (a->n == a->cap) {
-        int cap = a->cap ? a->cap * 2 : 16;
-        int *nv = realloc(a->v, sizeof(int) * cap);
-        if (!nv)
-            return false;
-        a->v = nv;
-        a->cap = cap;
-    }
+/* Doubles a's room. */
+static bool iv_grow(ivec *a) {
+    int cap = a->cap ? a->cap * 2 : 16;
+    int *nv = realloc(a->v, sizeof(int) * cap);
+    if (!nv)
+        return false;
+    a->v = nv;
+    a->cap = cap;
+    return true;
+}
+
+static inline bool iv_push(ivec *a, int x) {
+    if (a->n == a->cap && !iv_grow(a))
+        return false;
     a->v[a->n++] = x;
     return true;
 }
@@ -73,12 +78,19 @@ typedef struct builder {
     int *table; /* open addressing: antichain index + 1 */
     int tcap;
     word *scratch; /* one bitset */
+    word *cbits, *taken; /* two more, all zero between uses */
 } builder;
 
-static int cmp_int(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
+/* Antichains hold a few nodes: insertion sort beats qsort's calls. */
+static void sort_ints(int *v, int n) {
+    for (int i = 1; i < n; i++) {
+        int x = v[i], j = i - 1;
+        for (; j >= 0 && v[j] > x; j--)
+            v[j + 1] = v[j];
+        v[j + 1] = x;
+    }
 }
+
 
 static unsigned long hash_ints(const int *v, int n) {
     unsigned long h = 1469598103934665603ul;
@@ -240,7 +252,7 @@ static int add_chain(builder *b, const int *list, int len) {
     for (int i = 0; i < len; i++)
         if (!iv_push(&b->arena, list[i]))
             return -1;
-    qsort(b->arena.v + a.key_off, len, sizeof(int), cmp_int);
+    sort_ints(b->arena.v + a.key_off, len);
     /* Extra nodes: those of graph.extra of its nodes. */
     word *extra = b->scratch;
     memset(extra, 0, sizeof(word) * g->nw);
@@ -289,7 +301,10 @@ static rp_status explore(builder *b, int first, int max_states, ivec *dag_order,
                 int y = g->out[k];
                 const achain *a = &b->ac[ai];
                 const int *key = b->arena.v + a->key_off;
-                if (bsearch(&y, key, a->key_len, sizeof(int), cmp_int))
+                bool in = false;
+                for (int i = 0; i < a->key_len && !in && key[i] <= y; i++)
+                    in = key[i] == y;
+                if (in)
                     continue; /* already in the antichain */
                 /* y may join only if none of its successors is in the set */
                 const word *sy = g->succ + (size_t)y * g->nw;
@@ -305,24 +320,31 @@ static rp_status explore(builder *b, int first, int max_states, ivec *dag_order,
                     if (!iv_push(&cand, aug[i] == x ? y : aug[i]))
                         goto oom;
                 keybuf.n = 0;
+                word *cbits = b->cbits, *taken = b->taken;
+                for (int i = 0; i < cand.n; i++)
+                    BIT_SET(cbits, cand.v[i]);
                 for (int i = 0; i < cand.n; i++) {
                     int u = cand.v[i];
                     const word *su = g->succ + (size_t)u * g->nw;
                     bool drop = false;
-                    for (int j = 0; j < cand.n && !drop; j++)
-                        drop = BIT_GET(su, cand.v[j]);
-                    bool dup = false;
-                    for (int j = 0; j < keybuf.n && !dup; j++)
-                        dup = keybuf.v[j] == u;
-                    if (!drop && !dup && !iv_push(&keybuf, u))
-                        goto oom;
+                    for (int w = 0; w < g->nw && !drop; w++)
+                        drop = (su[w] & cbits[w]) != 0;
+                    if (!drop && !BIT_GET(taken, u)) {
+                        BIT_SET(taken, u);
+                        if (!iv_push(&keybuf, u))
+                            goto oom;
+                    }
+                }
+                for (int i = 0; i < cand.n; i++) { /* zero again, by the bits set */
+                    cbits[cand.v[i] >> 6] = 0;
+                    taken[cand.v[i] >> 6] = 0;
                 }
                 int len = keybuf.n;
                 sorted.n = 0;
                 for (int i = 0; i < len; i++)
                     if (!iv_push(&sorted, keybuf.v[i]))
                         goto oom;
-                qsort(sorted.v, len, sizeof(int), cmp_int);
+                sort_ints(sorted.v, len);
                 int bi = find_chain(b, sorted.v, len, hash_ints(sorted.v, len));
                 if (bi < 0 && max_states && b->nac >= max_states) {
                     s = rp_fail(err, RP_ERR_INFEASIBLE, "the antichain DAG has more than %d "
@@ -378,9 +400,7 @@ static int cmp_compute_desc(const void *a, const void *b) {
 
 void rp_states_free(rp_states *s) {
     free(s->compute), free(s->activation), free(s->parameter), free(s->out_activation);
-    if (s->pred)
-        for (int i = 0; i < s->n; i++)
-            free(s->pred[i]);
+    free(s->pred_all);
     free(s->pred), free(s->num_pred), free(s->covers), free(s->input_source);
     memset(s, 0, sizeof *s);
 }
@@ -390,7 +410,7 @@ rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp
     builder b = {0};
     ivec dag_order = {0};
     int *topo = NULL, *pos = NULL;
-    word *spred = NULL; /* transitive successors of each state */
+    word *spred = NULL; /* transitive predecessors of each state, by rank */
     rp_status s = RP_OK;
     st->input_source = calloc(p->num_nodes, 1);
     if (!st->input_source)
@@ -399,7 +419,9 @@ rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp
         goto done;
     graph *g = &b.g;
     b.scratch = calloc(g->nw, sizeof(word));
-    if (!b.scratch) {
+    b.cbits = calloc(g->nw, sizeof(word));
+    b.taken = calloc(g->nw, sizeof(word));
+    if (!b.scratch || !b.cbits || !b.taken) {
         s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -557,58 +579,63 @@ rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp
                 st->parameter[si] += nd->parameter_bytes;
             }
     }
-    /* Transitive successors of each state, from the last state back. */
-    for (int si = N - 1; si >= 0; si--) {
-        const achain *a = &b.ac[topo[si]];
-        word *ss = spred + (size_t)si * swords;
-        for (int e = 0; e < a->succ.n; e++) {
-            int ti = pos[a->succ.v[e]];
-            const word *st_ = spred + (size_t)ti * swords;
-            for (int w = 0; w < swords; w++)
-                ss[w] |= st_[w];
-            BIT_SET(ss, ti);
-        }
-    }
     /* Each state's predecessors by descending cumulative compute, ties by
-    ** descending state, the order the planner scans split points in: the
-    ** states in that order, each appended to the lists of its successors. */
+    ** descending state, the order the planner scans split points in. The
+    ** states are ranked in that order once; each state's transitive
+    ** predecessors are then a bitset over ranks, filled from the first
+    ** state on (the numbering is topological), so that its list is its
+    ** bits in ascending order, written in one sweep. */
     by_compute *order = malloc(sizeof(by_compute) * N);
-    int *fill = calloc(N, sizeof(int));
-    if (!order || !fill) {
-        free(order), free(fill);
+    int *rank = malloc(sizeof(int) * N);
+    if (!order || !rank) {
+        free(order), free(rank);
         s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
         goto done;
     }
-    for (int si = 0; si < N; si++) {
+    for (int si = 0; si < N; si++)
         order[si] = (by_compute){st->compute[si], si};
-        const word *ss = spred + (size_t)si * swords;
-        for (int w = 0; w < swords; w++)
-            for (word bits = ss[w]; bits; bits &= bits - 1)
-                st->num_pred[w * 64 + __builtin_ctzll(bits)]++;
-    }
     qsort(order, N, sizeof *order, cmp_compute_desc);
+    for (int r = 0; r < N; r++)
+        rank[order[r].s] = r;
     for (int si = 0; si < N; si++) {
-        st->pred[si] = malloc(sizeof(int) * (st->num_pred[si] ? st->num_pred[si] : 1));
-        if (!st->pred[si]) {
-            free(order), free(fill);
-            s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-            goto done;
+        const achain *a = &b.ac[topo[si]];
+        const word *ps = spred + (size_t)si * swords;
+        for (int e = 0; e < a->succ.n; e++) {
+            word *pt = spred + (size_t)pos[a->succ.v[e]] * swords;
+            for (int w = 0; w < swords; w++)
+                pt[w] |= ps[w];
+            BIT_SET(pt, rank[si]);
         }
     }
-    for (int g = 0; g < N; g++) {
-        int q = order[g].s;
-        const word *ss = spred + (size_t)q * swords;
+    size_t total = 0;
+    for (int si = 0; si < N; si++) {
+        const word *ps = spred + (size_t)si * swords;
+        int c = 0;
         for (int w = 0; w < swords; w++)
-            for (word bits = ss[w]; bits; bits &= bits - 1) {
-                int t = w * 64 + __builtin_ctzll(bits);
-                st->pred[t][fill[t]++] = q;
-            }
+            c += __builtin_popcountll(ps[w]);
+        st->num_pred[si] = c;
+        total += (size_t)c;
     }
-    free(order), free(fill);
+    st->pred_all = malloc(sizeof(int) * (total ? total : 1));
+    if (!st->pred_all) {
+        free(order), free(rank);
+        s = rp_fail(err, RP_ERR_NOMEM, "out of memory: %zu predecessors of %d states", total, N);
+        goto done;
+    }
+    int *at = st->pred_all;
+    for (int si = 0; si < N; si++) {
+        const word *ps = spred + (size_t)si * swords;
+        st->pred[si] = at;
+        for (int w = 0; w < swords; w++)
+            for (word bits = ps[w]; bits; bits &= bits - 1)
+                *at++ = order[w * 64 + __builtin_ctzll(bits)].s;
+    }
+    free(order), free(rank);
 done:
     for (int i = 0; i < b.nac; i++)
         free(b.ac[i].succ.v);
-    free(b.ac), free(b.table), free(b.scratch), free(b.arena.v), free(dag_order.v);
+    free(b.ac), free(b.table), free(b.scratch), free(b.cbits), free(b.taken), free(b.arena.v);
+    free(dag_order.v);
     free(topo), free(pos), free(spred);
     graph_free(&b.g);
     if (s)

@@ -24,6 +24,7 @@ typedef struct rp_states {
     ** descending state (the order the planner scans split points in) */
     int **pred;
     int *num_pred;
+    int *pred_all; /* the lists, one after another */
     /* Per state, the profile nodes it covers (all predecessors of its
     ** augmented antichain), as a bitset of nwords words over the nodes. */
     int nwords;
