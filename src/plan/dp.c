@@ -26,9 +26,8 @@
 #include "../core/util.h"
 
 static inline void put(row_buf *r, int M, int j, int m, const cell *c) {
-    size_t q = (size_t)j * M + m;
-    r->c[q] = *c;
-    r->time[q] = c->time;
+    r->c[(size_t)j * M + m] = *c;
+    r->time[(size_t)m * r->n + j] = c->time;
 }
 
 /* Infeasible cells have an infinite time. */
@@ -221,7 +220,7 @@ void rpi_dp_solve_row(const level_ctx *x, int i, row_buf *r) {
                             break;
                         if (k < i)
                             continue;
-                        double pre = r->time[(size_t)k * M + m - mp];
+                        double pre = r->time[(size_t)(m - mp) * N + k];
                         if (pre > bound)
                             continue;
                         if (mem && (range(st->activation, k + 1, j) +
@@ -267,6 +266,7 @@ void rpi_dp_solve_row(const level_ctx *x, int i, row_buf *r) {
 }
 
 rp_status rpi_dp_row_alloc(row_buf *r, int N, int M) {
+    r->n = N;
     r->c = malloc(sizeof(cell) * (size_t)N * M);
     r->time = malloc(sizeof(double) * (size_t)N * M);
     r->hint = malloc(sizeof(int) * (size_t)M * M);
@@ -302,7 +302,7 @@ static void *solve_rows(void *arg) {
         int i = sv->rows ? sv->rows[q] : q;
         rpi_dp_solve_row(x, i, &r);
         for (int j = i; j < N; j++)
-            sv->out[(size_t)j * (N + 1) + i] = r.time[(size_t)j * M + M - 1];
+            sv->out[(size_t)j * (N + 1) + i] = r.time[(size_t)(M - 1) * N + j];
     }
     rpi_dp_row_free(&r);
     sv->status = RP_OK;

@@ -27,8 +27,10 @@ typedef struct cell {
 ** keeps only what the level above reads: the time of each range on all its
 ** machines. The rows the plan uses are solved again when it is unfolded. */
 typedef struct row_buf {
+    int n;   /* states */
     cell *c;
-    double *time;
+    double *time; /* by machine count: (i, j, m) at time[m * n + j], as a scan
+                  ** of split points k reads one machine count */
     int *hint;    /* M x M: where the scan of (m, mp) started in the last column */
     double *cdiv; /* M x M: ceil((M - (m+1)) / mp), copies of a stash */
     double *cfeas; /* M: the largest C[j] of a feasible cell (i, j, m) so far */
