@@ -59,6 +59,58 @@ if grep -q "update              30 (30 optimizer steps, 0 skipped)" <<<"$out" &&
    grep -q "optimizer state     4 tensors, 2410 values" <<<"$out"; then ok; else bad "checkpoint show: $out"; fi
 if "$bin" weights show "$tmp/a/ckpt-000000000030.rpc" | grep -q "^1.weight "; then ok; else bad "weights show checkpoint"; fi
 
+# A checkpoint directory holds one run. A new run where an earlier, longer
+# run left its checkpoints is refused before any work, and none of them is
+# removed (it pruned every checkpoint it wrote, then resumed the other run).
+train --config "$tmp/r2.json" --updates 40 --checkpoint-dir "$tmp/p" --checkpoint-every 10 --keep 3 >/dev/null 2>&1
+before=$(ls "$tmp/p")
+out=$(train --config "$tmp/r2.json" --updates 20 --checkpoint-dir "$tmp/p" --checkpoint-every 5 --keep 1 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "$tmp/p holds checkpoints of another run (the newest: ckpt-000000000040.rpc)" <<<"$out" &&
+   ! grep -q "^training" <<<"$out" && [ "$(ls "$tmp/p")" = "$before" ]; then ok; else bad "new run in another's directory: $rc $out; $(ls "$tmp/p")"; fi
+# Resumed past a damaged newest with --keep 1: the one resumed from stays,
+# the run goes on writing its own, and a later --resume finds its newest.
+cp -r "$tmp/a" "$tmp/q"
+printf 'XXXX' | dd of="$tmp/q/ckpt-000000000030.rpc" bs=1 seek=500 conv=notrunc 2>/dev/null
+out=$(train --config "$tmp/r2.json" --updates 60 --resume "$tmp/q" --checkpoint-dir "$tmp/q" --checkpoint-every 5 \
+      --keep 1 --save "$tmp/q.rpw" 2>&1)
+if grep -q "resuming from $tmp/q/ckpt-000000000020.rpc" <<<"$out" &&
+   [ "$(ls "$tmp/q")" = "$(printf 'ckpt-000000000020.rpc\nckpt-000000000060.rpc')" ]; then ok; else bad "resume past damage, keep 1: $out; $(ls "$tmp/q")"; fi
+same "resumed past damage = straight" "$tmp/straight.rpw" "$tmp/q.rpw" 0
+if "$bin" checkpoint show "$tmp/q" | grep -q "update              60 "; then ok; else bad "newest after keep 1"; fi
+# A path that is a file, and a FIFO among checkpoints (read, it would block).
+: > "$tmp/file"
+out=$(train --config "$tmp/r2.json" --updates 5 --checkpoint-dir "$tmp/file" 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "$tmp/file: not a directory" <<<"$out" && ! grep -q "^training" <<<"$out"; then ok; else bad "--checkpoint-dir FILE: $rc $out"; fi
+cp -r "$tmp/a" "$tmp/f"; mkfifo "$tmp/f/ckpt-999999999999.rpc"; ln -s /dev/zero "$tmp/f/ckpt-999999999998.rpc"
+out=$(timeout 20 "$bin" checkpoint show "$tmp/f" 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "ckpt-999999999999.rpc: skipped: .*a FIFO, not a file" <<<"$out" &&
+   grep -q "ckpt-999999999998.rpc: skipped: .*a character device" <<<"$out" &&
+   grep -q "update              30 " <<<"$out"; then ok; else bad "FIFO and device among checkpoints: $rc $out"; fi
+out=$(timeout 20 "$bin" train --model "$tmp/m.model" --data "$tmp/idx" --config "$tmp/r2.json" --updates 40 --resume "$tmp/f" 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "resuming from $tmp/f/ckpt-000000000030.rpc" <<<"$out"; then ok; else bad "resume past a FIFO: $rc $out"; fi
+# PipeDream: each stage's optimizer steps are its own (a stage of 4
+# replicas steps a quarter as often), and its layout is its mathematics.
+pd='"micro_batch_size": 4, "gradient_accumulation_steps": 4, "layers_per_stage": [3, 3], "schedule": "pipedream", "optimizer": {"type": "adam", "lr": 0.003}'
+printf '{%s, "stage_replication": [4, 1]}\n' "$pd" > "$tmp/pd41.json"
+printf '{%s, "stage_replication": [2, 1]}\n' "$pd" > "$tmp/pd21.json"
+train --config "$tmp/pd41.json" --updates 40 --save "$tmp/pd.rpw" >/dev/null 2>&1
+train --config "$tmp/pd41.json" --updates 20 --checkpoint-dir "$tmp/pdc" >/dev/null 2>&1
+out=$(train --config "$tmp/pd41.json" --updates 40 --resume "$tmp/pdc" --save "$tmp/pdr.rpw" 2>&1)
+if grep -q "resuming from $tmp/pdc/ckpt-000000000020.rpc" <<<"$out"; then ok; else bad "pipedream resume: $out"; fi
+same "pipedream, Adam, [4, 1]: resumed = straight" "$tmp/pd.rpw" "$tmp/pdr.rpw" 0
+out=$(train --config "$tmp/pd21.json" --updates 40 --resume "$tmp/pdc" 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "stage_replication (under schedule pipedream it is part of the mathematics) differs" <<<"$out"; then ok; else bad "pipedream on another layout: $rc $out"; fi
+printf '{%s}\n' "$pd" > "$tmp/pd11.json" # 4 steps an update: more steps than updates
+train --config "$tmp/pd11.json" --updates 40 --save "$tmp/pd11.rpw" >/dev/null 2>&1
+train --config "$tmp/pd11.json" --updates 20 --checkpoint-dir "$tmp/pd11c" >/dev/null 2>&1
+out=$(train --config "$tmp/pd11.json" --updates 40 --resume "$tmp/pd11c" --save "$tmp/pd11r.rpw" 2>&1)
+if grep -q "resuming from $tmp/pd11c/ckpt-000000000020.rpc" <<<"$out"; then ok; else bad "pipedream [1, 1] resume: $out"; fi
+same "pipedream, Adam, [1, 1]: resumed = straight" "$tmp/pd11.rpw" "$tmp/pd11r.rpw" 0
+printf '{%s}\n' "${pd/pipedream/pipedream_2bw}" > "$tmp/2bw.json"
+out=$(train --config "$tmp/2bw.json" --updates 5 --checkpoint-dir "$tmp/bw" 2>&1); rc=$?
+if [ $rc = 1 ] && grep -q "schedule pipedream_2bw keeps two versions of the weights" <<<"$out" &&
+   ! grep -q "^training" <<<"$out"; then ok; else bad "2bw with --checkpoint-dir: $rc $out"; fi
+
 # Outputs are checked before training.
 out=$(train --config "$tmp/r2.json" --updates 5 --save "$tmp/no/such/dir/w.rpw" 2>&1); rc=$?
 if [ $rc = 1 ] && grep -q "\-\-save $tmp/no/such/dir/w.rpw: cannot write in $tmp/no/such/dir" <<<"$out" &&
@@ -91,6 +143,22 @@ n=$(sed -n 's/.*"update":\([0-9]*\)}$/\1/p' <<<"$last")
 if [ -n "$n" ] && [ "$n" -lt 3000 ]; then ok; else bad "SIGINT came after the end ($n)"; fi
 train --config "$tmp/r2.json" --updates 3000 --resume "$tmp/i" --save "$tmp/i.rpw" >/dev/null 2>&1
 same "SIGINT, resumed = straight" "$tmp/long.rpw" "$tmp/i.rpw" 0
+
+# Two runs, one directory: the second is refused at once, naming the first;
+# the first goes on and its checkpoints are its own.
+mkfifo "$tmp/t.fifo"
+start --config "$tmp/r2.json" --updates 3000 --checkpoint-dir "$tmp/t" --checkpoint-every 1000000 \
+  --json-log "$tmp/t.fifo" --log-every 1 >/dev/null 2>"$tmp/t.err" &
+pid=$!
+exec 3<"$tmp/t.fifo"
+reach 5
+out=$(train --config "$tmp/r2.json" --updates 10 --checkpoint-dir "$tmp/t" 2>&1); rc=$?
+kill -INT $pid
+cat <&3 >/dev/null; exec 3<&-
+wait $pid; rc1=$?
+if [ $rc = 1 ] && grep -q "$tmp/t is in use by another run (run [0-9a-f]*, pid $pid on host " <<<"$out" &&
+   ! grep -q "^training" <<<"$out" && [ $rc1 = 130 ] && ! [ -e "$tmp/t/repipe.lock" ] &&
+   "$bin" checkpoint show "$tmp/t" >/dev/null 2>&1; then ok; else bad "two runs: $rc $out; first: $rc1 $(cat "$tmp/t.err")"; fi
 
 # SIGKILL: nothing but the checkpoints survive; resuming finishes exactly.
 mkfifo "$tmp/k.fifo"

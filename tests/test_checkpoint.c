@@ -203,7 +203,7 @@ static void refusals(void) {
     /* counters */
     st.steps = st.updates + 1;
     CHECK(rp_session_set_state(s, &st, &err) == RP_ERR_INVALID);
-    CHECK_STR_HAS(err.msg, "counters out of range");
+    CHECK_STR_HAS(err.msg, "training state: steps out of range (updates 2, steps 3");
     st.steps = st.updates;
     CHECK_OK(rp_session_set_state(s, &st, &err), err);
     CHECK_INT(rp_session_updates(s), 2);
@@ -232,6 +232,9 @@ static void files(void) {
     rp_error err;
     char orphan[600];
     snprintf(orphan, sizeof orphan, "%s/ckpt-000000000009.rpc.tmpAbCdEf", dir);
+    rp_checkpoint_dir *cd = NULL;
+    CHECK_OK(rp_checkpoint_dir_open(dir, NULL, NULL, &cd, &err), err);
+    CHECK_INT(strlen(rp_checkpoint_dir_run(cd)), 32);
     for (int k = 1; k <= 4; k++) {
         if (k == 3) { /* what a writer killed half-way leaves */
             FILE *o = fopen(orphan, "w");
@@ -239,10 +242,18 @@ static void files(void) {
             fclose(o);
         }
         ck.state = run(m, &c, NULL, NULL, 0, k);
-        CHECK_OK(rp_checkpoint_write_dir(&ck, dir, 2, path, sizeof path, &err), err);
+        CHECK_OK(rp_checkpoint_dir_write(cd, &ck, 2, path, sizeof path, &err), err);
         if (k < 4)
             rp_train_state_free(&ck.state);
     }
+    char run_id[RP_RUN_ID_MAX];
+    snprintf(run_id, sizeof run_id, "%s", rp_checkpoint_dir_run(cd));
+    /* one run a directory: a second one is refused while the first holds it */
+    rp_checkpoint_dir *again = NULL;
+    CHECK(rp_checkpoint_dir_open(dir, run_id, NULL, &again, &err) == RP_ERR_IO);
+    CHECK_STR_HAS(err.msg, "is in use by another run (run ");
+    CHECK_STR_HAS(err.msg, run_id);
+    rp_checkpoint_dir_close(cd);
     /* the newest two remain; a killed writer's leftover went with the next write */
     CHECK(access(orphan, F_OK) != 0);
     char name[600];
@@ -254,6 +265,7 @@ static void files(void) {
     CHECK_OK(rp_checkpoint_latest(dir, &back, path, sizeof path, note, sizeof note, &err), err);
     CHECK_STR_HAS(path, "ckpt-000000000004.rpc");
     CHECK(note[0] == '\0');
+    CHECK_STR_HAS(back.run, run_id);
     CHECK_INT(back.state.updates, 4);
     CHECK_INT(back.state.steps, ck.state.steps);
     CHECK(back.state.loss_scale == ck.state.loss_scale);
@@ -303,6 +315,8 @@ static void files(void) {
         snprintf(name, sizeof name, "%s/ckpt-%012d.rpc", dir, k);
         unlink(name);
     }
+    snprintf(name, sizeof name, "%s/repipe.lock", dir);
+    unlink(name);
     CHECK(rmdir(dir) == 0);
     rp_checkpoint_free(&ck);
     rp_model_free(m);

@@ -36,6 +36,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "repipe/data.h"
@@ -388,7 +389,21 @@ static void cache_entries(const char *shape) {
         check_note(m, &c, "executable cache: reused");
     }
     rp_workplan_free(plan);
+    /* what others may leave at an entry's name in a shared cache (mode
+    ** 1777) costs the cache, never the run: a FIFO is passed over, not read
+    ** (it would block), and replaced; a directory cannot be, and the run
+    ** goes on without storing */
     remove(entry);
+    CHECK(mkfifo(entry, 0666) == 0);
+    check_note(m, &c, "a FIFO, not a file");
+    check_note(m, &c, "executable cache: reused");
+    remove(entry);
+    CHECK(mkdir(entry, 0777) == 0);
+    check_note(m, &c, "executable cache: not stored (");
+    char *nd = cache_note(m, &c);
+    CHECK_STR_HAS(nd, "the run goes on without it");
+    free(nd);
+    rmdir(entry);
     rmdir(dir);
     rp_model_free(m);
 }

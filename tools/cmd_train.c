@@ -125,7 +125,7 @@ typedef struct ck_writer {
     pthread_t thread;
     bool busy;
     rp_checkpoint ck;
-    const char *dir;
+    rp_checkpoint_dir *dir; /* rank 0's, held for the run */
     int keep;
     rp_status status;
     rp_error err;
@@ -134,7 +134,7 @@ typedef struct ck_writer {
 static void *write_checkpoint(void *arg) {
     ck_writer *cw = arg;
     char path[4096];
-    cw->status = rp_checkpoint_write_dir(&cw->ck, cw->dir, cw->keep, path, sizeof path, &cw->err);
+    cw->status = rp_checkpoint_dir_write(cw->dir, &cw->ck, cw->keep, path, sizeof path, &cw->err);
     rp_checkpoint_free(&cw->ck);
     return NULL;
 }
@@ -338,6 +338,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_comm *comm;
     FILE *jl = NULL;
     ck_writer writer = {0};
+    rp_checkpoint resumed = {0}; /* --resume's, until the session takes it */
+    char resumed_path[4096] = "";
     int rc = 1;
     bool lead; /* prints: rank 0 under MPI */
     if (!cli_mpi_start(cmd, use_mpi, &argc, &argv, &comm, &lead))
@@ -398,6 +400,47 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                 config_path, need.samples_per_update, what[0], train->n);
         goto fail;
     }
+    /* the checkpoint to resume, and the directory to write, before any work */
+    if ((ckdir || resume) && cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW) {
+        rp_fail(&err, RP_ERR_INVALID,
+                "%s: schedule pipedream_2bw keeps two versions of the weights and a checkpoint "
+                "holds one, so --checkpoint-dir and --resume do not go with it; --save writes "
+                "the weights at the end",
+                config_path);
+        goto fail;
+    }
+    if (resume) {
+        char note[2048], why[200];
+        if (rp_checkpoint_latest(resume, &resumed, resumed_path, sizeof resumed_path, note,
+                                 sizeof note, &err))
+            goto fail;
+        if (lead && note[0])
+            fprintf(stderr, "warning: %s\n", note);
+        if (resumed.model != rp_model_fingerprint(m)) {
+            rp_fail(&err, RP_ERR_INVALID, "%s was made for another model than %s", resumed_path,
+                    model_path);
+            goto fail;
+        }
+        if (!resume_anyway && resumed.samples != train->n) {
+            rp_fail(&err, RP_ERR_INVALID,
+                    "%s was made on a training set of %lld samples, %s has %d: the sample order "
+                    "would differ (--resume-anyway continues all the same)",
+                    resumed_path, resumed.samples, data, train->n);
+            goto fail;
+        }
+        if (!resume_anyway && !rp_checkpoint_compatible(&resumed.config, &cfg, why, sizeof why)) {
+            rp_fail(&err, RP_ERR_INVALID,
+                    "%s: %s differs from the checkpoint's configuration and changes the "
+                    "mathematics (--resume-anyway continues all the same)",
+                    config_path, why);
+            goto fail;
+        }
+    }
+    if (lead && ckdir &&
+        rp_checkpoint_dir_open(ckdir, resume ? resumed.run : NULL, resume ? resumed_path : NULL,
+                               &writer.dir, &err))
+        goto fail;
+    writer.keep = (int)keep;
     if ((comm ? rp_session_create_mpi(m, &cfg, comm, &s, &err)
               : rp_session_create(m, &cfg, &s, &err)))
         goto fail;
@@ -437,16 +480,6 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             goto fail;
     }
     /* every output is checked before training, not after it */
-    if (lead && ckdir && mkdir(ckdir, 0777) != 0 && errno != EEXIST) {
-        rp_fail(&err, RP_ERR_IO, "--checkpoint-dir %s: cannot make it: %s", ckdir,
-                strerror(errno));
-        goto fail;
-    }
-    if (lead && ckdir && access(ckdir, W_OK) != 0) {
-        rp_fail(&err, RP_ERR_IO, "--checkpoint-dir %s: cannot write in it: %s", ckdir,
-                strerror(errno));
-        goto fail;
-    }
     if ((lead && save && check_writable("--save", save, &err)) ||
         (trace && check_writable("--trace", trace, &err)))
         goto fail;
@@ -457,38 +490,15 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (jl) /* whole lines, as they happen: a killed run leaves no half record */
         setvbuf(jl, NULL, _IOLBF, 0);
     long long start = 0; /* updates done before this run: a checkpoint's */
-    writer.dir = ckdir;
-    writer.keep = (int)keep;
     if (resume) {
-        rp_checkpoint ck;
-        char path[4096], note[2048], why[200];
-        if (rp_checkpoint_latest(resume, &ck, path, sizeof path, note, sizeof note, &err))
-            goto fail;
-        if (lead && note[0])
-            fprintf(stderr, "warning: %s\n", note);
-        rp_status rs = RP_OK;
-        if (ck.model != rp_model_fingerprint(m))
-            rs = rp_fail(&err, RP_ERR_INVALID, "%s was made for another model than %s", path,
-                         model_path);
-        else if (!resume_anyway && ck.samples != train->n)
-            rs = rp_fail(&err, RP_ERR_INVALID,
-                         "%s was made on a training set of %lld samples, %s has %d: the "
-                         "sample order would differ (--resume-anyway continues all the same)",
-                         path, ck.samples, data, train->n);
-        else if (!resume_anyway && !rp_checkpoint_compatible(&ck.config, &cfg, why, sizeof why))
-            rs = rp_fail(&err, RP_ERR_INVALID,
-                         "%s: %s differs from the checkpoint's configuration and changes the "
-                         "mathematics (--resume-anyway continues all the same)",
-                         config_path, why);
-        else
-            rs = rp_session_set_state(s, &ck.state, &err);
-        start = ck.state.updates;
+        rp_status rs = rp_session_set_state(s, &resumed.state, &err);
+        start = resumed.state.updates;
         if (!rs && lead)
             printf("resuming from %s: update %lld (written by %d worker%s, %d stage%s, %s "
                    "backend)\n",
-                   path, start, ck.workers, ck.workers == 1 ? "" : "s", ck.stages,
-                   ck.stages == 1 ? "" : "s", ck.backend);
-        rp_checkpoint_free(&ck);
+                   resumed_path, start, resumed.workers, resumed.workers == 1 ? "" : "s",
+                   resumed.stages, resumed.stages == 1 ? "" : "s", resumed.backend);
+        rp_checkpoint_free(&resumed);
         if (rs)
             goto fail;
     }
@@ -702,6 +712,8 @@ fail:
 done:
     if (finish_checkpoint(&writer, &err)) /* a write still under way after a failure */
         fprintf(stderr, "warning: %s\n", err.msg);
+    rp_checkpoint_dir_close(writer.dir);
+    rp_checkpoint_free(&resumed);
     if (jl && (ferror(jl) | fclose(jl)))
         fprintf(stderr, "warning: --json-log %s: writing failed\n", json_log);
     rp_session_free(s);

@@ -28,8 +28,13 @@
 extern "C" {
 #endif
 
+/* A run's identity: hexadecimal, made when a run starts and kept by the
+** runs that resume it (a lineage of checkpoints). */
+#define RP_RUN_ID_MAX 33
+
 typedef struct rp_checkpoint {
     rp_train_state state;
+    char run[RP_RUN_ID_MAX]; /* the run that wrote it; empty in older files */
     rp_config config;      /* the configuration of the run that wrote it */
     uint32_t model;        /* rp_model_fingerprint of its model */
     long long samples;     /* of its training set: the sample order depends on it */
@@ -44,14 +49,35 @@ rp_status rp_checkpoint_parse(rp_checkpoint *out, const unsigned char *data, siz
                               const char *name, rp_error *err);
 void rp_checkpoint_free(rp_checkpoint *c);
 
-/* A directory of checkpoints, ckpt-UPDATE.rpc. Writing removes the
-** temporary files a killed writer left, then all but the newest `keep`
-** checkpoints (keep >= 1). The path written goes to path (cap bytes). */
-rp_status rp_checkpoint_write_dir(const rp_checkpoint *c, const char *dir, int keep,
+/* A directory of checkpoints, ckpt-UPDATE.rpc, held by one run at a time
+** (docs/checkpoints.md). Opening makes it if missing and takes its lock
+** (DIR/repipe.lock, which names the holder: released when the holder
+** closes it or dies, on any host that shares the directory's file system).
+** Refused, before any work: a path that is not a directory or cannot be
+** written; a directory another process holds (its run, host and pid are
+** named); a directory with checkpoints of another run: for a new run (run
+** NULL, given a new identity) any checkpoint, for a resumed one (run: the
+** identity of the checkpoint it resumed) one of another identity. `from`,
+** the checkpoint the run resumed from, is never pruned. */
+typedef struct rp_checkpoint_dir rp_checkpoint_dir;
+rp_status rp_checkpoint_dir_open(const char *dir, const char *run, const char *from,
+                                 rp_checkpoint_dir **out, rp_error *err);
+/* The identity the directory's run writes its checkpoints under. */
+const char *rp_checkpoint_dir_run(const rp_checkpoint_dir *d);
+/* Writes c as this run's ckpt-UPDATE.rpc (removing first the temporary
+** files a killed writer left), then removes this run's older checkpoints
+** beyond the newest `keep` (keep >= 1): never another run's, a file whose
+** run cannot be read, or the one resumed from. The path written goes to
+** path (cap bytes). */
+rp_status rp_checkpoint_dir_write(rp_checkpoint_dir *d, const rp_checkpoint *c, int keep,
                                   char *path, size_t cap, rp_error *err);
+/* Releases the lock. */
+void rp_checkpoint_dir_close(rp_checkpoint_dir *d);
+
 /* The newest checkpoint of dir that loads. One that does not (damaged,
-** truncated) is passed over and named in note (cap bytes; empty when none
-** was). Fails when the directory holds none that loads. */
+** truncated, not a regular file) is passed over and named in note (cap
+** bytes; empty when none was). Fails when the directory holds none that
+** loads. */
 rp_status rp_checkpoint_latest(const char *dir, rp_checkpoint *out, char *path, size_t cap,
                                char *note, size_t note_cap, rp_error *err);
 

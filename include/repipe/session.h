@@ -138,6 +138,10 @@ typedef struct rp_train_state {
     long long skipped;     /* updates auto_loss_scaling skipped */
     double loss_scale;     /* of the next update */
     int clean;             /* updates without inf or NaN since the scale last changed */
+    /* Under PipeDream's schedules each stage's steps (its stages step once
+    ** a micro-batch they run); 0: every stage took `steps`. */
+    int num_stage_steps;
+    long long stage_steps[RP_MAX_STAGES];
 } rp_train_state;
 
 /* Under MPI both are collective: every rank calls them, and every rank gets

@@ -18,42 +18,136 @@
 #include <string.h>
 #include <unistd.h>
 
-rp_status rp_read_file(const char *path, char **out, size_t *len, rp_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+/* What a path that is not a regular file is, for messages. */
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+           : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+rp_status rp_check_regular(const char *path, rp_error *err) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
         return rp_fail(err, RP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return rp_fail(err, RP_ERR_IO, "%s: %s, not a file: only regular files are read", path,
+                       file_kind(sb.st_mode));
+    return RP_OK;
+}
+
+/* Reads what fd holds to its end, growing the buffer, to the memory this
+** process has left: a pipe's. */
+static rp_status read_stream(int fd, const char *path, char **out, size_t *len, rp_error *err) {
     size_t cap = 1 << 16, n = 0;
+    double most = rp_memory_available();
     char *buf = malloc(cap);
-    if (!buf) {
-        fclose(f);
-        return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", path);
-    }
     for (;;) {
+        if (!buf)
+            return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", path);
         if (n + 1 >= cap) {
+            if ((double)cap * 2 > most) {
+                free(buf);
+                return rp_fail(err, RP_ERR_NOMEM, "%s: more than the %.3g GB of memory "
+                                                  "available", path, most / 1e9);
+            }
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
                 free(buf);
-                fclose(f);
                 return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", path);
             }
-            buf = nb;
-            cap *= 2;
+            buf = nb, cap *= 2;
         }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
+        ssize_t got = read(fd, buf + n, cap - n - 1);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            free(buf);
+            return rp_fail(err, RP_ERR_IO, "%s: read error: %s", path, strerror(errno));
+        }
         if (got == 0)
             break;
+        n += (size_t)got;
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return rp_fail(err, RP_ERR_IO, "%s: read error", path);
+    buf[n] = '\0';
+    *out = buf, *len = n;
+    return RP_OK;
+}
+
+/* A regular file is read as far as it reached when opened, and refused
+** before its buffer when larger than the memory this process has left. A
+** pipe (a shell's `<(...)`) or a FIFO is read to its end where `streams`
+** (a FIFO waits for its writer, as cat does); a device (a link to
+** /dev/zero would never end), a directory or a socket never is. The file
+** is opened without blocking, so that a FIFO is told apart before anything
+** waits on it. */
+static rp_status read_file(const char *path, bool streams, char **out, size_t *len,
+                           rp_error *err) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return rp_fail(err, RP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        rp_status s = rp_fail(err, RP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+        return s;
     }
+    if (!S_ISREG(sb.st_mode) && !(streams && S_ISFIFO(sb.st_mode))) {
+        rp_status s = rp_fail(err, RP_ERR_IO, "%s: %s, not a file: only regular files%s are read",
+                              path, file_kind(sb.st_mode), streams ? " and pipes" : "");
+        close(fd);
+        return s;
+    }
+    if (S_ISFIFO(sb.st_mode)) {
+        close(fd); /* again, blocking: a FIFO's writer may not have opened it yet */
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+            return rp_fail(err, RP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        rp_status s = read_stream(fd, path, out, len, err);
+        close(fd);
+        return s;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0)
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    size_t size = (size_t)sb.st_size;
+    if ((double)size > rp_memory_available()) {
+        rp_status s = rp_fail(err, RP_ERR_NOMEM,
+                              "%s: %.3g GB, more than the %.3g GB of memory available", path,
+                              (double)size / 1e9, rp_memory_available() / 1e9);
+        close(fd);
+        return s;
+    }
+    char *buf = malloc(size + 1);
+    if (!buf) {
+        close(fd);
+        return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory for its %zu bytes", path, size);
+    }
+    size_t n = 0;
+    while (n < size) {
+        ssize_t got = read(fd, buf + n, size - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            rp_status s = rp_fail(err, RP_ERR_IO, "%s: read error: %s", path, strerror(errno));
+            free(buf);
+            close(fd);
+            return s;
+        }
+        if (got == 0)
+            break; /* cut while read: what is there */
+        n += (size_t)got;
+    }
+    close(fd);
     buf[n] = '\0';
     *out = buf;
     *len = n;
     return RP_OK;
+}
+
+rp_status rp_read_file(const char *path, char **out, size_t *len, rp_error *err) {
+    return read_file(path, true, out, len, err);
+}
+
+rp_status rp_read_regular_file(const char *path, char **out, size_t *len, rp_error *err) {
+    return read_file(path, false, out, len, err);
 }
 
 rp_status rp_write_file_atomic(const char *path, const char *data, size_t len, rp_error *err) {

@@ -8,8 +8,16 @@
 
 #include "repipe/core.h"
 
-/* Reads a whole file into a NUL-terminated heap buffer (*out, *len). */
+/* Reads a whole file a user named into a NUL-terminated heap buffer (*out,
+** *len): a regular file, or a pipe or FIFO (a shell's `<(...)`), to the
+** memory available; a device, a directory or a socket is refused. */
 rp_status rp_read_file(const char *path, char **out, size_t *len, rp_error *err);
+/* The same for a file found in a directory (a checkpoint, a cache entry):
+** only a regular file is read, so that nothing found can block or never
+** end. */
+rp_status rp_read_regular_file(const char *path, char **out, size_t *len, rp_error *err);
+/* Fails, naming what path is, unless it is a regular file. */
+rp_status rp_check_regular(const char *path, rp_error *err);
 
 /* Writes len bytes to path through a temporary file that is fsynced and
 ** renamed over path, so a reader never sees a half-written file. */

@@ -1,11 +1,14 @@
 /*
 ** IDX datasets, synthetic data and the sample stream.
 */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
+#include "../core/util.h"
 #include "repipe/data.h"
 
 void rp_dataset_free(rp_dataset *d) {
@@ -75,6 +78,9 @@ static size_t idx_declared(const unsigned char *h, size_t n) {
 ** tell trailing data: a small file that inflates to gigabytes of zeros
 ** stops there. */
 static rp_status read_gz(const char *path, unsigned char **out, size_t *len, rp_error *err) {
+    rp_status st = rp_check_regular(path, err); /* a FIFO would block gzopen */
+    if (st)
+        return st;
     gzFile f = gzopen(path, "rb");
     if (!f)
         return rp_fail(err, RP_ERR_IO, "%s: cannot open", path);
@@ -125,11 +131,9 @@ static rp_status read_gz(const char *path, unsigned char **out, size_t *len, rp_
 /* DIR/base.gz if it exists, else DIR/base. */
 static void find_file(const char *dir, const char *base, char *path, size_t n) {
     snprintf(path, n, "%s/%s.gz", dir, base);
-    FILE *f = fopen(path, "rb");
-    if (f) {
-        fclose(f);
+    struct stat sb;
+    if (stat(path, &sb) == 0) /* what it is, read_gz says */
         return;
-    }
     snprintf(path, n, "%s/%s", dir, base);
 }
 

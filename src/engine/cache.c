@@ -249,7 +249,7 @@ cache_result rpi_cache_load(const char *path, uint64_t key, int workers, int sta
     char *data;
     size_t len;
     rp_error err;
-    if (rp_read_file(path, &data, &len, &err)) {
+    if (rp_read_regular_file(path, &data, &len, &err)) {
         snprintf(why, why_n, "unreadable (%s)", err.msg);
         return CACHE_REBUILD;
     }

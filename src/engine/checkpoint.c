@@ -16,11 +16,10 @@
 #include <zlib.h>
 
 #include "../core/util.h"
+#include "checkpoint_impl.h"
 
 #define MAGIC "RPCHKPT1"
 #define VERSION 1u
-#define PREFIX "ckpt-"
-#define SUFFIX ".rpc"
 
 void rp_checkpoint_free(rp_checkpoint *c) {
     if (!c)
@@ -67,6 +66,13 @@ static char *header_json(const rp_checkpoint *c, rp_error *err) {
     cJSON_AddNumberToObject(h, "skipped", (double)c->state.skipped);
     cJSON_AddStringToObject(h, "loss_scale", scale);
     cJSON_AddNumberToObject(h, "clean", c->state.clean);
+    if (c->run[0])
+        cJSON_AddStringToObject(h, "run", c->run);
+    if (c->state.num_stage_steps > 0) { /* stages that stepped apart (PipeDream) */
+        cJSON *ss = cJSON_AddArrayToObject(h, "stage_steps");
+        for (int t = 0; t < c->state.num_stage_steps; t++)
+            cJSON_AddItemToArray(ss, cJSON_CreateNumber((double)c->state.stage_steps[t]));
+    }
     cJSON_AddNumberToObject(h, "model", c->model);
     cJSON_AddNumberToObject(h, "samples", (double)c->samples);
     cJSON *layout = cJSON_AddObjectToObject(h, "layout");
@@ -133,27 +139,61 @@ static rp_status parse_header(rp_checkpoint *c, const char *text, size_t len, co
     rp_status st = rp_json_parse(text, len, name, &h, err);
     if (st)
         return st;
-    long long upd, steps, skipped, clean, model, samples, workers, stages;
+    long long upd = 0, steps = 0, skipped = 0, clean = 0, model = 0, samples = 0, workers = 0,
+              stages = 0;
     const cJSON *scale = cJSON_GetObjectItemCaseSensitive(h, "loss_scale");
     const cJSON *layout = cJSON_GetObjectItemCaseSensitive(h, "layout");
     const cJSON *backend = cJSON_GetObjectItemCaseSensitive(layout, "backend");
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(h, "config");
     char *end = NULL;
     double ls = cJSON_IsString(scale) ? strtod(scale->valuestring, &end) : NAN;
-    if (!header_int(h, "update", 0, 1LL << 50, &upd) ||
-        !header_int(h, "steps", 0, upd, &steps) ||
-        !header_int(h, "skipped", 0, upd, &skipped) ||
-        !header_int(h, "clean", 0, 1LL << 31, &clean) ||
-        !header_int(h, "model", 0, 0xffffffffLL, &model) ||
-        !header_int(h, "samples", 1, 1LL << 40, &samples) ||
-        !header_int(layout, "workers", 1, RP_MAX_WORKERS, &workers) ||
-        !header_int(layout, "stages", 1, RP_MAX_STAGES, &stages) || !(ls > 0) || !end ||
-        *end || !isfinite(ls) || !cJSON_IsString(backend) || strlen(backend->valuestring) >= 8 ||
-        !cJSON_IsObject(cfg)) {
-        cJSON_Delete(h);
-        return rp_fail(err, RP_ERR_PARSE, "%s: the header lacks a field or holds one out of range",
-                       name);
+    const char *bad = NULL; /* the first field missing or out of range */
+    if (!header_int(h, "update", 0, 1LL << 50, &upd))
+        bad = "update";
+    else if (!header_int(h, "steps", 0, 1LL << 50, &steps))
+        bad = "steps";
+    else if (!header_int(h, "skipped", 0, upd, &skipped))
+        bad = "skipped";
+    else if (!header_int(h, "clean", 0, 1LL << 31, &clean))
+        bad = "clean";
+    else if (!header_int(h, "model", 0, 0xffffffffLL, &model))
+        bad = "model";
+    else if (!header_int(h, "samples", 1, 1LL << 40, &samples))
+        bad = "samples";
+    else if (!header_int(layout, "workers", 1, RP_MAX_WORKERS, &workers))
+        bad = "layout.workers";
+    else if (!header_int(layout, "stages", 1, RP_MAX_STAGES, &stages))
+        bad = "layout.stages";
+    else if (!(ls > 0) || !end || *end || !isfinite(ls))
+        bad = "loss_scale";
+    else if (!cJSON_IsString(backend) || strlen(backend->valuestring) >= 8)
+        bad = "layout.backend";
+    else if (!cJSON_IsObject(cfg))
+        bad = "config";
+    const cJSON *run = cJSON_GetObjectItemCaseSensitive(h, "run");
+    if (!bad && run && (!cJSON_IsString(run) || strlen(run->valuestring) >= RP_RUN_ID_MAX))
+        bad = "run";
+    const cJSON *ss = cJSON_GetObjectItemCaseSensitive(h, "stage_steps"), *e;
+    int nss = 0;
+    if (!bad && ss && (!cJSON_IsArray(ss) || cJSON_GetArraySize(ss) != stages))
+        bad = "stage_steps";
+    cJSON_ArrayForEach(e, ss) {
+        if (bad)
+            break;
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
+            e->valuedouble < 0 || e->valuedouble > (double)(1LL << 50))
+            bad = "stage_steps";
+        else
+            c->state.stage_steps[nss++] = (long long)e->valuedouble;
     }
+    if (bad) {
+        cJSON_Delete(h);
+        return rp_fail(err, RP_ERR_PARSE, "%s: the header's '%s' is missing or out of range", name,
+                       bad);
+    }
+    c->state.num_stage_steps = nss;
+    if (run)
+        snprintf(c->run, sizeof c->run, "%s", run->valuestring);
     char *ctext = cJSON_PrintUnformatted(cfg);
     st = ctext ? rp_config_load_string(&c->config, ctext, strlen(ctext), name, err)
                : rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", name);
@@ -219,7 +259,7 @@ rp_status rp_checkpoint_load(rp_checkpoint *out, const char *path, rp_error *err
     memset(out, 0, sizeof *out);
     char *data;
     size_t len;
-    rp_status st = rp_read_file(path, &data, &len, err);
+    rp_status st = rp_read_regular_file(path, &data, &len, err);
     if (st)
         return st;
     st = rp_checkpoint_parse(out, (const unsigned char *)data, len, path, err);
@@ -227,111 +267,35 @@ rp_status rp_checkpoint_load(rp_checkpoint *out, const char *path, rp_error *err
     return st;
 }
 
-/* ---- directories -------------------------------------------------------------- */
+/* ---- a header alone ------------------------------------------------------------ */
 
-static int by_name(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* The checkpoints of dir, oldest first (their names sort by update). */
-static int list(const char *dir, char ***out) {
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    int n = 0, cap = 16;
-    char **names = malloc(sizeof(char *) * cap);
-    for (struct dirent *e; names && (e = readdir(d));) {
-        size_t l = strlen(e->d_name);
-        if (strncmp(e->d_name, PREFIX, strlen(PREFIX)) != 0 || l < strlen(SUFFIX) ||
-            strcmp(e->d_name + l - strlen(SUFFIX), SUFFIX) != 0)
-            continue;
-        if (n == cap) {
-            char **more = realloc(names, sizeof(char *) * (cap *= 2));
-            if (!more)
-                break;
-            names = more;
-        }
-        names[n++] = strdup(e->d_name);
+bool rpi_checkpoint_peek(const char *path, char *run, size_t cap, long long *update) {
+    rp_error err;
+    if (rp_check_regular(path, &err))
+        return false;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return false;
+    unsigned char head[16];
+    uint32_t version, hl, hcrc;
+    bool ok = fread(head, 1, 16, f) == 16 && memcmp(head, MAGIC, 8) == 0;
+    memcpy(&version, head + 8, 4), memcpy(&hl, head + 12, 4);
+    ok = ok && version == VERSION && hl > 0 && hl <= (1u << 24);
+    char *text = ok ? malloc((size_t)hl + 1) : NULL;
+    ok = text && fread(text, 1, hl, f) == hl && fread(&hcrc, 1, 4, f) == 4 &&
+         (uint32_t)crc32(0L, (const Bytef *)text, hl) == hcrc;
+    fclose(f);
+    cJSON *h = ok ? cJSON_ParseWithLength(text, hl) : NULL;
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(h, "run");
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(h, "update");
+    ok = cJSON_IsNumber(u);
+    if (ok) {
+        *update = (long long)u->valuedouble;
+        snprintf(run, cap, "%s", cJSON_IsString(r) ? r->valuestring : "");
     }
-    closedir(d);
-    if (!names)
-        return -1;
-    qsort(names, n, sizeof(char *), by_name);
-    *out = names;
-    return n;
-}
-
-static void free_list(char **names, int n) {
-    for (int i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
-}
-
-/* Temporary files a killed writer left (a checkpoint's name, then ".tmp"). */
-static void remove_orphans(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    for (struct dirent *e; (e = readdir(d));)
-        if (strncmp(e->d_name, PREFIX, strlen(PREFIX)) == 0 &&
-            strstr(e->d_name, SUFFIX ".tmp")) {
-            char path[RP_PATH_MAX * 2];
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
-        }
-    closedir(d);
-}
-
-rp_status rp_checkpoint_write_dir(const rp_checkpoint *c, const char *dir, int keep,
-                                  char *path, size_t cap, rp_error *err) {
-    if (keep < 1)
-        return rp_fail(err, RP_ERR_INVALID, "checkpoints: keep at least 1 (got %d)", keep);
-    remove_orphans(dir);
-    snprintf(path, cap, "%s/" PREFIX "%012lld" SUFFIX, dir, c->state.updates);
-    rp_status st = rp_checkpoint_save(c, path, err);
-    if (st)
-        return st;
-    char **names;
-    int n = list(dir, &names);
-    for (int i = 0; i < n - keep; i++) {
-        char old[RP_PATH_MAX * 2];
-        snprintf(old, sizeof old, "%s/%s", dir, names[i]);
-        unlink(old);
-    }
-    if (n >= 0)
-        free_list(names, n);
-    return RP_OK;
-}
-
-rp_status rp_checkpoint_latest(const char *dir, rp_checkpoint *out, char *path, size_t cap,
-                               char *note, size_t note_cap, rp_error *err) {
-    memset(out, 0, sizeof *out);
-    if (note_cap)
-        note[0] = '\0';
-    char **names;
-    int n = list(dir, &names);
-    if (n < 0)
-        return rp_fail(err, RP_ERR_IO, "%s: cannot read the checkpoint directory: %s", dir,
-                       strerror(errno));
-    rp_status st = rp_fail(err, RP_ERR_IO, "%s: no checkpoint (" PREFIX "*" SUFFIX ") here",
-                           dir);
-    size_t used = 0;
-    for (int i = n - 1; i >= 0; i--) {
-        snprintf(path, cap, "%s/%s", dir, names[i]);
-        rp_error why;
-        if (rp_checkpoint_load(out, path, &why) == RP_OK) {
-            st = RP_OK;
-            break;
-        }
-        if (used < note_cap)
-            used += (size_t)snprintf(note + used, note_cap - used, "%s%s: skipped: %s",
-                                     used ? "\n" : "", names[i], why.msg);
-        if (i == 0)
-            st = rp_fail(err, RP_ERR_PARSE, "%s: no checkpoint here loads (the oldest: %s)", dir,
-                         why.msg);
-    }
-    free_list(names, n);
-    return st;
+    cJSON_Delete(h);
+    free(text);
+    return ok;
 }
 
 /* ---- resuming under another configuration ------------------------------------ */
@@ -340,6 +304,28 @@ static bool same_schedule(const rp_lr_schedule *a, const rp_lr_schedule *b) {
     return a->type == b->type && a->warmup_updates == b->warmup_updates &&
            a->decay_updates == b->decay_updates && a->min_lr == b->min_lr &&
            a->step_updates == b->step_updates && a->gamma == b->gamma;
+}
+
+/* Under PipeDream's schedules each stage steps after every micro-batch it
+** runs, on weights as old as its place in the pipeline: the stages, their
+** replication, the micro-batch and the accumulation are the mathematics,
+** not only its layout. The first of them that differs, or NULL. */
+static const char *async_layout(const rp_config *was, const rp_config *now) {
+    if (was->micro_batch_size != now->micro_batch_size)
+        return "micro_batch_size (under schedule pipedream it is part of the mathematics)";
+    if (was->gradient_accumulation_steps != now->gradient_accumulation_steps)
+        return "gradient_accumulation_steps (under schedule pipedream it is part of the "
+               "mathematics)";
+    if (was->replication_factor != now->replication_factor)
+        return "replication_factor (under schedule pipedream it is part of the mathematics)";
+    const rp_layer_list *a = &was->layers_per_stage, *b = &now->layers_per_stage;
+    if (a->count != b->count || memcmp(a->layers, b->layers, sizeof(int) * a->count) != 0)
+        return "layers_per_stage (under schedule pipedream the stages are part of the "
+               "mathematics)";
+    for (int t = 0; t < a->count; t++)
+        if (rp_config_stage_replicas(was, t) != rp_config_stage_replicas(now, t))
+            return "stage_replication (under schedule pipedream it is part of the mathematics)";
+    return NULL;
 }
 
 bool rp_checkpoint_compatible(const rp_config *was, const rp_config *now, char *why,
@@ -392,6 +378,8 @@ bool rp_checkpoint_compatible(const rp_config *was, const rp_config *now, char *
         key = "pipedream_vertical_sync";
     else if (!same_schedule(&was->lr_schedule, &now->lr_schedule))
         key = "lr_schedule";
+    else if (was->schedule >= RP_SCHEDULE_PIPEDREAM) /* its layout is its mathematics */
+        key = async_layout(was, now);
     if (key && cap)
         snprintf(why, cap, "%s", key);
     return !key;

@@ -868,11 +868,10 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     }
     if (cfg->executable_cache_dir[0] && !cached && (!comm || rp_comm_rank(comm) == 0)) {
         mkdir(cfg->executable_cache_dir, 0777); /* one level; an existing one is fine */
-        if ((st = rpi_cache_store(cpath, ckey, s->plan, s->mem, err))) {
-            rp_error e2 = *err;
-            st = rp_fail(err, st, "executable_cache_dir: %s", e2.msg);
-            goto fail;
-        }
+        rp_error why; /* the cache only saves time: without it the run goes on */
+        if (rpi_cache_store(cpath, ckey, s->plan, s->mem, &why))
+            snprintf(s->cache_note, sizeof s->cache_note,
+                     "executable cache: not stored (%s); the run goes on without it", why.msg);
     }
     /* worker 0 runs on the calling thread, the others on threads of their own */
     for (int i = 1; i < s->nlocal; i++) {

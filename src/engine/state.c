@@ -273,6 +273,36 @@ static rp_status gather_state(rp_session *s, float **out, rp_error *err) {
     return RP_OK;
 }
 
+/* The optimizer steps of each stage, from its workers, wherever they run
+** (collective under MPI): sent as 16-bit pieces in floats, which a sum
+** over ranks carries exactly, as one rank gives each stage's. */
+static rp_status stage_steps(rp_session *s, long long *steps, rp_error *err) {
+    for (int t = 0; t < s->P; t++)
+        steps[t] = 0;
+    for (int i = 0; i < s->nlocal; i++)
+        if (s->w[i].applied > steps[s->w[i].stage])
+            steps[s->w[i].stage] = s->w[i].applied;
+    if (!s->comm || rp_comm_size(s->comm) == 1)
+        return RP_OK;
+    /* a stage's replicas step alike: its first worker gives it */
+    float piece[RP_MAX_STAGES * 4] = {0};
+    for (int i = 0; i < s->nlocal; i++) {
+        const worker *w = &s->w[i];
+        if (rp_workplan_worker(&s->cfg, 0, w->stage, 0) == w->id)
+            for (int k = 0; k < 4; k++)
+                piece[w->stage * 4 + k] = (float)((unsigned long long)w->applied >> (16 * k) &
+                                                  0xffff);
+    }
+    rp_status st = rp_comm_allreduce(s->comm, NULL, piece, (size_t)s->P * 4, err);
+    for (int t = 0; t < s->P && !st; t++) {
+        unsigned long long v = 0;
+        for (int k = 0; k < 4; k++)
+            v |= (unsigned long long)piece[t * 4 + k] << (16 * k);
+        steps[t] = (long long)v;
+    }
+    return st;
+}
+
 rp_status rp_session_get_state(rp_session *s, rp_train_state *out, rp_error *err) {
     memset(out, 0, sizeof *out);
     if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW)
@@ -329,9 +359,15 @@ rp_status rp_session_get_state(rp_session *s, rp_train_state *out, rp_error *err
             }
         }
     }
-    const worker *w = &s->w[0]; /* the counters are the world's */
+    const worker *w = &s->w[0]; /* the other counters are the world's */
+    if ((st = stage_steps(s, out->stage_steps, err)))
+        goto done;
+    /* the steps of stage 0; under PipeDream's schedules each stage's too,
+    ** for they step once a micro-batch they run (a stage of 4 replicas a
+    ** quarter as often as one of 1) */
+    out->num_stage_steps = s->cfg.schedule >= RP_SCHEDULE_PIPEDREAM ? s->P : 0;
     out->updates = s->updates;
-    out->steps = w->applied;
+    out->steps = out->stage_steps[0];
     out->skipped = w->skipped;
     out->loss_scale = w->scale;
     out->clean = w->clean;
@@ -349,12 +385,28 @@ rp_status rp_session_set_state(rp_session *s, const rp_train_state *in, rp_error
         return rp_fail(err, RP_ERR_INVALID,
                        "a training state holds one version of the weights; schedule "
                        "\"pipedream_2bw\" needs two");
-    if (!in->weights || !(in->loss_scale > 0) || in->updates < 0 || in->steps < 0 ||
-        in->steps > in->updates || in->skipped < 0 || in->clean < 0)
+    /* a synchronous update steps once; PipeDream's stages step once a
+    ** micro-batch they run, at most gradient_accumulation_steps an update */
+    bool async = s->cfg.schedule >= RP_SCHEDULE_PIPEDREAM;
+    long long most = in->updates * (async ? s->cfg.gradient_accumulation_steps : 1);
+    const char *bad = !in->weights                         ? "weights"
+                      : !(in->loss_scale > 0)              ? "loss scale"
+                      : in->updates < 0                    ? "updates"
+                      : in->steps < 0 || in->steps > most  ? "steps"
+                      : in->skipped < 0 || in->skipped > in->updates ? "skipped"
+                      : in->clean < 0                      ? "clean"
+                      : NULL;
+    if (!bad && in->num_stage_steps && in->num_stage_steps != s->P)
+        bad = "stage steps (one per stage)";
+    for (int t = 0; !bad && t < in->num_stage_steps; t++)
+        if (in->stage_steps[t] < 0 || in->stage_steps[t] > most)
+            bad = "stage steps";
+    if (bad)
         return rp_fail(err, RP_ERR_INVALID,
-                       "training state: counters out of range (updates %lld, steps %lld, "
-                       "skipped %lld, loss scale %g)",
-                       in->updates, in->steps, in->skipped, in->loss_scale);
+                       "training state: %s out of range (updates %lld, steps %lld, skipped %lld, "
+                       "loss scale %g; at most %lld steps under schedule %s)",
+                       bad, in->updates, in->steps, in->skipped, in->loss_scale, most,
+                       rp_schedule_name(s->cfg.schedule));
     /* every state tensor present, shaped, one copy per group: before
     ** anything changes */
     const rp_tensor **ten = calloc(per * m->num_vars + 1, sizeof(rp_tensor *));
@@ -406,7 +458,7 @@ rp_status rp_session_set_state(rp_session *s, const rp_train_state *in, rp_error
             }
             st = move_state(w, pack, true, err);
         }
-        w->applied = in->steps;
+        w->applied = in->num_stage_steps ? in->stage_steps[w->stage] : in->steps;
         w->skipped = in->skipped;
         w->scale = in->loss_scale;
         w->clean = in->clean;
