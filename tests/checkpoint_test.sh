@@ -13,13 +13,7 @@ same() { # NAME A B RTOL: the weights agree
 }
 
 # A dataset of 512 8x8 images of noise, labels 0-9 in turn.
-mkdir -p "$tmp/idx"
-byte() { printf "\\x$(printf %02x "$1")"; }
-u32() { printf '\x00\x00'; byte $(($1 / 256)); byte $(($1 % 256)); }
-images() { { printf '\x00\x00\x08\x03'; u32 "$2"; u32 8; u32 8; head -c $(($2 * 64)) /dev/urandom; } > "$tmp/idx/$1"; }
-labels() { { printf '\x00\x00\x08\x01'; u32 "$2"; for i in $(seq 0 $(($2 - 1))); do byte $((i % 10)); done; } > "$tmp/idx/$1"; }
-images train-images-idx3-ubyte 512; labels train-labels-idx1-ubyte 512
-images t10k-images-idx3-ubyte 64; labels t10k-labels-idx1-ubyte 64
+noise_idx "$tmp/idx" 512 64
 printf 'input 8 8\nflatten\nlinear 32\nrelu\ndropout 0.1\nlinear 10\nsoftmax_cross_entropy\n' > "$tmp/m.model"
 opt='"optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}'
 printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 2, "replication_factor": 2, %s}\n' "$opt" > "$tmp/r2.json"

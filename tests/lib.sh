@@ -9,3 +9,16 @@ trap 'rm -rf "$tmp"' EXIT
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
 summary() { echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; }
+
+# noise_idx DIR N M: an IDX dataset in DIR of N training and M test 8x8
+# images of noise, labels 0-9 in turn.
+noise_idx() {
+  mkdir -p "$1"
+  byte() { printf "\\x$(printf %02x "$1")"; }
+  u32() { printf '\x00\x00'; byte $(($1 / 256)); byte $(($1 % 256)); }
+  images() { { printf '\x00\x00\x08\x03'; u32 "$3"; u32 8; u32 8; head -c $(($3 * 64)) /dev/urandom; } > "$1/$2"; }
+  labels() { { printf '\x00\x00\x08\x01'; u32 "$3"; for i in $(seq 0 $(($3 - 1))); do byte $((i % 10)); done; } > "$1/$2"; }
+  images "$1" train-images-idx3-ubyte "$2"; labels "$1" train-labels-idx1-ubyte "$2"
+  images "$1" t10k-images-idx3-ubyte "$3"; labels "$1" t10k-labels-idx1-ubyte "$3"
+}
+

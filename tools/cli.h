@@ -12,6 +12,7 @@
 
 #include "repipe/comm.h"
 #include "repipe/core.h"
+#include "repipe/data.h"
 #include "repipe/model.h"
 
 typedef struct cli_opt {
@@ -65,6 +66,14 @@ bool cli_mpi_start(const cli_cmd *cmd, bool use_mpi, int *argc, char ***argv, rp
 /* After an error that was printed: ends every rank, since the others may be
 ** waiting for this one. Nothing without MPI. */
 void cli_mpi_abort(rp_comm *comm, const char *msg);
+
+/* Digests for rp_comm_agree: bytes folded into h (FNV-1a over 32-bit
+** words), a configuration as it will run, and a dataset (its shape and
+** every value). */
+uint32_t cli_digest(const void *p, size_t n, uint32_t h);
+uint32_t cli_config_digest(const rp_config *cfg);
+uint32_t cli_dataset_digest(const rp_dataset *d);
+uint32_t cli_weights_digest(const rp_weights *w);
 
 /* Consumes the numbers that follow a multi-valued option (`--machines 8 2`):
 ** first is optarg; more are taken from argv while they parse as numbers. */

@@ -66,6 +66,15 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     snprintf(what, sizeof what, "the test set of %s", data);
     if (rp_dataset_fits(test, m, what, &err))
         goto fail;
+    if (comm) { /* before the first collective: ranks running other jobs would hang in it */
+        const char *agree[] = {"repipe's version", "the model", "the configuration",
+                               "the test data", "the weights"};
+        uint32_t digest[] = {cli_digest(rp_version(), strlen(rp_version()), 2166136261u),
+                             rp_model_fingerprint(m), cli_config_digest(&cfg),
+                             cli_dataset_digest(test), cli_weights_digest(w)};
+        if (rp_comm_agree(comm, agree, digest, 5, &err))
+            goto fail;
+    }
     if ((comm ? rp_session_create_mpi(m, &cfg, comm, &s, &err)
               : rp_session_create(m, &cfg, &s, &err)) ||
         rp_session_set_weights(s, w, RP_ONE_PER_GROUP, &err))

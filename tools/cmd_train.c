@@ -436,6 +436,31 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             goto fail;
         }
     }
+    /* ranks that run other commands would wait for ever in collectives the
+    ** others never enter: they must agree before the first one */
+    if (comm) {
+        long long from = resume ? resumed.state.updates : -1;
+        long long length[2] = {updates, epochs}, every[2] = {ckdir != NULL, ck_every};
+        uint32_t seed = 2166136261u;
+        const char *what[] = {"repipe's version", "the model", "the configuration",
+                              "the training data", "the test or validation data",
+                              "the update resumed from", "--updates or --epochs",
+                              "--checkpoint-dir and --checkpoint-every", "--save", "--trace",
+                              "--eval-every"};
+        uint32_t digest[] = {cli_digest(rp_version(), strlen(rp_version()), seed),
+                             rp_model_fingerprint(m),
+                             cli_config_digest(&cfg),
+                             cli_dataset_digest(train),
+                             cli_dataset_digest(test),
+                             cli_digest(&from, sizeof from, seed),
+                             cli_digest(length, sizeof length, seed),
+                             cli_digest(every, sizeof every, seed),
+                             save != NULL,
+                             trace != NULL,
+                             cli_digest(&eval_every, sizeof eval_every, seed)};
+        if (rp_comm_agree(comm, what, digest, (int)(sizeof digest / sizeof digest[0]), &err))
+            goto fail;
+    }
     if (lead && ckdir &&
         rp_checkpoint_dir_open(ckdir, resume ? resumed.run : NULL, resume ? resumed_path : NULL,
                                &writer.dir, &err))

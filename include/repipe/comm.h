@@ -123,6 +123,15 @@ typedef void (*rp_update_fn)(void *ctx, size_t at, float *sum, size_t len);
 rp_status rp_comm_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
                                 size_t n, rp_update_fn update, void *ctx, rp_error *err);
 
+/* Whether every rank holds rank 0's digest of each of n things (what[i]
+** names them: "the model", "the configuration"): ranks that run different
+** commands would wait in collectives the others never enter, or exchange
+** messages of other sizes. One broadcast and one sum (collective); every
+** rank fails alike, naming each thing that differs and on how many ranks.
+** n <= 64. */
+rp_status rp_comm_agree(rp_comm *c, const char *const *what, const uint32_t *digest, int n,
+                        rp_error *err);
+
 /* Ranks with the same color form a new communicator, ordered by (key, rank).
 ** Collective over c. The result is freed with rp_comm_free. */
 rp_status rp_comm_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err);

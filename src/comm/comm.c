@@ -1,6 +1,7 @@
 /*
 ** Communicator front end: argument checks and dispatch to the backend.
 */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,3 +161,39 @@ void rp_comm_fail(rp_comm *c, const char *msg) {
     else
         rpi_mpi_fail(c, msg);
 }
+
+/* The digests go as 16-bit halves in floats, which a broadcast and a sum
+** carry exactly. */
+rp_status rp_comm_agree(rp_comm *c, const char *const *what, const uint32_t *digest, int n,
+                        rp_error *err) {
+    if (n < 0 || n > 64)
+        return rp_fail(err, RP_ERR_INVALID, "agree: %d things; at most 64", n);
+    if (c->size == 1)
+        return RP_OK;
+    float theirs[128], differ[64];
+    for (int i = 0; i < n; i++) {
+        theirs[2 * i] = (float)(digest[i] & 0xffff);
+        theirs[2 * i + 1] = (float)(digest[i] >> 16);
+    }
+    rp_status s = rp_comm_broadcast(c, NULL, theirs, (size_t)2 * n, 0, err);
+    if (s)
+        return s;
+    for (int i = 0; i < n; i++)
+        differ[i] = ((uint32_t)theirs[2 * i] | (uint32_t)theirs[2 * i + 1] << 16) != digest[i];
+    if ((s = rp_comm_allreduce(c, NULL, differ, (size_t)n, err)))
+        return s;
+    char msg[sizeof err->msg];
+    size_t at = 0;
+    for (int i = 0; i < n; i++)
+        if (differ[i] > 0 && at < sizeof msg)
+            at += (size_t)snprintf(msg + at, sizeof msg - at, "%s%s (on %d rank%s)",
+                                   at ? ", " : "", what[i], (int)differ[i],
+                                   differ[i] > 1 ? "s" : "");
+    if (!at)
+        return RP_OK;
+    return rp_fail(err, RP_ERR_INVALID,
+                   "the ranks do not run the same job; differing from rank 0's: %s. Start every "
+                   "rank with the same command and files",
+                   msg);
+}
+
