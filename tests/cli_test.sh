@@ -274,6 +274,17 @@ g1=$("$bin" generate --model "$tmp/lm.model" --load "$tmp/lm.rpw" --prompt "the 
 g2=$("$bin" generate --model "$tmp/lm.model" --load "$tmp/lm.rpw" --prompt "the " --tokens 40 --seed 5 2>&1)
 if [ "$g1" = "$g2" ] && [ "${#g1}" -eq 44 ] && [ "${g1#the }" != "$g1" ] &&
    [ -z "$(tr -d 'a-z .' <<<"$g1")" ]; then ok; else bad "generate: '$g1' '$g2'"; fi
+# a temperature near 0 draws the likeliest token, as 0 does (p^(1/T)
+# underflowed for every token, and the draw took the last, byte 0xff)
+g0=$("$bin" generate --model "$tmp/lm.model" --load "$tmp/lm.rpw" --prompt "the " --tokens 40 --temperature 0 --top-k 0 2>&1)
+gs=$("$bin" generate --model "$tmp/lm.model" --load "$tmp/lm.rpw" --prompt "the " --tokens 40 --temperature 1e-4 --top-k 0 2>&1)
+if [ "$g0" = "$gs" ] && [ "${#g0}" -eq 44 ]; then ok; else bad "temperature 1e-4: '$gs' against '$g0'"; fi
+# NaN weights are refused, not sampled into garbage
+"$bin" weights show "$tmp/lm.rpw" > /dev/null
+perl -MCompress::Zlib -e 'binmode STDIN; binmode STDOUT; local $/; my $d = <STDIN>;
+  substr($d, length($d) - 400, 4) = pack("f<", 9**9**9 / 9**9**9); substr($d, -4) = pack("L<", crc32(substr($d, 0, -4)));
+  print $d;' < "$tmp/lm.rpw" > "$tmp/nan.rpw"
+expect_fail "generate from NaN weights" 1 "NaN" -- "$bin" generate --model "$tmp/lm.model" --load "$tmp/nan.rpw" --tokens 5
 expect_fail "generate from an image model" 1 "generate needs a token model" -- "$bin" generate \
   --model "$src/examples/fmnist-mlp.model" --load "$tmp/lm.rpw"
 # llm.c's GPT-2, imported: the first 10 losses of llm.c and PyTorch from the same

@@ -67,13 +67,25 @@ static rp_status generate(const rp_model *m, const float *params, int32_t *token
         }
         const float *p = rp_net_probabilities(net, acts) + (size_t)(rows - 1) * V;
         int next = 0;
-        if (temperature == 0) {
-            for (int v = 1; v < V; v++)
-                next = p[v] > p[next] ? v : next;
-        } else {
-            /* softmax(z / temperature) is p^(1 / temperature), renormalised */
+        for (int v = 0; v < V && !st; v++)
+            if (!(p[v] >= 0 && p[v] <= 1)) /* NaN weights give NaN scores */
+                st = rp_fail(err, RP_ERR_INVALID,
+                             "generate: token %d: the probability of token %d is %g; the "
+                             "weights hold NaN or infinity",
+                             have, v, p[v]);
+        if (st)
+            break;
+        for (int v = 1; v < V; v++)
+            next = p[v] > p[next] ? v : next;
+        if (temperature > 0) {
+            /* softmax(z / temperature) is p^(1 / temperature), renormalised:
+            ** taken as (p / p_max)^(1 / temperature), in logarithms, which
+            ** keeps the likeliest at 1 however small the temperature (p^(1/T)
+            ** itself underflows to 0 for every token, and the draw took the
+            ** last) and tends to the likeliest token as T goes to 0 */
+            double lmax = log(p[next]);
             for (int v = 0; v < V; v++) {
-                cand[2 * v] = (float)pow(p[v], 1.0 / temperature);
+                cand[2 * v] = (float)exp((log(p[v]) - lmax) / temperature);
                 cand[2 * v + 1] = (float)v;
             }
             int keep = top_k && top_k < V ? top_k : V;
