@@ -6,6 +6,7 @@
 ** parameters (data parallelism: nothing to reduce, no bubble); a memory
 ** only sharded optimizer state fits, and a memory nothing fits.
 */
+#include <math.h>
 #include <stdlib.h>
 
 #include "repipe/planner.h"
@@ -140,7 +141,41 @@ static void no_parameters(void) {
     rp_profile_free(p);
 }
 
+/* Numbers that wrapped or looped: a global batch past 2^31 (micro-batch 1
+** for 2^32 + 1, 0 for 2^40; 2^31 never ended), a NaN memory size and no
+** accumulation; each refused, naming what is wrong, or planned right. */
+static void bad_numbers(void) {
+    double fw[] = {1, 1}, bw[] = {2, 2}, act[] = {1000, 1000}, par[] = {1e6, 1e6};
+    rp_profile *p = chain(2, fw, bw, act, par);
+    rp_autoplan r;
+    rp_error err;
+    rp_autoplan_options o = machines(2, 1e10, (1LL << 32) + 1);
+    CHECK(plan(p, &o, &r, &err) == RP_ERR_INFEASIBLE);
+    CHECK_STR_HAS(err.msg, "4294967297 samples per update split over at most 2 replicas");
+    o.global_batch = 1LL << 40;
+    CHECK(plan(p, &o, &r, &err) == RP_ERR_INFEASIBLE);
+    CHECK_STR_HAS(err.msg, "micro-batches of more than 2147483647 samples");
+    o.global_batch = (1LL << 40) + 1;
+    CHECK(plan(p, &o, &r, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "a global batch of 1 to 1099511627776 samples, not 1099511627777");
+    o.global_batch = 1LL << 31; /* planned: every micro-batch an int */
+    CHECK(plan(p, &o, &r, &err) == RP_OK);
+    CHECK((long long)r.best.cfg.micro_batch_size * r.best.cfg.gradient_accumulation_steps *
+              r.best.cfg.replication_factor == 1LL << 31);
+    CHECK(r.best.cfg.micro_batch_size > 0);
+    o = machines(2, 1e10, 64);
+    o.memory_size = NAN;
+    CHECK(plan(p, &o, &r, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "memory_size must be a number of bytes >= 0 (0: no limit), not nan");
+    o.memory_size = 0;
+    o.max_accumulation = 0;
+    CHECK(plan(p, &o, &r, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "max_accumulation must be at least 1");
+    rp_profile_free(p);
+}
+
 int main(void) {
+    bad_numbers();
     dominant_layer();
     too_big();
     no_parameters();

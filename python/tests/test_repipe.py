@@ -108,6 +108,14 @@ class Plans(unittest.TestCase):
         self.assertEqual(want["engine"]["best"]["config"]["seed"], 4)  # base's keys stay
         with self.assertRaisesRegex(repipe.Error, "does not say its micro-batch"):
             p.engine(global_batch=1024)
+        # numbers that wrapped, looped or passed: refused, or planned in ints
+        with self.assertRaisesRegex(repipe.Error, "memory_size must be a number of bytes"):
+            p.engine(global_batch=1024, profile_batch=64, memory_size=float("nan"))
+        with self.assertRaisesRegex(repipe.Error, "max_accumulation must be at least 1"):
+            p.engine(global_batch=1024, profile_batch=64, max_accumulation=0)
+        big = p.engine(global_batch=2 ** 31, profile_batch=64)["best"]["config"]
+        self.assertEqual(big.micro_batch_size * big.gradient_accumulation_steps
+                         * big.replication_factor, 2 ** 31)
 
     def test_model_profile_is_the_commands(self):
         model_path = os.path.join(SRC, "examples", "fmnist-cnn.model")

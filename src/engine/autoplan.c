@@ -25,6 +25,7 @@
 ** the simplest, with the micro-batch nearest the profile's, within 1 %.
 */
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,9 +279,23 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
                               int num_profiles, const rp_config *base, const rp_plan *pipedream,
                               const rp_autoplan_options *o, rp_autoplan *out, rp_error *err) {
     memset(out, 0, sizeof *out);
-    if (o->global_batch < 1)
-        return rp_fail(err, RP_ERR_INVALID, "plan: the engine objective needs a positive global "
-                                            "batch, not %lld", o->global_batch);
+    if (o->global_batch < 1 || o->global_batch > RP_MAX_SAMPLES)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "plan: the engine objective needs a global batch of 1 to %lld samples, "
+                       "not %lld",
+                       (long long)RP_MAX_SAMPLES, o->global_batch);
+    if (!(o->memory_size >= 0) || isinf(o->memory_size))
+        return rp_fail(err, RP_ERR_INVALID,
+                       "plan: memory_size must be a number of bytes >= 0 (0: no limit), not %g",
+                       o->memory_size);
+    if (o->max_accumulation < 1)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "plan: max_accumulation must be at least 1 (one micro-batch an update), "
+                       "not %d",
+                       o->max_accumulation);
+    if (o->cores < 0)
+        return rp_fail(err, RP_ERR_INVALID, "plan: cores must be >= 0 (0: one a worker), not %d",
+                       o->cores);
     if (num_profiles < 1 || num_profiles > RP_AUTOPLAN_MAX_PROFILES)
         return rp_fail(err, RP_ERR_INVALID, "plan: %d profiles (1 to %d)", num_profiles,
                        RP_AUTOPLAN_MAX_PROFILES);
@@ -350,6 +365,7 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
     ** becomes a reduce-scatter and a gather, as much traffic), then
     ** recomputation (a second forward), then both */
     long long N = o->global_batch;
+    bool too_big = false; /* shapes passed over: micro-batches beyond an int */
     for (int per = 1; per <= W && per <= L; per++)
         for (int R = 1; R * per <= W; R++) {
             if (N % R)
@@ -357,6 +373,10 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
             for (int GA = 1; GA <= o->max_accumulation && GA <= N / R; GA++) {
                 if ((N / R) % GA)
                     continue;
+                if (N / R / GA > INT_MAX) { /* a micro-batch is an int of samples */
+                    too_big = true;
+                    continue;
+                }
                 static const bool ladder[4][2] = {{false, false}, {false, true}, {true, false},
                                                   {true, true}};
                 int before = S.n;
@@ -375,6 +395,14 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
                 }
             }
         }
+    if (S.n == 0 && too_big) {
+        st = rp_fail(err, RP_ERR_INFEASIBLE,
+                     "plan: %lld samples per update split over at most %d replicas and %d "
+                     "micro-batches an update (max_accumulation) leave micro-batches of more "
+                     "than %d samples: give a smaller global batch, or one with more divisors",
+                     N, W, o->max_accumulation, INT_MAX);
+        goto done;
+    }
     if (S.n == 0) {
         st = rp_fail(err, RP_ERR_INFEASIBLE,
                      "plan: no configuration of %d workers fits %.0f bytes per worker, even "
@@ -410,7 +438,7 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
         for (int s = 0; s < pd.layers_per_stage.count; s++)
             most = rp_config_stage_replicas(&pd, s) > most ? rp_config_stage_replicas(&pd, s) : most;
         for (int GA = most; N % R == 0 && GA <= o->max_accumulation && GA <= N / R; GA++) {
-            if ((N / R) % GA)
+            if ((N / R) % GA || N / R / GA > INT_MAX)
                 continue;
             pd.gradient_accumulation_steps = GA;
             pd.micro_batch_size = (int)(N / R / GA);
