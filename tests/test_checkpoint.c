@@ -20,7 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "repipe/checkpoint.h"
 #include "repipe/data.h"
@@ -322,8 +324,34 @@ static void files(void) {
     rp_model_free(m);
 }
 
+/* The checksum of files and sections of 4 GiB and more (a GPT-2-large
+** Adam checkpoint is 6.2 GB) covers every byte: zlib takes 32-bit
+** lengths, and covered only len mod 2^32. Over 4 GiB + 10 bytes of the
+** zero page (read, never resident), against zlib's own combination of the
+** pieces' checksums. */
+static void crc_beyond_4gib(void) {
+    size_t giga = (size_t)1 << 30, n = 4 * giga + 10;
+    unsigned char *zero = mmap(NULL, n, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                               -1, 0);
+    if (zero == MAP_FAILED) {
+        fprintf(stderr, "crc beyond 4 GiB: mmap of %zu bytes failed\n", n);
+        CHECK(!"mmap");
+        return;
+    }
+    uLong one = crc32(0L, zero, (uInt)giga), want = one;
+    for (int k = 1; k < 4; k++)
+        want = crc32_combine64(want, one, (z_off64_t)giga);
+    want = crc32_combine64(want, crc32(0L, zero, 10), 10);
+    uint32_t got = rp_crc32(0, zero, n);
+    CHECK(got == (uint32_t)want);
+    CHECK(got != (uint32_t)crc32(0L, zero, 10)); /* what the cast gave */
+    munmap(zero, n);
+}
+
 int main(int argc, char **argv) {
     test_start(argc, argv, 512, 5, &data, &mpi);
+    if (!mpi)
+        crc_beyond_4gib();
     const char *four[] = {
         "\"replication_factor\": 4, \"micro_batch_size\": 2, \"gradient_accumulation_steps\": 3",
         "\"replication_factor\": 2, \"micro_batch_size\": 4, \"gradient_accumulation_steps\": 3, "

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 /* What a path that is not a regular file is, for messages. */
 static const char *file_kind(mode_t m) {
@@ -453,3 +454,15 @@ rp_status rp_json_parse_config(const char *text, size_t len, const char *name, c
     drop_replaced(*out, duplicates, first_duplicate, cap, "");
     return RP_OK;
 }
+
+uint32_t rp_crc32(uint32_t crc, const void *p, size_t n) {
+    const unsigned char *b = p;
+    uLong c = crc;
+    while (n > 0) {
+        uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        c = crc32(c, b, k);
+        b += k, n -= k;
+    }
+    return (uint32_t)c;
+}
+

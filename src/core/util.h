@@ -5,6 +5,7 @@
 #define REPIPE_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "repipe/core.h"
 
@@ -55,6 +56,11 @@ const char *rp_closest_word(const char *word, const char *const *candidates, int
 ** (each malloc'd; the caller frees them). Returns their number, or -1 when
 ** the directory cannot be read. */
 int rp_list_dir(const char *dir, const char *suffix, char **names, int max);
+
+/* CRC-32 (zlib's) of n bytes, continuing crc (0 to start), over any
+** length: zlib's crc32 takes 32-bit lengths, so 4 GiB and more went
+** unchecked past len mod 2^32. */
+uint32_t rp_crc32(uint32_t crc, const void *p, size_t n);
 
 /* Seconds on the monotonic clock. */
 double rp_now(void);

@@ -122,7 +122,7 @@ rp_status rpi_cache_store(const char *path, uint64_t key, const rp_workplan *pla
         }
     }
     if (!b.bad)
-        put_u32(&b, (uint32_t)crc32(0L, b.p, (uInt)b.len));
+        put_u32(&b, rp_crc32(0, b.p, b.len));
     rp_status st = b.bad ? rp_fail(err, RP_ERR_NOMEM, "out of memory")
                          : rp_write_file_atomic(path, (const char *)b.p, b.len, err);
     free(b.p);
@@ -167,7 +167,7 @@ cache_result rpi_cache_parse(const unsigned char *d, size_t len, uint64_t key, i
         goto done;
     }
     reader r = {d + len - 4, 4, false};
-    if ((uint32_t)get(&r, 4) != (uint32_t)crc32(0L, d, (uInt)(len - 4))) {
+    if ((uint32_t)get(&r, 4) != rp_crc32(0, d, len - 4)) {
         snprintf(why, why_n, "damaged: checksum mismatch");
         goto done;
     }

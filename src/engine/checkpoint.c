@@ -100,9 +100,9 @@ rp_status rp_checkpoint_save(const rp_checkpoint *c, const char *path, rp_error 
     if (!st) {
         size_t hl = strlen(h);
         bool ok = put(&b, MAGIC, 8) && put_u32(&b, VERSION) && put_u32(&b, (uint32_t)hl) &&
-                  put(&b, h, hl) && put_u32(&b, (uint32_t)crc32(0L, (const Bytef *)h, (uInt)hl)) &&
+                  put(&b, h, hl) && put_u32(&b, rp_crc32(0, h, hl)) &&
                   put_u64(&b, wl) && put(&b, w, wl) && put_u64(&b, ol) && put(&b, o, ol);
-        ok = ok && put_u32(&b, (uint32_t)crc32(0L, b.p, (uInt)b.len));
+        ok = ok && put_u32(&b, rp_crc32(0, b.p, b.len));
         st = ok ? rp_write_file_atomic(path, (const char *)b.p, b.len, err)
                 : rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", path);
     }
@@ -216,7 +216,7 @@ rp_status rp_checkpoint_parse(rp_checkpoint *out, const unsigned char *data, siz
     if (len < 8 + 4 + 4 + 4 + 8 + 8 + 4 || memcmp(data, MAGIC, 8) != 0)
         return rp_fail(err, RP_ERR_PARSE, "%s: not a repipe checkpoint (bad magic)", name);
     memcpy(&crc, data + len - 4, 4);
-    if ((uint32_t)crc32(0L, data, (uInt)(len - 4)) != crc)
+    if (rp_crc32(0, data, len - 4) != crc)
         return rp_fail(err, RP_ERR_PARSE,
                        "%s: checksum mismatch: the checkpoint is damaged or truncated", name);
     reader r = {data + 8, data + len - 4};
@@ -231,7 +231,7 @@ rp_status rp_checkpoint_parse(rp_checkpoint *out, const unsigned char *data, siz
     const char *htext = (const char *)r.p;
     r.p += hl;
     take(&r, &hcrc, 4);
-    if ((uint32_t)crc32(0L, (const Bytef *)htext, hl) != hcrc)
+    if (rp_crc32(0, htext, hl) != hcrc)
         return rp_fail(err, RP_ERR_PARSE, "%s: the header's checksum does not match", name);
     snprintf(part, sizeof part, "%s (header)", name);
     rp_status st = parse_header(out, htext, hl, part, err);
@@ -283,7 +283,7 @@ bool rpi_checkpoint_peek(const char *path, char *run, size_t cap, long long *upd
     ok = ok && version == VERSION && hl > 0 && hl <= (1u << 24);
     char *text = ok ? malloc((size_t)hl + 1) : NULL;
     ok = text && fread(text, 1, hl, f) == hl && fread(&hcrc, 1, 4, f) == 4 &&
-         (uint32_t)crc32(0L, (const Bytef *)text, hl) == hcrc;
+         rp_crc32(0, text, hl) == hcrc;
     fclose(f);
     cJSON *h = ok ? cJSON_ParseWithLength(text, hl) : NULL;
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(h, "run");

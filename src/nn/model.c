@@ -628,7 +628,7 @@ void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed,
 }
 
 /* Fields one at a time: a struct's padding is not part of the model. */
-static uLong fold(uLong crc, const void *p, size_t n) { return crc32(crc, p, (uInt)n); }
+static uLong fold(uLong crc, const void *p, size_t n) { return rp_crc32((uint32_t)crc, p, n); }
 
 uint32_t rp_model_fingerprint(const rp_model *m) {
     uLong c = crc32(0L, Z_NULL, 0);

@@ -76,7 +76,7 @@ rp_status rp_weights_serialize(const rp_weights *w, unsigned char **out, size_t 
         memcpy(p, t->data, sizeof(float) * n);
         p += sizeof(float) * n;
     }
-    put_u32(&p, (uint32_t)crc32(0L, buf, (uInt)(p - buf)));
+    put_u32(&p, rp_crc32(0, buf, (size_t)(p - buf)));
     *out = buf;
     *len = bytes;
     return RP_OK;
@@ -112,7 +112,7 @@ rp_status rp_weights_parse(rp_weights **out, const unsigned char *data, size_t l
         return rp_fail(err, RP_ERR_PARSE, "%s: not a repipe weight file (bad magic)", name);
     uint32_t stored;
     memcpy(&stored, data + len - 4, 4);
-    if ((uint32_t)crc32(0L, data, (uInt)(len - 4)) != stored)
+    if (rp_crc32(0, data, len - 4) != stored)
         return rp_fail(err, RP_ERR_PARSE,
                        "%s: checksum mismatch: the file is damaged or truncated", name);
     reader r = {data + 8, data + len - 4};
