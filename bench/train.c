@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
             t0 = rp_now();
         for (int i = 0; i < cfg.device_iterations; i++)
             rp_stream_update(&st, (long long)k * cfg.device_iterations + i,
-                             ids + i * (per / cfg.device_iterations));
+                             ids + i * (per / cfg.device_iterations), &err);
         rp_result r;
         if (rp_session_run_samples(s, d, ids, &r, &err)) {
             fprintf(stderr, "bench_train: %s\n", err.msg);

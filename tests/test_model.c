@@ -273,7 +273,7 @@ static void test_stream(void) {
     int64_t ia[30], ib[30];
     int seen[100] = {0};
     for (int u = 0; u < 3; u++) {
-        rp_stream_update(&a, u, ia);
+        CHECK(rp_stream_update(&a, u, ia, &err) == RP_OK);
         for (int i = 0; i < 30; i++)
             seen[ia[i]]++;
     }
@@ -281,12 +281,16 @@ static void test_stream(void) {
     for (int i = 0; i < 100; i++)
         once += seen[i] == 1;
     CHECK_INT(once, 90); /* an epoch visits distinct samples; 10 left over */
-    rp_stream_update(&a, 4, ia);
-    rp_stream_update(&b, 1, ib); /* b jumps straight to epoch 1's second update */
-    rp_stream_update(&b, 4, ib);
+    CHECK(rp_stream_update(&a, 4, ia, &err) == RP_OK);
+    /* b jumps straight to epoch 1's second update */
+    CHECK(rp_stream_update(&b, 1, ib, &err) == RP_OK);
+    CHECK(rp_stream_update(&b, 4, ib, &err) == RP_OK);
     CHECK(memcmp(ia, ib, sizeof ia) == 0);
-    rp_stream_update(&b, 1, ib);
+    CHECK(rp_stream_update(&b, 1, ib, &err) == RP_OK);
     CHECK(memcmp(ia, ib, sizeof ia) != 0); /* epochs are shuffled differently */
+    /* before the first update: refused (it read before the permutation) */
+    CHECK(rp_stream_update(&a, -1, ia, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "update -1; updates count from 0");
     rp_stream_free(&a);
     rp_stream_free(&b);
     /* sequential: every epoch front to back */
@@ -294,7 +298,8 @@ static void test_stream(void) {
     CHECK(rp_stream_init(&q, 7, 100, 30, &err) == RP_OK);
     q.sequential = true;
     int64_t qi[30];
-    rp_stream_update(&q, 4, qi); /* epoch 1 (3 updates an epoch), its second update */
+    /* epoch 1 (3 updates an epoch), its second update */
+    CHECK(rp_stream_update(&q, 4, qi, &err) == RP_OK);
     for (int i = 0; i < 30; i++)
         CHECK_INT(qi[i], 30 + i);
     rp_stream_free(&q);

@@ -575,8 +575,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_status st = RP_OK;
     catch_stops(true);
     for (long long c = 0; c < calls && !st; c++) {
-        for (int k = 0; k < D; k++)
-            rp_stream_update(&stream, start + c * D + k, ids + (size_t)k * d.samples_per_update);
+        for (int k = 0; k < D && !st; k++)
+            st = rp_stream_update(&stream, start + c * D + k, ids + (size_t)k * d.samples_per_update,
+                                  &err);
+        if (st)
+            break;
         rp_result r; /* the workers copy their own rows */
         if ((st = rp_session_run_samples(s, train, ids, &r, &err)))
             break;

@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import threading
 
 import numpy as np
 
@@ -187,7 +188,7 @@ _dataset_load_idx = _sig("rp_dataset_load_idx", _int, ctypes.POINTER(ctypes.POIN
 _dataset_free = _sig("rp_dataset_free", None, ctypes.POINTER(_Dataset))
 _stream_init = _sig("rp_stream_init", _int, ctypes.POINTER(_Stream), ctypes.c_uint64, _int, _int, _E)
 _stream_free = _sig("rp_stream_free", None, ctypes.POINTER(_Stream))
-_stream_update = _sig("rp_stream_update", None, ctypes.POINTER(_Stream), _ll, _I64)
+_stream_update = _sig("rp_stream_update", _int, ctypes.POINTER(_Stream), _ll, _I64, _E)
 
 
 if ctypes.sizeof(_AutoplanOptions) != _autoplan_options_size():
@@ -631,10 +632,15 @@ def load_weights(path):
 
 
 class Session:
-    """Workers running a model under a configuration, on threads (the local backend)."""
+    """Workers running a model under a configuration, on threads (the local backend).
+
+    A session serves one call at a time: calls from several threads wait their turn (the
+    workers are one set), and close() waits for the call under way. After close() every
+    call raises Error."""
 
     def __init__(self, model, config):
         self.model, self.config = model, config  # the C side reads both while it lives
+        self._lock = threading.Lock()
         self._h, err = ctypes.c_void_p(), _Err()
         _check(_session_create(model._h, config._buf, ctypes.byref(self._h), ctypes.byref(err)),
                err)
@@ -658,60 +664,80 @@ class Session:
     def run(self, x, y, ids=None):
         """One host call: x (samples_per_call, *input) float32, y (samples_per_call[, T])
         int32, ids int64 (default: consecutive numbers). Returns the losses."""
-        n = self.samples_per_call
-        x, y = self._rows(x, n), self._labels(y, n)
-        if ids is None:
-            ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
-            self._next_id += n
-        ids = _array(ids, np.int64, "ids", (n,))
-        res, err = _Result(), _Err()
-        _check(_session_run(self._h, _ptr(x, ctypes.c_float), _ptr(y, ctypes.c_int32),
-                            _ptr(ids, ctypes.c_int64), ctypes.byref(res), ctypes.byref(err)), err)
-        dims = tuple(res.dims[i] for i in range(res.ndim))
-        return np.ctypeslib.as_array(res.losses, shape=(res.count,)).copy().reshape(dims)
+        with self._lock:
+            self._open()
+            n = self.samples_per_call
+            x, y = self._rows(x, n), self._labels(y, n)
+            if ids is None:
+                ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
+                self._next_id += n
+            ids = _array(ids, np.int64, "ids", (n,))
+            res, err = _Result(), _Err()
+            _check(_session_run(self._h, _ptr(x, ctypes.c_float), _ptr(y, ctypes.c_int32),
+                                _ptr(ids, ctypes.c_int64), ctypes.byref(res),
+                                ctypes.byref(err)), err)
+            dims = tuple(res.dims[i] for i in range(res.ndim))
+            return np.ctypeslib.as_array(res.losses, shape=(res.count,)).copy().reshape(dims)
 
     def predict(self, x):
         """The predicted class of each row of x (n, *input) float32."""
-        x = self._rows(x)
-        pred, err = np.empty(x.shape[0], dtype=np.int32), _Err()
-        _check(_session_predict(self._h, _ptr(x, ctypes.c_float), x.shape[0],
-                                _ptr(pred, ctypes.c_int32), ctypes.byref(err)), err)
-        return pred
+        with self._lock:
+            self._open()
+            x = self._rows(x)
+            pred, err = np.empty(x.shape[0], dtype=np.int32), _Err()
+            _check(_session_predict(self._h, _ptr(x, ctypes.c_float), x.shape[0],
+                                    _ptr(pred, ctypes.c_int32), ctypes.byref(err)), err)
+            return pred
 
     def loss(self, x, y):
         """The mean loss of rows x with labels y, on replica 0's weights (a validation loss;
         per token for a token model)."""
-        x = self._rows(x)
-        n = x.shape[0]
-        y = self._labels(y, n)
-        mean, err = ctypes.c_double(), _Err()
-        _check(_session_loss(self._h, _ptr(x, ctypes.c_float), _ptr(y, ctypes.c_int32), n,
-                             ctypes.byref(mean), ctypes.byref(err)), err)
-        return mean.value
+        with self._lock:
+            self._open()
+            x = self._rows(x)
+            n = x.shape[0]
+            y = self._labels(y, n)
+            mean, err = ctypes.c_double(), _Err()
+            _check(_session_loss(self._h, _ptr(x, ctypes.c_float), _ptr(y, ctypes.c_int32), n,
+                                 ctypes.byref(mean), ctypes.byref(err)), err)
+            return mean.value
 
     def weights(self, mode="one_per_group"):
         """{name: array}: in "one_per_group" mode a tensor of a grouping with G > 1 groups has a
         leading dimension G (each group's value); in "all_replicas" mode every tensor has a
         leading dimension R, the replicas in order (PopXL's retrieval modes)."""
-        m, w, err = _mode(mode), ctypes.POINTER(_Weights)(), _Err()
-        _check(_session_get_weights(self._h, m, ctypes.byref(w), ctypes.byref(err)), err)
-        try:
-            return _weights_dict(w, all_replicas=m == 1)
-        finally:
-            _weights_free(w)
+        with self._lock:
+            self._open()
+            m, w, err = _mode(mode), ctypes.POINTER(_Weights)(), _Err()
+            _check(_session_get_weights(self._h, m, ctypes.byref(w), ctypes.byref(err)), err)
+            try:
+                return _weights_dict(w, all_replicas=m == 1)
+            finally:
+                _weights_free(w)
 
     def set_weights(self, weights, mode="one_per_group"):
         """Replaces weights from {name: float32 array}: an array of the tensor's own shape sets
         every group (every replica); one with a leading dimension sets each group, or in
         "all_replicas" mode each replica (refused where a group's replicas would differ)."""
-        m, tensors = _mode(mode), _tensors(weights, self._shapes)
-        w, err = _Weights(len(tensors), tensors), _Err()
-        _check(_session_set_weights(self._h, ctypes.byref(w), m, ctypes.byref(err)), err)
+        with self._lock:
+            self._open()
+            m, tensors = _mode(mode), _tensors(weights, self._shapes)
+            w, err = _Weights(len(tensors), tensors), _Err()
+            _check(_session_set_weights(self._h, ctypes.byref(w), m, ctypes.byref(err)), err)
+
+    def _open(self):
+        if not self._h:
+            raise Error("the session is closed")
 
     def close(self):
-        if self._h:
-            _session_free(self._h)
-            self._h = None
+        """Stops the workers and frees the session, after the call under way if any."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:  # __init__ failed before it
+            return
+        with lock:
+            if self._h:
+                _session_free(self._h)
+                self._h = None
 
     def __enter__(self):
         return self
@@ -753,8 +779,9 @@ class Stream:
         self.per_update = per_update
 
     def update(self, u):
-        idx = np.empty(self.per_update, dtype=np.int64)
-        _stream_update(ctypes.byref(self._s), u, _ptr(idx, ctypes.c_int64))
+        idx, err = np.empty(self.per_update, dtype=np.int64), _Err()
+        _check(_stream_update(ctypes.byref(self._s), u, _ptr(idx, ctypes.c_int64),
+                              ctypes.byref(err)), err)
         return idx
 
     def __del__(self):

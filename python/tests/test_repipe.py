@@ -10,6 +10,8 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 
 import numpy as np
@@ -311,6 +313,55 @@ class Arrays(unittest.TestCase):
         self.assertAlmostEqual(loss, float(self.session.run(self.x, self.y).mean()), places=5)
         with self.assertRaisesRegex(repipe.Error, r"y: shape \(4,\)"):
             self.session.loss(self.x, self.y[:4])
+
+    def test_after_close_and_from_threads(self):
+        # every call after close() raises (they crashed the process)
+        s = repipe.Session(self.model, repipe.Config(micro_batch_size=5))
+        s.close()
+        s.close()  # twice is fine
+        for call in (lambda: s.run(self.x, self.y), lambda: s.predict(self.x),
+                     lambda: s.loss(self.x, self.y), lambda: s.weights(),
+                     lambda: s.set_weights({})):
+            with self.assertRaisesRegex(repipe.Error, "the session is closed"):
+                call()
+        # one session, four threads: the calls take turns (the threads spun for ever)
+        with repipe.Session(self.model, repipe.Config(micro_batch_size=5)) as s:
+            def runs():
+                for _ in range(5):
+                    s.run(self.x, self.y)
+                    s.predict(self.x)
+            threads = [threading.Thread(target=runs) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            self.assertFalse(any(t.is_alive() for t in threads))
+            solo = repipe.Session(self.model, repipe.Config(micro_batch_size=5))
+            solo.set_weights(s.weights())
+            self.assertTrue(np.isfinite(s.run(self.x, self.y)).all())
+            solo.close()
+        # close() while another thread runs: that call finishes, the next raises
+        s = repipe.Session(self.model, repipe.Config(micro_batch_size=5))
+        raised = []
+        def keeps_running():
+            try:
+                for _ in range(100000):
+                    s.run(self.x, self.y)
+            except repipe.Error as e:
+                raised.append(str(e))
+        t = threading.Thread(target=keeps_running)
+        t.start()
+        time.sleep(0.05)
+        s.close()
+        t.join(60)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(raised, ["the session is closed"])
+
+    def test_stream_before_the_first_update(self):
+        st = repipe.Stream(7, 100, 30)
+        self.assertEqual(sorted(st.update(0)), sorted(set(st.update(0))))
+        with self.assertRaisesRegex(repipe.Error, "update -1; updates count from 0"):
+            st.update(-1)
 
     def test_wrong_arrays_are_refused_not_crashed_on(self):
         bad = [(self.x.astype(np.float64), self.y, "dtype float64, expected float32"),

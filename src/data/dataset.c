@@ -287,7 +287,10 @@ void rp_stream_free(rp_stream *s) {
 
 long long rp_stream_updates_per_epoch(const rp_stream *s) { return s->n / s->per_update; }
 
-void rp_stream_update(rp_stream *s, long long u, int64_t *idx) {
+rp_status rp_stream_update(rp_stream *s, long long u, int64_t *idx, rp_error *err) {
+    if (u < 0) /* epoch and offset would be negative: before the permutation */
+        return rp_fail(err, RP_ERR_INVALID, "sample stream: update %lld; updates count from 0",
+                       u);
     long long per_epoch = rp_stream_updates_per_epoch(s);
     long long epoch = u / per_epoch;
     if (epoch != s->cached_epoch) {
@@ -308,6 +311,7 @@ void rp_stream_update(rp_stream *s, long long u, int64_t *idx) {
     long long first = (u % per_epoch) * s->per_update;
     for (int i = 0; i < s->per_update; i++)
         idx[i] = s->perm[first + i];
+    return RP_OK;
 }
 
 rp_status rp_dataset_fits(const rp_dataset *d, const rp_model *m, const char *what,
