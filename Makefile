@@ -1,16 +1,19 @@
 # The two commands of the quick start:
 #   make demo   installs what is missing, builds, runs the main job
 #   make test   installs what is missing, builds, runs every test, then runs
-#               them again in an AddressSanitizer + UBSan build, and where
-#               clang is installed runs every libFuzzer target for a while
+#               them again in an AddressSanitizer + UBSan build, the threaded
+#               ones in a ThreadSanitizer build, and where clang is installed
+#               runs every libFuzzer target for a while
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
+TSAN_BUILD ?= build-tsan
 # warnings as errors: the project's CI sets WERROR=ON (.ci/run)
 WERROR ?= OFF
 
-.PHONY: all deps build build-asan demo test test-release test-asan test-fuzz install bench clean
+.PHONY: all deps build build-asan demo test test-release test-asan test-tsan test-fuzz install bench \
+        clean
 
 all: build
 
@@ -29,7 +32,7 @@ build-asan: deps
 demo: build
 	@sh scripts/demo $(BUILD)/repipe
 
-test: test-release test-asan test-fuzz
+test: test-release test-asan test-tsan test-fuzz
 
 test-release: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -37,6 +40,20 @@ test-release: build
 test-asan: build-asan
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j $(JOBS)
+
+# ThreadSanitizer over the tests whose threads share memory (ctest -L
+# threads), where the compiler has it.
+test-tsan: deps
+	@if echo 'int main(void){return 0;}' | $${CC:-cc} -fsanitize=thread -x c - -o /dev/null \
+	    2>/dev/null; then \
+	  cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREPIPE_TSAN=ON \
+	    -DREPIPE_WERROR=$(WERROR) >/dev/null && \
+	  cmake --build $(TSAN_BUILD) -j $(JOBS) -- --no-print-directory && \
+	  cd $(TSAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L threads; \
+	else \
+	  echo "test-tsan: the compiler has no ThreadSanitizer, so the threaded tests ran" \
+	       "without it"; \
+	fi
 
 # libFuzzer needs clang: each target runs a fixed number of inputs from its
 # seeds, with the library instrumented, under ASan and UBSan.
@@ -60,4 +77,4 @@ bench: build
 	@sh scripts/bench $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
