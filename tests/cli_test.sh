@@ -259,6 +259,13 @@ out=$("$bin" train --model "$tmp/lm.model" --config "$tmp/lm.json" --text "$tmp/
 vl=$(sed -n 's/^validation loss: \([0-9.]*\) (nats per token; [0-9.]* bits)$/\1/p' <<<"$out")
 if [ -n "$vl" ] && awk -v v="$vl" 'BEGIN { exit !(v < 2.5) }' && grep -q "^update 60  validation loss " <<<"$out" &&
    grep -q '"eval":"validation","samples":[0-9]*,"loss":' "$tmp/lm.jsonl"; then ok; else bad "text: $out"; fi
+# validation on the first N held-out samples (the whole tenth of a large
+# token file took ten times the run), said
+vm=$("$bin" train --model "$tmp/lm.model" --config "$tmp/lm.json" --text "$tmp/text.txt" --updates 4 \
+     --val-max 2 --json-log "$tmp/v2.jsonl" 2>&1)
+if grep -q "^note: validating on the first 2 of the [0-9]* held-out samples (--val-max N; 0 takes all)" <<<"$vm" &&
+   grep -q "evaluation of 2 samples" <<<"$vm" && grep -q '"eval":"validation","samples":2,' "$tmp/v2.jsonl"
+then ok; else bad "--val-max: $vm"; fi
 # the same tokens as llm.c writes them: a 256 x int32 header [20240520, 1, count], uint16 tokens
 perl -e 'binmode STDOUT; local $/; my $t = <>; print pack("l<l<l<", 20240520, 1, length $t), "\0" x 1012, pack("S<*", unpack("C*", $t));' \
   "$tmp/text.txt" > "$tmp/text.bin"

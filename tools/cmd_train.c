@@ -40,6 +40,7 @@ enum {
     OPT_VAL_TEXT,
     OPT_VAL_TOKENS,
     OPT_EVAL_EVERY,
+    OPT_VAL_MAX,
     OPT_POD_TYPE,
 };
 
@@ -67,6 +68,7 @@ static const cli_opt OPTS[] = {
     [OPT_VAL_TEXT] = {"val-text", 0, "FILE", "validate on the bytes of FILE instead"},
     [OPT_VAL_TOKENS] = {"val-tokens", 0, "FILE", "validate on llm.c's token file FILE instead"},
     [OPT_EVAL_EVERY] = {"eval-every", 0, "N", "token models: the validation loss every N updates too"},
+    [OPT_VAL_MAX] = {"val-max", 0, "N", "token models: validate on the first N held-out samples; 0: all [4096]"},
     [OPT_POD_TYPE] = {"pod-type", 0, "POD", "an IPUConfig of Optimum Graphcore 0.2.1-0.6.0: the pod type (pod4, pod16, ...) whose values to take [the file's pod_type, else \"default\"]"},
     {NULL, 0, NULL, NULL},
 };
@@ -247,7 +249,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     long long epochs = 0, updates = 0, log_every = 0;
     bool use_mpi = false, allow_nonfinite = false;
     const char *trace = NULL, *plan = NULL, *ckdir = NULL, *resume = NULL, *pod_type = NULL;
-    long long ck_every = 0, keep = 3, eval_every = 0;
+    long long ck_every = 0, keep = 3, eval_every = 0, val_max = 4096;
     const char *text = NULL, *val = NULL;
     bool text_llmc = false, val_llmc = false;
     bool resume_anyway = false;
@@ -302,6 +304,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         case OPT_POD_TYPE: pod_type = arg; break;
         case OPT_EVAL_EVERY:
             if (!cli_int("eval-every", arg, 1, 1LL << 40, &eval_every))
+                return 2;
+            break;
+        case OPT_VAL_MAX:
+            if (!cli_int("val-max", arg, 0, 1LL << 40, &val_max))
                 return 2;
             break;
         case OPT_BACKEND:
@@ -387,6 +393,15 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         snprintf(what[0], sizeof what[0], "the training set of %s", data);
         snprintf(what[1], sizeof what[1], "the test set of %s", data);
     }
+    /* a token model validates on the first --val-max held-out samples: the
+    ** whole tenth of a large token file took ten times the run */
+    int nval = test->n;
+    if (text && val_max && val_max < test->n) {
+        nval = (int)val_max;
+        if (lead)
+            fprintf(stderr, "note: validating on the first %d of the %d held-out samples "
+                            "(--val-max N; 0 takes all)\n", nval, test->n);
+    }
     /* both sets: a test image of another size would be read past its end */
     if (rp_dataset_fits(train, m, what[0], &err) || rp_dataset_fits(test, m, what[1], &err))
         goto fail;
@@ -446,7 +461,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                               "the training data", "the test or validation data",
                               "the update resumed from", "--updates or --epochs",
                               "--checkpoint-dir and --checkpoint-every", "--save", "--trace",
-                              "--eval-every"};
+                              "--eval-every and --val-max"};
         uint32_t digest[] = {cli_digest(rp_version(), strlen(rp_version()), seed),
                              rp_model_fingerprint(m),
                              cli_config_digest(&cfg),
@@ -457,7 +472,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                              cli_digest(every, sizeof every, seed),
                              save != NULL,
                              trace != NULL,
-                             cli_digest(&eval_every, sizeof eval_every, seed)};
+                             cli_digest(&nval, sizeof nval,
+                                        cli_digest(&eval_every, sizeof eval_every, seed))};
         if (rp_comm_agree(comm, what, digest, (int)(sizeof digest / sizeof digest[0]), &err))
             goto fail;
     }
@@ -639,7 +655,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         }
         if (text && eval_every && at % eval_every == 0) { /* every rank: collective */
             double vl;
-            if ((st = rp_session_loss(s, test->x, test->labels, test->n, &vl, &err)))
+            if ((st = rp_session_loss(s, test->x, test->labels, nval, &vl, &err)))
                 break;
             if (lead)
                 printf("update %lld  validation loss %.4f\n", at, vl);
@@ -705,7 +721,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     double acc = 0, vloss = 0;
     double te = rp_now();
-    if (text ? rp_session_loss(s, test->x, test->labels, test->n, &vloss, &err) /* collective */
+    if (text ? rp_session_loss(s, test->x, test->labels, nval, &vloss, &err) /* collective */
              : evaluate(s, test, &acc, &err))
         goto fail;
     if (lead && cfg.auto_loss_scaling) {
@@ -717,8 +733,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                skipped, skipped == 1 ? "" : "s", scale);
     }
     if (lead) {
-        printf("training took %.1f s; evaluation of %d samples %.1f s\n", te - t0, test->n,
-               rp_now() - te);
+        printf("training took %.1f s; evaluation of %d samples %.1f s\n", te - t0,
+               text ? nval : test->n, rp_now() - te);
         if (text)
             printf("validation loss: %.4f (nats per token; %.4f bits)\n", vloss,
                    vloss / log(2.0));
@@ -726,7 +742,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             printf("test accuracy: %.4f\n", acc);
     }
     if (jl && text)
-        fprintf(jl, "{\"eval\":\"validation\",\"samples\":%d,\"loss\":%.6f}\n", test->n,
+        fprintf(jl, "{\"eval\":\"validation\",\"samples\":%d,\"loss\":%.6f}\n", nval,
                 vloss);
     else if (jl)
         fprintf(jl, "{\"eval\":\"test\",\"samples\":%d,\"accuracy\":%.6f}\n", test->n, acc);
