@@ -59,6 +59,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
            c.state.steps, c.state.skipped);
     printf("  loss scale          %.10g (%d clean updates since it last changed)\n",
            c.state.loss_scale, c.state.clean);
+    printf("  run                 %s\n", c.run[0] ? c.run : "(not named: an older file)");
     printf("  written from        %d worker%s, %d stage%s, %s backend\n", c.workers,
            c.workers == 1 ? "" : "s", c.stages, c.stages == 1 ? "" : "s", c.backend);
     printf("  model               fingerprint %08x\n", c.model);
