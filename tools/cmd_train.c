@@ -14,6 +14,7 @@
 
 #include "../src/core/util.h"
 #include "cli.h"
+#include "train_parts.h"
 #include "repipe/repipe.h"
 
 enum {
@@ -97,150 +98,6 @@ static void catch_stops(bool on) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-}
-
-/* Fails, naming the path, when a file cannot be written there: before
-** training, not after it. */
-static rp_status check_writable(const char *what, const char *path, rp_error *err) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else
-        slash[slash == dir ? 1 : 0] = '\0';
-    if (access(dir, W_OK) != 0)
-        return rp_fail(err, RP_ERR_IO, "%s %s: cannot write in %s: %s", what, path, dir,
-                       strerror(errno));
-    if (access(path, F_OK) == 0 && access(path, W_OK) != 0)
-        return rp_fail(err, RP_ERR_IO, "%s %s: the file cannot be overwritten: %s", what, path,
-                       strerror(errno));
-    return RP_OK;
-}
-
-/* Checkpoints are written behind the training: the state is taken at the
-** update (every rank gives its own, rank 0 keeps the whole), and a thread
-** of rank 0 writes and fsyncs the file while the next updates run. A write
-** still under way is finished before the next checkpoint and before exit,
-** and its failure fails the run then. */
-typedef struct ck_writer {
-    pthread_t thread;
-    bool busy;
-    rp_checkpoint ck;
-    rp_checkpoint_dir *dir; /* rank 0's, held for the run */
-    int keep;
-    rp_status status;
-    rp_error err;
-} ck_writer;
-
-static void *write_checkpoint(void *arg) {
-    ck_writer *cw = arg;
-    char path[4096];
-    cw->status = rp_checkpoint_dir_write(cw->dir, &cw->ck, cw->keep, path, sizeof path, &cw->err);
-    rp_checkpoint_free(&cw->ck);
-    return NULL;
-}
-
-/* Waits for the write under way, if any; its status. */
-static rp_status finish_checkpoint(ck_writer *cw, rp_error *err) {
-    if (!cw->busy)
-        return RP_OK;
-    pthread_join(cw->thread, NULL);
-    cw->busy = false;
-    if (cw->status)
-        *err = cw->err;
-    return cw->status;
-}
-
-static rp_status checkpoint(ck_writer *cw, rp_session *s, const rp_model *m, const rp_config *cfg,
-                            bool mpi, bool lead, long long samples, rp_error *err) {
-    rp_status st = finish_checkpoint(cw, err);
-    if (st)
-        return st;
-    cw->ck = (rp_checkpoint){.config = *cfg,
-                             .model = rp_model_fingerprint(m),
-                             .samples = samples,
-                             .workers = rp_session_workers(s),
-                             .stages = rp_session_stages(s)};
-    snprintf(cw->ck.backend, sizeof cw->ck.backend, "%s", mpi ? "mpi" : "local");
-    if ((st = rp_session_get_state(s, &cw->ck.state, err)) || !lead) { /* collective */
-        rp_checkpoint_free(&cw->ck);
-        return st;
-    }
-    if (pthread_create(&cw->thread, NULL, write_checkpoint, cw) == 0) {
-        cw->busy = true;
-        return RP_OK;
-    }
-    write_checkpoint(cw); /* no thread: here and now */
-    if (cw->status)
-        *err = cw->err;
-    return cw->status;
-}
-
-/* Every rank gives its weights, rank 0 writes them. */
-static rp_status save_weights(rp_session *s, const char *path, bool lead, rp_error *err) {
-    rp_weights *w;
-    rp_status st = rp_session_get_weights(s, RP_ONE_PER_GROUP, &w, err); /* collective */
-    if (st)
-        return st;
-    st = lead ? rp_weights_save(w, path, err) : RP_OK;
-    rp_weights_free(w);
-    if (!st && lead)
-        printf("weights written to %s\n", path);
-    return st;
-}
-
-/* The mean loss of a host call's result. */
-static double result_loss(const rp_result *r) {
-    double s = 0;
-    for (int i = 0; i < r->count; i++)
-        s += r->losses[i];
-    return s / r->count;
-}
-
-/* Accuracy of a session on a dataset, predicting in chunks. */
-static rp_status evaluate(rp_session *s, const rp_dataset *d, double *acc, rp_error *err) {
-    int32_t *pred = malloc(sizeof(int32_t) * d->n);
-    if (!pred)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    rp_status st = rp_session_predict(s, d->x, d->n, pred, err);
-    int right = 0;
-    for (int i = 0; !st && i < d->n; i++)
-        right += pred[i] == d->labels[i];
-    *acc = (double)right / d->n;
-    free(pred);
-    return st;
-}
-
-/* A token model's data: the tokens of a file (its bytes, or llm.c's token
-** file), cut into the model's T-token samples; validation from another
-** file, or the last 10 % of the tokens. */
-static rp_status load_text(const rp_model *m, const char *path, bool llmc, const char *val,
-                           bool val_llmc, rp_dataset **train, rp_dataset **test, rp_error *err) {
-    int T = m->input.dim[0];
-    rp_status st0 = rp_model_check_tokens(m, "--text and --tokens", err);
-    if (st0)
-        return st0;
-    int32_t *tok, *vtok = NULL;
-    size_t n, vn = 0;
-    int vocab, vvocab = 0;
-    rp_status st = rp_tokens_read(path, llmc, &tok, &n, &vocab, err);
-    if (st)
-        return st;
-    if (val)
-        st = rp_tokens_read(val, val_llmc, &vtok, &vn, &vvocab, err);
-    size_t cut = val ? n : n - n / 10; /* the last tenth, unless a file validates */
-    char a[600], b[600];
-    snprintf(a, sizeof a, "%s (the first %zu tokens)", path, cut);
-    snprintf(b, sizeof b, "%s (%s)", val ? val : path, val ? "validation" : "the last tenth");
-    if (!st)
-        st = rp_dataset_from_tokens(tok, cut, T, vocab, a, train, err);
-    if (!st)
-        st = val ? rp_dataset_from_tokens(vtok, vn, T, vocab > vvocab ? vocab : vvocab, b, test,
-                                          err)
-                 : rp_dataset_from_tokens(tok + cut, n - cut, T, vocab, b, test, err);
-    free(tok), free(vtok);
-    return st;
 }
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {
@@ -382,7 +239,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     cfg.output_mode = RP_OUTPUT_ALL;
     char what[2][600];
     if (text) {
-        if (load_text(m, text, text_llmc, val, val_llmc, &train, &test, &err))
+        if (train_load_text(m, text, text_llmc, val, val_llmc, &train, &test, &err))
             goto fail;
         snprintf(what[0], sizeof what[0], "the training tokens of %s", text);
         snprintf(what[1], sizeof what[1], "the validation tokens of %s", val ? val : text);
@@ -521,8 +378,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             goto fail;
     }
     /* every output is checked before training, not after it */
-    if ((lead && save && check_writable("--save", save, &err)) ||
-        (trace && check_writable("--trace", trace, &err)))
+    if ((lead && save && train_check_writable("--save", save, &err)) ||
+        (trace && train_check_writable("--trace", trace, &err)))
         goto fail;
     if (lead && json_log && !(jl = fopen(json_log, "w"))) {
         rp_fail(&err, RP_ERR_IO, "--json-log %s: cannot write: %s", json_log, strerror(errno));
@@ -592,14 +449,14 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     catch_stops(true);
     for (long long c = 0; c < calls && !st; c++) {
         for (int k = 0; k < D && !st; k++)
-            st = rp_stream_update(&stream, start + c * D + k, ids + (size_t)k * d.samples_per_update,
-                                  &err);
+            st = rp_stream_update(&stream, start + c * D + k,
+                                  ids + (size_t)k * d.samples_per_update, &err);
         if (st)
             break;
         rp_result r; /* the workers copy their own rows */
         if ((st = rp_session_run_samples(s, train, ids, &r, &err)))
             break;
-        double loss = result_loss(&r);
+        double loss = train_result_loss(&r);
         if (!isfinite(loss) && !cfg.auto_loss_scaling) { /* the weights are lost: say so */
             st = rp_fail(&err, RP_ERR_INVALID,
                          "update %lld: the loss is %g, training diverged; nothing is saved%s "
@@ -671,7 +528,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         if (ckdir && (stopped || at >= next_ck || c == calls - 1)) {
             while (next_ck <= at)
                 next_ck += ck_every;
-            if ((st = checkpoint(&writer, s, m, &cfg, comm != NULL, lead, train->n, &err)))
+            if ((st = train_checkpoint(&writer, s, m, &cfg, comm != NULL, lead, train->n, &err)))
                 break;
         }
         if (stopped) {
@@ -689,7 +546,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     catch_stops(false);
     if (!st) /* the last checkpoint is on disk before anything else */
-        st = finish_checkpoint(&writer, &err);
+        st = train_finish_checkpoint(&writer, &err);
     if (tty)
         printf("\n");
     free(ids);
@@ -714,7 +571,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                     path, dropped, RP_TRACE_EVENTS);
     }
     if (stopped) { /* no evaluation: what was asked is an end */
-        if (!ckdir && save && save_weights(s, save, lead, &err))
+        if (!ckdir && save && train_save_weights(s, save, lead, &err))
             goto fail;
         rc = 128 + (int)stopped;
         goto done;
@@ -722,7 +579,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     double acc = 0, vloss = 0;
     double te = rp_now();
     if (text ? rp_session_loss(s, test->x, test->labels, nval, &vloss, &err) /* collective */
-             : evaluate(s, test, &acc, &err))
+             : train_evaluate(s, test, &acc, &err))
         goto fail;
     if (lead && cfg.auto_loss_scaling) {
         double scale;
@@ -746,7 +603,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                 vloss);
     else if (jl)
         fprintf(jl, "{\"eval\":\"test\",\"samples\":%d,\"accuracy\":%.6f}\n", test->n, acc);
-    if (save && save_weights(s, save, lead, &err))
+    if (save && train_save_weights(s, save, lead, &err))
         goto fail;
     rc = 0;
     goto done;
@@ -754,7 +611,7 @@ fail:
     cli_error(cmd, "%s", err.msg);
     cli_mpi_abort(comm, err.msg);
 done:
-    if (finish_checkpoint(&writer, &err)) /* a write still under way after a failure */
+    if (train_finish_checkpoint(&writer, &err)) /* a write still under way after a failure */
         fprintf(stderr, "warning: %s\n", err.msg);
     rp_checkpoint_dir_close(writer.dir);
     rp_checkpoint_free(&resumed);
