@@ -117,15 +117,22 @@ if [ $rc = 1 ] && grep -q "\-\-save $tmp/no/such/dir/w.rpw: cannot write in $tmp
 reach() { local line; while read -r line <&3; do
   [[ $line =~ ^\{\"update\":([0-9]+), ]] && [ "${BASH_REMATCH[1]}" -ge "$1" ] && return 0; done; return 1; }
 train --config "$tmp/r2.json" --updates 3000 --save "$tmp/long.rpw" >/dev/null 2>&1
+# running NAME ARGS: a run of 3000 updates in the background ($pid), logging
+# to the FIFO $tmp/NAME.fifo (read on fd 3) and to $tmp/NAME.err, read as far
+# as update 5.
+running() {
+  local name=$1; shift
+  mkfifo "$tmp/$name.fifo"
+  start --config "$tmp/r2.json" --updates 3000 --checkpoint-every 1000000 \
+    --json-log "$tmp/$name.fifo" --log-every 1 "$@" >/dev/null 2>"$tmp/$name.err" &
+  pid=$!
+  exec 3<"$tmp/$name.fifo"
+  reach 5
+}
 
 # SIGINT: the current update finishes, a checkpoint is written, the JSON log
 # ends with a whole line, exit 130; resuming finishes the run exactly.
-mkfifo "$tmp/i.fifo"
-start --config "$tmp/r2.json" --updates 3000 --checkpoint-dir "$tmp/i" --checkpoint-every 1000000 \
-  --json-log "$tmp/i.fifo" --log-every 1 >/dev/null 2>"$tmp/i.err" &
-pid=$!
-exec 3<"$tmp/i.fifo"
-reach 5
+running i --checkpoint-dir "$tmp/i"
 kill -INT $pid
 cat <&3 > "$tmp/i.log"; exec 3<&-
 wait $pid; rc=$?
@@ -140,12 +147,7 @@ same "SIGINT, resumed = straight" "$tmp/long.rpw" "$tmp/i.rpw" 0
 
 # Two runs, one directory: the second is refused at once, naming the first;
 # the first goes on and its checkpoints are its own.
-mkfifo "$tmp/t.fifo"
-start --config "$tmp/r2.json" --updates 3000 --checkpoint-dir "$tmp/t" --checkpoint-every 1000000 \
-  --json-log "$tmp/t.fifo" --log-every 1 >/dev/null 2>"$tmp/t.err" &
-pid=$!
-exec 3<"$tmp/t.fifo"
-reach 5
+running t --checkpoint-dir "$tmp/t"
 out=$(train --config "$tmp/r2.json" --updates 10 --checkpoint-dir "$tmp/t" 2>&1); rc=$?
 kill -INT $pid
 cat <&3 >/dev/null; exec 3<&-
