@@ -83,11 +83,14 @@ rp_status rp_checkpoint_latest(const char *dir, rp_checkpoint *out, char *path, 
 
 /* Whether a run under `now` may continue from a checkpoint made under
 ** `was`: everything that changes the mathematics must be equal (samples
-** per update, the optimizer, its learning-rate schedule, gradient clipping,
-** the seed, replica groupings, loss scaling, fp16 exchange); the layout (replicas with the same samples per update,
-** stages, stage replication, sharding, offchip state, schedule, device
-** iterations, recomputation, backend) may differ. False, with the first
-** key that differs in `why`, otherwise. */
+** per update, the optimizer, its learning-rate schedule, gradient
+** clipping, the seed, replica groupings, loss scaling, fp16 exchange); the
+** layout (replicas with the same samples per update, stages, stage
+** replication, sharding, offchip state, schedule, device iterations,
+** recomputation, backend) may differ, except under schedule pipedream,
+** where the micro-batch, accumulation, replication, stages and stage
+** replication are the mathematics too. False, with the first key that
+** differs in `why`, otherwise. */
 bool rp_checkpoint_compatible(const rp_config *was, const rp_config *now, char *why,
                               size_t cap);
 
