@@ -270,43 +270,30 @@ rp_status cli_load_weights(const char *path, rp_weights **out, rp_error *err) {
     return RP_OK;
 }
 
-uint32_t cli_digest(const void *p, size_t n, uint32_t h) {
-    const unsigned char *b = p;
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        uint32_t w;
-        memcpy(&w, b + i, 4);
-        h = (h ^ w) * 16777619u;
-    }
-    for (; i < n; i++)
-        h = (h ^ b[i]) * 16777619u;
-    return h;
-}
-
 uint32_t cli_config_digest(const rp_config *cfg) {
     char *json = NULL;
     rp_error err;
     if (rp_config_to_json(cfg, &json, &err))
         return 0;
-    uint32_t h = cli_digest(json, strlen(json), 2166136261u);
+    uint32_t h = rp_crc32(0, json, strlen(json));
     free(json);
     return h;
 }
 
 uint32_t cli_dataset_digest(const rp_dataset *d) {
     int head[4] = {d->n, d->label_count, d->num_classes, d->sample.ndim};
-    uint32_t h = cli_digest(head, sizeof head, 2166136261u);
-    h = cli_digest(d->sample.dim, sizeof(int) * d->sample.ndim, h);
-    h = cli_digest(d->x, sizeof(float) * rp_shape_size(&d->sample) * d->n, h);
-    return cli_digest(d->labels, sizeof(int32_t) * d->label_count * d->n, h);
+    uint32_t h = rp_crc32(0, head, sizeof head);
+    h = rp_crc32(h, d->sample.dim, sizeof(int) * d->sample.ndim);
+    h = rp_crc32(h, d->x, sizeof(float) * rp_shape_size(&d->sample) * d->n);
+    return rp_crc32(h, d->labels, sizeof(int32_t) * d->label_count * d->n);
 }
 
 uint32_t cli_weights_digest(const rp_weights *w) {
-    uint32_t h = 2166136261u;
+    uint32_t h = 0;
     for (int i = 0; w && i < w->num_tensors; i++) {
         const rp_tensor *t = &w->tensors[i];
-        h = cli_digest(t->name, strlen(t->name), h);
-        h = cli_digest(t->data, sizeof(float) * rp_shape_size(&t->shape) * t->groups, h);
+        h = rp_crc32(h, t->name, strlen(t->name));
+        h = rp_crc32(h, t->data, sizeof(float) * rp_shape_size(&t->shape) * t->groups);
     }
     return h;
 }

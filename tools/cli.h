@@ -67,10 +67,9 @@ bool cli_mpi_start(const cli_cmd *cmd, bool use_mpi, int *argc, char ***argv, rp
 ** waiting for this one. Nothing without MPI. */
 void cli_mpi_abort(rp_comm *comm, const char *msg);
 
-/* Digests for rp_comm_agree: bytes folded into h (FNV-1a over 32-bit
-** words), a configuration as it will run, and a dataset (its shape and
-** every value). */
-uint32_t cli_digest(const void *p, size_t n, uint32_t h);
+/* Digests for rp_comm_agree (CRC-32, rp_crc32 of src/core/util.h): a
+** configuration as it will run, a dataset (its shape and every value) and
+** weights. */
 uint32_t cli_config_digest(const rp_config *cfg);
 uint32_t cli_dataset_digest(const rp_dataset *d);
 uint32_t cli_weights_digest(const rp_weights *w);

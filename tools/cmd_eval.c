@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/core/util.h"
 #include "cli.h"
 #include "repipe/repipe.h"
 
@@ -69,7 +70,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (comm) { /* before the first collective: ranks running other jobs would hang in it */
         const char *agree[] = {"repipe's version", "the model", "the configuration",
                                "the test data", "the weights"};
-        uint32_t digest[] = {cli_digest(rp_version(), strlen(rp_version()), 2166136261u),
+        uint32_t digest[] = {rp_crc32(0, rp_version(), strlen(rp_version())),
                              rp_model_fingerprint(m), cli_config_digest(&cfg),
                              cli_dataset_digest(test), cli_weights_digest(w)};
         if (rp_comm_agree(comm, agree, digest, 5, &err))

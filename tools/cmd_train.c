@@ -313,24 +313,23 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (comm) {
         long long from = resume ? resumed.state.updates : -1;
         long long length[2] = {updates, epochs}, every[2] = {ckdir != NULL, ck_every};
-        uint32_t seed = 2166136261u;
         const char *what[] = {"repipe's version", "the model", "the configuration",
                               "the training data", "the test or validation data",
                               "the update resumed from", "--updates or --epochs",
                               "--checkpoint-dir and --checkpoint-every", "--save", "--trace",
                               "--eval-every and --val-max"};
-        uint32_t digest[] = {cli_digest(rp_version(), strlen(rp_version()), seed),
+        uint32_t digest[] = {rp_crc32(0, rp_version(), strlen(rp_version())),
                              rp_model_fingerprint(m),
                              cli_config_digest(&cfg),
                              cli_dataset_digest(train),
                              cli_dataset_digest(test),
-                             cli_digest(&from, sizeof from, seed),
-                             cli_digest(length, sizeof length, seed),
-                             cli_digest(every, sizeof every, seed),
+                             rp_crc32(0, &from, sizeof from),
+                             rp_crc32(0, length, sizeof length),
+                             rp_crc32(0, every, sizeof every),
                              save != NULL,
                              trace != NULL,
-                             cli_digest(&nval, sizeof nval,
-                                        cli_digest(&eval_every, sizeof eval_every, seed))};
+                             rp_crc32(rp_crc32(0, &eval_every, sizeof eval_every), &nval,
+                                      sizeof nval)};
         if (rp_comm_agree(comm, what, digest, (int)(sizeof digest / sizeof digest[0]), &err))
             goto fail;
     }
