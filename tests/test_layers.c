@@ -2,7 +2,9 @@
 ** Every layer against an independent double-precision reference: the
 ** float forward pass must match the reference, and the gradients of the
 ** float backward pass (input and parameters) must match central finite
-** differences of the reference, for the objective sum(out * r).
+** differences of the reference, for the objective sum(out * r). Graphs
+** (add, concat, a tensor read by several layers) are checked the same way,
+** the reference evaluating the model's layers one by one from their inputs.
 */
 #include <stdlib.h>
 
@@ -133,22 +135,22 @@ static void ref_forward(const refctx *c, const double *x, const double *w, doubl
             }
         break;
     }
-    case RP_LAYER_CONV2D: {
+    case RP_LAYER_CONV2D: { /* output channel o reads the input channels of its group */
         int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2], O = L->units, K = L->kernel;
-        int OH = L->out.dim[1], OW = L->out.dim[2];
+        int OH = L->out.dim[1], OW = L->out.dim[2], Cg = C / L->groups, Og = O / L->groups;
         for (int b = 0; b < B; b++)
             for (int o = 0; o < O; o++)
                 for (int oh = 0; oh < OH; oh++)
                     for (int ow = 0; ow < OW; ow++) {
-                        double s = L->bias ? w[(size_t)O * C * K * K + o] : 0;
-                        for (int ch = 0; ch < C; ch++)
+                        double s = L->bias ? w[(size_t)O * Cg * K * K + o] : 0;
+                        for (int ch = o / Og * Cg; ch < (o / Og + 1) * Cg; ch++)
                             for (int ki = 0; ki < K; ki++)
                                 for (int kj = 0; kj < K; kj++) {
                                     int h = oh * L->stride - L->pad + ki;
                                     int ww = ow * L->stride - L->pad + kj;
                                     if (h >= 0 && h < H && ww >= 0 && ww < W)
                                         s += x[(((size_t)b * C + ch) * H + h) * W + ww] *
-                                             w[(((size_t)o * C + ch) * K + ki) * K + kj];
+                                             w[(((size_t)o * Cg + ch % Cg) * K + ki) * K + kj];
                                 }
                         y[(((size_t)b * O + o) * OH + oh) * OW + ow] = s;
                     }
@@ -171,6 +173,40 @@ static void ref_forward(const refctx *c, const double *x, const double *w, doubl
                 }
         break;
     }
+    case RP_LAYER_AVGPOOL2D:
+    case RP_LAYER_ADAPTIVE_AVGPOOL2D: { /* windows by their definitions */
+        int H = L->in.dim[1], W = L->in.dim[2];
+        int OH = L->out.dim[1], OW = L->out.dim[2];
+        bool adaptive = L->type == RP_LAYER_ADAPTIVE_AVGPOOL2D;
+        for (int bc = 0; bc < B * L->in.dim[0]; bc++)
+            for (int oh = 0; oh < OH; oh++)
+                for (int ow = 0; ow < OW; ow++) {
+                    int h0 = oh * L->stride - L->pad, w0 = ow * L->stride - L->pad;
+                    int h1 = h0 + L->kernel, w1 = w0 + L->kernel;
+                    if (adaptive) {
+                        h0 = (int)floor((double)oh * H / OH), h1 = (int)ceil((oh + 1.0) * H / OH);
+                        w0 = (int)floor((double)ow * W / OW), w1 = (int)ceil((ow + 1.0) * W / OW);
+                    }
+                    double sum = 0, count = (double)(h1 - h0) * (w1 - w0); /* pads counted */
+                    for (int h = h0; h < h1; h++)
+                        for (int ww = w0; ww < w1; ww++)
+                            if (h >= 0 && h < H && ww >= 0 && ww < W)
+                                sum += x[((size_t)bc * H + h) * W + ww];
+                    y[((size_t)bc * OH + oh) * OW + ow] = sum / count;
+                }
+        break;
+    }
+    case RP_LAYER_SIGMOID:
+        for (size_t i = 0; i < in * B; i++)
+            y[i] = 1 / (1 + exp(-x[i]));
+        break;
+    case RP_LAYER_TANH:
+        for (size_t i = 0; i < in * B; i++)
+            y[i] = tanh(x[i]);
+        break;
+    case RP_LAYER_ADD:
+    case RP_LAYER_CONCAT:
+        break; /* graph's: ref_model reads their inputs */
     case RP_LAYER_RELU:
         for (size_t i = 0; i < in * B; i++)
             y[i] = x[i] > 0 ? x[i] : 0;
@@ -238,10 +274,48 @@ static void ref_forward(const refctx *c, const double *x, const double *w, doubl
     (void)out;
 }
 
+/* The whole model in double precision, layer by layer from the tensors each
+** reads; the last layer's output into y. */
+static void ref_model(const refctx *c, const double *x, const double *w, double *y) {
+    const rp_model *m = c->m;
+    double **t = calloc(m->num_layers, sizeof(double *));
+    for (int l = 0; l < m->num_layers; l++) {
+        const rp_layer *L = &m->layers[l];
+        refctx lc = *c;
+        lc.L = L;
+        size_t on = rp_shape_size(&L->out) * c->B;
+        double *o = t[l] = malloc(sizeof(double) * on);
+#define TENSOR(k) (L->inputs[k] < 0 ? x : t[L->inputs[k]])
+        if (L->type == RP_LAYER_ADD) {
+            for (size_t e = 0; e < on; e++) {
+                o[e] = 0;
+                for (int k = 0; k < L->num_inputs; k++)
+                    o[e] += TENSOR(k)[e];
+            }
+        } else if (L->type == RP_LAYER_CONCAT) {
+            size_t per = rp_shape_size(&L->out), at = 0;
+            for (int k = 0; k < L->num_inputs; k++) {
+                size_t n = rp_shape_size(rp_model_tensor_shape(m, L->inputs[k]));
+                for (int b = 0; b < c->B; b++)
+                    memcpy(o + b * per + at, TENSOR(k) + b * n, sizeof(double) * n);
+                at += n;
+            }
+        } else {
+            ref_forward(&lc, TENSOR(0), w + L->param_offset, o);
+        }
+#undef TENSOR
+    }
+    const rp_layer *last = &m->layers[m->num_layers - 1];
+    memcpy(y, t[m->num_layers - 1], sizeof(double) * rp_shape_size(&last->out) * c->B);
+    for (int l = 0; l < m->num_layers; l++)
+        free(t[l]);
+    free(t);
+}
+
 /* The objective: sum(out * r); for the loss layer, loss_scale * sum(loss). */
 static double objective(const refctx *c, const double *x, const double *w, const double *r,
                         double *y) {
-    ref_forward(c, x, w, y);
+    ref_model(c, x, w, y);
     size_t out = rp_shape_size(&c->L->out) * c->B;
     double s = 0;
     for (size_t i = 0; i < out; i++)
@@ -257,7 +331,8 @@ static double urand(void) {
     return (rng >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* Checks one single-layer model given as spec text. */
+/* Checks a model given as spec text: one layer, or a graph whose last
+** layer's output is the objective's. */
 static void check_layer(const char *spec, int B) {
     rp_model *m;
     rp_error err;
@@ -266,16 +341,16 @@ static void check_layer(const char *spec, int B) {
         test_failures++;
         return;
     }
-    const rp_layer *L = &m->layers[0];
-    size_t in = rp_shape_size(&L->in) * B, out = rp_shape_size(&L->out) * B;
+    const rp_layer *L = &m->layers[m->num_layers - 1];
+    size_t in = rp_shape_size(&m->input) * B, out = rp_shape_size(&L->out) * B;
     size_t np = m->num_params;
     rp_net *net;
     rp_acts *acts;
-    CHECK(rp_net_create(m, 0, 1, B, &net, &err) == RP_OK);
+    CHECK(rp_net_create(m, 0, m->num_layers, B, &net, &err) == RP_OK);
     CHECK(rp_acts_create(net, B, &acts, &err) == RP_OK);
     float *xf = malloc(sizeof(float) * in), *rf = malloc(sizeof(float) * out);
     double *x = malloc(sizeof(double) * in), *w = malloc(sizeof(double) * (np + 1));
-    double *r = malloc(sizeof(double) * out), *y = malloc(sizeof(double) * out);
+    double *r = calloc(out, sizeof(double)), *y = malloc(sizeof(double) * out);
     int64_t ids[16];
     int32_t labels[256];
     for (int b = 0; b < B; b++)
@@ -290,8 +365,8 @@ static void check_layer(const char *spec, int B) {
         double v = urand() * 4 - 2;
         if (fabs(v) < 0.05)
             v = v < 0 ? -0.05 - urand() : 0.05 + urand();
-        if (L->type == RP_LAYER_EMBEDDING)
-            v = (double)(i * 5 % L->vocab);
+        if (m->layers[0].type == RP_LAYER_EMBEDDING)
+            v = (double)(i * 5 % m->layers[0].vocab);
         xf[i] = (float)v;
         x[i] = xf[i];
     }
@@ -319,7 +394,7 @@ static void check_layer(const char *spec, int B) {
         test_failures++;
     }
     memset(rp_net_grads(net), 0, sizeof(float) * np);
-    bool want_din = L->type != RP_LAYER_EMBEDDING;
+    bool want_din = m->layers[0].type != RP_LAYER_EMBEDDING;
     const float *din = rp_net_backward(net, acts, rf, &ctx, want_din);
     /* central differences of the double reference */
     double h = 1e-6;
@@ -431,5 +506,23 @@ int main(void) {
     check_layer("input 3 8\ntransformer_block heads=4 dropout=0.3\n", 3);
     /* more positions than a block of attention rows (64): three blocks */
     check_layer("input 130 4\ntransformer_block heads=2 mlp=1\n", 2);
+    check_layer("input 4 7 6\navgpool2d 2\n", 2);
+    check_layer("input 2 7 7\navgpool2d 3 stride=2 pad=1\n", 2);
+    check_layer("input 3 7 5\nadaptive_avgpool2d\n", 2);
+    check_layer("input 2 7 5\nadaptive_avgpool2d 3\n", 2); /* windows that overlap */
+    check_layer("input 11\nsigmoid\n", 3);
+    check_layer("input 2 5\ntanh\n", 3);
+    check_layer("input 4 6 5\nconv2d 6 kernel=3 pad=1 groups=2\n", 2);
+    check_layer("input 4 5 5\nconv2d 4 kernel=3 stride=2 groups=4 bias=false\n", 2); /* depthwise */
+    /* graphs: a residual (the input read twice), a concat of three, a
+    ** tensor read by three layers, and an add of one tensor with itself */
+    check_layer("x = input 2 5 4\nconv2d 2 kernel=3 pad=1\nr = relu\nadd < r x\n", 2);
+    check_layer("x = input 2 5 4\nconv2d 2 kernel=3 pad=1\nr = relu\nb = conv2d 2 kernel=3 pad=1\n"
+                "add < b x r\n", 2);
+    check_layer("x = input 2 4 4\na = conv2d 3 kernel=1\nb = conv2d 1 kernel=3 pad=1 < x\n"
+                "c = tanh < a\nconcat < a b c x\nflatten\nlinear 3\n", 2);
+    check_layer("input 6\nh = linear 5\nr1 = relu\ns = sigmoid < h\nt = tanh < h\n"
+                "add < r1 s t\nlinear 4\n", 2);
+    check_layer("input 6\nh = linear 5\nadd < h h\nlinear 2\nsoftmax_cross_entropy\n", 3);
     return test_finish("test_layers");
 }

@@ -15,6 +15,12 @@
 ** `input` declares the shape of one sample; every other line is a layer,
 ** numbered 0..L-1 in file order. Shapes are inferred line by line.
 **
+** A layer reads the line above unless it says otherwise: a line may name
+** its output (`b1 = conv2d 64 kernel=3 pad=1`) and name what it reads after
+** a '<' (`add < b1 x0`); names are defined before they are used, so file
+** order is a topological order of the graph. Every output but the last
+** layer's must be read.
+**
 ** Parameters of a model live in one flat array, layer after layer, so any
 ** contiguous range of layers (a pipeline stage) owns a contiguous slice;
 ** gradients and optimizer state mirror that layout.
@@ -48,8 +54,17 @@ typedef enum rp_layer_type {
     RP_LAYER_EMBEDDING,
     RP_LAYER_SOFTMAX_CE,
     RP_LAYER_POSITION_EMBEDDING, /* learned positions added to a (T x C) input */
-    RP_LAYER_TRANSFORMER_BLOCK   /* GPT-2's pre-LayerNorm block on a (T x C) input */
+    RP_LAYER_TRANSFORMER_BLOCK,  /* GPT-2's pre-LayerNorm block on a (T x C) input */
+    RP_LAYER_ADD,                /* the sum of several inputs of one shape (a residual) */
+    RP_LAYER_CONCAT,             /* several inputs joined along their first dimension */
+    RP_LAYER_AVGPOOL2D,
+    RP_LAYER_ADAPTIVE_AVGPOOL2D, /* average pooling to a given output size */
+    RP_LAYER_SIGMOID,
+    RP_LAYER_TANH
 } rp_layer_type;
+
+/* Inputs a layer may read (add and concat read several). */
+#define RP_MAX_INPUTS 16
 
 /* The shape of one sample (the batch dimension is not included). */
 typedef struct rp_shape {
@@ -65,8 +80,14 @@ typedef struct rp_layer {
     rp_layer_type type;
     int line; /* in the spec */
     rp_shape in, out;
-    int units;        /* linear: output features; conv2d: output channels */
+    int units;        /* linear: output features; conv2d: output channels;
+                         adaptive_avgpool2d: output height and width */
     int kernel, stride, pad;
+    int groups;       /* conv2d: channel groups (1: a full convolution) */
+    /* The tensors it reads, in order: each a layer's number, or -1 for the
+    ** model's input. A chain's layer l reads l - 1 alone. */
+    int num_inputs;
+    int inputs[RP_MAX_INPUTS];
     bool bias;
     float p;          /* dropout probability (a block's: of its two residual branches) */
     float eps;        /* layernorm */
@@ -98,7 +119,22 @@ typedef struct rp_model {
     size_t num_params;
     int num_classes; /* of the loss layer; 0 if the model has none */
     int num_targets; /* labels per sample: 1, or T for a loss over (T x classes) scores */
+    int *last_reader; /* [t + 1]: the last layer that reads tensor t (-1: the input) */
 } rp_model;
+
+/* Whether every layer reads the one before it alone. */
+bool rp_model_is_chain(const rp_model *m);
+/* The tensors alive at boundary k (0 <= k <= L, before layer k): those
+** made before it (-1: the input) and read by layer k or later; at k = L,
+** the last layer's output. Written to `tensors` (room for L + 1) in
+** ascending order; returns how many. A pipeline stage [first, last)
+** receives boundary `first`'s tensors and sends boundary `last`'s, each
+** sample's packed one after another in that order. */
+int rp_model_boundary(const rp_model *m, int k, int *tensors);
+/* Floats per sample of boundary k's tensors. */
+size_t rp_model_boundary_size(const rp_model *m, int k);
+/* The shape of tensor t (-1: the input). */
+const rp_shape *rp_model_tensor_shape(const rp_model *m, int t);
 
 rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const char *name,
                          rp_error *err);

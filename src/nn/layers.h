@@ -45,10 +45,12 @@ static inline float rpi_expf(float x) {
 }
 
 typedef struct layer_args {
+    const rp_model *m;
     const rp_layer *L;
     int index; /* layer number in the model (keys dropout masks) */
     int B;     /* rows */
-    const float *in;
+    const float *in;          /* the first input */
+    const float *const *ins;  /* all L->num_inputs of them (add, concat) */
     float *out;
     const float *w; /* the layer's parameters */
     float *dw;      /* their gradients */
@@ -105,6 +107,10 @@ void rpi_conv_forward(const layer_args *a);
 void rpi_conv_backward(const layer_args *a, const float *dout, float *din);
 void rpi_maxpool_forward(const layer_args *a);
 void rpi_maxpool_backward(const layer_args *a, const float *dout, float *din);
+void rpi_avgpool_forward(const layer_args *a);
+void rpi_avgpool_backward(const layer_args *a, const float *dout, float *din);
+void rpi_adaptive_avgpool_forward(const layer_args *a);
+void rpi_adaptive_avgpool_backward(const layer_args *a, const float *dout, float *din);
 /* layers_act.c */
 void rpi_relu_forward(const float *x, float *y, size_t n);
 void rpi_relu_backward(const float *x, const float *dy, float *dx, size_t n);
@@ -114,6 +120,15 @@ void rpi_gelu_backward(const float *x, const float *dy, float *dx, size_t n);
 void rpi_dropout_apply(const layer_args *a, const float *in, float *out);
 rp_status rpi_softmax_ce_forward(const layer_args *a, rp_error *err);
 void rpi_softmax_ce_backward(const layer_args *a, float *din);
+void rpi_sigmoid_forward(const float *x, float *y, size_t n);
+void rpi_sigmoid_backward(const float *y, const float *dy, float *dx, size_t n);
+void rpi_tanh_forward(const float *x, float *y, size_t n);
+void rpi_tanh_backward(const float *y, const float *dy, float *dx, size_t n);
+/* add and concat read a->ins; their backward is the net's, which sums a
+** fan-out's gradients: concat's gives input k's part of dout */
+void rpi_add_forward(const layer_args *a);
+void rpi_concat_forward(const layer_args *a);
+void rpi_concat_backward(const layer_args *a, int k, const float *dout, float *din, bool add);
 void rpi_gelu_tanh_forward(const float *x, float *y, size_t n);
 void rpi_gelu_tanh_backward(const float *x, const float *dy, float *dx, size_t n);
 /* layers_block.c: transformer_block. Its 12 variables, in order: */

@@ -150,3 +150,80 @@ void rpi_dropout_apply(const layer_args *a, const float *in, float *out) {
         for (size_t e = 0; e < per; e++)
             out[r * per + e] = in[r * per + e] * rpi_dropout_scale(a, r, e);
 }
+
+/* sigmoid(x) = 1 / (1 + e^-x); its gradient y (1 - y) from the output */
+RP_HOT
+void rpi_sigmoid_forward(const float *x, float *y, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        y[i] = 1.0f / (1.0f + rpi_expf(-x[i]));
+}
+
+RP_HOT
+void rpi_sigmoid_backward(const float *y, const float *dy, float *dx, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+}
+
+/* glibc's tanhf: exact near 0, where 2 sigmoid(2x) - 1 would cancel */
+void rpi_tanh_forward(const float *x, float *y, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        y[i] = tanhf(x[i]);
+}
+
+RP_HOT
+void rpi_tanh_backward(const float *y, const float *dy, float *dx, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+}
+
+/* add: the inputs summed in their order, ((x0 + x1) + x2) ... */
+RP_HOT
+void rpi_add_forward(const layer_args *a) {
+    size_t n = rp_shape_size(&a->L->out) * a->B;
+    const float *restrict x0 = a->ins[0], *restrict x1 = a->ins[1];
+    float *restrict y = a->out;
+    for (size_t i = 0; i < n; i++)
+        y[i] = x0[i] + x1[i];
+    for (int k = 2; k < a->L->num_inputs; k++) {
+        const float *restrict xk = a->ins[k];
+        for (size_t i = 0; i < n; i++)
+            y[i] += xk[i];
+    }
+}
+
+/* Elements per sample of concat's input k, and where they start in a
+** sample of its output. */
+static size_t concat_part(const rp_model *m, const rp_layer *L, int k, size_t *at) {
+    size_t off = 0;
+    for (int i = 0; i < k; i++)
+        off += rp_shape_size(rp_model_tensor_shape(m, L->inputs[i]));
+    *at = off;
+    return rp_shape_size(rp_model_tensor_shape(m, L->inputs[k]));
+}
+
+/* concat along the first dimension: in a sample's row, the inputs' rows one
+** after another */
+void rpi_concat_forward(const layer_args *a) {
+    size_t per = rp_shape_size(&a->L->out);
+    for (int k = 0; k < a->L->num_inputs; k++) {
+        size_t at, n = concat_part(a->m, a->L, k, &at);
+        for (int r = 0; r < a->B; r++)
+            memcpy(a->out + r * per + at, a->ins[k] + r * n, sizeof(float) * n);
+    }
+}
+
+/* The gradient of concat's input k: its part of dout, written into din or
+** added to it. */
+void rpi_concat_backward(const layer_args *a, int k, const float *dout, float *din, bool add) {
+    size_t per = rp_shape_size(&a->L->out);
+    size_t at, n = concat_part(a->m, a->L, k, &at);
+    for (int r = 0; r < a->B; r++) {
+        const float *restrict g = dout + r * per + at;
+        float *restrict d = din + r * n;
+        if (add)
+            for (size_t i = 0; i < n; i++)
+                d[i] += g[i];
+        else
+            memcpy(d, g, sizeof(float) * n);
+    }
+}

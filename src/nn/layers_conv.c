@@ -221,22 +221,27 @@ static void col2im(const rp_layer *L, int B, const int *mask, const float *col, 
             }
 }
 
-/* in: (B, C, H, W); out: (B, O, OH, OW); weight (O, C, K, K), bias (O);
-** tiled over a few samples at a time through col and tmp */
+/* in: (B, C, H, W); out: (B, O, OH, OW); weight (O, C / G, K, K), bias (O);
+** tiled over a few samples at a time through col and tmp. With G groups,
+** group g's output channels read its C / G input channels alone: rows
+** g C K K / G onwards of the columns, one product per group. */
 RP_HOT
 void rpi_conv_forward(const layer_args *a) {
     const rp_layer *L = a->L;
-    int O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
+    int G = L->groups, O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
+    int Og = O / G, CKKg = CKK / G;
     int HW = L->out.dim[1] * L->out.dim[2];
     size_t in_per = rp_shape_size(&L->in);
-    const float *bias = a->w + (size_t)O * CKK;
+    const float *bias = a->w + (size_t)O * CKKg;
     int tile = conv_tile(L, a->B, a->scratch_limit), mask_buf[SAME_MAX];
     const int *mask = conv_masks(L, mask_buf);
     for (int b0 = 0; b0 < a->B; b0 += tile) {
         int nb = a->B - b0 < tile ? a->B - b0 : tile, ncols = nb * HW;
         im2col(L, nb, mask, a->in + b0 * in_per, a->col);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, O, ncols, CKK, 1.0f, a->w, CKK,
-                    a->col, ncols, 0.0f, a->tmp, ncols);
+        for (int g = 0; g < G; g++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Og, ncols, CKKg, 1.0f,
+                        a->w + (size_t)g * Og * CKKg, CKKg, a->col + (size_t)g * CKKg * ncols,
+                        ncols, 0.0f, a->tmp + (size_t)g * Og * ncols, ncols);
         for (int b = 0; b < nb; b++)
             for (int o = 0; o < O; o++) {
                 const float *restrict src = a->tmp + (size_t)o * ncols + (size_t)b * HW;
@@ -251,14 +256,15 @@ void rpi_conv_forward(const layer_args *a) {
 /* The columns are recomputed tile by tile rather than kept from forward:
 ** cheaper than a round trip through memory, and the activations of a
 ** micro-batch stay as small as the layer outputs. */
-/* dout: (B, O, OH, OW); dW (O, C, K, K), db (O); din: (B, C, H, W) */
+/* dout: (B, O, OH, OW); dW (O, C / G, K, K), db (O); din: (B, C, H, W) */
 RP_HOT
 void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
-    int O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
+    int G = L->groups, O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
+    int Og = O / G, CKKg = CKK / G;
     int HW = L->out.dim[1] * L->out.dim[2];
     size_t in_per = rp_shape_size(&L->in);
-    float *db = a->dw + (size_t)O * CKK;
+    float *db = a->dw + (size_t)O * CKKg;
     int tile = conv_tile(L, a->B, a->scratch_limit), mask_buf[SAME_MAX];
     const int *mask = conv_masks(L, mask_buf);
     if (L->bias && !a->accumulate)
@@ -290,12 +296,16 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
             }
         im2col(L, nb, mask, a->in + b0 * in_per, a->col);
         bool add = a->accumulate || b0 > 0;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, O, CKK, ncols, 1.0f, a->tmp, ncols,
-                    a->col, ncols, add ? 1.0f : 0.0f, a->dw, CKK);
+        for (int g = 0; g < G; g++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Og, CKKg, ncols, 1.0f,
+                        a->tmp + (size_t)g * Og * ncols, ncols, a->col + (size_t)g * CKKg * ncols,
+                        ncols, add ? 1.0f : 0.0f, a->dw + (size_t)g * Og * CKKg, CKKg);
         if (!din)
             continue;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CKK, ncols, O, 1.0f, a->w, CKK,
-                    a->tmp, ncols, 0.0f, a->col, ncols);
+        for (int g = 0; g < G; g++)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CKKg, ncols, Og, 1.0f,
+                        a->w + (size_t)g * Og * CKKg, CKKg, a->tmp + (size_t)g * Og * ncols,
+                        ncols, 0.0f, a->col + (size_t)g * CKKg * ncols, ncols);
         col2im(L, nb, mask, a->col, din + b0 * in_per);
     }
 }
@@ -371,4 +381,116 @@ void rpi_maxpool_backward(const layer_args *a, const float *dout, float *din) {
     for (int bc = 0; bc < a->B * C; bc++)
         for (int o = 0; o < OHW; o++)
             din[(size_t)bc * HW + arg[(size_t)bc * OHW + o]] += dout[(size_t)bc * OHW + o];
+}
+
+/* Average pooling over K x K windows at stride S with P zeros of padding
+** counted in every window (PyTorch's count_include_pad): each output is the
+** window's sum over K K. Windows are [lo, hi) clipped to the plane. */
+static inline void pool_window(int o, int S, int P, int K, int N, int *lo, int *hi) {
+    int a = o * S - P, b = a + K;
+    *lo = a < 0 ? 0 : a;
+    *hi = b > N ? N : b;
+}
+
+void rpi_avgpool_forward(const layer_args *a) {
+    const rp_layer *L = a->L;
+    int H = L->in.dim[1], W = L->in.dim[2], OH = L->out.dim[1], OW = L->out.dim[2];
+    int K = L->kernel, S = L->stride, P = L->pad;
+    float inv = 1.0f / (float)(K * K);
+    for (int bc = 0; bc < a->B * L->in.dim[0]; bc++) {
+        const float *plane = a->in + (size_t)bc * H * W;
+        float *o = a->out + (size_t)bc * OH * OW;
+        for (int oh = 0; oh < OH; oh++) {
+            int h0, h1;
+            pool_window(oh, S, P, K, H, &h0, &h1);
+            for (int ow = 0; ow < OW; ow++) {
+                int w0, w1;
+                pool_window(ow, S, P, K, W, &w0, &w1);
+                float sum = 0;
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++)
+                        sum += plane[h * W + w];
+                o[oh * OW + ow] = sum * inv;
+            }
+        }
+    }
+}
+
+void rpi_avgpool_backward(const layer_args *a, const float *dout, float *din) {
+    const rp_layer *L = a->L;
+    if (!din)
+        return;
+    int H = L->in.dim[1], W = L->in.dim[2], OH = L->out.dim[1], OW = L->out.dim[2];
+    int K = L->kernel, S = L->stride, P = L->pad;
+    float inv = 1.0f / (float)(K * K);
+    memset(din, 0, sizeof(float) * rp_shape_size(&L->in) * a->B);
+    for (int bc = 0; bc < a->B * L->in.dim[0]; bc++) {
+        float *plane = din + (size_t)bc * H * W;
+        const float *g = dout + (size_t)bc * OH * OW;
+        for (int oh = 0; oh < OH; oh++) {
+            int h0, h1;
+            pool_window(oh, S, P, K, H, &h0, &h1);
+            for (int ow = 0; ow < OW; ow++) {
+                int w0, w1;
+                pool_window(ow, S, P, K, W, &w0, &w1);
+                float v = g[oh * OW + ow] * inv;
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++)
+                        plane[h * W + w] += v;
+            }
+        }
+    }
+}
+
+/* Adaptive average pooling to N x N (PyTorch's windows): output i of a
+** side of n covers [floor(i n / N), ceil((i + 1) n / N)). */
+static inline void adaptive_window(int i, int n, int N, int *lo, int *hi) {
+    *lo = (int)((long)i * n / N);
+    *hi = (int)(((long)(i + 1) * n + N - 1) / N);
+}
+
+void rpi_adaptive_avgpool_forward(const layer_args *a) {
+    const rp_layer *L = a->L;
+    int H = L->in.dim[1], W = L->in.dim[2], N = L->units;
+    for (int bc = 0; bc < a->B * L->in.dim[0]; bc++) {
+        const float *plane = a->in + (size_t)bc * H * W;
+        float *o = a->out + (size_t)bc * N * N;
+        for (int i = 0; i < N; i++) {
+            int h0, h1;
+            adaptive_window(i, H, N, &h0, &h1);
+            for (int j = 0; j < N; j++) {
+                int w0, w1;
+                adaptive_window(j, W, N, &w0, &w1);
+                float sum = 0;
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++)
+                        sum += plane[h * W + w];
+                o[i * N + j] = sum / (float)((h1 - h0) * (w1 - w0));
+            }
+        }
+    }
+}
+
+void rpi_adaptive_avgpool_backward(const layer_args *a, const float *dout, float *din) {
+    const rp_layer *L = a->L;
+    if (!din)
+        return;
+    int H = L->in.dim[1], W = L->in.dim[2], N = L->units;
+    memset(din, 0, sizeof(float) * rp_shape_size(&L->in) * a->B);
+    for (int bc = 0; bc < a->B * L->in.dim[0]; bc++) {
+        float *plane = din + (size_t)bc * H * W;
+        const float *g = dout + (size_t)bc * N * N;
+        for (int i = 0; i < N; i++) {
+            int h0, h1;
+            adaptive_window(i, H, N, &h0, &h1);
+            for (int j = 0; j < N; j++) {
+                int w0, w1;
+                adaptive_window(j, W, N, &w0, &w1);
+                float v = g[i * N + j] / (float)((h1 - h0) * (w1 - w0));
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++)
+                        plane[h * W + w] += v;
+            }
+        }
+    }
 }

@@ -12,6 +12,15 @@
 ** backward runs the segment forward again from its kept input, then back.
 ** Dropout masks come from a counter-based stream, so the recomputed forward
 ** is the same bit for bit.
+**
+** A graph (a model that is not a chain) runs the same layers with their
+** inputs looked up: tensor t is layer t's output, or one of the tensors
+** the net receives (graph.c packs them sample by sample). Backward keeps a
+** gradient buffer per tensor instead of the chain's two, since a tensor
+** read by several layers (a residual's skip) gets the sum of their
+** gradients: the first to arrive is written, the others are added, in
+** descending layer order. A pipeline adds in the same order, since the
+** later stage's readers come first there too, so a cut changes no bit.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -34,12 +43,26 @@ struct rp_net {
     size_t *ov_out, *ov_aux;   /* per layer not kept: offset in the overlay */
     unsigned char *overlay;
     size_t overlay_bytes;
+    /* a graph's tensors: those received (boundary `first`) and sent
+    ** (boundary `last`), a slot of each tensor, gradient buffers per slot */
+    bool graph;
+    int nin, nout;
+    int *bin, *bout;
+    size_t in_n, out_n; /* floats per sample of the two boundaries */
+    int *in_slot;       /* [t + 1] for t < first: its place in bin */
+    bool packed_out;    /* the output is not the last layer's alone */
+    float **gt;         /* per slot: nin received, then each layer's */
+    bool *written;
+    float *gtmp, *gpack;
+    size_t graph_bytes;
     rp_error err;
 };
 
 struct rp_acts {
     int capacity, rows;
     float *input;
+    float **bt;    /* a graph's received tensors unpacked (bt[0] = input when one) */
+    float *packed; /* a graph's packed output, when not the last layer's */
     float **out; /* one per layer of the net */
     void **aux;
     unsigned char *block;
@@ -52,6 +75,67 @@ static inline size_t out_size(const rp_layer *L) { return rp_shape_size(&L->out)
 
 static bool is_checkpoint(const rp_net *n, int l) {
     return l == n->first || n->m->layers[l].num_vars > 0;
+}
+
+/* The checkpoint that begins layer l's segment. */
+static int segment_of(const rp_net *n, int l) {
+    while (!is_checkpoint(n, l))
+        l--;
+    return l;
+}
+
+/* Whether a graph's tensor l is read after its segment (or sent): it must
+** be kept, since recomputation runs one segment at a time. */
+static bool read_later(const rp_net *n, int l) {
+    int r = n->m->last_reader[l + 1];
+    return r >= n->last || segment_of(n, r) != segment_of(n, l);
+}
+
+static size_t tensor_size(const rp_net *n, int t) {
+    return rp_shape_size(rp_model_tensor_shape(n->m, t));
+}
+
+/* The slot of tensor t: received ones first, then the net's layers. */
+static int slot_of(const rp_net *n, int t) {
+    return t >= n->first ? n->nin + (t - n->first) : n->in_slot[t + 1];
+}
+
+/* A graph's boundaries and gradient buffers. */
+static rp_status plan_graph(rp_net *n, rp_error *err) {
+    const rp_model *m = n->m;
+    int L = n->last - n->first;
+    n->bin = malloc(sizeof(int) * (m->num_layers + 1));
+    n->bout = malloc(sizeof(int) * (m->num_layers + 1));
+    n->in_slot = malloc(sizeof(int) * (n->first + 1));
+    if (!n->bin || !n->bout || !n->in_slot)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    n->nin = rp_model_boundary(m, n->first, n->bin);
+    n->nout = rp_model_boundary(m, n->last, n->bout);
+    n->in_n = rp_model_boundary_size(m, n->first);
+    n->out_n = rp_model_boundary_size(m, n->last);
+    n->packed_out = n->nout != 1 || n->bout[0] != n->last - 1;
+    for (int j = 0; j < n->nin; j++)
+        n->in_slot[n->bin[j] + 1] = j;
+    int slots = n->nin + L;
+    n->gt = calloc(slots, sizeof(float *));
+    n->written = calloc(slots, sizeof(bool));
+    if (!n->gt || !n->written)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    size_t most = n->in_n;
+    for (int k = 0; k < slots; k++) {
+        int t = k < n->nin ? n->bin[k] : n->first + (k - n->nin);
+        size_t sz = tensor_size(n, t);
+        most = sz > most ? sz : most;
+        if (!(n->gt[k] = malloc(sizeof(float) * sz * n->max_batch)))
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory for a graph's gradients");
+        n->graph_bytes += sizeof(float) * sz * n->max_batch;
+    }
+    n->gtmp = malloc(sizeof(float) * most * n->max_batch);
+    n->gpack = malloc(sizeof(float) * n->in_n * n->max_batch);
+    if (!n->gtmp || !n->gpack)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a graph's gradients");
+    n->graph_bytes += sizeof(float) * (most + n->in_n) * n->max_batch;
+    return RP_OK;
 }
 
 /* Which outputs and aux states an activation set keeps, and where the
@@ -70,7 +154,7 @@ static rp_status plan_recompute(rp_net *n, rp_error *err) {
         const rp_layer *Ly = &n->m->layers[l];
         int i = l - n->first;
         bool end = l == n->last - 1 || is_checkpoint(n, l + 1);
-        n->keep_out[i] = !n->opt.recompute || end;
+        n->keep_out[i] = !n->opt.recompute || end || (n->graph && read_later(n, l));
         n->keep_aux[i] = !n->opt.recompute || l == n->last - 1;
         if (is_checkpoint(n, l))
             at = 0;
@@ -85,7 +169,7 @@ static rp_status plan_recompute(rp_net *n, rp_error *err) {
         n->overlay_bytes = at > n->overlay_bytes ? at : n->overlay_bytes;
         /* a flatten changes only the shape: its output is its input's memory,
         ** unless that would make a kept output live in the overlay */
-        n->alias[i] = Ly->type == RP_LAYER_FLATTEN &&
+        n->alias[i] = !n->graph && Ly->type == RP_LAYER_FLATTEN &&
                       (i == 0 || n->keep_out[i - 1] || !n->keep_out[i]);
     }
     if (n->overlay_bytes && !(n->overlay = aligned_alloc(64, n->overlay_bytes)))
@@ -150,7 +234,10 @@ rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_bat
         rp_net_free(n);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a net of %zu parameters", count);
     }
-    rp_status st = plan_recompute(n, err);
+    n->graph = !rp_model_is_chain(m);
+    rp_status st = n->graph ? plan_graph(n, err) : RP_OK;
+    if (!st)
+        st = plan_recompute(n, err);
     if (st) {
         rp_net_free(n);
         return st;
@@ -165,6 +252,11 @@ void rp_net_free(rp_net *n) {
     free(n->params), free(n->grads), free(n->col), free(n->tmp), free(n->g[0]), free(n->g[1]);
     free(n->keep_out), free(n->keep_aux), free(n->ov_out), free(n->ov_aux), free(n->overlay);
     free(n->alias);
+    if (n->gt)
+        for (int k = 0; k < n->nin + (n->last - n->first); k++)
+            free(n->gt[k]);
+    free(n->gt), free(n->written), free(n->gtmp), free(n->gpack);
+    free(n->bin), free(n->bout), free(n->in_slot);
     free(n);
 }
 
@@ -185,18 +277,35 @@ float *rp_net_grads(rp_net *n) {
 
 void rp_net_zero_grads(rp_net *n) { n->grads_clean = true; }
 size_t rp_net_num_params(const rp_net *n) { return n->num_params; }
-size_t rp_net_in_size(const rp_net *n) { return in_size(&n->m->layers[n->first]); }
-size_t rp_net_out_size(const rp_net *n) { return out_size(&n->m->layers[n->last - 1]); }
+size_t rp_net_in_size(const rp_net *n) {
+    return n->graph ? n->in_n : in_size(&n->m->layers[n->first]);
+}
+size_t rp_net_out_size(const rp_net *n) {
+    return n->graph ? n->out_n : out_size(&n->m->layers[n->last - 1]);
+}
 const char *rp_net_error(const rp_net *n) { return n->err.msg; }
 
 size_t rp_net_scratch_bytes(const rp_net *n) {
-    return sizeof(float) * (n->col_n + n->tmp_n + 2 * n->gmax * n->max_batch) + n->overlay_bytes;
+    return sizeof(float) * (n->col_n + n->tmp_n + 2 * n->gmax * n->max_batch) + n->overlay_bytes +
+           n->graph_bytes;
 }
 
 /* Layout of an activation set: input, then each kept output and aux state,
 ** each 64-byte aligned. */
-static size_t acts_layout(const rp_net *n, int batch, size_t *off_out, size_t *off_aux) {
+static size_t acts_layout(const rp_net *n, int batch, size_t *off_out, size_t *off_aux,
+                          size_t *off_graph) {
     size_t at = ALIGN64(sizeof(float) * rp_net_in_size(n) * batch);
+    if (n->graph) { /* received tensors unpacked (when several), the packed output */
+        for (int j = 0; n->nin > 1 && j < n->nin; j++) {
+            if (off_graph)
+                off_graph[j] = at;
+            at += ALIGN64(sizeof(float) * tensor_size(n, n->bin[j]) * batch);
+        }
+        if (off_graph)
+            off_graph[n->nin] = at;
+        if (n->packed_out)
+            at += ALIGN64(sizeof(float) * n->out_n * batch);
+    }
     for (int l = n->first; l < n->last; l++) {
         const rp_layer *L = &n->m->layers[l];
         int i = l - n->first;
@@ -214,22 +323,26 @@ static size_t acts_layout(const rp_net *n, int batch, size_t *off_out, size_t *o
     return at;
 }
 
-size_t rp_acts_bytes(const rp_net *n, int batch) { return acts_layout(n, batch, NULL, NULL); }
+size_t rp_acts_bytes(const rp_net *n, int batch) {
+    return acts_layout(n, batch, NULL, NULL, NULL);
+}
 
 rp_status rp_acts_create(const rp_net *n, int batch, rp_acts **out, rp_error *err) {
     int L = n->last - n->first;
     rp_acts *a = calloc(1, sizeof *a);
     size_t *oo = calloc(L, sizeof(size_t)), *oa = calloc(L, sizeof(size_t));
-    if (!a || !oo || !oa) {
-        free(a), free(oo), free(oa);
+    size_t *og = calloc(n->nin + 1, sizeof(size_t));
+    if (!a || !oo || !oa || !og) {
+        free(a), free(oo), free(oa), free(og);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
-    size_t bytes = acts_layout(n, batch, oo, oa);
-    a->block = aligned_alloc(64, bytes ? bytes : 64);
+    size_t bytes = acts_layout(n, batch, oo, oa, og);
+    a->block = aligned_alloc(64, ALIGN64(bytes ? bytes : 64));
     a->out = malloc(sizeof(float *) * L);
     a->aux = malloc(sizeof(void *) * L);
-    if (!a->block || !a->out || !a->aux) {
-        free(oo), free(oa);
+    a->bt = malloc(sizeof(float *) * (n->nin + 1));
+    if (!a->block || !a->out || !a->aux || !a->bt) {
+        free(oo), free(oa), free(og);
         rp_acts_free(a);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for activations of batch %d", batch);
     }
@@ -241,7 +354,10 @@ rp_status rp_acts_create(const rp_net *n, int batch, rp_acts **out, rp_error *er
             a->out[l] = l ? a->out[l - 1] : a->input;
         a->aux[l] = n->keep_aux[l] ? a->block + oa[l] : n->overlay + n->ov_aux[l];
     }
-    free(oo), free(oa);
+    for (int j = 0; j < n->nin; j++)
+        a->bt[j] = n->nin == 1 ? a->input : (float *)(a->block + og[j]);
+    a->packed = n->packed_out ? (float *)(a->block + og[n->nin]) : NULL;
+    free(oo), free(oa), free(og);
     *out = a;
     return RP_OK;
 }
@@ -251,18 +367,30 @@ float *rp_acts_input(rp_acts *a) { return a->input; }
 void rp_acts_free(rp_acts *a) {
     if (!a)
         return;
-    free(a->block), free(a->out), free(a->aux);
+    free(a->block), free(a->out), free(a->aux), free(a->bt);
     free(a);
 }
 
-static layer_args args_for(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx) {
+/* Where tensor t of a graph is in an activation set. */
+static float *tensor_at(const rp_net *n, rp_acts *a, int t) {
+    return t >= n->first ? a->out[t - n->first] : a->bt[n->in_slot[t + 1]];
+}
+
+/* A layer's arguments; a graph's inputs are looked up into ins. */
+static layer_args args_for(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx,
+                           const float **ins) {
     const rp_layer *L = &n->m->layers[l];
     size_t base = n->m->layers[n->first].param_offset;
+    if (n->graph)
+        for (int i = 0; i < L->num_inputs; i++)
+            ins[i] = tensor_at(n, a, L->inputs[i]);
     layer_args x = {
+        .m = n->m,
         .L = L,
         .index = l,
         .B = a->rows,
-        .in = l == n->first ? a->input : a->out[l - 1 - n->first],
+        .in = n->graph ? ins[0] : l == n->first ? a->input : a->out[l - 1 - n->first],
+        .ins = n->graph ? ins : NULL,
         .out = a->out[l - n->first],
         .w = n->params + (L->param_offset - base),
         .dw = n->grads + (L->param_offset - base),
@@ -276,6 +404,31 @@ static layer_args args_for(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx)
     return x;
 }
 
+/* Rows of `row` floats, each sample's k tensors `ts` one after another,
+** into a buffer per tensor. */
+static void unpack(const rp_net *n, int k, const int *ts, size_t row, const float *in,
+                   float **parts, int batch) {
+    size_t at = 0;
+    for (int j = 0; j < k; j++) {
+        size_t sz = tensor_size(n, ts[j]);
+        for (int r = 0; r < batch; r++)
+            memcpy(parts[j] + r * sz, in + r * row + at, sizeof(float) * sz);
+        at += sz;
+    }
+}
+
+/* The tensors sent, packed sample by sample. */
+static void pack_output(const rp_net *n, rp_acts *a, int batch) {
+    size_t at = 0;
+    for (int j = 0; j < n->nout; j++) {
+        size_t sz = tensor_size(n, n->bout[j]);
+        const float *p = tensor_at(n, a, n->bout[j]);
+        for (int r = 0; r < batch; r++)
+            memcpy(a->packed + r * n->out_n + at, p + r * sz, sizeof(float) * sz);
+        at += sz;
+    }
+}
+
 const float *rp_net_forward(rp_net *n, rp_acts *a, const float *input, int batch,
                             const rp_step_ctx *ctx, double *loss_sum) {
     if (batch < 1 || batch > a->capacity || batch > n->max_batch) {
@@ -286,14 +439,21 @@ const float *rp_net_forward(rp_net *n, rp_acts *a, const float *input, int batch
     a->rows = batch;
     if (input != a->input)
         memcpy(a->input, input, sizeof(float) * rp_net_in_size(n) * batch);
+    if (n->graph && n->nin > 1)
+        unpack(n, n->nin, n->bin, n->in_n, a->input, a->bt, batch);
+    const float *ins[RP_MAX_INPUTS];
     for (int l = n->first; l < n->last; l++) {
         if (n->alias[l - n->first])
             continue;
-        layer_args x = args_for(n, a, l, ctx);
+        layer_args x = args_for(n, a, l, ctx, ins);
         if (rpi_layer_forward(&x, &n->err) != RP_OK)
             return NULL;
     }
     const float *out = a->out[n->last - 1 - n->first];
+    if (n->graph && n->packed_out) {
+        pack_output(n, a, batch);
+        return a->packed;
+    }
     if (loss_sum) {
         double s = 0;
         if (n->m->layers[n->last - 1].type == RP_LAYER_SOFTMAX_CE)
@@ -302,6 +462,103 @@ const float *rp_net_forward(rp_net *n, rp_acts *a, const float *input, int batch
         *loss_sum = s;
     }
     return out;
+}
+
+/* At the end of a segment (backward reaching layer l), runs it forward
+** again from its checkpoint, skipping a layer whose output and aux are
+** kept. */
+static void recompute_segment(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx) {
+    if (!n->opt.recompute || (l != n->last - 1 && !is_checkpoint(n, l + 1)))
+        return;
+    const float *ins[RP_MAX_INPUTS];
+    for (int k = segment_of(n, l); k <= l; k++) {
+        int i = k - n->first;
+        if (n->alias[i] ||
+            (n->keep_out[i] && (n->keep_aux[i] || !rpi_layer_aux_bytes(&n->m->layers[k], 1))))
+            continue;
+        layer_args x = args_for(n, a, k, ctx, ins);
+        rpi_layer_forward(&x, &n->err); /* it succeeded on these rows before */
+    }
+}
+
+/* A gradient g (rows of tensor t) for tensor t: written when it is the
+** first, added when another reader's came before it. */
+static void give_grad(rp_net *n, int t, const float *g, int rows) {
+    int k = slot_of(n, t);
+    size_t len = tensor_size(n, t) * rows;
+    float *restrict d = n->gt[k];
+    if (!n->written[k]) {
+        if (g != d)
+            memcpy(d, g, sizeof(float) * len);
+        n->written[k] = true;
+    } else {
+        for (size_t i = 0; i < len; i++)
+            d[i] += g[i];
+    }
+}
+
+static const float *graph_backward(rp_net *n, rp_acts *a, const float *dout,
+                                   const rp_step_ctx *ctx, bool need_input_grad, int stop) {
+    int rows = a->rows, slots = n->nin + (n->last - n->first);
+    memset(n->written, 0, sizeof(bool) * slots);
+    bool loss = n->m->layers[n->last - 1].type == RP_LAYER_SOFTMAX_CE;
+    if (!loss) { /* the gradients received, one per tensor sent */
+        size_t at = 0;
+        for (int j = 0; j < n->nout; j++) {
+            int t = n->bout[j];
+            size_t sz = tensor_size(n, t);
+            float *d = n->gt[slot_of(n, t)];
+            for (int r = 0; r < rows; r++)
+                memcpy(d + r * sz, dout + r * n->out_n + at, sizeof(float) * sz);
+            n->written[slot_of(n, t)] = true;
+            at += sz;
+        }
+    }
+    const float *ins[RP_MAX_INPUTS];
+    for (int l = n->last - 1; l >= stop; l--) {
+        recompute_segment(n, a, l, ctx);
+        const rp_layer *L = &n->m->layers[l];
+        layer_args x = args_for(n, a, l, ctx, ins);
+        const float *g = n->gt[slot_of(n, l)];
+        for (int i = 0; i < L->num_inputs; i++) {
+            int t = L->inputs[i];
+            bool want = t >= stop || (t < n->first && need_input_grad);
+            if (L->type == RP_LAYER_ADD) {
+                if (want)
+                    give_grad(n, t, g, rows);
+            } else if (L->type == RP_LAYER_CONCAT) {
+                if (want) {
+                    int k = slot_of(n, t);
+                    rpi_concat_backward(&x, i, g, n->gt[k], n->written[k]);
+                    n->written[k] = true;
+                }
+            } else { /* one input: straight into its buffer when first */
+                int k = slot_of(n, t);
+                float *din = !want ? NULL : n->written[k] ? n->gtmp : n->gt[k];
+                rpi_layer_backward(&x, loss && l == n->last - 1 ? NULL : g, din);
+                if (din)
+                    give_grad(n, t, din, rows);
+            }
+        }
+    }
+    n->grads_clean = false;
+    if (!need_input_grad)
+        return NULL;
+    if (n->nin == 1 && n->written[0])
+        return n->gt[0];
+    size_t at = 0; /* packed as they came; a tensor no reader differentiates gets zeros */
+    for (int j = 0; j < n->nin; j++) {
+        size_t sz = tensor_size(n, n->bin[j]);
+        for (int r = 0; r < rows; r++) {
+            float *d = n->gpack + r * n->in_n + at;
+            if (n->written[j])
+                memcpy(d, n->gt[j] + r * sz, sizeof(float) * sz);
+            else
+                memset(d, 0, sizeof(float) * sz);
+        }
+        at += sz;
+    }
+    return n->gpack;
 }
 
 const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_step_ctx *ctx,
@@ -313,27 +570,16 @@ const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_
     if (!need_input_grad)
         while (stop < n->last && n->m->layers[stop].num_vars == 0)
             stop++;
+    if (n->graph)
+        return graph_backward(n, a, dout, ctx, need_input_grad, stop);
     const float *g = dout;
     int buf = 0;
+    const float *ins[RP_MAX_INPUTS];
     for (int l = n->last - 1; l >= stop; l--) {
-        if (n->opt.recompute && (l == n->last - 1 || is_checkpoint(n, l + 1))) {
-            /* the end of a segment: run it forward again from its checkpoint,
-            ** skipping a last layer whose output and aux are kept */
-            int s0 = l;
-            while (!is_checkpoint(n, s0))
-                s0--;
-            for (int k = s0; k <= l; k++) {
-                int i = k - n->first;
-                if (n->alias[i] ||
-                    (n->keep_out[i] && (n->keep_aux[i] || !rpi_layer_aux_bytes(&n->m->layers[k], 1))))
-                    continue;
-                layer_args x = args_for(n, a, k, ctx);
-                rpi_layer_forward(&x, &n->err); /* it succeeded on these rows before */
-            }
-        }
+        recompute_segment(n, a, l, ctx);
         if (n->alias[l - n->first])
             continue; /* the gradient passes through as it is */
-        layer_args x = args_for(n, a, l, ctx);
+        layer_args x = args_for(n, a, l, ctx, ins);
         bool want = l > stop || need_input_grad;
         float *din = want ? n->g[buf] : NULL;
         rpi_layer_backward(&x, g, din);
