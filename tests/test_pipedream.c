@@ -31,6 +31,13 @@ static int ran; /* cases compared */
 
 static const char *MLP = "input 1 28 28\nflatten\nlinear 24\nrelu\nlinear 16\nrelu\nlinear 10\n"
                          "softmax_cross_entropy\n";
+/* A graph: cut at 3 the skip r0 crosses with c1, and at 5 it passes the
+** middle stage untouched beside c2. */
+static const char *RESIDUAL = "input 1 28 28\nc0 = conv2d 3 kernel=3 pad=1 stride=2\nr0 = relu\n"
+                              "conv2d 3 kernel=3 pad=1\nrelu\nc2 = conv2d 3 kernel=3 pad=1\n"
+                              "add < c2 r0\nrelu\navgpool2d 2\nflatten\nlinear 10\n"
+                              "softmax_cross_entropy\n";
+static const char *spec; /* the model compare() trains */
 
 typedef struct pdcase {
     int P, R, r[3], layers[3], GA;
@@ -193,7 +200,7 @@ static void compare(const pdcase *pc, bool vsync, int D, bool recompute) {
         workers += pc->r[s] * pc->R;
     if (mpi && workers != rp_comm_size(mpi))
         return;
-    rp_model *m = test_model(MLP);
+    rp_model *m = test_model(spec);
     char json[512], layers[32], reps[32];
     snprintf(layers, sizeof layers, "[%d, %d%s", pc->layers[0], pc->layers[1], pc->P == 3 ? ", " : "]");
     snprintf(reps, sizeof reps, "[%d, %d%s", pc->r[0], pc->r[1], pc->P == 3 ? ", " : "]");
@@ -247,9 +254,9 @@ static void compare(const pdcase *pc, bool vsync, int D, bool recompute) {
         double e = rp_tensor_rel_diff(got->tensors[t].data, init + m->vars[t].offset, n);
         moved = e > moved ? e : moved;
     }
-    CHECKF(worst <= 1e-6, "%s%s%s P=%d R=%d r=[%d,%d,%d] GA=%d: %g from the emulator",
+    CHECKF(worst <= 1e-6, "%s%s%s%s P=%d R=%d r=[%d,%d,%d] GA=%d: %g from the emulator",
            pc->bw ? "pipedream_2bw" : "pipedream", vsync ? " (vertical sync)" : "",
-           recompute ? " (recompute)" : "", pc->P, pc->R, pc->r[0], pc->r[1], pc->r[2], pc->GA,
+           recompute ? " (recompute)" : "", spec == RESIDUAL ? " (residual)" : "", pc->P, pc->R, pc->r[0], pc->r[1], pc->r[2], pc->GA,
            worst);
     CHECK(moved > 1e-3); /* the updates did something */
     ran++;
@@ -319,6 +326,7 @@ static void memory_and_refusals(void) {
 
 int main(int argc, char **argv) {
     test_start(argc, argv, 512, 9, &data, &mpi);
+    spec = MLP;
     static const pdcase CASES[] = {
         {2, 1, {1, 1}, {4, 3}, 4, false},       {2, 2, {1, 1}, {4, 3}, 4, false},
         {2, 1, {2, 1}, {4, 3}, 8, false},       {2, 2, {2, 1}, {4, 3}, 6, false},
@@ -340,6 +348,16 @@ int main(int argc, char **argv) {
     compare(&CASES[3], false, 1, true);  /* [2, 1], R 2 */
     compare(&CASES[5], true, 1, true);   /* [1, 2, 1], R 2, vertical sync */
     compare(&CASES[10], false, 1, true); /* 2BW, [1, 2, 1] */
+    /* the same schedules on a graph cut where two tensors cross */
+    spec = RESIDUAL;
+    static const pdcase GRAPH[] = {
+        {2, 1, {2, 1}, {3, 8}, 4, false},       {3, 1, {1, 2, 1}, {3, 2, 6}, 8, false},
+        {2, 2, {2, 1}, {3, 8}, 6, false},       {2, 1, {2, 1}, {3, 8}, 4, true},
+        {3, 1, {1, 2, 1}, {3, 2, 6}, 2, true},
+    };
+    for (size_t k = 0; k < sizeof GRAPH / sizeof GRAPH[0]; k++)
+        compare(&GRAPH[k], false, 1, false);
+    compare(&GRAPH[1], true, 1, true); /* [1, 2, 1], vertical sync, recompute */
     CHECK(ran > 0);
     if (!mpi)
         memory_and_refusals();
