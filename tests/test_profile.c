@@ -116,8 +116,36 @@ static void test_errors(void) {
     CHECK_STR_HAS(err.msg, "/nonexistent/graph.txt");
 }
 
+/* A skip: node a is read by b and by d, so the cuts before c and d carry
+** a beside what is in front of them; file order is the layers' order even
+** where another topological order exists (d's branch listed last). */
+static void test_cuts(void) {
+#define NODE(id, act) id " -- x -- forward_compute_time=1, backward_compute_time=1, " \
+                      "activation_size=" act ", parameter_size=0\n"
+    const char *text = NODE("in", "1") NODE("a", "10") NODE("b", "100") NODE("c", "1000")
+        NODE("d", "10000") NODE("e", "5")
+        "\tin -- a\n\ta -- b\n\tb -- c\n\tc -- e\n\ta -- d\n\td -- e\n";
+#undef NODE
+    rp_profile *p;
+    rp_error err;
+    CHECK(rp_profile_parse(&p, text, strlen(text), "cuts", &err) == RP_OK);
+    double *fw, *bw, *ob, *pb, *cut;
+    int *node, L;
+    CHECK(rp_profile_layers(p, &fw, &bw, &ob, &pb, &node, &L, &err) == RP_OK);
+    CHECK(rp_profile_cut_bytes(p, node, L, &cut, &err) == RP_OK);
+    /* no Input source: six layers, in file order */
+    CHECK_INT(L, 6);
+    for (int k = 0; k < L; k++)
+        CHECK_INT(node[k], k);
+    /* cut k: before layer k. 1: in; 2: a; 3: a + b; 4: a + c; 5: c + d */
+    CHECK(cut[1] == 1 && cut[2] == 10 && cut[3] == 110 && cut[4] == 1010 && cut[5] == 11000);
+    free(fw), free(bw), free(ob), free(pb), free(node), free(cut);
+    rp_profile_free(p);
+}
+
 int main(void) {
     test_accepts();
+    test_cuts();
     test_errors();
     return test_finish("test_profile");
 }

@@ -78,6 +78,23 @@ static void transfers(void) {
     CHECK_STR_HAS(err.msg, "needs 4 workers but the machines hold 1");
 }
 
+/* A graph's cut carries every tensor alive there: with cut_bytes the link
+** moves 3e6 bytes where layer 0's output is 1e6 (a skip crossing beside
+** it), both ways. */
+static void graph_cuts(void) {
+    double fw[] = {1, 3}, bw[] = {2, 4}, out[] = {1e6, 10}, par[] = {0, 0}, cut[] = {0, 3e6, 0};
+    rp_sim_options o;
+    rp_sim_options_default(&o);
+    o.latency = 1e-4;
+    o.num_levels = 1;
+    o.machines[0] = 2;
+    o.bandwidth[0] = 1e9;
+    const char *cfg = "{\"layers_per_stage\": [1, 1]}";
+    CHECK_CLOSE(sim(cfg, fw, bw, out, par, 2, &o, NULL), 10e-3 + 2 * (1e-4 + 1e6 / 1e9), 1e-12);
+    o.cut_bytes = cut;
+    CHECK_CLOSE(sim(cfg, fw, bw, out, par, 2, &o, NULL), 10e-3 + 2 * (1e-4 + 3e6 / 1e9), 1e-12);
+}
+
 /* Data parallelism over 2 machines of 2: after the compute, a ring
 ** allreduce of the parameters over the slower level, 2 (n - 1) steps of
 ** latency and 2 (n - 1) / n of the bytes; a tree when that is cheaper. */
@@ -179,6 +196,7 @@ static void seed(void) {
 }
 
 int main(void) {
+    graph_cuts();
     transfers();
     reductions();
     replication();

@@ -222,9 +222,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             config_path = plan;
     }
     int L = 0;
-    double *fw = NULL, *bw = NULL, *ob = NULL, *pb = NULL;
-    int rc = 1;
-    if (rp_profile_layers(p, &fw, &bw, &ob, &pb, NULL, &L, &err)) {
+    double *fw = NULL, *bw = NULL, *ob = NULL, *pb = NULL, *cut = NULL;
+    int *node = NULL, rc = 1;
+    if (rp_profile_layers(p, &fw, &bw, &ob, &pb, &node, &L, &err) ||
+        rp_profile_cut_bytes(p, node, L, &cut, &err)) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
@@ -239,6 +240,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     opt.profile_batch = pbatch ? pbatch : rp_profile_micro_batch(p);
     opt.cores = (int)cores;
+    opt.cut_bytes = cut; /* a graph's cuts carry every tensor alive there */
     rp_sim_result res;
     if (rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
         cli_error(cmd, "%s", err.msg);
@@ -301,7 +303,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         rc = 1;
     rp_sim_result_free(&res);
 done:
-    free(fw), free(bw), free(ob), free(pb);
+    free(fw), free(bw), free(ob), free(pb), free(cut), free(node);
     rp_profile_free(p);
     return rc;
 }

@@ -198,6 +198,10 @@ typedef struct rp_net_options {
     /* Floats allocated after the parameters, for a collective that writes
     ** a padded tail past them. */
     size_t param_slack;
+    /* A net of one layer of a graph that receives that layer's inputs and
+    ** sends its output alone, not every tensor alive around it: the layer
+    ** as a profile times it. */
+    bool alone;
 } rp_net_options;
 
 rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_batch,

@@ -62,6 +62,14 @@ rp_status rp_profile_layers(const rp_profile *p, double **fwd_ms, double **bwd_m
                             double **out_bytes, double **param_bytes, int **node, int *n,
                             rp_error *err);
 
+/* Bytes a cut of that order carries: cut[k] (0 < k < n) is the output of
+** every node before position k that a node at k or later reads (Input
+** sources included); cut[0] = 0. A chain's cut[k] is out_bytes[k - 1]; a
+** residual block cut in its middle carries its skip too. `node` and `n`
+** are rp_profile_layers' order; the caller frees *cut (n + 1 entries). */
+rp_status rp_profile_cut_bytes(const rp_profile *p, const int *node, int n, double **cut,
+                               rp_error *err);
+
 /* The micro-batch the profile was measured on, as 'repipe profile' records
 ** it in the Input source's description ("Input0 micro_batch=64"); 0 when
 ** the profile does not say. */

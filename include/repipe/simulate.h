@@ -38,6 +38,9 @@ typedef struct rp_sim_options {
                ** each runs at cores / computing of its speed [0: a core each] */
     bool polling; /* waiting workers poll and take their share of the cores, as
                   ** MPI ranks do [false: they sleep, as threads of the local backend] */
+    const double *cut_bytes; /* bytes per profiled batch crossing the cut before layer
+                             ** k, as rp_profile_cut_bytes [NULL: out_bytes[k - 1], a
+                             ** chain's] */
 } rp_sim_options;
 
 /* Every worker on one machine with a core of its own. */

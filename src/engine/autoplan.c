@@ -60,6 +60,7 @@ typedef struct cand {
 typedef struct measured {
     double batch;
     double *fw, *bw, *out, *par;
+    double *cut; /* bytes crossing the cut before each layer */
     double *cf, *cb, *cp;
 } measured;
 
@@ -115,6 +116,7 @@ static bool simulate(const search *S, const rp_config *cfg, double *t, double *b
     const measured *m = &S->m[nearest(S, cfg->micro_batch_size)];
     rp_sim_options so = S->sim;
     so.profile_batch = m->batch;
+    so.cut_bytes = m->cut;
     if (rp_simulate(cfg, m->fw, m->bw, m->out, m->par, S->L, &so, &r, &err))
         return false;
     *t = r.update_time;
@@ -218,7 +220,7 @@ static bool programme(search *S, int R, int per, int GA, bool recompute, bool sh
             most = t > most ? t : most;
             if (j < L) { /* the activation out and its gradient back, at the level they cross */
                 int l = rpi_level_of(&S->net, per - k + r - 1, per - k + r);
-                sum += 2 * (S->net.latency + M->out[j - 1] * scale * wire / S->net.bw[l]);
+                sum += 2 * (S->net.latency + M->cut[j] * scale * wire / S->net.bw[l]);
             }
             i = j, k -= r;
         }
@@ -316,7 +318,12 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
         if ((st = rp_profile_layers(profiles[S.nm], &m->fw, &m->bw, &m->out, &m->par, &node, &L,
                                     err)))
             goto done;
+        st = rp_profile_cut_bytes(profiles[S.nm], node, L, &m->cut, err);
         free(node);
+        if (st) {
+            S.nm++;
+            goto done;
+        }
         m->cf = calloc(L + 1, sizeof(double));
         m->cb = calloc(L + 1, sizeof(double));
         m->cp = calloc(L + 1, sizeof(double));
@@ -459,7 +466,7 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
 done:
     for (int k = 0; k < S.nm; k++) {
         measured *m = &S.m[k];
-        free(m->fw), free(m->bw), free(m->out), free(m->par), free(m->cf), free(m->cb), free(m->cp);
+        free(m->fw), free(m->bw), free(m->out), free(m->par), free(m->cut), free(m->cf), free(m->cb), free(m->cp);
     }
     free(S.best), free(S.cut), free(S.rep);
     free(S.c);

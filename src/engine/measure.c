@@ -27,7 +27,7 @@ static rp_status measure(const rp_model *m, int batch, int repeats, rp_profile *
         return rp_fail(err, RP_ERR_INVALID, "profile: batch and repeats must be >= 1");
     rp_profile *p = calloc(1, sizeof *p);
     if (!p || !(p->nodes = calloc(m->num_layers + 1, sizeof(rp_profile_node))) ||
-        !(p->edges = calloc(m->num_layers + 1, sizeof(rp_profile_edge)))) {
+        !(p->edges = calloc((size_t)m->num_layers * RP_MAX_INPUTS + 1, sizeof(rp_profile_edge)))) {
         rp_profile_free(p);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
@@ -58,7 +58,8 @@ static rp_status measure(const rp_model *m, int batch, int repeats, rp_profile *
         const rp_layer *L = &m->layers[l];
         rp_net *net = NULL;
         rp_acts *acts = NULL;
-        if ((st = rp_net_create(m, l, l + 1, batch, &net, err)) ||
+        rp_net_options alone = {.alone = true}; /* its inputs in, its output out */
+        if ((st = rp_net_create_with(m, l, l + 1, batch, &alone, &net, err)) ||
             (st = rp_acts_create(net, batch, &acts, err))) {
             rp_net_free(net);
             break;
@@ -104,7 +105,13 @@ static rp_status measure(const rp_model *m, int batch, int repeats, rp_profile *
         n->stage_id = -1;
         n->line = L->line;
         p->num_nodes++;
-        p->edges[p->num_edges++] = (rp_profile_edge){l, l + 1, 0};
+        for (int i = 0; i < L->num_inputs; i++) { /* node t + 1 is tensor t's maker */
+            bool seen = false;
+            for (int j = 0; j < i; j++)
+                seen = seen || L->inputs[j] == L->inputs[i];
+            if (!seen)
+                p->edges[p->num_edges++] = (rp_profile_edge){L->inputs[i] + 1, l + 1, 0};
+        }
         free(x), free(dy);
         rp_acts_free(acts);
         rp_net_free(net);

@@ -158,8 +158,11 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         }
         if (cfg->recompute_checkpoint_every_layer) /* backward runs the stage forward again */
             tb[s] += tf[s];
-        /* the stage's output, per micro-batch */
-        act[s] = l > 0 ? out_bytes[l - 1] * wire * per_mb : 0;
+        /* what the stage sends, per micro-batch: a graph's cut may carry
+        ** several tensors */
+        act[s] = l > 0 ? (opt->cut_bytes && l < num_layers ? opt->cut_bytes[l] : out_bytes[l - 1]) *
+                             wire * per_mb
+                       : 0;
     }
     int nev = 0;
     for (int w = 0; w < W; w++)

@@ -113,6 +113,18 @@ static rp_status plan_graph(rp_net *n, rp_error *err) {
     n->nout = rp_model_boundary(m, n->last, n->bout);
     n->in_n = rp_model_boundary_size(m, n->first);
     n->out_n = rp_model_boundary_size(m, n->last);
+    if (n->opt.alone && L == 1) { /* its distinct inputs in ascending order, its output */
+        const rp_layer *Ly = &m->layers[n->first];
+        n->nin = 0, n->in_n = 0;
+        for (int t = -1; t < n->first; t++)
+            for (int i = 0; i < Ly->num_inputs; i++)
+                if (Ly->inputs[i] == t) {
+                    n->bin[n->nin++] = t;
+                    n->in_n += tensor_size(n, t);
+                    break;
+                }
+        n->nout = 1, n->bout[0] = n->first, n->out_n = tensor_size(n, n->first);
+    }
     n->packed_out = n->nout != 1 || n->bout[0] != n->last - 1;
     for (int j = 0; j < n->nin; j++)
         n->in_slot[n->bin[j] + 1] = j;

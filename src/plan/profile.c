@@ -100,13 +100,18 @@ rp_status rp_profile_layers(const rp_profile *p, double **fwd_ms, double **bwd_m
         free(fw), free(bw), free(ob), free(pb), free(nd), free(indeg), free(order);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
-    for (int e = 0; e < p->num_edges; e++)
+    /* file order when it is a topological order (repipe's own profiles are
+    ** the model's layers in file order, which the engine's stages count) */
+    bool sorted = true;
+    for (int e = 0; e < p->num_edges; e++) {
         indeg[p->edges[e].to]++;
+        sorted = sorted && p->edges[e].from < p->edges[e].to;
+    }
     int head = 0, tail = 0, L = 0;
     for (int i = 0; i < N; i++)
-        if (!indeg[i])
+        if (sorted || !indeg[i])
             order[tail++] = i;
-    while (head < tail) {
+    while (!sorted && head < tail) {
         int u = order[head++];
         for (int e = 0; e < p->num_edges; e++)
             if (p->edges[e].from == u && --indeg[p->edges[e].to] == 0)
@@ -129,6 +134,38 @@ rp_status rp_profile_layers(const rp_profile *p, double **fwd_ms, double **bwd_m
     else
         free(nd);
     *n = L;
+    return RP_OK;
+}
+
+rp_status rp_profile_cut_bytes(const rp_profile *p, const int *node, int n, double **cut,
+                               rp_error *err) {
+    int N = p->num_nodes;
+    int *pos = malloc(sizeof(int) * (N + 1)), *last = malloc(sizeof(int) * (N + 1));
+    double *c = calloc(n + 2, sizeof(double));
+    if (!pos || !last || !c) {
+        free(pos), free(last), free(c);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < N; i++)
+        pos[i] = -1, last[i] = -1; /* Input sources: before every layer */
+    for (int k = 0; k < n; k++)
+        pos[node[k]] = k;
+    for (int e = 0; e < p->num_edges; e++) {
+        int u = p->edges[e].from, v = p->edges[e].to;
+        if (pos[v] > last[u])
+            last[u] = pos[v];
+    }
+    /* node u crosses the cuts pos(u) + 1 .. last(u): a difference array */
+    for (int u = 0; u < N; u++)
+        if (last[u] > pos[u]) {
+            c[pos[u] + 1] += p->nodes[u].activation_bytes;
+            c[last[u] + 1] -= p->nodes[u].activation_bytes;
+        }
+    for (int k = 1; k <= n; k++)
+        c[k] += c[k - 1];
+    c[0] = 0;
+    free(pos), free(last);
+    *cut = c;
     return RP_OK;
 }
 

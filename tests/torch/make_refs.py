@@ -113,10 +113,56 @@ LAYER_CASES = [
     ("transformer_block", "transformer_block heads=2", (2, 5, 8), lambda: [Block(8, 2)]),
     ("transformer_block_erf", "transformer_block heads=4 mlp=2 gelu=erf", (3, 6, 8),
      lambda: [Block(8, 4, mlp=2, gelu="erf")]),
+    ("avgpool2d", "avgpool2d 2", (2, 3, 6, 5), lambda: [torch.nn.AvgPool2d(2)]),
+    ("avgpool2d_k3s2p1", "avgpool2d 3 stride=2 pad=1", (2, 2, 7, 7),
+     lambda: [torch.nn.AvgPool2d(3, stride=2, padding=1)]),
+    ("adaptive_avgpool2d", "adaptive_avgpool2d", (2, 3, 7, 5), lambda: [torch.nn.AdaptiveAvgPool2d(1)]),
+    ("adaptive_avgpool2d_3", "adaptive_avgpool2d 3", (2, 2, 7, 5), lambda: [torch.nn.AdaptiveAvgPool2d(3)]),
+    ("sigmoid", "sigmoid", (2, 7), lambda: [torch.nn.Sigmoid()]),
+    ("tanh", "tanh", (2, 7), lambda: [torch.nn.Tanh()]),
+    ("conv2d_groups", "conv2d 6 kernel=3 pad=1 groups=2", (2, 4, 5, 5),
+     lambda: [torch.nn.Conv2d(4, 6, 3, padding=1, groups=2)]),
+    ("conv2d_depthwise", "conv2d 4 kernel=3 stride=2 groups=4 bias=false", (2, 4, 6, 6),
+     lambda: [torch.nn.Conv2d(4, 4, 3, stride=2, groups=4, bias=False)]),
 ]
 
 
-def layer_case(name, spec, shape, make):
+class Residual(torch.nn.Module):
+    """x -> tanh(relu(conv(x)) + x): the input read twice."""
+
+    def __init__(s):
+        super().__init__()
+        s.conv = torch.nn.Conv2d(2, 2, 3, padding=1)
+        s.ordered = [s.conv.weight, s.conv.bias]
+
+    def forward(s, x):
+        return torch.tanh(torch.relu(s.conv(x)) + x)
+
+
+class Dense(torch.nn.Module):
+    """Two branches and the input joined along the channels, as a DenseNet's block does."""
+
+    def __init__(s):
+        super().__init__()
+        nn = torch.nn
+        s.a, s.b, s.fc = nn.Conv2d(2, 3, 1), nn.Conv2d(2, 1, 3, padding=1), nn.Linear(24, 3)
+        s.ordered = [s.a.weight, s.a.bias, s.b.weight, s.b.bias, s.fc.weight, s.fc.bias]
+
+    def forward(s, x):
+        y = torch.cat([s.a(x), s.b(x), x], dim=1)
+        return s.fc(torch.flatten(torch.nn.functional.avg_pool2d(torch.sigmoid(y), 2), 1))
+
+
+# name, the whole spec, input shape, module: graphs, whose lines name what they read
+GRAPH_CASES = [
+    ("graph_residual", "x = input 2 5 4 | c = conv2d 2 kernel=3 pad=1 | r = relu | add < r x | tanh",
+     (2, 2, 5, 4), Residual),
+    ("graph_concat", "x = input 2 4 4 | a = conv2d 3 kernel=1 | b = conv2d 1 kernel=3 pad=1 < x | "
+     "concat < a b x | sigmoid | avgpool2d 2 | flatten | linear 3", (2, 2, 4, 4), Dense),
+]
+
+
+def layer_case(name, spec, shape, make, whole=False):
     mods = make()
     params = params_of(mods)
     set_params(params)
@@ -130,7 +176,10 @@ def layer_case(name, spec, shape, make):
     r = tensor(out.numel(), 7, 2.0, out.shape)
     (out * r).sum().backward()
     print("case", name, "layer", shape[0])
-    print("spec", "input " + " ".join(str(d) for d in shape[1:]), "|", spec)
+    if whole:
+        print("spec", spec)
+    else:
+        print("spec", "input " + " ".join(str(d) for d in shape[1:]), "|", spec)
     emit("out", out)
     emit("din", x.grad)
     for v, p in enumerate(params):
@@ -178,6 +227,8 @@ def main():
     print("# PyTorch %s reference outputs; see make_refs.py" % torch.__version__)
     for case in LAYER_CASES:
         layer_case(*case)
+    for name, spec, shape, module in GRAPH_CASES:
+        layer_case(name, spec, shape, lambda: [module()], whole=True)
     embedding_case()
     nn = torch.nn
     model_case("mlp",
