@@ -4,6 +4,8 @@
 ** stage), equal one worker running the same micro-batches, on every axis:
 ** P 2 and 3, stage replication [2,1] and [1,2,1], R 1 and 2, GA 1 and 4,
 ** gpipe and 1f1b, recomputation on and off, replicated tensor sharding.
+** A residual model with batchnorm too: its running statistics are those of
+** one worker running the same micro-batches, bit for bit on every layout.
 **
 **   test_graph          local backend: the whole sweep
 **   test_graph --mpi    under mpirun -np W: the sweep's cases of W workers
@@ -51,6 +53,26 @@ static const char *DENSE =
     "linear 10\n"
     "softmax_cross_entropy\n";
 
+/* ResNet's block: conv, batchnorm, relu, conv, batchnorm, the sum. Layers:
+** 0 c0, 1 bn0, 2 r0, 3 conv, 4 bn, 5 relu, 6 c2, 7 bn2, 8 add, ... 13 the
+** loss; boundary 4 carries r0 and the middle conv, 7 r0 and c2. */
+static const char *RESNET =
+    "input 1 28 28\n"
+    "conv2d 4 kernel=3 pad=1 stride=2 bias=false\n"
+    "batchnorm2d\n"
+    "r0 = relu\n"
+    "conv2d 4 kernel=3 pad=1 bias=false\n"
+    "batchnorm2d\n"
+    "relu\n"
+    "conv2d 4 kernel=3 pad=1 bias=false\n"
+    "b2 = batchnorm2d\n"
+    "add < b2 r0\n"
+    "relu\n"
+    "adaptive_avgpool2d 2\n"
+    "flatten\n"
+    "linear 10\n"
+    "softmax_cross_entropy\n";
+
 static rp_dataset *data;
 static rp_comm *mpi;
 
@@ -71,16 +93,22 @@ static const gcase CASES[] = {
     {3, 1, {1, 2, 1}, 4, "gpipe", false, false}, {3, 2, {1, 1, 1}, 4, "1f1b", false, true},
 };
 
+enum { RESIDUAL_M, DENSE_M, RESNET_M, MODELS };
+static const char *spec_of(int k) { return k == RESIDUAL_M ? RESIDUAL : k == DENSE_M ? DENSE : RESNET; }
+static const char *const NAMES[MODELS] = {"residual", "dense", "resnet"};
+
 /* Cuts where two tensors cross: for P 2 and 3 of each model */
-static const char *cuts(bool dense, int P) {
+static const char *cuts(int model, int P) {
     if (P == 1)
         return "[-1]";
-    if (dense)
+    if (model == DENSE_M)
         return P == 2 ? "[4, -1]" : "[3, 4, -1]";
+    if (model == RESNET_M)
+        return P == 2 ? "[4, -1]" : "[4, 3, -1]";
     return P == 2 ? "[3, -1]" : "[3, 2, -1]";
 }
 
-static rp_config config(const gcase *gc, bool dense, bool single) {
+static rp_config config(const gcase *gc, int dense, bool single) {
     char reps[64];
     int P = single ? 1 : gc->P;
     snprintf(reps, sizeof reps, "[%d", single ? 1 : gc->r[0]);
@@ -99,9 +127,26 @@ static rp_config config(const gcase *gc, bool dense, bool single) {
     return test_config(json);
 }
 
+/* The running statistics tensors that are not bit for bit equal. */
+static size_t stats_differ(const rp_weights *a, const rp_weights *b) {
+    size_t bad = 0;
+    for (int t = 0; t < a->num_tensors; t++) {
+        if (!strstr(a->tensors[t].name, ".running_"))
+            continue;
+        const rp_tensor *tb = rp_weights_find(b, a->tensors[t].name);
+        bad += memcmp(a->tensors[t].data, tb->data,
+                      sizeof(float) * rp_shape_size(&a->tensors[t].shape)) != 0;
+    }
+    return bad;
+}
+
 /* Two host calls on the same samples for every layout; the first call's
-** losses come back. */
-static rp_weights *train(const rp_model *m, const rp_config *c, bool use_mpi, float *losses) {
+** losses and weights come back. (After the first update the weights differ
+** in their last bits, as sums in another order do, and so do the
+** statistics of the second update's micro-batches: bit for bit is the
+** first update's promise.) */
+static rp_weights *train(const rp_model *m, const rp_config *c, bool use_mpi, float *losses,
+                         rp_weights **first) {
     rp_session *s;
     rp_error err;
     rp_status st = use_mpi ? rp_session_create_mpi(m, c, mpi, &s, &err)
@@ -123,6 +168,8 @@ static rp_weights *train(const rp_model *m, const rp_config *c, bool use_mpi, fl
         CHECK(rp_session_run(s, x, y, ids, &r, &err) == RP_OK);
         if (call == 0 && losses)
             memcpy(losses, r.losses, sizeof(float) * r.count);
+        if (call == 0)
+            CHECK(rp_session_get_weights(s, RP_ONE_PER_GROUP, first, &err) == RP_OK);
     }
     rp_weights *w;
     CHECK(rp_session_get_weights(s, RP_ONE_PER_GROUP, &w, &err) == RP_OK);
@@ -155,28 +202,33 @@ static void sweep(bool use_mpi, int only_workers) {
         const gcase *gc = &CASES[k];
         if (only_workers && workers_of(gc) != only_workers)
             continue;
-        for (int dense = 0; dense < 2; dense++) {
-            rp_model *m = test_model(dense ? DENSE : RESIDUAL);
+        for (int dense = 0; dense < MODELS; dense++) {
+            rp_model *m = test_model(spec_of(dense));
             rp_config pipe = config(gc, dense, false), one = config(gc, dense, true);
             float lp[64], lo[64];
-            rp_weights *a = train(m, &pipe, use_mpi, lp);
-            rp_weights *b = train(m, &one, false, lo);
+            rp_weights *a1 = NULL, *b1 = NULL;
+            rp_weights *a = train(m, &pipe, use_mpi, lp, &a1);
+            rp_weights *b = train(m, &one, false, lo, &b1);
             if (a && b) {
                 double d = diff(a, b);
                 test_checks++;
                 if (!(d <= 1e-5)) {
                     fprintf(stderr, "%s P=%d R=%d r=[%d,%d,%d] GA=%d %s%s%s: differs by %g\n",
-                            dense ? "dense" : "residual", gc->P, gc->R, gc->r[0], gc->r[1],
+                            NAMES[dense], gc->P, gc->R, gc->r[0], gc->r[1],
                             gc->r[2], gc->GA, gc->schedule, gc->recompute ? " recompute" : "",
                             gc->sharding ? " sharding" : "", d);
                     test_failures++;
                 }
+                CHECKF(stats_differ(a1, b1) == 0,
+                       "%s P=%d R=%d r=[%d,%d,%d] GA=%d %s%s: running statistics differ",
+                       NAMES[dense], gc->P, gc->R, gc->r[0], gc->r[1], gc->r[2], gc->GA,
+                       gc->schedule, gc->sharding ? " sharding" : "");
                 size_t bad = 0;
                 for (int i = 0; i < gc->R * gc->GA; i++)
                     bad += fabs(lp[i] - lo[i]) > 1e-6 * (1 + fabs(lo[i]));
                 CHECK(bad == 0);
             }
-            rp_weights_free(a), rp_weights_free(b);
+            rp_weights_free(a), rp_weights_free(b), rp_weights_free(a1), rp_weights_free(b1);
             rp_model_free(m);
             run++;
         }
@@ -202,6 +254,84 @@ static void boundaries(void) {
     rp_model_free(r), rp_model_free(d);
 }
 
+/* The running statistics by their definition: one worker, 3 micro-batches
+** of 4 through a batchnorm on the input, whose channel's statistics are the
+** data's own; after the update, running = 0.9 running + 0.1 x_k in order,
+** from 0 and 1, whatever weight decay the step applies. Evaluation
+** normalises with them; a micro-batch of one value per channel is refused
+** in training, and so are the asynchronous schedules. */
+static void running_statistics(void) {
+    rp_model *m = test_model("input 1 28 28\nbatchnorm2d\nflatten\nlinear 10\nsoftmax_cross_entropy\n");
+    rp_config c = test_config("{\"micro_batch_size\": 4, \"gradient_accumulation_steps\": 3, "
+                              "\"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1, \"weight_decay\": 0.5}}");
+    rp_session *s;
+    rp_error err;
+    CHECK_OK(rp_session_create(m, &c, &s, &err), err);
+    int64_t ids[12];
+    static float x[12 * 784];
+    int32_t y[12];
+    for (int i = 0; i < 12; i++)
+        ids[i] = i * 5;
+    rp_dataset_gather(data, ids, 12, x, y);
+    rp_result r;
+    CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
+    double rm = 0, rv = 1;
+    for (int k = 0; k < 3; k++) {
+        double mean = 0, ss = 0, n = 4 * 784;
+        for (int i = 0; i < 4 * 784; i++)
+            mean += x[k * 4 * 784 + i] / n;
+        for (int i = 0; i < 4 * 784; i++)
+            ss += (x[k * 4 * 784 + i] - mean) * (x[k * 4 * 784 + i] - mean);
+        rm = 0.9 * rm + 0.1 * mean;
+        rv = 0.9 * rv + 0.1 * ss / (n - 1); /* unbiased, as PyTorch's */
+    }
+    rp_weights *w;
+    CHECK_OK(rp_session_get_weights(s, RP_ONE_PER_GROUP, &w, &err), err);
+    const rp_tensor *tm = rp_weights_find(w, "0.running_mean"), *tv = rp_weights_find(w, "0.running_var");
+    CHECK(tm && tv);
+    if (tm && tv) {
+        CHECKF(fabs(tm->data[0] - rm) < 1e-6 && fabs(tv->data[0] - rv) < 1e-5,
+               "running %.9g %.9g, by definition %.9g %.9g", tm->data[0], tv->data[0], rm, rv);
+        /* mean 0, variance 1 - eps, weight 1 and bias 0: evaluation passes
+        ** the input through */
+        tm->data[0] = 0;
+        tv->data[0] = 1 - 1e-5f;
+        rp_weights_find(w, "0.weight")->data[0] = 1;
+        rp_weights_find(w, "0.bias")->data[0] = 0;
+    }
+    CHECK_OK(rp_session_set_weights(s, w, RP_ONE_PER_GROUP, &err), err);
+    rp_model *plain = test_model("input 1 28 28\nflatten\nlinear 10\nsoftmax_cross_entropy\n");
+    rp_config c1 = test_config("{\"micro_batch_size\": 4}");
+    rp_session *s1;
+    CHECK_OK(rp_session_create(plain, &c1, &s1, &err), err);
+    rp_weights *w1;
+    CHECK_OK(rp_session_get_weights(s1, RP_ONE_PER_GROUP, &w1, &err), err);
+    memcpy(w1->tensors[0].data, rp_weights_find(w, "2.weight")->data, sizeof(float) * 7840);
+    memcpy(w1->tensors[1].data, rp_weights_find(w, "2.bias")->data, sizeof(float) * 10);
+    CHECK_OK(rp_session_set_weights(s1, w1, RP_ONE_PER_GROUP, &err), err);
+    int32_t p[12], p1[12];
+    CHECK_OK(rp_session_predict(s, x, 12, p, &err), err);
+    CHECK_OK(rp_session_predict(s1, x, 12, p1, &err), err);
+    CHECK(memcmp(p, p1, sizeof p) == 0);
+    rp_weights_free(w), rp_weights_free(w1);
+    rp_session_free(s), rp_session_free(s1);
+    rp_model_free(plain);
+    rp_model *one = test_model("input 5\nbatchnorm1d\nlinear 2\nsoftmax_cross_entropy\n");
+    rp_config c2 = test_config("{\"micro_batch_size\": 1}");
+    CHECK_OK(rp_session_create(one, &c2, &s, &err), err);
+    float x5[5] = {1, 2, 3, 4, 5};
+    int32_t y5 = 1;
+    int64_t id5 = 0;
+    CHECK(rp_session_run(s, x5, &y5, &id5, &r, &err) != RP_OK);
+    CHECK_STR_HAS(err.msg, "no variance to normalise by");
+    rp_session_free(s);
+    rp_model_free(one);
+    rp_config pd = test_config("{\"layers_per_stage\": [2, -1], \"schedule\": \"pipedream\"}");
+    CHECK(rp_session_check(m, &pd, &err) != RP_OK);
+    CHECK_STR_HAS(err.msg, "does not go with batchnorm2d (line 2)");
+    rp_model_free(m);
+}
+
 int main(int argc, char **argv) {
     test_start(argc, argv, 512, 9, &data, &mpi);
     int rc;
@@ -213,6 +343,7 @@ int main(int argc, char **argv) {
         rp_comm_mpi_finalize(mpi);
     } else {
         boundaries();
+        running_statistics();
         sweep(false, 0);
         rc = test_finish("test_graph (local)");
     }

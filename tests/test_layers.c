@@ -207,6 +207,25 @@ static void ref_forward(const refctx *c, const double *x, const double *w, doubl
     case RP_LAYER_ADD:
     case RP_LAYER_CONCAT:
         break; /* graph's: ref_model reads their inputs */
+    case RP_LAYER_BATCHNORM2D:
+    case RP_LAYER_BATCHNORM1D: { /* training: the micro-batch's mean and biased variance */
+        int C = L->in.dim[0];
+        size_t HW = in / C;
+        for (int ch = 0; ch < C; ch++) {
+            double mean = 0, var = 0, N = (double)B * HW;
+            for (int b = 0; b < B; b++)
+                for (size_t p = 0; p < HW; p++)
+                    mean += x[b * in + ch * HW + p] / N;
+            for (int b = 0; b < B; b++)
+                for (size_t p = 0; p < HW; p++)
+                    var += (x[b * in + ch * HW + p] - mean) * (x[b * in + ch * HW + p] - mean) / N;
+            for (int b = 0; b < B; b++)
+                for (size_t p = 0; p < HW; p++)
+                    y[b * in + ch * HW + p] =
+                        (x[b * in + ch * HW + p] - mean) / sqrt(var + L->eps) * w[ch] + w[C + ch];
+        }
+        break;
+    }
     case RP_LAYER_RELU:
         for (size_t i = 0; i < in * B; i++)
             y[i] = x[i] > 0 ? x[i] : 0;
@@ -512,6 +531,12 @@ int main(void) {
     check_layer("input 2 7 5\nadaptive_avgpool2d 3\n", 2); /* windows that overlap */
     check_layer("input 11\nsigmoid\n", 3);
     check_layer("input 2 5\ntanh\n", 3);
+    check_layer("input 3 4 5\nbatchnorm2d\n", 3);
+    check_layer("input 6\nbatchnorm1d eps=1e-3\n", 4);
+    check_layer("input 3 5\nbatchnorm1d momentum=0.5\n", 2);
+    /* a residual block as ResNet's: conv, norm, relu, conv, norm, the sum */
+    check_layer("x = input 2 4 4\nconv2d 2 kernel=3 pad=1 bias=false\nbatchnorm2d\nrelu\n"
+                "conv2d 2 kernel=3 pad=1 bias=false\nb = batchnorm2d\nadd < b x\nrelu\n", 3);
     check_layer("input 4 6 5\nconv2d 6 kernel=3 pad=1 groups=2\n", 2);
     check_layer("input 4 5 5\nconv2d 4 kernel=3 stride=2 groups=4 bias=false\n", 2); /* depthwise */
     /* graphs: a residual (the input read twice), a concat of three, a

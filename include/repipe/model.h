@@ -60,7 +60,9 @@ typedef enum rp_layer_type {
     RP_LAYER_AVGPOOL2D,
     RP_LAYER_ADAPTIVE_AVGPOOL2D, /* average pooling to a given output size */
     RP_LAYER_SIGMOID,
-    RP_LAYER_TANH
+    RP_LAYER_TANH,
+    RP_LAYER_BATCHNORM2D, /* over (channels x height x width): a channel's statistics */
+    RP_LAYER_BATCHNORM1D  /* over features, or (channels x length) */
 } rp_layer_type;
 
 /* Inputs a layer may read (add and concat read several). */
@@ -90,7 +92,8 @@ typedef struct rp_layer {
     int inputs[RP_MAX_INPUTS];
     bool bias;
     float p;          /* dropout probability (a block's: of its two residual branches) */
-    float eps;        /* layernorm */
+    float eps;        /* layernorm, batchnorm */
+    float momentum;   /* batchnorm: of its running statistics [0.1], PyTorch's */
     int vocab, dim;   /* embedding */
     int heads, mlp;   /* transformer_block: attention heads, MLP width / C */
     int tie;          /* linear: 1 + the embedding layer whose table its weight is; 0: none */
@@ -166,6 +169,10 @@ typedef struct rp_step_ctx {
     const int32_t *labels;    /* for the loss layer, one per row */
     double loss_scale;        /* the loss gradient is multiplied by this (1 / samples) */
     int embedding_blocks;     /* embedding tables processed as this many row blocks (0, 1: whole) */
+    /* batchnorm in training: 1 + the slot of the update's statistics this
+    ** micro-batch records into (its number in the update, replica-major);
+    ** 0: records nothing */
+    int stat_slot;
 } rp_step_ctx;
 
 /* A worker's executor for the layers [first, last) of a model. It owns the
@@ -198,6 +205,9 @@ typedef struct rp_net_options {
     /* Floats allocated after the parameters, for a collective that writes
     ** a padded tail past them. */
     size_t param_slack;
+    /* Micro-batches an update's batchnorm statistics are kept for (the
+    ** slots of rp_step_ctx.stat_slot); 0: none kept. */
+    int stat_slots;
     /* A net of one layer of a graph that receives that layer's inputs and
     ** sends its output alone, not every tensor alive around it: the layer
     ** as a profile times it. */
@@ -241,6 +251,21 @@ void rp_net_zero_grads(rp_net *net);
 ** false (the first stage of a model needs none). */
 const float *rp_net_backward(rp_net *net, rp_acts *acts, const float *dout,
                              const rp_step_ctx *ctx, bool need_input_grad);
+
+/* Batchnorm's running statistics (docs/training.md). In training, each
+** batchnorm layer normalises with its micro-batch's statistics and records
+** them (each channel's mean and unbiased variance, and a 1 that marks the
+** slot as filled) in the slot of rp_step_ctx.stat_slot. rp_net_stats gives
+** the net's slots (*count floats, every layer's); zero them before an
+** update, sum them over the workers that share the layers' variables (each
+** slot is filled by one), then rp_net_running_next computes the running
+** statistics one worker would reach running the filled slots in order,
+** and rp_net_running_commit writes them into the parameters (after the
+** optimizer's step, which must not move them). NULL, and nothing to do,
+** without batchnorm. */
+float *rp_net_stats(rp_net *net, size_t *count);
+void rp_net_running_next(rp_net *net);
+void rp_net_running_commit(rp_net *net);
 
 /* Makes the net read its parameters from p (as many as rp_net_num_params)
 ** until called again; returns the array it read before. Weight stashing

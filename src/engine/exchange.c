@@ -190,6 +190,32 @@ static rp_status clip(worker *w) {
     return RP_OK;
 }
 
+/* Batchnorm's statistics slots of the update, summed over the workers that
+** share each layer's variables (the group of its weight's run): each slot
+** was filled by one of them, so the sum is that worker's values exactly. */
+rp_status rpi_reduce_stats(worker *w) {
+    const rp_session *s = w->s;
+    size_t n, at = 0;
+    float *stats = rp_net_stats(w->net, &n);
+    int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
+    size_t base = s->m->layers[l0].param_offset;
+    rp_status st = RP_OK;
+    for (int l = l0; l < l1 && !st; l++) {
+        const rp_layer *L = &s->m->layers[l];
+        if (L->type != RP_LAYER_BATCHNORM2D && L->type != RP_LAYER_BATCHNORM1D)
+            continue;
+        size_t k = (size_t)s->GA * s->R * (2 * L->in.dim[0] + 1), off = L->param_offset - base;
+        for (int r = 0; r < w->nruns; r++) {
+            const var_run *vr = &w->runs[r];
+            rp_comm *rc = w->reduce[vr->grouping];
+            if (off >= vr->offset && off < vr->offset + vr->count && rp_comm_size(rc) > 1)
+                st = rp_comm_allreduce(rc, NULL, stats + at, k, &w->err);
+        }
+        at += k;
+    }
+    return st;
+}
+
 /* The gradients of an update, reduced within each variable's group and
 ** unscaled; with auto_loss_scaling, every worker of the world learns
 ** whether any gradient is not finite and skips the update if so.

@@ -96,6 +96,10 @@ static void worker_run(worker *w) {
     w->status = RP_OK;
     for (int d = 0; d < s->D; d++) {
         rp_net_zero_grads(w->net);
+        size_t nstats;
+        float *stats = rp_net_stats(w->net, &nstats);
+        if (stats) /* batchnorm: this update's slots, filled by the forwards */
+            memset(stats, 0, sizeof(float) * nstats);
         if (w->stale) /* 2BW: this update's passes run on the older version */
             rp_net_use_params(w->net, w->stale);
         if (w->history) { /* vertical sync: version 0 of the call */
@@ -114,7 +118,8 @@ static void worker_run(worker *w) {
                                .sample_id = s->ids + row,
                                .labels = s->y + row * K,
                                .loss_scale = s->loss_scale * w->scale,
-                               .embedding_blocks = s->cfg.embedding_serialization_factor};
+                               .embedding_blocks = s->cfg.embedding_serialization_factor,
+                               .stat_slot = op->mb >= 0 ? 1 + c * GA + op->mb : 0};
             double t0 = s->tracing ? rp_now() : 0;
             rp_status st = RP_OK;
             switch (op->kind) {
@@ -212,7 +217,10 @@ static void worker_run(worker *w) {
                     }
                 break;
             case RP_OP_REDUCE:
-                st = rpi_reduce(w);
+                if (stats && !(st = rpi_reduce_stats(w)))
+                    rp_net_running_next(w->net);
+                if (!st)
+                    st = rpi_reduce(w);
                 break;
             case RP_OP_STEP:
                 if (w->stale) /* 2BW: the older version becomes this one; this one steps */
@@ -235,6 +243,8 @@ static void worker_run(worker *w) {
                 }
                 break;
             }
+            if (op->kind == RP_OP_STEP && stats) /* over what the step did to them */
+                rp_net_running_commit(w->net);
             if (op->kind == RP_OP_STEP && w->slot_ver) /* the next backward: a new update */
                 rp_net_zero_grads(w->net);
             if (op->kind == RP_OP_STEP && w->history) /* vertical sync keeps every version */
@@ -394,6 +404,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     rp_net_options no = rpi_net_options(&s->cfg, w->stage, false);
     if (s->cfg.replicated_tensor_sharding) /* room for a padded all-gather's tail */
         no.param_slack = (size_t)s->R * rp_config_stage_replicas(&s->cfg, w->stage);
+    no.stat_slots = s->GA * s->R; /* batchnorm: a slot per micro-batch of the update */
     rp_status st = rp_net_create_with(m, l0, l1, s->B, &no, &w->net, err);
     if (st)
         return st;
@@ -567,6 +578,15 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
                        "schedule \"pipedream_2bw\" does not go with %s",
                        cfg->replicated_tensor_sharding ? "replicated_tensor_sharding"
                                                        : "optimizer_state_offchip");
+    for (int l = 0; l < m->num_layers && (cfg->schedule == RP_SCHEDULE_PIPEDREAM ||
+                                           cfg->schedule == RP_SCHEDULE_PIPEDREAM_2BW); l++)
+        if (m->layers[l].type == RP_LAYER_BATCHNORM2D ||
+            m->layers[l].type == RP_LAYER_BATCHNORM1D)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "schedule \"%s\" does not go with %s (line %d): its running "
+                           "statistics follow the updates of one synchronous pipeline",
+                           rp_schedule_name(cfg->schedule), rp_layer_name(m->layers[l].type),
+                           m->layers[l].line);
     if (cfg->schedule == RP_SCHEDULE_PIPEDREAM) {
         const char *why = cfg->replicated_tensor_sharding ? "replicated_tensor_sharding"
                           : cfg->optimizer_state_offchip  ? "optimizer_state_offchip"

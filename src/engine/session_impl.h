@@ -140,6 +140,7 @@ rp_net_options rpi_net_options(const rp_config *cfg, int stage, bool inference);
 bool rpi_fused_run(const rp_session *s, int k, bool sharded);
 /* The gradient exchange and step of an update (exchange.c). */
 rp_status rpi_reduce(worker *w);
+rp_status rpi_reduce_stats(worker *w);
 rp_status rpi_opt_step(worker *w, long long step, float *p, const float *g, size_t state_offset,
                        size_t count);
 /* Every replica's parameters, [R][num_params]; under MPI collective (state.c). */

@@ -16,6 +16,8 @@ size_t rpi_layer_aux_bytes(const rp_layer *L, int B) {
         return sizeof(float) * 2 * (rp_shape_size(&L->in) / L->in.dim[L->in.ndim - 1]) * B;
     case RP_LAYER_SOFTMAX_CE: return sizeof(float) * rp_shape_size(&L->in) * B;
     case RP_LAYER_TRANSFORMER_BLOCK: return rpi_block_aux_bytes(L, B);
+    case RP_LAYER_BATCHNORM2D:
+    case RP_LAYER_BATCHNORM1D: return sizeof(float) * 2 * (size_t)L->in.dim[0]; /* mean, 1/std */
     default: return 0;
     }
 }
@@ -49,6 +51,8 @@ rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {
     case RP_LAYER_TANH: rpi_tanh_forward(a->in, a->out, n); break;
     case RP_LAYER_ADD: rpi_add_forward(a); break;
     case RP_LAYER_CONCAT: rpi_concat_forward(a); break;
+    case RP_LAYER_BATCHNORM2D:
+    case RP_LAYER_BATCHNORM1D: return rpi_batchnorm_forward(a, err);
     }
     return RP_OK;
 }
@@ -93,5 +97,7 @@ void rpi_layer_backward(const layer_args *a, const float *dout, float *din) {
     case RP_LAYER_ADD:
     case RP_LAYER_CONCAT:
         break; /* the net routes their gradients */
+    case RP_LAYER_BATCHNORM2D:
+    case RP_LAYER_BATCHNORM1D: rpi_batchnorm_backward(a, dout, din); break;
     }
 }

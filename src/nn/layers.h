@@ -55,6 +55,7 @@ typedef struct layer_args {
     const float *w; /* the layer's parameters */
     float *dw;      /* their gradients */
     void *aux;      /* per micro-batch state kept for backward */
+    float *stats;   /* batchnorm: the update's statistics slots (NULL: none kept) */
     float *col, *tmp; /* scratch for convolutions */
     const rp_step_ctx *ctx;
     bool accumulate; /* false: dw holds garbage, to be overwritten */
@@ -129,6 +130,9 @@ void rpi_tanh_backward(const float *y, const float *dy, float *dx, size_t n);
 void rpi_add_forward(const layer_args *a);
 void rpi_concat_forward(const layer_args *a);
 void rpi_concat_backward(const layer_args *a, int k, const float *dout, float *din, bool add);
+/* layers_norm.c: batchnorm1d and batchnorm2d */
+rp_status rpi_batchnorm_forward(const layer_args *a, rp_error *err);
+void rpi_batchnorm_backward(const layer_args *a, const float *dout, float *din);
 void rpi_gelu_tanh_forward(const float *x, float *y, size_t n);
 void rpi_gelu_tanh_backward(const float *x, const float *dy, float *dx, size_t n);
 /* layers_block.c: transformer_block. Its 12 variables, in order: */

@@ -50,6 +50,8 @@ const char *rp_layer_name(rp_layer_type t) {
     case RP_LAYER_ADAPTIVE_AVGPOOL2D: return "adaptive_avgpool2d";
     case RP_LAYER_SIGMOID: return "sigmoid";
     case RP_LAYER_TANH: return "tanh";
+    case RP_LAYER_BATCHNORM2D: return "batchnorm2d";
+    case RP_LAYER_BATCHNORM1D: return "batchnorm1d";
     }
     return "?";
 }
@@ -91,6 +93,10 @@ void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed,
             if (L->type == RP_LAYER_LAYERNORM) {
                 for (size_t e = 0; e < var->count; e++)
                     p[e] = v == 0 ? 1.0f : 0.0f;
+            } else if (L->type == RP_LAYER_BATCHNORM2D || L->type == RP_LAYER_BATCHNORM1D) {
+                /* weight 1, bias 0, running mean 0, running variance 1 */
+                for (size_t e = 0; e < var->count; e++)
+                    p[e] = v == 0 || v == 3 ? 1.0f : 0.0f;
             } else if (L->type == RP_LAYER_TRANSFORMER_BLOCK) {
                 /* GPT-2's: LayerNorms ones and zeros, biases zero, weights N(0, 0.02^2),
                 ** the two projections into the residual stream N(0, (0.02 / sqrt(2 x
@@ -143,6 +149,8 @@ uint32_t rp_model_fingerprint(const rp_model *m) {
             c = fold(c, &l->tie, sizeof l->tie);
         if (l->groups > 1)
             c = fold(c, &l->groups, sizeof l->groups);
+        if (l->type == RP_LAYER_BATCHNORM2D || l->type == RP_LAYER_BATCHNORM1D)
+            c = fold(c, &l->momentum, sizeof l->momentum);
         if (l->num_inputs != 1 || l->inputs[0] != i - 1) { /* a graph's edges */
             c = fold(c, &l->num_inputs, sizeof l->num_inputs);
             c = fold(c, l->inputs, sizeof(int) * l->num_inputs);

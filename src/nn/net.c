@@ -55,6 +55,11 @@ struct rp_net {
     bool *written;
     float *gtmp, *gpack;
     size_t graph_bytes;
+    /* batchnorm: per layer of the net, where its statistics slots start in
+    ** `stats` (SIZE_MAX: not a batchnorm); the running statistics next */
+    size_t *stat_at;
+    float *stats, *running;
+    size_t stats_n, running_n;
     rp_error err;
 };
 
@@ -148,6 +153,72 @@ static rp_status plan_graph(rp_net *n, rp_error *err) {
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a graph's gradients");
     n->graph_bytes += sizeof(float) * (most + n->in_n) * n->max_batch;
     return RP_OK;
+}
+
+static bool is_bn(const rp_layer *L) {
+    return L->type == RP_LAYER_BATCHNORM2D || L->type == RP_LAYER_BATCHNORM1D;
+}
+
+/* Each batchnorm layer's slots: stat_slots of 2C + 1 floats (mean,
+** variance, filled); and room for its next running statistics (2C). */
+static rp_status plan_stats(rp_net *n, rp_error *err) {
+    int L = n->last - n->first;
+    if (!(n->stat_at = malloc(sizeof(size_t) * L)))
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    for (int l = n->first; l < n->last; l++) {
+        const rp_layer *Ly = &n->m->layers[l];
+        n->stat_at[l - n->first] = SIZE_MAX;
+        if (!is_bn(Ly) || n->opt.stat_slots < 1)
+            continue;
+        n->stat_at[l - n->first] = n->stats_n;
+        n->stats_n += (size_t)n->opt.stat_slots * (2 * Ly->in.dim[0] + 1);
+        n->running_n += 2 * (size_t)Ly->in.dim[0];
+    }
+    if (n->stats_n && (!(n->stats = calloc(n->stats_n, sizeof(float))) ||
+                       !(n->running = malloc(sizeof(float) * n->running_n))))
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for batchnorm's statistics");
+    return RP_OK;
+}
+
+float *rp_net_stats(rp_net *n, size_t *count) {
+    *count = n->stats_n;
+    return n->stats;
+}
+
+/* running <- (1 - momentum) running + momentum x, for each filled slot in
+** order: what one worker's forwards of those micro-batches would leave */
+void rp_net_running_next(rp_net *n) {
+    size_t base = n->m->layers[n->first].param_offset, at = 0;
+    for (int l = n->first; n->stats && l < n->last; l++) {
+        const rp_layer *Ly = &n->m->layers[l];
+        if (n->stat_at[l - n->first] == SIZE_MAX)
+            continue;
+        int C = Ly->in.dim[0];
+        const float *p = n->params + (Ly->param_offset - base) + 2 * C;
+        float *r = n->running + at, mom = Ly->momentum;
+        memcpy(r, p, sizeof(float) * 2 * C);
+        for (int k = 0; k < n->opt.stat_slots; k++) {
+            const float *s = n->stats + n->stat_at[l - n->first] + (size_t)k * (2 * C + 1);
+            if (s[2 * C] == 0.0f)
+                continue;
+            for (int e = 0; e < 2 * C; e++)
+                r[e] = (1.0f - mom) * r[e] + mom * s[e];
+        }
+        at += 2 * (size_t)C;
+    }
+}
+
+void rp_net_running_commit(rp_net *n) {
+    size_t base = n->m->layers[n->first].param_offset, at = 0;
+    for (int l = n->first; n->stats && l < n->last; l++) {
+        const rp_layer *Ly = &n->m->layers[l];
+        if (n->stat_at[l - n->first] == SIZE_MAX)
+            continue;
+        int C = Ly->in.dim[0];
+        memcpy(n->params + (Ly->param_offset - base) + 2 * C, n->running + at,
+               sizeof(float) * 2 * C);
+        at += 2 * (size_t)C;
+    }
 }
 
 /* Which outputs and aux states an activation set keeps, and where the
@@ -249,6 +320,8 @@ rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_bat
     n->graph = !rp_model_is_chain(m);
     rp_status st = n->graph ? plan_graph(n, err) : RP_OK;
     if (!st)
+        st = plan_stats(n, err);
+    if (!st)
         st = plan_recompute(n, err);
     if (st) {
         rp_net_free(n);
@@ -269,6 +342,7 @@ void rp_net_free(rp_net *n) {
             free(n->gt[k]);
     free(n->gt), free(n->written), free(n->gtmp), free(n->gpack);
     free(n->bin), free(n->bout), free(n->in_slot);
+    free(n->stat_at), free(n->stats), free(n->running);
     free(n);
 }
 
@@ -298,8 +372,9 @@ size_t rp_net_out_size(const rp_net *n) {
 const char *rp_net_error(const rp_net *n) { return n->err.msg; }
 
 size_t rp_net_scratch_bytes(const rp_net *n) {
-    return sizeof(float) * (n->col_n + n->tmp_n + 2 * n->gmax * n->max_batch) + n->overlay_bytes +
-           n->graph_bytes;
+    return sizeof(float) * (n->col_n + n->tmp_n + 2 * n->gmax * n->max_batch + n->stats_n +
+                            n->running_n) +
+           n->overlay_bytes + n->graph_bytes;
 }
 
 /* Layout of an activation set: input, then each kept output and aux state,
@@ -407,6 +482,10 @@ static layer_args args_for(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx,
         .w = n->params + (L->param_offset - base),
         .dw = n->grads + (L->param_offset - base),
         .aux = a->aux[l - n->first],
+        .stats = n->stats && n->stat_at[l - n->first] != SIZE_MAX && ctx->stat_slot >= 1 &&
+                         ctx->stat_slot <= n->opt.stat_slots
+                     ? n->stats + n->stat_at[l - n->first]
+                     : NULL,
         .col = n->col,
         .tmp = n->tmp,
         .ctx = ctx,

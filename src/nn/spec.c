@@ -120,6 +120,13 @@ static rp_status apply_options(pctx *c, rp_layer *L, words *w, int first, const 
                             c->name, c->line, v);
             else
                 L->std = (float)d;
+        } else if (strcmp(k, "momentum") == 0) {
+            double d;
+            if (!parse_float(v, &d) || !(d > 0) || d > 1)
+                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: momentum: '%s' is not a number in (0, 1]",
+                            c->name, c->line, v);
+            else
+                L->momentum = (float)d;
         } else if (strcmp(k, "eps") == 0 || strcmp(k, "p") == 0 || strcmp(k, "dropout") == 0) {
             double d;
             bool is_p = k[0] != 'e';
@@ -177,6 +184,8 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
         {"adaptive_avgpool2d", RP_LAYER_ADAPTIVE_AVGPOOL2D, -1, " "},
         {"sigmoid", RP_LAYER_SIGMOID, 0, " "},
         {"tanh", RP_LAYER_TANH, 0, " "},
+        {"batchnorm2d", RP_LAYER_BATCHNORM2D, 0, " eps momentum group_size "},
+        {"batchnorm1d", RP_LAYER_BATCHNORM1D, 0, " eps momentum group_size "},
     };
     int k = 0, nk = (int)(sizeof kinds / sizeof kinds[0]);
     while (k < nk && strcmp(kinds[k].name, w->w[0]) != 0)
@@ -198,6 +207,7 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
     L->mlp = 4;
     L->std = 1;
     L->groups = 1;
+    L->momentum = 0.1f;
     int npos = positional(w);
     int want = kinds[k].args;
     if (want >= 0 && npos != want)
@@ -354,6 +364,14 @@ static rp_status infer(pctx *c, rp_layer *L, rp_model *m) {
     case RP_LAYER_LAYERNORM:
         L->num_vars = 2;
         break;
+    case RP_LAYER_BATCHNORM2D:
+    case RP_LAYER_BATCHNORM1D:
+        if (L->type == RP_LAYER_BATCHNORM2D && in.ndim != 3)
+            return shape_error(c, L, "a 3-dimensional input (channels x height x width)");
+        if (L->type == RP_LAYER_BATCHNORM1D && in.ndim > 2)
+            return shape_error(c, L, "features, or (channels x length)");
+        L->num_vars = 4; /* weight, bias, running_mean, running_var */
+        break;
     case RP_LAYER_EMBEDDING:
         if (in.ndim != 1)
             return shape_error(c, L, "a 1-dimensional input of token ids");
@@ -435,6 +453,13 @@ static rp_status layout_params(rp_model *m, rp_error *err) {
             case RP_LAYER_LAYERNORM:
                 var->shape = (rp_shape){1, {D}};
                 break;
+            case RP_LAYER_BATCHNORM2D:
+            case RP_LAYER_BATCHNORM1D: { /* PyTorch's names for the statistics */
+                static const char *const vn[] = {"weight", "bias", "running_mean", "running_var"};
+                snprintf(var->name, RP_NAME_MAX, "%d.%s", l, vn[v]);
+                var->shape = (rp_shape){1, {L->in.dim[0]}};
+                break;
+            }
             case RP_LAYER_EMBEDDING:
                 var->shape = (rp_shape){2, {L->vocab, L->dim}};
                 break;
