@@ -61,12 +61,21 @@ static const entry *get(const tcase *c, const char *name) {
     return NULL;
 }
 
+/* An entry the case may hold. */
+static const entry *find(const tcase *c, const char *name) {
+    for (int i = 0; i < c->num; i++)
+        if (strcmp(c->e[i].name, name) == 0)
+            return &c->e[i];
+    return NULL;
+}
+
 static void layer_case(const tcase *c, const rp_model *m) {
     int B = c->batch;
     rp_net *net;
     rp_acts *acts;
     rp_error err;
-    CHECK(rp_net_create(m, 0, m->num_layers, B, &net, &err) == RP_OK);
+    rp_net_options no = {.stat_slots = 1}; /* batchnorm records its statistics */
+    CHECK(rp_net_create_with(m, 0, m->num_layers, B, &no, &net, &err) == RP_OK);
     CHECK(rp_acts_create(net, B, &acts, &err) == RP_OK);
     float *p = rp_net_params(net);
     for (int v = 0; v < m->num_vars; v++)
@@ -82,7 +91,7 @@ static void layer_case(const tcase *c, const rp_model *m) {
         fill(x, in, 1, 4.0);
     }
     fill(r, out, 7, 2.0);
-    rp_step_ctx ctx = {.training = true, .loss_scale = 1};
+    rp_step_ctx ctx = {.training = true, .loss_scale = 1, .stat_slot = 1};
     const float *y = rp_net_forward(net, acts, x, B, &ctx, NULL);
     const entry *e = get(c, "out");
     char what[256];
@@ -98,8 +107,18 @@ static void layer_case(const tcase *c, const rp_model *m) {
         snprintf(what, sizeof what, "%s: input gradient", c->name);
         check_vec(what, din, e->v, in, 1e-6, 1e-5);
     }
+    rp_net_running_next(net); /* a batchnorm's running statistics after the forward */
+    rp_net_running_commit(net);
     for (int v = 0; v < m->num_vars; v++) {
         char key[16];
+        snprintf(key, sizeof key, "after%d", v);
+        if ((e = find(c, key))) {
+            CHECK_INT(e->n, (long long)m->vars[v].count);
+            snprintf(what, sizeof what, "%s: %s after the forward", c->name, m->vars[v].name);
+            check_vec(what, rp_net_params(net) + m->vars[v].offset, e->v, m->vars[v].count,
+                      1e-6, 1e-5);
+            continue;
+        }
         snprintf(key, sizeof key, "grad%d", v);
         if ((e = get(c, key))) {
             CHECK_INT(e->n, (long long)m->vars[v].count);
@@ -228,7 +247,7 @@ int main(int argc, char **argv) {
         }
     }
     free(text);
-    CHECK_INT(cases, 26); /* every case make_refs.py writes: a missing one is a failure */
+    CHECK_INT(cases, 29); /* every case make_refs.py writes: a missing one is a failure */
     printf("%d cases compared with PyTorch\n", cases);
     return test_finish("test_torch_refs");
 }

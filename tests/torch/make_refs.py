@@ -52,6 +52,8 @@ def params_of(mods):
         for p in (getattr(m, "weight", None), getattr(m, "bias", None)):
             if p is not None:
                 out.append(p)
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):  # repipe's variables 2, 3
+            out += [m.running_mean, m.running_var]
     return out
 
 
@@ -120,6 +122,10 @@ LAYER_CASES = [
     ("adaptive_avgpool2d_3", "adaptive_avgpool2d 3", (2, 2, 7, 5), lambda: [torch.nn.AdaptiveAvgPool2d(3)]),
     ("sigmoid", "sigmoid", (2, 7), lambda: [torch.nn.Sigmoid()]),
     ("tanh", "tanh", (2, 7), lambda: [torch.nn.Tanh()]),
+    ("batchnorm2d", "batchnorm2d", (3, 3, 4, 5), lambda: [torch.nn.BatchNorm2d(3)]),
+    ("batchnorm1d", "batchnorm1d eps=0.001 momentum=0.3", (4, 6),
+     lambda: [torch.nn.BatchNorm1d(6, eps=1e-3, momentum=0.3)]),
+    ("batchnorm1d_cl", "batchnorm1d", (2, 3, 5), lambda: [torch.nn.BatchNorm1d(3)]),
     ("conv2d_groups", "conv2d 6 kernel=3 pad=1 groups=2", (2, 4, 5, 5),
      lambda: [torch.nn.Conv2d(4, 6, 3, padding=1, groups=2)]),
     ("conv2d_depthwise", "conv2d 4 kernel=3 stride=2 groups=4 bias=false", (2, 4, 6, 6),
@@ -183,7 +189,10 @@ def layer_case(name, spec, shape, make, whole=False):
     emit("out", out)
     emit("din", x.grad)
     for v, p in enumerate(params):
-        emit("grad%d" % v, p.grad)
+        if p.grad is None:  # a batchnorm's statistics: their value after the forward
+            emit("after%d" % v, p)
+        else:
+            emit("grad%d" % v, p.grad)
     print("end")
 
 
