@@ -162,11 +162,13 @@ static void ref_forward(const refctx *c, const double *x, const double *w, doubl
         for (int bc = 0; bc < B * C; bc++)
             for (int oh = 0; oh < OH; oh++)
                 for (int ow = 0; ow < OW; ow++) {
-                    double m = -1e300;
+                    double m = -1e300; /* padding: -infinity */
                     for (int ki = 0; ki < L->kernel; ki++)
                         for (int kj = 0; kj < L->kernel; kj++) {
-                            double v = x[((size_t)bc * H + oh * L->stride + ki) * W +
-                                         ow * L->stride + kj];
+                            int h = oh * L->stride - L->pad + ki, ww = ow * L->stride - L->pad + kj;
+                            if (h < 0 || h >= H || ww < 0 || ww >= W)
+                                continue;
+                            double v = x[((size_t)bc * H + h) * W + ww];
                             m = v > m ? v : m;
                         }
                     y[((size_t)bc * OH + oh) * OW + ow] = m;
@@ -510,6 +512,7 @@ int main(void) {
     check_layer("input 3 6 6\nconv2d 2 kernel=2 stride=2 pad=1 bias=false\n", 2);
     check_layer("input 2 6 4\nmaxpool2d 2\n", 2);
     check_layer("input 1 7 7\nmaxpool2d 3 stride=2\n", 2);
+    check_layer("input 2 7 6\nmaxpool2d 3 stride=2 pad=1\n", 2); /* ResNet's */
     check_layer("input 9\nrelu\n", 3);
     check_layer("input 2 5\ngelu\n", 3);
     check_layer("input 2 3 2\nflatten\n", 2);

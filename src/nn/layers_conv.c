@@ -316,9 +316,9 @@ RP_HOT
 void rpi_maxpool_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
-    int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride;
+    int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride, P = L->pad;
     int *arg = a->aux;
-    if (K == 2 && S == 2) {
+    if (K == 2 && S == 2 && P == 0) {
         /* the window's four values in the general loop's order. Rows are
         ** short (14 outputs and less), so most of the work is the scalar
         ** remainder of the vector loop: the index is chosen with masks, not
@@ -347,15 +347,20 @@ void rpi_maxpool_forward(const layer_args *a) {
         }
         return;
     }
+    /* padding is -infinity: a window's maximum is over its part inside the
+    ** plane, never empty while P <= K / 2 */
     for (int bc = 0; bc < a->B * C; bc++) {
         const float *plane = a->in + (size_t)bc * H * W;
         for (int oh = 0; oh < OH; oh++)
             for (int ow = 0; ow < OW; ow++) {
-                int best = (oh * S) * W + ow * S;
+                int h0 = oh * S - P, w0 = ow * S - P;
+                int hs = h0 < 0 ? 0 : h0, ws = w0 < 0 ? 0 : w0;
+                int he = h0 + K > H ? H : h0 + K, we = w0 + K > W ? W : w0 + K;
+                int best = hs * W + ws;
                 float m = plane[best];
-                for (int ki = 0; ki < K; ki++)
-                    for (int kj = 0; kj < K; kj++) {
-                        int at = (oh * S + ki) * W + ow * S + kj;
+                for (int h = hs; h < he; h++)
+                    for (int w = ws; w < we; w++) {
+                        int at = h * W + w;
                         if (plane[at] > m) {
                             m = plane[at];
                             best = at;

@@ -170,7 +170,7 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
         {"conv2d", RP_LAYER_CONV2D, 1, " kernel stride pad groups bias group_size "},
         {"relu", RP_LAYER_RELU, 0, " "},
         {"gelu", RP_LAYER_GELU, 0, " "},
-        {"maxpool2d", RP_LAYER_MAXPOOL2D, 1, " stride "},
+        {"maxpool2d", RP_LAYER_MAXPOOL2D, 1, " stride pad "},
         {"flatten", RP_LAYER_FLATTEN, 0, " "},
         {"dropout", RP_LAYER_DROPOUT, -1, " p "},
         {"layernorm", RP_LAYER_LAYERNORM, 0, " eps group_size "},
@@ -308,11 +308,10 @@ static rp_status infer(pctx *c, rp_layer *L, rp_model *m) {
                                "groups", c->name, c->line, L->units, L->groups);
             return shape_error(c, L, need);
         }
-        if (L->type == RP_LAYER_AVGPOOL2D && 2 * L->pad > L->kernel)
-            return rp_fail(c->err, RP_ERR_INVALID,
-                           "%s:%d: avgpool2d: pad=%d is more than half its kernel %d", c->name,
-                           c->line, L->pad, L->kernel);
-        int pad = L->type != RP_LAYER_MAXPOOL2D ? L->pad : 0;
+        if (L->type != RP_LAYER_CONV2D && 2 * L->pad > L->kernel)
+            return rp_fail(c->err, RP_ERR_INVALID, "%s:%d: %s: pad=%d is more than half its kernel %d",
+                           c->name, c->line, rp_layer_name(L->type), L->pad, L->kernel);
+        int pad = L->pad;
         int oh = (in.dim[1] + 2 * pad - L->kernel) / L->stride + 1;
         int ow = (in.dim[2] + 2 * pad - L->kernel) / L->stride + 1;
         if (in.dim[1] + 2 * pad < L->kernel || in.dim[2] + 2 * pad < L->kernel) {

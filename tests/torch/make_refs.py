@@ -122,6 +122,8 @@ LAYER_CASES = [
     ("adaptive_avgpool2d_3", "adaptive_avgpool2d 3", (2, 2, 7, 5), lambda: [torch.nn.AdaptiveAvgPool2d(3)]),
     ("sigmoid", "sigmoid", (2, 7), lambda: [torch.nn.Sigmoid()]),
     ("tanh", "tanh", (2, 7), lambda: [torch.nn.Tanh()]),
+    ("maxpool2d_k3s2p1", "maxpool2d 3 stride=2 pad=1", (2, 2, 7, 6),
+     lambda: [torch.nn.MaxPool2d(3, stride=2, padding=1)]),
     ("batchnorm2d", "batchnorm2d", (3, 3, 4, 5), lambda: [torch.nn.BatchNorm2d(3)]),
     ("batchnorm1d", "batchnorm1d eps=0.001 momentum=0.3", (4, 6),
      lambda: [torch.nn.BatchNorm1d(6, eps=1e-3, momentum=0.3)]),
