@@ -25,7 +25,7 @@ import threading
 import numpy as np
 
 __all__ = ["Error", "Config", "Model", "Session", "Plan", "plan", "groups", "load_weights",
-           "fashion_mnist", "Stream"]
+           "save_weights", "fashion_mnist", "Stream"]
 
 
 class Error(Exception):
@@ -156,6 +156,7 @@ _session_loss = _sig("rp_session_loss", _int, _P, _F, _I32, _int,
                      ctypes.POINTER(ctypes.c_double), _E)
 _weights_load = _sig("rp_weights_load", _int, ctypes.POINTER(ctypes.POINTER(_Weights)), _c, _E)
 _weights_free = _sig("rp_weights_free", None, ctypes.POINTER(_Weights))
+_weights_save = _sig("rp_weights_save", _int, ctypes.POINTER(_Weights), _c, _E)
 _grouping_init = _sig("rp_grouping_init", _int, ctypes.POINTER(_Grouping), _int, _int, _int, _E)
 _grouping_popxl = _sig("rp_grouping_popxl", _int, ctypes.POINTER(_Grouping), _int,
                        ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int), _E)
@@ -629,6 +630,14 @@ def load_weights(path):
         return _weights_dict(w)
     finally:
         _weights_free(w)
+
+
+def save_weights(path, weights):
+    """Writes {name: float32 array} as a weight file, each array one tensor of its shape
+    (written to a temporary file, synced and renamed, as the C side writes them)."""
+    tensors = _tensors(weights)
+    w, err = _Weights(len(tensors), tensors), _Err()
+    _check(_weights_save(ctypes.byref(w), os.fsencode(path), ctypes.byref(err)), err)
 
 
 class Session:

@@ -15,7 +15,9 @@ import time
 
 import torch
 
-__all__ = ["profile"]
+from .torch_export import export, load  # noqa: F401 (repipe.torch.export, .load)
+
+__all__ = ["profile", "export", "load"]
 
 
 def _bytes(x):

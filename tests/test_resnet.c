@@ -1,0 +1,155 @@
+/*
+** torchvision's resnet18 (first convolution for 1 channel, 10 classes) as
+** repipe.torch.export writes it, trained 10 updates of 16 Fashion-MNIST
+** images with SGD and momentum, against PyTorch from the same weights
+** (tests/torch/resnet18_losses.txt, written by make_resnet_refs.py): on one
+** worker with micro-batches of 16, and on 2 stages x 2 replicas with 2
+** accumulation steps of 4, cut inside a residual block so that its skip
+** crosses the stages, against PyTorch accumulating the same micro-batches.
+**
+** The reference is PyTorch in float64. This network is ill-conditioned at
+** 28 x 28 (its last blocks normalise 1 x 1 planes over a micro-batch, 4 or
+** 16 values a channel), and PyTorch's own float32 run leaves its float64
+** one by 6e-5 at the second update and 2e-2 by the tenth (1.1 with
+** micro-batches of 4): each loss must be within 1e-4 of float64 PyTorch, or
+** no further from it than twice the furthest PyTorch's float32 run has been
+** so far. (Even the first update's forwards, before any step, differ by
+** 4e-5 between PyTorch's float32 and float64 with micro-batches of 4.)
+** Weights come from the integer formula both sides compute.
+**
+**   test_resnet DIR    DIR holding resnet18.model, resnet18_losses.txt and
+**                      fmnist160/ (Fashion-MNIST's first 160 training images)
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+
+#include "../src/core/util.h"
+#include "repipe/data.h"
+#include "repipe/session.h"
+#include "support.h"
+#include "test.h"
+
+enum { UPDATES = 10, PER_UPDATE = 16 };
+
+static double value(long long i, long long salt, double scale) {
+    return (((i * 7919 + salt * 104729) % 2003) / 2003.0 - 0.5) * scale;
+}
+
+/* make_resnet_refs.py's initial(): weights uniform in +-0.5 / sqrt(fan_in),
+** a batchnorm's weight and running variance around 1, the rest around 0 */
+static void initial(const rp_model *m, float *params) {
+    for (int v = 0; v < m->num_vars; v++) {
+        const rp_variable *var = &m->vars[v];
+        bool matrix = var->shape.ndim >= 2;
+        double scale = matrix ? 1.0 / sqrt((double)(var->count / (size_t)var->shape.dim[0])) : 0.2;
+        const char *dot = strchr(var->name, '.');
+        bool one = !matrix && (strcmp(dot, ".weight") == 0 || strcmp(dot, ".running_var") == 0);
+        for (size_t e = 0; e < var->count; e++) {
+            float x = (float)value((long long)e, 100 + v, scale);
+            params[var->offset + e] = one ? x + 1.0f : x;
+        }
+    }
+}
+
+/* Trains and compares the per-micro-batch losses with PyTorch's float64
+** (want) and float32 (f32) ones, UPDATES x PER_UPDATE / micro of each. */
+static void recipe(const rp_model *m, const rp_dataset *d, const char *json, const float *want,
+                   const float *f32, int micro) {
+    rp_config c = test_config(json);
+    rp_session *s;
+    rp_error err;
+    CHECK_OK(rp_session_create(m, &c, &s, &err), err);
+    float *params = malloc(sizeof(float) * m->num_params);
+    initial(m, params);
+    rp_weights *w;
+    CHECK_OK(rp_weights_from_params(m, params, &w, &err), err);
+    CHECK_OK(rp_session_set_weights(s, w, RP_ONE_PER_GROUP, &err), err);
+    int per_update = PER_UPDATE / micro, bad = 0, n = 0;
+    double worst = 0, worst_f32 = 0;
+    for (int u = 0; u < UPDATES; u++) {
+        int64_t ids[PER_UPDATE];
+        for (int k = 0; k < PER_UPDATE; k++)
+            ids[k] = u * PER_UPDATE + k;
+        rp_result r;
+        CHECK_OK(rp_session_run_samples(s, d, ids, &r, &err), err);
+        CHECK_INT(r.count, per_update);
+        for (int k = 0; k < per_update && k < r.count; k++, n++) {
+            int i = u * per_update + k;
+            double dev = fabs(r.losses[k] - want[i]);
+            worst_f32 = fmax(worst_f32, fabs(f32[i] - want[i]));
+            double tol = fmax(1e-4, 2 * worst_f32);
+            worst = fmax(worst, dev);
+            if (!(dev <= tol)) {
+                if (!bad)
+                    fprintf(stderr, "micro-batches of %d, update %d, loss %d: %.9g, PyTorch "
+                            "%.9g (float32 %.9g)\n", micro, u, k, r.losses[k], want[i], f32[i]);
+                bad++;
+            }
+        }
+    }
+    CHECKF(bad == 0 && n == UPDATES * per_update,
+           "micro-batches of %d: %d of %d losses off PyTorch's", micro, bad, n);
+    printf("micro-batches of %d: %d losses within %.2g of PyTorch's float64 run (its float32 "
+           "run: within %.2g)\n", micro, n, worst, worst_f32);
+    rp_weights_free(w);
+    free(params);
+    rp_session_free(s);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "tests/torch";
+    char path[4096];
+    rp_model *m;
+    rp_dataset *d;
+    rp_error err;
+    snprintf(path, sizeof path, "%s/resnet18.model", dir);
+    if (rp_model_load(&m, path, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/fmnist160", dir);
+    if (rp_dataset_load_idx(&d, path, true, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/resnet18_losses.txt", dir);
+    char *text;
+    size_t len;
+    if (rp_read_file(path, &text, &len, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    /* [micro 16, micro 4][float64, float32] */
+    static float want[2][2][UPDATES * PER_UPDATE];
+    int found = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        int micro, at;
+        char type[16];
+        if (sscanf(line, "micro_batch %d %15s %n", &micro, type, &at) != 2 ||
+            (micro != 16 && micro != 4))
+            continue;
+        char *p = line + at;
+        float *dst = want[micro == 4][strcmp(type, "float32") == 0];
+        for (int k = 0; k < UPDATES * PER_UPDATE / micro; k++)
+            dst[k] = strtof(p, &p);
+        found++;
+    }
+    free(text);
+    CHECK_INT(found, 4);
+    /* layers 0-3 the stem; 4 the first block's conv, 5 its batchnorm, 6 relu:
+    ** a cut at 6 carries the block's input (the skip) and layer 5's output */
+    int t[64];
+    CHECK_INT(rp_model_boundary(m, 6, t), 2);
+    recipe(m, d,
+           "{\"micro_batch_size\": 16, \"output_mode\": \"all\", \"optimizer\": {\"type\": "
+           "\"sgd\", \"lr\": 0.01, \"momentum\": 0.9}}",
+           want[0][0], want[0][1], 16);
+    recipe(m, d,
+           "{\"micro_batch_size\": 4, \"gradient_accumulation_steps\": 2, \"replication_factor\": "
+           "2, \"layers_per_stage\": [6, -1], \"output_mode\": \"all\", \"optimizer\": "
+           "{\"type\": \"sgd\", \"lr\": 0.01, \"momentum\": 0.9}}",
+           want[1][0], want[1][1], 4);
+    rp_dataset_free(d);
+    rp_model_free(m);
+    return test_finish("test_resnet");
+}

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Writes tests/torch/resnet18.model and tests/torch/resnet18_losses.txt: torchvision's
+resnet18 (its first convolution for 1 channel, 10 classes) as repipe.torch.export writes it,
+and PyTorch's first 10 losses training it with SGD and momentum, for tests/test_resnet.c to
+compare against (the test needs no torch). Run from the repository with Debian's
+python3-torch and python3-torchvision, the library built:
+
+    REPIPE_LIBRARY=build/librepipe.so PYTHONPATH=python \\
+        /usr/bin/python3 tests/torch/make_resnet_refs.py tests/torch
+
+Every parameter and batchnorm statistic, every input and label comes from the integer
+formula value() that the C test computes identically (initial()), so the files hold no
+weights. Two
+recipes, each 10 updates of 16 samples: one micro-batch of 16 per update; and micro-batches
+of 4, four per update, accumulated (batch statistics per micro-batch), as 2 replicas x 2
+accumulation steps run them, replica-major.
+"""
+import math
+import os
+import sys
+
+import torch
+import torchvision
+
+import repipe
+import repipe.torch as rtorch
+from repipe.torch_export import _convert
+
+torch.set_default_dtype(torch.float32)
+torch.set_num_threads(1)
+
+UPDATES, PER_UPDATE, LR, MOMENTUM = 10, 16, 0.01, 0.9
+
+
+def value(i, salt, scale):
+    return (((i * 7919 + salt * 104729) % 2003) / 2003.0 - 0.5) * scale
+
+
+def tensor(n, salt, scale, shape, first=0):
+    return torch.tensor([value(first + i, salt, scale) for i in range(n)],
+                        dtype=torch.float64).float().reshape(shape)
+
+
+def initial(v, shape, suffix):
+    """repipe's variable v: weights uniform in +-0.5 / sqrt(fan_in), a batchnorm's weight
+    and running variance around 1, biases and running means around 0 (salt 100 + v)."""
+    n = 1
+    for d in shape:
+        n *= d
+    if len(shape) >= 2:
+        return tensor(n, 100 + v, 1.0 / math.sqrt(n // shape[0]), shape)
+    x = tensor(n, 100 + v, 0.2, shape)
+    return x + 1 if suffix in ("weight", "running_var") else x
+
+
+def model():
+    m = torchvision.models.resnet18(num_classes=10)
+    m.conv1 = torch.nn.Conv2d(1, 64, 7, 2, 3, bias=False)
+    _, _, variables = _convert(m)
+    state = m.state_dict()
+    v = 0
+    with torch.no_grad():
+        for var in variables:
+            for suffix, key in var:
+                t = state[key]
+                t.copy_(initial(v, tuple(t.shape), suffix))
+                v += 1
+    return m
+
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fmnist160")
+_images = None
+
+
+def batch(u):
+    """Update u's 16 samples: Fashion-MNIST's training images 16 u to 16 u + 15 (the first
+    160 of them are in fmnist160/), scaled to [0, 1] as repipe reads them."""
+    global _images
+    if _images is None:
+        _images = repipe.fashion_mnist(DATA)
+    x, y = _images
+    k = slice(u * PER_UPDATE, (u + 1) * PER_UPDATE)
+    return torch.from_numpy(x[k].copy()), torch.from_numpy(y[k].astype("int64"))
+
+
+def train(micro, dtype=torch.float64):
+    m = model().to(dtype)
+    m.train()
+    opt = torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM)
+    losses = []
+    for u in range(UPDATES):
+        x, y = batch(u)
+        x = x.to(dtype)
+        opt.zero_grad()
+        for k in range(0, PER_UPDATE, micro):
+            loss = torch.nn.functional.cross_entropy(m(x[k:k + micro]), y[k:k + micro])
+            (loss * micro / PER_UPDATE).backward()
+            losses.append(loss.item())
+        opt.step()
+    return losses
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "."
+    m = model()
+    rtorch.export(m, torch.zeros(2, 1, 28, 28), model=os.path.join(out, "resnet18.model"),
+                  weights=os.path.join(out, "resnet18-unused.rpw"))
+    os.remove(os.path.join(out, "resnet18-unused.rpw"))
+    with open(os.path.join(out, "resnet18_losses.txt"), "w") as f:
+        f.write("# PyTorch %s, torchvision %s: make_resnet_refs.py\n" %
+                (torch.__version__, torchvision.__version__))
+        for micro in (16, 4):  # PyTorch in float64, then its float32 run beside it
+            for name, dtype in (("float64", torch.float64), ("float32", torch.float32)):
+                f.write("micro_batch %d %s %s\n" % (micro, name, " ".join(
+                    "%.9g" % v for v in train(micro, dtype))))
+
+
+if __name__ == "__main__":
+    main()
