@@ -7,6 +7,8 @@ import tempfile
 import time
 import unittest
 
+import numpy as np
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import repipe  # noqa: E402
 
@@ -219,3 +221,124 @@ class Profiles(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipUnless(torch is not None, NEEDS_TORCH)
+class Export(unittest.TestCase):
+    """repipe.torch.export and load: the exported spec computes what the module computes,
+    and what repipe trains goes back into the module."""
+
+    def setUp(self):
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
+        self.tmp = tempfile.TemporaryDirectory()
+        self.model = os.path.join(self.tmp.name, "m.model")
+        self.weights = os.path.join(self.tmp.name, "m.rpw")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def evaluate(self, module, x, y):
+        """The mean loss of (x, y) by repipe from the export, and by the module (eval mode:
+        batchnorm on its running statistics)."""
+        rtorch.export(module, x, model=self.model, weights=self.weights)
+        with repipe.Session(repipe.Model.load(self.model),
+                            repipe.Config(micro_batch_size=int(x.shape[0]))) as s:
+            s.set_weights(repipe.load_weights(self.weights))
+            ours = s.loss(np.ascontiguousarray(x.numpy()), y.numpy().astype(np.int32))
+        module.eval()
+        with torch.no_grad():
+            theirs = nn.functional.cross_entropy(module(x), y).item()
+        return ours, theirs
+
+    def test_dense_residual_model_with_batchnorm(self):
+        class Net(nn.Module):
+            def __init__(s):
+                super().__init__()
+                s.stem = nn.Sequential(nn.Conv2d(1, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU())
+                s.a = nn.Conv2d(6, 6, 3, padding=1, groups=3)
+                s.bn = nn.BatchNorm2d(6)
+                s.b = nn.Conv2d(6, 2, 1)
+                s.pool = nn.AvgPool2d(2)
+                s.head = nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Dropout(0.1),
+                                       nn.Linear(32, 16), nn.Tanh(), nn.Linear(16, 10))
+
+            def forward(s, x):
+                x = s.stem(x)
+                y = torch.relu(s.bn(s.a(x)) + x)
+                z = torch.cat([y, torch.sigmoid(s.b(y)), x], dim=1)
+                return s.head(s.pool(z)[:, :8])
+
+        # a slice has no repipe layer: refused with the node's name
+        with self.assertRaisesRegex(repipe.Error, "getitem"):
+            rtorch.export(Net(), torch.zeros(2, 1, 12, 12), model=self.model, weights=self.weights)
+
+        class Fixed(Net):
+            def __init__(s):
+                super().__init__()
+                s.head[3] = nn.Linear(14 * 4, 16)
+
+            def forward(s, x):
+                x = s.stem(x)
+                y = torch.relu(s.bn(s.a(x)) + x)
+                z = torch.cat([y, torch.sigmoid(s.b(y)), x], dim=1)
+                return s.head(s.pool(z))
+
+        net = Fixed()
+        net.train()
+        with torch.no_grad():  # running statistics away from 0 and 1
+            for _ in range(3):
+                net(torch.randn(8, 1, 12, 12))
+        x, y = torch.randn(6, 1, 12, 12), torch.randint(0, 10, (6,))
+        ours, theirs = self.evaluate(net, x, y)
+        self.assertAlmostEqual(ours, theirs, delta=1e-5)
+        with open(self.model) as f:
+            text = f.read()
+        self.assertIn("concat < ", text)
+        self.assertIn("groups=3", text)
+        self.assertIn("batchnorm2d eps=1e-05 momentum=0.1", text)
+
+    def test_refusals_name_the_module(self):
+        net = nn.Sequential(nn.Flatten(), nn.Linear(4, 4), nn.LSTM(4, 4))
+        with self.assertRaisesRegex(repipe.Error, r"module '2' \(LSTM\): has no repipe layer"):
+            rtorch.export(net, torch.zeros(2, 4), model=self.model, weights=self.weights)
+        net = nn.Sequential(nn.Conv2d(1, 2, (3, 5)))
+        with self.assertRaisesRegex(repipe.Error, r"module '0' \(Conv2d\): kernel"):
+            rtorch.export(net, torch.zeros(2, 1, 8, 8), model=self.model, weights=self.weights)
+        self.assertFalse(os.path.exists(self.model))
+
+    def test_trained_weights_go_back(self):
+        """repipe trains the export 3 updates of 2 micro-batches; load() puts the result into
+        the module, where it equals PyTorch's own 3 updates on the same micro-batches, the
+        running statistics included."""
+        def make():
+            torch.manual_seed(1)
+            return nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.BatchNorm1d(8), nn.ReLU(),
+                                 nn.Linear(8, 3))
+        net, ref = make(), make()
+        x, y = torch.randn(16, 1, 3, 4), torch.randint(0, 3, (16,))
+        rtorch.export(net, x, model=self.model, weights=self.weights)
+        cfg = repipe.Config(micro_batch_size=8, gradient_accumulation_steps=2,
+                            optimizer={"type": "sgd", "lr": 0.1, "momentum": 0.9})
+        with repipe.Session(repipe.Model.load(self.model), cfg) as s:
+            s.set_weights(repipe.load_weights(self.weights))
+            for _ in range(3):
+                s.run(np.ascontiguousarray(x.numpy()), y.numpy().astype(np.int32))
+            trained = s.weights()
+        repipe.save_weights(self.weights, trained)
+        rtorch.load(net, self.weights)
+        state = net.state_dict()
+        self.assertTrue(np.array_equal(state["2.running_var"].numpy(), trained["2.running_var"]))
+        self.assertTrue(np.array_equal(state["4.weight"].numpy(), trained["4.weight"]))
+        opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        ref.train()
+        for _ in range(3):
+            opt.zero_grad()
+            for k in (0, 8):
+                (nn.functional.cross_entropy(ref(x[k:k + 8]), y[k:k + 8]) / 2).backward()
+            opt.step()
+        for key, want in ref.state_dict().items():
+            if key.endswith("num_batches_tracked"):
+                continue
+            err = (state[key] - want).abs().max().item() / max(want.abs().max().item(), 1e-30)
+            self.assertLess(err, 1e-5, key)
