@@ -34,6 +34,7 @@ enum {
     OPT_PROFILE_BATCH,
     OPT_CORES,
     OPT_BACKEND,
+    OPT_MIN_MICRO_BATCH,
 };
 
 static const cli_opt OPTS[] = {
@@ -58,6 +59,7 @@ static const cli_opt OPTS[] = {
     [OPT_PROFILE_BATCH] = {"profile-batch", 0, "B", "micro-batch the profile was measured on [the profile's, else the base config's micro_batch_size]"},
     [OPT_CORES] = {"cores", 0, "N", "engine objective: the workers share one machine's N cores, as 'repipe simulate --cores' [a core each]"},
     [OPT_BACKEND] = {"backend", 0, "local|mpi", "engine objective: mpi ranks poll while they wait, as 'repipe simulate --backend' [local]"},
+    [OPT_MIN_MICRO_BATCH] = {"min-micro-batch", 0, "B", "engine objective: micro-batches of at least B samples (batchnorm normalises by a micro-batch's statistics) [1]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -189,7 +191,7 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
                             int num_more, const rp_plan *plan,
                             const rp_plan_options *o, const char *base_config,
                             long long global_batch, long long profile_batch, double memory,
-                            int cores, bool polling, const char *config_out,
+                            int cores, bool polling, long long min_micro, const char *config_out,
                             bool pipedream_out, const char *json) {
     bool quiet = json && strcmp(json, "-") == 0; /* standard output carries the JSON */
     rp_config base;
@@ -221,6 +223,7 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
     ao.memory_size = memory > 0 ? memory : (double)base.device_memory;
     ao.cores = cores;
     ao.polling = polling;
+    ao.min_micro_batch = (int)min_micro;
     /* the profile, and those of the same model at other micro-batches */
     const rp_profile *profs[RP_AUTOPLAN_MAX_PROFILES] = {prof};
     double batches[RP_AUTOPLAN_MAX_PROFILES] = {(double)profile_batch};
@@ -329,7 +332,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *config_out = NULL, *base_config = NULL, *schedule = NULL;
     const char *objective = NULL, *more[RP_AUTOPLAN_MAX_PROFILES];
     int num_more = 0;
-    long long micro_batches = 8, global_batch = 0, profile_batch = 0, cores = 0;
+    long long micro_batches = 8, global_batch = 0, profile_batch = 0, cores = 0, min_micro = 1;
     bool memory_given = false, polling = false;
     double device_memory = 0;
     int nbw = 0;
@@ -405,6 +408,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             break;
         case OPT_GLOBAL_BATCH:
             if (!cli_int(name, arg, 1, 1LL << 40, &global_batch))
+                return 2;
+            break;
+        case OPT_MIN_MICRO_BATCH:
+            if (!cli_int(name, arg, 1, 1 << 30, &min_micro))
                 return 2;
             break;
         case OPT_PROFILE_BATCH:
@@ -515,7 +522,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             rc = engine_objective(cmd, prof, more, num_more, plan, &o, base_config, global_batch,
                                   profile_batch,
                                   memory_given ? o.memory_size : 0, (int)cores, polling,
-                                  config_out, !engine, engine ? json : NULL);
+                                  min_micro, config_out, !engine, engine ? json : NULL);
     }
     rp_plan_free(plan);
     rp_profile_free(prof);

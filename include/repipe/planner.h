@@ -134,6 +134,8 @@ typedef struct rp_autoplan_options {
     long long global_batch; /* samples per update (required) */
     double memory_size;     /* bytes a worker may hold; 0: no limit */
     int max_accumulation;   /* largest GA tried [64] */
+    int min_micro_batch;    /* smallest micro-batch tried [1]: batchnorm normalises by a
+                            ** micro-batch's statistics, which a few samples make poor */
     int candidates;         /* the programme's best shapes simulated exactly [24] */
     int cores;              /* the workers share one machine's cores, as rp_sim_options [0] */
     bool polling;           /* waiting workers poll (MPI ranks), as rp_sim_options */

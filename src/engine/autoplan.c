@@ -40,6 +40,7 @@ void rp_autoplan_options_default(rp_autoplan_options *o) {
         .global_batch = 0,
         .memory_size = 0,
         .max_accumulation = 64,
+        .min_micro_batch = 1,
         .candidates = 24,
     };
 }
@@ -384,6 +385,8 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
                     too_big = true;
                     continue;
                 }
+                if (N / R / GA < o->min_micro_batch)
+                    continue;
                 static const bool ladder[4][2] = {{false, false}, {false, true}, {true, false},
                                                   {true, true}};
                 int before = S.n;
@@ -414,8 +417,8 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
         st = rp_fail(err, RP_ERR_INFEASIBLE,
                      "plan: no configuration of %d workers fits %.0f bytes per worker, even "
                      "with recomputation, sharded optimizer state and every accumulation up "
-                     "to %d",
-                     W, o->memory_size, o->max_accumulation);
+                     "to %d (micro-batches of %d samples at least)",
+                     W, o->memory_size, o->max_accumulation, o->min_micro_batch);
         goto done;
     }
     qsort(S.c, S.n, sizeof(cand), by_estimate);
@@ -445,7 +448,7 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
         for (int s = 0; s < pd.layers_per_stage.count; s++)
             most = rp_config_stage_replicas(&pd, s) > most ? rp_config_stage_replicas(&pd, s) : most;
         for (int GA = most; N % R == 0 && GA <= o->max_accumulation && GA <= N / R; GA++) {
-            if ((N / R) % GA || N / R / GA > INT_MAX)
+            if ((N / R) % GA || N / R / GA > INT_MAX || N / R / GA < o->min_micro_batch)
                 continue;
             pd.gradient_accumulation_steps = GA;
             pd.micro_batch_size = (int)(N / R / GA);
