@@ -141,6 +141,36 @@ static void test_spec_errors(void) {
         {"input 4\nrelu extra\n", "relu takes 0 arguments"},
         {"input 4\nlinear 3 stride\n", "m.model:2: linear takes 1 argument before its options, not 2"},
         {"input 4\nlinear 3 bias=true extra\n", "m.model:2: unexpected 'extra'"},
+        /* graphs: a cycle (a name read before its line), an unknown name, a name
+        ** given twice, shapes add and concat cannot join, what nothing reads */
+        {"x = input 4\na = linear 4 < b\nb = linear 4 < a\n",
+         "m.model:2: 'b' is not the name of an earlier line (names are defined before they are "
+         "read)"},
+        {"x = input 4\nlinear 4\nadd < x y\n", "m.model:3: 'y' is not the name of an earlier line"},
+        {"x = input 4\nx = linear 4\n", "m.model:2: the name 'x' is taken (line 1)"},
+        {"input 4\na = relu\na = relu\n", "m.model:3: the name 'a' is taken (line 2)"},
+        {"x = input 4\na = linear 3\nadd < a x\n",
+         "m.model:3: add: input 2 has shape 4, input 1 3 (add needs one shape)"},
+        {"x = input 2 4 4\na = conv2d 3 kernel=3\nconcat < a x\n",
+         "m.model:3: concat: input 2 has shape 2x4x4, input 1 3x2x2"},
+        {"x = input 4\na = linear 3\nlinear 2 < x\n",
+         "m.model:2: nothing reads the output of this linear"},
+        {"x = input 4\nadd < x\n", "m.model:2: add reads two or more, not 1 inputs"},
+        {"x = input 4\nlinear 2 < x x\n", "m.model:2: linear reads one input, not 2 inputs"},
+        {"input 4\nconcat\n", "m.model:2: concat needs two or more inputs ('concat < a b')"},
+        {"x = input 4\nlinear 4 <\n", "m.model:2: '<' names no input"},
+        {"input 4\nb1=linear 4\n", "a name is given with spaces around '='"},
+        {"input 4\n1b = linear 4\n", "m.model:2: '1b' is not a name"},
+        {"input 4\nx = input 4\n", "m.model:2: a second 'input' line"},
+        {"x = input 4\nrelu\nrelu < x\n", "m.model:2: nothing reads the output of this relu"},
+        {"input 3 6 6\nconv2d 4 kernel=3 groups=2\n",
+         "conv2d needs input and output channels divisible by its 2 groups"},
+        {"input 4 6 6\nconv2d 3 kernel=3 groups=2\n",
+         "m.model:2: conv2d: 3 output channels are not divisible by its 2 groups"},
+        {"input 4\nbatchnorm2d\n", "batchnorm2d needs a 3-dimensional input"},
+        {"input 4\nbatchnorm1d momentum=0\n", "momentum: '0' is not a number in (0, 1]"},
+        {"input 1 6 6\nmaxpool2d 2 pad=2\n", "maxpool2d: pad=2 is more than half its kernel 2"},
+        {"input 1 6 6\nadaptive_avgpool2d 1 2\n", "adaptive_avgpool2d takes one output size"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rp_model *m = NULL;
