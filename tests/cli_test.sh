@@ -279,10 +279,10 @@ if "$bin" profile --model "$tmp/gpt.model" --out "$tmp/gpt.txt" -b 2 -r 1 > /dev
 # a graph profiles with its real edges (the skips of both residual blocks),
 # and plans to a configuration of all its layers
 if "$bin" profile --model "$src/examples/fmnist-resnet.model" --out "$tmp/res.txt" -b 2 -r 1 > /dev/null 2>&1 &&
-   grep -qx $'\tnode2 -- node6' "$tmp/res.txt" && grep -qx $'\tnode7 -- node11' "$tmp/res.txt" &&
-   [ "$(grep -c $'^\t' "$tmp/res.txt")" = 19 ] &&
+   grep -qx $'\tnode3 -- node9' "$tmp/res.txt" && grep -qx $'\tnode10 -- node16' "$tmp/res.txt" &&
+   [ "$(grep -c $'^\t' "$tmp/res.txt")" = 25 ] &&
    "$bin" plan --profile "$tmp/res.txt" --machines 2 2 --config-out "$tmp/res.json" > /dev/null 2>&1 &&
-   "$bin" config show "$tmp/res.json" --model "$src/examples/fmnist-resnet.model" | grep -q "layers 0-16"
+   "$bin" config show "$tmp/res.json" --model "$src/examples/fmnist-resnet.model" | grep -q "layers 0-22"
 then ok; else bad "profile a graph: $(cat "$tmp/res.txt")"; fi
 # its samples: the prompt, then 40 bytes of the text's alphabet; a seed gives the same text
 g1=$("$bin" generate --model "$tmp/lm.model" --load "$tmp/lm.rpw" --prompt "the " --tokens 40 --seed 5 2>&1)

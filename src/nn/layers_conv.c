@@ -16,6 +16,9 @@
 /* Samples per tile: the tile's columns (channels*k*k x positions) should
 ** stay in a core's L2 cache while the product reads them. */
 #define CONV_TILE_BYTES (128 * 1024)
+#ifndef CONV_MIN_COLS
+#define CONV_MIN_COLS 512
+#endif
 
 size_t rpi_conv_sample_scratch(const rp_layer *L) {
     size_t ckk = (size_t)L->in.dim[0] * L->kernel * L->kernel;
@@ -26,8 +29,12 @@ size_t rpi_conv_sample_scratch(const rp_layer *L) {
 ** product) must fit `limit` bytes (0: no limit). One sample at least: the
 ** net refuses a limit below that. */
 static int conv_tile(const rp_layer *L, int B, size_t limit) {
-    size_t per = (size_t)L->in.dim[0] * L->kernel * L->kernel * L->out.dim[1] * L->out.dim[2];
+    size_t hw = (size_t)L->out.dim[1] * L->out.dim[2];
+    size_t per = (size_t)L->in.dim[0] * L->kernel * L->kernel * hw;
     size_t t = CONV_TILE_BYTES / (sizeof(float) * per);
+    size_t wide = (CONV_MIN_COLS + hw - 1) / hw; /* products no narrower than this */
+    if (t < wide)
+        t = wide;
     if (limit && limit / rpi_conv_sample_scratch(L) < t)
         t = limit / rpi_conv_sample_scratch(L);
     if (t < 1)

@@ -1,0 +1,103 @@
+/*
+** bench/conv_bound: the convolutions of a model against the bound of their
+** matrix products. For every conv2d of the spec, the three products its
+** lowering to matrices runs per micro-batch of B (forward W x col, the
+** weight gradient dout x col^T, the column gradient W^T x dout), timed
+** alone with the same shapes and the same BLAS; beside them the layer's
+** forward and backward as the engine runs them (a net of the one layer,
+** fed what it reads). Best of R runs of each. The ratio products / layer is
+** the fraction of a layer's time its products take: the rest is im2col,
+** col2im, bias and copies.
+** Usage: bench_conv_bound MODEL [B] [R]
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../src/core/util.h"
+#include "repipe/repipe.h"
+
+static double best_of(double a, double b) { return a < b ? a : b; }
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_conv_bound MODEL [B] [R]\n");
+        return 2;
+    }
+    int B = argc > 2 ? atoi(argv[2]) : 64, R = argc > 3 ? atoi(argv[3]) : 5;
+    rp_model *m;
+    rp_error err;
+    if (rp_model_load(&m, argv[1], &err)) {
+        fprintf(stderr, "bench_conv_bound: %s\n", err.msg);
+        return 1;
+    }
+    openblas_set_num_threads(1);
+    double gemm_total = 0, layer_total = 0, flops_total = 0;
+    printf("%-6s %-28s %10s %10s %7s %8s\n", "layer", "shape (O, CKK/G, B*HW)", "products",
+           "layer", "ratio", "GFLOP/s");
+    for (int l = 0; l < m->num_layers; l++) {
+        const rp_layer *L = &m->layers[l];
+        if (L->type != RP_LAYER_CONV2D)
+            continue;
+        int G = L->groups, O = L->units / G, K = L->in.dim[0] * L->kernel * L->kernel / G;
+        int N = B * L->out.dim[1] * L->out.dim[2];
+        size_t big = (size_t)K * N > (size_t)O * N ? (size_t)K * N : (size_t)O * N;
+        float *w = calloc((size_t)O * K, sizeof(float)), *col = calloc(big, sizeof(float));
+        float *out = calloc(big, sizeof(float)), *dw = calloc((size_t)O * K, sizeof(float));
+        for (size_t i = 0; i < big; i++)
+            col[i] = (float)(i % 7) * 0.1f, out[i] = (float)(i % 5) * 0.1f;
+        double g = 1e30;
+        for (int r = 0; r < R; r++) {
+            double t = rp_now();
+            for (int k = 0; k < G; k++) {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, O, N, K, 1, w, K, col, N, 0,
+                            out, N);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, O, K, N, 1, out, N, col, N, 0,
+                            dw, K);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, O, 1, w, K, out, N, 0,
+                            col, N);
+            }
+            g = best_of(g, rp_now() - t);
+        }
+        free(w), free(col), free(out), free(dw);
+        /* the layer as the engine runs it */
+        rp_net *net;
+        rp_acts *acts;
+        rp_net_options alone = {.alone = true};
+        if (rp_net_create_with(m, l, l + 1, B, &alone, &net, &err) ||
+            rp_acts_create(net, B, &acts, &err)) {
+            fprintf(stderr, "bench_conv_bound: %s\n", err.msg);
+            return 1;
+        }
+        size_t ni = rp_net_in_size(net) * B, no = rp_net_out_size(net) * B;
+        float *x = malloc(sizeof(float) * ni), *dy = malloc(sizeof(float) * no);
+        for (size_t i = 0; i < ni; i++)
+            x[i] = (float)(i % 17) * 0.1f;
+        for (size_t i = 0; i < no; i++)
+            dy[i] = 1e-3f;
+        rp_model_init_params(m, l, l + 1, 1, NULL, rp_net_params(net));
+        rp_step_ctx ctx = {.training = true, .loss_scale = 1};
+        double lt = 1e30;
+        for (int r = 0; r <= R; r++) {
+            double t = rp_now();
+            rp_net_forward(net, acts, x, B, &ctx, NULL);
+            rp_net_backward(net, acts, dy, &ctx, true);
+            if (r > 0) /* the first warms up */
+                lt = best_of(lt, rp_now() - t);
+        }
+        free(x), free(dy);
+        rp_acts_free(acts);
+        rp_net_free(net);
+        double flops = 3.0 * 2 * G * (double)O * K * N;
+        char shape[64];
+        snprintf(shape, sizeof shape, "%d x (%d, %d, %d)", G, O, K, N);
+        printf("%-6d %-28s %8.2f ms %7.2f ms %6.2f %8.1f\n", l, shape, g * 1e3, lt * 1e3, g / lt,
+               flops / g * 1e-9);
+        gemm_total += g, layer_total += lt, flops_total += flops;
+    }
+    printf("all    %-28s %8.2f ms %7.2f ms %6.2f %8.1f\n", "", gemm_total * 1e3, layer_total * 1e3,
+           gemm_total / layer_total, flops_total / gemm_total * 1e-9);
+    rp_model_free(m);
+    return 0;
+}

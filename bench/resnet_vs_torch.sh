@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# torchvision's resnet18 for Fashion-MNIST, exported to repipe (repipe.torch.export), beside
+# PyTorch training the same module: one thread each, batch 64, SGD, the same number of
+# updates, in one run. Each side runs ROUNDS times, alternating; the best samples/s of each
+# is compared. Needs Debian's python3-torch and python3-torchvision.
+# Usage: bench/resnet_vs_torch.sh BUILD_DIR [ROUNDS] [STEPS]
+set -eu
+build=${1:-build}
+rounds=${2:-3}
+steps=${3:-30}
+cd "$(dirname "$0")/.."
+py=/usr/bin/python3
+if ! "$py" -c "import torch, torchvision" 2>/dev/null; then
+  echo "resnet_vs_torch: needs python3-torch and python3-torchvision (apt-get install them)"; exit 0
+fi
+export OPENBLAS_NUM_THREADS=1 PYTHONPATH=python REPIPE_LIBRARY=$build/librepipe.so
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$py" bench/torch_resnet18.py --export "$tmp/resnet18.model"
+printf '{"micro_batch_size": 64, "optimizer": {"type": "sgd", "lr": 0.05}}\n' > "$tmp/one.json"
+best() { sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' | sort -g | tail -1; }
+for _ in $(seq "$rounds"); do
+  "$build/bench/bench_train" "$tmp/resnet18.model" "$tmp/one.json" "$steps" >> "$tmp/r"
+  "$py" bench/torch_resnet18.py --steps "$steps" --threads 1 >> "$tmp/t"
+done
+r=$(best < "$tmp/r"); t=$(best < "$tmp/t")
+printf '%-9s %6s %14s %14s %8s\n' model steps "repipe (s/s)" "PyTorch (s/s)" ratio
+printf '%-9s %6s %14s %14s %7.2fx\n' resnet18 "$steps" "$r" "$t" "$(awk -v r="$r" -v t="$t" 'BEGIN { print r / t }')"
