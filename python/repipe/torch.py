@@ -17,7 +17,7 @@ import torch
 
 from .torch_export import export, load  # noqa: F401 (repipe.torch.export, .load)
 
-__all__ = ["profile", "export", "load"]
+__all__ = ["profile", "export", "load", "HostClock", "CudaClock"]
 
 
 def _bytes(x):
@@ -42,7 +42,42 @@ def _grad_fns(x):
     return []
 
 
-def _time_modules(module, example_input, repeat):
+class HostClock:
+    """The host's clock (time.perf_counter): a CPU module's time. On a CUDA module it would
+    time kernel launches, which return before the kernels run."""
+
+    def mark(self):
+        return time.perf_counter()
+
+    def sync(self):
+        pass
+
+    def seconds(self, a, b):
+        return b - a
+
+
+class CudaClock:
+    """CUDA events recorded on the current stream: the device's time between two marks,
+    read once the run is done (synchronize), so timing waits for nothing in between."""
+
+    def mark(self):
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def sync(self):
+        torch.cuda.synchronize()
+
+    def seconds(self, a, b):
+        return a.elapsed_time(b) / 1e3
+
+
+def _clock_for(module, example_input):
+    on_cuda = example_input.is_cuda or any(p.is_cuda for p in module.parameters())
+    return CudaClock() if on_cuda else HostClock()
+
+
+def _time_modules(module, example_input, repeat, clock=None):
     """Forward and backward seconds of each call of a leaf module, the best of `repeat` runs,
     and the order of the calls. A call is (module name, k): a module called twice in a pass
     (torchvision's ResNet blocks call one ReLU twice) is timed call by call.
@@ -51,10 +86,14 @@ def _time_modules(module, example_input, repeat):
     graph, not from module backward hooks, which cannot watch a module that overwrites its
     input (ReLU(inplace=True)): it runs from the moment the node that made the module's output
     starts to the moment the last node its forward created is done. Those nodes are found by
-    walking back from the output to the nodes that existed before the call."""
+    walking back from the output to the nodes that existed before the call.
+
+    The marks come from `clock` (HostClock, or CudaClock for a module on a GPU) and are read
+    after each run, once it has synchronised."""
+    clock = clock or _clock_for(module, example_input)
     leaves = _leaves(module)
     fw, bw, out_bytes, order = {}, {}, {}, []
-    calls, t_fw, before, owner = {}, {}, {}, {}
+    calls, t_fw, f_end, before, owner = {}, {}, {}, {}, {}
     t_begin, t_end = {}, {}
 
     def hooks(name):
@@ -62,11 +101,11 @@ def _time_modules(module, example_input, repeat):
             key = (name, calls.get(name, 0))
             calls[name] = key[1] + 1
             before[key] = set(_grad_fns(inp))
-            t_fw[key] = time.perf_counter()
+            t_fw[key] = clock.mark()
 
         def post(mod, inp, out):
             key = (name, calls[name] - 1)
-            fw[key] = min(fw.get(key, float("inf")), time.perf_counter() - t_fw[key])
+            f_end[key] = clock.mark()
             out_bytes[key] = _bytes(out)
             if key not in order:
                 order.append(key)
@@ -88,10 +127,10 @@ def _time_modules(module, example_input, repeat):
 
     def begin(key):  # the first of a call's output nodes starts
         if key not in t_begin:
-            t_begin[key] = time.perf_counter()
+            t_begin[key] = clock.mark()
 
     def end(key):  # one of the call's nodes is done
-        t_end[key] = time.perf_counter()
+        t_end[key] = clock.mark()
 
     handles = []
     try:
@@ -101,6 +140,8 @@ def _time_modules(module, example_input, repeat):
         for r in range(repeat + 1):  # the first run warms up
             calls.clear()
             owner.clear()
+            t_fw.clear()
+            f_end.clear()
             t_begin.clear()
             t_end.clear()
             x = example_input.detach().requires_grad_(example_input.is_floating_point())
@@ -110,9 +151,14 @@ def _time_modules(module, example_input, repeat):
             loss.backward()
             module.zero_grad(set_to_none=True)
             del out, loss
+            clock.sync()
+            for key in f_end:
+                if r:
+                    fw[key] = min(fw.get(key, float("inf")), clock.seconds(t_fw[key], f_end[key]))
             for key in t_end:
                 if r and key in t_begin:
-                    bw[key] = min(bw.get(key, float("inf")), t_end[key] - t_begin[key])
+                    bw[key] = min(bw.get(key, float("inf")),
+                                  clock.seconds(t_begin[key], t_end[key]))
     finally:
         for h in handles:
             h.remove()
@@ -170,13 +216,14 @@ def _meta_bytes(meta):
     return 0
 
 
-def profile(module, example_input, *, batch_size=None, repeat=3, out="graph.txt"):
+def profile(module, example_input, *, batch_size=None, repeat=3, out="graph.txt", clock=None):
     """Profiles module on example_input (a batch) and writes PipeDream's graph.txt to `out`.
     batch_size, when given, is written for the planner (default: the input's first
-    dimension). Returns the path."""
+    dimension). clock: where the times come from (default: CudaClock when the module or
+    the input is on a CUDA device, else HostClock). Returns the path."""
     batch = batch_size or int(example_input.shape[0])
     module.train()
-    fw, bw, out_bytes, order = _time_modules(module, example_input, repeat)
+    fw, bw, out_bytes, order = _time_modules(module, example_input, repeat, clock)
     nodes, edges, sizes = _graph(module, example_input, order)
     # a module's parameters count once, at its first call
     params = {(name, 0): sum(p.numel() * p.element_size() for p in m.parameters(recurse=False))

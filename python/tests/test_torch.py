@@ -342,3 +342,64 @@ class Export(unittest.TestCase):
                 continue
             err = (state[key] - want).abs().max().item() / max(want.abs().max().item(), 1e-30)
             self.assertLess(err, 1e-5, key)
+
+
+@unittest.skipUnless(torch is not None, NEEDS_TORCH)
+class Clocks(unittest.TestCase):
+    """The profiler's times come from its clock: here one that stands in for CUDA events —
+    its marks are tokens read only after the run synchronises, and time moves only when a
+    module says so (a kernel running on the device while the host goes on)."""
+
+    def test_times_are_read_after_the_run_synchronises(self):
+        class Events:
+            def __init__(s):
+                s.now, s.unread, s.syncs = 0.0, [], 0
+
+            def mark(s):
+                token = {"t": s.now}
+                s.unread.append(token)
+                return token
+
+            def sync(s):
+                s.syncs += 1
+                s.unread.clear()
+
+            def seconds(s, a, b):
+                if a in s.unread or b in s.unread:
+                    raise AssertionError("an event read before the run synchronised")
+                return b["t"] - a["t"]
+
+        clock = Events()
+
+        class Device(torch.autograd.Function):  # 2 s on the device in backward
+            @staticmethod
+            def forward(ctx, x):
+                return x * 1
+
+            @staticmethod
+            def backward(ctx, g):
+                clock.now += 2.0
+                return g
+
+        class Kernel(nn.Module):  # 3 s on the device in forward, 2 in backward
+            def forward(s, x):
+                clock.now += 3.0
+                return Device.apply(x)
+
+        model = nn.Sequential(nn.Linear(4, 4), Kernel(), nn.Linear(4, 2))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "graph.txt")
+            rtorch.profile(model, torch.randn(3, 4), repeat=2, out=path, clock=clock)
+            nodes, _ = read_graph(path)
+        self.assertEqual(clock.syncs, 3)  # a warm-up and two timed runs
+        kernel = [v for d, v in nodes.values() if d == "Kernel()"]
+        self.assertEqual(len(kernel), 1)
+        self.assertAlmostEqual(kernel[0]["forward_compute_time"], 3000.0)
+        self.assertAlmostEqual(kernel[0]["backward_compute_time"], 2000.0)
+        others = [v for d, v in nodes.values() if d.startswith("Linear")]
+        self.assertEqual([o["forward_compute_time"] for o in others], [0.0, 0.0])
+        self.assertEqual([o["backward_compute_time"] for o in others], [0.0, 0.0])
+
+    def test_the_clock_follows_the_device(self):
+        self.assertIsInstance(rtorch._clock_for(nn.Linear(2, 2), torch.zeros(1, 2)),
+                              rtorch.HostClock)

@@ -68,8 +68,11 @@ rp_status rp_config_apply_plan(rp_config *cfg, const char *plan_text, size_t len
     rp_status s = RP_OK;
     if (!cJSON_IsObject(ec)) {
         s = rp_fail(err, RP_ERR_INVALID,
-                    "%s: no 'execution_config': the plan's profile was not a chain of layers "
-                    "(write one with 'repipe plan --json' from a 'repipe profile' profile)",
+                    "%s: no 'execution_config': the plan's stages are not runs of consecutive "
+                    "layers of a 'repipe profile' profile (PipeDream's objective cuts a graph "
+                    "where its branches allow); the engine objective's are: write its "
+                    "configuration with 'repipe plan --config-out FILE' and train with --config "
+                    "FILE",
                     name);
         goto done;
     }

@@ -132,7 +132,7 @@ static cJSON *plan_json(const rp_plan *p, const rp_profile *profile) {
         free(map);
     }
     cJSON_AddItemToObject(pd, "converted_stage_to_rank_map", contiguous_rank_map(p));
-    /* what the engine runs, when the profile is a chain of layers */
+    /* what the engine runs, when the stages are runs of consecutive layers */
     rp_config cfg;
     rp_error ignored;
     rp_config_default(&cfg);
