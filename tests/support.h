@@ -4,6 +4,7 @@
 #ifndef REPIPE_TEST_SUPPORT_H
 #define REPIPE_TEST_SUPPORT_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,21 @@ static inline rp_config test_config(const char *json) {
         exit(1);
     }
     return c;
+}
+
+/* The largest difference of two weight sets' tensors relative to their
+** scale (rp_tensor_rel_diff), every group's copy; b's tensors found by name. */
+static inline double test_weights_diff(const rp_weights *a, const rp_weights *b) {
+    double worst = 0;
+    for (int t = 0; t < a->num_tensors; t++) {
+        const rp_tensor *tb = rp_weights_find(b, a->tensors[t].name);
+        if (!tb)
+            return INFINITY;
+        size_t n = rp_shape_size(&a->tensors[t].shape) * a->tensors[t].groups;
+        double d = rp_tensor_rel_diff(a->tensors[t].data, tb->data, n);
+        worst = d > worst ? d : worst;
+    }
+    return worst;
 }
 
 /* The start of an engine test: n synthetic samples shaped like

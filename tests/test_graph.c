@@ -178,17 +178,6 @@ static rp_weights *train(const rp_model *m, const rp_config *c, bool use_mpi, fl
     return w;
 }
 
-static double diff(const rp_weights *a, const rp_weights *b) {
-    double worst = 0;
-    for (int t = 0; t < a->num_tensors; t++) {
-        const rp_tensor *tb = rp_weights_find(b, a->tensors[t].name);
-        double d = rp_tensor_rel_diff(a->tensors[t].data, tb->data,
-                                      rp_shape_size(&a->tensors[t].shape));
-        worst = d > worst ? d : worst;
-    }
-    return worst;
-}
-
 static int workers_of(const gcase *gc) {
     int w = 0;
     for (int s = 0; s < gc->P; s++)
@@ -210,7 +199,7 @@ static void sweep(bool use_mpi, int only_workers) {
             rp_weights *a = train(m, &pipe, use_mpi, lp, &a1);
             rp_weights *b = train(m, &one, false, lo, &b1);
             if (a && b) {
-                double d = diff(a, b);
+                double d = test_weights_diff(a, b);
                 test_checks++;
                 if (!(d <= 1e-5)) {
                     fprintf(stderr, "%s P=%d R=%d r=[%d,%d,%d] GA=%d %s%s%s: differs by %g\n",
@@ -251,6 +240,17 @@ static void boundaries(void) {
     CHECK(rp_model_boundary(d, 7, t) == 2 && t[0] == 4 && t[1] == 6);
     CHECK(rp_model_boundary_size(d, 7) == (5 + 2) * 14 * 14);
     CHECK(rp_model_boundary(d, d->num_layers, t) == 1 && t[0] == d->num_layers - 1);
+    /* what the memory table counts for a stage that receives two tensors: the
+    ** packed rows and each tensor unpacked, and a gradient buffer per tensor */
+    rp_net *n;
+    rp_error err;
+    CHECK_OK(rp_net_create(r, 3, r->num_layers, 4, &n, &err), err);
+    size_t two = rp_model_boundary_size(r, 3) * 4 * sizeof(float), outs = 0;
+    for (int l = 3; l < r->num_layers; l++)
+        outs += rp_shape_size(&r->layers[l].out) * 4 * sizeof(float);
+    CHECK(rp_acts_bytes(n, 4) >= 2 * two + outs);
+    CHECK(rp_net_scratch_bytes(n) >= two + outs);
+    rp_net_free(n);
     rp_model_free(r), rp_model_free(d);
 }
 

@@ -95,16 +95,6 @@ static rp_weights *train(const rp_model *m, const rp_config *c, rp_memory *mem) 
     return train_n(m, c, 3, mem, NULL, NULL);
 }
 
-static double weights_diff(const rp_weights *a, const rp_weights *b) {
-    double worst = 0;
-    for (int t = 0; t < a->num_tensors; t++) {
-        size_t n = rp_shape_size(&a->tensors[t].shape) * a->tensors[t].groups;
-        double d = rp_tensor_rel_diff(a->tensors[t].data, b->tensors[t].data, n);
-        worst = d > worst ? d : worst;
-    }
-    return worst;
-}
-
 enum { EXACT, SUM_ORDER, HALF };
 
 static const struct variant {
@@ -140,7 +130,7 @@ static void compare(const char *shape, int sharers, int workers) {
                 continue;
             rp_config on = config(shape, opts[o], VARIANTS[k].json);
             rp_weights *b = train(m, &on, &mem[k]);
-            double d = weights_diff(a, b);
+            double d = test_weights_diff(a, b);
             bool ok;
             switch (VARIANTS[k].tolerance) {
             case EXACT: ok = d == 0; break;
@@ -202,10 +192,10 @@ static void cnn_features(const char *shape, int workers) {
     rp_memory mo, mt, mr, ml;
     rp_weights *a = train(m, &off, &mo), *b = train(m, &tiled, &mt), *c = train(m, &rc, &mr);
     rp_weights *l = train(m, &least, &ml);
-    double dt = weights_diff(a, b), dr = weights_diff(a, c);
+    double dt = test_weights_diff(a, b), dr = test_weights_diff(a, c);
     CHECK(dt <= 1e-5);
     CHECK(dr == 0);
-    CHECK(weights_diff(b, l) == 0);
+    CHECK(test_weights_diff(b, l) == 0);
     CHECK_INT(ml.scratch, mt.scratch);
     rp_weights_free(l);
     if (dt > 1e-5 || dr != 0)
@@ -244,21 +234,21 @@ static void loss_scale_recovery(void) {
     /* 2^60 overflows fp16 (65504) but not fp32 */
     rp_weights *w1 = train_n(m, &half, 1, NULL, &scale, &skipped);
     CHECK(skipped == 1 && scale == 0x1p59);
-    CHECK(weights_diff(w0, w1) == 0);
+    CHECK(test_weights_diff(w0, w1) == 0);
     rp_weights *f1 = train_n(m, &full, 1, NULL, &scale, &skipped);
     CHECK(skipped == 0 && scale == 0x1p60);
-    CHECK(weights_diff(w0, f1) > 0);
+    CHECK(test_weights_diff(w0, f1) > 0);
     /* the replicas' fp16 gradient sums overflow too, without any stage boundary */
     rp_config r2 = config("\"replication_factor\": 2", sgd, json);
     rp_weights *q0 = train_n(m, &r2, 0, NULL, &scale, &skipped);
     rp_weights *q1 = train_n(m, &r2, 1, NULL, &scale, &skipped);
     CHECK(skipped == 1 && scale == 0x1p59);
-    CHECK(weights_diff(q0, q1) == 0);
+    CHECK(test_weights_diff(q0, q1) == 0);
     rp_weights_free(q0), rp_weights_free(q1);
     /* it recovers: skips until the scale fits, then trains */
     rp_weights *wn = train_n(m, &half, 60, NULL, &scale, &skipped);
     CHECK(skipped > 30 && skipped < 60 && scale <= 0x1p30);
-    CHECK(weights_diff(w0, wn) > 0);
+    CHECK(test_weights_diff(w0, wn) > 0);
     for (int t = 0; t < wn->num_tensors; t++) {
         const rp_tensor *x = &wn->tensors[t];
         size_t n = rp_shape_size(&x->shape) * x->groups;
@@ -321,7 +311,7 @@ static void cache_entries(const char *shape) {
     /* a cached plan trains exactly as a fresh one */
     rp_memory m1, m2;
     rp_weights *a = train(m, &plain, &m1), *b = train(m, &c, &m2);
-    CHECK(weights_diff(a, b) == 0);
+    CHECK(test_weights_diff(a, b) == 0);
     CHECK(memcmp(&m1, &m2, sizeof m1) == 0);
     rp_weights_free(a), rp_weights_free(b);
     /* damage one byte in the middle */

@@ -98,17 +98,6 @@ static rp_weights *train(const rp_model *m, const rp_config *c, bool use_mpi, fl
     return w;
 }
 
-static double diff(const rp_weights *a, const rp_weights *b) {
-    double worst = 0;
-    for (int t = 0; t < a->num_tensors; t++) {
-        const rp_tensor *tb = rp_weights_find(b, a->tensors[t].name);
-        double d = rp_tensor_rel_diff(a->tensors[t].data, tb->data,
-                                      rp_shape_size(&a->tensors[t].shape));
-        worst = d > worst ? d : worst;
-    }
-    return worst;
-}
-
 static int workers_of(const pcase *pc) {
     int w = 0;
     for (int s = 0; s < pc->P; s++)
@@ -130,7 +119,7 @@ static void sweep(bool use_mpi, int only_workers) {
             rp_weights *a = train(m, &pipe, use_mpi, lp, NULL);
             rp_weights *b = train(m, &one, false, lo, NULL);
             if (a && b) {
-                double d = diff(a, b);
+                double d = test_weights_diff(a, b);
                 test_checks++;
                 if (!(d <= 1e-5)) {
                     fprintf(stderr, "%s P=%d R=%d r=[%d,%d,%d] GA=%d %s: differs by %g\n",
@@ -177,7 +166,7 @@ static void clipped(bool use_mpi, int only_workers) {
         rp_weights *a = train(m, &pipe, use_mpi, NULL, NULL);
         rp_weights *b = train(m, &one, false, NULL, NULL);
         if (a && b) {
-            double d = diff(a, b);
+            double d = test_weights_diff(a, b);
             if (!(d <= 1e-5))
                 fprintf(stderr, "clipped P=%d R=%d r=[%d,%d,%d] GA=%d: differs by %g\n", pc->P,
                         pc->R, pc->r[0], pc->r[1], pc->r[2], pc->GA, d);
@@ -296,7 +285,7 @@ static void tokens(bool use_mpi, int only_workers, bool gpt) {
             const rp_tensor *e = rp_weights_find(w[v], "0.weight"), *h = rp_weights_find(w[v], "5.weight");
             CHECK(e && h && memcmp(e->data, h->data, sizeof(float) * 13 * 8) == 0);
         }
-        double d = diff(w[0], w[1]);
+        double d = test_weights_diff(w[0], w[1]);
         CHECKF(d <= 1e-5, "%s P=%d R=%d r=[%d,%d,%d] GA=%d: differs by %g", gpt ? "gpt" : "tokens",
                pc->P, pc->R, pc->r[0], pc->r[1], pc->r[2], pc->GA, d);
         CHECK(first[0] > 2.0f && first[0] < 3.5f); /* about log 13: per token, not per sample */
@@ -352,7 +341,7 @@ static void determinism(void) {
     pcase pc = {3, 2, {1, 3, 1}, 5, "1f1b"};
     rp_config c = config(&pc, false, "{\"type\": \"adam\", \"lr\": 0.001}");
     rp_weights *a = train(m, &c, false, NULL, NULL), *b = train(m, &c, false, NULL, NULL);
-    CHECK(diff(a, b) == 0);
+    CHECK(test_weights_diff(a, b) == 0);
     rp_weights_free(a), rp_weights_free(b);
     rp_model_free(m);
 }

@@ -186,40 +186,35 @@ float *rp_net_stats(rp_net *n, size_t *count) {
 }
 
 /* running <- (1 - momentum) running + momentum x, for each filled slot in
-** order: what one worker's forwards of those micro-batches would leave */
-void rp_net_running_next(rp_net *n) {
+** order: what one worker's forwards of those micro-batches would leave.
+** Computed into n->running from the parameters (next), or written into
+** them (commit). */
+static void running(rp_net *n, bool commit) {
     size_t base = n->m->layers[n->first].param_offset, at = 0;
     for (int l = n->first; n->stats && l < n->last; l++) {
         const rp_layer *Ly = &n->m->layers[l];
         if (n->stat_at[l - n->first] == SIZE_MAX)
             continue;
         int C = Ly->in.dim[0];
-        const float *p = n->params + (Ly->param_offset - base) + 2 * C;
-        float *r = n->running + at, mom = Ly->momentum;
+        float *p = n->params + (Ly->param_offset - base) + 2 * C, *r = n->running + at;
+        at += 2 * (size_t)C;
+        if (commit) {
+            memcpy(p, r, sizeof(float) * 2 * C);
+            continue;
+        }
         memcpy(r, p, sizeof(float) * 2 * C);
         for (int k = 0; k < n->opt.stat_slots; k++) {
             const float *s = n->stats + n->stat_at[l - n->first] + (size_t)k * (2 * C + 1);
             if (s[2 * C] == 0.0f)
                 continue;
             for (int e = 0; e < 2 * C; e++)
-                r[e] = (1.0f - mom) * r[e] + mom * s[e];
+                r[e] = (1.0f - Ly->momentum) * r[e] + Ly->momentum * s[e];
         }
-        at += 2 * (size_t)C;
     }
 }
 
-void rp_net_running_commit(rp_net *n) {
-    size_t base = n->m->layers[n->first].param_offset, at = 0;
-    for (int l = n->first; n->stats && l < n->last; l++) {
-        const rp_layer *Ly = &n->m->layers[l];
-        if (n->stat_at[l - n->first] == SIZE_MAX)
-            continue;
-        int C = Ly->in.dim[0];
-        memcpy(n->params + (Ly->param_offset - base) + 2 * C, n->running + at,
-               sizeof(float) * 2 * C);
-        at += 2 * (size_t)C;
-    }
-}
+void rp_net_running_next(rp_net *n) { running(n, false); }
+void rp_net_running_commit(rp_net *n) { running(n, true); }
 
 /* Which outputs and aux states an activation set keeps, and where the
 ** others go in the overlay: each segment's from offset 0. */
