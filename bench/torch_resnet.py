@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""PyTorch beside repipe on the example ResNet (examples/fmnist-resnet.model written here in
-PyTorch from its spec): the recipe of `repipe train` with examples/fmnist-resnet.json's
-plan — SGD, lr 0.01, momentum 0.9, updates of 4 micro-batches of 64 (batchnorm's statistics
-per micro-batch, as 4 data-parallel replicas keep them), repipe's sample order — and the test
-accuracy after --epochs. Its own initial weights (PyTorch's defaults).
+"""PyTorch beside repipe on a ResNet: the example (examples/fmnist-resnet.model written here
+in PyTorch from its spec) or torchvision's resnet18 for Fashion-MNIST (--model resnet18), with
+the recipe of `repipe train` on examples/fmnist-resnet.json's plan — SGD, lr 0.01, momentum
+0.9, 256 samples an update in micro-batches of --micro (batchnorm's statistics per
+micro-batch, as the plan's workers keep them), repipe's sample order — and the test accuracy
+after --epochs. PyTorch's own initial weights.
 
     PYTHONPATH=python REPIPE_LIBRARY=build/librepipe.so /usr/bin/python3 bench/torch_resnet.py
 """
@@ -44,13 +45,20 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--model", choices=("example", "resnet18"), default="example")
+    ap.add_argument("--micro", type=int, default=64)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     x, y = repipe.fashion_mnist()
     xt, yt = repipe.fashion_mnist(train=False)
-    micro, per_update = 64, 256
-    model = resnet()
+    micro, per_update = a.micro, 256
+    if a.model == "resnet18":
+        import torchvision
+        model = torchvision.models.resnet18(num_classes=10)
+        model.conv1 = nn.Conv2d(1, 64, 7, 2, 3, bias=False)
+    else:
+        model = resnet()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
     stream = repipe.Stream(a.seed, len(x), per_update)
     updates = a.epochs * (len(x) // per_update)
@@ -71,8 +79,8 @@ def main():
         pred = torch.cat([model(torch.from_numpy(xt[k:k + 1000])).argmax(1)
                           for k in range(0, len(xt), 1000)])
     acc = (pred.numpy() == yt).mean()
-    print("PyTorch %s: %d updates of %d in %.1f s; test accuracy: %.4f" %
-          (torch.__version__, updates, per_update, took, acc))
+    print("PyTorch %s, %s: %d updates of %d in micro-batches of %d, %.1f s; test accuracy: "
+          "%.4f" % (torch.__version__, a.model, updates, per_update, micro, took, acc))
 
 
 if __name__ == "__main__":

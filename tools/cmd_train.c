@@ -500,9 +500,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                 snprintf(ls + l1, sizeof ls - l1, "  grad norm %.4g", norm);
                 snprintf(ljs + l2, sizeof ljs - l2, ",\"grad_norm\":%.9g", norm);
             }
-            if (!tty && lead)
+            if (!tty && lead) { /* a log file shows each line as it comes */
                 printf("update %lld/%lld  epoch %.2f  loss %.4f  %.0f samples/s  ETA %s%s\n",
                        at, start + calls * D, (double)at / per_epoch, ema, sps, eta, ls);
+                fflush(stdout);
+            }
             if (jl)
                 fprintf(jl,
                         "{\"update\":%lld,\"epoch\":%.4f,\"loss\":%.6f,\"samples_per_s\":%.1f,"

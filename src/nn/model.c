@@ -1,7 +1,7 @@
 /*
 ** The model object: shapes, layer names, default initialisation and the
-** fingerprint. The spec's parser is spec.c; boundaries of the graph are
-** graph.c's.
+** fingerprint. The spec's parser is spec.c (shapes.c its inference);
+** boundaries of the graph are graph.c's.
 */
 #include <ctype.h>
 #include <errno.h>

@@ -25,196 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layers.h"
+#include "net_impl.h"
 
-struct rp_net {
-    const rp_model *m;
-    int first, last, max_batch;
-    float *params, *grads;
-    size_t num_params;
-    float *col, *tmp;
-    size_t col_n, tmp_n;
-    float *g[2]; /* gradient ping-pong, max_batch * gmax floats each */
-    size_t gmax;
-    bool grads_clean; /* zero by contract: the next backward overwrites */
-    rp_net_options opt;
-    bool *keep_out, *keep_aux; /* per layer: held by the activation set */
-    bool *alias;               /* per layer: a flatten whose output is its input */
-    size_t *ov_out, *ov_aux;   /* per layer not kept: offset in the overlay */
-    unsigned char *overlay;
-    size_t overlay_bytes;
-    /* a graph's tensors: those received (boundary `first`) and sent
-    ** (boundary `last`), a slot of each tensor, gradient buffers per slot */
-    bool graph;
-    int nin, nout;
-    int *bin, *bout;
-    size_t in_n, out_n; /* floats per sample of the two boundaries */
-    int *in_slot;       /* [t + 1] for t < first: its place in bin */
-    bool packed_out;    /* the output is not the last layer's alone */
-    float **gt;         /* per slot: nin received, then each layer's */
-    bool *written;
-    float *gtmp, *gpack;
-    size_t graph_bytes;
-    /* batchnorm: per layer of the net, where its statistics slots start in
-    ** `stats` (SIZE_MAX: not a batchnorm); the running statistics next */
-    size_t *stat_at;
-    float *stats, *running;
-    size_t stats_n, running_n;
-    rp_error err;
-};
 
-struct rp_acts {
-    int capacity, rows;
-    float *input;
-    float **bt;    /* a graph's received tensors unpacked (bt[0] = input when one) */
-    float *packed; /* a graph's packed output, when not the last layer's */
-    float **out; /* one per layer of the net */
-    void **aux;
-    unsigned char *block;
-};
 
-static inline size_t in_size(const rp_layer *L) { return rp_shape_size(&L->in); }
-static inline size_t out_size(const rp_layer *L) { return rp_shape_size(&L->out); }
 
-#define ALIGN64(x) (((x) + 63) & ~(size_t)63)
-
-static bool is_checkpoint(const rp_net *n, int l) {
-    return l == n->first || n->m->layers[l].num_vars > 0;
-}
-
-/* The checkpoint that begins layer l's segment. */
-static int segment_of(const rp_net *n, int l) {
-    while (!is_checkpoint(n, l))
-        l--;
-    return l;
-}
-
-/* Whether a graph's tensor l is read after its segment (or sent): it must
-** be kept, since recomputation runs one segment at a time. */
-static bool read_later(const rp_net *n, int l) {
-    int r = n->m->last_reader[l + 1];
-    return r >= n->last || segment_of(n, r) != segment_of(n, l);
-}
-
-static size_t tensor_size(const rp_net *n, int t) {
-    return rp_shape_size(rp_model_tensor_shape(n->m, t));
-}
-
-/* The slot of tensor t: received ones first, then the net's layers. */
-static int slot_of(const rp_net *n, int t) {
-    return t >= n->first ? n->nin + (t - n->first) : n->in_slot[t + 1];
-}
-
-/* A graph's boundaries and gradient buffers. */
-static rp_status plan_graph(rp_net *n, rp_error *err) {
-    const rp_model *m = n->m;
-    int L = n->last - n->first;
-    n->bin = malloc(sizeof(int) * (m->num_layers + 1));
-    n->bout = malloc(sizeof(int) * (m->num_layers + 1));
-    n->in_slot = malloc(sizeof(int) * (n->first + 1));
-    if (!n->bin || !n->bout || !n->in_slot)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    n->nin = rp_model_boundary(m, n->first, n->bin);
-    n->nout = rp_model_boundary(m, n->last, n->bout);
-    n->in_n = rp_model_boundary_size(m, n->first);
-    n->out_n = rp_model_boundary_size(m, n->last);
-    if (n->opt.alone && L == 1) { /* its distinct inputs in ascending order, its output */
-        const rp_layer *Ly = &m->layers[n->first];
-        n->nin = 0, n->in_n = 0;
-        for (int t = -1; t < n->first; t++)
-            for (int i = 0; i < Ly->num_inputs; i++)
-                if (Ly->inputs[i] == t) {
-                    n->bin[n->nin++] = t;
-                    n->in_n += tensor_size(n, t);
-                    break;
-                }
-        n->nout = 1, n->bout[0] = n->first, n->out_n = tensor_size(n, n->first);
-    }
-    n->packed_out = n->nout != 1 || n->bout[0] != n->last - 1;
-    for (int j = 0; j < n->nin; j++)
-        n->in_slot[n->bin[j] + 1] = j;
-    int slots = n->nin + L;
-    n->gt = calloc(slots, sizeof(float *));
-    n->written = calloc(slots, sizeof(bool));
-    if (!n->gt || !n->written)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    size_t most = n->in_n;
-    for (int k = 0; k < slots; k++) {
-        int t = k < n->nin ? n->bin[k] : n->first + (k - n->nin);
-        size_t sz = tensor_size(n, t);
-        most = sz > most ? sz : most;
-        if (!(n->gt[k] = malloc(sizeof(float) * sz * n->max_batch)))
-            return rp_fail(err, RP_ERR_NOMEM, "out of memory for a graph's gradients");
-        n->graph_bytes += sizeof(float) * sz * n->max_batch;
-    }
-    n->gtmp = malloc(sizeof(float) * most * n->max_batch);
-    n->gpack = malloc(sizeof(float) * n->in_n * n->max_batch);
-    if (!n->gtmp || !n->gpack)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a graph's gradients");
-    n->graph_bytes += sizeof(float) * (most + n->in_n) * n->max_batch;
-    return RP_OK;
-}
-
-static bool is_bn(const rp_layer *L) {
-    return L->type == RP_LAYER_BATCHNORM2D || L->type == RP_LAYER_BATCHNORM1D;
-}
-
-/* Each batchnorm layer's slots: stat_slots of 2C + 1 floats (mean,
-** variance, filled); and room for its next running statistics (2C). */
-static rp_status plan_stats(rp_net *n, rp_error *err) {
-    int L = n->last - n->first;
-    if (!(n->stat_at = malloc(sizeof(size_t) * L)))
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    for (int l = n->first; l < n->last; l++) {
-        const rp_layer *Ly = &n->m->layers[l];
-        n->stat_at[l - n->first] = SIZE_MAX;
-        if (!is_bn(Ly) || n->opt.stat_slots < 1)
-            continue;
-        n->stat_at[l - n->first] = n->stats_n;
-        n->stats_n += (size_t)n->opt.stat_slots * (2 * Ly->in.dim[0] + 1);
-        n->running_n += 2 * (size_t)Ly->in.dim[0];
-    }
-    if (n->stats_n && (!(n->stats = calloc(n->stats_n, sizeof(float))) ||
-                       !(n->running = malloc(sizeof(float) * n->running_n))))
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for batchnorm's statistics");
-    return RP_OK;
-}
-
-float *rp_net_stats(rp_net *n, size_t *count) {
-    *count = n->stats_n;
-    return n->stats;
-}
-
-/* running <- (1 - momentum) running + momentum x, for each filled slot in
-** order: what one worker's forwards of those micro-batches would leave.
-** Computed into n->running from the parameters (next), or written into
-** them (commit). */
-static void running(rp_net *n, bool commit) {
-    size_t base = n->m->layers[n->first].param_offset, at = 0;
-    for (int l = n->first; n->stats && l < n->last; l++) {
-        const rp_layer *Ly = &n->m->layers[l];
-        if (n->stat_at[l - n->first] == SIZE_MAX)
-            continue;
-        int C = Ly->in.dim[0];
-        float *p = n->params + (Ly->param_offset - base) + 2 * C, *r = n->running + at;
-        at += 2 * (size_t)C;
-        if (commit) {
-            memcpy(p, r, sizeof(float) * 2 * C);
-            continue;
-        }
-        memcpy(r, p, sizeof(float) * 2 * C);
-        for (int k = 0; k < n->opt.stat_slots; k++) {
-            const float *s = n->stats + n->stat_at[l - n->first] + (size_t)k * (2 * C + 1);
-            if (s[2 * C] == 0.0f)
-                continue;
-            for (int e = 0; e < 2 * C; e++)
-                r[e] = (1.0f - Ly->momentum) * r[e] + Ly->momentum * s[e];
-        }
-    }
-}
-
-void rp_net_running_next(rp_net *n) { running(n, false); }
-void rp_net_running_commit(rp_net *n) { running(n, true); }
 
 /* Which outputs and aux states an activation set keeps, and where the
 ** others go in the overlay: each segment's from offset 0. */
@@ -231,10 +46,10 @@ static rp_status plan_recompute(rp_net *n, rp_error *err) {
     for (int l = n->first; l < n->last; l++) {
         const rp_layer *Ly = &n->m->layers[l];
         int i = l - n->first;
-        bool end = l == n->last - 1 || is_checkpoint(n, l + 1);
-        n->keep_out[i] = !n->opt.recompute || end || (n->graph && read_later(n, l));
+        bool end = l == n->last - 1 || rpi_net_is_checkpoint(n, l + 1);
+        n->keep_out[i] = !n->opt.recompute || end || (n->graph && rpi_net_read_later(n, l));
         n->keep_aux[i] = !n->opt.recompute || l == n->last - 1;
-        if (is_checkpoint(n, l))
+        if (rpi_net_is_checkpoint(n, l))
             at = 0;
         if (!n->keep_out[i]) {
             n->ov_out[i] = at;
@@ -313,9 +128,9 @@ rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_bat
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a net of %zu parameters", count);
     }
     n->graph = !rp_model_is_chain(m);
-    rp_status st = n->graph ? plan_graph(n, err) : RP_OK;
+    rp_status st = n->graph ? rpi_net_plan_graph(n, err) : RP_OK;
     if (!st)
-        st = plan_stats(n, err);
+        st = rpi_net_plan_stats(n, err);
     if (!st)
         st = plan_recompute(n, err);
     if (st) {
@@ -381,7 +196,7 @@ static size_t acts_layout(const rp_net *n, int batch, size_t *off_out, size_t *o
         for (int j = 0; n->nin > 1 && j < n->nin; j++) {
             if (off_graph)
                 off_graph[j] = at;
-            at += ALIGN64(sizeof(float) * tensor_size(n, n->bin[j]) * batch);
+            at += ALIGN64(sizeof(float) * rpi_net_tensor_size(n, n->bin[j]) * batch);
         }
         if (off_graph)
             off_graph[n->nin] = at;
@@ -453,67 +268,6 @@ void rp_acts_free(rp_acts *a) {
     free(a);
 }
 
-/* Where tensor t of a graph is in an activation set. */
-static float *tensor_at(const rp_net *n, rp_acts *a, int t) {
-    return t >= n->first ? a->out[t - n->first] : a->bt[n->in_slot[t + 1]];
-}
-
-/* A layer's arguments; a graph's inputs are looked up into ins. */
-static layer_args args_for(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx,
-                           const float **ins) {
-    const rp_layer *L = &n->m->layers[l];
-    size_t base = n->m->layers[n->first].param_offset;
-    if (n->graph)
-        for (int i = 0; i < L->num_inputs; i++)
-            ins[i] = tensor_at(n, a, L->inputs[i]);
-    layer_args x = {
-        .m = n->m,
-        .L = L,
-        .index = l,
-        .B = a->rows,
-        .in = n->graph ? ins[0] : l == n->first ? a->input : a->out[l - 1 - n->first],
-        .ins = n->graph ? ins : NULL,
-        .out = a->out[l - n->first],
-        .w = n->params + (L->param_offset - base),
-        .dw = n->grads + (L->param_offset - base),
-        .aux = a->aux[l - n->first],
-        .stats = n->stats && n->stat_at[l - n->first] != SIZE_MAX && ctx->stat_slot >= 1 &&
-                         ctx->stat_slot <= n->opt.stat_slots
-                     ? n->stats + n->stat_at[l - n->first]
-                     : NULL,
-        .col = n->col,
-        .tmp = n->tmp,
-        .ctx = ctx,
-        .accumulate = !n->grads_clean,
-        .scratch_limit = n->opt.scratch_limit,
-    };
-    return x;
-}
-
-/* Rows of `row` floats, each sample's k tensors `ts` one after another,
-** into a buffer per tensor. */
-static void unpack(const rp_net *n, int k, const int *ts, size_t row, const float *in,
-                   float **parts, int batch) {
-    size_t at = 0;
-    for (int j = 0; j < k; j++) {
-        size_t sz = tensor_size(n, ts[j]);
-        for (int r = 0; r < batch; r++)
-            memcpy(parts[j] + r * sz, in + r * row + at, sizeof(float) * sz);
-        at += sz;
-    }
-}
-
-/* The tensors sent, packed sample by sample. */
-static void pack_output(const rp_net *n, rp_acts *a, int batch) {
-    size_t at = 0;
-    for (int j = 0; j < n->nout; j++) {
-        size_t sz = tensor_size(n, n->bout[j]);
-        const float *p = tensor_at(n, a, n->bout[j]);
-        for (int r = 0; r < batch; r++)
-            memcpy(a->packed + r * n->out_n + at, p + r * sz, sizeof(float) * sz);
-        at += sz;
-    }
-}
 
 const float *rp_net_forward(rp_net *n, rp_acts *a, const float *input, int batch,
                             const rp_step_ctx *ctx, double *loss_sum) {
@@ -526,18 +280,18 @@ const float *rp_net_forward(rp_net *n, rp_acts *a, const float *input, int batch
     if (input != a->input)
         memcpy(a->input, input, sizeof(float) * rp_net_in_size(n) * batch);
     if (n->graph && n->nin > 1)
-        unpack(n, n->nin, n->bin, n->in_n, a->input, a->bt, batch);
+        rpi_net_unpack(n, n->nin, n->bin, n->in_n, a->input, a->bt, batch);
     const float *ins[RP_MAX_INPUTS];
     for (int l = n->first; l < n->last; l++) {
         if (n->alias[l - n->first])
             continue;
-        layer_args x = args_for(n, a, l, ctx, ins);
+        layer_args x = rpi_net_args(n, a, l, ctx, ins);
         if (rpi_layer_forward(&x, &n->err) != RP_OK)
             return NULL;
     }
     const float *out = a->out[n->last - 1 - n->first];
     if (n->graph && n->packed_out) {
-        pack_output(n, a, batch);
+        rpi_net_pack_output(n, a, batch);
         return a->packed;
     }
     if (loss_sum) {
@@ -550,102 +304,6 @@ const float *rp_net_forward(rp_net *n, rp_acts *a, const float *input, int batch
     return out;
 }
 
-/* At the end of a segment (backward reaching layer l), runs it forward
-** again from its checkpoint, skipping a layer whose output and aux are
-** kept. */
-static void recompute_segment(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx) {
-    if (!n->opt.recompute || (l != n->last - 1 && !is_checkpoint(n, l + 1)))
-        return;
-    const float *ins[RP_MAX_INPUTS];
-    for (int k = segment_of(n, l); k <= l; k++) {
-        int i = k - n->first;
-        if (n->alias[i] ||
-            (n->keep_out[i] && (n->keep_aux[i] || !rpi_layer_aux_bytes(&n->m->layers[k], 1))))
-            continue;
-        layer_args x = args_for(n, a, k, ctx, ins);
-        rpi_layer_forward(&x, &n->err); /* it succeeded on these rows before */
-    }
-}
-
-/* A gradient g (rows of tensor t) for tensor t: written when it is the
-** first, added when another reader's came before it. */
-static void give_grad(rp_net *n, int t, const float *g, int rows) {
-    int k = slot_of(n, t);
-    size_t len = tensor_size(n, t) * rows;
-    float *restrict d = n->gt[k];
-    if (!n->written[k]) {
-        if (g != d)
-            memcpy(d, g, sizeof(float) * len);
-        n->written[k] = true;
-    } else {
-        for (size_t i = 0; i < len; i++)
-            d[i] += g[i];
-    }
-}
-
-static const float *graph_backward(rp_net *n, rp_acts *a, const float *dout,
-                                   const rp_step_ctx *ctx, bool need_input_grad, int stop) {
-    int rows = a->rows, slots = n->nin + (n->last - n->first);
-    memset(n->written, 0, sizeof(bool) * slots);
-    bool loss = n->m->layers[n->last - 1].type == RP_LAYER_SOFTMAX_CE;
-    if (!loss) { /* the gradients received, one per tensor sent */
-        size_t at = 0;
-        for (int j = 0; j < n->nout; j++) {
-            int t = n->bout[j];
-            size_t sz = tensor_size(n, t);
-            float *d = n->gt[slot_of(n, t)];
-            for (int r = 0; r < rows; r++)
-                memcpy(d + r * sz, dout + r * n->out_n + at, sizeof(float) * sz);
-            n->written[slot_of(n, t)] = true;
-            at += sz;
-        }
-    }
-    const float *ins[RP_MAX_INPUTS];
-    for (int l = n->last - 1; l >= stop; l--) {
-        recompute_segment(n, a, l, ctx);
-        const rp_layer *L = &n->m->layers[l];
-        layer_args x = args_for(n, a, l, ctx, ins);
-        const float *g = n->gt[slot_of(n, l)];
-        for (int i = 0; i < L->num_inputs; i++) {
-            int t = L->inputs[i];
-            bool want = t >= stop || (t < n->first && need_input_grad);
-            if (L->type == RP_LAYER_ADD) {
-                if (want)
-                    give_grad(n, t, g, rows);
-            } else if (L->type == RP_LAYER_CONCAT) {
-                if (want) {
-                    int k = slot_of(n, t);
-                    rpi_concat_backward(&x, i, g, n->gt[k], n->written[k]);
-                    n->written[k] = true;
-                }
-            } else { /* one input: straight into its buffer when first */
-                int k = slot_of(n, t);
-                float *din = !want ? NULL : n->written[k] ? n->gtmp : n->gt[k];
-                rpi_layer_backward(&x, loss && l == n->last - 1 ? NULL : g, din);
-                if (din)
-                    give_grad(n, t, din, rows);
-            }
-        }
-    }
-    n->grads_clean = false;
-    if (!need_input_grad)
-        return NULL;
-    if (n->nin == 1 && n->written[0])
-        return n->gt[0];
-    size_t at = 0; /* packed as they came; a tensor no reader differentiates gets zeros */
-    for (int j = 0; j < n->nin; j++) {
-        size_t sz = tensor_size(n, n->bin[j]);
-        for (int r = 0; r < rows; r++) {
-            float *d = n->gpack + r * n->in_n + at;
-            if (n->written[j])
-                memcpy(d, n->gt[j] + r * sz, sizeof(float) * sz);
-            else
-                memset(d, 0, sizeof(float) * sz);
-        }
-        at += sz;
-    }
-    return n->gpack;
-}
 
 const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_step_ctx *ctx,
                              bool need_input_grad) {
@@ -657,15 +315,15 @@ const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_
         while (stop < n->last && n->m->layers[stop].num_vars == 0)
             stop++;
     if (n->graph)
-        return graph_backward(n, a, dout, ctx, need_input_grad, stop);
+        return rpi_net_graph_backward(n, a, dout, ctx, need_input_grad, stop);
     const float *g = dout;
     int buf = 0;
     const float *ins[RP_MAX_INPUTS];
     for (int l = n->last - 1; l >= stop; l--) {
-        recompute_segment(n, a, l, ctx);
+        rpi_net_recompute(n, a, l, ctx);
         if (n->alias[l - n->first])
             continue; /* the gradient passes through as it is */
-        layer_args x = args_for(n, a, l, ctx, ins);
+        layer_args x = rpi_net_args(n, a, l, ctx, ins);
         bool want = l > stop || need_input_grad;
         float *din = want ? n->g[buf] : NULL;
         rpi_layer_backward(&x, g, din);

@@ -1,0 +1,80 @@
+/*
+** What running one layer of a net takes: its arguments (a graph's inputs
+** looked up), where a graph's tensors live, and the forward again of a
+** recomputed segment.
+*/
+#include "net_impl.h"
+
+bool rpi_net_is_checkpoint(const rp_net *n, int l) {
+    return l == n->first || n->m->layers[l].num_vars > 0;
+}
+
+/* The checkpoint that begins layer l's segment. */
+int rpi_net_segment_of(const rp_net *n, int l) {
+    while (!rpi_net_is_checkpoint(n, l))
+        l--;
+    return l;
+}
+
+size_t rpi_net_tensor_size(const rp_net *n, int t) {
+    return rp_shape_size(rp_model_tensor_shape(n->m, t));
+}
+
+/* The slot of tensor t: received ones first, then the net's layers. */
+int rpi_net_slot_of(const rp_net *n, int t) {
+    return t >= n->first ? n->nin + (t - n->first) : n->in_slot[t + 1];
+}
+
+/* Where tensor t of a graph is in an activation set. */
+float *rpi_net_tensor_at(const rp_net *n, rp_acts *a, int t) {
+    return t >= n->first ? a->out[t - n->first] : a->bt[n->in_slot[t + 1]];
+}
+
+/* A layer's arguments; a graph's inputs are looked up into ins. */
+layer_args rpi_net_args(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx,
+                           const float **ins) {
+    const rp_layer *L = &n->m->layers[l];
+    size_t base = n->m->layers[n->first].param_offset;
+    if (n->graph)
+        for (int i = 0; i < L->num_inputs; i++)
+            ins[i] = rpi_net_tensor_at(n, a, L->inputs[i]);
+    layer_args x = {
+        .m = n->m,
+        .L = L,
+        .index = l,
+        .B = a->rows,
+        .in = n->graph ? ins[0] : l == n->first ? a->input : a->out[l - 1 - n->first],
+        .ins = n->graph ? ins : NULL,
+        .out = a->out[l - n->first],
+        .w = n->params + (L->param_offset - base),
+        .dw = n->grads + (L->param_offset - base),
+        .aux = a->aux[l - n->first],
+        .stats = n->stats && n->stat_at[l - n->first] != SIZE_MAX && ctx->stat_slot >= 1 &&
+                         ctx->stat_slot <= n->opt.stat_slots
+                     ? n->stats + n->stat_at[l - n->first]
+                     : NULL,
+        .col = n->col,
+        .tmp = n->tmp,
+        .ctx = ctx,
+        .accumulate = !n->grads_clean,
+        .scratch_limit = n->opt.scratch_limit,
+    };
+    return x;
+}
+
+/* At the end of a segment (backward reaching layer l), runs it forward
+** again from its checkpoint, skipping a layer whose output and aux are
+** kept. */
+void rpi_net_recompute(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx) {
+    if (!n->opt.recompute || (l != n->last - 1 && !rpi_net_is_checkpoint(n, l + 1)))
+        return;
+    const float *ins[RP_MAX_INPUTS];
+    for (int k = rpi_net_segment_of(n, l); k <= l; k++) {
+        int i = k - n->first;
+        if (n->alias[i] ||
+            (n->keep_out[i] && (n->keep_aux[i] || !rpi_layer_aux_bytes(&n->m->layers[k], 1))))
+            continue;
+        layer_args x = rpi_net_args(n, a, k, ctx, ins);
+        rpi_layer_forward(&x, &n->err); /* it succeeded on these rows before */
+    }
+}
