@@ -284,6 +284,10 @@ if "$bin" profile --model "$src/examples/fmnist-resnet.model" --out "$tmp/res.tx
    "$bin" plan --profile "$tmp/res.txt" --machines 2 2 --config-out "$tmp/res.json" > /dev/null 2>&1 &&
    "$bin" config show "$tmp/res.json" --model "$src/examples/fmnist-resnet.model" | grep -q "layers 0-22"
 then ok; else bad "profile a graph: $(cat "$tmp/res.txt")"; fi
+# config show says what a graph's stage receives
+printf '{"layers_per_stage": [4, 9, -1]}\n' > "$tmp/cut.json"
+expect_grep "config show cut" "^            receives 2 tensors \(layer 9, layer 12\), 18816 floats a sample$" -- \
+  "$bin" config show "$tmp/cut.json" --model "$src/examples/fmnist-resnet.model"
 # its samples: the prompt, then 40 bytes of the text's alphabet; a seed gives the same text
 g1=$("$bin" generate --model "$tmp/lm.model" --load "$tmp/lm.rpw" --prompt "the " --tokens 40 --seed 5 2>&1)
 g2=$("$bin" generate --model "$tmp/lm.model" --load "$tmp/lm.rpw" --prompt "the " --tokens 40 --seed 5 2>&1)

@@ -49,7 +49,19 @@ static int stage_ranges(const cli_cmd *cmd, const rp_config *cfg, bool inference
     return 1;
 }
 
-static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg, int layers) {
+/* What a graph's stage receives: every tensor alive at its first layer. */
+static void print_cut(const rp_model *m, int first) {
+    int *t = malloc(sizeof(int) * (m->num_layers + 1)), n = t ? rp_model_boundary(m, first, t) : 0;
+    printf("            receives %d tensor%s (", n, n == 1 ? "" : "s");
+    for (int i = 0; i < n; i++)
+        printf(t[i] < 0 ? "%sthe input" : "%slayer %d", i ? ", " : "", t[i]);
+    printf("), %zu floats a sample\n", rp_model_boundary_size(m, first));
+    free(t);
+}
+
+/* m: the model of --model, or NULL */
+static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg, int layers,
+                      const rp_model *m) {
     rp_derived d;
     rp_config_derive(cfg, &d);
     int counts[RP_MAX_STAGES];
@@ -144,6 +156,8 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
             else
                 printf("  stage %-3d layers %d-%d (%d layer%s)\n", s, first,
                        first + counts[s] - 1, counts[s], counts[s] == 1 ? "" : "s");
+            if (m && !rp_model_is_chain(m) && s > 0 && counts[s] && first < m->num_layers)
+                print_cut(m, first);
             first += counts[s];
         }
     }
@@ -229,8 +243,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     for (int i = 0; i < cfg.num_warnings; i++)
         fprintf(stderr, "warning: %s\n", cfg.warnings[i]);
+    rp_model *m = NULL;
     if (model) { /* what a session would refuse, before any worker starts */
-        rp_model *m;
         if (rp_model_load(&m, model, &err)) {
             cli_error(cmd, "%s", err.msg);
             return 1;
@@ -240,13 +254,14 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             ms = rp_fail(&err, RP_ERR_INVALID, "--layers %lld, but %s has %d layers", layers,
                          model, m->num_layers);
         layers = m->num_layers;
-        rp_model_free(m);
         if (ms) {
             cli_error(cmd, "%s with %s: %s", pos[1], model, err.msg);
+            rp_model_free(m);
             return 1;
         }
     }
     if (strcmp(pos[0], "check") == 0) {
+        rp_model_free(m);
         if (layers) {
             int counts[RP_MAX_STAGES];
             for (int inf = 0; inf < 2; inf++)
@@ -259,7 +274,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         return 0;
     }
     bool shown = json ? show_json(cmd, &cfg, (int)layers)
-                      : show_text(cmd, pos[1], &cfg, (int)layers);
+                      : show_text(cmd, pos[1], &cfg, (int)layers, m);
+    rp_model_free(m);
     return shown ? 0 : 1;
 }
 
