@@ -1,8 +1,9 @@
 /*
-** torchvision's resnet18 (first convolution for 1 channel, 10 classes) as
-** repipe.torch.export writes it, trained 10 updates of 16 Fashion-MNIST
-** images with SGD and momentum, against PyTorch from the same weights
-** (tests/torch/resnet18_losses.txt, written by make_resnet_refs.py): on one
+** torchvision's resnet18 (first convolution for 1 channel, 10 classes) and
+** a small DenseNet-style network (concatenations), as repipe.torch.export
+** writes them, trained 10 updates of 16 Fashion-MNIST images with SGD and
+** momentum, against PyTorch from the same weights (tests/torch/MODEL_losses.txt,
+** written by make_resnet_refs.py): on one
 ** worker with micro-batches of 16, and on 2 stages x 2 replicas with 2
 ** accumulation steps of 4, cut inside a residual block so that its skip
 ** crosses the stages, against PyTorch accumulating the same micro-batches.
@@ -11,14 +12,16 @@
 ** 28 x 28 (its last blocks normalise 1 x 1 planes over a micro-batch, 4 or
 ** 16 values a channel), and PyTorch's own float32 run leaves its float64
 ** one by 6e-5 at the second update and 2e-2 by the tenth (1.1 with
-** micro-batches of 4): each loss must be within 1e-4 of float64 PyTorch, or
+** micro-batches of 4; the DenseNet's within 3e-7): each loss must be
+** within 1e-4 of float64 PyTorch, or
 ** no further from it than twice the furthest PyTorch's float32 run has been
 ** so far. (Even the first update's forwards, before any step, differ by
 ** 4e-5 between PyTorch's float32 and float64 with micro-batches of 4.)
 ** Weights come from the integer formula both sides compute.
 **
-**   test_resnet DIR    DIR holding resnet18.model, resnet18_losses.txt and
-**                      fmnist160/ (Fashion-MNIST's first 160 training images)
+**   test_resnet DIR    DIR holding resnet18.model, densenet.model, their
+**                      _losses.txt and fmnist160/ (Fashion-MNIST's first
+**                      160 training images)
 */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -96,28 +99,26 @@ static void recipe(const rp_model *m, const rp_dataset *d, const char *json, con
     rp_session_free(s);
 }
 
-int main(int argc, char **argv) {
-    const char *dir = argc > 1 ? argv[1] : "tests/torch";
+/* One model of make_resnet_refs.py: both recipes, the pipeline cut before
+** layer `cut` (where two tensors cross). */
+static void compare(const char *dir, const char *name, int cut, const rp_dataset *d) {
     char path[4096];
     rp_model *m;
-    rp_dataset *d;
     rp_error err;
-    snprintf(path, sizeof path, "%s/resnet18.model", dir);
+    snprintf(path, sizeof path, "%s/%s.model", dir, name);
     if (rp_model_load(&m, path, &err)) {
         fprintf(stderr, "%s\n", err.msg);
-        return 1;
+        test_failures++;
+        return;
     }
-    snprintf(path, sizeof path, "%s/fmnist160", dir);
-    if (rp_dataset_load_idx(&d, path, true, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
-    snprintf(path, sizeof path, "%s/resnet18_losses.txt", dir);
+    snprintf(path, sizeof path, "%s/%s_losses.txt", dir, name);
     char *text;
     size_t len;
     if (rp_read_file(path, &text, &len, &err)) {
         fprintf(stderr, "%s\n", err.msg);
-        return 1;
+        test_failures++;
+        rp_model_free(m);
+        return;
     }
     /* [micro 16, micro 4][float64, float32] */
     static float want[2][2][UPDATES * PER_UPDATE];
@@ -136,20 +137,40 @@ int main(int argc, char **argv) {
     }
     free(text);
     CHECK_INT(found, 4);
-    /* layers 0-3 the stem; 4 the first block's conv, 5 its batchnorm, 6 relu:
-    ** a cut at 6 carries the block's input (the skip) and layer 5's output */
-    int t[64];
-    CHECK_INT(rp_model_boundary(m, 6, t), 2);
+    int *t = malloc(sizeof(int) * (m->num_layers + 1));
+    CHECK_INT(rp_model_boundary(m, cut, t), 2);
+    free(t);
+    printf("%s:\n", name);
     recipe(m, d,
            "{\"micro_batch_size\": 16, \"output_mode\": \"all\", \"optimizer\": {\"type\": "
            "\"sgd\", \"lr\": 0.01, \"momentum\": 0.9}}",
            want[0][0], want[0][1], 16);
-    recipe(m, d,
-           "{\"micro_batch_size\": 4, \"gradient_accumulation_steps\": 2, \"replication_factor\": "
-           "2, \"layers_per_stage\": [6, -1], \"output_mode\": \"all\", \"optimizer\": "
-           "{\"type\": \"sgd\", \"lr\": 0.01, \"momentum\": 0.9}}",
-           want[1][0], want[1][1], 4);
-    rp_dataset_free(d);
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"micro_batch_size\": 4, \"gradient_accumulation_steps\": 2, "
+             "\"replication_factor\": 2, \"layers_per_stage\": [%d, -1], \"output_mode\": "
+             "\"all\", \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.01, \"momentum\": 0.9}}",
+             cut);
+    recipe(m, d, json, want[1][0], want[1][1], 4);
     rp_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "tests/torch";
+    char path[4096];
+    rp_dataset *d;
+    rp_error err;
+    snprintf(path, sizeof path, "%s/fmnist160", dir);
+    if (rp_dataset_load_idx(&d, path, true, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    /* resnet18: layers 0-3 the stem, 4 the first block's conv, 5 its
+    ** batchnorm: a cut at 6 carries the block's input (the skip) and layer 5's
+    ** output. The DenseNet: a cut at 3 carries the stem's output (which the
+    ** first concat reads) and the first layer's relu. */
+    compare(dir, "resnet18", 6, d);
+    compare(dir, "densenet", 3, d);
+    rp_dataset_free(d);
     return test_finish("test_resnet");
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Writes tests/torch/resnet18.model and tests/torch/resnet18_losses.txt: torchvision's
-resnet18 (its first convolution for 1 channel, 10 classes) as repipe.torch.export writes it,
-and PyTorch's first 10 losses training it with SGD and momentum, for tests/test_resnet.c to
+"""Writes tests/torch/MODEL.model and tests/torch/MODEL_losses.txt for two models:
+torchvision's resnet18 (its first convolution for 1 channel, 10 classes) and a small
+DenseNet-style network written here (BN-ReLU-conv layers whose outputs are concatenated to
+their inputs, a transition between two blocks), each as repipe.torch.export writes it, and
+PyTorch's first 10 losses training it with SGD and momentum, for tests/test_resnet.c to
 compare against (the test needs no torch). Run from the repository with Debian's
 python3-torch and python3-torchvision, the library built:
 
@@ -53,9 +55,38 @@ def initial(v, shape, suffix):
     return x + 1 if suffix in ("weight", "running_var") else x
 
 
-def model():
-    m = torchvision.models.resnet18(num_classes=10)
-    m.conv1 = torch.nn.Conv2d(1, 64, 7, 2, 3, bias=False)
+class DenseLayer(torch.nn.Module):
+    def __init__(s, cin, growth):
+        super().__init__()
+        s.bn = torch.nn.BatchNorm2d(cin)
+        s.conv = torch.nn.Conv2d(cin, growth, 3, padding=1, bias=False)
+
+    def forward(s, x):
+        return torch.cat([x, s.conv(torch.relu(s.bn(x)))], dim=1)
+
+
+class DenseNet(torch.nn.Module):
+    def __init__(s):
+        super().__init__()
+        nn = torch.nn
+        s.stem = nn.Conv2d(1, 8, 3, padding=1, bias=False)
+        s.block1 = nn.Sequential(DenseLayer(8, 4), DenseLayer(12, 4))
+        s.transition = nn.Sequential(nn.BatchNorm2d(16), nn.ReLU(), nn.Conv2d(16, 8, 1, bias=False),
+                                     nn.AvgPool2d(2))
+        s.block2 = nn.Sequential(DenseLayer(8, 4), DenseLayer(12, 4))
+        s.head = nn.Sequential(nn.BatchNorm2d(16), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                               nn.Flatten(), nn.Linear(16, 10))
+
+    def forward(s, x):
+        return s.head(s.block2(s.transition(s.block1(s.stem(x)))))
+
+
+def model(name="resnet18"):
+    if name == "resnet18":
+        m = torchvision.models.resnet18(num_classes=10)
+        m.conv1 = torch.nn.Conv2d(1, 64, 7, 2, 3, bias=False)
+    else:
+        m = DenseNet()
     _, _, variables = _convert(m)
     state = m.state_dict()
     v = 0
@@ -83,8 +114,8 @@ def batch(u):
     return torch.from_numpy(x[k].copy()), torch.from_numpy(y[k].astype("int64"))
 
 
-def train(micro, dtype=torch.float64):
-    m = model().to(dtype)
+def train(micro, dtype=torch.float64, name="resnet18"):
+    m = model(name).to(dtype)
     m.train()
     opt = torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM)
     losses = []
@@ -102,17 +133,18 @@ def train(micro, dtype=torch.float64):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "."
-    m = model()
-    rtorch.export(m, torch.zeros(2, 1, 28, 28), model=os.path.join(out, "resnet18.model"),
-                  weights=os.path.join(out, "resnet18-unused.rpw"))
-    os.remove(os.path.join(out, "resnet18-unused.rpw"))
-    with open(os.path.join(out, "resnet18_losses.txt"), "w") as f:
-        f.write("# PyTorch %s, torchvision %s: make_resnet_refs.py\n" %
-                (torch.__version__, torchvision.__version__))
-        for micro in (16, 4):  # PyTorch in float64, then its float32 run beside it
-            for name, dtype in (("float64", torch.float64), ("float32", torch.float32)):
-                f.write("micro_batch %d %s %s\n" % (micro, name, " ".join(
-                    "%.9g" % v for v in train(micro, dtype))))
+    for name in ("resnet18", "densenet"):
+        unused = os.path.join(out, name + "-unused.rpw")
+        rtorch.export(model(name), torch.zeros(2, 1, 28, 28),
+                      model=os.path.join(out, name + ".model"), weights=unused)
+        os.remove(unused)
+        with open(os.path.join(out, name + "_losses.txt"), "w") as f:
+            f.write("# PyTorch %s, torchvision %s: make_resnet_refs.py\n" %
+                    (torch.__version__, torchvision.__version__))
+            for micro in (16, 4):  # PyTorch in float64, then its float32 run beside it
+                for kind, dtype in (("float64", torch.float64), ("float32", torch.float32)):
+                    f.write("micro_batch %d %s %s\n" % (micro, kind, " ".join(
+                        "%.9g" % v for v in train(micro, dtype, name))))
 
 
 if __name__ == "__main__":
