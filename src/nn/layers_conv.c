@@ -107,6 +107,7 @@ static same_shift same_range(int H, int W, int P, int ki, int kj) {
 
 /* im2col (in to col) or col2im (cin added into din) of a same-size
 ** convolution: one of the two pairs is given, the other NULL. */
+RP_HOT
 static void same_cols(const rp_layer *L, int B, const int *mask, const float *in, float *col,
                       const float *cin, float *din) {
     bool to_col = in != NULL;
@@ -121,16 +122,18 @@ static void same_cols(const rp_layer *L, int B, const int *mask, const float *in
                 size_t plane = (size_t)c * HW, row = ((size_t)(c * K + ki) * K + kj) * ncols;
                 int off = r.off; /* a + off >= 0: the pointers stay inside the planes */
                 for (int b = 0; b < B; b++, plane += (size_t)C * HW, row += HW) {
-                    if (to_col) {
+                    if (to_col) { /* loops, not memset: a plane's rows are short */
                         float *restrict y = col + row;
-                        memset(y, 0, sizeof(float) * r.a);
+                        for (int q = 0; q < r.a; q++)
+                            y[q] = 0.0f;
                         if (r.e > r.a) {
                             const float *restrict x = in + plane + r.a + off;
                             const int *restrict mm = m + r.a;
                             for (int q = 0; q < r.e - r.a; q++)
                                 y[r.a + q] = mm[q] ? x[q] : 0.0f;
                         }
-                        memset(y + r.e, 0, sizeof(float) * (HW - r.e));
+                        for (int q = r.e; q < HW; q++)
+                            y[q] = 0.0f;
                     } else if (r.e > r.a) {
                         float *restrict x = din + plane + r.a + off;
                         const float *restrict y = cin + row + r.a;
