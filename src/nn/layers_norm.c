@@ -53,6 +53,7 @@ static void bn_dims(const rp_layer *L, int *C, size_t *HW) {
     *HW = rp_shape_size(&L->in) / (size_t)*C;
 }
 
+RP_HOT
 rp_status rpi_batchnorm_forward(const layer_args *a, rp_error *err) {
     const rp_layer *L = a->L;
     int C;
@@ -113,6 +114,7 @@ rp_status rpi_batchnorm_forward(const layer_args *a, rp_error *err) {
 
 /* dx = weight rstd (dy - mean(dy) - xhat mean(dy xhat)) with xhat the
 ** normalised input; the statistics' own rows get no gradient */
+RP_HOT
 void rpi_batchnorm_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int C;
