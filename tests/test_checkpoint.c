@@ -34,6 +34,14 @@
 static const char *MLP = "input 1 28 28\nflatten\nlinear 96\nrelu\ndropout 0.1\nlinear 37\n"
                          "relu\nlinear 10\nsoftmax_cross_entropy\n";
 
+/* A graph with batchnorm: a residual block whose skip crosses a cut at 3;
+** the running statistics are part of the state to resume. */
+static const char *RESNET = "input 1 28 28\nconv2d 4 kernel=3 pad=1 stride=2 bias=false\n"
+                            "r0 = relu\nconv2d 4 kernel=3 pad=1 bias=false\nbatchnorm2d\n"
+                            "b = relu\nadd < b r0\nflatten\nlinear 10\n"
+                            "softmax_cross_entropy\n";
+static const char *spec = NULL; /* resume()'s model: MLP unless set */
+
 static rp_dataset *data;
 static rp_comm *mpi;
 
@@ -99,7 +107,7 @@ static double diff(const rp_weights *a, const rp_weights *b, bool *same) {
 ** state. exact: bit for bit, counters included. */
 static void resume(const char *what, const rp_config *a, rp_comm *ca, const rp_config *b,
                    rp_comm *cb, bool exact) {
-    rp_model *m = test_model(MLP);
+    rp_model *m = test_model(spec ? spec : MLP);
     rp_train_state straight = run(m, a, ca, NULL, 0, 20);
     rp_train_state half = run(m, a, ca, NULL, 0, 10);
     rp_train_state rest = run(m, b, cb, &half, 10, 20);
@@ -176,6 +184,16 @@ static void other_layouts(void) {
     rp_config b = config(r4, ADAM, "");
     resume("sharding on -> off, Adam, R 4", &a, NULL, &b, NULL, false);
     resume("sharding off -> on, Adam, R 4", &b, NULL, &a, NULL, false);
+    /* a graph with batchnorm: on its own layout bit for bit, and from one
+    ** stage to two cut where the skip crosses */
+    spec = RESNET;
+    rp_config g1 = config("\"replication_factor\": 2, \"micro_batch_size\": 4", SGD, "");
+    rp_config g2 = config("\"replication_factor\": 2, \"micro_batch_size\": 4, "
+                          "\"layers_per_stage\": [3, -1], \"stage_replication\": [2, 1]",
+                          SGD, "");
+    resume("residual graph with batchnorm, 2 stages [2, 1]", &g2, NULL, &g2, NULL, true);
+    resume("residual graph with batchnorm, 1 stage -> 2", &g1, NULL, &g2, NULL, false);
+    spec = NULL;
 }
 
 /* A state that does not fit is refused before anything changes. */
