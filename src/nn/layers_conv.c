@@ -42,10 +42,51 @@ static int conv_tile(const rp_layer *L, int B, size_t limit) {
     return (int)(t < (size_t)B ? t : (size_t)B);
 }
 
+/* The kernel taps that reach the input for some output position. A tap
+** that only ever lands on padding (a 3 x 3 kernel on a 1 x 1 plane has one
+** of nine that does not) makes rows of zeros in the columns and products
+** that add nothing: with any such tap the lowering keeps the others alone,
+** and the weights are gathered to match (kernels up to 8 x 8). */
+#define MAX_TAPS 64
+typedef struct lowering {
+    int T;          /* taps kept: K K unless reduced */
+    bool reduced;
+    int tap[MAX_TAPS]; /* ki K + kj of each kept tap, when reduced */
+} lowering;
+
+static bool tap_reaches(int k, int n_out, int n_in, int S, int P) {
+    for (int o = 0; o < n_out; o++) /* the first output whose tap lands inside */
+        if (o * S - P + k >= 0 && o * S - P + k < n_in)
+            return true;
+    return false;
+}
+
+static void conv_lowering(const rp_layer *L, lowering *lw) {
+    int K = L->kernel;
+    lw->T = K * K;
+    lw->reduced = false;
+    if (K * K > MAX_TAPS)
+        return;
+    int T = 0;
+    for (int ki = 0; ki < K; ki++)
+        for (int kj = 0; kj < K; kj++)
+            if (tap_reaches(ki, L->out.dim[1], L->in.dim[1], L->stride, L->pad) &&
+                tap_reaches(kj, L->out.dim[2], L->in.dim[2], L->stride, L->pad))
+                lw->tap[T++] = ki * K + kj;
+    if (T < K * K && T > 0) {
+        lw->T = T;
+        lw->reduced = true;
+    }
+}
+
 void rpi_conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp) {
     size_t positions = (size_t)conv_tile(L, B, limit) * L->out.dim[1] * L->out.dim[2];
+    lowering lw;
+    conv_lowering(L, &lw);
     *col = (size_t)L->in.dim[0] * L->kernel * L->kernel * positions;
     *tmp = (size_t)L->units * positions;
+    if (lw.reduced) /* the gathered weights and their gradient */
+        *tmp += 2 * (size_t)L->units * (L->in.dim[0] / L->groups) * lw.T;
 }
 
 /* Output columns ow whose input column ow*S - P + kj lies inside [0, W):
@@ -157,18 +198,19 @@ static const int *conv_masks(const rp_layer *L, int *mask) {
 /* in: B samples (C, H, W); col: (C K K, B OH OW), a row per kernel tap and
 ** a column per output position */
 RP_HOT
-static void im2col(const rp_layer *L, int B, const int *mask, const float *in, float *col) {
+static void im2col(const rp_layer *L, int B, const int *mask, const lowering *lw, const float *in,
+                   float *col) {
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
     int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride, P = L->pad;
     size_t ncols = (size_t)B * OH * OW;
-    if (mask) {
+    if (mask && !lw->reduced) {
         same_cols(L, B, mask, in, col, NULL, NULL);
         return;
     }
     for (int c = 0; c < C; c++)
-        for (int ki = 0; ki < K; ki++)
-            for (int kj = 0; kj < K; kj++) {
-                float *row = col + ((size_t)(c * K + ki) * K + kj) * ncols;
+        for (int t = 0; t < lw->T; t++) {
+            int ki = (lw->reduced ? lw->tap[t] : t) / K, kj = (lw->reduced ? lw->tap[t] : t) % K;
+                float *row = col + ((size_t)c * lw->T + t) * ncols;
                 int lo, hi;
                 valid_cols(OW, W, S, P, kj, &lo, &hi);
                 for (int b = 0; b < B; b++) {
@@ -195,21 +237,22 @@ static void im2col(const rp_layer *L, int B, const int *mask, const float *in, f
             }
 }
 
-/* col: (C K K, B OH OW) added back into din: B samples (C, H, W) */
+/* col: (C T, B OH OW) added back into din: B samples (C, H, W) */
 RP_HOT
-static void col2im(const rp_layer *L, int B, const int *mask, const float *col, float *din) {
+static void col2im(const rp_layer *L, int B, const int *mask, const lowering *lw,
+                   const float *col, float *din) {
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
     int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride, P = L->pad;
     size_t ncols = (size_t)B * OH * OW;
     memset(din, 0, sizeof(float) * (size_t)B * C * H * W);
-    if (mask) {
+    if (mask && !lw->reduced) {
         same_cols(L, B, mask, NULL, NULL, col, din);
         return;
     }
     for (int c = 0; c < C; c++)
-        for (int ki = 0; ki < K; ki++)
-            for (int kj = 0; kj < K; kj++) {
-                const float *row = col + ((size_t)(c * K + ki) * K + kj) * ncols;
+        for (int t = 0; t < lw->T; t++) {
+            int ki = (lw->reduced ? lw->tap[t] : t) / K, kj = (lw->reduced ? lw->tap[t] : t) % K;
+                const float *row = col + ((size_t)c * lw->T + t) * ncols;
                 int lo, hi;
                 valid_cols(OW, W, S, P, kj, &lo, &hi);
                 for (int b = 0; b < B; b++) {
@@ -236,6 +279,29 @@ static void col2im(const rp_layer *L, int B, const int *mask, const float *col, 
 ** group g's output channels read its C / G input channels alone: rows
 ** g C K K / G onwards of the columns, one product per group. */
 RP_HOT
+/* A reduced lowering's weights: wr (O x Cg T) from w (O x Cg K K). */
+static void gather_taps(const rp_layer *L, const lowering *lw, const float *w, float *wr) {
+    int KK = L->kernel * L->kernel, Cg = L->in.dim[0] / L->groups;
+    for (int oc = 0; oc < L->units * Cg; oc++)
+        for (int t = 0; t < lw->T; t++)
+            wr[(size_t)oc * lw->T + t] = w[(size_t)oc * KK + lw->tap[t]];
+}
+
+/* Their gradient back: dw's kept taps take dwr's (added when accumulate),
+** the others nothing (zero when not accumulate). */
+static void scatter_taps(const rp_layer *L, const lowering *lw, const float *dwr, float *dw,
+                         bool accumulate) {
+    int KK = L->kernel * L->kernel, Cg = L->in.dim[0] / L->groups;
+    for (int oc = 0; oc < L->units * Cg; oc++) {
+        float *d = dw + (size_t)oc * KK;
+        if (!accumulate)
+            for (int k = 0; k < KK; k++)
+                d[k] = 0.0f;
+        for (int t = 0; t < lw->T; t++)
+            d[lw->tap[t]] += dwr[(size_t)oc * lw->T + t];
+    }
+}
+
 void rpi_conv_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     int G = L->groups, O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
@@ -245,12 +311,22 @@ void rpi_conv_forward(const layer_args *a) {
     const float *bias = a->w + (size_t)O * CKKg;
     int tile = conv_tile(L, a->B, a->scratch_limit), mask_buf[SAME_MAX];
     const int *mask = conv_masks(L, mask_buf);
+    lowering lw;
+    conv_lowering(L, &lw);
+    /* the rows of a group's columns and its weights' width: C / G x taps */
+    int R = L->in.dim[0] / G * lw.T;
+    const float *w = a->w;
+    if (lw.reduced) {
+        float *wr = a->tmp + (size_t)O * tile * HW;
+        gather_taps(L, &lw, a->w, wr);
+        w = wr;
+    }
     for (int b0 = 0; b0 < a->B; b0 += tile) {
         int nb = a->B - b0 < tile ? a->B - b0 : tile, ncols = nb * HW;
-        im2col(L, nb, mask, a->in + b0 * in_per, a->col);
+        im2col(L, nb, mask, &lw, a->in + b0 * in_per, a->col);
         for (int g = 0; g < G; g++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Og, ncols, CKKg, 1.0f,
-                        a->w + (size_t)g * Og * CKKg, CKKg, a->col + (size_t)g * CKKg * ncols,
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Og, ncols, R, 1.0f,
+                        w + (size_t)g * Og * R, R, a->col + (size_t)g * R * ncols,
                         ncols, 0.0f, a->tmp + (size_t)g * Og * ncols, ncols);
         for (int b = 0; b < nb; b++)
             for (int o = 0; o < O; o++) {
@@ -277,6 +353,17 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
     float *db = a->dw + (size_t)O * CKKg;
     int tile = conv_tile(L, a->B, a->scratch_limit), mask_buf[SAME_MAX];
     const int *mask = conv_masks(L, mask_buf);
+    lowering lw;
+    conv_lowering(L, &lw);
+    int R = L->in.dim[0] / G * lw.T;
+    const float *w = a->w;
+    float *dw = a->dw, *dwr = NULL;
+    if (lw.reduced) { /* gathered weights; their gradient summed apart, then scattered */
+        float *wr = a->tmp + (size_t)O * tile * HW;
+        gather_taps(L, &lw, a->w, wr);
+        w = wr;
+        dw = dwr = wr + (size_t)O * R;
+    }
     if (L->bias && !a->accumulate)
         memset(db, 0, sizeof(float) * O);
     for (int b0 = 0; b0 < a->B; b0 += tile) {
@@ -304,20 +391,22 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
                 if (L->bias)
                     db[o] += sum;
             }
-        im2col(L, nb, mask, a->in + b0 * in_per, a->col);
-        bool add = a->accumulate || b0 > 0;
+        im2col(L, nb, mask, &lw, a->in + b0 * in_per, a->col);
+        bool add = (a->accumulate && !lw.reduced) || b0 > 0;
         for (int g = 0; g < G; g++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Og, CKKg, ncols, 1.0f,
-                        a->tmp + (size_t)g * Og * ncols, ncols, a->col + (size_t)g * CKKg * ncols,
-                        ncols, add ? 1.0f : 0.0f, a->dw + (size_t)g * Og * CKKg, CKKg);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Og, R, ncols, 1.0f,
+                        a->tmp + (size_t)g * Og * ncols, ncols, a->col + (size_t)g * R * ncols,
+                        ncols, add ? 1.0f : 0.0f, dw + (size_t)g * Og * R, R);
         if (!din)
             continue;
         for (int g = 0; g < G; g++)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, CKKg, ncols, Og, 1.0f,
-                        a->w + (size_t)g * Og * CKKg, CKKg, a->tmp + (size_t)g * Og * ncols,
-                        ncols, 0.0f, a->col + (size_t)g * CKKg * ncols, ncols);
-        col2im(L, nb, mask, a->col, din + b0 * in_per);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, ncols, Og, 1.0f,
+                        w + (size_t)g * Og * R, R, a->tmp + (size_t)g * Og * ncols,
+                        ncols, 0.0f, a->col + (size_t)g * R * ncols, ncols);
+        col2im(L, nb, mask, &lw, a->col, din + b0 * in_per);
     }
+    if (dwr)
+        scatter_taps(L, &lw, dwr, a->dw, a->accumulate);
 }
 
 /* in: (B, C, H, W); out: (B, C, OH, OW); aux: for every output, the offset
