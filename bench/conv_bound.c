@@ -1,12 +1,15 @@
 /*
 ** bench/conv_bound: the convolutions of a model against the bound of their
-** matrix products. For every conv2d of the spec, the three products its
-** lowering to matrices runs per micro-batch of B (forward W x col, the
-** weight gradient dout x col^T, the column gradient W^T x dout), timed
-** alone with the same shapes and the same BLAS; beside them the layer's
-** forward and backward as the engine runs them (a net of the one layer,
-** fed what it reads). Best of R runs of each. The ratio products / layer is
-** the fraction of a layer's time its products take: the rest is im2col,
+** matrix products. For every conv2d of the spec, the three products of its
+** lowering to matrices per micro-batch of B (forward W x col, the weight
+** gradient dout x col^T, the column gradient W^T x dout), timed alone with
+** the same shapes and the same BLAS: with every kernel tap (im2col's
+** textbook lowering, "full"), and with the taps that reach the input
+** ("kept": what the engine multiplies; fewer only where a tap lands on
+** padding alone, as a 3 x 3 kernel on a 1 x 1 plane); beside them the
+** layer's forward and backward as the engine runs them (a net of the one
+** layer, fed what it reads). Best of R runs of each. kept / layer is the
+** fraction of a layer's time its products take: the rest is im2col,
 ** col2im, bias and copies.
 ** Usage: bench_conv_bound MODEL [B] [R]
 */
@@ -19,6 +22,43 @@
 #include "repipe/repipe.h"
 
 static double best_of(double a, double b) { return a < b ? a : b; }
+
+/* Kernel offsets k whose input index o S - P + k lies inside [0, n) for
+** some output o: the engine's rule for the taps it keeps. */
+static int reaching(int K, int n_out, int n_in, int S, int P) {
+    int r = 0;
+    for (int k = 0; k < K; k++)
+        for (int o = 0; o < n_out; o++)
+            if (o * S - P + k >= 0 && o * S - P + k < n_in) {
+                r++;
+                break;
+            }
+    return r;
+}
+
+/* The three products of one group's lowering, best of R runs. */
+static double products(int G, int O, int K, int N, int R) {
+    size_t big = (size_t)K * N > (size_t)O * N ? (size_t)K * N : (size_t)O * N;
+    float *w = calloc((size_t)O * K, sizeof(float)), *col = calloc(big, sizeof(float));
+    float *out = calloc(big, sizeof(float)), *dw = calloc((size_t)O * K, sizeof(float));
+    for (size_t i = 0; i < big; i++)
+        col[i] = (float)(i % 7) * 0.1f, out[i] = (float)(i % 5) * 0.1f;
+    double g = 1e30;
+    for (int r = 0; r < R; r++) {
+        double t = rp_now();
+        for (int k = 0; k < G; k++) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, O, N, K, 1, w, K, col, N, 0,
+                        out, N);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, O, K, N, 1, out, N, col, N, 0,
+                        dw, K);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, O, 1, w, K, out, N, 0,
+                        col, N);
+        }
+        g = best_of(g, rp_now() - t);
+    }
+    free(w), free(col), free(out), free(dw);
+    return g;
+}
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -33,34 +73,22 @@ int main(int argc, char **argv) {
         return 1;
     }
     openblas_set_num_threads(1);
-    double gemm_total = 0, layer_total = 0, flops_total = 0;
-    printf("%-6s %-28s %10s %10s %7s %8s\n", "layer", "shape (O, CKK/G, B*HW)", "products",
-           "layer", "ratio", "GFLOP/s");
+    double full_total = 0, gemm_total = 0, layer_total = 0;
+    printf("%-6s %-28s %10s %10s %10s %12s\n", "layer", "shape (O, CKK/G, B*HW)", "full",
+           "kept", "layer", "kept / layer");
     for (int l = 0; l < m->num_layers; l++) {
         const rp_layer *L = &m->layers[l];
         if (L->type != RP_LAYER_CONV2D)
             continue;
         int G = L->groups, O = L->units / G, K = L->in.dim[0] * L->kernel * L->kernel / G;
         int N = B * L->out.dim[1] * L->out.dim[2];
-        size_t big = (size_t)K * N > (size_t)O * N ? (size_t)K * N : (size_t)O * N;
-        float *w = calloc((size_t)O * K, sizeof(float)), *col = calloc(big, sizeof(float));
-        float *out = calloc(big, sizeof(float)), *dw = calloc((size_t)O * K, sizeof(float));
-        for (size_t i = 0; i < big; i++)
-            col[i] = (float)(i % 7) * 0.1f, out[i] = (float)(i % 5) * 0.1f;
-        double g = 1e30;
-        for (int r = 0; r < R; r++) {
-            double t = rp_now();
-            for (int k = 0; k < G; k++) {
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, O, N, K, 1, w, K, col, N, 0,
-                            out, N);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, O, K, N, 1, out, N, col, N, 0,
-                            dw, K);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, O, 1, w, K, out, N, 0,
-                            col, N);
-            }
-            g = best_of(g, rp_now() - t);
-        }
-        free(w), free(col), free(out), free(dw);
+        int T = reaching(L->kernel, L->out.dim[1], L->in.dim[1], L->stride, L->pad) *
+                reaching(L->kernel, L->out.dim[2], L->in.dim[2], L->stride, L->pad);
+        if (L->kernel * L->kernel > 64) /* the engine keeps every tap of larger kernels */
+            T = L->kernel * L->kernel;
+        double full = products(G, O, K, N, R);
+        double g = T == L->kernel * L->kernel ? full
+                                              : products(G, O, L->in.dim[0] / G * T, N, R);
         /* the layer as the engine runs it */
         rp_net *net;
         rp_acts *acts;
@@ -89,15 +117,14 @@ int main(int argc, char **argv) {
         free(x), free(dy);
         rp_acts_free(acts);
         rp_net_free(net);
-        double flops = 3.0 * 2 * G * (double)O * K * N;
         char shape[64];
         snprintf(shape, sizeof shape, "%d x (%d, %d, %d)", G, O, K, N);
-        printf("%-6d %-28s %8.2f ms %7.2f ms %6.2f %8.1f\n", l, shape, g * 1e3, lt * 1e3, g / lt,
-               flops / g * 1e-9);
-        gemm_total += g, layer_total += lt, flops_total += flops;
+        printf("%-6d %-28s %7.2f ms %7.2f ms %7.2f ms %12.2f\n", l, shape, full * 1e3, g * 1e3,
+               lt * 1e3, g / lt);
+        full_total += full, gemm_total += g, layer_total += lt;
     }
-    printf("all    %-28s %8.2f ms %7.2f ms %6.2f %8.1f\n", "", gemm_total * 1e3, layer_total * 1e3,
-           gemm_total / layer_total, flops_total / gemm_total * 1e-9);
+    printf("all    %-28s %7.2f ms %7.2f ms %7.2f ms %12.2f\n", "", full_total * 1e3,
+           gemm_total * 1e3, layer_total * 1e3, gemm_total / layer_total);
     rp_model_free(m);
     return 0;
 }
