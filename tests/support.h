@@ -13,6 +13,7 @@
 #include "repipe/config.h"
 #include "repipe/data.h"
 #include "repipe/model.h"
+#include "repipe/session.h"
 
 /* Parses a model spec or ends the test with the parser's message. */
 static inline rp_model *test_model(const char *spec) {
@@ -49,6 +50,19 @@ static inline double test_weights_diff(const rp_weights *a, const rp_weights *b)
         worst = d > worst ? d : worst;
     }
     return worst;
+}
+
+/* A session on threads, or on the MPI world mpi when not NULL; NULL, with
+** the message on stderr, when it cannot be made. */
+static inline rp_session *test_session(const rp_model *m, const rp_config *c, rp_comm *mpi) {
+    rp_session *s;
+    rp_error err;
+    rp_status st = mpi ? rp_session_create_mpi(m, c, mpi, &s, &err) : rp_session_create(m, c, &s, &err);
+    if (st) {
+        fprintf(stderr, "session: %s\n", err.msg);
+        return NULL;
+    }
+    return s;
 }
 
 /* The start of an engine test: n synthetic samples shaped like

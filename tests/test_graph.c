@@ -147,12 +147,9 @@ static size_t stats_differ(const rp_weights *a, const rp_weights *b) {
 ** first update's promise.) */
 static rp_weights *train(const rp_model *m, const rp_config *c, bool use_mpi, float *losses,
                          rp_weights **first) {
-    rp_session *s;
     rp_error err;
-    rp_status st = use_mpi ? rp_session_create_mpi(m, c, mpi, &s, &err)
-                           : rp_session_create(m, c, &s, &err);
-    if (st) {
-        fprintf(stderr, "session: %s\n", err.msg);
+    rp_session *s = test_session(m, c, use_mpi ? mpi : NULL);
+    if (!s) {
         test_failures++;
         return NULL;
     }

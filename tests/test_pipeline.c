@@ -69,12 +69,9 @@ static rp_config config(const pcase *pc, bool single, const char *opt) {
 ** last update's learning rate and gradient norm (when asked), come back. */
 static rp_weights *train(const rp_model *m, const rp_config *c, bool use_mpi, float *losses,
                          double *lr_norm) {
-    rp_session *s;
     rp_error err;
-    rp_status st = use_mpi ? rp_session_create_mpi(m, c, mpi, &s, &err)
-                           : rp_session_create(m, c, &s, &err);
-    if (st) {
-        fprintf(stderr, "session: %s\n", err.msg);
+    rp_session *s = test_session(m, c, use_mpi ? mpi : NULL);
+    if (!s) {
         test_failures++;
         return NULL;
     }

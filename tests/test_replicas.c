@@ -44,14 +44,9 @@ static rp_config config(int B, int GA, int R, int D, const char *opt, const char
 }
 
 static rp_session *session(const rp_model *m, const rp_config *c, bool use_mpi) {
-    rp_session *s;
-    rp_error err;
-    rp_status st = use_mpi ? rp_session_create_mpi(m, c, mpi, &s, &err)
-                           : rp_session_create(m, c, &s, &err);
-    if (st) {
-        fprintf(stderr, "session: %s\n", err.msg);
+    rp_session *s = test_session(m, c, use_mpi ? mpi : NULL);
+    if (!s)
         exit(1);
-    }
     return s;
 }
 
