@@ -262,6 +262,17 @@ static void ref_forward(const refctx *c, const double *x, const double *w, doubl
         }
         break;
     }
+    case RP_LAYER_RMSNORM: { /* x / sqrt(mean(x^2) + eps) x weight */
+        int D = L->in.dim[L->in.ndim - 1];
+        for (size_t r = 0; r < in / D * B; r++) {
+            double ms = 0;
+            for (int d = 0; d < D; d++)
+                ms += x[r * D + d] * x[r * D + d] / D;
+            for (int d = 0; d < D; d++)
+                y[r * D + d] = x[r * D + d] / sqrt(ms + L->eps) * w[d];
+        }
+        break;
+    }
     case RP_LAYER_EMBEDDING:
         for (size_t t = 0; t < in * B; t++)
             for (int d = 0; d < L->dim; d++)
@@ -535,6 +546,8 @@ int main(void) {
     check_layer("input 11\nsigmoid\n", 3);
     check_layer("input 2 5\ntanh\n", 3);
     check_layer("input 3 4 5\nbatchnorm2d\n", 3);
+    check_layer("input 3 6\nrmsnorm\n", 2);
+    check_layer("input 9\nrmsnorm eps=1e-3\n", 3);
     check_layer("input 6\nbatchnorm1d eps=1e-3\n", 4);
     check_layer("input 3 5\nbatchnorm1d momentum=0.5\n", 2);
     /* a residual block as ResNet's: conv, norm, relu, conv, norm, the sum */

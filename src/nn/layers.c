@@ -18,6 +18,8 @@ size_t rpi_layer_aux_bytes(const rp_layer *L, int B) {
     case RP_LAYER_TRANSFORMER_BLOCK: return rpi_block_aux_bytes(L, B);
     case RP_LAYER_BATCHNORM2D:
     case RP_LAYER_BATCHNORM1D: return sizeof(float) * 2 * (size_t)L->in.dim[0]; /* mean, 1/std */
+    case RP_LAYER_RMSNORM: /* 1 / rms per row */
+        return sizeof(float) * (rp_shape_size(&L->in) / L->in.dim[L->in.ndim - 1]) * B;
     default: return 0;
     }
 }
@@ -53,6 +55,7 @@ rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {
     case RP_LAYER_CONCAT: rpi_concat_forward(a); break;
     case RP_LAYER_BATCHNORM2D:
     case RP_LAYER_BATCHNORM1D: return rpi_batchnorm_forward(a, err);
+    case RP_LAYER_RMSNORM: rpi_rmsnorm_forward(a); break;
     }
     return RP_OK;
 }
@@ -99,5 +102,6 @@ void rpi_layer_backward(const layer_args *a, const float *dout, float *din) {
         break; /* the net routes their gradients */
     case RP_LAYER_BATCHNORM2D:
     case RP_LAYER_BATCHNORM1D: rpi_batchnorm_backward(a, dout, din); break;
+    case RP_LAYER_RMSNORM: rpi_rmsnorm_backward(a, dout, din); break;
     }
 }

@@ -133,6 +133,8 @@ void rpi_concat_backward(const layer_args *a, int k, const float *dout, float *d
 /* layers_norm.c: batchnorm1d and batchnorm2d */
 rp_status rpi_batchnorm_forward(const layer_args *a, rp_error *err);
 void rpi_batchnorm_backward(const layer_args *a, const float *dout, float *din);
+void rpi_rmsnorm_forward(const layer_args *a);
+void rpi_rmsnorm_backward(const layer_args *a, const float *dout, float *din);
 void rpi_gelu_tanh_forward(const float *x, float *y, size_t n);
 void rpi_gelu_tanh_backward(const float *x, const float *dy, float *dx, size_t n);
 /* layers_block.c: transformer_block. Its 12 variables, in order: */

@@ -1,10 +1,11 @@
 /*
-** Batch normalisation over a channel's values in a micro-batch (PyTorch's
-** BatchNorm1d and BatchNorm2d on one device). A sample's row is C channels
-** of HW values each: (channels x height x width), (channels x length), or
-** C features with HW = 1. The parameters are weight and bias (C each) and
-** the running mean and variance (C each), which only evaluation reads; the
-** net updates them from the statistics forward records (net.c).
+** Normalisations: batchnorm over a channel's values in a micro-batch
+** (PyTorch's BatchNorm1d and BatchNorm2d on one device), and RMSNorm over a
+** row (LLaMA's). For batchnorm a sample's row is C channels of HW values
+** each: (channels x height x width), (channels x length), or C features with
+** HW = 1; its parameters are weight and bias (C each) and the running mean
+** and variance (C each), which only evaluation reads; the net updates them
+** from the statistics forward records (net_stats.c).
 */
 #include <math.h>
 #include <string.h>
@@ -143,4 +144,53 @@ void rpi_batchnorm_backward(const layer_args *a, const float *dout, float *din) 
     }
     if (!a->accumulate)
         memset(a->dw + 2 * C, 0, sizeof(float) * 2 * C);
+}
+
+/* RMSNorm (LLaMA's) over the last dimension: y = x / rms(x) weight, rms(x)
+** = sqrt(mean(x^2) + eps), no mean taken out and no bias. aux: 1 / rms per
+** row. The sums run in double. */
+RP_HOT
+void rpi_rmsnorm_forward(const layer_args *a) {
+    const rp_layer *L = a->L;
+    int D = L->in.dim[L->in.ndim - 1];
+    size_t rows = rp_shape_size(&L->in) / (size_t)D * a->B;
+    const float *g = a->w;
+    float *inv = a->aux;
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = a->in + r * D;
+        float *y = a->out + r * D;
+        double acc[2][8] = {{0}};
+        sums(x, NULL, (size_t)D, 0.0, 0.0, acc);
+        inv[r] = (float)(1.0 / sqrt(total(acc[1]) / D + L->eps));
+        for (int d = 0; d < D; d++)
+            y[d] = x[d] * inv[r] * g[d];
+    }
+}
+
+/* dx = (g dy) / rms - x sum(g dy x) / (D rms^3); dweight = sum over rows of
+** dy x / rms */
+RP_HOT
+void rpi_rmsnorm_backward(const layer_args *a, const float *dout, float *din) {
+    const rp_layer *L = a->L;
+    int D = L->in.dim[L->in.ndim - 1];
+    size_t rows = rp_shape_size(&L->in) / (size_t)D * a->B;
+    const float *g = a->w, *inv = a->aux;
+    float *dg = a->dw;
+    if (!a->accumulate)
+        for (int d = 0; d < D; d++)
+            dg[d] = 0.0f;
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = a->in + r * D, *dy = dout + r * D;
+        double s = 0;
+        for (int d = 0; d < D; d++) {
+            dg[d] += dy[d] * x[d] * inv[r];
+            s += (double)g[d] * dy[d] * x[d];
+        }
+        if (!din)
+            continue;
+        float k = (float)(s * inv[r] * inv[r] * inv[r] / D);
+        float *dx = din + r * D;
+        for (int d = 0; d < D; d++)
+            dx[d] = g[d] * dy[d] * inv[r] - x[d] * k;
+    }
 }

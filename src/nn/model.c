@@ -52,6 +52,7 @@ const char *rp_layer_name(rp_layer_type t) {
     case RP_LAYER_TANH: return "tanh";
     case RP_LAYER_BATCHNORM2D: return "batchnorm2d";
     case RP_LAYER_BATCHNORM1D: return "batchnorm1d";
+    case RP_LAYER_RMSNORM: return "rmsnorm";
     }
     return "?";
 }
@@ -90,7 +91,7 @@ void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed,
             const rp_variable *var = &m->vars[vi];
             int group = var_group ? var_group[vi] : 0;
             float *p = params + (var->offset - base);
-            if (L->type == RP_LAYER_LAYERNORM) {
+            if (L->type == RP_LAYER_LAYERNORM || L->type == RP_LAYER_RMSNORM) {
                 for (size_t e = 0; e < var->count; e++)
                     p[e] = v == 0 ? 1.0f : 0.0f;
             } else if (L->type == RP_LAYER_BATCHNORM2D || L->type == RP_LAYER_BATCHNORM1D) {

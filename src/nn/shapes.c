@@ -108,6 +108,9 @@ rp_status rpi_spec_infer(pctx *c, rp_layer *L, rp_model *m) {
     case RP_LAYER_LAYERNORM:
         L->num_vars = 2;
         break;
+    case RP_LAYER_RMSNORM:
+        L->num_vars = 1;
+        break;
     case RP_LAYER_BATCHNORM2D:
     case RP_LAYER_BATCHNORM1D:
         if (L->type == RP_LAYER_BATCHNORM2D && in.ndim != 3)
@@ -195,6 +198,7 @@ rp_status rpi_spec_layout(rp_model *m, rp_error *err) {
                                     : (rp_shape){1, {L->units}};
                 break;
             case RP_LAYER_LAYERNORM:
+            case RP_LAYER_RMSNORM:
                 var->shape = (rp_shape){1, {D}};
                 break;
             case RP_LAYER_BATCHNORM2D:

@@ -174,6 +174,7 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
         {"tanh", RP_LAYER_TANH, 0, " "},
         {"batchnorm2d", RP_LAYER_BATCHNORM2D, 0, " eps momentum group_size "},
         {"batchnorm1d", RP_LAYER_BATCHNORM1D, 0, " eps momentum group_size "},
+        {"rmsnorm", RP_LAYER_RMSNORM, 0, " eps group_size "},
     };
     int k = 0, nk = (int)(sizeof kinds / sizeof kinds[0]);
     while (k < nk && strcmp(kinds[k].name, w->w[0]) != 0)
@@ -196,6 +197,8 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
     L->std = 1;
     L->groups = 1;
     L->momentum = 0.1f;
+    if (L->type == RP_LAYER_RMSNORM)
+        L->eps = 1e-6f; /* LLaMA's */
     int npos = positional(w);
     int want = kinds[k].args;
     if (want >= 0 && npos != want)

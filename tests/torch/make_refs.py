@@ -89,6 +89,18 @@ class Block(torch.nn.Module):
         return x + s.fcproj(s.gelu(s.fc(s.ln2(x))))
 
 
+class RMSNorm(torch.nn.Module):
+    """LLaMA's RMSNorm, from its definition (torch 1.13 has no nn.RMSNorm)."""
+
+    def __init__(s, D, eps=1e-6):
+        super().__init__()
+        s.eps = eps
+        s.weight = torch.nn.Parameter(torch.ones(D))
+
+    def forward(s, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + s.eps) * s.weight
+
+
 class Positions(torch.nn.Module):
     def __init__(s, T, C):
         super().__init__()
@@ -122,6 +134,7 @@ LAYER_CASES = [
     ("adaptive_avgpool2d_3", "adaptive_avgpool2d 3", (2, 2, 7, 5), lambda: [torch.nn.AdaptiveAvgPool2d(3)]),
     ("sigmoid", "sigmoid", (2, 7), lambda: [torch.nn.Sigmoid()]),
     ("tanh", "tanh", (2, 7), lambda: [torch.nn.Tanh()]),
+    ("rmsnorm", "rmsnorm", (2, 3, 8), lambda: [RMSNorm(8)]),
     ("maxpool2d_k3s2p1", "maxpool2d 3 stride=2 pad=1", (2, 2, 7, 6),
      lambda: [torch.nn.MaxPool2d(3, stride=2, padding=1)]),
     ("batchnorm2d", "batchnorm2d", (3, 3, 4, 5), lambda: [torch.nn.BatchNorm2d(3)]),
