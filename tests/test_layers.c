@@ -206,7 +206,12 @@ static void ref_forward(const refctx *c, const double *x, const double *w, doubl
         for (size_t i = 0; i < in * B; i++)
             y[i] = tanh(x[i]);
         break;
+    case RP_LAYER_SILU:
+        for (size_t i = 0; i < in * B; i++)
+            y[i] = x[i] / (1 + exp(-x[i]));
+        break;
     case RP_LAYER_ADD:
+    case RP_LAYER_MUL:
     case RP_LAYER_CONCAT:
         break; /* graph's: ref_model reads their inputs */
     case RP_LAYER_BATCHNORM2D:
@@ -324,6 +329,9 @@ static void ref_model(const refctx *c, const double *x, const double *w, double 
                 for (int k = 0; k < L->num_inputs; k++)
                     o[e] += TENSOR(k)[e];
             }
+        } else if (L->type == RP_LAYER_MUL) {
+            for (size_t e = 0; e < on; e++)
+                o[e] = TENSOR(0)[e] * TENSOR(1)[e];
         } else if (L->type == RP_LAYER_CONCAT) {
             size_t per = rp_shape_size(&L->out), at = 0;
             for (int k = 0; k < L->num_inputs; k++) {
@@ -544,6 +552,11 @@ int main(void) {
     check_layer("input 3 7 5\nadaptive_avgpool2d\n", 2);
     check_layer("input 2 7 5\nadaptive_avgpool2d 3\n", 2); /* windows that overlap */
     check_layer("input 11\nsigmoid\n", 3);
+    check_layer("input 2 7\nsilu\n", 3);
+    /* SwiGLU, LLaMA's MLP, as a graph: W2 (silu(W1 x) * W3 x), and a square */
+    check_layer("x = input 3 6\nrmsnorm\nn = linear 8 bias=false\ng = silu\n"
+                "u = linear 8 bias=false < n\nmul < g u\nm = linear 6 bias=false\nadd < m x\n", 2);
+    check_layer("input 5\nh = linear 4\nmul < h h\nlinear 3\n", 2);
     check_layer("input 2 5\ntanh\n", 3);
     check_layer("input 3 4 5\nbatchnorm2d\n", 3);
     check_layer("input 3 6\nrmsnorm\n", 2);

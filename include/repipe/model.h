@@ -63,7 +63,9 @@ typedef enum rp_layer_type {
     RP_LAYER_TANH,
     RP_LAYER_BATCHNORM2D, /* over (channels x height x width): a channel's statistics */
     RP_LAYER_BATCHNORM1D, /* over features, or (channels x length) */
-    RP_LAYER_RMSNORM      /* LLaMA's: over the last dimension, a weight, no bias */
+    RP_LAYER_RMSNORM,     /* LLaMA's: over the last dimension, a weight, no bias */
+    RP_LAYER_SILU,        /* x sigmoid(x) */
+    RP_LAYER_MUL          /* the element-wise product of two inputs of one shape (a gate) */
 } rp_layer_type;
 
 /* Inputs a layer may read (add and concat read several). */

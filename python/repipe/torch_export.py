@@ -94,7 +94,7 @@ def _module_line(name, m):
             _refuse(where, "GELU(approximate='tanh') has no repipe layer of its own "
                            "(repipe's gelu is the erf form)")
         return "gelu", []
-    words = {nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh"}.get(t)
+    words = {nn.ReLU: "relu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh", nn.SiLU: "silu"}.get(t)
     if words:
         return words, []
     _refuse(where, "has no repipe layer")
@@ -109,6 +109,11 @@ def _function_line(node):
         if len(args) != 2 or kw or not all(isinstance(a, torch.fx.Node) for a in args):
             _refuse(where, "an addition of two tensors is a repipe add; this one is not")
         return "add", args
+    if node.op == "call_function" and f in (operator.mul, torch.mul) or \
+            node.op == "call_method" and f == "mul":
+        if len(args) != 2 or kw or not all(isinstance(a, torch.fx.Node) for a in args):
+            _refuse(where, "a product of two tensors is a repipe mul; this one is not")
+        return "mul", args
     if node.op == "call_function" and f is torch.cat:
         dim = args[1] if len(args) > 1 else kw.get("dim", 0)
         if dim != 1:
@@ -123,7 +128,8 @@ def _function_line(node):
                            "(start_dim=1)")
         return "flatten", args[:1]
     simple = {torch.relu: "relu", torch.nn.functional.relu: "relu", torch.sigmoid: "sigmoid",
-              torch.tanh: "tanh", "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh"}
+              torch.tanh: "tanh", torch.nn.functional.silu: "silu", "relu": "relu",
+              "sigmoid": "sigmoid", "tanh": "tanh"}
     if f in simple:
         return simple[f], args[:1]
     _refuse(where, "has no repipe layer")

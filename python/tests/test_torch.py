@@ -298,6 +298,23 @@ class Export(unittest.TestCase):
         self.assertIn("groups=3", text)
         self.assertIn("batchnorm2d eps=1e-05 momentum=0.1", text)
 
+    def test_a_gated_mlp(self):
+        class Gated(nn.Module):  # LLaMA's MLP shape: w2(silu(w1 x) * w3 x), and a residual
+            def __init__(s):
+                super().__init__()
+                s.w1, s.w3, s.w2 = nn.Linear(6, 8, bias=False), nn.Linear(6, 8, bias=False), \
+                    nn.Linear(8, 6, bias=False)
+                s.act, s.head = nn.SiLU(), nn.Linear(6, 4)
+
+            def forward(s, x):
+                return s.head(x + s.w2(s.act(s.w1(x)) * s.w3(x)))
+
+        x, y = torch.randn(5, 6), torch.randint(0, 4, (5,))
+        ours, theirs = self.evaluate(Gated(), x, y)
+        self.assertAlmostEqual(ours, theirs, delta=1e-5)
+        with open(self.model) as f:
+            self.assertIn("= mul < ", f.read())
+
     def test_refusals_name_the_module(self):
         net = nn.Sequential(nn.Flatten(), nn.Linear(4, 4), nn.LSTM(4, 4))
         with self.assertRaisesRegex(repipe.Error, r"module '2' \(LSTM\): has no repipe layer"):

@@ -56,6 +56,8 @@ rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {
     case RP_LAYER_BATCHNORM2D:
     case RP_LAYER_BATCHNORM1D: return rpi_batchnorm_forward(a, err);
     case RP_LAYER_RMSNORM: rpi_rmsnorm_forward(a); break;
+    case RP_LAYER_SILU: rpi_silu_forward(a->in, a->out, n); break;
+    case RP_LAYER_MUL: rpi_mul_forward(a); break;
     }
     return RP_OK;
 }
@@ -103,5 +105,10 @@ void rpi_layer_backward(const layer_args *a, const float *dout, float *din) {
     case RP_LAYER_BATCHNORM2D:
     case RP_LAYER_BATCHNORM1D: rpi_batchnorm_backward(a, dout, din); break;
     case RP_LAYER_RMSNORM: rpi_rmsnorm_backward(a, dout, din); break;
+    case RP_LAYER_SILU:
+        if (din)
+            rpi_silu_backward(a->in, dout, din, n);
+        break;
+    case RP_LAYER_MUL: break; /* the net routes its gradients (rpi_mul_backward) */
     }
 }

@@ -128,6 +128,11 @@ void rpi_tanh_backward(const float *y, const float *dy, float *dx, size_t n);
 /* add and concat read a->ins; their backward is the net's, which sums a
 ** fan-out's gradients: concat's gives input k's part of dout */
 void rpi_add_forward(const layer_args *a);
+/* mul: ins[0] x ins[1]; the gradient of input k is dout times the other */
+void rpi_mul_forward(const layer_args *a);
+void rpi_mul_backward(const layer_args *a, int k, const float *dout, float *din);
+void rpi_silu_forward(const float *x, float *y, size_t n);
+void rpi_silu_backward(const float *x, const float *dy, float *dx, size_t n);
 void rpi_concat_forward(const layer_args *a);
 void rpi_concat_backward(const layer_args *a, int k, const float *dout, float *din, bool add);
 /* layers_norm.c: batchnorm1d and batchnorm2d */

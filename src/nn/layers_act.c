@@ -227,3 +227,35 @@ void rpi_concat_backward(const layer_args *a, int k, const float *dout, float *d
             memcpy(d, g, sizeof(float) * n);
     }
 }
+
+/* silu(x) = x sigmoid(x) (SwiGLU's gate); its gradient s (1 + x (1 - s)) */
+RP_HOT
+void rpi_silu_forward(const float *x, float *y, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] / (1.0f + rpi_expf(-x[i]));
+}
+
+RP_HOT
+void rpi_silu_backward(const float *x, const float *dy, float *dx, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + rpi_expf(-x[i]));
+        dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+    }
+}
+
+RP_HOT
+void rpi_mul_forward(const layer_args *a) {
+    size_t n = rp_shape_size(&a->L->out) * a->B;
+    const float *restrict x0 = a->ins[0], *restrict x1 = a->ins[1];
+    float *restrict y = a->out;
+    for (size_t i = 0; i < n; i++)
+        y[i] = x0[i] * x1[i];
+}
+
+RP_HOT
+void rpi_mul_backward(const layer_args *a, int k, const float *dout, float *din) {
+    size_t n = rp_shape_size(&a->L->out) * a->B;
+    const float *restrict other = a->ins[1 - k];
+    for (size_t i = 0; i < n; i++)
+        din[i] = dout[i] * other[i];
+}

@@ -53,6 +53,8 @@ const char *rp_layer_name(rp_layer_type t) {
     case RP_LAYER_BATCHNORM2D: return "batchnorm2d";
     case RP_LAYER_BATCHNORM1D: return "batchnorm1d";
     case RP_LAYER_RMSNORM: return "rmsnorm";
+    case RP_LAYER_SILU: return "silu";
+    case RP_LAYER_MUL: return "mul";
     }
     return "?";
 }

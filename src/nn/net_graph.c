@@ -135,6 +135,13 @@ const float *rpi_net_graph_backward(rp_net *n, rp_acts *a, const float *dout,
             if (L->type == RP_LAYER_ADD) {
                 if (want)
                     give_grad(n, t, g, rows);
+            } else if (L->type == RP_LAYER_MUL) {
+                if (want) {
+                    int k = rpi_net_slot_of(n, t);
+                    float *din = n->written[k] ? n->gtmp : n->gt[k];
+                    rpi_mul_backward(&x, i, g, din);
+                    give_grad(n, t, din, rows);
+                }
             } else if (L->type == RP_LAYER_CONCAT) {
                 if (want) {
                     int k = rpi_net_slot_of(n, t);

@@ -77,6 +77,7 @@ rp_status rpi_spec_infer(pctx *c, rp_layer *L, rp_model *m) {
         out.dim[1] = out.dim[2] = L->units;
         break;
     case RP_LAYER_ADD:
+    case RP_LAYER_MUL:
     case RP_LAYER_CONCAT:
         for (int i = 1; i < L->num_inputs; i++) {
             const rp_shape *s = rp_model_tensor_shape(m, L->inputs[i]);
@@ -90,7 +91,7 @@ rp_status rpi_spec_infer(pctx *c, rp_layer *L, rp_model *m) {
                                c->line, rp_layer_name(L->type), i + 1,
                                rp_shape_to_string(s, a, sizeof a),
                                rp_shape_to_string(&in, b, sizeof b),
-                               L->type == RP_LAYER_ADD ? "add needs one shape"
+                               L->type != RP_LAYER_CONCAT ? "its inputs need one shape"
                                                        : "concat joins along the first "
                                                          "dimension; the others must agree");
             }

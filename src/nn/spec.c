@@ -175,6 +175,8 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
         {"batchnorm2d", RP_LAYER_BATCHNORM2D, 0, " eps momentum group_size "},
         {"batchnorm1d", RP_LAYER_BATCHNORM1D, 0, " eps momentum group_size "},
         {"rmsnorm", RP_LAYER_RMSNORM, 0, " eps group_size "},
+        {"silu", RP_LAYER_SILU, 0, " "},
+        {"mul", RP_LAYER_MUL, 0, " "},
     };
     int k = 0, nk = (int)(sizeof kinds / sizeof kinds[0]);
     while (k < nk && strcmp(kinds[k].name, w->w[0]) != 0)
@@ -328,7 +330,10 @@ typedef struct named {
 ** line above. */
 static rp_status resolve_inputs(pctx *c, rp_layer *L, int l, char **ins, int nin,
                                 const named *names, int nnames) {
-    bool multi = L->type == RP_LAYER_ADD || L->type == RP_LAYER_CONCAT;
+    bool multi = L->type == RP_LAYER_ADD || L->type == RP_LAYER_CONCAT || L->type == RP_LAYER_MUL;
+    if (L->type == RP_LAYER_MUL && nin != 2)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: mul reads two inputs ('mul < a b'), not %d",
+                       c->name, c->line, nin);
     if (nin == 0) {
         if (multi)
             return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s needs two or more inputs ('%s < a b')",

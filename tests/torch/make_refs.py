@@ -135,6 +135,7 @@ LAYER_CASES = [
     ("sigmoid", "sigmoid", (2, 7), lambda: [torch.nn.Sigmoid()]),
     ("tanh", "tanh", (2, 7), lambda: [torch.nn.Tanh()]),
     ("rmsnorm", "rmsnorm", (2, 3, 8), lambda: [RMSNorm(8)]),
+    ("silu", "silu", (2, 7), lambda: [torch.nn.SiLU()]),
     ("maxpool2d_k3s2p1", "maxpool2d 3 stride=2 pad=1", (2, 2, 7, 6),
      lambda: [torch.nn.MaxPool2d(3, stride=2, padding=1)]),
     ("batchnorm2d", "batchnorm2d", (3, 3, 4, 5), lambda: [torch.nn.BatchNorm2d(3)]),
@@ -174,12 +175,31 @@ class Dense(torch.nn.Module):
         return s.fc(torch.flatten(torch.nn.functional.avg_pool2d(torch.sigmoid(y), 2), 1))
 
 
+class SwiGLU(torch.nn.Module):
+    """LLaMA's MLP from its definition, with its residual: x + W2 (silu(W1 n) * W3 n), n =
+    RMSNorm(x)."""
+
+    def __init__(s, C, M):
+        super().__init__()
+        nn = torch.nn
+        s.norm, s.w1, s.w3, s.w2 = RMSNorm(C), nn.Linear(C, M, bias=False), \
+            nn.Linear(C, M, bias=False), nn.Linear(M, C, bias=False)
+        s.ordered = [s.norm.weight, s.w1.weight, s.w3.weight, s.w2.weight]
+
+    def forward(s, x):
+        n = s.norm(x)
+        return x + s.w2(torch.nn.functional.silu(s.w1(n)) * s.w3(n))
+
+
 # name, the whole spec, input shape, module: graphs, whose lines name what they read
 GRAPH_CASES = [
     ("graph_residual", "x = input 2 5 4 | c = conv2d 2 kernel=3 pad=1 | r = relu | add < r x | tanh",
      (2, 2, 5, 4), Residual),
     ("graph_concat", "x = input 2 4 4 | a = conv2d 3 kernel=1 | b = conv2d 1 kernel=3 pad=1 < x | "
      "concat < a b x | sigmoid | avgpool2d 2 | flatten | linear 3", (2, 2, 4, 4), Dense),
+    ("graph_swiglu", "x = input 3 6 | n = rmsnorm | w1 = linear 8 bias=false | g = silu | "
+     "w3 = linear 8 bias=false < n | mul < g w3 | m = linear 6 bias=false | add < m x",
+     (2, 3, 6), lambda: SwiGLU(6, 8)),
 ]
 
 
