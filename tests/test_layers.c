@@ -210,6 +210,45 @@ static void ref_forward(const refctx *c, const double *x, const double *w, doubl
         for (size_t i = 0; i < in * B; i++)
             y[i] = x[i] / (1 + exp(-x[i]));
         break;
+    case RP_LAYER_ATTENTION: { /* rotate pairs of q and k by t theta^(-2i/hs), then attend */
+        int T = L->in.dim[0], W = L->in.dim[1], H = L->heads, K = L->kv_heads;
+        int hs = W / (H + 2 * K), C = H * hs;
+        double *r = malloc(sizeof(double) * T * W), *sc = malloc(sizeof(double) * T);
+        for (int b = 0; b < B; b++) {
+            memcpy(r, x + (size_t)b * T * W, sizeof(double) * T * W);
+            for (int t = 0; L->rope_theta > 0 && t < T; t++)
+                for (int part = 0; part < H + K; part++)
+                    for (int i = 0; i < hs / 2; i++) {
+                        double ang = t * pow(L->rope_theta, -2.0 * i / hs);
+                        double *z = r + (size_t)t * W + part * hs + 2 * i, z0 = z[0], z1 = z[1];
+                        z[0] = z0 * cos(ang) - z1 * sin(ang);
+                        z[1] = z0 * sin(ang) + z1 * cos(ang);
+                    }
+            for (int h = 0; h < H; h++) {
+                int g = h / (H / K);
+                for (int i = 0; i < T; i++) {
+                    double m = -1e300, sum = 0;
+                    for (int j = 0; j <= i; j++) {
+                        sc[j] = 0;
+                        for (int e = 0; e < hs; e++)
+                            sc[j] += r[(size_t)i * W + h * hs + e] * r[(size_t)j * W + (H + g) * hs + e];
+                        sc[j] /= sqrt((double)hs);
+                        m = sc[j] > m ? sc[j] : m;
+                    }
+                    for (int j = 0; j <= i; j++)
+                        sum += (sc[j] = exp(sc[j] - m));
+                    for (int e = 0; e < hs; e++) {
+                        double s = 0;
+                        for (int j = 0; j <= i; j++)
+                            s += sc[j] / sum * r[(size_t)j * W + (H + K + g) * hs + e];
+                        y[((size_t)b * T + i) * C + h * hs + e] = s;
+                    }
+                }
+            }
+        }
+        free(r), free(sc);
+        break;
+    }
     case RP_LAYER_ADD:
     case RP_LAYER_MUL:
     case RP_LAYER_CONCAT:
@@ -553,6 +592,17 @@ int main(void) {
     check_layer("input 2 7 5\nadaptive_avgpool2d 3\n", 2); /* windows that overlap */
     check_layer("input 11\nsigmoid\n", 3);
     check_layer("input 2 7\nsilu\n", 3);
+    /* attention: multi-head, grouped-query (4 heads on 2 key/value heads), rotary */
+    check_layer("input 5 12\nattention heads=2\n", 2);
+    check_layer("input 6 32\nattention heads=4 kv_heads=2 rope_theta=10000\n", 2);
+    check_layer("input 4 16\nattention heads=2 kv_heads=1 rope_theta=100\n", 3);
+    /* a LLaMA block as a graph: RMSNorm, fused QKV, attention, its projection and the
+    ** residual, then SwiGLU's MLP and the second residual */
+    check_layer("x = input 4 8\nrmsnorm\nlinear 16 bias=false\n"
+                "attention heads=2 kv_heads=1 rope_theta=10000\no = linear 8 bias=false\n"
+                "x1 = add < o x\nn = rmsnorm\nlinear 12 bias=false\ns = silu\n"
+                "u = linear 12 bias=false < n\nmul < s u\nm = linear 8 bias=false\n"
+                "add < m x1\n", 2);
     /* SwiGLU, LLaMA's MLP, as a graph: W2 (silu(W1 x) * W3 x), and a square */
     check_layer("x = input 3 6\nrmsnorm\nn = linear 8 bias=false\ng = silu\n"
                 "u = linear 8 bias=false < n\nmul < g u\nm = linear 6 bias=false\nadd < m x\n", 2);

@@ -65,7 +65,8 @@ typedef enum rp_layer_type {
     RP_LAYER_BATCHNORM1D, /* over features, or (channels x length) */
     RP_LAYER_RMSNORM,     /* LLaMA's: over the last dimension, a weight, no bias */
     RP_LAYER_SILU,        /* x sigmoid(x) */
-    RP_LAYER_MUL          /* the element-wise product of two inputs of one shape (a gate) */
+    RP_LAYER_MUL,         /* the element-wise product of two inputs of one shape (a gate) */
+    RP_LAYER_ATTENTION    /* causal attention on fused Q, K, V rows: grouped-query, rotary */
 } rp_layer_type;
 
 /* Inputs a layer may read (add and concat read several). */
@@ -99,6 +100,8 @@ typedef struct rp_layer {
     float momentum;   /* batchnorm: of its running statistics [0.1], PyTorch's */
     int vocab, dim;   /* embedding */
     int heads, mlp;   /* transformer_block: attention heads, MLP width / C */
+    int kv_heads;     /* attention: key and value heads (heads / kv_heads queries share one) */
+    float rope_theta; /* attention: rotary embeddings' base (0: none) */
     int tie;          /* linear: 1 + the embedding layer whose table its weight is; 0: none */
     float std;        /* embedding: its initial values' standard deviation [1] */
     bool gelu_erf;    /* transformer_block: GELU's erf form (else GPT-2's tanh form) */

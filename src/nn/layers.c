@@ -18,6 +18,7 @@ size_t rpi_layer_aux_bytes(const rp_layer *L, int B) {
     case RP_LAYER_TRANSFORMER_BLOCK: return rpi_block_aux_bytes(L, B);
     case RP_LAYER_BATCHNORM2D:
     case RP_LAYER_BATCHNORM1D: return sizeof(float) * 2 * (size_t)L->in.dim[0]; /* mean, 1/std */
+    case RP_LAYER_ATTENTION: return rpi_attention_aux_bytes(L, B);
     case RP_LAYER_RMSNORM: /* 1 / rms per row */
         return sizeof(float) * (rp_shape_size(&L->in) / L->in.dim[L->in.ndim - 1]) * B;
     default: return 0;
@@ -30,6 +31,8 @@ void rpi_layer_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size
         rpi_conv_scratch(L, B, limit, col, tmp);
     if (L->type == RP_LAYER_TRANSFORMER_BLOCK)
         *tmp = rpi_block_scratch(L, B);
+    if (L->type == RP_LAYER_ATTENTION)
+        *tmp = rpi_attention_scratch(L);
 }
 
 rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {
@@ -58,6 +61,7 @@ rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {
     case RP_LAYER_RMSNORM: rpi_rmsnorm_forward(a); break;
     case RP_LAYER_SILU: rpi_silu_forward(a->in, a->out, n); break;
     case RP_LAYER_MUL: rpi_mul_forward(a); break;
+    case RP_LAYER_ATTENTION: rpi_attention_forward(a); break;
     }
     return RP_OK;
 }
@@ -110,5 +114,6 @@ void rpi_layer_backward(const layer_args *a, const float *dout, float *din) {
             rpi_silu_backward(a->in, dout, din, n);
         break;
     case RP_LAYER_MUL: break; /* the net routes its gradients (rpi_mul_backward) */
+    case RP_LAYER_ATTENTION: rpi_attention_backward(a, dout, din); break;
     }
 }

@@ -135,6 +135,11 @@ void rpi_silu_forward(const float *x, float *y, size_t n);
 void rpi_silu_backward(const float *x, const float *dy, float *dx, size_t n);
 void rpi_concat_forward(const layer_args *a);
 void rpi_concat_backward(const layer_args *a, int k, const float *dout, float *din, bool add);
+/* layers_attn.c: attention (grouped-query, rotary) */
+size_t rpi_attention_aux_bytes(const rp_layer *L, int B);
+size_t rpi_attention_scratch(const rp_layer *L);
+void rpi_attention_forward(const layer_args *a);
+void rpi_attention_backward(const layer_args *a, const float *dout, float *din);
 /* layers_norm.c: batchnorm1d and batchnorm2d */
 rp_status rpi_batchnorm_forward(const layer_args *a, rp_error *err);
 void rpi_batchnorm_backward(const layer_args *a, const float *dout, float *din);

@@ -55,6 +55,7 @@ const char *rp_layer_name(rp_layer_type t) {
     case RP_LAYER_RMSNORM: return "rmsnorm";
     case RP_LAYER_SILU: return "silu";
     case RP_LAYER_MUL: return "mul";
+    case RP_LAYER_ATTENTION: return "attention";
     }
     return "?";
 }
@@ -154,6 +155,11 @@ uint32_t rp_model_fingerprint(const rp_model *m) {
             c = fold(c, &l->groups, sizeof l->groups);
         if (l->type == RP_LAYER_BATCHNORM2D || l->type == RP_LAYER_BATCHNORM1D)
             c = fold(c, &l->momentum, sizeof l->momentum);
+        if (l->type == RP_LAYER_ATTENTION) {
+            int at[] = {l->heads, l->kv_heads};
+            c = fold(c, at, sizeof at);
+            c = fold(c, &l->rope_theta, sizeof l->rope_theta);
+        }
         if (l->num_inputs != 1 || l->inputs[0] != i - 1) { /* a graph's edges */
             c = fold(c, &l->num_inputs, sizeof l->num_inputs);
             c = fold(c, l->inputs, sizeof(int) * l->num_inputs);

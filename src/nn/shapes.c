@@ -112,6 +112,24 @@ rp_status rpi_spec_infer(pctx *c, rp_layer *L, rp_model *m) {
     case RP_LAYER_RMSNORM:
         L->num_vars = 1;
         break;
+    case RP_LAYER_ATTENTION: { /* rows of H + 2 K head-sized parts: Q's heads, K's, V's */
+        int H = L->heads, K = L->kv_heads, parts = H + 2 * K;
+        if (in.ndim != 2)
+            return shape_error(c, L, "a 2-dimensional input (positions x fused Q, K, V)");
+        if (H % K)
+            return rp_fail(c->err, RP_ERR_INVALID,
+                           "%s:%d: attention: %d heads do not share %d key and value heads evenly",
+                           c->name, c->line, H, K);
+        if (in.dim[1] % parts || (L->rope_theta > 0 && (in.dim[1] / parts) % 2)) {
+            char need[128];
+            snprintf(need, sizeof need,
+                     "features of %d head-sized parts (%d query, %d key, %d value heads)%s",
+                     parts, H, K, K, L->rope_theta > 0 ? ", each of even size (rotary pairs)" : "");
+            return shape_error(c, L, need);
+        }
+        out.dim[1] = H * (in.dim[1] / parts);
+        break;
+    }
     case RP_LAYER_BATCHNORM2D:
     case RP_LAYER_BATCHNORM1D:
         if (L->type == RP_LAYER_BATCHNORM2D && in.ndim != 3)

@@ -91,6 +91,18 @@ static rp_status apply_options(pctx *c, rp_layer *L, words *w, int first, const 
             L->tie++;
         } else if (strcmp(k, "heads") == 0)
             s = want_int(c, k, v, 1, 1 << 16, &L->heads);
+        else if (strcmp(k, "kv_heads") == 0)
+            s = want_int(c, k, v, 1, 1 << 16, &L->kv_heads);
+        else if (strcmp(k, "rope_theta") == 0) {
+            double d;
+            if (!parse_float(v, &d) || d < 0 || d > 1e12)
+                s = rp_fail(c->err, RP_ERR_PARSE,
+                            "%s:%d: rope_theta: '%s' is not a number in [0, 1e12] (0: no rotary "
+                            "embeddings)",
+                            c->name, c->line, v);
+            else
+                L->rope_theta = (float)d;
+        }
         else if (strcmp(k, "mlp") == 0)
             s = want_int(c, k, v, 1, 64, &L->mlp);
         else if (strcmp(k, "gelu") == 0) {
@@ -177,6 +189,7 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
         {"rmsnorm", RP_LAYER_RMSNORM, 0, " eps group_size "},
         {"silu", RP_LAYER_SILU, 0, " "},
         {"mul", RP_LAYER_MUL, 0, " "},
+        {"attention", RP_LAYER_ATTENTION, 0, " heads kv_heads rope_theta "},
     };
     int k = 0, nk = (int)(sizeof kinds / sizeof kinds[0]);
     while (k < nk && strcmp(kinds[k].name, w->w[0]) != 0)
@@ -256,6 +269,10 @@ static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
         return s;
     if (L->type == RP_LAYER_CONV2D && L->kernel == 0)
         return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: conv2d needs kernel=K", c->name, c->line);
+    if (L->type == RP_LAYER_ATTENTION && L->heads == 0)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: attention needs heads=H", c->name, c->line);
+    if (L->type == RP_LAYER_ATTENTION && L->kv_heads == 0)
+        L->kv_heads = L->heads;
     if (L->type == RP_LAYER_TRANSFORMER_BLOCK && L->heads == 0)
         return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: transformer_block needs heads=H", c->name,
                        c->line);

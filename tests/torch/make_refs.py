@@ -101,6 +101,38 @@ class RMSNorm(torch.nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + s.eps) * s.weight
 
 
+class Attention(torch.nn.Module):
+    """Causal attention on fused [q | k | v] rows with H query heads sharing K key/value
+    heads and rotary embeddings, as Meta's LLaMA reference computes them (freqs_cis: the
+    pairs (2i, 2i + 1) as complex numbers turned by t theta^(-2i/hs))."""
+
+    def __init__(s, H, K, theta=0.0):
+        super().__init__()
+        s.H, s.K, s.theta = H, K, theta
+
+    def rope(s, x, T, hs):
+        freqs = 1.0 / (s.theta ** (torch.arange(0, hs, 2, dtype=torch.float64) / hs))
+        cis = torch.polar(torch.ones(T, hs // 2, dtype=torch.float64),
+                          torch.outer(torch.arange(T, dtype=torch.float64), freqs))
+        z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], hs // 2, 2))
+        return torch.view_as_real(z * cis.view(1, T, 1, hs // 2)).flatten(-2).float()
+
+    def forward(s, x):
+        B, T, W = x.shape
+        H, K = s.H, s.K
+        hs = W // (H + 2 * K)
+        q = x[..., :H * hs].reshape(B, T, H, hs)
+        k = x[..., H * hs:(H + K) * hs].reshape(B, T, K, hs)
+        v = x[..., (H + K) * hs:].reshape(B, T, K, hs)
+        if s.theta:
+            q, k = s.rope(q, T, hs), s.rope(k, T, hs)
+        k, v = (t.repeat_interleave(H // K, dim=2) for t in (k, v))
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / hs ** 0.5
+        att = att.masked_fill(torch.tril(torch.ones(T, T)) == 0, float("-inf")).softmax(dim=-1)
+        return (att @ v).transpose(1, 2).reshape(B, T, H * hs)
+
+
 class Positions(torch.nn.Module):
     def __init__(s, T, C):
         super().__init__()
@@ -136,6 +168,9 @@ LAYER_CASES = [
     ("tanh", "tanh", (2, 7), lambda: [torch.nn.Tanh()]),
     ("rmsnorm", "rmsnorm", (2, 3, 8), lambda: [RMSNorm(8)]),
     ("silu", "silu", (2, 7), lambda: [torch.nn.SiLU()]),
+    ("attention", "attention heads=2", (2, 5, 12), lambda: [Attention(2, 2)]),
+    ("attention_gqa_rope", "attention heads=4 kv_heads=2 rope_theta=10000", (2, 6, 32),
+     lambda: [Attention(4, 2, 10000.0)]),
     ("maxpool2d_k3s2p1", "maxpool2d 3 stride=2 pad=1", (2, 2, 7, 6),
      lambda: [torch.nn.MaxPool2d(3, stride=2, padding=1)]),
     ("batchnorm2d", "batchnorm2d", (3, 3, 4, 5), lambda: [torch.nn.BatchNorm2d(3)]),
@@ -191,6 +226,21 @@ class SwiGLU(torch.nn.Module):
         return x + s.w2(torch.nn.functional.silu(s.w1(n)) * s.w3(n))
 
 
+class LlamaBlock(torch.nn.Module):
+    """A LLaMA-family block from its public definition: x1 = x + Wo attn(rope(Wqkv
+    RMSNorm(x))), out = x1 + SwiGLU(RMSNorm(x1)); no biases; 2 query heads on 1 key/value head."""
+
+    def __init__(s, C=8, M=12):
+        super().__init__()
+        nn = torch.nn
+        s.n1, s.qkv, s.att = RMSNorm(C), nn.Linear(C, 16, bias=False), Attention(2, 1, 10000.0)
+        s.o, s.mlp = nn.Linear(8, C, bias=False), SwiGLU(C, M)
+        s.ordered = [s.n1.weight, s.qkv.weight, s.o.weight] + s.mlp.ordered
+
+    def forward(s, x):
+        return s.mlp(x + s.o(s.att(s.qkv(s.n1(x)))))
+
+
 # name, the whole spec, input shape, module: graphs, whose lines name what they read
 GRAPH_CASES = [
     ("graph_residual", "x = input 2 5 4 | c = conv2d 2 kernel=3 pad=1 | r = relu | add < r x | tanh",
@@ -200,6 +250,10 @@ GRAPH_CASES = [
     ("graph_swiglu", "x = input 3 6 | n = rmsnorm | w1 = linear 8 bias=false | g = silu | "
      "w3 = linear 8 bias=false < n | mul < g w3 | m = linear 6 bias=false | add < m x",
      (2, 3, 6), lambda: SwiGLU(6, 8)),
+    ("graph_llama_block", "x = input 4 8 | rmsnorm | linear 16 bias=false | "
+     "attention heads=2 kv_heads=1 rope_theta=10000 | o = linear 8 bias=false | x1 = add < o x | "
+     "n = rmsnorm | w1 = linear 12 bias=false | s = silu | w3 = linear 12 bias=false < n | "
+     "mul < s w3 | m = linear 8 bias=false | add < m x1", (2, 4, 8), LlamaBlock),
 ]
 
 
