@@ -1,0 +1,84 @@
+/*
+** The LLaMA-family example (examples/llama-kjv.model: grouped-query
+** attention with rotary embeddings, SwiGLU, RMSNorm, as graphs of layers)
+** from its initial weights (seed 0): its first 10 AdamW losses on 10
+** updates of 4 windows of the KJV text within 1e-4 of a PyTorch
+** implementation written from the public architecture
+** (bench/llama_vs_torch.py, which stored the windows and PyTorch's losses in
+** tests/torch/llama_losses.txt; this test needs no torch).
+**
+**   test_llama MODEL LOSSES
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+
+#include "../src/core/util.h"
+#include "repipe/session.h"
+#include "support.h"
+#include "test.h"
+
+enum { T = 64, B = 4, UPDATES = 10 };
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_llama MODEL LOSSES\n");
+        return 2;
+    }
+    rp_model *m;
+    rp_error err;
+    if (rp_model_load(&m, argv[1], &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    char *text;
+    size_t len;
+    if (rp_read_file(argv[2], &text, &len, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    static float x[UPDATES * B * T], want[UPDATES];
+    static int32_t y[UPDATES * B * T];
+    int windows = 0, losses = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char *p = line;
+        if (strncmp(line, "window ", 7) == 0 && windows < UPDATES * B) {
+            p += 7;
+            float *xw = x + (size_t)windows * T;
+            int32_t *yw = y + (size_t)windows * T;
+            for (int t = 0; t <= T; t++) { /* the targets: the window shifted by one */
+                long v = strtol(p, &p, 10);
+                if (t < T)
+                    xw[t] = (float)v;
+                if (t > 0)
+                    yw[t - 1] = (int32_t)v;
+            }
+            windows++;
+        } else if (strncmp(line, "losses ", 7) == 0) {
+            p += 7;
+            for (; losses < UPDATES; losses++)
+                want[losses] = strtof(p, &p);
+        }
+    }
+    free(text);
+    CHECK_INT(windows, UPDATES * B);
+    CHECK_INT(losses, UPDATES);
+    rp_config c = test_config("{\"micro_batch_size\": 4, \"optimizer\": {\"type\": \"adamw\", "
+                              "\"lr\": 0.003, \"beta1\": 0.9, \"beta2\": 0.999, \"eps\": 1e-8, "
+                              "\"weight_decay\": 0}}");
+    rp_session *s = test_session(m, &c, NULL);
+    CHECK(s != NULL);
+    double worst = 0;
+    for (int u = 0; s && u < UPDATES; u++) {
+        int64_t ids[B] = {4 * u, 4 * u + 1, 4 * u + 2, 4 * u + 3};
+        rp_result r;
+        CHECK_OK(rp_session_run(s, x + (size_t)u * B * T, y + (size_t)u * B * T, ids, &r, &err),
+                 err);
+        double d = fabs(r.losses[r.count - 1] - want[u]);
+        worst = d > worst ? d : worst;
+    }
+    CHECKF(worst <= 1e-4, "LLaMA-family losses off PyTorch's by %g", worst);
+    printf("10 AdamW losses within %.2g of PyTorch's\n", worst);
+    rp_session_free(s);
+    rp_model_free(m);
+    return test_finish("test_llama");
+}
