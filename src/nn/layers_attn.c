@@ -11,8 +11,10 @@
 ** layer has no parameters: the projections around it are linear layers, so
 ** a LLaMA block is a graph of rmsnorm, linear, attention, linear, add and
 ** SwiGLU's lines (docs/training.md). Forward keeps the turned rows and the
-** probabilities; sums run in double, in one order.
+** probabilities; the products are BLAS calls per (sample, head) that read
+** a head's columns in place through the rows' leading dimension.
 */
+#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -52,8 +54,7 @@ static void rope(float *x, int hs, int t, float theta, double sign) {
 void rpi_attention_forward(const layer_args *a) {
     attn_dims d = dims_of(a->L);
     int T = d.T, W = d.W, hs = d.hs, C = d.H * hs;
-    double scale = 1.0 / sqrt((double)hs);
-    float theta = a->L->rope_theta;
+    float scale = 1.0f / sqrtf((float)hs), theta = a->L->rope_theta;
     for (int b = 0; b < a->B; b++) {
         float *rq = (float *)a->aux + (size_t)b * T * W;
         float *P = (float *)a->aux + (size_t)a->B * T * W + (size_t)b * d.H * T * T;
@@ -66,27 +67,23 @@ void rpi_attention_forward(const layer_args *a) {
             int g = h / d.G;
             const float *q = rq + h * hs, *k = rq + (d.H + g) * hs, *v = rq + (d.H + d.K + g) * hs;
             float *p = P + (size_t)h * T * T;
+            /* the scores of every pair (the upper triangle is masked below), read
+            ** in place through the rows' leading dimension W */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, W, k, W, 0.0f,
+                        p, T);
             for (int i = 0; i < T; i++) {
-                float *pi = p + (size_t)i * T;
-                double m = -INFINITY, sum = 0;
-                for (int j = 0; j <= i; j++) {
-                    double s = 0;
-                    for (int e = 0; e < hs; e++)
-                        s += (double)q[(size_t)i * W + e] * k[(size_t)j * W + e];
-                    pi[j] = (float)(s * scale);
+                float *pi = p + (size_t)i * T, m = pi[0];
+                for (int j = 1; j <= i; j++)
                     m = pi[j] > m ? pi[j] : m;
-                }
+                double sum = 0;
                 for (int j = 0; j <= i; j++)
-                    sum += exp(pi[j] - m);
+                    sum += (pi[j] = expf(pi[j] - m));
+                float inv = (float)(1.0 / sum);
                 for (int j = 0; j < T; j++)
-                    pi[j] = j <= i ? (float)(exp(pi[j] - m) / sum) : 0.0f;
-                for (int e = 0; e < hs; e++) {
-                    double s = 0;
-                    for (int j = 0; j <= i; j++)
-                        s += (double)pi[j] * v[(size_t)j * W + e];
-                    out[(size_t)i * C + h * hs + e] = (float)s;
-                }
+                    pi[j] = j <= i ? pi[j] * inv : 0.0f;
             }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, W, 0.0f,
+                        out + h * hs, C);
         }
     }
 }
@@ -96,8 +93,7 @@ void rpi_attention_backward(const layer_args *a, const float *dout, float *din) 
         return;
     attn_dims d = dims_of(a->L);
     int T = d.T, W = d.W, hs = d.hs, C = d.H * hs;
-    double scale = 1.0 / sqrt((double)hs);
-    float theta = a->L->rope_theta, *dS = a->tmp;
+    float scale = 1.0f / sqrtf((float)hs), theta = a->L->rope_theta, *dS = a->tmp;
     for (int b = 0; b < a->B; b++) {
         const float *rq = (const float *)a->aux + (size_t)b * T * W;
         const float *P = (const float *)a->aux + (size_t)a->B * T * W + (size_t)b * d.H * T * T;
@@ -108,38 +104,26 @@ void rpi_attention_backward(const layer_args *a, const float *dout, float *din) 
             int g = h / d.G;
             const float *q = rq + h * hs, *k = rq + (d.H + g) * hs, *v = rq + (d.H + d.K + g) * hs;
             float *dq = dx + h * hs, *dk = dx + (d.H + g) * hs, *dv = dx + (d.H + d.K + g) * hs;
-            const float *p = P + (size_t)h * T * T;
-            for (int i = 0; i < T; i++) { /* dP, then the softmax's gradient, scaled */
-                const float *pi = p + (size_t)i * T, *di = dy + (size_t)i * C + h * hs;
+            const float *p = P + (size_t)h * T * T, *di = dy + h * hs;
+            /* dP = datt V^T; dV += P^T datt */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, di, C, v, W, 0.0f,
+                        dS, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, di, C, 1.0f,
+                        dv, W);
+            for (int i = 0; i < T; i++) { /* the softmax's gradient, scaled; 0 above the diagonal */
+                const float *pi = p + (size_t)i * T;
+                float *si = dS + (size_t)i * T;
                 double dot = 0;
-                for (int j = 0; j <= i; j++) {
-                    double s = 0;
-                    for (int e = 0; e < hs; e++)
-                        s += (double)di[e] * v[(size_t)j * W + e];
-                    dS[(size_t)i * T + j] = (float)s;
-                    dot += pi[j] * s;
-                }
                 for (int j = 0; j <= i; j++)
-                    dS[(size_t)i * T + j] =
-                        (float)(pi[j] * (dS[(size_t)i * T + j] - dot) * scale);
+                    dot += (double)pi[j] * si[j];
+                for (int j = 0; j < T; j++)
+                    si[j] = j <= i ? pi[j] * (si[j] - (float)dot) * scale : 0.0f;
             }
-            for (int j = 0; j < T; j++) /* dV and dK of key j: over the queries i >= j */
-                for (int e = 0; e < hs; e++) {
-                    double sv = 0, sk = 0;
-                    for (int i = j; i < T; i++) {
-                        sv += (double)p[(size_t)i * T + j] * dy[(size_t)i * C + h * hs + e];
-                        sk += (double)dS[(size_t)i * T + j] * q[(size_t)i * W + e];
-                    }
-                    dv[(size_t)j * W + e] += (float)sv;
-                    dk[(size_t)j * W + e] += (float)sk;
-                }
-            for (int i = 0; i < T; i++) /* dQ */
-                for (int e = 0; e < hs; e++) {
-                    double s = 0;
-                    for (int j = 0; j <= i; j++)
-                        s += (double)dS[(size_t)i * T + j] * k[(size_t)j * W + e];
-                    dq[(size_t)i * W + e] = (float)s;
-                }
+            /* dQ = dS K; dK += dS^T Q */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, dS, T, k, W, 0.0f,
+                        dq, W);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, dS, T, q, W, 1.0f,
+                        dk, W);
         }
         for (int t = 0; theta > 0 && t < T; t++) /* back through the turns */
             for (int h = 0; h < d.H + d.K; h++)
