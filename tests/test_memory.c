@@ -267,6 +267,22 @@ static void loss_scale_recovery(void) {
     rp_model_free(m);
 }
 
+/* Two graphs with the same layers and shapes, read along other edges, are
+** other models to the cache: their memory plans differ. */
+static void cache_keys_of_graphs(void) {
+    rp_model *a = test_model("x = input 8\nh = linear 8\nr = relu\nadd < r h\nlinear 2\n"
+                             "softmax_cross_entropy\n");
+    rp_model *b = test_model("x = input 8\nh = linear 8\nr = relu\nadd < r x\nlinear 2\n"
+                             "softmax_cross_entropy\n");
+    rp_config cfg = test_config("{\"executable_cache_dir\": \"/nonexistent\"}");
+    char pa[512], pb[512];
+    uint64_t ka, kb;
+    rpi_cache_key(a, &cfg, pa, sizeof pa, &ka);
+    rpi_cache_key(b, &cfg, pb, sizeof pb, &kb);
+    CHECK(ka != kb && strcmp(pa, pb) != 0); /* the same layers; add reads h, or x */
+    rp_model_free(a), rp_model_free(b);
+}
+
 /* executable_cache_dir: the first start stores the schedule and memory plan,
 ** the second reuses them and trains the same weights; a damaged entry and an
 ** entry written for another configuration are rebuilt, and the next start
@@ -607,6 +623,7 @@ int main(int argc, char **argv) {
         offchip_files();
         cache_entries("\"replication_factor\": 4");
         cache_entries("\"replication_factor\": 2, \"layers_per_stage\": [3, -1]");
+        cache_keys_of_graphs();
     }
     char name[64];
     snprintf(name, sizeof name, "test_memory (%s)", mpi ? "mpi" : "local");

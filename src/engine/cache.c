@@ -45,6 +45,9 @@ void rpi_cache_key(const rp_model *m, const rp_config *cfg, char *path, size_t n
                          L->vocab, L->dim, L->group_size * 2 + L->bias);
         h = fnv(h, line, (size_t)k);
     }
+    /* and what those fields leave out: a graph's edges, groups, attention's heads */
+    uint32_t fp = rp_model_fingerprint(m);
+    h = fnv(h, &fp, sizeof fp);
     rp_config c = *cfg;
     c.executable_cache_dir[0] = 0; /* where the cache is does not change what is in it */
     char *json = NULL;
