@@ -51,7 +51,7 @@ rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {
     case RP_LAYER_FLATTEN: memcpy(a->out, a->in, sizeof(float) * n); break;
     case RP_LAYER_DROPOUT: rpi_dropout_apply(a, a->in, a->out); break;
     case RP_LAYER_AVGPOOL2D: rpi_avgpool_forward(a); break;
-    case RP_LAYER_ADAPTIVE_AVGPOOL2D: rpi_adaptive_avgpool_forward(a); break;
+    case RP_LAYER_ADAPTIVE_AVGPOOL2D: rpi_avgpool_forward(a); break;
     case RP_LAYER_SIGMOID: rpi_sigmoid_forward(a->in, a->out, n); break;
     case RP_LAYER_TANH: rpi_tanh_forward(a->in, a->out, n); break;
     case RP_LAYER_ADD: rpi_add_forward(a); break;
@@ -94,7 +94,7 @@ void rpi_layer_backward(const layer_args *a, const float *dout, float *din) {
             rpi_dropout_apply(a, dout, din);
         break;
     case RP_LAYER_AVGPOOL2D: rpi_avgpool_backward(a, dout, din); break;
-    case RP_LAYER_ADAPTIVE_AVGPOOL2D: rpi_adaptive_avgpool_backward(a, dout, din); break;
+    case RP_LAYER_ADAPTIVE_AVGPOOL2D: rpi_avgpool_backward(a, dout, din); break;
     case RP_LAYER_SIGMOID:
         if (din)
             rpi_sigmoid_backward(a->out, dout, din, n);

@@ -108,10 +108,9 @@ void rpi_conv_forward(const layer_args *a);
 void rpi_conv_backward(const layer_args *a, const float *dout, float *din);
 void rpi_maxpool_forward(const layer_args *a);
 void rpi_maxpool_backward(const layer_args *a, const float *dout, float *din);
+/* avgpool2d and adaptive_avgpool2d */
 void rpi_avgpool_forward(const layer_args *a);
 void rpi_avgpool_backward(const layer_args *a, const float *dout, float *din);
-void rpi_adaptive_avgpool_forward(const layer_args *a);
-void rpi_adaptive_avgpool_backward(const layer_args *a, const float *dout, float *din);
 /* layers_act.c */
 void rpi_relu_forward(const float *x, float *y, size_t n);
 void rpi_relu_backward(const float *x, const float *dy, float *dx, size_t n);

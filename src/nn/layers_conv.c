@@ -54,11 +54,23 @@ typedef struct lowering {
     int tap[MAX_TAPS]; /* ki K + kj of each kept tap, when reduced */
 } lowering;
 
+/* Output columns ow whose input column ow*S - P + kj lies inside [0, W):
+** [*lo, *hi). */
+static inline void valid_cols(int OW, int W, int S, int P, int kj, int *lo, int *hi) {
+    int a = P - kj, b = W + P - kj; /* need a <= ow*S < b */
+    *lo = a <= 0 ? 0 : (a + S - 1) / S;
+    *hi = b <= 0 ? 0 : (b + S - 1) / S;
+    if (*hi > OW)
+        *hi = OW;
+    if (*lo > *hi)
+        *lo = *hi;
+}
+
+/* whether offset k lands inside the input for some output */
 static bool tap_reaches(int k, int n_out, int n_in, int S, int P) {
-    for (int o = 0; o < n_out; o++) /* the first output whose tap lands inside */
-        if (o * S - P + k >= 0 && o * S - P + k < n_in)
-            return true;
-    return false;
+    int lo, hi;
+    valid_cols(n_out, n_in, S, P, k, &lo, &hi);
+    return hi > lo;
 }
 
 static void conv_lowering(const rp_layer *L, lowering *lw) {
@@ -87,18 +99,6 @@ void rpi_conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_
     *tmp = (size_t)L->units * positions;
     if (lw.reduced) /* the gathered weights and their gradient */
         *tmp += 2 * (size_t)L->units * (L->in.dim[0] / L->groups) * lw.T;
-}
-
-/* Output columns ow whose input column ow*S - P + kj lies inside [0, W):
-** [*lo, *hi). */
-static inline void valid_cols(int OW, int W, int S, int P, int kj, int *lo, int *hi) {
-    int a = P - kj, b = W + P - kj; /* need a <= ow*S < b */
-    *lo = a <= 0 ? 0 : (a + S - 1) / S;
-    *hi = b <= 0 ? 0 : (b + S - 1) / S;
-    if (*hi > OW)
-        *hi = OW;
-    if (*lo > *hi)
-        *lo = *hi;
 }
 
 /* A convolution whose output has its input's size at stride 1 (3 x 3 with
@@ -487,34 +487,45 @@ void rpi_maxpool_backward(const layer_args *a, const float *dout, float *din) {
             din[(size_t)bc * HW + arg[(size_t)bc * OHW + o]] += dout[(size_t)bc * OHW + o];
 }
 
-/* Average pooling over K x K windows at stride S with P zeros of padding
-** counted in every window (PyTorch's count_include_pad): each output is the
-** window's sum over K K. Windows are [lo, hi) clipped to the plane. */
-static inline void pool_window(int o, int S, int P, int K, int N, int *lo, int *hi) {
-    int a = o * S - P, b = a + K;
+/* Average pooling, over one of two kinds of windows, [lo, hi) clipped to
+** the plane: avgpool2d's K x K at stride S with P zeros of padding counted
+** in every window (PyTorch's count_include_pad: the divisor is K K), or
+** adaptive_avgpool2d's to N x N (PyTorch's: output i of a side of n covers
+** [floor(i n / N), ceil((i + 1) n / N)), the divisor its size). */
+static inline void avg_window(const rp_layer *L, int o, int n, int *lo, int *hi) {
+    if (L->type == RP_LAYER_ADAPTIVE_AVGPOOL2D) {
+        int N = L->units;
+        *lo = (int)((long)o * n / N);
+        *hi = (int)(((long)(o + 1) * n + N - 1) / N);
+        return;
+    }
+    int a = o * L->stride - L->pad, b = a + L->kernel;
     *lo = a < 0 ? 0 : a;
-    *hi = b > N ? N : b;
+    *hi = b > n ? n : b;
+}
+
+static inline float avg_divisor(const rp_layer *L, int h0, int h1, int w0, int w1) {
+    return L->type == RP_LAYER_ADAPTIVE_AVGPOOL2D ? (float)((h1 - h0) * (w1 - w0))
+                                                  : (float)(L->kernel * L->kernel);
 }
 
 void rpi_avgpool_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     int H = L->in.dim[1], W = L->in.dim[2], OH = L->out.dim[1], OW = L->out.dim[2];
-    int K = L->kernel, S = L->stride, P = L->pad;
-    float inv = 1.0f / (float)(K * K);
     for (int bc = 0; bc < a->B * L->in.dim[0]; bc++) {
         const float *plane = a->in + (size_t)bc * H * W;
         float *o = a->out + (size_t)bc * OH * OW;
         for (int oh = 0; oh < OH; oh++) {
             int h0, h1;
-            pool_window(oh, S, P, K, H, &h0, &h1);
+            avg_window(L, oh, H, &h0, &h1);
             for (int ow = 0; ow < OW; ow++) {
                 int w0, w1;
-                pool_window(ow, S, P, K, W, &w0, &w1);
+                avg_window(L, ow, W, &w0, &w1);
                 float sum = 0;
                 for (int h = h0; h < h1; h++)
                     for (int w = w0; w < w1; w++)
                         sum += plane[h * W + w];
-                o[oh * OW + ow] = sum * inv;
+                o[oh * OW + ow] = sum / avg_divisor(L, h0, h1, w0, w1);
             }
         }
     }
@@ -525,72 +536,17 @@ void rpi_avgpool_backward(const layer_args *a, const float *dout, float *din) {
     if (!din)
         return;
     int H = L->in.dim[1], W = L->in.dim[2], OH = L->out.dim[1], OW = L->out.dim[2];
-    int K = L->kernel, S = L->stride, P = L->pad;
-    float inv = 1.0f / (float)(K * K);
     memset(din, 0, sizeof(float) * rp_shape_size(&L->in) * a->B);
     for (int bc = 0; bc < a->B * L->in.dim[0]; bc++) {
         float *plane = din + (size_t)bc * H * W;
         const float *g = dout + (size_t)bc * OH * OW;
         for (int oh = 0; oh < OH; oh++) {
             int h0, h1;
-            pool_window(oh, S, P, K, H, &h0, &h1);
+            avg_window(L, oh, H, &h0, &h1);
             for (int ow = 0; ow < OW; ow++) {
                 int w0, w1;
-                pool_window(ow, S, P, K, W, &w0, &w1);
-                float v = g[oh * OW + ow] * inv;
-                for (int h = h0; h < h1; h++)
-                    for (int w = w0; w < w1; w++)
-                        plane[h * W + w] += v;
-            }
-        }
-    }
-}
-
-/* Adaptive average pooling to N x N (PyTorch's windows): output i of a
-** side of n covers [floor(i n / N), ceil((i + 1) n / N)). */
-static inline void adaptive_window(int i, int n, int N, int *lo, int *hi) {
-    *lo = (int)((long)i * n / N);
-    *hi = (int)(((long)(i + 1) * n + N - 1) / N);
-}
-
-void rpi_adaptive_avgpool_forward(const layer_args *a) {
-    const rp_layer *L = a->L;
-    int H = L->in.dim[1], W = L->in.dim[2], N = L->units;
-    for (int bc = 0; bc < a->B * L->in.dim[0]; bc++) {
-        const float *plane = a->in + (size_t)bc * H * W;
-        float *o = a->out + (size_t)bc * N * N;
-        for (int i = 0; i < N; i++) {
-            int h0, h1;
-            adaptive_window(i, H, N, &h0, &h1);
-            for (int j = 0; j < N; j++) {
-                int w0, w1;
-                adaptive_window(j, W, N, &w0, &w1);
-                float sum = 0;
-                for (int h = h0; h < h1; h++)
-                    for (int w = w0; w < w1; w++)
-                        sum += plane[h * W + w];
-                o[i * N + j] = sum / (float)((h1 - h0) * (w1 - w0));
-            }
-        }
-    }
-}
-
-void rpi_adaptive_avgpool_backward(const layer_args *a, const float *dout, float *din) {
-    const rp_layer *L = a->L;
-    if (!din)
-        return;
-    int H = L->in.dim[1], W = L->in.dim[2], N = L->units;
-    memset(din, 0, sizeof(float) * rp_shape_size(&L->in) * a->B);
-    for (int bc = 0; bc < a->B * L->in.dim[0]; bc++) {
-        float *plane = din + (size_t)bc * H * W;
-        const float *g = dout + (size_t)bc * N * N;
-        for (int i = 0; i < N; i++) {
-            int h0, h1;
-            adaptive_window(i, H, N, &h0, &h1);
-            for (int j = 0; j < N; j++) {
-                int w0, w1;
-                adaptive_window(j, W, N, &w0, &w1);
-                float v = g[i * N + j] / (float)((h1 - h0) * (w1 - w0));
+                avg_window(L, ow, W, &w0, &w1);
+                float v = g[oh * OW + ow] / avg_divisor(L, h0, h1, w0, w1);
                 for (int h = h0; h < h1; h++)
                     for (int w = w0; w < w1; w++)
                         plane[h * W + w] += v;
