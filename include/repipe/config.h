@@ -44,7 +44,9 @@ typedef enum rp_output_mode {
 typedef enum rp_schedule {
     RP_SCHEDULE_1F1B = 0,
     RP_SCHEDULE_GPIPE,
-    RP_SCHEDULE_PIPEDREAM,
+    RP_SCHEDULE_ZB_H1, /* zero bubble (schedule.h), at 1f1b's activation memory */
+    RP_SCHEDULE_ZB_H2, /* zero bubble, about twice 1f1b's activation memory */
+    RP_SCHEDULE_PIPEDREAM, /* the asynchronous ones last: >= PIPEDREAM tests for them */
     RP_SCHEDULE_PIPEDREAM_2BW
 } rp_schedule;
 

@@ -218,6 +218,10 @@ typedef struct rp_net_options {
     ** sends its output alone, not every tensor alive around it: the layer
     ** as a profile times it. */
     bool alone;
+    /* Backward in two halves (rp_net_backward_input, then
+    ** rp_net_backward_weight): each activation set keeps what the weights'
+    ** half reads. */
+    bool split_backward;
 } rp_net_options;
 
 rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_batch,
@@ -257,6 +261,16 @@ void rp_net_zero_grads(rp_net *net);
 ** false (the first stage of a model needs none). */
 const float *rp_net_backward(rp_net *net, rp_acts *acts, const float *dout,
                              const rp_step_ctx *ctx, bool need_input_grad);
+
+/* The same backward in two halves, on a net created with split_backward:
+** the input's gradient first (returned as rp_net_backward returns it; the
+** gradients of layers that do not split are accumulated here too), then,
+** any time before the activation set is used again, the weights'. Together
+** they add exactly the bits rp_net_backward adds, provided each activation
+** set's weights' half runs in the order its input half did. */
+const float *rp_net_backward_input(rp_net *net, rp_acts *acts, const float *dout,
+                                   const rp_step_ctx *ctx, bool need_input_grad);
+void rp_net_backward_weight(rp_net *net, rp_acts *acts, const rp_step_ctx *ctx);
 
 /* Batchnorm's running statistics (docs/training.md). In training, each
 ** batchnorm layer normalises with its micro-batch's statistics and records

@@ -14,6 +14,22 @@
 ** subsequence only drops waits, so a stage order that cannot hang with one
 ** worker per stage cannot hang with many.
 **
+** zb-h1 and zb-h2 (Qi et al., Zero Bubble Pipeline Parallelism) split each
+** backward into BACKWARD_INPUT (B: the input's gradient, which the previous
+** stage waits for) and BACKWARD_WEIGHT (W: the weights', which only the
+** step needs), and place the W passes where 1f1b idles. A stage's order is
+** a list schedule of one worker per stage on equal pass times: a stage free
+** at time t runs the next F if its input has arrived and room is left, else
+** the next B if its gradient has, else the next W, else it waits for the
+** first arrival (on equal times this reaches the least update time of one
+** update, 3 m F + (P - 1) F, for P 2 to 6). Room: under zb-h1 at most n_s micro-batches between F and
+** B, as 1f1b, and every worker holding (from F to W) no more than 1f1b's
+** busiest worker does, so the peak activation memory is 1f1b's: later
+** stages hold their Ws back to let the earlier ones' Bs through. zb-h2
+** allows 2 n_s - 1 and twice that peak less one. B and W each run in
+** micro-batch order on every worker, so every gradient is summed in 1f1b's
+** order: the same bits.
+**
 ** Sends never block (they are buffered until received); a receive waits
 ** for its message, WAIT_SENDS for all the worker's messages to be received,
 ** REDUCE for every worker of the reduction group.
@@ -37,9 +53,14 @@ typedef enum rp_op_kind {
     RP_OP_SEND_GRAD,
     RP_OP_WAIT_SENDS,
     RP_OP_REDUCE,
-    RP_OP_STEP
+    RP_OP_STEP,
+    RP_OP_BACKWARD_INPUT,  /* a split backward's first half (B) */
+    RP_OP_BACKWARD_WEIGHT  /* and its second (W), on the same activation slot */
 } rp_op_kind;
-#define RP_OP_COUNT (RP_OP_STEP + 1) /* the kinds: switches need no case for it */
+#define RP_OP_COUNT (RP_OP_BACKWARD_WEIGHT + 1) /* the kinds: switches need no case for it */
+
+/* Whether a schedule splits backward into BACKWARD_INPUT and BACKWARD_WEIGHT. */
+bool rp_schedule_splits_backward(rp_schedule s);
 
 typedef struct rp_op {
     rp_op_kind kind;

@@ -70,6 +70,8 @@ const char *rp_output_mode_name(rp_output_mode m) {
 
 const char *rp_schedule_name(rp_schedule s) {
     return s == RP_SCHEDULE_GPIPE           ? "gpipe"
+           : s == RP_SCHEDULE_ZB_H1         ? "zb-h1"
+           : s == RP_SCHEDULE_ZB_H2         ? "zb-h2"
            : s == RP_SCHEDULE_PIPEDREAM     ? "pipedream"
            : s == RP_SCHEDULE_PIPEDREAM_2BW ? "pipedream_2bw"
                                             : "1f1b";

@@ -332,13 +332,18 @@ static rp_status k_schedule(rp_config *cfg, rpi_load *c, const char *key, const 
         cfg->schedule = RP_SCHEDULE_1F1B;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "gpipe") == 0)
         cfg->schedule = RP_SCHEDULE_GPIPE;
+    else if (cJSON_IsString(v) && strcmp(v->valuestring, "zb-h1") == 0)
+        cfg->schedule = RP_SCHEDULE_ZB_H1;
+    else if (cJSON_IsString(v) && strcmp(v->valuestring, "zb-h2") == 0)
+        cfg->schedule = RP_SCHEDULE_ZB_H2;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "pipedream") == 0)
         cfg->schedule = RP_SCHEDULE_PIPEDREAM;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "pipedream_2bw") == 0)
         cfg->schedule = RP_SCHEDULE_PIPEDREAM_2BW;
     else
         return rpi_bad_value(c, key, v,
-                         "must be \"gpipe\", \"1f1b\", \"pipedream\" or \"pipedream_2bw\"");
+                         "must be \"gpipe\", \"1f1b\", \"zb-h1\", \"zb-h2\", \"pipedream\" or "
+                         "\"pipedream_2bw\"");
     return RP_OK;
 }
 

@@ -215,11 +215,12 @@ cache_result rpi_cache_parse(const unsigned char *d, size_t len, uint64_t key, i
         w->num_ops = n;
         for (int k = 0; k < n && !r.bad; k++) {
             rp_op *op = &w->ops[k];
-            op->kind = (rp_op_kind)get_int(&r, RP_OP_RECV_ACT, RP_OP_STEP);
+            op->kind = (rp_op_kind)get_int(&r, RP_OP_RECV_ACT, RP_OP_COUNT - 1);
             op->mb = get_int(&r, -1, ga - 1);
             op->peer = get_int(&r, -1, workers - 1);
             op->slot = get_int(&r, -1, ga - 1);
-            bool pass = op->kind == RP_OP_FORWARD || op->kind == RP_OP_BACKWARD;
+            bool pass = op->kind == RP_OP_FORWARD || op->kind == RP_OP_BACKWARD ||
+                        op->kind == RP_OP_BACKWARD_INPUT || op->kind == RP_OP_BACKWARD_WEIGHT;
             if (pass && (op->slot < 0 || op->slot >= w->slots))
                 r.bad = true;
         }

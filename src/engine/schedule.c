@@ -11,9 +11,14 @@
 const char *rp_op_name(rp_op_kind k) {
     static const char *const names[] = {"receive activation", "forward", "send activation",
                                         "receive gradient", "backward", "send gradient",
-                                        "wait for sends", "reduce", "step"};
+                                        "wait for sends", "reduce", "step",
+                                        "backward (input)", "backward (weights)"};
     _Static_assert(sizeof names / sizeof names[0] == RP_OP_COUNT, "a name for every kind");
     return k >= 0 && k < RP_OP_COUNT ? names[k] : "?";
+}
+
+bool rp_schedule_splits_backward(rp_schedule s) {
+    return s == RP_SCHEDULE_ZB_H1 || s == RP_SCHEDULE_ZB_H2;
 }
 
 int rp_workplan_worker(const rp_config *cfg, int c, int s, int j) {
@@ -39,10 +44,17 @@ static void push(rp_worker_ops *w, rp_op_kind k, int mb, int peer) {
     w->ops[w->num_ops++] = (rp_op){k, mb, peer, -1};
 }
 
-/* A micro-batch's forward (with its receive and send) or backward. */
-static void add_pass(const rp_config *cfg, rp_worker_ops *w, bool forward, int mb) {
+/* A stage order's passes: a forward, a backward (whole, or its input's
+** half) and a backward's weights' half. */
+enum { PASS_F, PASS_B, PASS_W };
+
+/* A micro-batch's forward (with its receive and send), backward or W. */
+static void add_pass(const rp_config *cfg, rp_worker_ops *w, int pass, int mb) {
     int P = cfg->layers_per_stage.count, s = w->stage, c = w->replica;
-    if (forward) {
+    bool split = rp_schedule_splits_backward(cfg->schedule);
+    if (pass == PASS_W) {
+        push(w, RP_OP_BACKWARD_WEIGHT, mb, -1);
+    } else if (pass == PASS_F) {
         if (s > 0)
             push(w, RP_OP_RECV_ACT, mb, rp_workplan_worker(cfg, c, s - 1, mb % rp_config_stage_replicas(cfg, s - 1)));
         push(w, RP_OP_FORWARD, mb, -1);
@@ -51,7 +63,7 @@ static void add_pass(const rp_config *cfg, rp_worker_ops *w, bool forward, int m
     } else {
         if (s < P - 1)
             push(w, RP_OP_RECV_GRAD, mb, rp_workplan_worker(cfg, c, s + 1, mb % rp_config_stage_replicas(cfg, s + 1)));
-        push(w, RP_OP_BACKWARD, mb, -1);
+        push(w, split ? RP_OP_BACKWARD_INPUT : RP_OP_BACKWARD, mb, -1);
         if (s > 0)
             push(w, RP_OP_SEND_GRAD, mb, rp_workplan_worker(cfg, c, s - 1, mb % rp_config_stage_replicas(cfg, s - 1)));
     }
@@ -74,6 +86,71 @@ int rp_workplan_in_flight(const rp_config *cfg, int s) {
     return n < GA ? n : GA;
 }
 
+/* The zero-bubble stage orders (schedule.h): a list schedule of P stages on
+** unit pass times. kind and mb receive stage s's 3 GA passes at 3 GA s.
+** Some stage can always move (the last one's B needs only its own F), so
+** the loop ends. */
+static rp_status zb_orders(const rp_config *cfg, int *kind, int *mbs, rp_error *err) {
+    int P = cfg->layers_per_stage.count, GA = cfg->gradient_accumulation_steps;
+    bool h2 = cfg->schedule == RP_SCHEDULE_ZB_H2;
+    /* per stage: F, B, W done; free at; the limits from F to B and F to W */
+    int *cnt = calloc((size_t)P * 6, sizeof(int));
+    int *tf = malloc(sizeof(int) * P * GA), *tb = malloc(sizeof(int) * P * GA);
+    if (!cnt || !tf || !tb) {
+        free(cnt), free(tf), free(tb);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a schedule of %d micro-batches", GA);
+    }
+    const int never = 1 << 30;
+    /* 1f1b's most micro-batches on one worker (the first stage's, without
+    ** stage replication): every worker of zb-h1 may hold as many, those of
+    ** zb-h2 twice less one */
+    int peak = 1;
+    for (int s = 0; s < P; s++) {
+        int r = rp_config_stage_replicas(cfg, s), n = rp_workplan_in_flight(cfg, s);
+        peak = (n + r - 1) / r > peak ? (n + r - 1) / r : peak;
+    }
+    for (int s = 0; s < P; s++) {
+        int n = rp_workplan_in_flight(cfg, s), r = rp_config_stage_replicas(cfg, s);
+        cnt[6 * s + 4] = h2 ? 2 * n - 1 : n;
+        cnt[6 * s + 5] = r * (h2 ? 2 * peak - 1 : peak);
+    }
+    for (int i = 0; i < P * GA; i++)
+        tf[i] = tb[i] = never;
+    for (int left = 3 * P * GA; left > 0; left--) {
+        int best = -1, best_at = never, best_pass = 0;
+        for (int s = 0; s < P; s++) {
+            int *c = cnt + 6 * s, nf = c[0], nb = c[1], nw = c[2], at = c[3];
+            bool room = nf < GA && nf - nb < c[4] && nf - nw < c[5];
+            int rf = room ? (s == 0 ? 0 : tf[(s - 1) * GA + nf]) : never;
+            int rb = nb < nf ? (s == P - 1 ? tf[s * GA + nb] : tb[(s + 1) * GA + nb]) : never;
+            int start, pass;
+            if (rf <= at) /* a forward first: it feeds the stages after, which idle most */
+                start = at, pass = PASS_F;
+            else if (rb <= at)
+                start = at, pass = PASS_B;
+            else if (nw < nb)
+                start = at, pass = PASS_W;
+            else if (rb < never || rf < never)
+                start = rb <= rf ? rb : rf, pass = rb <= rf ? PASS_B : PASS_F;
+            else
+                continue;
+            if (start < best_at)
+                best = s, best_at = start, best_pass = pass;
+        }
+        int *c = cnt + 6 * best, i = c[0] + c[1] + c[2];
+        kind[3 * GA * best + i] = best_pass;
+        mbs[3 * GA * best + i] = c[best_pass];
+        if (best_pass == PASS_F)
+            tf[best * GA + c[0]] = best_at + 1;
+        else if (best_pass == PASS_B)
+            tb[best * GA + c[1]] = best_at + 1;
+        c[best_pass]++;
+        c[3] = best_at + 1;
+    }
+    free(cnt), free(tf), free(tb);
+    return RP_OK;
+}
+
 rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *err) {
     *out = NULL;
     int P = cfg->layers_per_stage.count, R = cfg->replication_factor;
@@ -87,30 +164,39 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
     }
     sc->workers = R * per;
     sc->stages = P;
-    /* the stage's order as one worker would run it: (forward?, mb) pairs */
-    int *order_fw = malloc(sizeof(int) * 2 * GA), *order_mb = malloc(sizeof(int) * 2 * GA);
+    /* the stages' orders as one worker each would run them: (pass, mb)
+    ** pairs, 3 GA per stage */
+    bool split = rp_schedule_splits_backward(cfg->schedule);
+    int *order_k = malloc(sizeof(int) * 3 * GA * P), *order_m = malloc(sizeof(int) * 3 * GA * P);
     int *slot_of = malloc(sizeof(int) * GA), *free_slots = malloc(sizeof(int) * GA);
-    if (!order_fw || !order_mb || !slot_of || !free_slots) {
-        free(order_fw), free(order_mb), free(slot_of), free(free_slots);
+    rp_status st = !order_k || !order_m || !slot_of || !free_slots
+                       ? rp_fail(err, RP_ERR_NOMEM,
+                                 "out of memory for a schedule of %d micro-batches", GA)
+                   : split ? zb_orders(cfg, order_k, order_m, err)
+                           : RP_OK;
+    if (st) {
+        free(order_k), free(order_m), free(slot_of), free(free_slots);
         rp_workplan_free(sc);
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a schedule of %d micro-batches", GA);
+        return st;
     }
     for (int c = 0; c < R; c++)
         for (int s = 0; s < P; s++) {
-            int n = 0;
-            if (cfg->schedule == RP_SCHEDULE_GPIPE) {
+            int n = 0, *order_fw = order_k + 3 * GA * s, *order_mb = order_m + 3 * GA * s;
+            if (split) {
+                n = 3 * GA;
+            } else if (cfg->schedule == RP_SCHEDULE_GPIPE) {
                 for (int m = 0; m < GA; m++)
-                    order_fw[n] = 1, order_mb[n++] = m;
+                    order_fw[n] = PASS_F, order_mb[n++] = m;
                 for (int m = GA - 1; m >= 0; m--)
-                    order_fw[n] = 0, order_mb[n++] = m;
+                    order_fw[n] = PASS_B, order_mb[n++] = m;
             } else {
                 int warm = rp_workplan_in_flight(cfg, s) - 1, f = 0, b = 0;
                 while (f < warm)
-                    order_fw[n] = 1, order_mb[n++] = f++;
+                    order_fw[n] = PASS_F, order_mb[n++] = f++;
                 while (b < GA) {
                     if (f < GA)
-                        order_fw[n] = 1, order_mb[n++] = f++;
-                    order_fw[n] = 0, order_mb[n++] = b++;
+                        order_fw[n] = PASS_F, order_mb[n++] = f++;
+                    order_fw[n] = PASS_B, order_mb[n++] = b++;
                 }
             }
             for (int j = 0; j < rp_config_stage_replicas(cfg, s); j++) {
@@ -120,7 +206,7 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
                 w->stage_replica = j;
                 w->ops = malloc(sizeof(rp_op) * (8 * (size_t)GA + 3));
                 if (!w->ops) {
-                    free(order_fw), free(order_mb), free(slot_of), free(free_slots);
+                    free(order_k), free(order_m), free(slot_of), free(free_slots);
                     rp_workplan_free(sc);
                     return rp_fail(err, RP_ERR_NOMEM,
                                    "out of memory for the operations of worker %d",
@@ -130,7 +216,7 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
                 for (int i = 0; i < n; i++)
                     if (order_mb[i] % rp_config_stage_replicas(cfg, s) == j) {
                         add_pass(cfg, w, order_fw[i], order_mb[i]);
-                        if (async && !order_fw[i]) { /* PipeDream: an update a backward */
+                        if (async && order_fw[i] == PASS_B) { /* PipeDream: an update a backward */
                             push(w, RP_OP_REDUCE, -1, -1);
                             push(w, RP_OP_STEP, -1, -1);
                         }
@@ -140,22 +226,25 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
                     push(w, RP_OP_REDUCE, -1, -1);
                     push(w, RP_OP_STEP, -1, -1);
                 }
-                /* activation slots: taken at a forward, freed at its backward */
+                /* activation slots: taken at a forward, freed at its backward
+                ** (a split one's weights' half) */
                 int nfree = 0, used = 0;
                 for (int i = 0; i < w->num_ops; i++) {
                     rp_op *op = &w->ops[i];
                     if (op->kind == RP_OP_FORWARD) {
                         op->slot = nfree ? free_slots[--nfree] : used++;
                         slot_of[op->mb] = op->slot;
-                    } else if (op->kind == RP_OP_BACKWARD) {
+                    } else if (op->kind == RP_OP_BACKWARD || op->kind == RP_OP_BACKWARD_INPUT ||
+                               op->kind == RP_OP_BACKWARD_WEIGHT) {
                         op->slot = slot_of[op->mb];
-                        free_slots[nfree++] = op->slot;
+                        if (op->kind != RP_OP_BACKWARD_INPUT)
+                            free_slots[nfree++] = op->slot;
                     }
                 }
                 w->slots = used;
             }
         }
-    free(order_fw), free(order_mb), free(slot_of), free(free_slots);
+    free(order_k), free(order_m), free(slot_of), free(free_slots);
     *out = sc;
     return RP_OK;
 }
@@ -167,7 +256,47 @@ static int cmp_int(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* A split backward's halves on one worker: each W after its B, the Ws in
+** micro-batch order (the order 1f1b sums the weights' gradients in), and
+** no B without its W before the reduction. */
+static rp_status check_halves(const rp_workplan *s, rp_error *err) {
+    for (int w = 0; w < s->workers; w++) {
+        const rp_worker_ops *wo = &s->w[w];
+        int last_b = -1, last_w = -1, open = 0;
+        for (int i = 0; i < wo->num_ops; i++) {
+            const rp_op *op = &wo->ops[i];
+            if (op->kind == RP_OP_BACKWARD_INPUT) {
+                last_b = op->mb > last_b ? op->mb : last_b;
+                open++;
+            } else if (op->kind == RP_OP_BACKWARD_WEIGHT) {
+                if (op->mb > last_b || open == 0)
+                    return rp_fail(err, RP_ERR_INVALID,
+                                   "schedule: worker %d runs the weights' half of micro-batch "
+                                   "%d's backward (operation %d) before its input's half",
+                                   w, op->mb, i);
+                if (op->mb <= last_w)
+                    return rp_fail(err, RP_ERR_INVALID,
+                                   "schedule: worker %d runs the weights' halves out of "
+                                   "micro-batch order (%d after %d, operation %d): the "
+                                   "gradients would be summed in another order than 1f1b's",
+                                   w, op->mb, last_w, i);
+                last_w = op->mb;
+                open--;
+            } else if (op->kind == RP_OP_REDUCE && open > 0) {
+                return rp_fail(err, RP_ERR_INVALID,
+                               "schedule: worker %d reduces (operation %d) with %d weights' "
+                               "halves still to run",
+                               w, i, open);
+            }
+        }
+    }
+    return RP_OK;
+}
+
 rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_error *err) {
+    rp_status halves = check_halves(s, err);
+    if (halves)
+        return halves;
     int W = s->workers;
     int *pc = calloc(W, sizeof(int));
     int *sent = calloc(W, sizeof(int)), *received = calloc(W, sizeof(int));

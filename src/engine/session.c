@@ -47,7 +47,9 @@
 /* How the nets of a stage trade memory for compute: recomputation, and the
 ** scratch of a product limited to matmul_proportion of device_memory. */
 rp_net_options rpi_net_options(const rp_config *cfg, int stage, bool inference) {
-    rp_net_options o = {.recompute = !inference && cfg->recompute_checkpoint_every_layer};
+    rp_net_options o = {.recompute = !inference && cfg->recompute_checkpoint_every_layer,
+                        .split_backward = !inference &&
+                                          rp_schedule_splits_backward(cfg->schedule)};
     const double *prop = cfg->matmul_proportion;
     int count = cfg->matmul_proportion_count;
     if (inference && cfg->inference_matmul_proportion_count)
@@ -186,11 +188,16 @@ static void worker_run(worker *w) {
                     rp_half_decode(w->h_recv, w->grad_in, out * B);
                 }
                 break;
+            case RP_OP_BACKWARD_WEIGHT:
+                rp_net_backward_weight(w->net, w->acts[op->slot], &ctx);
+                break;
+            case RP_OP_BACKWARD_INPUT:
             case RP_OP_BACKWARD: {
                 float *own = w->slot_ver ? rp_net_use_params(w->net, (float *)w->slot_ver[op->slot])
                                          : NULL;
-                const float *din = rp_net_backward(w->net, w->acts[op->slot],
-                                                   last ? NULL : w->grad_in, &ctx, w->stage > 0);
+                const float *din =
+                    (op->kind == RP_OP_BACKWARD ? rp_net_backward : rp_net_backward_input)(
+                        w->net, w->acts[op->slot], last ? NULL : w->grad_in, &ctx, w->stage > 0);
                 if (own)
                     rp_net_use_params(w->net, own);
                 if (w->stage > 0 && half)

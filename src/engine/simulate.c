@@ -109,6 +109,12 @@ double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const doub
     return 2 * par + state + (slots * acts + most) * per_mb;
 }
 
+/* The operations that compute (the rest move messages or wait). */
+static bool rpi_op_computes(int k) {
+    return k == RP_OP_FORWARD || k == RP_OP_BACKWARD || k == RP_OP_STEP ||
+           k == RP_OP_BACKWARD_INPUT || k == RP_OP_BACKWARD_WEIGHT;
+}
+
 /* A worker in the simulation: at its operation pc, computing (work
 ** seconds of compute left) or waiting until a known time, or blocked. */
 typedef struct sim_worker {
@@ -142,6 +148,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     }
     int P = plan->stages, W = plan->workers;
     double tf[RP_MAX_STAGES], tb[RP_MAX_STAGES], act[RP_MAX_STAGES], par[RP_MAX_STAGES];
+    double tw[RP_MAX_STAGES]; /* the weights' part of tb */
     double pbatch = opt->profile_batch > 0 ? opt->profile_batch : cfg->micro_batch_size;
     double per_mb = cfg->micro_batch_size / pbatch;
     double membw = opt->memory_bandwidth > 0 ? opt->memory_bandwidth : 1e10;
@@ -150,10 +157,13 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     double wire = cfg->fp16_exchange ? 0.5 : 1.0;
     double wire_sum = cfg->fp16_exchange && !cfg->replicated_tensor_sharding ? 0.5 : 1.0;
     for (int s = 0, l = 0; s < P; s++) {
-        tf[s] = tb[s] = par[s] = 0;
+        tf[s] = tb[s] = tw[s] = par[s] = 0;
         for (int k = 0; k < counts[s]; k++, l++) {
             tf[s] += fwd_ms[l] * 1e-3 * per_mb;
             tb[s] += bwd_ms[l] * 1e-3 * per_mb;
+            tw[s] += (opt->bwd_weight_ms ? opt->bwd_weight_ms[l]
+                                         : param_bytes[l] > 0 ? 0.5 * bwd_ms[l] : 0) *
+                     1e-3 * per_mb;
             par[s] += param_bytes[l];
         }
         if (cfg->recompute_checkpoint_every_layer) /* backward runs the stage forward again */
@@ -284,6 +294,13 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                         x->work = tb[s];
                         x->held--;
                         break;
+                    case RP_OP_BACKWARD_INPUT:
+                        x->work = tb[s] - tw[s];
+                        break;
+                    case RP_OP_BACKWARD_WEIGHT:
+                        x->work = tw[s];
+                        x->held--;
+                        break;
                     case RP_OP_STEP:
                         x->work = par[s] / membw; /* one pass over the parameters */
                         break;
@@ -354,8 +371,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
             const rp_op *op = &plan->w[w].ops[x->pc < plan->w[w].num_ops ? x->pc : 0];
             if (x->work >= 0) {
                 x->work -= (next - now) * rate;
-                if (op->kind == RP_OP_FORWARD || op->kind == RP_OP_BACKWARD ||
-                    op->kind == RP_OP_STEP)
+                if (rpi_op_computes(op->kind))
                     res->busy[w] += next - now;
                 else if (op->kind != RP_OP_REDUCE)
                     x->copying += next - now;
@@ -425,12 +441,12 @@ rp_status rp_sim_svg(const rp_sim_result *r, const char *title, const char *path
     for (int w = 0; w < r->workers; w++)
         fprintf(f, "<text x=\"10\" y=\"%d\">worker %d</text>\n", top + w * row + 15, w);
     static const char *const colors[] = {"#dddddd", "#4e79a7", "#dddddd", "#dddddd", "#59a14f",
-                                         "#dddddd", "#dddddd", "#f28e2b", "#9c755f"};
-    _Static_assert(sizeof colors / sizeof colors[0] == RP_OP_STEP + 1, "a colour per operation");
+                                         "#dddddd", "#dddddd", "#f28e2b", "#9c755f", "#8cd17d",
+                                         "#b07aa1"};
+    _Static_assert(sizeof colors / sizeof colors[0] == RP_OP_COUNT, "a colour per operation");
     for (int i = 0; i < r->num_events; i++) {
         const rp_sim_event *e = &r->events[i];
-        if (e->kind != RP_OP_FORWARD && e->kind != RP_OP_BACKWARD && e->kind != RP_OP_REDUCE &&
-            e->kind != RP_OP_STEP)
+        if (!rpi_op_computes(e->kind) && e->kind != RP_OP_REDUCE)
             continue;
         double x = left + e->t0 * scale, wpx = (e->t1 - e->t0) * scale;
         fprintf(f,
@@ -440,7 +456,9 @@ rp_status rp_sim_svg(const rp_sim_result *r, const char *title, const char *path
                 rp_op_name((rp_op_kind)e->kind), e->mb);
         if (e->mb >= 0 && wpx > 12)
             fprintf(f, "<text x=\"%.1f\" y=\"%d\" fill=\"white\">%s%d</text>\n", x + 2,
-                    top + e->worker * row + 15, e->kind == RP_OP_FORWARD ? "F" : "B", e->mb);
+                    top + e->worker * row + 15,
+                    e->kind == RP_OP_FORWARD ? "F" : e->kind == RP_OP_BACKWARD_WEIGHT ? "W" : "B",
+                    e->mb);
     }
     /* in flight: up at a forward's start, down at its backward's end */
     int lane = row - box - 4;
@@ -449,7 +467,8 @@ rp_status rp_sim_svg(const rp_sim_result *r, const char *title, const char *path
         fprintf(f, "<polyline fill=\"none\" stroke=\"#e15759\" points=\"%d,%d", left, base);
         for (int i = 0; i < r->num_events; i++) {
             const rp_sim_event *e = &r->events[i];
-            if (e->worker != w || (e->kind != RP_OP_FORWARD && e->kind != RP_OP_BACKWARD))
+            if (e->worker != w || (e->kind != RP_OP_FORWARD && e->kind != RP_OP_BACKWARD &&
+                                   e->kind != RP_OP_BACKWARD_WEIGHT))
                 continue;
             double x = left + (e->kind == RP_OP_FORWARD ? e->t0 : e->t1) * scale;
             int y0 = base - held * lane / most;
@@ -461,8 +480,9 @@ rp_status rp_sim_svg(const rp_sim_result *r, const char *title, const char *path
                 left + width, base, w, r->in_flight ? r->in_flight[w] : 0);
     }
     fprintf(f,
-            "<text x=\"%d\" y=\"%d\">blue: forward, green: backward, orange: reduce, brown: "
-            "step; red line: micro-batches in flight (full height %d)</text>\n</svg>\n",
+            "<text x=\"%d\" y=\"%d\">blue: forward, green: backward (light: its input's "
+            "half), purple: its weights' half, orange: reduce, brown: step; red line: "
+            "micro-batches in flight (full height %d)</text>\n</svg>\n",
             left, top + row * r->workers + 20, most);
     if (fclose(f) != 0)
         return rp_fail(err, RP_ERR_IO, "%s: write failed", path);

@@ -25,6 +25,27 @@ size_t rpi_layer_aux_bytes(const rp_layer *L, int B) {
     }
 }
 
+bool rpi_layer_splits(const rp_layer *L) {
+    switch (L->type) {
+    case RP_LAYER_LINEAR:
+    case RP_LAYER_CONV2D:
+    case RP_LAYER_LAYERNORM:
+    case RP_LAYER_EMBEDDING:
+    case RP_LAYER_POSITION_EMBEDDING:
+    case RP_LAYER_RMSNORM:
+    case RP_LAYER_TRANSFORMER_BLOCK: return true;
+    default: return false;
+    }
+}
+
+size_t rpi_layer_wstash_floats(const rp_layer *L, int B) {
+    if (!rpi_layer_splits(L))
+        return 0;
+    if (L->type == RP_LAYER_TRANSFORMER_BLOCK)
+        return rpi_block_wstash_floats(L, B);
+    return rp_shape_size(&L->out) * B;
+}
+
 void rpi_layer_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp) {
     *col = *tmp = 0;
     if (L->type == RP_LAYER_CONV2D)

@@ -60,7 +60,27 @@ typedef struct layer_args {
     const rp_step_ctx *ctx;
     bool accumulate; /* false: dw holds garbage, to be overwritten */
     size_t scratch_limit; /* bytes of col + tmp a product may use (0: no limit) */
+    int part;        /* RPI_BACK_*: which half of backward to run */
+    float *wstash;   /* what the weights' half reads (rpi_layer_wstash_floats) */
 } layer_args;
+
+/* A split backward (zero-bubble schedules) runs a layer's backward in two
+** halves: the input's gradient (B), which the previous stage waits for,
+** then later the weights' (W), which only the step needs. Each half does
+** exactly the arithmetic it does in the whole backward, so the split changes
+** no bit. Between the halves the layer's output gradient waits in wstash
+** (transformer_block keeps its inner products' too); the layer's input and
+** aux stay in the activation set. A layer that does not split (batchnorm,
+** whose input gradient needs its weight gradient's sums) runs whole in B. */
+enum { RPI_BACK_BOTH = 0, RPI_BACK_INPUT, RPI_BACK_WEIGHT };
+bool rpi_layer_splits(const rp_layer *L);
+/* Floats a split layer keeps between B and W for B rows (0: it does not split). */
+size_t rpi_layer_wstash_floats(const rp_layer *L, int B);
+/* The weights' half of transformer_block reads its own wstash; the others
+** read their output gradient from it, which the net copies there. */
+static inline bool rpi_layer_stashes_itself(const rp_layer *L) {
+    return L->type == RP_LAYER_TRANSFORMER_BLOCK;
+}
 
 /* Dropout keeps element e of row r with probability 1 - L->p; the decision
 ** is a function of (seed, update, sample id, layer, e), nothing else. The
@@ -84,7 +104,8 @@ void rpi_layer_backward(const layer_args *a, const float *dout, float *din);
 
 /* The kernels, by file. Forward reads a->in and writes a->out (B rows);
 ** backward reads dout, adds to a->dw and writes din (when not NULL). */
-/* layers_dense.c; the _rows forms act on R rows of plain arrays */
+/* layers_dense.c; the _rows forms act on R rows of plain arrays: a NULL dW
+** (or dg) leaves the weights' gradient out, a NULL din the input's */
 void rpi_linear_rows(const float *in, float *out, const float *W, const float *b, int R, int D,
                      int N);
 void rpi_linear_rows_backward(const float *in, const float *dout, const float *W, float *dW,
@@ -157,6 +178,7 @@ rp_shape rpi_block_var_shape(const rp_layer *L, int v);
 /* the standard deviation of variable v's initial values, or 0 and *constant */
 double rpi_block_var_init(int v, int blocks, float *constant);
 size_t rpi_block_aux_bytes(const rp_layer *L, int B);
+size_t rpi_block_wstash_floats(const rp_layer *L, int B);
 size_t rpi_block_scratch(const rp_layer *L, int B);
 void rpi_block_forward(const layer_args *a);
 void rpi_block_backward(const layer_args *a, const float *dout, float *din);

@@ -235,6 +235,38 @@ void rpi_block_forward(const layer_args *a) {
     residual(a, 1, aux + o.x1, a->out, a->out);
 }
 
+/* A split backward keeps, per row, the output gradients of the block's
+** products and norms: fcproj's (C), fc's (M), LN2's (C), proj's (C), qkv's
+** (3C) and LN1's (C). */
+size_t rpi_block_wstash_floats(const rp_layer *L, int B) {
+    block_layout o = layout(L, B);
+    return (size_t)o.R * (o.M + 7 * (size_t)o.C);
+}
+
+/* The weights' half: each product's and norm's weight gradient from its
+** input (aux) and the output gradient B kept. */
+static void block_weights(const layer_args *a, const block_layout *o, float *const g[6]) {
+    const rp_layer *L = a->L;
+    const float *aux = a->aux;
+    float *w[RPI_BLOCK_VARS], *dw[RPI_BLOCK_VARS];
+    var_ptrs(L, (float *)a->w, w);
+    var_ptrs(L, a->dw, dw);
+    int R = o->R, C = o->C;
+    bool acc = a->accumulate;
+    rpi_linear_rows_backward(aux + o->gh, g[0], w[RPI_BLOCK_FCPROJ_W], dw[RPI_BLOCK_FCPROJ_W],
+                             dw[RPI_BLOCK_FCPROJ_B], NULL, acc, R, o->M, C);
+    rpi_linear_rows_backward(aux + o->ln2, g[1], w[RPI_BLOCK_FC_W], dw[RPI_BLOCK_FC_W],
+                             dw[RPI_BLOCK_FC_B], NULL, acc, R, C, o->M);
+    rpi_layernorm_rows_backward(aux + o->x1, g[2], w[RPI_BLOCK_LN2_W], aux + o->st2,
+                                dw[RPI_BLOCK_LN2_W], dw[RPI_BLOCK_LN2_B], NULL, true, acc, R, C);
+    rpi_linear_rows_backward(aux + o->att, g[3], w[RPI_BLOCK_PROJ_W], dw[RPI_BLOCK_PROJ_W],
+                             dw[RPI_BLOCK_PROJ_B], NULL, acc, R, C, C);
+    rpi_linear_rows_backward(aux + o->ln1, g[4], w[RPI_BLOCK_QKV_W], dw[RPI_BLOCK_QKV_W],
+                             dw[RPI_BLOCK_QKV_B], NULL, acc, R, C, 3 * C);
+    rpi_layernorm_rows_backward(a->in, g[5], w[RPI_BLOCK_LN1_W], aux + o->st1,
+                                dw[RPI_BLOCK_LN1_W], dw[RPI_BLOCK_LN1_B], NULL, true, acc, R, C);
+}
+
 void rpi_block_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     block_layout o = layout(L, a->B);
@@ -246,33 +278,47 @@ void rpi_block_backward(const layer_args *a, const float *dout, float *din) {
     size_t RC = (size_t)R * C;
     float *dM = a->tmp, *dx1 = dM + (size_t)R * o.M, *dbr = dx1 + RC, *dln = dbr + RC,
           *datt = dln + RC, *dqkv = datt + RC, *dS = dqkv + 3 * RC;
+    /* the output gradients of fcproj, fc, LN2, proj, qkv and LN1: scratch
+    ** when whole, kept for the weights' half when split */
+    float *g[6] = {dbr, dM, dln, dbr, dqkv, dln};
+    if (a->part != RPI_BACK_BOTH) {
+        g[0] = a->wstash, g[1] = g[0] + RC, g[2] = g[1] + (size_t)R * o.M;
+        g[3] = g[2] + RC, g[4] = g[3] + RC, g[5] = g[4] + 3 * RC;
+    }
+    if (a->part == RPI_BACK_WEIGHT) {
+        block_weights(a, &o, g);
+        return;
+    }
+    if (a->part == RPI_BACK_INPUT) /* the weights' gradients wait */
+        for (int v = 0; v < RPI_BLOCK_VARS; v++)
+            dw[v] = NULL;
     bool acc = a->accumulate;
     /* the MLP branch */
     memcpy(dx1, dout, sizeof(float) * RC);
-    memcpy(dbr, dout, sizeof(float) * RC);
-    residual_back(a, 1, dbr);
-    rpi_linear_rows_backward(aux + o.gh, dbr, w[RPI_BLOCK_FCPROJ_W], dw[RPI_BLOCK_FCPROJ_W],
-                             dw[RPI_BLOCK_FCPROJ_B], dM, acc, R, o.M, C);
-    gelu_back(L, aux + o.h, dM, (size_t)R * o.M);
-    rpi_linear_rows_backward(aux + o.ln2, dM, w[RPI_BLOCK_FC_W], dw[RPI_BLOCK_FC_W],
-                             dw[RPI_BLOCK_FC_B], dln, acc, R, C, o.M);
-    rpi_layernorm_rows_backward(aux + o.x1, dln, w[RPI_BLOCK_LN2_W], aux + o.st2,
+    memcpy(g[0], dout, sizeof(float) * RC);
+    residual_back(a, 1, g[0]);
+    rpi_linear_rows_backward(aux + o.gh, g[0], w[RPI_BLOCK_FCPROJ_W], dw[RPI_BLOCK_FCPROJ_W],
+                             dw[RPI_BLOCK_FCPROJ_B], g[1], acc, R, o.M, C);
+    gelu_back(L, aux + o.h, g[1], (size_t)R * o.M);
+    rpi_linear_rows_backward(aux + o.ln2, g[1], w[RPI_BLOCK_FC_W], dw[RPI_BLOCK_FC_W],
+                             dw[RPI_BLOCK_FC_B], g[2], acc, R, C, o.M);
+    rpi_layernorm_rows_backward(aux + o.x1, g[2], w[RPI_BLOCK_LN2_W], aux + o.st2,
                                 dw[RPI_BLOCK_LN2_W], dw[RPI_BLOCK_LN2_B], dx1, true, acc, R, C);
     /* the attention branch */
-    memcpy(dbr, dx1, sizeof(float) * RC);
-    residual_back(a, 0, dbr);
-    rpi_linear_rows_backward(aux + o.att, dbr, w[RPI_BLOCK_PROJ_W], dw[RPI_BLOCK_PROJ_W],
+    memcpy(g[3], dx1, sizeof(float) * RC);
+    residual_back(a, 0, g[3]);
+    rpi_linear_rows_backward(aux + o.att, g[3], w[RPI_BLOCK_PROJ_W], dw[RPI_BLOCK_PROJ_W],
                              dw[RPI_BLOCK_PROJ_B], datt, acc, R, C, C);
     for (int b = 0; b < a->B; b++)
         for (int h = 0; h < o.H; h++) {
             size_t q = (size_t)b * T * 3 * C + (size_t)h * o.hs;
             attention_back(&o, aux + o.qkv + q, aux + o.prob + ((size_t)b * o.H + h) * T * T,
-                           datt + (size_t)b * T * C + (size_t)h * o.hs, dqkv + q, dS);
+                           datt + (size_t)b * T * C + (size_t)h * o.hs, g[4] + q, dS);
         }
-    rpi_linear_rows_backward(aux + o.ln1, dqkv, w[RPI_BLOCK_QKV_W], dw[RPI_BLOCK_QKV_W],
-                             dw[RPI_BLOCK_QKV_B], dln, acc, R, C, 3 * C);
+    rpi_linear_rows_backward(aux + o.ln1, g[4], w[RPI_BLOCK_QKV_W], dw[RPI_BLOCK_QKV_W],
+                             dw[RPI_BLOCK_QKV_B], g[5], acc, R, C, 3 * C);
     /* din = dx1 + LN1's input gradient; LN1's parameters learn either way */
-    rpi_layernorm_rows_backward(a->in, dln, w[RPI_BLOCK_LN1_W], aux + o.st1, dw[RPI_BLOCK_LN1_W],
+    rpi_layernorm_rows_backward(a->in, g[5], w[RPI_BLOCK_LN1_W], aux + o.st1, dw[RPI_BLOCK_LN1_W],
                                 dw[RPI_BLOCK_LN1_B], din ? dx1 : NULL, true, acc, R, C);
     if (din)
         memcpy(din, dx1, sizeof(float) * RC);

@@ -364,7 +364,12 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
         w = wr;
         dw = dwr = wr + (size_t)O * R;
     }
-    if (L->bias && !a->accumulate)
+    /* the split halves: B needs only the product with the weights, W the
+    ** columns (im2col runs there alone) and the bias sums */
+    bool want_w = a->part != RPI_BACK_INPUT;
+    if (a->part == RPI_BACK_WEIGHT)
+        din = NULL;
+    if (want_w && L->bias && !a->accumulate)
         memset(db, 0, sizeof(float) * O);
     for (int b0 = 0; b0 < a->B; b0 += tile) {
         int nb = a->B - b0 < tile ? a->B - b0 : tile, ncols = nb * HW;
@@ -388,15 +393,18 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
                 }
                 for (int k = 0; k < 8; k++)
                     sum += acc[k];
-                if (L->bias)
+                if (want_w && L->bias)
                     db[o] += sum;
             }
-        im2col(L, nb, mask, &lw, a->in + b0 * in_per, a->col);
-        bool add = (a->accumulate && !lw.reduced) || b0 > 0;
-        for (int g = 0; g < G; g++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Og, R, ncols, 1.0f,
-                        a->tmp + (size_t)g * Og * ncols, ncols, a->col + (size_t)g * R * ncols,
-                        ncols, add ? 1.0f : 0.0f, dw + (size_t)g * Og * R, R);
+        if (want_w) {
+            im2col(L, nb, mask, &lw, a->in + b0 * in_per, a->col);
+            bool add = (a->accumulate && !lw.reduced) || b0 > 0;
+            for (int g = 0; g < G; g++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Og, R, ncols, 1.0f,
+                            a->tmp + (size_t)g * Og * ncols, ncols,
+                            a->col + (size_t)g * R * ncols, ncols, add ? 1.0f : 0.0f,
+                            dw + (size_t)g * Og * R, R);
+        }
         if (!din)
             continue;
         for (int g = 0; g < G; g++)
@@ -405,7 +413,7 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
                         ncols, 0.0f, a->col + (size_t)g * R * ncols, ncols);
         col2im(L, nb, mask, &lw, a->col, din + b0 * in_per);
     }
-    if (dwr)
+    if (dwr && want_w)
         scatter_taps(L, &lw, dwr, a->dw, a->accumulate);
 }
 

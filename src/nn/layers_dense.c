@@ -30,11 +30,12 @@ void rpi_linear_rows(const float *in, float *out, const float *W, const float *b
 ** overwritten when !accumulate; db NULL: no bias); din (R, D) = dout W */
 void rpi_linear_rows_backward(const float *in, const float *dout, const float *W, float *dW,
                               float *db, float *din, bool accumulate, int R, int D, int N) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, D, R, 1.0f, dout, N, in, D,
-                accumulate ? 1.0f : 0.0f, dW, D);
-    if (db && !accumulate)
+    if (dW)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, D, R, 1.0f, dout, N, in, D,
+                    accumulate ? 1.0f : 0.0f, dW, D);
+    if (dW && db && !accumulate)
         memset(db, 0, sizeof(float) * N);
-    if (db)
+    if (dW && db)
         for (int r = 0; r < R; r++) {
             const float *g = dout + (size_t)r * N;
             for (int n = 0; n < N; n++)
@@ -56,8 +57,10 @@ void rpi_linear_forward(const layer_args *a) {
 void rpi_linear_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int D = last_dim(&L->in), N = L->units;
-    rpi_linear_rows_backward(a->in, dout, a->w, a->dw, L->bias ? a->dw + (size_t)N * D : NULL,
-                             din, a->accumulate, rows_of(&L->in, a->B), D, N);
+    float *dw = a->part == RPI_BACK_INPUT ? NULL : a->dw;
+    rpi_linear_rows_backward(a->in, dout, a->w, dw, L->bias ? a->dw + (size_t)N * D : NULL,
+                             a->part == RPI_BACK_WEIGHT ? NULL : din, a->accumulate,
+                             rows_of(&L->in, a->B), D, N);
 }
 
 /* x, y: (R, D); gain g and bias b (D); stats (R, 2): the mean and 1/std of
@@ -88,24 +91,28 @@ void rpi_layernorm_rows(const float *in, float *out, const float *g, const float
 void rpi_layernorm_rows_backward(const float *in, const float *dout, const float *g,
                                  const float *stats, float *dg, float *db, float *dx, bool add,
                                  bool accumulate, int R, int D) {
-    if (!accumulate) {
+    if (dg && !accumulate) {
         memset(dg, 0, sizeof(float) * D);
         memset(db, 0, sizeof(float) * D);
     }
     for (int r = 0; r < R; r++) {
         const float *x = in + (size_t)r * D, *dy = dout + (size_t)r * D;
         float m = stats[2 * r], rstd = stats[2 * r + 1];
+        if (dg)
+            for (int d = 0; d < D; d++) {
+                float xhat = (x[d] - m) * rstd;
+                dg[d] += dy[d] * xhat;
+                db[d] += dy[d];
+            }
+        if (!dx)
+            continue;
         double sum_dxhat = 0, sum_dxhat_xhat = 0;
         for (int d = 0; d < D; d++) {
             float xhat = (x[d] - m) * rstd;
-            dg[d] += dy[d] * xhat;
-            db[d] += dy[d];
             float dxhat = dy[d] * g[d];
             sum_dxhat += dxhat;
             sum_dxhat_xhat += dxhat * xhat;
         }
-        if (!dx)
-            continue;
         float mean_dxhat = (float)(sum_dxhat / D), mean_dxhat_xhat = (float)(sum_dxhat_xhat / D);
         float *o = dx + (size_t)r * D;
         for (int d = 0; d < D; d++) {
@@ -126,8 +133,10 @@ void rpi_layernorm_forward(const layer_args *a) {
 void rpi_layernorm_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int D = last_dim(&L->in);
-    rpi_layernorm_rows_backward(a->in, dout, a->w, a->aux, a->dw, a->dw + D, din, false,
-                                a->accumulate, rows_of(&L->in, a->B), D);
+    rpi_layernorm_rows_backward(a->in, dout, a->w, a->aux,
+                                a->part == RPI_BACK_INPUT ? NULL : a->dw, a->dw + D,
+                                a->part == RPI_BACK_WEIGHT ? NULL : din, false, a->accumulate,
+                                rows_of(&L->in, a->B), D);
 }
 
 /* The table is processed as ctx->embedding_blocks row blocks, one after
@@ -168,6 +177,10 @@ rp_status rpi_embedding_forward(const layer_args *a, rp_error *err) {
 void rpi_embedding_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int T = L->in.dim[0], Dm = L->dim;
+    if (din && a->part != RPI_BACK_WEIGHT) /* token ids have no gradient */
+        memset(din, 0, sizeof(float) * (size_t)a->B * T);
+    if (a->part == RPI_BACK_INPUT)
+        return;
     if (!a->accumulate)
         memset(a->dw, 0, sizeof(float) * L->param_count);
     int nb = blocks_of(a), rows = L->vocab / nb;
@@ -183,8 +196,6 @@ void rpi_embedding_backward(const layer_args *a, const float *dout, float *din) 
                 row[d] += g[d];
         }
     }
-    if (din) /* token ids have no gradient */
-        memset(din, 0, sizeof(float) * (size_t)a->B * T);
 }
 
 /* in, out: (B, T, C); positions (T, C), added to every sample */
@@ -201,11 +212,12 @@ void rpi_position_forward(const layer_args *a) {
 /* dout: (B, T, C); dpositions (T, C) += the sum over samples; din = dout */
 void rpi_position_backward(const layer_args *a, const float *dout, float *din) {
     size_t n = rp_shape_size(&a->L->in);
-    if (!a->accumulate)
+    if (a->part != RPI_BACK_INPUT && !a->accumulate)
         memset(a->dw, 0, sizeof(float) * n);
-    for (int b = 0; b < a->B; b++)
-        for (size_t e = 0; e < n; e++)
-            a->dw[e] += dout[(size_t)b * n + e];
-    if (din)
+    if (a->part != RPI_BACK_INPUT)
+        for (int b = 0; b < a->B; b++)
+            for (size_t e = 0; e < n; e++)
+                a->dw[e] += dout[(size_t)b * n + e];
+    if (din && a->part != RPI_BACK_WEIGHT)
         memcpy(din, dout, sizeof(float) * n * a->B);
 }

@@ -175,19 +175,22 @@ void rpi_rmsnorm_backward(const layer_args *a, const float *dout, float *din) {
     int D = L->in.dim[L->in.ndim - 1];
     size_t rows = rp_shape_size(&L->in) / (size_t)D * a->B;
     const float *g = a->w, *inv = a->aux;
-    float *dg = a->dw;
-    if (!a->accumulate)
+    float *dg = a->part == RPI_BACK_INPUT ? NULL : a->dw;
+    if (a->part == RPI_BACK_WEIGHT)
+        din = NULL;
+    if (dg && !a->accumulate)
         for (int d = 0; d < D; d++)
             dg[d] = 0.0f;
     for (size_t r = 0; r < rows; r++) {
         const float *x = a->in + r * D, *dy = dout + r * D;
-        double s = 0;
-        for (int d = 0; d < D; d++) {
-            dg[d] += dy[d] * x[d] * inv[r];
-            s += (double)g[d] * dy[d] * x[d];
-        }
+        if (dg)
+            for (int d = 0; d < D; d++)
+                dg[d] += dy[d] * x[d] * inv[r];
         if (!din)
             continue;
+        double s = 0;
+        for (int d = 0; d < D; d++)
+            s += (double)g[d] * dy[d] * x[d];
         float k = (float)(s * inv[r] * inv[r] * inv[r] / D);
         float *dx = din + r * D;
         for (int d = 0; d < D; d++)

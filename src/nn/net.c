@@ -121,8 +121,9 @@ rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_bat
     n->tmp = n->tmp_n ? malloc(sizeof(float) * n->tmp_n) : NULL;
     n->g[0] = malloc(sizeof(float) * n->gmax * max_batch);
     n->g[1] = malloc(sizeof(float) * n->gmax * max_batch);
+    n->dirty = calloc(last - first, sizeof(bool));
     if (!n->params || !n->grads || (n->col_n && !n->col) || (n->tmp_n && !n->tmp) || !n->g[0] ||
-        !n->g[1]) {
+        !n->g[1] || !n->dirty) {
         size_t count = n->num_params;
         rp_net_free(n);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a net of %zu parameters", count);
@@ -146,7 +147,7 @@ void rp_net_free(rp_net *n) {
         return;
     free(n->params), free(n->grads), free(n->col), free(n->tmp), free(n->g[0]), free(n->g[1]);
     free(n->keep_out), free(n->keep_aux), free(n->ov_out), free(n->ov_aux), free(n->overlay);
-    free(n->alias);
+    free(n->alias), free(n->dirty);
     if (n->gt)
         for (int k = 0; k < n->nin + (n->last - n->first); k++)
             free(n->gt[k]);
@@ -164,14 +165,17 @@ float *rp_net_use_params(rp_net *n, float *p) {
     return was;
 }
 float *rp_net_grads(rp_net *n) {
-    if (n->grads_clean) { /* materialise the zeros before anyone reads them */
-        memset(n->grads, 0, sizeof(float) * n->num_params);
-        n->grads_clean = false;
+    size_t base = n->m->layers[n->first].param_offset;
+    for (int l = n->first; l < n->last; l++) { /* materialise the zeros before anyone reads them */
+        const rp_layer *L = &n->m->layers[l];
+        if (!n->dirty[l - n->first] && L->param_count)
+            memset(n->grads + (L->param_offset - base), 0, sizeof(float) * L->param_count);
+        n->dirty[l - n->first] = true;
     }
     return n->grads;
 }
 
-void rp_net_zero_grads(rp_net *n) { n->grads_clean = true; }
+void rp_net_zero_grads(rp_net *n) { memset(n->dirty, 0, sizeof(bool) * (n->last - n->first)); }
 size_t rp_net_num_params(const rp_net *n) { return n->num_params; }
 size_t rp_net_in_size(const rp_net *n) {
     return n->graph ? n->in_n : in_size(&n->m->layers[n->first]);
@@ -190,7 +194,7 @@ size_t rp_net_scratch_bytes(const rp_net *n) {
 /* Layout of an activation set: input, then each kept output and aux state,
 ** each 64-byte aligned. */
 static size_t acts_layout(const rp_net *n, int batch, size_t *off_out, size_t *off_aux,
-                          size_t *off_graph) {
+                          size_t *off_graph, size_t *off_ws) {
     size_t at = ALIGN64(sizeof(float) * rp_net_in_size(n) * batch);
     if (n->graph) { /* received tensors unpacked (when several), the packed output */
         for (int j = 0; n->nin > 1 && j < n->nin; j++) {
@@ -216,30 +220,36 @@ static size_t acts_layout(const rp_net *n, int batch, size_t *off_out, size_t *o
                 off_aux[i] = at;
             at += ALIGN64(rpi_layer_aux_bytes(L, batch));
         }
+        if (n->opt.split_backward && rpi_layer_wstash_floats(L, batch)) {
+            if (off_ws)
+                off_ws[i] = at;
+            at += ALIGN64(sizeof(float) * rpi_layer_wstash_floats(L, batch));
+        }
     }
     return at;
 }
 
 size_t rp_acts_bytes(const rp_net *n, int batch) {
-    return acts_layout(n, batch, NULL, NULL, NULL);
+    return acts_layout(n, batch, NULL, NULL, NULL, NULL);
 }
 
 rp_status rp_acts_create(const rp_net *n, int batch, rp_acts **out, rp_error *err) {
     int L = n->last - n->first;
     rp_acts *a = calloc(1, sizeof *a);
     size_t *oo = calloc(L, sizeof(size_t)), *oa = calloc(L, sizeof(size_t));
-    size_t *og = calloc(n->nin + 1, sizeof(size_t));
-    if (!a || !oo || !oa || !og) {
-        free(a), free(oo), free(oa), free(og);
+    size_t *og = calloc(n->nin + 1, sizeof(size_t)), *ow = calloc(L, sizeof(size_t));
+    if (!a || !oo || !oa || !og || !ow) {
+        free(a), free(oo), free(oa), free(og), free(ow);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
-    size_t bytes = acts_layout(n, batch, oo, oa, og);
+    size_t bytes = acts_layout(n, batch, oo, oa, og, ow);
     a->block = aligned_alloc(64, ALIGN64(bytes ? bytes : 64));
     a->out = malloc(sizeof(float *) * L);
     a->aux = malloc(sizeof(void *) * L);
     a->bt = malloc(sizeof(float *) * (n->nin + 1));
-    if (!a->block || !a->out || !a->aux || !a->bt) {
-        free(oo), free(oa), free(og);
+    a->ws = n->opt.split_backward ? calloc(L, sizeof(float *)) : NULL;
+    if (!a->block || !a->out || !a->aux || !a->bt || (n->opt.split_backward && !a->ws)) {
+        free(oo), free(oa), free(og), free(ow);
         rp_acts_free(a);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for activations of batch %d", batch);
     }
@@ -250,11 +260,13 @@ rp_status rp_acts_create(const rp_net *n, int batch, rp_acts **out, rp_error *er
         if (n->alias[l])
             a->out[l] = l ? a->out[l - 1] : a->input;
         a->aux[l] = n->keep_aux[l] ? a->block + oa[l] : n->overlay + n->ov_aux[l];
+        if (a->ws && rpi_layer_wstash_floats(&n->m->layers[n->first + l], batch))
+            a->ws[l] = (float *)(a->block + ow[l]);
     }
     for (int j = 0; j < n->nin; j++)
         a->bt[j] = n->nin == 1 ? a->input : (float *)(a->block + og[j]);
     a->packed = n->packed_out ? (float *)(a->block + og[n->nin]) : NULL;
-    free(oo), free(oa), free(og);
+    free(oo), free(oa), free(og), free(ow);
     *out = a;
     return RP_OK;
 }
@@ -264,7 +276,7 @@ float *rp_acts_input(rp_acts *a) { return a->input; }
 void rp_acts_free(rp_acts *a) {
     if (!a)
         return;
-    free(a->block), free(a->out), free(a->aux), free(a->bt);
+    free(a->block), free(a->out), free(a->aux), free(a->bt), free(a->ws);
     free(a);
 }
 
@@ -305,8 +317,8 @@ const float *rp_net_forward(rp_net *n, rp_acts *a, const float *input, int batch
 }
 
 
-const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_step_ctx *ctx,
-                             bool need_input_grad) {
+static const float *backward(rp_net *n, rp_acts *a, const float *dout, const rp_step_ctx *ctx,
+                             bool need_input_grad, int part) {
     /* Below the first layer with parameters, gradients are only wanted if
     ** the caller wants the input's: otherwise stop there (no layer below
     ** it has anything to learn). */
@@ -315,7 +327,7 @@ const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_
         while (stop < n->last && n->m->layers[stop].num_vars == 0)
             stop++;
     if (n->graph)
-        return rpi_net_graph_backward(n, a, dout, ctx, need_input_grad, stop);
+        return rpi_net_graph_backward(n, a, dout, ctx, need_input_grad, stop, part);
     const float *g = dout;
     int buf = 0;
     const float *ins[RP_MAX_INPUTS];
@@ -326,12 +338,44 @@ const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_
         layer_args x = rpi_net_args(n, a, l, ctx, ins);
         bool want = l > stop || need_input_grad;
         float *din = want ? n->g[buf] : NULL;
-        rpi_layer_backward(&x, g, din);
+        rpi_net_layer_backward(n, &x, g, din, part);
         g = din;
         buf ^= 1;
     }
-    n->grads_clean = false;
     return need_input_grad ? g : NULL;
+}
+
+const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_step_ctx *ctx,
+                             bool need_input_grad) {
+    return backward(n, a, dout, ctx, need_input_grad, RPI_BACK_BOTH);
+}
+
+const float *rp_net_backward_input(rp_net *n, rp_acts *a, const float *dout,
+                                   const rp_step_ctx *ctx, bool need_input_grad) {
+    return backward(n, a, dout, ctx, need_input_grad, a->ws ? RPI_BACK_INPUT : RPI_BACK_BOTH);
+}
+
+/* The weights' half reads each layer's input and aux from the activation
+** set. Inputs of layers with parameters are checkpoints, always kept; an
+** aux state recomputation does not keep was written by the input half's
+** recomputed forward into the overlay, which other sets share since: the
+** layer runs forward once more (the same bits) to have it back. */
+void rp_net_backward_weight(rp_net *n, rp_acts *a, const rp_step_ctx *ctx) {
+    if (!a->ws)
+        return;
+    const float *ins[RP_MAX_INPUTS];
+    for (int l = n->last - 1; l >= n->first; l--) {
+        int i = l - n->first;
+        const rp_layer *L = &n->m->layers[l];
+        if (!a->ws[i])
+            continue;
+        layer_args x = rpi_net_args(n, a, l, ctx, ins);
+        if (!n->keep_aux[i] && rpi_layer_aux_bytes(L, 1))
+            rpi_layer_forward(&x, &n->err); /* it succeeded on these rows before */
+        x.part = RPI_BACK_WEIGHT;
+        rpi_layer_backward(&x, a->ws[i], NULL);
+        n->dirty[i] = true;
+    }
 }
 
 void rp_net_predictions(const rp_net *n, const rp_acts *a, int32_t *out) {

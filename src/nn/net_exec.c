@@ -3,6 +3,8 @@
 ** looked up), where a graph's tensors live, and the forward again of a
 ** recomputed segment.
 */
+#include <string.h>
+
 #include "net_impl.h"
 
 bool rpi_net_is_checkpoint(const rp_net *n, int l) {
@@ -56,10 +58,25 @@ layer_args rpi_net_args(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx,
         .col = n->col,
         .tmp = n->tmp,
         .ctx = ctx,
-        .accumulate = !n->grads_clean,
+        .accumulate = n->dirty[l - n->first],
         .scratch_limit = n->opt.scratch_limit,
+        .wstash = a->ws ? a->ws[l - n->first] : NULL,
     };
     return x;
+}
+
+/* One layer's backward, or its input half (part RPI_BACK_INPUT: a layer
+** that splits keeps its output gradient for the weights' half; one that
+** does not runs whole). */
+void rpi_net_layer_backward(rp_net *n, layer_args *x, const float *dout, float *din, int part) {
+    const rp_layer *L = x->L;
+    bool split = part == RPI_BACK_INPUT && rpi_layer_splits(L);
+    if (split && !rpi_layer_stashes_itself(L))
+        memcpy(x->wstash, dout, sizeof(float) * out_size(L) * x->B);
+    x->part = split ? RPI_BACK_INPUT : RPI_BACK_BOTH;
+    rpi_layer_backward(x, dout, din);
+    if (!split && L->num_vars)
+        n->dirty[x->index - n->first] = true;
 }
 
 /* At the end of a segment (backward reaching layer l), runs it forward

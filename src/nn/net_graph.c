@@ -107,7 +107,8 @@ static void give_grad(rp_net *n, int t, const float *g, int rows) {
 }
 
 const float *rpi_net_graph_backward(rp_net *n, rp_acts *a, const float *dout,
-                                   const rp_step_ctx *ctx, bool need_input_grad, int stop) {
+                                   const rp_step_ctx *ctx, bool need_input_grad, int stop,
+                                   int part) {
     int rows = a->rows, slots = n->nin + (n->last - n->first);
     memset(n->written, 0, sizeof(bool) * slots);
     bool loss = n->m->layers[n->last - 1].type == RP_LAYER_SOFTMAX_CE;
@@ -151,13 +152,12 @@ const float *rpi_net_graph_backward(rp_net *n, rp_acts *a, const float *dout,
             } else { /* one input: straight into its buffer when first */
                 int k = rpi_net_slot_of(n, t);
                 float *din = !want ? NULL : n->written[k] ? n->gtmp : n->gt[k];
-                rpi_layer_backward(&x, loss && l == n->last - 1 ? NULL : g, din);
+                rpi_net_layer_backward(n, &x, loss && l == n->last - 1 ? NULL : g, din, part);
                 if (din)
                     give_grad(n, t, din, rows);
             }
         }
     }
-    n->grads_clean = false;
     if (!need_input_grad)
         return NULL;
     if (n->nin == 1 && n->written[0])

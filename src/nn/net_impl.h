@@ -19,7 +19,8 @@ struct rp_net {
     size_t col_n, tmp_n;
     float *g[2]; /* gradient ping-pong, max_batch * gmax floats each */
     size_t gmax;
-    bool grads_clean; /* zero by contract: the next backward overwrites */
+    bool *dirty; /* per layer: its gradients written since rp_net_zero_grads
+                 ** (until then zero by contract: the next backward overwrites) */
     rp_net_options opt;
     bool *keep_out, *keep_aux; /* per layer: held by the activation set */
     bool *alias;               /* per layer: a flatten whose output is its input */
@@ -53,6 +54,7 @@ struct rp_acts {
     float *packed; /* a graph's packed output, when not the last layer's */
     float **out; /* one per layer of the net */
     void **aux;
+    float **ws;  /* split backward: per layer, what its weights' half reads */
     unsigned char *block;
 };
 
@@ -69,6 +71,7 @@ int rpi_net_slot_of(const rp_net *n, int t);
 float *rpi_net_tensor_at(const rp_net *n, rp_acts *a, int t);
 layer_args rpi_net_args(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx, const float **ins);
 void rpi_net_recompute(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx);
+void rpi_net_layer_backward(rp_net *n, layer_args *x, const float *dout, float *din, int part);
 
 /* net_graph.c */
 bool rpi_net_read_later(const rp_net *n, int l);
@@ -77,7 +80,8 @@ void rpi_net_unpack(const rp_net *n, int k, const int *ts, size_t row, const flo
                     float **parts, int batch);
 void rpi_net_pack_output(const rp_net *n, rp_acts *a, int batch);
 const float *rpi_net_graph_backward(rp_net *n, rp_acts *a, const float *dout,
-                                    const rp_step_ctx *ctx, bool need_input_grad, int stop);
+                                    const rp_step_ctx *ctx, bool need_input_grad, int stop,
+                                    int part);
 
 /* net_stats.c */
 rp_status rpi_net_plan_stats(rp_net *n, rp_error *err);

@@ -1,0 +1,309 @@
+/*
+** Zero-bubble schedules (zb-h1, zb-h2): a split backward adds exactly the
+** bits of the whole one, so every configuration's weights and losses equal
+** 1f1b's bit for bit, on every layout (stage replication, replicas,
+** accumulation, recomputation, sharding, clipping; MLP, CNN and a GPT with
+** dropout and a tied head). The plans: W after its B, both in micro-batch
+** order, zb-h1 at 1f1b's activation slots, zb-h2 at most 2 n_s - 1; the
+** checker refuses a W before its B and Ws out of order; the simulator gives
+** the bubbles of the paper's formulas on equal pass times.
+**
+**   test_zerobubble          local backend: everything
+**   test_zerobubble --mpi    under mpirun -np W: the cases of W workers
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+
+#include "repipe/data.h"
+#include "repipe/schedule.h"
+#include "repipe/session.h"
+#include "repipe/simulate.h"
+#include "support.h"
+#include "test.h"
+
+static const char *MLP = "input 1 28 28\nflatten\nlinear 64\nrelu\nlinear 32\nrelu\n"
+                         "linear 10\nsoftmax_cross_entropy\n";
+static const char *CNN = "input 1 28 28\nconv2d 4 kernel=3 pad=1\nrelu\nmaxpool2d 2\n"
+                         "conv2d 8 kernel=3 pad=1\nlayernorm\nrelu\nmaxpool2d 2\nflatten\n"
+                         "dropout 0.2\nlinear 10\nsoftmax_cross_entropy\n";
+static const char *GPT = "input 8\nembedding 13 8 std=0.3\nposition_embedding\n"
+                         "transformer_block heads=2 dropout=0.1\n"
+                         "transformer_block heads=2 mlp=2 dropout=0.1\nlayernorm\n"
+                         "linear 13 bias=false tie=0\nsoftmax_cross_entropy\n";
+/* a LLaMA-family block as a graph: RMSNorm, grouped-query attention with
+** rotary embeddings, a SwiGLU MLP, two residuals */
+static const char *LLAMA = "input 8\nx = embedding 13 8\nrmsnorm\nlinear 16 bias=false\n"
+                           "attention heads=2 kv_heads=1 rope_theta=10000\n"
+                           "o = linear 8 bias=false\nx1 = add < o x\nn2 = rmsnorm\n"
+                           "linear 12 bias=false\ng = silu\nu = linear 12 bias=false < n2\n"
+                           "mul < g u\nd = linear 8 bias=false\nadd < d x1\n"
+                           "linear 13 bias=false\nsoftmax_cross_entropy\n";
+
+static rp_dataset *data;
+static rp_comm *mpi;
+
+typedef struct zcase {
+    int P, R, r[3], GA;
+    const char *extra; /* more configuration keys */
+} zcase;
+
+/* Stage replication [1,1], [2,1] and [1,2,1], R 1 and 2, GA 4 and 8, and
+** the options that change what a backward keeps. */
+static const zcase CASES[] = {
+    {2, 1, {1, 1}, 4, ""},
+    {2, 1, {1, 1}, 8, ""},
+    {2, 2, {1, 1}, 4, ""},
+    {2, 1, {2, 1}, 4, ""},
+    {2, 2, {2, 1}, 8, ""},
+    {3, 1, {1, 2, 1}, 8, ""},
+    {3, 1, {1, 1, 1}, 4, ", \"recompute_checkpoint_every_layer\": true"},
+    {2, 2, {1, 1}, 4, ", \"replicated_tensor_sharding\": true"},
+    {2, 1, {2, 1}, 8, ", \"gradient_clipping\": 0.5"},
+};
+
+static rp_config config(const zcase *zc, const char *schedule, bool adam) {
+    char layers[64] = "[-1", reps[64];
+    for (int s = 1; s < zc->P; s++)
+        strcat(layers, ", -1");
+    snprintf(reps, sizeof reps, "[%d", zc->r[0]);
+    for (int s = 1; s < zc->P; s++)
+        snprintf(reps + strlen(reps), sizeof reps - strlen(reps), ", %d", zc->r[s]);
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"seed\": 5, \"micro_batch_size\": 3, \"gradient_accumulation_steps\": %d, "
+             "\"replication_factor\": %d, \"layers_per_stage\": %s], \"stage_replication\": %s], "
+             "\"schedule\": \"%s\", \"output_mode\": \"all\", \"optimizer\": %s%s}",
+             zc->GA, zc->R, layers, reps, schedule,
+             adam ? "{\"type\": \"adam\", \"lr\": 0.01}"
+                  : "{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}",
+             zc->extra);
+    return test_config(json);
+}
+
+/* Two updates (two host calls on other samples); the weights, and every
+** loss, come back. Token models read a text of 13 symbols. */
+static rp_weights *train(const rp_model *m, const rp_config *c, bool tokens, bool use_mpi,
+                         float *losses) {
+    rp_error err;
+    rp_session *s = test_session(m, c, use_mpi ? mpi : NULL);
+    if (!s) {
+        test_failures++;
+        return NULL;
+    }
+    long long per = rp_session_samples_per_call(s);
+    size_t in = tokens ? 8 : 784, k = tokens ? 8 : 1;
+    int64_t *ids = malloc(sizeof(int64_t) * per);
+    float *x = malloc(sizeof(float) * per * in);
+    int32_t *y = malloc(sizeof(int32_t) * per * k);
+    for (int call = 0; call < 2; call++) {
+        for (long long i = 0; i < per; i++) {
+            ids[i] = (i * 7 + call * per) % data->n;
+            for (size_t t = 0; tokens && t < 8; t++) {
+                int tok = (int)((ids[i] * 5 + (long long)t * 3) % 13);
+                x[i * 8 + t] = (float)tok;
+                y[i * 8 + t] = (tok * 7 + 2) % 13;
+            }
+        }
+        if (!tokens)
+            rp_dataset_gather(data, ids, (int)per, x, y);
+        rp_result r;
+        CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
+        memcpy(losses + call * r.count, r.losses, sizeof(float) * r.count);
+    }
+    rp_weights *w = NULL;
+    CHECK_OK(rp_session_get_weights(s, RP_ALL_REPLICAS, &w, &err), err);
+    free(ids), free(x), free(y);
+    rp_session_free(s);
+    return w;
+}
+
+static bool same_bits(const rp_weights *a, const rp_weights *b) {
+    if (!a || !b || a->num_tensors != b->num_tensors)
+        return false;
+    for (int t = 0; t < a->num_tensors; t++) {
+        size_t n = rp_shape_size(&a->tensors[t].shape) * a->tensors[t].groups;
+        if (memcmp(a->tensors[t].data, b->tensors[t].data, sizeof(float) * n) != 0)
+            return false;
+    }
+    return true;
+}
+
+static int workers_of(const zcase *zc) {
+    int w = 0;
+    for (int s = 0; s < zc->P; s++)
+        w += zc->r[s];
+    return w * zc->R;
+}
+
+static void exact(bool use_mpi, int only_workers) {
+    static const char *const models[] = {"mlp", "cnn", "gpt", "llama"};
+    static const char *const schedules[] = {"zb-h1", "zb-h2"};
+    int run = 0;
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+        const zcase *zc = &CASES[k];
+        if (only_workers && workers_of(zc) != only_workers)
+            continue;
+        for (int mi = 0; mi < 4; mi++) {
+            if (mi == 3 && zc->P > 2) /* five layers before the head: two stages are enough */
+                continue;
+            if (mi == 2 && strstr(zc->extra, "sharding")) /* a tie is never sharded */
+                continue;
+            bool tokens = mi >= 2;
+            rp_model *m = test_model(mi == 0 ? MLP : mi == 1 ? CNN : mi == 2 ? GPT : LLAMA);
+            rp_config base = config(zc, "1f1b", mi != 2);
+            float l0[2 * 2 * 8], l1[2 * 2 * 8];
+            rp_weights *want = train(m, &base, tokens, use_mpi, l0);
+            for (int si = 0; si < 2; si++) {
+                rp_config c = config(zc, schedules[si], mi != 2);
+                memset(l1, 0, sizeof l1);
+                rp_weights *got = train(m, &c, tokens, use_mpi, l1);
+                int n = 2 * zc->R * zc->GA;
+                CHECKF(same_bits(want, got) && memcmp(l0, l1, sizeof(float) * n) == 0,
+                       "%s %s P=%d R=%d r=[%d,%d,%d] GA=%d%s: not 1f1b's bits (weights differ "
+                       "by %g)",
+                       models[mi], schedules[si], zc->P, zc->R, zc->r[0], zc->r[1], zc->r[2],
+                       zc->GA, zc->extra, want && got ? test_weights_diff(want, got) : -1.0);
+                rp_weights_free(got);
+                run++;
+            }
+            rp_weights_free(want);
+            rp_model_free(m);
+        }
+    }
+    CHECK(run > 0);
+    printf("%d zero-bubble runs equal to 1f1b bit for bit\n", run);
+}
+
+/* Every worker's W after its B, each kind in micro-batch order; no worker
+** of zb-h1 holds more slots than 1f1b's busiest one, none of zb-h2 more
+** than twice that less one. */
+static void plans(void) {
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++)
+        for (int ga = 4; ga <= 16; ga *= 2) {
+            zcase zc = CASES[k];
+            zc.GA = ga;
+            rp_config c1 = config(&zc, "1f1b", false);
+            rp_workplan *p1, *p;
+            rp_error err;
+            CHECK_OK(rp_workplan_build(&c1, &p1, &err), err);
+            int peak = 0; /* 1f1b's busiest worker */
+            for (int w = 0; w < p1->workers; w++)
+                peak = p1->w[w].slots > peak ? p1->w[w].slots : peak;
+            for (int si = 0; si < 2; si++) {
+                rp_config c = config(&zc, si ? "zb-h2" : "zb-h1", false);
+                CHECK_OK(rp_workplan_build(&c, &p, &err), err);
+                CHECK_OK(rp_workplan_check(p, NULL, &err), err);
+                for (int w = 0; w < p->workers; w++) {
+                    int nb = 0, nw = 0, last_b = -1, last_w = -1;
+                    const rp_worker_ops *wo = &p->w[w];
+                    for (int i = 0; i < wo->num_ops; i++) {
+                        const rp_op *op = &wo->ops[i];
+                        CHECK(op->kind != RP_OP_BACKWARD);
+                        if (op->kind == RP_OP_BACKWARD_INPUT) {
+                            CHECK(op->mb > last_b);
+                            last_b = op->mb, nb++;
+                        }
+                        if (op->kind == RP_OP_BACKWARD_WEIGHT) {
+                            CHECK(op->mb > last_w && op->mb <= last_b);
+                            last_w = op->mb, nw++;
+                        }
+                    }
+                    CHECK(nb == nw && nb > 0);
+                    CHECKF(wo->slots <= (si ? 2 * peak - 1 : peak) && wo->slots >= p1->w[w].slots,
+                           "%s worker %d: %d slots, 1f1b's most %d", si ? "zb-h2" : "zb-h1", w,
+                           wo->slots, peak);
+                }
+                rp_workplan_free(p);
+            }
+            rp_workplan_free(p1);
+        }
+    /* the checker: a W moved before its B, and two Ws swapped */
+    zcase zc = {2, 1, {1, 1}, 4, ""};
+    rp_config c = config(&zc, "zb-h1", false);
+    for (int mutation = 0; mutation < 2; mutation++) {
+        rp_workplan *p;
+        rp_error err;
+        CHECK_OK(rp_workplan_build(&c, &p, &err), err);
+        rp_worker_ops *wo = &p->w[1];
+        int first_b = -1, ws[2] = {-1, -1};
+        for (int i = 0; i < wo->num_ops; i++) {
+            if (wo->ops[i].kind == RP_OP_BACKWARD_INPUT && first_b < 0)
+                first_b = i;
+            if (wo->ops[i].kind == RP_OP_BACKWARD_WEIGHT)
+                ws[ws[0] < 0 ? 0 : 1] = ws[1] < 0 ? i : ws[1];
+        }
+        CHECK(first_b >= 0 && ws[0] > first_b && ws[1] > ws[0]);
+        if (mutation == 0) { /* W 0 first of all */
+            rp_op w0 = wo->ops[ws[0]];
+            memmove(wo->ops + 1, wo->ops, sizeof(rp_op) * ws[0]);
+            wo->ops[0] = w0;
+        } else {
+            rp_op t = wo->ops[ws[0]];
+            wo->ops[ws[0]] = wo->ops[ws[1]], wo->ops[ws[1]] = t;
+        }
+        CHECK(rp_workplan_check(p, NULL, &err) == RP_ERR_INVALID);
+        CHECK_STR_HAS(err.msg, mutation ? "order" : "before");
+        rp_workplan_free(p);
+    }
+}
+
+/* Equal pass times F = B = W (a layer with parameters whose backward is
+** twice its forward): 1f1b idles (P - 1)(F + B + W) of an update, zb-h1
+** (P - 1)(F + B - W), which with F = B = W is the least one update can
+** take (the last stage starts (P - 1) F late; zb-h2's further gain is
+** across updates, or where W outweighs F); zb-h2 no more. */
+static void bubbles(void) {
+    for (int P = 2; P <= 4; P++)
+        for (int GA = 8; GA <= 16; GA *= 2) {
+            double fw[4], bw[4], out[4], par[4];
+            for (int l = 0; l < P; l++)
+                fw[l] = 1, bw[l] = 2, out[l] = 0, par[l] = 4;
+            rp_sim_options so;
+            rp_sim_options_default(&so);
+            so.latency = 0;
+            double t[3];
+            for (int si = 0; si < 3; si++) {
+                zcase zc = {P, 1, {1, 1, 1}, GA, ""};
+                char layers[64] = "[1";
+                for (int s = 1; s < P; s++)
+                    strcat(layers, ", 1");
+                char json[512];
+                snprintf(json, sizeof json,
+                         "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": %s], "
+                         "\"schedule\": \"%s\"}",
+                         GA, layers, si == 0 ? "1f1b" : si == 1 ? "zb-h1" : "zb-h2");
+                (void)zc;
+                rp_config c = test_config(json);
+                rp_sim_result r;
+                rp_error err;
+                CHECK_OK(rp_simulate(&c, fw, bw, out, par, P, &so, &r, &err), err);
+                t[si] = r.update_time * 1e3;
+                rp_sim_result_free(&r);
+            }
+            double work = 3.0 * GA;
+            CHECKF(fabs(t[0] - work - 3.0 * (P - 1)) < 0.01, "1f1b P=%d GA=%d: %.3f ms", P, GA,
+                   t[0]);
+            CHECKF(fabs(t[1] - work - 1.0 * (P - 1)) < 0.01, "zb-h1 P=%d GA=%d: %.3f ms", P, GA,
+                   t[1]);
+            CHECKF(t[2] <= t[1] + 0.01, "zb-h2 P=%d GA=%d: %.3f ms", P, GA, t[2]);
+        }
+}
+
+int main(int argc, char **argv) {
+    test_start(argc, argv, 512, 9, &data, &mpi);
+    int rc;
+    if (mpi) {
+        exact(true, rp_comm_size(mpi));
+        char name[64];
+        snprintf(name, sizeof name, "test_zerobubble (mpi rank %d)", rp_comm_rank(mpi));
+        rc = test_finish(name);
+        rp_comm_mpi_finalize(mpi);
+    } else {
+        plans();
+        bubbles();
+        exact(false, 0);
+        rc = test_finish("test_zerobubble (local)");
+    }
+    rp_dataset_free(data);
+    return rc;
+}
