@@ -4,8 +4,9 @@
 ** then `steps` timed updates of one micro-batch, samples per second. The
 ** workers copy their rows from the dataset (rp_session_run_samples);
 ** PyTorch's loop takes contiguous slices of its tensors and copies none.
-** Prints one JSON line (rank 0 under MPI).
-** Usage: bench_train MODEL CONFIG STEPS [--mpi]
+** Prints one JSON line (rank 0 under MPI). With --text FILE a token model
+** trains on FILE's bytes instead of Fashion-MNIST.
+** Usage: bench_train MODEL CONFIG STEPS [--mpi] [--text FILE]
 */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -18,8 +19,20 @@
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_train MODEL CONFIG STEPS [--mpi]\n");
+        fprintf(stderr, "usage: bench_train MODEL CONFIG STEPS [--mpi] [--text FILE]\n");
         return 2;
+    }
+    const char *text = NULL;
+    bool use_mpi = false;
+    for (int i = 4; i < argc; i++) {
+        if (strcmp(argv[i], "--mpi") == 0)
+            use_mpi = true;
+        else if (strcmp(argv[i], "--text") == 0 && i + 1 < argc)
+            text = argv[++i];
+        else {
+            fprintf(stderr, "bench_train: unknown argument %s\n", argv[i]);
+            return 2;
+        }
     }
     int steps = atoi(argv[3]), warmup = 20;
     rp_error err;
@@ -28,12 +41,17 @@ int main(int argc, char **argv) {
     rp_dataset *d;
     rp_session *s;
     rp_comm *comm = NULL;
-    if (argc > 4 && strcmp(argv[4], "--mpi") == 0 && rp_comm_mpi_init(&argc, &argv, &comm, &err)) {
+    if (use_mpi && rp_comm_mpi_init(&argc, &argv, &comm, &err)) {
         fprintf(stderr, "bench_train: %s\n", err.msg);
         return 1;
     }
+    int32_t *tokens = NULL;
+    size_t count = 0;
+    int vocab = 0;
     if (rp_model_load(&m, argv[1], &err) || rp_config_load_file(&cfg, argv[2], &err) ||
-        rp_dataset_load_idx(&d, RP_FASHION_MNIST_DIR, true, &err) ||
+        (text ? rp_tokens_read(text, false, &tokens, &count, &vocab, &err) ||
+                    rp_dataset_from_tokens(tokens, count, m->input.dim[0], vocab, text, &d, &err)
+              : rp_dataset_load_idx(&d, RP_FASHION_MNIST_DIR, true, &err)) ||
         (comm ? rp_session_create_mpi(m, &cfg, comm, &s, &err)
               : rp_session_create(m, &cfg, &s, &err))) {
         fprintf(stderr, "bench_train: %s\n", err.msg);
@@ -64,7 +82,7 @@ int main(int argc, char **argv) {
                argv[1], comm ? "mpi" : "local", cfg.replication_factor, cfg.micro_batch_size,
                steps * per / dt, loss);
     rp_stream_free(&st);
-    free(ids);
+    free(ids), free(tokens);
     rp_session_free(s);
     rp_dataset_free(d);
     rp_model_free(m);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "repipe/data.h"
+#include "repipe/profile.h"
 #include "repipe/schedule.h"
 #include "repipe/session.h"
 #include "repipe/simulate.h"
@@ -289,6 +290,62 @@ static void bubbles(void) {
         }
 }
 
+/* A profile's recorded halves are read back; a node without them gets
+** half its backward as W when it has parameters, none otherwise; a bad
+** number is refused with its line. And the halves move the prediction: W
+** alone in the bubble. */
+static void profile_halves(void) {
+    const char *text =
+        "node0 -- Input0 micro_batch=4 -- forward_compute_time=0.000, backward_compute_time=0.000, "
+        "activation_size=16.000, parameter_size=0.000\n"
+        "node1 -- linear (layer 0, line 2) backward_input_time=0.250 backward_weight_time=1.500 -- "
+        "forward_compute_time=1.000, backward_compute_time=1.750, activation_size=16.000, "
+        "parameter_size=64.000\n"
+        "node2 -- relu (layer 1, line 3) -- forward_compute_time=0.500, backward_compute_time=0.500, "
+        "activation_size=16.000, parameter_size=0.000\n"
+        "node3 -- linear (layer 2, line 4) -- forward_compute_time=1.000, backward_compute_time=2.000, "
+        "activation_size=16.000, parameter_size=64.000\n"
+        "\tnode0 -- node1\n\tnode1 -- node2\n\tnode2 -- node3\n";
+    rp_profile *p;
+    rp_error err;
+    CHECK_OK(rp_profile_parse(&p, text, strlen(text), "t.txt", &err), err);
+    double *fw, *bw, *ob, *pb, *b, *w;
+    int *node, L;
+    CHECK_OK(rp_profile_layers(p, &fw, &bw, &ob, &pb, &node, &L, &err), err);
+    CHECK_OK(rp_profile_split_ms(p, node, L, &b, &w, &err), err);
+    CHECK_INT(L, 3);
+    CHECK(b[0] == 0.25 && w[0] == 1.5 && b[1] == 0.5 && w[1] == 0 && b[2] == 1 && w[2] == 1);
+    /* two stages: [linear, relu] and [linear] */
+    rp_config c = test_config("{\"gradient_accumulation_steps\": 4, \"layers_per_stage\": [2, 1], "
+                              "\"schedule\": \"zb-h1\"}");
+    rp_sim_options so;
+    rp_sim_options_default(&so);
+    rp_sim_result r0, r1;
+    CHECK_OK(rp_simulate(&c, fw, bw, ob, pb, L, &so, &r0, &err), err);
+    so.bwd_input_ms = b, so.bwd_weight_ms = w;
+    CHECK_OK(rp_simulate(&c, fw, bw, ob, pb, L, &so, &r1, &err), err);
+    CHECK(r1.update_time != r0.update_time);
+    rp_sim_result_free(&r0), rp_sim_result_free(&r1);
+    free(fw), free(bw), free(ob), free(pb), free(node), free(b), free(w);
+    rp_profile_free(p);
+    const char *bad[] = {"backward_input_time=x backward_weight_time=1", "backward_weight_time=1"};
+    for (int k = 0; k < 2; k++) {
+        char t[1024];
+        snprintf(t, sizeof t,
+                 "node0 -- Input0 -- forward_compute_time=0, backward_compute_time=0, "
+                 "activation_size=4, parameter_size=0\n"
+                 "node1 -- linear %s -- forward_compute_time=1, backward_compute_time=2, "
+                 "activation_size=4, parameter_size=4\n\tnode0 -- node1\n",
+                 bad[k]);
+        CHECK_OK(rp_profile_parse(&p, t, strlen(t), "t.txt", &err), err);
+        CHECK_OK(rp_profile_layers(p, &fw, &bw, &ob, &pb, &node, &L, &err), err);
+        CHECK(rp_profile_split_ms(p, node, L, &b, &w, &err) == RP_ERR_INVALID);
+        CHECK_STR_HAS(err.msg, "profile line 2 (node node1)");
+        free(fw), free(bw), free(ob), free(pb), free(node);
+        rp_profile_free(p);
+    }
+}
+
 int main(int argc, char **argv) {
     test_start(argc, argv, 512, 9, &data, &mpi);
     int rc;
@@ -301,6 +358,7 @@ int main(int argc, char **argv) {
     } else {
         plans();
         bubbles();
+        profile_halves();
         exact(false, 0);
         rc = test_finish("test_zerobubble (local)");
     }

@@ -144,9 +144,9 @@ static void print_row(const char *what, const rp_autoplan_entry *e) {
     }
     rp_derived d;
     rp_config_derive(&e->cfg, &d);
-    printf("  %-34s %7d %7d %9d %5d %11.4f s %11.0f\n", what, d.workers, d.stages,
-           e->cfg.micro_batch_size, e->cfg.gradient_accumulation_steps, e->seconds,
-           d.samples_per_update / e->seconds);
+    printf("  %-34s %7d %7d %9d %5d %-8s %11.4f s %11.0f\n", what, d.workers, d.stages,
+           e->cfg.micro_batch_size, e->cfg.gradient_accumulation_steps,
+           rp_schedule_name(e->cfg.schedule), e->seconds, d.samples_per_update / e->seconds);
 }
 
 /* The keys a plan sets, in words: what --config-out writes. */
@@ -266,11 +266,13 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
     for (int k = 0; k < np; k++)
         printf("%s%.0f", k ? ", " : "", batches[k]);
     printf("), %d configurations simulated:\n", r.simulated);
-    printf("  %-34s %7s %7s %9s %5s %13s %11s\n", "", "workers", "stages", "micro-b", "GA",
-           "per update", "samples/s");
+    printf("  %-34s %7s %7s %9s %5s %-8s %13s %11s\n", "", "workers", "stages", "micro-b", "GA",
+           "schedule", "per update", "samples/s");
     print_row("one worker", &r.single);
     print_row("data parallel", &r.data_parallel);
     print_row("PipeDream's plan, synchronous", &r.pipedream);
+    print_row("fastest pipeline under 1f1b", &r.pipeline_1f1b);
+    print_row("fastest pipeline, zero bubble", &r.pipeline_zero_bubble);
     print_row("fastest for the engine", &r.best);
     rp_config_derive(c, &d);
     if (d.stages == 1)
@@ -286,11 +288,14 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
     double *fw, *bw, *ob, *pb;
     int *node, L;
     if (!rp_profile_layers(prof, &fw, &bw, &ob, &pb, &node, &L, &err)) {
-        for (int s = 0, l = 0; s < c->layers_per_stage.count; l += c->layers_per_stage.layers[s++])
-            printf("  stage %d: layers %d-%d (%s ... %s) on %d worker%s per replica\n", s, l,
-                   l + c->layers_per_stage.layers[s] - 1, prof->nodes[node[l]].desc,
-                   prof->nodes[node[l + c->layers_per_stage.layers[s] - 1]].desc,
-                   rp_config_stage_replicas(c, s), rp_config_stage_replicas(c, s) == 1 ? "" : "s");
+        for (int s = 0, l = 0; s < c->layers_per_stage.count; l += c->layers_per_stage.layers[s++]) {
+            const char *a = prof->nodes[node[l]].desc;
+            const char *b = prof->nodes[node[l + c->layers_per_stage.layers[s] - 1]].desc;
+            printf("  stage %d: layers %d-%d (%.*s ... %.*s) on %d worker%s per replica\n", s, l,
+                   l + c->layers_per_stage.layers[s] - 1, plan_node_name_len(a), a,
+                   plan_node_name_len(b), b, rp_config_stage_replicas(c, s),
+                   rp_config_stage_replicas(c, s) == 1 ? "" : "s");
+        }
         free(fw), free(bw), free(ob), free(pb), free(node);
     }
     print_keys(c);

@@ -222,10 +222,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             config_path = plan;
     }
     int L = 0;
-    double *fw = NULL, *bw = NULL, *ob = NULL, *pb = NULL, *cut = NULL;
+    double *fw = NULL, *bw = NULL, *ob = NULL, *pb = NULL, *cut = NULL, *bi = NULL, *bwt = NULL;
     int *node = NULL, rc = 1;
     if (rp_profile_layers(p, &fw, &bw, &ob, &pb, &node, &L, &err) ||
-        rp_profile_cut_bytes(p, node, L, &cut, &err)) {
+        rp_profile_cut_bytes(p, node, L, &cut, &err) ||
+        rp_profile_split_ms(p, node, L, &bi, &bwt, &err)) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
@@ -241,6 +242,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     opt.profile_batch = pbatch ? pbatch : rp_profile_micro_batch(p);
     opt.cores = (int)cores;
     opt.cut_bytes = cut; /* a graph's cuts carry every tensor alive there */
+    opt.bwd_input_ms = bi, opt.bwd_weight_ms = bwt; /* the zero-bubble schedules' halves */
     rp_sim_result res;
     if (rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
         cli_error(cmd, "%s", err.msg);
@@ -303,7 +305,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         rc = 1;
     rp_sim_result_free(&res);
 done:
-    free(fw), free(bw), free(ob), free(pb), free(cut), free(node);
+    free(fw), free(bw), free(ob), free(pb), free(cut), free(node), free(bi), free(bwt);
     rp_profile_free(p);
     return rc;
 }

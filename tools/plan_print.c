@@ -201,8 +201,9 @@ void plan_print(const rp_plan *p, const char *profile_path, const rp_profile *pr
                 n++;
             }
         if (first >= 0)
-            printf("    %d layer%s: %s ... %s\n", n, n == 1 ? "" : "s", prof->nodes[first].desc,
-                   prof->nodes[last].desc);
+            printf("    %d layer%s: %.*s ... %.*s\n", n, n == 1 ? "" : "s",
+                   plan_node_name_len(prof->nodes[first].desc), prof->nodes[first].desc,
+                   plan_node_name_len(prof->nodes[last].desc), prof->nodes[last].desc);
     }
     free(fw), free(bw), free(ob), free(pb), free(node);
     if (p->machines_used < p->machines_available)
@@ -224,3 +225,7 @@ void plan_print(const rp_plan *p, const char *profile_path, const rp_profile *pr
            p->pipeline_time, p->speedup_vs_single, p->speedup_vs_dp);
 }
 
+int plan_node_name_len(const char *desc) {
+    const char *at = strstr(desc, " backward_input_time=");
+    return (int)(at ? (size_t)(at - desc) : strlen(desc));
+}

@@ -7,6 +7,11 @@
 
 #include "repipe/repipe.h"
 
+/* A node's description as a name: without the numbers 'repipe profile'
+** records after it (a split backward's halves). Returns its length, to
+** print with "%.*s". */
+int plan_node_name_len(const char *desc);
+
 /* The plan's levels, stages, workers and predicted times, on stdout. */
 void plan_print(const rp_plan *p, const char *profile_path, const rp_profile *prof);
 

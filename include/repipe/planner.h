@@ -125,8 +125,9 @@ rp_status rp_plan_to_config(const rp_plan *plan, const rp_profile *profile, rp_c
 ** synchronous pipelines run fastest on the machines, for a global batch.
 ** Chosen together: contiguous stages, stage replication (at most GA, so
 ** every stage replica gets micro-batches), replicas R, micro-batch B and
-** accumulation GA with B GA R = global_batch, 1F1B, and recomputation
-** where memory is short. Times are rp_simulate's. */
+** accumulation GA with B GA R = global_batch, the schedule (1f1b, or for
+** a pipeline zb-h1 or zb-h2 where they are faster within the memory), and
+** recomputation where memory is short. Times are rp_simulate's. */
 typedef struct rp_autoplan_options {
     int num_levels;
     int machines[RP_PLAN_MAX_LEVELS];     /* per level, innermost first */
@@ -155,6 +156,9 @@ typedef struct rp_autoplan {
     rp_autoplan_entry single;        /* one worker */
     rp_autoplan_entry data_parallel; /* every worker a replica */
     rp_autoplan_entry pipedream;     /* the given PipeDream-objective plan, at its best GA */
+    /* the fastest pipelines (two stages or more) under 1f1b and under a
+    ** zero-bubble schedule (zb-h1 or zb-h2), side by side */
+    rp_autoplan_entry pipeline_1f1b, pipeline_zero_bubble;
     int simulated;                   /* configurations simulated exactly */
 } rp_autoplan;
 
@@ -173,7 +177,8 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
                               rp_error *err);
 
 /* The engine objective's comparison as JSON: {"global_batch", "simulated",
-** "best", "single", "data_parallel", "pipedream"}, each row {"found",
+** "best", "single", "data_parallel", "pipedream", "pipeline_1f1b",
+** "pipeline_zero_bubble"}, each row {"found",
 ** "workers", "stages", "seconds_per_update", "samples_per_second",
 ** "worker_bytes", "config"} with the whole configuration. With a plan (may
 ** be NULL), the object is the "engine" key of rp_plan_to_json's. The

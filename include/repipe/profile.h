@@ -75,6 +75,18 @@ rp_status rp_profile_cut_bytes(const rp_profile *p, const int *node, int n, doub
 ** the profile does not say. */
 int rp_profile_micro_batch(const rp_profile *p);
 
+/* Per layer of rp_profile_layers' order (node, n), the two halves of a
+** split backward (the zero-bubble schedules'): the input's gradient (B)
+** and the weights' (W). 'repipe profile' times them apart and records them
+** in the node's description ("... backward_input_time=B
+** backward_weight_time=W"), where PipeDream's reader ignores them (its
+** numbers must be exactly four). A node that does not record them: W half
+** the backward of a node with parameters (a product's two products are of
+** equal size), none of one without, and B the rest. A bad number is
+** refused with the node's line. The caller frees *b and *w (n entries). */
+rp_status rp_profile_split_ms(const rp_profile *p, const int *node, int n, double **b,
+                              double **w, rp_error *err);
+
 /* Index of the node with this id, or -1. */
 int rp_profile_find(const rp_profile *p, const char *id);
 

@@ -41,10 +41,10 @@ typedef struct rp_sim_options {
     const double *cut_bytes; /* bytes per profiled batch crossing the cut before layer
                              ** k, as rp_profile_cut_bytes [NULL: out_bytes[k - 1], a
                              ** chain's] */
-    const double *bwd_weight_ms; /* per layer, the part of bwd_ms that computes its weights'
-                                 ** gradient (a split backward's W) [NULL: half of the
-                                 ** backward of a layer with parameters, as a product's
-                                 ** two products of equal size take; none of one without] */
+    /* per layer, a split backward's halves: the input's gradient (B) and the
+    ** weights' (W), as rp_profile_split_ms gives them [NULL: W half of bwd_ms
+    ** for a layer with parameters, none for one without; B the rest] */
+    const double *bwd_input_ms, *bwd_weight_ms;
 } rp_sim_options;
 
 /* Every worker on one machine with a core of its own. */

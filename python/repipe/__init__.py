@@ -360,8 +360,10 @@ class Plan:
                max_accumulation=64, cores=0, backend="local", min_micro_batch=1):
         """The engine objective, as `repipe plan --objective engine --json` gives it: the
         configuration repipe's synchronous pipelines run fastest for global_batch samples per
-        update, beside one worker, data parallelism and this plan run synchronously. Returns
-        {"global_batch", "simulated", "best", "single", "data_parallel", "pipedream"}; each row
+        update, beside one worker, data parallelism, this plan run synchronously and the
+        fastest pipelines under 1f1b and a zero-bubble schedule. Returns {"global_batch",
+        "simulated", "best", "single", "data_parallel", "pipedream", "pipeline_1f1b",
+        "pipeline_zero_bubble"}; each row
         has "found", "workers", "stages", "seconds_per_update", "samples_per_second",
         "worker_bytes" and "config", a Config (base's other keys kept) ready to save and run.
 
@@ -400,7 +402,8 @@ class Plan:
         _check(_autoplan_to_json(out, opts.global_batch, None, None, ctypes.byref(text),
                                  ctypes.byref(err)), err)
         result = json.loads(_take_string(text))
-        for row in ("best", "single", "data_parallel", "pipedream"):
+        for row in ("best", "single", "data_parallel", "pipedream", "pipeline_1f1b",
+                    "pipeline_zero_bubble"):
             if result[row]["found"]:
                 result[row]["config"] = Config(**result[row]["config"])
         return result

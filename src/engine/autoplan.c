@@ -61,6 +61,7 @@ typedef struct cand {
 typedef struct measured {
     double batch;
     double *fw, *bw, *out, *par;
+    double *bi, *bwt; /* a split backward's halves */
     double *cut; /* bytes crossing the cut before each layer */
     double *cf, *cb, *cp;
 } measured;
@@ -118,6 +119,7 @@ static bool simulate(const search *S, const rp_config *cfg, double *t, double *b
     rp_sim_options so = S->sim;
     so.profile_batch = m->batch;
     so.cut_bytes = m->cut;
+    so.bwd_input_ms = m->bi, so.bwd_weight_ms = m->bwt;
     if (rp_simulate(cfg, m->fw, m->bw, m->out, m->par, S->L, &so, &r, &err))
         return false;
     *t = r.update_time;
@@ -320,6 +322,8 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
                                     err)))
             goto done;
         st = rp_profile_cut_bytes(profiles[S.nm], node, L, &m->cut, err);
+        if (!st)
+            st = rp_profile_split_ms(profiles[S.nm], node, L, &m->bi, &m->bwt, err);
         free(node);
         if (st) {
             S.nm++;
@@ -440,6 +444,19 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
         if (dp)
             consider(&S, &out->data_parallel, &cfg, t, bytes);
         consider(&S, &out->best, &cfg, t, bytes);
+        if (k->P < 2)
+            continue;
+        /* a pipeline: the zero-bubble schedules too, which fill its bubble
+        ** with the weights' halves at more activation memory */
+        consider(&S, &out->pipeline_1f1b, &cfg, t, bytes);
+        for (int z = 0; z < 2; z++) {
+            cfg.schedule = z ? RP_SCHEDULE_ZB_H2 : RP_SCHEDULE_ZB_H1;
+            if (!simulate(&S, &cfg, &t, &bytes))
+                continue;
+            out->simulated++;
+            consider(&S, &out->pipeline_zero_bubble, &cfg, t, bytes);
+            consider(&S, &out->best, &cfg, t, bytes);
+        }
     }
     /* PipeDream's plan, run synchronously at each accumulation that fits */
     rp_config pd = *base;
@@ -470,6 +487,7 @@ done:
     for (int k = 0; k < S.nm; k++) {
         measured *m = &S.m[k];
         free(m->fw), free(m->bw), free(m->out), free(m->par), free(m->cut), free(m->cf), free(m->cb), free(m->cp);
+        free(m->bi), free(m->bwt);
     }
     free(S.best), free(S.cut), free(S.rep);
     free(S.c);

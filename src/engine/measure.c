@@ -32,6 +32,7 @@ static rp_status measure(const rp_model *m, int batch, int repeats, rp_profile *
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
     double *fw = malloc(sizeof(double) * repeats), *bw = malloc(sizeof(double) * repeats);
+    double *bi = calloc(repeats, sizeof(double)), *bwt = calloc(repeats, sizeof(double));
     int32_t *labels = calloc((size_t)batch * m->num_targets, sizeof(int32_t)); /* a row each */
     int64_t *ids = calloc(batch, sizeof(int64_t));
     rp_status st = RP_OK;
@@ -58,7 +59,9 @@ static rp_status measure(const rp_model *m, int batch, int repeats, rp_profile *
         const rp_layer *L = &m->layers[l];
         rp_net *net = NULL;
         rp_acts *acts = NULL;
-        rp_net_options alone = {.alone = true}; /* its inputs in, its output out */
+        /* its inputs in, its output out; a layer with parameters also timed
+        ** in a split backward's two halves */
+        rp_net_options alone = {.alone = true, .split_backward = L->param_count > 0};
         if ((st = rp_net_create_with(m, l, l + 1, batch, &alone, &net, err)) ||
             (st = rp_acts_create(net, batch, &acts, err))) {
             rp_net_free(net);
@@ -88,14 +91,30 @@ static rp_status measure(const rp_model *m, int batch, int repeats, rp_profile *
             t = rp_now();
             rp_net_backward(net, acts, dy, &ctx, below);
             bw[r] = rp_now() - t;
+            if (!alone.split_backward)
+                continue;
+            rp_net_forward(net, acts, x, batch, &ctx, NULL);
+            t = rp_now();
+            rp_net_backward_input(net, acts, dy, &ctx, below);
+            bi[r] = rp_now() - t;
+            t = rp_now();
+            rp_net_backward_weight(net, acts, &ctx);
+            bwt[r] = rp_now() - t;
         }
         qsort(fw, repeats, sizeof(double), rp_cmp_double);
         qsort(bw, repeats, sizeof(double), rp_cmp_double);
+        qsort(bi, repeats, sizeof(double), rp_cmp_double);
+        qsort(bwt, repeats, sizeof(double), rp_cmp_double);
         below = below || L->param_count > 0;
         rp_profile_node *n = &p->nodes[p->num_nodes];
-        char id[32], desc[96];
+        char id[32], desc[160];
         snprintf(id, sizeof id, "node%d", l + 1);
-        snprintf(desc, sizeof desc, "%s (layer %d, line %d)", rp_layer_name(L->type), l, L->line);
+        int dl = snprintf(desc, sizeof desc, "%s (layer %d, line %d)", rp_layer_name(L->type), l,
+                          L->line);
+        if (alone.split_backward) /* the halves as they run: their sum is the whole's and the split's copies */
+            snprintf(desc + dl, sizeof desc - dl,
+                     " backward_input_time=%.3f backward_weight_time=%.3f",
+                     bi[repeats / 2] * 1e3, bwt[repeats / 2] * 1e3);
         n->id = dupstr(id);
         n->desc = dupstr(desc);
         n->forward_ms = fw[repeats / 2] * 1e3;
@@ -119,7 +138,7 @@ static rp_status measure(const rp_model *m, int batch, int repeats, rp_profile *
             st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
 done:
-    free(fw), free(bw), free(labels), free(ids);
+    free(fw), free(bw), free(bi), free(bwt), free(labels), free(ids);
     if (st) {
         rp_profile_free(p);
         return st;

@@ -86,9 +86,12 @@ double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const doub
     ** the outputs that end a segment (the next layer has parameters, or
     ** the stage ends) and one segment's worth of the others, shared */
     double acts = 0, seg = 0, most = 0, par = 0;
+    bool split = rp_schedule_splits_backward(cfg->schedule);
     for (int l = first; l < first + count; l++) {
         bool end = l == first + count - 1 || param_bytes[l + 1] > 0;
         par += param_bytes[l];
+        if (split && param_bytes[l] > 0) /* the output gradient waiting for its W */
+            acts += out_bytes[l];
         if (!cfg->recompute_checkpoint_every_layer || end)
             acts += out_bytes[l];
         else
@@ -126,8 +129,33 @@ typedef struct sim_worker {
     double arrive;   /* when it reached the reduction; -1: not yet */
     double reducing; /* the allreduce's own time, for the bubble */
     double copying;  /* time spent copying messages */
+    int rounds;      /* reductions passed */
     long long delivers; /* a send being copied: the message it makes available */
 } sim_worker;
+
+/* A host call of D updates: each worker's operations D times over, the
+** micro-batches of update d numbered from d GA, so that a worker goes on
+** to the next update while others finish this one, as the engine's do. */
+static rp_status repeat_updates(rp_workplan *p, int D, int GA, rp_error *err) {
+    for (int w = 0; D > 1 && w < p->workers; w++) {
+        rp_worker_ops *wo = &p->w[w];
+        rp_op *ops = malloc(sizeof(rp_op) * ((size_t)wo->num_ops * D + 1));
+        if (!ops)
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory for the simulation of %d updates",
+                           D);
+        for (int d = 0; d < D; d++)
+            for (int i = 0; i < wo->num_ops; i++) {
+                rp_op op = wo->ops[i];
+                if (op.mb >= 0)
+                    op.mb += d * GA;
+                ops[(size_t)d * wo->num_ops + i] = op;
+            }
+        free(wo->ops);
+        wo->ops = ops;
+        wo->num_ops *= D;
+    }
+    return RP_OK;
+}
 
 rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *bwd_ms,
                       const double *out_bytes, const double *param_bytes, int num_layers,
@@ -141,14 +169,16 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     if ((st = rp_workplan_build(cfg, &plan, err)))
         return st;
     rpi_cluster net;
+    int D = cfg->device_iterations > 1 ? cfg->device_iterations : 1;
     if ((st = rp_workplan_check(plan, NULL, err)) ||
+        (st = repeat_updates(plan, D, cfg->gradient_accumulation_steps, err)) ||
         (st = rpi_cluster_make(opt, plan->workers, &net, err))) {
         rp_workplan_free(plan);
         return st;
     }
     int P = plan->stages, W = plan->workers;
     double tf[RP_MAX_STAGES], tb[RP_MAX_STAGES], act[RP_MAX_STAGES], par[RP_MAX_STAGES];
-    double tw[RP_MAX_STAGES]; /* the weights' part of tb */
+    double ti[RP_MAX_STAGES], tw[RP_MAX_STAGES]; /* a split backward's halves */
     double pbatch = opt->profile_batch > 0 ? opt->profile_batch : cfg->micro_batch_size;
     double per_mb = cfg->micro_batch_size / pbatch;
     double membw = opt->memory_bandwidth > 0 ? opt->memory_bandwidth : 1e10;
@@ -157,17 +187,19 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     double wire = cfg->fp16_exchange ? 0.5 : 1.0;
     double wire_sum = cfg->fp16_exchange && !cfg->replicated_tensor_sharding ? 0.5 : 1.0;
     for (int s = 0, l = 0; s < P; s++) {
-        tf[s] = tb[s] = tw[s] = par[s] = 0;
+        tf[s] = tb[s] = ti[s] = tw[s] = par[s] = 0;
         for (int k = 0; k < counts[s]; k++, l++) {
+            double w = opt->bwd_weight_ms ? opt->bwd_weight_ms[l]
+                       : param_bytes[l] > 0 ? 0.5 * bwd_ms[l]
+                                            : 0;
             tf[s] += fwd_ms[l] * 1e-3 * per_mb;
             tb[s] += bwd_ms[l] * 1e-3 * per_mb;
-            tw[s] += (opt->bwd_weight_ms ? opt->bwd_weight_ms[l]
-                                         : param_bytes[l] > 0 ? 0.5 * bwd_ms[l] : 0) *
-                     1e-3 * per_mb;
+            ti[s] += (opt->bwd_input_ms ? opt->bwd_input_ms[l] : bwd_ms[l] - w) * 1e-3 * per_mb;
+            tw[s] += w * 1e-3 * per_mb;
             par[s] += param_bytes[l];
         }
         if (cfg->recompute_checkpoint_every_layer) /* backward runs the stage forward again */
-            tb[s] += tf[s];
+            tb[s] += tf[s], ti[s] += tf[s];
         /* what the stage sends, per micro-batch: a graph's cut may carry
         ** several tensors */
         act[s] = l > 0 ? (opt->cut_bytes && l < num_layers ? opt->cut_bytes[l] : out_bytes[l - 1]) *
@@ -181,7 +213,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     res->busy = calloc(W, sizeof(double));
     res->in_flight = calloc(W, sizeof(int));
     res->stage_of = malloc(sizeof(int) * W);
-    int GA = cfg->gradient_accumulation_steps;
+    int GA = cfg->gradient_accumulation_steps * D; /* micro-batch numbers of the call */
     sim_worker *sw = calloc(W, sizeof(sim_worker));
     /* when each message is available: per (to, kind, mb) */
     double *avail = malloc(sizeof(double) * (size_t)W * 2 * GA);
@@ -199,13 +231,20 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     int G = rp_grouping_num_groups(&cfg->replica_grouping), done = 0;
     typedef struct red_group {
         int n, first, top, arrived;
-        double last;
+        double *last; /* per round of reductions, its last arrival */
     } red_group;
-    int *gid = malloc(sizeof(int) * W);
+    int *gid = malloc(sizeof(int) * W), rounds = 1;
+    for (int w = 0; w < W; w++) {
+        int n = 0;
+        for (int i = 0; i < plan->w[w].num_ops; i++)
+            n += plan->w[w].ops[i].kind == RP_OP_REDUCE;
+        rounds = n > rounds ? n : rounds;
+    }
     red_group *rg = calloc((size_t)P * G, sizeof(red_group));
+    double *lasts = calloc((size_t)P * G * rounds, sizeof(double));
     if (!res->events || !res->busy || !res->in_flight || !res->stage_of || !sw || !avail ||
-        !copy || !gid || !rg) {
-        free(sw), free(avail), free(copy), free(gid), free(rg);
+        !copy || !gid || !rg || !lasts) {
+        free(sw), free(avail), free(copy), free(gid), free(rg), free(lasts);
         rp_workplan_free(plan);
         rp_sim_result_free(res);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for the simulation of %d workers", W);
@@ -219,7 +258,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     }
     res->num_levels = net.levels;
     for (int k = 0; k < P * G; k++)
-        rg[k].first = -1;
+        rg[k].first = -1, rg[k].last = lasts + (size_t)k * rounds;
     for (int v = 0; v < W; v++) {
         gid[v] = plan->w[v].stage * G +
                  rp_grouping_group_of(&cfg->replica_grouping, plan->w[v].replica);
@@ -295,7 +334,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                         x->held--;
                         break;
                     case RP_OP_BACKWARD_INPUT:
-                        x->work = tb[s] - tw[s];
+                        x->work = ti[s];
                         break;
                     case RP_OP_BACKWARD_WEIGHT:
                         x->work = tw[s];
@@ -311,14 +350,15 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                         /* everyone of the stage and group, then an allreduce
                         ** over the slowest level the group spans */
                         red_group *g = &rg[gid[w]];
-                        if (x->arrive < 0) {
+                        if (x->arrive < 0) { /* a member reaches the k-th only after all the k-1-th */
                             x->arrive = now;
-                            g->arrived++;
-                            g->last = now > g->last ? now : g->last;
+                            int k = g->arrived++ / g->n;
+                            g->last[k] = now > g->last[k] ? now : g->last[k];
                         }
-                        if (g->arrived < g->n)
+                        if (g->arrived < g->n * (x->rounds + 1))
                             goto blocked;
-                        double last = g->last;
+                        double last = g->last[x->rounds++];
+                        x->arrive = -1; /* for the next round */
                         int n = g->n, first = g->first, top = g->top;
                         double cost =
                             rpi_allreduce_time(n, par[s] * wire_sum, net.bw[top], net.latency);
@@ -326,7 +366,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                             x->work = cost;
                         else
                             x->until = last + cost;
-                        x->reducing = cost;
+                        x->reducing += cost;
                         if (w == first)
                             res->comm_seconds[top] += cost;
                         break;
@@ -360,7 +400,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                 next = t;
         }
         if (next < 0) { /* cannot happen after rp_workplan_check */
-            free(sw), free(avail), free(copy), free(gid), free(rg);
+            free(sw), free(avail), free(copy), free(gid), free(rg), free(lasts);
             rp_workplan_free(plan);
             rp_sim_result_free(res);
             return rp_fail(err, RP_ERR_INVALID, "simulate: every worker waits at %g s", now);
@@ -391,13 +431,13 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         }
         now = next;
     }
-    res->update_time = now;
+    res->update_time = now / D; /* the call's time, per update */
     double idle = 0;
     for (int w = 0; w < W; w++) {
-        idle += res->update_time - res->busy[w] - sw[w].reducing - sw[w].copying;
-        res->busy[w] = res->update_time > 0 ? res->busy[w] / res->update_time : 0;
+        idle += now - res->busy[w] - sw[w].reducing - sw[w].copying;
+        res->busy[w] = now > 0 ? res->busy[w] / now : 0;
     }
-    res->bubble_fraction = res->update_time > 0 && idle > 0 ? idle / (W * res->update_time) : 0;
+    res->bubble_fraction = now > 0 && idle > 0 ? idle / (W * now) : 0;
     res->workers = W;
     res->stages = P;
     for (int s = 0, l = 0; s < P; l += counts[s], s++) {
@@ -408,7 +448,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         res->stage_bytes[s] = rpi_stage_bytes(cfg, out_bytes, param_bytes, l, counts[s],
                                               rp_config_stage_replicas(cfg, s), slots, per_mb);
     }
-    free(sw), free(avail), free(copy), free(gid), free(rg);
+    free(sw), free(avail), free(copy), free(gid), free(rg), free(lasts);
     rp_workplan_free(plan);
     return RP_OK;
 }

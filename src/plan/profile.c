@@ -169,6 +169,45 @@ rp_status rp_profile_cut_bytes(const rp_profile *p, const int *node, int n, doub
     return RP_OK;
 }
 
+/* A number recorded in a node's description as "key=V": 1 found, 0 not
+** there, -1 not a non-negative number. */
+static int desc_number(const rp_profile_node *x, const char *key, double *v) {
+    const char *at = strstr(x->desc, key);
+    if (!at)
+        return 0;
+    char *end;
+    *v = strtod(at + strlen(key), &end);
+    return end != at + strlen(key) && *v >= 0 ? 1 : -1;
+}
+
+rp_status rp_profile_split_ms(const rp_profile *p, const int *node, int n, double **b,
+                              double **w, rp_error *err) {
+    double *vb = calloc(n + 1, sizeof(double)), *vw = calloc(n + 1, sizeof(double));
+    if (!vb || !vw) {
+        free(vb), free(vw);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+    for (int k = 0; k < n; k++) {
+        const rp_profile_node *x = &p->nodes[node[k]];
+        int hb = desc_number(x, "backward_input_time=", &vb[k]);
+        int hw = desc_number(x, "backward_weight_time=", &vw[k]);
+        if (hb < 0 || hw < 0 || hb != hw) {
+            free(vb), free(vw);
+            return rp_fail(err, RP_ERR_INVALID,
+                           "profile line %d (node %s): backward_input_time= and "
+                           "backward_weight_time= must both be non-negative numbers, or both "
+                           "left out",
+                           x->line, x->id);
+        }
+        if (!hb) {
+            vw[k] = x->parameter_bytes > 0 ? 0.5 * x->backward_ms : 0;
+            vb[k] = x->backward_ms - vw[k];
+        }
+    }
+    *b = vb, *w = vw;
+    return RP_OK;
+}
+
 int rp_profile_micro_batch(const rp_profile *p) {
     for (int i = 0; i < p->num_nodes; i++) {
         const char *d = p->nodes[i].desc, *at;
