@@ -103,7 +103,8 @@ class Plans(unittest.TestCase):
                 want = json.loads(out)  # standard output is the JSON alone
                 self.assertEqual({k: v for k, v in want.items() if k != "engine"}, p.json)
                 got = p.engine(**kwargs)
-                for row in ("best", "single", "data_parallel", "pipedream"):
+                for row in ("best", "single", "data_parallel", "pipedream", "pipeline_1f1b",
+                            "pipeline_zero_bubble"):
                     if got[row]["found"]:
                         got[row]["config"] = got[row]["config"].to_dict()
                 self.assertEqual(got, want["engine"], extra)
