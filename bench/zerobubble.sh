@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Zero-bubble schedules against 1f1b on this machine, in one run: two stages
 # of balanced halves (an MLP of six 768-wide layers, and the example GPT with
-# its blocks two and two), GA 4 and 8, one worker per core. Each
+# its blocks two and two), GA 4 and 8 with one update a host call, and GA 8
+# with 4 (device_iterations: a worker starts the next update while the other
+# finishes this one), one worker per core. Each
 # configuration runs 1f1b, zb-h1 and zb-h2 in turn, ROUNDS times (the three
 # interleaved, so that the machine's drift falls on all alike); prints the
 # median time per update of each, its ratio to 1f1b's, and what
@@ -23,22 +25,24 @@ cat docs/*.md README.md > "$tmp/text.txt"
 "$build/repipe" profile --model "$tmp/mlp.model" --micro-batch 64 --out "$tmp/mlp.txt" >/dev/null
 "$build/repipe" profile --model examples/gpt-kjv.model --micro-batch 8 --out "$tmp/gpt.txt" >/dev/null
 med() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-printf '%-4s %3s %-6s %12s %9s %12s %9s\n' model GA schedule "measured ms" "vs 1f1b" "predicted ms" error
+printf '%-4s %3s %2s %-6s %12s %9s %12s %9s\n' model GA D schedule "measured ms" "vs 1f1b" "predicted ms" error
 # model file B layers_per_stage steps data
 for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 -" "gpt examples/gpt-kjv.model 8 [4,-1] 8 $tmp/text.txt"; do
   set -- $spec
   model=$1 file=$2 B=$3 layers=$4 steps=$5 text=$6
   data=()
   [ "$text" != - ] && data=(--text "$text")
-  for ga in 4 8; do
+  for gad in "4 1" "8 1" "8 4"; do
+    set -- $gad
+    ga=$1 D=$2
     for s in 1f1b zb-h1 zb-h2; do
-      printf '{"micro_batch_size": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "schedule": "%s"}\n' \
-        "$B" "$layers" "$ga" "$s" > "$tmp/$s.json"
+      printf '{"micro_batch_size": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "device_iterations": %s, "schedule": "%s"}\n' \
+        "$B" "$layers" "$ga" "$D" "$s" > "$tmp/$s.json"
       : > "$tmp/$s.runs"
     done
     for _ in $(seq "$rounds"); do
       for s in 1f1b zb-h1 zb-h2; do
-        "$build/bench/bench_train" "$file" "$tmp/$s.json" "$steps" "${data[@]}" </dev/null |
+        "$build/bench/bench_train" "$file" "$tmp/$s.json" $((steps / D + 1)) "${data[@]}" </dev/null |
           sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' >> "$tmp/$s.runs"
       done
     done
@@ -49,8 +53,8 @@ for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 -" "gpt examples/gpt-kjv.model 8 [4
              --json - 2>/dev/null | sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p')
       ms=$(awk -v r="$rate" -v n=$((B * ga)) 'BEGIN { printf "%.3f", 1e3 * n / r }')
       [ -z "$base" ] && base=$ms
-      awk -v m="$model" -v g="$ga" -v s="$s" -v t="$ms" -v b="$base" -v p="$pred" 'BEGIN {
-        printf "%-4s %3s %-6s %12.3f %9.3f %12.3f %+8.1f%%\n", m, g, s, t, t / b, p * 1e3, 100 * (p * 1e3 - t) / t }'
+      awk -v m="$model" -v g="$ga" -v d="$D" -v s="$s" -v t="$ms" -v b="$base" -v p="$pred" 'BEGIN {
+        printf "%-4s %3s %2s %-6s %12.3f %9.3f %12.3f %+8.1f%%\n", m, g, d, s, t, t / b, p * 1e3, 100 * (p * 1e3 - t) / t }'
     done
   done
 done
