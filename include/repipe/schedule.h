@@ -23,9 +23,9 @@
 ** the next B if its gradient has, else the next W, else it waits for the
 ** first arrival (on equal times this reaches the least update time of one
 ** update, 3 m F + (P - 1) F, for P 2 to 6). Room: under zb-h1 at most n_s micro-batches between F and
-** B, as 1f1b, and every worker holding (from F to W) no more than 1f1b's
-** busiest worker does, so the peak activation memory is 1f1b's: later
-** stages hold their Ws back to let the earlier ones' Bs through. zb-h2
+** B, as 1f1b, and every worker holding (from F to W) no more micro-batches
+** than 1f1b's busiest worker does: later stages hold their Ws back to let
+** the earlier ones' Bs through. zb-h2
 ** allows 2 n_s - 1 and twice that peak less one. B and W each run in
 ** micro-batch order on every worker, so every gradient is summed in 1f1b's
 ** order: the same bits.
