@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Over real links: ranks in network namespaces on shaped veth links
+# (scripts/cluster) train to the same bytes as the same ranks over shared
+# memory: a pipeline, data parallelism, a zero-bubble pipeline, and
+# R = 2 x 2 stages on 2 servers with a slower link between them; a
+# checkpoint written there resumes here to the uninterrupted run's bytes;
+# a failing job and a job past --timeout end; and nothing the fixture made
+# (namespace, veth, bridge, process) is left. Skipped, with the reason,
+# where the fixture cannot run (not root, no ip netns).
+# Usage: cluster_test.sh REPIPE CLUSTER MPIRUN
+. "$(dirname "$0")/lib.sh"
+bin=$1
+cluster=$2
+mpirun=$3
+probe=$("$cluster" -- -np 1 true 2>&1)
+rc=$?
+if [ $rc = 77 ]; then
+  echo "skipped: $(grep '^cluster:' <<<"$probe" | head -1)"
+  exit 77
+fi
+[ $rc = 0 ] || bad "the fixture does not run one rank: $probe"
+prefixes=$(sed -n 's/^cluster: \(rp[0-9]*\):.*/\1/p' <<<"$probe")
+# each rank on a machine of its own: its own hostname and address
+out=$("$cluster" -- -np 2 sh -c 'echo "$(hostname) $(ip -o -4 addr show scope global | wc -l)"' 2>&1)
+prefixes+=" $(sed -n 's/^cluster: \(rp[0-9]*\):.*/\1/p' <<<"$out")"
+names=$(grep -c "^rp[0-9]*m[01] 1$" <<<"$out")
+if [ "$names" = 2 ] && [ "$(grep "^rp[0-9]*m[01] 1$" <<<"$out" | sort -u | wc -l)" = 2 ]; then ok
+else bad "two ranks, two machines: $out"; fi
+for i in $(seq 300); do printf 'the quick brown fox jumps over the lazy dog. '; done > "$tmp/text.txt"
+printf 'input 16\nembedding 256 16\nposition_embedding\ngelu\nlinear 256\nsoftmax_cross_entropy\n' > "$tmp/lm.model"
+adam='"optimizer": {"type": "adam", "lr": 0.01}'
+printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [2, -1], %s}\n' "$adam" > "$tmp/pipe.json"
+printf '{"micro_batch_size": 8, "replication_factor": 2, %s}\n' "$adam" > "$tmp/dp.json"
+printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [2, -1], "schedule": "zb-h1", %s}\n' "$adam" > "$tmp/zb.json"
+printf '{"micro_batch_size": 4, "gradient_accumulation_steps": 4, "replication_factor": 2, "layers_per_stage": [2, -1], %s}\n' "$adam" > "$tmp/r2p2.json"
+train() { # where (ns ARGS... | local), ranks, config, more arguments
+  local where=$1; shift
+  local opts=()
+  if [ "$where" = ns ]; then
+    while [ "$1" != -- ]; do opts+=("$1"); shift; done
+    shift
+  fi
+  local np=$1 cfg=$2; shift 2
+  local cmd=(-np "$np" "$bin" train --model "$tmp/lm.model" --config "$cfg" --text "$tmp/text.txt"
+             --log-every 100000 --backend mpi "$@")
+  if [ "$where" = ns ]; then
+    timeout 300 "$cluster" --timeout 240 "${opts[@]}" -- "${cmd[@]}" 2>&1
+  else
+    timeout 300 $mpirun --oversubscribe --bind-to none --mca btl self,vader "${cmd[@]}" 2>&1
+  fi
+}
+for c in "pipe 2 --rate 1gbit" "dp 2 --rate 100mbit" "zb 2 --rate 1gbit" \
+         "r2p2 4 --servers 2 --machines 2 --rate 1gbit --link-rate 100mbit"; do
+  set -- $c
+  name=$1 np=$2; shift 2
+  out=$(train ns "$@" -- "$np" "$tmp/$name.json" --updates 12 --save "$tmp/$name-ns.rpw")
+  prefixes+=" $(sed -n 's/^cluster: \(rp[0-9]*\):.*/\1/p' <<<"$out")"
+  train local "$np" "$tmp/$name.json" --updates 12 --save "$tmp/$name-local.rpw" >/dev/null
+  if [ -s "$tmp/$name-ns.rpw" ] && cmp -s "$tmp/$name-ns.rpw" "$tmp/$name-local.rpw"; then ok
+  else bad "$name over namespaces ($*) is not the shared-memory run's bytes: $out"; fi
+done
+# a checkpoint written by namespaced ranks, resumed on this machine
+out=$(train ns --rate 1gbit -- 2 "$tmp/pipe.json" --updates 6 --checkpoint-dir "$tmp/ck" --checkpoint-every 6)
+prefixes+=" $(sed -n 's/^cluster: \(rp[0-9]*\):.*/\1/p' <<<"$out")"
+train local 2 "$tmp/pipe.json" --updates 12 --resume "$tmp/ck" --save "$tmp/resumed.rpw" >/dev/null
+if cmp -s "$tmp/resumed.rpw" "$tmp/pipe-local.rpw"; then ok; else bad "resumed from the namespaces' checkpoint: $out"; fi
+# a rank that fails, and a job past its time: both end, with mpirun's word
+out=$(timeout 120 "$cluster" -- -np 2 sh -c '[ "$OMPI_COMM_WORLD_RANK" = 0 ] || exit 3; sleep 60' 2>&1)
+rc=$?
+prefixes+=" $(sed -n 's/^cluster: \(rp[0-9]*\):.*/\1/p' <<<"$out")"
+if [ $rc != 0 ] && [ $rc != 124 ] && grep -q "non-zero" <<<"$out"; then ok; else bad "a failing rank: exit $rc: $out"; fi
+start=$(date +%s)
+out=$(timeout 120 "$cluster" --timeout 2 -- -np 2 sleep 60 2>&1)
+rc=$?
+prefixes+=" $(sed -n 's/^cluster: \(rp[0-9]*\):.*/\1/p' <<<"$out")"
+if [ $rc = 124 ] && [ $(( $(date +%s) - start )) -lt 30 ]; then ok; else bad "--timeout: exit $rc: $out"; fi
+# nothing left of any of them
+n=0
+for p in $prefixes; do
+  n=$((n + 1))
+  if ip netns list | grep -q "^$p" || ip -o link | grep -q ": $p"; then bad "$p left behind: $(ip netns list) $(ip -o link | grep ": $p")"; else ok; fi
+done
+[ "$n" -ge 9 ] && ok || bad "only $n clusters named themselves"
+sleep 1
+if pgrep -f "$tmp/" >/dev/null; then bad "processes left: $(pgrep -af "$tmp/")"; else ok; fi
+summary
