@@ -14,6 +14,7 @@
 #include "repipe/data.h"
 #include "repipe/model.h"
 #include "repipe/session.h"
+#include "test.h"
 
 /* Parses a model spec or ends the test with the parser's message. */
 static inline rp_model *test_model(const char *spec) {
@@ -78,6 +79,27 @@ static inline void test_start(int argc, char **argv, int n, uint64_t seed, rp_da
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
     }
+}
+
+/* An engine test's main after test_start: under MPI the part for as many
+** workers as there are ranks, else the local part; then the tally (named
+** after the test and the rank) and the data freed. */
+static inline int test_main(const char *name, rp_comm *mpi, rp_dataset *data,
+                            void (*with_mpi)(int ranks), void (*local)(void)) {
+    char full[96];
+    int rc;
+    if (mpi) {
+        with_mpi(rp_comm_size(mpi));
+        snprintf(full, sizeof full, "%s (mpi rank %d)", name, rp_comm_rank(mpi));
+        rc = test_finish(full);
+        rp_comm_mpi_finalize(mpi);
+    } else {
+        local();
+        snprintf(full, sizeof full, "%s (local)", name);
+        rc = test_finish(full);
+    }
+    rp_dataset_free(data);
+    return rc;
 }
 
 #endif /* REPIPE_TEST_SUPPORT_H */

@@ -329,21 +329,17 @@ static void running_statistics(void) {
     rp_model_free(m);
 }
 
+static void with_mpi(int ranks) {
+    sweep(true, ranks);
+}
+
+static void local(void) {
+    boundaries();
+    running_statistics();
+    sweep(false, 0);
+}
+
 int main(int argc, char **argv) {
     test_start(argc, argv, 512, 9, &data, &mpi);
-    int rc;
-    if (mpi) {
-        sweep(true, rp_comm_size(mpi));
-        char name[64];
-        snprintf(name, sizeof name, "test_graph (mpi rank %d)", rp_comm_rank(mpi));
-        rc = test_finish(name);
-        rp_comm_mpi_finalize(mpi);
-    } else {
-        boundaries();
-        running_statistics();
-        sweep(false, 0);
-        rc = test_finish("test_graph (local)");
-    }
-    rp_dataset_free(data);
-    return rc;
+    return test_main("test_graph", mpi, data, with_mpi, local);
 }

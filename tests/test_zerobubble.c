@@ -346,22 +346,18 @@ static void profile_halves(void) {
     }
 }
 
+static void with_mpi(int ranks) {
+    exact(true, ranks);
+}
+
+static void local(void) {
+    plans();
+    bubbles();
+    profile_halves();
+    exact(false, 0);
+}
+
 int main(int argc, char **argv) {
     test_start(argc, argv, 512, 9, &data, &mpi);
-    int rc;
-    if (mpi) {
-        exact(true, rp_comm_size(mpi));
-        char name[64];
-        snprintf(name, sizeof name, "test_zerobubble (mpi rank %d)", rp_comm_rank(mpi));
-        rc = test_finish(name);
-        rp_comm_mpi_finalize(mpi);
-    } else {
-        plans();
-        bubbles();
-        profile_halves();
-        exact(false, 0);
-        rc = test_finish("test_zerobubble (local)");
-    }
-    rp_dataset_free(data);
-    return rc;
+    return test_main("test_zerobubble", mpi, data, with_mpi, local);
 }
