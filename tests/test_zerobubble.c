@@ -49,7 +49,7 @@ typedef struct zcase {
 } zcase;
 
 /* Stage replication [1,1], [2,1] and [1,2,1], R 1 and 2, GA 4 and 8, and
-** the options that change what a backward keeps. */
+** the options that change what a backward keeps or sends. */
 static const zcase CASES[] = {
     {2, 1, {1, 1}, 4, ""},
     {2, 1, {1, 1}, 8, ""},
@@ -60,6 +60,7 @@ static const zcase CASES[] = {
     {3, 1, {1, 1, 1}, 4, ", \"recompute_checkpoint_every_layer\": true"},
     {2, 2, {1, 1}, 4, ", \"replicated_tensor_sharding\": true"},
     {2, 1, {2, 1}, 8, ", \"gradient_clipping\": 0.5"},
+    {3, 1, {1, 1, 1}, 8, ", \"fp16_exchange\": true, \"device_iterations\": 2"},
 };
 
 static rp_config config(const zcase *zc, const char *schedule, bool adam) {
@@ -109,7 +110,8 @@ static rp_weights *train(const rp_model *m, const rp_config *c, bool tokens, boo
             rp_dataset_gather(data, ids, (int)per, x, y);
         rp_result r;
         CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
-        memcpy(losses + call * r.count, r.losses, sizeof(float) * r.count);
+        CHECK(r.count <= 64); /* the callers' arrays hold two calls of 64 */
+        memcpy(losses + call * r.count, r.losses, sizeof(float) * (r.count <= 64 ? r.count : 64));
     }
     rp_weights *w = NULL;
     CHECK_OK(rp_session_get_weights(s, RP_ALL_REPLICAS, &w, &err), err);
@@ -152,14 +154,13 @@ static void exact(bool use_mpi, int only_workers) {
             bool tokens = mi >= 2;
             rp_model *m = test_model(mi == 0 ? MLP : mi == 1 ? CNN : mi == 2 ? GPT : LLAMA);
             rp_config base = config(zc, "1f1b", mi != 2);
-            float l0[2 * 2 * 8], l1[2 * 2 * 8];
+            float l0[128] = {0}, l1[128];
             rp_weights *want = train(m, &base, tokens, use_mpi, l0);
             for (int si = 0; si < 2; si++) {
                 rp_config c = config(zc, schedules[si], mi != 2);
                 memset(l1, 0, sizeof l1);
                 rp_weights *got = train(m, &c, tokens, use_mpi, l1);
-                int n = 2 * zc->R * zc->GA;
-                CHECKF(same_bits(want, got) && memcmp(l0, l1, sizeof(float) * n) == 0,
+                CHECKF(same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0,
                        "%s %s P=%d R=%d r=[%d,%d,%d] GA=%d%s: not 1f1b's bits (weights differ "
                        "by %g)",
                        models[mi], schedules[si], zc->P, zc->R, zc->r[0], zc->r[1], zc->r[2],

@@ -185,6 +185,8 @@ bool cli_mpi_start(const cli_cmd *cmd, bool use_mpi, int *argc, char ***argv, rp
         return false;
     }
     *lead = rp_comm_rank(*comm) == 0;
+    if (*lead && rp_comm_mpi_defaults())
+        fprintf(stderr, "note: %s\n", rp_comm_mpi_defaults());
     return true;
 }
 

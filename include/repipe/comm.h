@@ -52,8 +52,13 @@ rp_comm *rp_world_subcomm(rp_world *w, const int *members, int n, int me);
 
 /* ---- mpi backend ------------------------------------------------------------ */
 
-/* MPI_Init (if not yet done) and the communicator of MPI_COMM_WORLD. */
+/* MPI_Init (if not yet done) and the communicator of MPI_COMM_WORLD.
+** Before MPI_Init it sets what repipe needs of Open MPI where the user has
+** not (rp_comm_mpi_defaults says what). */
 rp_status rp_comm_mpi_init(int *argc, char ***argv, rp_comm **out, rp_error *err);
+/* A sentence on the Open MPI settings rp_comm_mpi_init chose, or NULL when
+** it chose none (the user set them, or MPI was started before). */
+const char *rp_comm_mpi_defaults(void);
 /* Frees the communicator and calls MPI_Finalize. */
 void rp_comm_mpi_finalize(rp_comm *c);
 /* True when this process was started by mpirun (several ranks or one). */
