@@ -81,6 +81,14 @@ static inline void test_start(int argc, char **argv, int n, uint64_t seed, rp_da
     }
 }
 
+/* Workers of R replicas of a pipeline whose P stages have r[s] workers each. */
+static inline int test_workers(int P, const int *r, int R) {
+    int w = 0;
+    for (int s = 0; s < P; s++)
+        w += r[s];
+    return w * R;
+}
+
 /* An engine test's main after test_start: under MPI the part for as many
 ** workers as there are ranks, else the local part; then the tally (named
 ** after the test and the rank) and the data freed. */

@@ -175,18 +175,11 @@ static rp_weights *train(const rp_model *m, const rp_config *c, bool use_mpi, fl
     return w;
 }
 
-static int workers_of(const gcase *gc) {
-    int w = 0;
-    for (int s = 0; s < gc->P; s++)
-        w += gc->r[s];
-    return w * gc->R;
-}
-
 static void sweep(bool use_mpi, int only_workers) {
     int run = 0;
     for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
         const gcase *gc = &CASES[k];
-        if (only_workers && workers_of(gc) != only_workers)
+        if (only_workers && test_workers(gc->P, gc->r, gc->R) != only_workers)
             continue;
         for (int dense = 0; dense < MODELS; dense++) {
             rp_model *m = test_model(spec_of(dense));

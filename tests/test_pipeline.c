@@ -95,19 +95,12 @@ static rp_weights *train(const rp_model *m, const rp_config *c, bool use_mpi, fl
     return w;
 }
 
-static int workers_of(const pcase *pc) {
-    int w = 0;
-    for (int s = 0; s < pc->P; s++)
-        w += pc->r[s];
-    return w * pc->R;
-}
-
 static void sweep(bool use_mpi, int only_workers) {
     const char *sgd = "{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}";
     int run = 0;
     for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
         const pcase *pc = &CASES[k];
-        if (only_workers && workers_of(pc) != only_workers)
+        if (only_workers && test_workers(pc->P, pc->r, pc->R) != only_workers)
             continue;
         for (int mi = 0; mi < 2; mi++) {
             rp_model *m = test_model(mi ? CNN : MLP);
@@ -156,7 +149,7 @@ static void clipped(bool use_mpi, int only_workers) {
     int run = 0;
     for (size_t k = 0; k < sizeof picks / sizeof picks[0]; k++) {
         const pcase *pc = &picks[k];
-        if (only_workers && workers_of(pc) != only_workers)
+        if (only_workers && test_workers(pc->P, pc->r, pc->R) != only_workers)
             continue;
         rp_model *m = test_model(MLP);
         rp_config pipe = config(pc, false, opt), one = config(pc, true, opt);
@@ -220,7 +213,7 @@ static void tokens(bool use_mpi, int only_workers, bool gpt) {
     int run = 0;
     for (size_t k = 0; k < npicks; k++) {
         const pcase *pc = &picks[k];
-        if (only_workers && workers_of(pc) != only_workers)
+        if (only_workers && test_workers(pc->P, pc->r, pc->R) != only_workers)
             continue;
         rp_model *m = test_model(gpt ? GPT : LM);
         CHECK_INT(m->num_targets, 8);

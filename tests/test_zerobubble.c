@@ -131,20 +131,13 @@ static bool same_bits(const rp_weights *a, const rp_weights *b) {
     return true;
 }
 
-static int workers_of(const zcase *zc) {
-    int w = 0;
-    for (int s = 0; s < zc->P; s++)
-        w += zc->r[s];
-    return w * zc->R;
-}
-
 static void exact(bool use_mpi, int only_workers) {
     static const char *const models[] = {"mlp", "cnn", "gpt", "llama"};
     static const char *const schedules[] = {"zb-h1", "zb-h2"};
     int run = 0;
     for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
         const zcase *zc = &CASES[k];
-        if (only_workers && workers_of(zc) != only_workers)
+        if (only_workers && test_workers(zc->P, zc->r, zc->R) != only_workers)
             continue;
         for (int mi = 0; mi < 4; mi++) {
             if (mi == 3 && zc->P > 2) /* five layers before the head: two stages are enough */

@@ -103,9 +103,8 @@ static void set_tcp_defaults(void) {
 rp_status rp_comm_mpi_init(int *argc, char ***argv, rp_comm **out, rp_error *err) {
     int inited = 0;
     MPI_Initialized(&inited);
-    if (!inited)
-        set_tcp_defaults();
     if (!inited) {
+        set_tcp_defaults();
         int provided;
         int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
         if (rc != MPI_SUCCESS)

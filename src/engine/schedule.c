@@ -90,14 +90,20 @@ int rp_workplan_in_flight(const rp_config *cfg, int s) {
 ** unit pass times. kind and mb receive stage s's 3 GA passes at 3 GA s.
 ** Some stage can always move (the last one's B needs only its own F), so
 ** the loop ends. */
+/* A stage in the list schedule: its passes done (indexed by PASS_F, PASS_B,
+** PASS_W), when it is free, and its room: micro-batches from F to B, and
+** from F to W. */
+typedef struct zb_stage {
+    int done[3], free_at, fb_room, fw_room;
+} zb_stage;
+
 static rp_status zb_orders(const rp_config *cfg, int *kind, int *mbs, rp_error *err) {
     int P = cfg->layers_per_stage.count, GA = cfg->gradient_accumulation_steps;
     bool h2 = cfg->schedule == RP_SCHEDULE_ZB_H2;
-    /* per stage: F, B, W done; free at; the limits from F to B and F to W */
-    int *cnt = calloc((size_t)P * 6, sizeof(int));
+    zb_stage *st = calloc((size_t)P, sizeof(zb_stage));
     int *tf = malloc(sizeof(int) * P * GA), *tb = malloc(sizeof(int) * P * GA);
-    if (!cnt || !tf || !tb) {
-        free(cnt), free(tf), free(tb);
+    if (!st || !tf || !tb) {
+        free(st), free(tf), free(tb);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a schedule of %d micro-batches", GA);
     }
     const int never = 1 << 30;
@@ -111,16 +117,17 @@ static rp_status zb_orders(const rp_config *cfg, int *kind, int *mbs, rp_error *
     }
     for (int s = 0; s < P; s++) {
         int n = rp_workplan_in_flight(cfg, s), r = rp_config_stage_replicas(cfg, s);
-        cnt[6 * s + 4] = h2 ? 2 * n - 1 : n;
-        cnt[6 * s + 5] = r * (h2 ? 2 * peak - 1 : peak);
+        st[s].fb_room = h2 ? 2 * n - 1 : n;
+        st[s].fw_room = r * (h2 ? 2 * peak - 1 : peak);
     }
     for (int i = 0; i < P * GA; i++)
-        tf[i] = tb[i] = never;
+        tf[i] = tb[i] = never; /* when each F and B ends: not yet known */
     for (int left = 3 * P * GA; left > 0; left--) {
         int best = -1, best_at = never, best_pass = 0;
         for (int s = 0; s < P; s++) {
-            int *c = cnt + 6 * s, nf = c[0], nb = c[1], nw = c[2], at = c[3];
-            bool room = nf < GA && nf - nb < c[4] && nf - nw < c[5];
+            const zb_stage *c = &st[s];
+            int nf = c->done[PASS_F], nb = c->done[PASS_B], nw = c->done[PASS_W], at = c->free_at;
+            bool room = nf < GA && nf - nb < c->fb_room && nf - nw < c->fw_room;
             int rf = room ? (s == 0 ? 0 : tf[(s - 1) * GA + nf]) : never;
             int rb = nb < nf ? (s == P - 1 ? tf[s * GA + nb] : tb[(s + 1) * GA + nb]) : never;
             int start, pass;
@@ -137,17 +144,18 @@ static rp_status zb_orders(const rp_config *cfg, int *kind, int *mbs, rp_error *
             if (start < best_at)
                 best = s, best_at = start, best_pass = pass;
         }
-        int *c = cnt + 6 * best, i = c[0] + c[1] + c[2];
+        zb_stage *c = &st[best];
+        int i = c->done[PASS_F] + c->done[PASS_B] + c->done[PASS_W], mb = c->done[best_pass];
         kind[3 * GA * best + i] = best_pass;
-        mbs[3 * GA * best + i] = c[best_pass];
+        mbs[3 * GA * best + i] = mb;
         if (best_pass == PASS_F)
-            tf[best * GA + c[0]] = best_at + 1;
+            tf[best * GA + mb] = best_at + 1;
         else if (best_pass == PASS_B)
-            tb[best * GA + c[1]] = best_at + 1;
-        c[best_pass]++;
-        c[3] = best_at + 1;
+            tb[best * GA + mb] = best_at + 1;
+        c->done[best_pass]++;
+        c->free_at = best_at + 1;
     }
-    free(cnt), free(tf), free(tb);
+    free(st), free(tf), free(tb);
     return RP_OK;
 }
 

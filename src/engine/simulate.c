@@ -113,7 +113,7 @@ double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const doub
 }
 
 /* The operations that compute (the rest move messages or wait). */
-static bool rpi_op_computes(int k) {
+static bool op_computes(int k) {
     return k == RP_OP_FORWARD || k == RP_OP_BACKWARD || k == RP_OP_STEP ||
            k == RP_OP_BACKWARD_INPUT || k == RP_OP_BACKWARD_WEIGHT;
 }
@@ -411,7 +411,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
             const rp_op *op = &plan->w[w].ops[x->pc < plan->w[w].num_ops ? x->pc : 0];
             if (x->work >= 0) {
                 x->work -= (next - now) * rate;
-                if (rpi_op_computes(op->kind))
+                if (op_computes(op->kind))
                     res->busy[w] += next - now;
                 else if (op->kind != RP_OP_REDUCE)
                     x->copying += next - now;
@@ -486,7 +486,7 @@ rp_status rp_sim_svg(const rp_sim_result *r, const char *title, const char *path
     _Static_assert(sizeof colors / sizeof colors[0] == RP_OP_COUNT, "a colour per operation");
     for (int i = 0; i < r->num_events; i++) {
         const rp_sim_event *e = &r->events[i];
-        if (!rpi_op_computes(e->kind) && e->kind != RP_OP_REDUCE)
+        if (!op_computes(e->kind) && e->kind != RP_OP_REDUCE)
             continue;
         double x = left + e->t0 * scale, wpx = (e->t1 - e->t0) * scale;
         fprintf(f,
