@@ -222,6 +222,15 @@ static void test_findings(void) {
     CHECK(load(c, pods, "pod64", &err) != RP_OK);
     CHECK_STR_HAS(err.msg, "'gradient_accumulation_steps'");
     CHECK_STR_HAS(err.msg, "holds no value for the pod type pod64");
+    /* more IPUs than stages repipe runs: refused, not placed past the list (a
+    ** fuzzer's find: ipus_per_replica 2000000 wrote past layers_per_stage) */
+    for (int k = 0; k < 2; k++) {
+        CHECK(load(c, k ? "{\"ipus_per_replica\": 2000000, \"layers_per_ipu\": [-1]}"
+                        : "{\"ipus_per_replica\": 2, \"inference_ipus_per_replica\": 257}",
+                   NULL, &err) == RP_ERR_INVALID);
+        CHECK_STR_HAS(err.msg, "must be at most 256");
+    }
+    CHECK_OK(load(c, "{\"ipus_per_replica\": 256}", NULL, &err), err);
     /* 0 meant "not serialized" before 0.6.1 */
     CHECK_OK(load(c, "{\"embedding_serialization_factor\": 0, \"ipus_per_replica\": 2}", NULL,
                   &err), err);

@@ -112,6 +112,17 @@ static void place(og_read *o, const rp_layer_list *given, int ipus, const char *
     *out = *given;
 }
 
+/* IPUs per replica (or for inference), as the file gives them or by
+** default: each is a stage, so no more than repipe's most stages. */
+static rp_status ipus_of(og_read *o, int k, int dflt, int *out) {
+    rp_status s = rpi_og_int(o, k, 1, dflt, out);
+    if (!s && *out > RP_MAX_STAGES)
+        return rpi_og_fail(o, rpi_og_keys[k].name, o->val[k],
+                           "must be at most 256 (each IPU is a stage, and repipe runs at most "
+                           "256)");
+    return s;
+}
+
 rp_status rpi_og_layers(og_read *o) {
     rpi_load *c = o->c;
     rp_config *cfg = c->cfg;
@@ -149,7 +160,7 @@ rp_status rpi_og_layers(og_read *o) {
         return s;
     int ipus, inf_ipus;
     if (o->r < OG_0_6_0 && lv) {
-        if ((s = rpi_og_int(o, K_IPUS, 1, L.count, &ipus)))
+        if ((s = ipus_of(o, K_IPUS, L.count, &ipus)))
             return s;
         place(o, &L, ipus, lkey, "ipus_per_replica", &cfg->layers_per_stage,
               cfg->layers_error[0], sizeof cfg->layers_error[0]);
@@ -158,9 +169,9 @@ rp_status rpi_og_layers(og_read *o) {
         snprintf(cfg->layers_error[1], sizeof cfg->layers_error[1], "%s", cfg->layers_error[0]);
         return RP_OK; /* inference runs the training pipeline */
     }
-    if (!lv && (s = rpi_og_int(o, K_IPUS, 1, L.count, &ipus)))
+    if (!lv && (s = ipus_of(o, K_IPUS, L.count, &ipus)))
         return s;
-    if (lv && (s = rpi_og_int(o, K_IPUS, 1, L.count, &ipus)))
+    if (lv && (s = ipus_of(o, K_IPUS, L.count, &ipus)))
         return s;
     if (o->r <= OG_0_6_0) { /* inference runs the training pipeline */
         place(o, &L, ipus, lkey, "ipus_per_replica", &cfg->layers_per_stage,
@@ -177,7 +188,7 @@ rp_status rpi_og_layers(og_read *o) {
     int fallback = ipus;
     if (ipus == L.count || !is_default(&IL))
         fallback = IL.count;
-    if ((s = rpi_og_int(o, K_INF_IPUS, 1, fallback, &inf_ipus)))
+    if ((s = ipus_of(o, K_INF_IPUS, fallback, &inf_ipus)))
         return s;
     /* both modes: a list without wildcards names its IPUs */
     const rp_layer_list *lists[2] = {&L, &IL};
