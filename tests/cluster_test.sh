@@ -4,7 +4,8 @@
 # memory: a pipeline, data parallelism, a zero-bubble pipeline, and
 # R = 2 x 2 stages on 2 servers with a slower link between them; a
 # checkpoint written there resumes here to the uninterrupted run's bytes;
-# a failing job and a job past --timeout end; and nothing the fixture made
+# a machine whose link goes down mid-run, a failing job and a job past
+# --timeout end; and nothing the fixture made
 # (namespace, veth, bridge, process) is left. Skipped, with the reason,
 # where the fixture cannot run (not root, no ip netns).
 # Usage: cluster_test.sh REPIPE CLUSTER MPIRUN
@@ -64,6 +65,16 @@ out=$(train ns --rate 1gbit -- 2 "$tmp/pipe.json" --updates 6 --checkpoint-dir "
 prefixes+=" $(sed -n 's/^cluster: \(rp[0-9]*\):.*/\1/p' <<<"$out")"
 train local 2 "$tmp/pipe.json" --updates 12 --resume "$tmp/ck" --save "$tmp/resumed.rpw" >/dev/null
 if cmp -s "$tmp/resumed.rpw" "$tmp/pipe-local.rpw"; then ok; else bad "resumed from the namespaces' checkpoint: $out"; fi
+# a machine that loses its link mid-run: the job ends, with Open MPI's word
+# naming the machine, well before --timeout
+start=$(date +%s)
+out=$(train ns --rate 1gbit --cut 1:3 -- 2 "$tmp/pipe.json" --updates 10000000)
+rc=$?
+prefixes+=" $(sed -n 's/^cluster: \(rp[0-9]*\):.*/\1/p' <<<"$out")"
+took=$(( $(date +%s) - start ))
+if [ $rc != 0 ] && [ $rc != 124 ] && [ $took -lt 60 ] && grep -q "cut off after 3 s" <<<"$out" &&
+   grep -q "lost communication with a remote daemon" <<<"$out"; then ok
+else bad "a machine cut off: exit $rc after $took s: $out"; fi
 # a rank that fails, and a job past its time: both end, with mpirun's word
 out=$(timeout 120 "$cluster" -- -np 2 sh -c '[ "$OMPI_COMM_WORLD_RANK" = 0 ] || exit 3; sleep 60' 2>&1)
 rc=$?
@@ -80,7 +91,7 @@ for p in $prefixes; do
   n=$((n + 1))
   if ip netns list | grep -q "^$p" || ip -o link | grep -q ": $p"; then bad "$p left behind: $(ip netns list) $(ip -o link | grep ": $p")"; else ok; fi
 done
-[ "$n" -ge 9 ] && ok || bad "only $n clusters named themselves"
+[ "$n" -ge 10 ] && ok || bad "only $n clusters named themselves"
 sleep 1
 if pgrep -f "$tmp/" >/dev/null; then bad "processes left: $(pgrep -af "$tmp/")"; else ok; fi
 summary
