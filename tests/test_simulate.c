@@ -118,6 +118,15 @@ static void reductions(void) {
     ring = 2 * 1e-5 + 1.0 * 4e8 / 1e10;
     CHECK_CLOSE(sim("{\"replication_factor\": 2}", fw, bw, out, par, 1, &o, NULL),
                 3e-3 + ring + step, 1e-12);
+    /* the two on machines of their own but sharing one core (namespaces on
+    ** one machine): the compute and the step at half speed, while the
+    ** network moves the allreduce's bytes at the level's full rate */
+    o.machines[0] = 1;
+    o.cores = 1;
+    ring = 2 * 1e-5 + 1.0 * 4e8 / 1e9;
+    CHECK_CLOSE(sim("{\"replication_factor\": 2}", fw, bw, out, par, 1, &o, NULL),
+                2 * 3e-3 + ring + 2 * step, 1e-12);
+    o.cores = 0;
     /* a small tensor among many: the tree's 2 log2 n steps beat the ring's 2 (n - 1) */
     double tiny[] = {40};
     o.machines[0] = 16, o.machines[1] = 1;
