@@ -110,7 +110,7 @@ static void layer_case(const tcase *c, const rp_model *m) {
     rp_net_running_next(net); /* a batchnorm's running statistics after the forward */
     rp_net_running_commit(net);
     for (int v = 0; v < m->num_vars; v++) {
-        char key[16];
+        char key[24];
         snprintf(key, sizeof key, "after%d", v);
         if ((e = find(c, key))) {
             CHECK_INT(e->n, (long long)m->vars[v].count);
