@@ -117,7 +117,8 @@ rp_status rp_comm_mpi_init(int *argc, char ***argv, rp_comm **out, rp_error *err
 }
 
 void rp_comm_mpi_finalize(rp_comm *c) {
-    rp_comm_free(c);
+    if (c) /* (what rp_comm_free does with an MPI communicator) */
+        rpi_mpi_free(c);
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin)

@@ -20,11 +20,12 @@
 ** none of them idle while the others work. Under MPI this process is one
 ** worker (its rank) and the others are ranks.
 **
-** This file makes sessions and runs host calls: each worker's operation
-** loop. The gradient exchange and the optimizer step are in exchange.c,
-** weights and the whole training state in state.c, inference in
-** inference.c, the memory plan and traces in memory.c; session_impl.h is
-** what they share.
+** This file makes sessions and runs host calls. Each worker's operation
+** loop is in worker.c, the gradient exchange and the optimizer step in
+** exchange.c, weights and the whole training state in state.c, inference
+** in inference.c, the memory plan and traces in memory.c, and what a
+** configuration makes of a stage's nets and reductions (which every one of
+** them reads) in layout.c; session_impl.h is what they share.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
@@ -43,257 +44,6 @@
 #include "cache.h"
 #include "session_impl.h"
 #include "sharding.h"
-
-/* How the nets of a stage trade memory for compute: recomputation, and the
-** scratch of a product limited to matmul_proportion of device_memory. */
-rp_net_options rpi_net_options(const rp_config *cfg, int stage, bool inference) {
-    rp_net_options o = {.recompute = !inference && cfg->recompute_checkpoint_every_layer,
-                        .split_backward = !inference &&
-                                          rp_schedule_splits_backward(cfg->schedule)};
-    const double *prop = cfg->matmul_proportion;
-    int count = cfg->matmul_proportion_count;
-    if (inference && cfg->inference_matmul_proportion_count)
-        prop = cfg->inference_matmul_proportion, count = cfg->inference_matmul_proportion_count;
-    double p = prop[stage < count ? stage : 0];
-    if (cfg->device_memory > 0 && p == 0)
-        o.scratch_least = true;
-    else if (cfg->device_memory > 0) /* above 1: more than device_memory, as IPUConfig allows */
-        o.scratch_limit = (size_t)fmin(p * (double)cfg->device_memory, (double)SIZE_MAX / 2);
-    return o;
-}
-
-/* ---- one worker's part of a host call ------------------------------------- */
-
-/* Threads of this process wake each other; under MPI the caller reports
-** the error and calls rp_comm_fail, which ends the job (the other ranks are
-** waiting). */
-static void worker_fail(worker *w, rp_status st, const char *msg) {
-    w->status = st;
-    if (msg != w->err.msg)
-        rp_fail(&w->err, st, "%s", msg);
-    if (w->s->backend == RP_BACKEND_LOCAL)
-        rp_comm_fail(w->comm, w->err.msg);
-}
-
-/* A communication error: the first worker to see one reports it. */
-static bool comm_failed(worker *w, rp_status st) {
-    if (!st)
-        return false;
-    w->status = st;
-    if (st != RP_ERR_ABORTED)
-        worker_fail(w, st, w->err.msg);
-    return true;
-}
-
-
-static void worker_run(worker *w) {
-    rp_session *s = w->s;
-    int B = s->B, GA = s->GA, c = w->replica;
-    bool last = w->stage == s->P - 1;
-    size_t in = rp_net_in_size(w->net), out = rp_net_out_size(w->net);
-    size_t n = rp_net_num_params(w->net);
-    size_t S = (size_t)B * GA * s->R, data_in = rp_shape_size(&s->m->input);
-    size_t K = (size_t)s->m->num_targets; /* labels per sample */
-    bool half = s->cfg.fp16_exchange;
-    w->status = RP_OK;
-    for (int d = 0; d < s->D; d++) {
-        rp_net_zero_grads(w->net);
-        size_t nstats;
-        float *stats = rp_net_stats(w->net, &nstats);
-        if (stats) /* batchnorm: this update's slots, filled by the forwards */
-            memset(stats, 0, sizeof(float) * nstats);
-        if (w->stale) /* 2BW: this update's passes run on the older version */
-            rp_net_use_params(w->net, w->stale);
-        if (w->history) { /* vertical sync: version 0 of the call */
-            memcpy(w->history, w->own, sizeof(float) * n);
-            w->versions = 0;
-        }
-        w->opt_now = s->cfg.optimizer; /* this update's learning rate */
-        w->opt_now.lr = rp_config_lr(&s->cfg, s->updates + d);
-        for (int i = 0; i < w->plan->num_ops; i++) {
-            const rp_op *op = &w->plan->ops[i];
-            size_t row = op->mb >= 0 ? d * S + ((size_t)c * GA + op->mb) * B : 0;
-            int tag = op->mb * 2;
-            rp_step_ctx ctx = {.training = true,
-                               .seed = s->cfg.seed,
-                               .update = (uint64_t)(s->updates + d),
-                               .sample_id = s->ids + row,
-                               .labels = s->y + row * K,
-                               .loss_scale = s->loss_scale * w->scale,
-                               .embedding_blocks = s->cfg.embedding_serialization_factor,
-                               .stat_slot = op->mb >= 0 ? 1 + c * GA + op->mb : 0};
-            double t0 = s->tracing ? rp_now() : 0;
-            rp_status st = RP_OK;
-            switch (op->kind) {
-            case RP_OP_RECV_ACT: { /* straight into the slot the forward will use */
-                float *dst = rp_acts_input(w->acts[w->plan->ops[i + 1].slot]);
-                if (!half) {
-                    st = rp_comm_recv(w->comm, op->peer, tag, dst, sizeof(float) * in * B, &w->err);
-                } else if (!(st = rp_comm_recv(w->comm, op->peer, tag, w->h_recv,
-                                               sizeof(uint16_t) * in * B, &w->err))) {
-                    rp_half_decode(w->h_recv, dst, in * B);
-                }
-                break;
-            }
-            case RP_OP_FORWARD: {
-                rp_acts *a = w->acts[op->slot];
-                if (w->history) /* vertical sync: the input stage's version, kept */
-                    w->slot_ver[op->slot] = w->history + (size_t)w->version_of[op->mb] * n;
-                else if (w->stash) { /* the version this micro-batch's backward will use */
-                    memcpy(w->stash + (size_t)op->slot * n, rp_net_params(w->net),
-                           sizeof(float) * n);
-                    w->slot_ver[op->slot] = w->stash + (size_t)op->slot * n;
-                }
-                if (w->history)
-                    rp_net_use_params(w->net, (float *)w->slot_ver[op->slot]);
-                const float *x = rp_acts_input(a);
-                if (w->stage == 0 && s->x)
-                    x = s->x + row * data_in;
-                else if (w->stage == 0) /* straight into the activations: no second copy */
-                    rp_dataset_gather(s->data, s->ids + row, B, rp_acts_input(a), NULL);
-                double loss;
-                const float *y = rp_net_forward(w->net, a, x, B, &ctx, last ? &loss : NULL);
-                if (!y) {
-                    char msg[RP_ERROR_MAX];
-                    snprintf(msg, sizeof msg, "replica %d, stage %d: %s", c, w->stage,
-                             rp_net_error(w->net));
-                    worker_fail(w, RP_ERR_INVALID, msg);
-                    return;
-                }
-                if (w->history)
-                    rp_net_use_params(w->net, w->own);
-                w->out[op->slot] = y;
-                if (last)
-                    w->losses[(size_t)d * GA + op->mb] = (float)(loss / B);
-                break;
-            }
-            case RP_OP_SEND_ACT: {
-                const void *src = w->out[w->plan->ops[i - 1].slot];
-                size_t bytes = sizeof(float) * out * B;
-                if (half) {
-                    uint16_t *h = w->h_act + (size_t)op->mb * out * B;
-                    rp_half_encode(src, h, out * B);
-                    src = h, bytes /= 2;
-                }
-                st = rp_comm_isend(w->comm, op->peer, tag, src, bytes, &w->req[op->mb], &w->err);
-                w->req_live[op->mb] = !st;
-                break;
-            }
-            case RP_OP_RECV_GRAD:
-                if (!half) {
-                    st = rp_comm_recv(w->comm, op->peer, tag + 1, w->grad_in,
-                                      sizeof(float) * out * B, &w->err);
-                } else if (!(st = rp_comm_recv(w->comm, op->peer, tag + 1, w->h_recv,
-                                               sizeof(uint16_t) * out * B, &w->err))) {
-                    rp_half_decode(w->h_recv, w->grad_in, out * B);
-                }
-                break;
-            case RP_OP_BACKWARD_WEIGHT:
-                rp_net_backward_weight(w->net, w->acts[op->slot], &ctx);
-                break;
-            case RP_OP_BACKWARD_INPUT:
-            case RP_OP_BACKWARD: {
-                float *own = w->slot_ver ? rp_net_use_params(w->net, (float *)w->slot_ver[op->slot])
-                                         : NULL;
-                const float *din =
-                    (op->kind == RP_OP_BACKWARD ? rp_net_backward : rp_net_backward_input)(
-                        w->net, w->acts[op->slot], last ? NULL : w->grad_in, &ctx, w->stage > 0);
-                if (own)
-                    rp_net_use_params(w->net, own);
-                if (w->stage > 0 && half)
-                    rp_half_encode(din, w->h_grad + (size_t)op->mb * in * B, in * B);
-                else if (w->stage > 0)
-                    memcpy(w->grad_out + (size_t)op->mb * in * B, din, sizeof(float) * in * B);
-                break;
-            }
-            case RP_OP_SEND_GRAD: {
-                const void *src = w->grad_out + (size_t)op->mb * in * B;
-                size_t bytes = sizeof(float) * in * B;
-                if (half)
-                    src = w->h_grad + (size_t)op->mb * in * B, bytes /= 2;
-                st = rp_comm_isend(w->comm, op->peer, tag + 1, src, bytes, &w->req[GA + op->mb],
-                                   &w->err);
-                w->req_live[GA + op->mb] = !st;
-                break;
-            }
-            case RP_OP_WAIT_SENDS:
-                for (int r = 0; r < 2 * GA && !st; r++)
-                    if (w->req_live[r]) {
-                        w->req_live[r] = false;
-                        st = rp_comm_wait(w->comm, &w->req[r], &w->err);
-                    }
-                break;
-            case RP_OP_REDUCE:
-                if (stats && !(st = rpi_reduce_stats(w)))
-                    rp_net_running_next(w->net);
-                if (!st)
-                    st = rpi_reduce(w);
-                break;
-            case RP_OP_STEP:
-                if (w->stale) /* 2BW: the older version becomes this one; this one steps */
-                    rp_net_use_params(w->net, w->own);
-                if (w->skip)
-                    break;
-                if (w->stale)
-                    memcpy(w->stale, w->own, sizeof(float) * n);
-                if (!w->any_sharded && !w->any_fused && w->state_fd < 0) {
-                    rp_optimizer_step(&w->opt_now, w->applied, rp_net_params(w->net),
-                                      rp_net_grads(w->net), w->opt, n);
-                    break;
-                }
-                for (int r = 0; r < w->nruns && !st; r++) { /* the others stepped above */
-                    const var_run *vr = &w->runs[r];
-                    if (!vr->sharded && !vr->fused)
-                        st = rpi_opt_step(w, w->applied, rp_net_params(w->net) + vr->offset,
-                                      rp_net_grads(w->net) + vr->offset, vr->state_offset,
-                                      vr->count);
-                }
-                break;
-            }
-            if (op->kind == RP_OP_STEP && stats) /* over what the step did to them */
-                rp_net_running_commit(w->net);
-            if (op->kind == RP_OP_STEP && w->slot_ver) /* the next backward: a new update */
-                rp_net_zero_grads(w->net);
-            if (op->kind == RP_OP_STEP && w->history) /* vertical sync keeps every version */
-                memcpy(w->history + (size_t)++w->versions * n, w->own, sizeof(float) * n);
-            if (comm_failed(w, st))
-                return;
-            if (s->tracing && w->ntrace < w->trace_cap)
-                w->trace[w->ntrace++] = (trace_event){op->kind, op->mb, t0, rp_now()};
-            else if (s->tracing)
-                w->trace_dropped++;
-        }
-    }
-}
-
-static void *worker_thread(void *arg) {
-    worker *w = arg;
-    rp_session *s = w->s;
-    rp_fpu_fast_denormals();
-    unsigned long seen = 0;
-    pthread_mutex_lock(&s->mu);
-    for (;;) {
-        if (s->spin && s->gen == seen && !s->quit) { /* the next call often comes at once */
-            pthread_mutex_unlock(&s->mu);
-            for (int i = 0; i < RP_SPIN_LIMIT && __atomic_load_n(&s->gen, __ATOMIC_ACQUIRE) == seen;
-                 i++)
-                rp_cpu_relax();
-            pthread_mutex_lock(&s->mu);
-        }
-        while (s->gen == seen && !s->quit)
-            pthread_cond_wait(&s->cv, &s->mu);
-        if (s->quit)
-            break;
-        seen = s->gen;
-        pthread_mutex_unlock(&s->mu);
-        worker_run(w);
-        pthread_mutex_lock(&s->mu);
-        __atomic_store_n(&s->done, s->done + 1, __ATOMIC_RELEASE);
-        pthread_cond_broadcast(&s->cv);
-    }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
-}
 
 /* ---- creation ---------------------------------------------------------------- */
 
@@ -338,32 +88,6 @@ void rp_session_free(rp_session *s) {
     free(s->w), free(s->var_group), free(s->all), free(s->gather), free(s->reduced);
     free(s->labels);
     free(s);
-}
-
-int rpi_reduce_members(const rp_session *s, const rp_grouping *g, int c, int stage, int *out) {
-    int n = 0, k = rp_grouping_group_of(g, c);
-    for (int i = 0; i < g->group_size; i++)
-        for (int j = 0; j < rp_config_stage_replicas(&s->cfg, stage); j++)
-            out[n++] = rp_workplan_worker(&s->cfg, rp_grouping_member(g, k, i), stage, j);
-    return n;
-}
-
-/* Whether a run reduced over k workers is summed and updated by one
-** rp_comm_reduce_update. With an optimizer that keeps no state, always:
-** locally each member then updates a chunk for all. A stateful update may be
-** split only where its state is: sharded runs on the local backend, whose
-** chunk is the member's shard (under MPI every rank would update all of it).
-** Never with auto_loss_scaling (the update may yet be skipped), gradient
-** clipping (it waits for the global norm), fp16 sums or offchip state
-** (streamed a chunk at a time). */
-bool rpi_fused_run(const rp_session *s, int k, bool sharded) {
-    if (k < 2 || s->cfg.auto_loss_scaling || s->cfg.fp16_exchange ||
-        s->cfg.gradient_clipping > 0 || s->nties || /* (the update waits for the norm, the tie) */
-        s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW) /* (it updates the other version) */
-        return false;
-    if (s->state_per_param == 0)
-        return true;
-    return sharded && s->backend == RP_BACKEND_LOCAL && !s->cfg.optimizer_state_offchip;
 }
 
 /* Vertical sync: micro-batch m runs at stage s on the version that holds
@@ -902,7 +626,7 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     }
     /* worker 0 runs on the calling thread, the others on threads of their own */
     for (int i = 1; i < s->nlocal; i++) {
-        if (pthread_create(&s->w[i].thread, NULL, worker_thread, &s->w[i]) != 0) {
+        if (pthread_create(&s->w[i].thread, NULL, rpi_worker_thread, &s->w[i]) != 0) {
             st = rp_fail(err, RP_ERR_NOMEM, "cannot start worker thread %d", i);
             goto fail; /* those started are stopped by free */
         }
@@ -1008,7 +732,7 @@ static rp_status run_call(rp_session *s, rp_result *res, rp_error *err) {
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
     }
-    worker_run(&s->w[0]); /* the calling thread is worker 0 */
+    rpi_worker_run(&s->w[0]); /* the calling thread is worker 0 */
     if (s->started) {
         for (int i = 0; s->spin && i < RP_SPIN_LIMIT &&
                         __atomic_load_n(&s->done, __ATOMIC_ACQUIRE) < s->started;

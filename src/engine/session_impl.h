@@ -133,11 +133,15 @@ struct rp_session {
     char run_dir[RP_PATH_MAX]; /* optimizer_state_offchip: this process's state files */
 };
 
-/* How the nets of a stage trade memory for compute (session.c). */
+/* How the nets of a stage trade memory for compute (layout.c). */
 rp_net_options rpi_net_options(const rp_config *cfg, int stage, bool inference);
 /* Whether a run reduced over k workers is summed and updated by one
-** rp_comm_reduce_update (session.c). */
+** rp_comm_reduce_update (layout.c). */
 bool rpi_fused_run(const rp_session *s, int k, bool sharded);
+/* A worker's operation list for one host call, and the loop of a worker
+** thread that waits for calls (worker.c). */
+void rpi_worker_run(worker *w);
+void *rpi_worker_thread(void *arg);
 /* The gradient exchange and step of an update (exchange.c). */
 rp_status rpi_reduce(worker *w);
 rp_status rpi_reduce_stats(worker *w);
@@ -152,7 +156,7 @@ rp_status rpi_plan_memory(const rp_session *s, int stage, rp_memory *out, rp_err
 rp_status rpi_pio(int fd, void *buf, size_t bytes, off_t at, bool write_it);
 
 /* The workers that reduce worker (c, s) under grouping g: every stage
-** replica of stage s in every replica of c's group, by worker id. */
+** replica of stage s in every replica of c's group, by worker id (layout.c). */
 int rpi_reduce_members(const rp_session *s, const rp_grouping *g, int c, int stage, int *out);
 
 /* Schedule pipedream: the weight versions a worker of `stage` keeps beside

@@ -1,5 +1,5 @@
 /*
-** The model object: shapes, layer names, default initialisation and the
+** The model object: layer names, default initialisation and the
 ** fingerprint. The spec's parser is spec.c (shapes.c its inference);
 ** boundaries of the graph are graph.c's.
 */
@@ -14,21 +14,6 @@
 #include "../core/util.h"
 #include "layers.h"
 #include "repipe/model.h"
-
-size_t rp_shape_size(const rp_shape *s) {
-    size_t n = 1;
-    for (int i = 0; i < s->ndim; i++)
-        n *= (size_t)s->dim[i];
-    return n;
-}
-
-char *rp_shape_to_string(const rp_shape *s, char *buf, size_t n) {
-    size_t at = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < s->ndim && at < n; i++)
-        at += snprintf(buf + at, n - at, "%s%d", i ? "x" : "", s->dim[i]);
-    return buf;
-}
 
 const char *rp_layer_name(rp_layer_type t) {
     switch (t) {
