@@ -6,6 +6,9 @@
 # --machines 1 N [S] --bandwidth 2e9 RATE [LINK] --backend mpi': a worker a
 # machine, N machines a server on RATE links, S servers joined by LINK) and
 # measured (bench_train across the namespaces, the median of ROUNDS runs).
+# Each prediction is made twice: with the links' nominal rates, and with the
+# latency and bandwidth that a ping-pong over each link measured first
+# (bench_comm sweep; TCP/IP's headers and the token bucket's rate in it).
 # Three sets:
 #  1. two ranks, one a core, with Open MPI's TCP default flags (PUT on);
 #  2. the same with repipe's (PUT off, what rp_comm_mpi_init sets unless the
@@ -28,6 +31,15 @@ printf 'input 1 28 28\nflatten\nlinear 1024\nrelu\nlinear 1024\nrelu\nlinear 102
 "$build/repipe" profile --model "$tmp/mlp.model" --micro-batch 64 --out "$tmp/mlp.txt" >/dev/null
 med() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 bytes_of() { case $1 in 1gbit) echo 1.25e8 ;; 100mbit) echo 1.25e7 ;; esac; }
+declare -A fit_bw fit_lat
+for r in 1gbit 100mbit; do
+  fit=$(scripts/cluster --rate "$r" --timeout 300 -- -np 2 "$build/bench/bench_comm" sweep \
+        2>/dev/null </dev/null | tee "$tmp/sweep-$r" | sed -n 's/^fit latency \([^ ]*\) bandwidth \([^ ]*\)$/\1 \2/p')
+  read -r fit_lat[$r] fit_bw[$r] <<<"$fit"
+  echo "== ping-pong and allreduce over a $r link (bench_comm sweep)"
+  cat "$tmp/sweep-$r"
+  echo
+done
 # name, servers x machines, machine link, link between servers, R, stage
 # replication, layers, GA, schedule, steps
 two="dp 1x2 1gbit - 2 [1] [-1] 1 1f1b 20
@@ -48,25 +60,35 @@ run_set() { # title, cases, extra mpirun arguments...
   local title=$1 cases=$2
   shift 2
   echo "== $title"
-  printf '%-6s %-4s %-15s %3s %-6s %12s %12s %9s\n' run net links GA sched "predicted ms" "measured ms" error
-  local errors=""
+  printf '%-6s %-4s %-15s %3s %-6s %9s %9s %9s %8s %8s\n' run net links GA sched nominal fitted \
+    measured error "error (fitted)"
+  local errors="" errors_fit=""
   while read -r name shape rate link R sr layers ga sched steps; do
     local servers=${shape%x*} machines=${shape#*x} cfg="$tmp/c.json"
     local np=$((servers * machines))
     printf '{"micro_batch_size": 64, "replication_factor": %s, "stage_replication": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "schedule": "%s"}\n' \
       "$R" "$sr" "$layers" "$ga" "$sched" > "$cfg"
     local hier=(--machines 1 "$machines" --bandwidth 2e9 "$(bytes_of "$rate")") net=(--rate "$rate")
+    local fitted=(--machines 1 "$machines" --bandwidth 2e9 "${fit_bw[$rate]}" --latency "${fit_lat[$rate]}")
     if [ "$servers" -gt 1 ]; then
       hier=(--machines 1 "$machines" "$servers" --bandwidth 2e9 "$(bytes_of "$rate")" "$(bytes_of "$link")")
+      fitted=(--machines 1 "$machines" "$servers" --bandwidth 2e9 "${fit_bw[$rate]}" "${fit_bw[$link]}"
+              --latency "${fit_lat[$link]}")
       net+=(--servers "$servers" --machines "$machines" --link-rate "$link")
     else
       net+=(--machines "$machines")
     fi
-    [ "$np" -gt "$cores" ] && hier+=(--cores "$cores")
-    local pred
-    pred=$("$build/repipe" simulate --config "$cfg" --profile "$tmp/mlp.txt" "${hier[@]}" \
-           --backend mpi --json - 2>/dev/null |
-           sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p')
+    if [ "$np" -gt "$cores" ]; then
+      hier+=(--cores "$cores")
+      fitted+=(--cores "$cores")
+    fi
+    local pred pfit
+    simulate() {
+      "$build/repipe" simulate --config "$cfg" --profile "$tmp/mlp.txt" "$@" --backend mpi \
+        --json - 2>/dev/null | sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p'
+    }
+    pred=$(simulate "${hier[@]}")
+    pfit=$(simulate "${fitted[@]}")
     : > "$tmp/runs"
     for _ in $(seq "$rounds"); do
       scripts/cluster "${net[@]}" --timeout 600 -- "$@" -np "$np" \
@@ -74,14 +96,21 @@ run_set() { # title, cases, extra mpirun arguments...
         sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' >> "$tmp/runs"
     done
     local line
-    line=$(awk -v p="$pred" -v r="$(med < "$tmp/runs")" -v s=$((64 * ga * R)) 'BEGIN {
-      m = s / r; printf "%12.1f %12.1f %+8.1f%%", p * 1e3, m * 1e3, 100 * (p - m) / m }')
+    line=$(awk -v p="$pred" -v f="$pfit" -v r="$(med < "$tmp/runs")" -v s=$((64 * ga * R)) 'BEGIN {
+      m = s / r; printf "%9.1f %9.1f %9.1f %+7.1f%% %+7.1f%%", p * 1e3, f * 1e3, m * 1e3,
+                        100 * (p - m) / m, 100 * (f - m) / m }')
     printf '%-6s %-4s %-15s %3s %-6s %s\n' "$name" "$shape" "$rate${link#-}" "$ga" "$sched" "$line"
-    errors+=$(awk '{ e = $NF; sub(/%/, "", e); e += 0; print (e < 0 ? -e : e) }' <<<"$line")$'\n'
+    errors+=$(awk '{ e = $(NF - 1); sub(/%/, "", e); e += 0; print (e < 0 ? -e : e) }' <<<"$line")$'\n'
+    errors_fit+=$(awk '{ e = $NF; sub(/%/, "", e); e += 0; print (e < 0 ? -e : e) }' <<<"$line")$'\n'
   done <<<"$cases"
-  sort -g <<<"$errors" | awk 'NF { v[++n] = $1 } END {
-    printf "%d configurations: median |error| %.1f %%, worst %.1f %%\n\n", n,
-           (n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2), v[n] }'
+  summarise() {
+    sort -g | awk -v what="$1" 'NF { v[++n] = $1 } END {
+      printf "%d configurations, %s: median |error| %.1f %%, worst %.1f %%\n", n, what,
+             (n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2), v[n] }'
+  }
+  summarise "nominal rates" <<<"$errors"
+  summarise "fitted links" <<<"$errors_fit"
+  echo
 }
 run_set "2 ranks, one a core; btl_tcp_flags Open MPI's default (PUT on)" "$two" \
   --mca btl_tcp_flags send,put,inplace,need-ack,need-csum,hetero-rdma

@@ -3,8 +3,14 @@
 **   bench_comm local W   the local backend with W threads
 **   bench_comm mpi       under mpirun: the MPI backend and a bare
 **                        MPI_Allreduce of the same buffer, alternating
+**   bench_comm sweep     under mpirun, 2 ranks or more: a ping-pong between
+**                        ranks 0 and 1 from 1 KB to 4 MB and the fit of its
+**                        one-way time to latency + bytes / bandwidth, then
+**                        allreduces from 64 KB to 16 MB over every rank
 ** Prints one line per case: backend, workers, bytes, best time, and the bus
-** bandwidth 2(n-1)/n * bytes / time (the figure NCCL reports).
+** bandwidth 2(n-1)/n * bytes / time (the figure NCCL reports); the sweep
+** ends with "fit latency S bandwidth B/s", what 'repipe simulate --latency
+** S --bandwidth ... B' takes for the link measured.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
@@ -115,11 +121,90 @@ static int run_mpi(int *argc, char ***argv) {
     return 0;
 }
 
+/* The median of the one-way times of reps round trips of `bytes`. */
+static double pingpong(rp_comm *c, int rank, char *buf, size_t bytes, int reps) {
+    double t[64];
+    rp_error err;
+    for (int r = 0; r < reps; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = rp_now();
+        if (rank == 0) {
+            rp_comm_send(c, 1, 7, buf, bytes, &err);
+            rp_comm_recv(c, 1, 7, buf, bytes, &err);
+        } else if (rank == 1) {
+            rp_comm_recv(c, 0, 7, buf, bytes, &err);
+            rp_comm_send(c, 0, 7, buf, bytes, &err);
+        }
+        t[r] = (rp_now() - t0) / 2;
+    }
+    for (int i = 1; i < reps; i++) /* insertion sort: a handful */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1], t[j - 1] = x;
+        }
+    return t[reps / 2];
+}
+
+static int run_sweep(int *argc, char ***argv) {
+    rp_comm *c;
+    rp_error err;
+    if (rp_comm_mpi_init(argc, argv, &c, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    int n = rp_comm_size(c), rank = rp_comm_rank(c);
+    if (n < 2) {
+        fprintf(stderr, "bench_comm sweep: needs 2 ranks or more\n");
+        rp_comm_mpi_finalize(c);
+        return 2;
+    }
+    static const size_t pp[] = {1u << 10, 16u << 10, 256u << 10, 1u << 20, 4u << 20};
+    static const size_t ar[] = {64u << 10, 1u << 20, 4u << 20, 16u << 20};
+    char *buf = calloc(16u << 20, 1);
+    /* The fit: the bandwidth from the two largest messages (a token bucket
+    ** lets small ones through at the wire's own speed, so a least-squares
+    ** line over every size came out with a negative latency), the latency
+    ** what the smallest takes beyond its bytes. */
+    int k = (int)(sizeof pp / sizeof pp[0]);
+    double t[8];
+    for (int i = 0; i < k; i++) {
+        t[i] = pingpong(c, rank, buf, pp[i], pp[i] > (256u << 10) ? 9 : 31);
+        if (rank == 0)
+            printf("pingpong %8zu bytes  one way %9.3f ms\n", pp[i], t[i] * 1e3);
+    }
+    double slope = (t[k - 1] - t[k - 2]) / (double)(pp[k - 1] - pp[k - 2]);
+    double alpha = t[0] - slope * (double)pp[0];
+    alpha = alpha > 0 ? alpha : 0;
+    for (size_t i = 0; i < sizeof ar / sizeof ar[0]; i++) {
+        double best = 1e30;
+        for (int r = 0; r < (ar[i] > (4u << 20) ? 5 : 15); r++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t = rp_now();
+            rp_comm_allreduce(c, NULL, (float *)buf, ar[i] / sizeof(float), &err);
+            MPI_Barrier(MPI_COMM_WORLD);
+            t = rp_now() - t;
+            best = t < best ? t : best;
+        }
+        if (rank == 0) {
+            double ring = 2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * (double)ar[i] * slope;
+            printf("allreduce %8zu bytes on %d ranks  %9.3f ms  (ring formula with the fit "
+                   "%9.3f ms)\n", ar[i], n, best * 1e3, ring * 1e3);
+        }
+    }
+    if (rank == 0)
+        printf("fit latency %.3e bandwidth %.4e\n", alpha, 1 / slope);
+    free(buf);
+    rp_comm_mpi_finalize(c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "local") == 0)
         return run_local(atoi(argv[2]));
     if (argc >= 2 && strcmp(argv[1], "mpi") == 0)
         return run_mpi(&argc, &argv);
-    fprintf(stderr, "usage: bench_comm local W | bench_comm mpi (under mpirun)\n");
+    if (argc >= 2 && strcmp(argv[1], "sweep") == 0)
+        return run_sweep(&argc, &argv);
+    fprintf(stderr, "usage: bench_comm local W | bench_comm mpi | bench_comm sweep (under mpirun)\n");
     return 2;
 }
