@@ -81,13 +81,8 @@ static int run_local(int w) {
     return 0;
 }
 
-static int run_mpi(int *argc, char ***argv) {
-    rp_comm *c;
+static int run_mpi(rp_comm *c) {
     rp_error err;
-    if (rp_comm_mpi_init(argc, argv, &c, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
     int n = rp_comm_size(c), rank = rp_comm_rank(c);
     for (int s = 0; s < 2; s++) {
         size_t cnt = SIZES[s] / sizeof(float);
@@ -117,7 +112,6 @@ static int run_mpi(int *argc, char ***argv) {
         }
         free(buf);
     }
-    rp_comm_mpi_finalize(c);
     return 0;
 }
 
@@ -145,17 +139,11 @@ static double pingpong(rp_comm *c, int rank, char *buf, size_t bytes, int reps) 
     return t[reps / 2];
 }
 
-static int run_sweep(int *argc, char ***argv) {
-    rp_comm *c;
+static int run_sweep(rp_comm *c) {
     rp_error err;
-    if (rp_comm_mpi_init(argc, argv, &c, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
     int n = rp_comm_size(c), rank = rp_comm_rank(c);
     if (n < 2) {
         fprintf(stderr, "bench_comm sweep: needs 2 ranks or more\n");
-        rp_comm_mpi_finalize(c);
         return 2;
     }
     static const size_t pp[] = {1u << 10, 16u << 10, 256u << 10, 1u << 20, 4u << 20};
@@ -194,17 +182,24 @@ static int run_sweep(int *argc, char ***argv) {
     if (rank == 0)
         printf("fit latency %.3e bandwidth %.4e\n", alpha, 1 / slope);
     free(buf);
-    rp_comm_mpi_finalize(c);
     return 0;
 }
 
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "local") == 0)
         return run_local(atoi(argv[2]));
-    if (argc >= 2 && strcmp(argv[1], "mpi") == 0)
-        return run_mpi(&argc, &argv);
-    if (argc >= 2 && strcmp(argv[1], "sweep") == 0)
-        return run_sweep(&argc, &argv);
+    bool sweep = argc >= 2 && strcmp(argv[1], "sweep") == 0;
+    if (sweep || (argc >= 2 && strcmp(argv[1], "mpi") == 0)) {
+        rp_comm *c;
+        rp_error err;
+        if (rp_comm_mpi_init(&argc, &argv, &c, &err)) {
+            fprintf(stderr, "%s\n", err.msg);
+            return 1;
+        }
+        int rc = sweep ? run_sweep(c) : run_mpi(c);
+        rp_comm_mpi_finalize(c);
+        return rc;
+    }
     fprintf(stderr, "usage: bench_comm local W | bench_comm mpi | bench_comm sweep (under mpirun)\n");
     return 2;
 }

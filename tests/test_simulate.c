@@ -135,6 +135,27 @@ static void reductions(void) {
                 3e-3 + tree + 40 / 1e12, 1e-12);
 }
 
+/* Reductions that cross one link at the same time share it. R = 2 x 2
+** stages, one replica a server: both stages' allreduces (1e8 bytes, 1 s
+** each alone at 1e8 B/s) cross the link between the two servers from t = 0
+** (no compute), so each moves at half the rate and both end at 2 s. With a
+** server for each worker, each stage's pair has links of its own: 1 s. */
+static void shared_links(void) {
+    double fw[] = {0, 0}, bw[] = {0, 0}, out[] = {0, 0}, par[] = {1e8, 1e8};
+    rp_sim_options o;
+    rp_sim_options_default(&o);
+    o.latency = 0;
+    o.memory_bandwidth = 1e15;
+    o.num_levels = 2;
+    o.machines[0] = 2, o.machines[1] = 2;
+    o.bandwidth[0] = 1e10, o.bandwidth[1] = 1e8;
+    const char *cfg = "{\"replication_factor\": 2, \"layers_per_stage\": [1, 1]}";
+    double step = 1e8 / 1e15;
+    CHECK_CLOSE(sim(cfg, fw, bw, out, par, 2, &o, NULL), 2.0 + step, 1e-9);
+    o.machines[0] = 1, o.machines[1] = 4;
+    CHECK_CLOSE(sim(cfg, fw, bw, out, par, 2, &o, NULL), 1.0 + step, 1e-9);
+}
+
 /* A replicated stage fed round-robin is r pipelines in all but the
 ** reduction: R = 1 x [2, 2] at GA 8 runs like R = 2 x [1, 1] at GA 4, and
 ** 1F1B is no slower than GPipe with it. Before stage replicas kept their own
@@ -209,6 +230,7 @@ int main(void) {
     transfers();
     reductions();
     replication();
+    shared_links();
     seed();
     return test_finish("test_simulate");
 }
