@@ -1,12 +1,13 @@
 /*
 ** bench/train: repipe's training throughput on one worker, measured the way
-** ../shared/bench/torch_peer.py measures PyTorch's: 20 warm-up updates,
+** ../shared/bench/torch_peer.py measures PyTorch's: 20 warm-up updates (or
+** --warmup N),
 ** then `steps` timed updates of one micro-batch, samples per second. The
 ** workers copy their rows from the dataset (rp_session_run_samples);
 ** PyTorch's loop takes contiguous slices of its tensors and copies none.
 ** Prints one JSON line (rank 0 under MPI). With --text FILE a token model
 ** trains on FILE's bytes instead of Fashion-MNIST.
-** Usage: bench_train MODEL CONFIG STEPS [--mpi] [--text FILE]
+** Usage: bench_train MODEL CONFIG STEPS [--mpi] [--text FILE] [--warmup N]
 */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -19,22 +20,25 @@
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_train MODEL CONFIG STEPS [--mpi] [--text FILE]\n");
+        fprintf(stderr, "usage: bench_train MODEL CONFIG STEPS [--mpi] [--text FILE] [--warmup N]\n");
         return 2;
     }
     const char *text = NULL;
     bool use_mpi = false;
+    int warmup = 20;
     for (int i = 4; i < argc; i++) {
         if (strcmp(argv[i], "--mpi") == 0)
             use_mpi = true;
         else if (strcmp(argv[i], "--text") == 0 && i + 1 < argc)
             text = argv[++i];
+        else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc)
+            warmup = atoi(argv[++i]);
         else {
             fprintf(stderr, "bench_train: unknown argument %s\n", argv[i]);
             return 2;
         }
     }
-    int steps = atoi(argv[3]), warmup = 20;
+    int steps = atoi(argv[3]);
     rp_error err;
     rp_model *m;
     rp_config cfg;

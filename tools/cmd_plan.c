@@ -33,6 +33,7 @@ enum {
     OPT_GLOBAL_BATCH,
     OPT_PROFILE_BATCH,
     OPT_CORES,
+    OPT_LATENCY,
     OPT_BACKEND,
     OPT_MIN_MICRO_BATCH,
 };
@@ -58,6 +59,7 @@ static const cli_opt OPTS[] = {
     [OPT_GLOBAL_BATCH] = {"global-batch", 0, "N", "engine objective: samples per update [the base config's, else profile batch x machines]"},
     [OPT_PROFILE_BATCH] = {"profile-batch", 0, "B", "micro-batch the profile was measured on [the profile's, else the base config's micro_batch_size]"},
     [OPT_CORES] = {"cores", 0, "N", "engine objective: the workers share one machine's N cores, as 'repipe simulate --cores' [a core each]"},
+    [OPT_LATENCY] = {"latency", 0, "S", "engine objective: seconds per message, as 'repipe simulate --latency' [2e-5]"},
     [OPT_BACKEND] = {"backend", 0, "local|mpi", "engine objective: mpi ranks poll while they wait, as 'repipe simulate --backend' [local]"},
     [OPT_MIN_MICRO_BATCH] = {"min-micro-batch", 0, "B", "engine objective: micro-batches of at least B samples (batchnorm normalises by a micro-batch's statistics) [1]"},
     {NULL, 0, NULL, NULL},
@@ -191,7 +193,8 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
                             int num_more, const rp_plan *plan,
                             const rp_plan_options *o, const char *base_config,
                             long long global_batch, long long profile_batch, double memory,
-                            int cores, bool polling, long long min_micro, const char *config_out,
+                            int cores, double latency, bool polling, long long min_micro,
+                            const char *config_out,
                             bool pipedream_out, const char *json) {
     bool quiet = json && strcmp(json, "-") == 0; /* standard output carries the JSON */
     rp_config base;
@@ -222,6 +225,7 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
                                                : profile_batch * plan->machines_available;
     ao.memory_size = memory > 0 ? memory : (double)base.device_memory;
     ao.cores = cores;
+    ao.latency = latency;
     ao.polling = polling;
     ao.min_micro_batch = (int)min_micro;
     /* the profile, and those of the same model at other micro-batches */
@@ -338,6 +342,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *objective = NULL, *more[RP_AUTOPLAN_MAX_PROFILES];
     int num_more = 0;
     long long micro_batches = 8, global_batch = 0, profile_batch = 0, cores = 0, min_micro = 1;
+    double latency = 2e-5;
     bool memory_given = false, polling = false;
     double device_memory = 0;
     int nbw = 0;
@@ -426,6 +431,14 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         case OPT_CORES:
             if (!cli_int(name, arg, 1, 1 << 20, &cores))
                 return 2;
+            break;
+        case OPT_LATENCY:
+            if (!cli_double(name, arg, &latency))
+                return 2;
+            if (latency < 0) {
+                cli_error(cmd, "--latency takes seconds >= 0, not '%s'", arg);
+                return 2;
+            }
             break;
         case OPT_BACKEND:
             if (!cli_backend(cmd, arg, &polling))
@@ -526,7 +539,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         if (rc == 0 && !written)
             rc = engine_objective(cmd, prof, more, num_more, plan, &o, base_config, global_batch,
                                   profile_batch,
-                                  memory_given ? o.memory_size : 0, (int)cores, polling,
+                                  memory_given ? o.memory_size : 0, (int)cores, latency, polling,
                                   min_micro, config_out, !engine, engine ? json : NULL);
     }
     rp_plan_free(plan);

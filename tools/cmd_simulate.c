@@ -26,6 +26,8 @@ enum {
     OPT_JSON,
     OPT_BACKEND,
     OPT_POD_TYPE,
+    OPT_SCHEDULE_CSV,
+    OPT_WRITE_SCHEDULE_CSV,
 };
 
 static const cli_opt OPTS[] = {
@@ -42,6 +44,8 @@ static const cli_opt OPTS[] = {
     [OPT_JSON] = {"json", 0, "FILE", "write the prediction as JSON ('-' for standard output)"},
     [OPT_BACKEND] = {"backend", 0, "local|mpi", "mpi: waiting ranks poll, taking their share of --cores [local]"},
     [OPT_POD_TYPE] = {"pod-type", 0, "POD", "an IPUConfig of Optimum Graphcore 0.2.1-0.6.0: the pod type (pod4, pod16, ...) whose values to take [the file's pod_type, else \"default\"]"},
+    [OPT_SCHEDULE_CSV] = {"schedule-csv", 0, "FILE", "predict this schedule instead: each rank's actions in PyTorch's pipelining CSV form (2F0, 1I3, 0W3, ...), a rank per line; layers_per_stage gives every stage"},
+    [OPT_WRITE_SCHEDULE_CSV] = {"write-schedule-csv", 0, "FILE", "write the configuration's schedule in that form"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -120,10 +124,54 @@ static bool write_json(const cli_cmd *cmd, const char *path, const rp_sim_result
     return ok;
 }
 
+/* --schedule-csv: the file's actions, checked and played; what it prints. */
+static int simulate_csv(const cli_cmd *cmd, const char *path, const rp_config *cfg,
+                        const double *fw, const double *bw, const double *ob, const double *pb,
+                        int L, const rp_sim_options *opt, const char *svg, const char *json) {
+    char *text = NULL;
+    size_t len;
+    rp_error err;
+    rp_sim_actions *a = NULL;
+    rp_sim_result res;
+    rp_status st = rp_read_file(path, &text, &len, &err);
+    if (!st)
+        st = rp_sim_actions_parse(text, len, path, &a, &err);
+    free(text);
+    if (!st)
+        st = rp_simulate_actions(cfg, a, fw, bw, ob, pb, L, opt, &res, &err);
+    if (st) {
+        cli_error(cmd, "%s", err.msg);
+        rp_sim_actions_free(a);
+        return 1;
+    }
+    FILE *txt = json && strcmp(json, "-") == 0 ? stderr : stdout;
+    fprintf(txt, "%s: %d ranks, %d stages, %d micro-batches of %d; checked: every stage on one "
+                 "rank, each micro-batch's forward and backward once and in order\n",
+            path, rp_sim_actions_ranks(a), rp_sim_actions_stages(a),
+            rp_sim_actions_micro_batches(a), cfg->micro_batch_size);
+    if (opt->num_levels)
+        cli_print_machines(txt, opt->machines, opt->bandwidth, opt->num_levels);
+    fprintf(txt, "predicted time of the schedule   %.3f ms  (its forwards, backwards and "
+                 "transfers; no reduction or step)\n",
+            res.update_time * 1e3);
+    fprintf(txt, "ranks compute %.1f %% of it; bubble %.4f\n", 100 * (1 - res.bubble_fraction),
+            res.bubble_fraction);
+    int rc = 0;
+    if (svg && rp_sim_svg(&res, path, svg, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        rc = 1;
+    }
+    if (!rc && json && !write_json(cmd, json, &res, cfg, 0))
+        rc = 1;
+    rp_sim_result_free(&res);
+    rp_sim_actions_free(a);
+    return rc;
+}
+
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *config_path = NULL, *profile_path = NULL, *svg = NULL, *model = NULL;
     const char *pod_type = NULL;
-    const char *plan = NULL, *json = NULL;
+    const char *plan = NULL, *json = NULL, *csv_in = NULL, *csv_out = NULL;
     long long pbatch = 0, cores = 0;
     rp_sim_options opt;
     rp_sim_options_default(&opt);
@@ -144,6 +192,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                 return 2;
             break;
         case OPT_POD_TYPE: pod_type = arg; break;
+        case OPT_SCHEDULE_CSV: csv_in = arg; break;
+        case OPT_WRITE_SCHEDULE_CSV: csv_out = arg; break;
         case OPT_PROFILE_BATCH:
             if (!cli_int("profile-batch", arg, 1, 1 << 20, &pbatch))
                 return 2;
@@ -169,8 +219,12 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                 }
             break;
         case OPT_LATENCY:
-            if (!cli_double("latency", arg, &opt.latency) || opt.latency < 0)
+            if (!cli_double("latency", arg, &opt.latency))
                 return 2;
+            if (opt.latency < 0) {
+                cli_error(cmd, "--latency takes seconds >= 0, not '%s'", arg);
+                return 2;
+            }
             break;
         }
     }
@@ -243,6 +297,23 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     opt.cores = (int)cores;
     opt.cut_bytes = cut; /* a graph's cuts carry every tensor alive there */
     opt.bwd_input_ms = bi, opt.bwd_weight_ms = bwt; /* the zero-bubble schedules' halves */
+    if (csv_out) {
+        char *csv = NULL;
+        rp_status st = rp_schedule_csv(&cfg, &csv, &err);
+        if (!st)
+            st = rp_write_file_atomic(csv_out, csv, strlen(csv), &err);
+        free(csv);
+        if (st) {
+            cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
+        fprintf(json && strcmp(json, "-") == 0 ? stderr : stdout,
+                "%s's schedule written to %s, a rank a line\n", config_path, csv_out);
+    }
+    if (csv_in) {
+        rc = simulate_csv(cmd, csv_in, &cfg, fw, bw, ob, pb, L, &opt, svg, json);
+        goto done;
+    }
     rp_sim_result res;
     if (rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
         cli_error(cmd, "%s", err.msg);
@@ -314,7 +385,8 @@ const cli_cmd cmd_simulate = {
     "simulate",
     "predict a configuration's time per update on a cluster from a profile, and draw its schedule",
     "--profile FILE (--config FILE | --plan FILE [--config FILE]) [--machines N1 [N2 ...] "
-    "--bandwidth B1 [B2 ...]] [--svg F] [--json F] [--model FILE]",
+    "--bandwidth B1 [B2 ...]] [--svg F] [--json F] [--model FILE] [--schedule-csv F] "
+    "[--write-schedule-csv F]",
     "--plan takes the stages, replication and machines of a plan written by\n"
     "'repipe plan --json'; --config adds the batch, accumulation and schedule (or\n"
     "gives all). Level 1 of --machines is innermost, as in 'repipe plan':\n"
@@ -325,8 +397,10 @@ const cli_cmd cmd_simulate = {
     "checked operation list is played on its own clock with the profile's\n"
     "compute times; each worker has a core of its own unless --cores is given.\n"
     "With --model the configuration also runs on Fashion-MNIST here and the\n"
-    "measured time per update is printed beside the prediction. docs/simulate.md\n"
-    "states the formulas.",
+    "measured time per update is printed beside the prediction. --schedule-csv F\n"
+    "predicts a schedule given as each rank's actions instead, in PyTorch's\n"
+    "torch.distributed.pipelining CSV form (a rank may hold several stages;\n"
+    "docs/pipelines.md). docs/simulate.md states the formulas.",
     OPTS,
     run,
 };

@@ -139,6 +139,7 @@ typedef struct rp_autoplan_options {
                             ** micro-batch's statistics, which a few samples make poor */
     int candidates;         /* the programme's best shapes simulated exactly [24] */
     int cores;              /* the workers share one machine's cores, as rp_sim_options [0] */
+    double latency;         /* seconds per message, as rp_sim_options [2e-5] */
     bool polling;           /* waiting workers poll (MPI ranks), as rp_sim_options */
 } rp_autoplan_options;
 

@@ -24,8 +24,9 @@ extern "C" {
 ** transfer between two workers costs latency + bytes / bandwidth of the
 ** innermost level they share; a reduction is a ring (or, where cheaper, a
 ** tree) allreduce limited by the slowest level its group spans
-** (docs/simulate.md). On one machine (no levels, or cores given) transfers
-** and sums take the workers' own cores. */
+** (docs/simulate.md). On one machine (no levels) transfers and sums take
+** the workers' own cores; with levels the network moves them, even where
+** the workers share cores. */
 typedef struct rp_sim_options {
     double profile_batch; /* rows the profile's times were measured on [0: the micro-batch] */
     int num_levels;       /* levels of the hierarchy [0: one level holding every worker] */
@@ -86,6 +87,39 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                       const double *out_bytes, const double *param_bytes, int num_layers,
                       const rp_sim_options *opt, rp_sim_result *res, rp_error *err);
 void rp_sim_result_free(rp_sim_result *r);
+
+/* A schedule given from outside as each rank's list of compute actions, in
+** the CSV form of PyTorch's torch.distributed.pipelining: a line per rank,
+** a cell per action ("2F0": stage 2's forward of micro-batch 0; B a whole
+** backward, I and W its halves, B beside a W the input half; "(a;b)
+** OVERLAP_F_B" a then b; empty: idle; PyTorch's SEND/RECV, UNSHARD,
+** RESHARD and REDUCE_GRAD are skipped, as transfers are derived). A rank
+** may hold several stages. Parsing checks that each stage lives on one
+** rank and has, for every micro-batch, one forward and one backward, in
+** order; `name` names the text in errors, with its line and column. */
+typedef struct rp_sim_actions rp_sim_actions;
+rp_status rp_sim_actions_parse(const char *text, size_t len, const char *name,
+                               rp_sim_actions **out, rp_error *err);
+void rp_sim_actions_free(rp_sim_actions *a);
+int rp_sim_actions_ranks(const rp_sim_actions *a);
+int rp_sim_actions_stages(const rp_sim_actions *a);
+int rp_sim_actions_micro_batches(const rp_sim_actions *a);
+
+/* The actions on one clock: rank r is worker r of the options' hierarchy,
+** stage s holds the configuration's layers_per_stage[s] layers (one entry
+** per stage of the schedule) at its micro_batch_size; each rank runs its
+** next action once its input is there. The result's update_time ends with
+** the last backward (no reduction, no step), its workers are the ranks and
+** its bubble what they idle. Refused, with each rank's next action, where
+** the lists would wait for ever. */
+rp_status rp_simulate_actions(const rp_config *cfg, const rp_sim_actions *a,
+                              const double *fwd_ms, const double *bwd_ms,
+                              const double *out_bytes, const double *param_bytes, int num_layers,
+                              const rp_sim_options *opt, rp_sim_result *res, rp_error *err);
+
+/* The configuration's schedule (gpipe, 1f1b, zb-h1, zb-h2; one pipeline,
+** one update) in that CSV form; the caller frees *out with free(). */
+rp_status rp_schedule_csv(const rp_config *cfg, char **out, rp_error *err);
 
 /* The timeline as SVG: one row per worker, forwards, backwards, reductions
 ** and steps as boxes labelled with their micro-batch, and under them the

@@ -42,6 +42,7 @@ void rp_autoplan_options_default(rp_autoplan_options *o) {
         .max_accumulation = 64,
         .min_micro_batch = 1,
         .candidates = 24,
+        .latency = 2e-5,
     };
 }
 
@@ -298,6 +299,8 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
                        "plan: max_accumulation must be at least 1 (one micro-batch an update), "
                        "not %d",
                        o->max_accumulation);
+    if (!(o->latency >= 0))
+        return rp_fail(err, RP_ERR_INVALID, "plan: latency must be >= 0 seconds, not %g", o->latency);
     if (o->cores < 0)
         return rp_fail(err, RP_ERR_INVALID, "plan: cores must be >= 0 (0: one a worker), not %d",
                        o->cores);
@@ -356,6 +359,7 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
     rp_sim_options_default(&S.sim);
     S.sim.num_levels = o->num_levels;
     S.sim.cores = o->cores;
+    S.sim.latency = o->latency;
     S.sim.polling = o->polling;
     memcpy(S.sim.machines, o->machines, sizeof o->machines);
     memcpy(S.sim.bandwidth, o->bandwidth, sizeof o->bandwidth);

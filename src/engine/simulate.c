@@ -206,6 +206,37 @@ static rp_status repeat_updates(rp_workplan *p, int D, int GA, rp_error *err) {
     return RP_OK;
 }
 
+void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const double *fwd_ms,
+                          const double *bwd_ms, const double *out_bytes,
+                          const double *param_bytes, int num_layers, const rp_sim_options *opt,
+                          rpi_stage_costs *c) {
+    double pbatch = opt->profile_batch > 0 ? opt->profile_batch : cfg->micro_batch_size;
+    double per_mb = cfg->micro_batch_size / pbatch;
+    /* fp16 exchange halves what crosses between workers: activations and
+    ** their gradients */
+    double wire = cfg->fp16_exchange ? 0.5 : 1.0;
+    for (int s = 0, l = 0; s < P; s++) {
+        c->f[s] = c->b[s] = c->bi[s] = c->bw[s] = c->par[s] = 0;
+        for (int k = 0; k < counts[s]; k++, l++) {
+            double w = opt->bwd_weight_ms ? opt->bwd_weight_ms[l]
+                       : param_bytes[l] > 0 ? 0.5 * bwd_ms[l]
+                                            : 0;
+            c->f[s] += fwd_ms[l] * 1e-3 * per_mb;
+            c->b[s] += bwd_ms[l] * 1e-3 * per_mb;
+            c->bi[s] += (opt->bwd_input_ms ? opt->bwd_input_ms[l] : bwd_ms[l] - w) * 1e-3 * per_mb;
+            c->bw[s] += w * 1e-3 * per_mb;
+            c->par[s] += param_bytes[l];
+        }
+        if (cfg->recompute_checkpoint_every_layer) /* backward runs the stage forward again */
+            c->b[s] += c->f[s], c->bi[s] += c->f[s];
+        /* what the stage sends, per micro-batch: a graph's cut may carry
+        ** several tensors */
+        c->act[s] = l > 0 ? (opt->cut_bytes && l < num_layers ? opt->cut_bytes[l] : out_bytes[l - 1]) *
+                                wire * per_mb
+                          : 0;
+    }
+}
+
 rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *bwd_ms,
                       const double *out_bytes, const double *param_bytes, int num_layers,
                       const rp_sim_options *opt, rp_sim_result *res, rp_error *err) {
@@ -226,35 +257,15 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         return st;
     }
     int P = plan->stages, W = plan->workers;
-    double tf[RP_MAX_STAGES], tb[RP_MAX_STAGES], act[RP_MAX_STAGES], par[RP_MAX_STAGES];
-    double ti[RP_MAX_STAGES], tw[RP_MAX_STAGES]; /* a split backward's halves */
+    rpi_stage_costs c;
+    rpi_stage_costs_make(cfg, counts, P, fwd_ms, bwd_ms, out_bytes, param_bytes, num_layers, opt,
+                         &c);
+    const double *tf = c.f, *tb = c.b, *ti = c.bi, *tw = c.bw, *act = c.act, *par = c.par;
     double pbatch = opt->profile_batch > 0 ? opt->profile_batch : cfg->micro_batch_size;
     double per_mb = cfg->micro_batch_size / pbatch;
     double membw = opt->memory_bandwidth > 0 ? opt->memory_bandwidth : 1e10;
-    /* fp16 exchange halves what crosses between workers: activations, their
-    ** gradients and the replicas' sums (a sharded reduction stays fp32) */
-    double wire = cfg->fp16_exchange ? 0.5 : 1.0;
+    /* fp16 exchange halves the replicas' sums too (a sharded reduction stays fp32) */
     double wire_sum = cfg->fp16_exchange && !cfg->replicated_tensor_sharding ? 0.5 : 1.0;
-    for (int s = 0, l = 0; s < P; s++) {
-        tf[s] = tb[s] = ti[s] = tw[s] = par[s] = 0;
-        for (int k = 0; k < counts[s]; k++, l++) {
-            double w = opt->bwd_weight_ms ? opt->bwd_weight_ms[l]
-                       : param_bytes[l] > 0 ? 0.5 * bwd_ms[l]
-                                            : 0;
-            tf[s] += fwd_ms[l] * 1e-3 * per_mb;
-            tb[s] += bwd_ms[l] * 1e-3 * per_mb;
-            ti[s] += (opt->bwd_input_ms ? opt->bwd_input_ms[l] : bwd_ms[l] - w) * 1e-3 * per_mb;
-            tw[s] += w * 1e-3 * per_mb;
-            par[s] += param_bytes[l];
-        }
-        if (cfg->recompute_checkpoint_every_layer) /* backward runs the stage forward again */
-            tb[s] += tf[s], ti[s] += tf[s];
-        /* what the stage sends, per micro-batch: a graph's cut may carry
-        ** several tensors */
-        act[s] = l > 0 ? (opt->cut_bytes && l < num_layers ? opt->cut_bytes[l] : out_bytes[l - 1]) *
-                             wire * per_mb
-                       : 0;
-    }
     int nev = 0;
     for (int w = 0; w < W; w++)
         nev += plan->w[w].num_ops;

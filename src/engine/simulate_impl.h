@@ -5,6 +5,7 @@
 #ifndef REPIPE_SIMULATE_IMPL_H
 #define REPIPE_SIMULATE_IMPL_H
 
+#include "repipe/config.h"
 #include "repipe/simulate.h"
 
 /* The machine hierarchy the workers are laid on: span[l] workers share a
@@ -21,6 +22,20 @@ rp_status rpi_cluster_make(const rp_sim_options *o, int W, rpi_cluster *c, rp_er
 
 /* The innermost level whose units hold both workers. */
 int rpi_level_of(const rpi_cluster *c, int a, int b);
+
+/* Per stage of a configuration (counts[s] layers each, from the profile's
+** per-layer figures): seconds of a micro-batch's forward f, backward b and
+** a split backward's halves bi (input) and bw (weights), parameter bytes,
+** and the bytes act[s] that stage s sends on with each micro-batch (its
+** output, and the gradient that comes back for it). */
+typedef struct rpi_stage_costs {
+    double f[RP_MAX_STAGES], b[RP_MAX_STAGES], bi[RP_MAX_STAGES], bw[RP_MAX_STAGES];
+    double par[RP_MAX_STAGES], act[RP_MAX_STAGES];
+} rpi_stage_costs;
+void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const double *fwd_ms,
+                          const double *bwd_ms, const double *out_bytes,
+                          const double *param_bytes, int num_layers, const rp_sim_options *opt,
+                          rpi_stage_costs *c);
 
 /* Seconds to allreduce `bytes` among n workers over links of bw bytes/s. */
 double rpi_allreduce_time(int n, double bytes, double bw, double latency);

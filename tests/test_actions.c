@@ -1,0 +1,223 @@
+/*
+** Schedules from outside (rp_sim_actions): PyTorch's published CSV
+** schedules load, pass the checks and play on one clock; repipe's own
+** schedules written in that form play to rp_simulate's times; bad lists are
+** refused with the line and what is wrong.
+**
+** Every stage is one layer of unit times: forward 1 ms, backward 2 ms whose
+** halves are 1 ms each, and transfers free, so that a schedule's time is
+** counted in PyTorch's own steps of one action.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/core/util.h"
+#include "repipe/simulate.h"
+#include "support.h"
+#include "test.h"
+
+#ifndef REPIPE_FIXTURES_PYTORCH
+#define REPIPE_FIXTURES_PYTORCH "tests/fixtures/pytorch"
+#endif
+
+static const double FW[8] = {1, 1, 1, 1, 1, 1, 1, 1}, BW[8] = {2, 2, 2, 2, 2, 2, 2, 2};
+static const double HALF[8] = {1, 1, 1, 1, 1, 1, 1, 1}, OUT[8] = {4, 4, 4, 4, 4, 4, 4, 4};
+
+static rp_sim_options unit_options(void) {
+    rp_sim_options o;
+    rp_sim_options_default(&o);
+    o.latency = 0;
+    o.num_levels = 1;
+    o.machines[0] = 8;
+    o.bandwidth[0] = 1e30;
+    o.memory_bandwidth = 1e30;
+    o.bwd_input_ms = HALF, o.bwd_weight_ms = HALF;
+    return o;
+}
+
+static rp_sim_actions *load(const char *file, char **text_out) {
+    char path[1024], *text;
+    size_t len;
+    rp_error err;
+    rp_sim_actions *a = NULL;
+    snprintf(path, sizeof path, "%s/%s", REPIPE_FIXTURES_PYTORCH, file);
+    CHECK_OK(rp_read_file(path, &text, &len, &err), err);
+    if (test_failures)
+        return NULL;
+    CHECK_OK(rp_sim_actions_parse(text, len, file, &a, &err), err);
+    *text_out = text;
+    return a;
+}
+
+/* The columns of the longest line: PyTorch lays a schedule out in steps of
+** one action each, a column a step. */
+static int columns(const char *text) {
+    int most = 0, n = 1;
+    for (const char *p = text; *p; p++) {
+        if (*p == ',')
+            n++;
+        if (*p == '\n' || !p[1])
+            most = n > most ? n : most, n = 1;
+    }
+    return most;
+}
+
+/* ZB1P on 2 ranks of 2 stages, 8 micro-batches: 48 unit actions a rank in
+** PyTorch's 49 steps, which played as soon as each can go take 49 ms too:
+** bubble 1 / 49. */
+static void zb1p(void) {
+    char *text = NULL;
+    rp_sim_actions *a = load("zb1p_2rank_2stagep_compute.csv", &text);
+    if (!a)
+        return;
+    CHECK_INT(rp_sim_actions_ranks(a), 2);
+    CHECK_INT(rp_sim_actions_stages(a), 4);
+    CHECK_INT(rp_sim_actions_micro_batches(a), 8);
+    rp_config c = test_config("{\"micro_batch_size\": 1, \"layers_per_stage\": [1, 1, 1, 1]}");
+    rp_sim_options o = unit_options();
+    rp_sim_result r;
+    rp_error err;
+    CHECK_OK(rp_simulate_actions(&c, a, FW, BW, OUT, OUT, 4, &o, &r, &err), err);
+    int steps = columns(text);
+    CHECK_INT(steps, 49);
+    CHECK_CLOSE(r.update_time, steps * 1e-3, 1e-12);
+    CHECK_CLOSE(r.bubble_fraction, 1 - 48.0 / steps, 1e-12);
+    CHECK_INT(r.workers, 2);
+    CHECK_INT(r.stage_of[0], 0); /* a rank's first stage: 0 and 1, interleaved */
+    CHECK_INT(r.stage_of[1], 1);
+    CHECK_INT(r.num_events, 96);
+    rp_sim_result_free(&r);
+    /* the stages' order matters: on 2 stages of 2 layers each the same list
+    ** is no longer 4 stages, and is refused with both counts */
+    rp_config two = test_config("{\"micro_batch_size\": 1, \"layers_per_stage\": [2, 2]}");
+    CHECK(rp_simulate_actions(&two, a, FW, BW, OUT, OUT, 4, &o, &r, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "4 stages and the configuration 2");
+    rp_sim_actions_free(a);
+    free(text);
+}
+
+/* DualPipeV on 4 ranks of 2 stages in a V, 10 micro-batches: each rank
+** computes 2 x 10 x 3 = 60 ms (an overlapped pair runs its two actions one
+** after the other here); the V's ends wait little, so the bubble is small. */
+static void dualpipev(void) {
+    char *text = NULL;
+    rp_sim_actions *a = load("dualpipev_4rank_10mb.csv", &text);
+    if (!a)
+        return;
+    CHECK_INT(rp_sim_actions_ranks(a), 4);
+    CHECK_INT(rp_sim_actions_stages(a), 8);
+    CHECK_INT(rp_sim_actions_micro_batches(a), 10);
+    rp_config c = test_config("{\"micro_batch_size\": 1, \"layers_per_stage\": [1, 1, 1, 1, 1, "
+                              "1, 1, 1]}");
+    rp_sim_options o = unit_options();
+    rp_sim_result r;
+    rp_error err;
+    CHECK_OK(rp_simulate_actions(&c, a, FW, BW, OUT, OUT, 8, &o, &r, &err), err);
+    for (int w = 0; w < 4; w++) {
+        CHECK_CLOSE(r.busy[w] * r.update_time, 60e-3, 1e-12);
+        CHECK_INT(r.stage_of[w], w); /* rank w holds stages w and 7 - w */
+    }
+    CHECKF(r.update_time >= 60e-3 && r.bubble_fraction < 0.1, "%.3f ms, bubble %.4f",
+           r.update_time * 1e3, r.bubble_fraction);
+    rp_sim_result_free(&r);
+    rp_sim_actions_free(a);
+    free(text);
+}
+
+/* repipe's schedules written as CSV and read back play to rp_simulate's
+** time (no parameters: no reduction, no step), and 1F1B's is the formula's
+** 3m + 3(P - 1) units, zb-h1's 3m + (P - 1). */
+static void round_trip(void) {
+    const char *names[] = {"gpipe", "1f1b", "zb-h1", "zb-h2"};
+    const double par[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 4; i++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"micro_batch_size\": 1, \"layers_per_stage\": [1, 1, 1, 1], "
+                 "\"gradient_accumulation_steps\": 8, \"schedule\": \"%s\"}",
+                 names[i]);
+        rp_config c = test_config(json);
+        rp_sim_options o = unit_options();
+        rp_error err;
+        char *csv = NULL;
+        rp_sim_actions *a = NULL;
+        rp_sim_result own, back;
+        CHECK_OK(rp_schedule_csv(&c, &csv, &err), err);
+        CHECK_OK(rp_simulate(&c, FW, BW, OUT, par, 4, &o, &own, &err), err);
+        if (test_failures)
+            return;
+        CHECK_OK(rp_sim_actions_parse(csv, strlen(csv), names[i], &a, &err), err);
+        CHECK_OK(rp_simulate_actions(&c, a, FW, BW, OUT, par, 4, &o, &back, &err), err);
+        if (test_failures)
+            return;
+        CHECKF(fabs(own.update_time - back.update_time) < 1e-12, "%s: %.6f ms, from its CSV "
+               "%.6f", names[i], own.update_time * 1e3, back.update_time * 1e3);
+        if (i == 1)
+            CHECK_CLOSE(back.update_time, (3 * 8 + 3 * 3) * 1e-3, 1e-12);
+        if (i == 2)
+            CHECK_CLOSE(back.update_time, (3 * 8 + 3) * 1e-3, 1e-12);
+        rp_sim_result_free(&own);
+        rp_sim_result_free(&back);
+        rp_sim_actions_free(a);
+        free(csv);
+    }
+    rp_config r2 = test_config("{\"replication_factor\": 2, \"layers_per_stage\": [1, 1]}");
+    char *csv;
+    rp_error err;
+    CHECK(rp_schedule_csv(&r2, &csv, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "replication_factor");
+}
+
+/* What the checks refuse, each with its line. */
+static void refused(void) {
+    static const struct {
+        const char *text, *says;
+    } bad[] = {
+        {"0F0,0B0\n0F1,0B1\n", "stage 0 has actions on ranks 0 and 1"},
+        {"0F0,0B0,0F0\n", "line 1: 0F0 appears twice"},
+        {"0F0,0F1,0B0\n", "stage 0's micro-batch 1 has no backward"},
+        {"0B0,0F0\n", "line 1: 0F0 comes after its backward"},
+        {"0F0,0I0\n", "0I0 has no 0W0"},
+        {"0F0,0W0,0I0\n", "0W0 comes before its B"},
+        {"0F0,0X0\n", "line 1, column 2: '0X0' is not an action"},
+        {"0F0,(0B0;zz)OVERLAP_F_B\n", "line 1, column 2"},
+        {"\n,,\n", "no actions"},
+        {"0F0,0B0\n2F0,2B0\n", "stage 1 has no actions"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rp_sim_actions *a = (rp_sim_actions *)1;
+        rp_error err;
+        CHECKF(rp_sim_actions_parse(bad[i].text, strlen(bad[i].text), "s.csv", &a, &err) != RP_OK,
+               "accepted: %s", bad[i].text);
+        CHECK(a == NULL);
+        CHECK_STR_HAS(err.msg, "s.csv");
+        CHECK_STR_HAS(err.msg, bad[i].says);
+    }
+    /* comms of PyTorch's lowered form are skipped: the transfers are derived */
+    const char *comms = "0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n";
+    rp_sim_actions *a;
+    rp_error err;
+    CHECK_OK(rp_sim_actions_parse(comms, strlen(comms), "c.csv", &a, &err), err);
+    if (!test_failures)
+        rp_sim_actions_free(a);
+    /* a list that waits for ever: rank 1 wants micro-batch 1 first, rank 0
+    ** waits for micro-batch 0's gradient, which rank 1 sends only later */
+    const char *stuck = "0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n";
+    CHECK_OK(rp_sim_actions_parse(stuck, strlen(stuck), "stuck.csv", &a, &err), err);
+    if (test_failures)
+        return;
+    rp_config c = test_config("{\"micro_batch_size\": 1, \"layers_per_stage\": [1, 1]}");
+    rp_sim_options o = unit_options();
+    rp_sim_result r;
+    CHECK(rp_simulate_actions(&c, a, FW, BW, OUT, OUT, 2, &o, &r, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "waits for ever: rank 0 at 0B0, rank 1 at 1F1");
+    rp_sim_actions_free(a);
+}
+
+int main(void) {
+    zb1p();
+    dualpipev();
+    round_trip();
+    refused();
+    return test_finish("test_actions");
+}
