@@ -17,7 +17,8 @@
 #     replication, 2 servers x 2 machines), predicted with --cores N.
 # Prints predicted beside measured time per update, each error, and the
 # median and worst |error| of each set.
-# Usage: bench/cluster_vs_simulate.sh BUILD_DIR [ROUNDS]
+# Usage: bench/cluster_vs_simulate.sh BUILD_DIR [ROUNDS] [--no-put]
+# (--no-put leaves out set 1)
 default_rounds=3
 . "$(dirname "$0")/common.sh"
 if [ "$(id -u)" != 0 ]; then
@@ -112,7 +113,9 @@ run_set() { # title, cases, extra mpirun arguments...
   summarise "fitted links" <<<"$errors_fit"
   echo
 }
-run_set "2 ranks, one a core; btl_tcp_flags Open MPI's default (PUT on)" "$two" \
-  --mca btl_tcp_flags send,put,inplace,need-ack,need-csum,hetero-rdma
+if [ "${3:-}" != --no-put ]; then
+  run_set "2 ranks, one a core; btl_tcp_flags Open MPI's default (PUT on)" "$two" \
+    --mca btl_tcp_flags send,put,inplace,need-ack,need-csum,hetero-rdma
+fi
 run_set "2 ranks, one a core; repipe's TCP settings" "$two"
 run_set "3 and 4 ranks on $cores cores (simulate --cores $cores); repipe's TCP settings" "$shared"

@@ -77,7 +77,8 @@ for model in mlp cnn; do
     --latency "$lat" --backend mpi --objective engine --global-batch $N \
     --config-out "$tmp/plan.json" | grep -E "^  (one worker|data parallel|fastest)" | sed 's/^ */  planner: /'
   read -r pm lo hi <<<"$(measure "$tmp/plan.json" "$model")"
-  awk -v p="$pm" -v b="$best" -v n="$bestname" -v s="$spread" -v c="$(tr -d '\n' < "$tmp/plan.json")" 'BEGIN {
+  keys=$(tr -d '\n\t ' < "$tmp/plan.json" | grep -o '"\(micro_batch_size\|replication_factor\|gradient_accumulation_steps\|layers_per_stage\|stage_replication\|schedule\)":\(\[[^]]*\]\|[^,]*\)' | tr '\n' ' ')
+  awk -v p="$pm" -v b="$best" -v n="$bestname" -v s="$spread" -v c="$keys" 'BEGIN {
     printf "  the plan (%s): %.0f samples/s, %.2f of the grid'"'"'s fastest (%s, %.0f); runs of one configuration spread up to %.0f %%\n\n",
            c, p, p / b, n, b, 100 * s }'
 done

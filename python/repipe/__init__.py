@@ -98,7 +98,8 @@ class _AutoplanOptions(ctypes.Structure):
     _fields_ = [("num_levels", ctypes.c_int), ("machines", ctypes.c_int * _MAX_LEVELS),
                 ("bandwidth", ctypes.c_double * _MAX_LEVELS), ("global_batch", ctypes.c_longlong),
                 ("memory_size", ctypes.c_double), ("max_accumulation", ctypes.c_int),
-                ("min_micro_batch", ctypes.c_int), ("candidates", ctypes.c_int), ("cores", ctypes.c_int), ("polling", ctypes.c_bool)]
+                ("min_micro_batch", ctypes.c_int), ("candidates", ctypes.c_int), ("cores", ctypes.c_int),
+                ("latency", ctypes.c_double), ("polling", ctypes.c_bool)]
 
 
 class _Grouping(ctypes.Structure):
@@ -357,7 +358,8 @@ class Plan:
             self._prof = None
 
     def engine(self, global_batch=None, base=None, profile_batch=None, memory_size=0,
-               max_accumulation=64, cores=0, backend="local", min_micro_batch=1):
+               max_accumulation=64, cores=0, backend="local", min_micro_batch=1,
+               latency=2e-5):
         """The engine objective, as `repipe plan --objective engine --json` gives it: the
         configuration repipe's synchronous pipelines run fastest for global_batch samples per
         update, beside one worker, data parallelism, this plan run synchronously and the
@@ -371,7 +373,8 @@ class Plan:
         own, as repipe.torch.profile writes it, else base's micro_batch_size). global_batch
         defaults to base's samples per update, else profile_batch x the machines.
         min_micro_batch: the smallest micro-batch tried (a model with batchnorm wants its
-        statistics over more than a few samples)."""
+        statistics over more than a few samples). latency: seconds a message, as
+        `repipe plan --latency`."""
         cfg = Config._of(base)
         batch = profile_batch or _profile_micro_batch(self._prof) or (
             cfg.micro_batch_size if base is not None else 0)
@@ -393,6 +396,9 @@ class Plan:
         opts.max_accumulation, opts.cores = max_accumulation, cores
         opts.min_micro_batch = min_micro_batch
         opts.polling = backend == "mpi"
+        if not latency >= 0:
+            raise Error("Plan.engine: latency %r: expected seconds >= 0" % (latency,))
+        opts.latency = float(latency)
         profs = (ctypes.c_void_p * 1)(self._prof)
         batches = (ctypes.c_double * 1)(batch)
         out, err = ctypes.create_string_buffer(_autoplan_size()), _Err()
