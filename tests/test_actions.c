@@ -183,6 +183,7 @@ static void refused(void) {
         {"0F0,(0B0;zz)OVERLAP_F_B\n", "line 1, column 2"},
         {"\n,,\n", "no actions"},
         {"0F0,0B0\n2F0,2B0\n", "stage 1 has no actions"},
+        {"0F99999,0B99999\n", "at most 65536 micro-batches"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rp_sim_actions *a = (rp_sim_actions *)1;
