@@ -35,7 +35,8 @@ static rp_sim_options unit_options(void) {
     return o;
 }
 
-static rp_sim_actions *load(const char *file, char **text_out) {
+/* A fixture, parsed, with the ranks, stages and micro-batches it must have. */
+static rp_sim_actions *load(const char *file, int ranks, int stages, int mbs, char **text_out) {
     char path[1024], *text;
     size_t len;
     rp_error err;
@@ -46,6 +47,11 @@ static rp_sim_actions *load(const char *file, char **text_out) {
         return NULL;
     CHECK_OK(rp_sim_actions_parse(text, len, file, &a, &err), err);
     *text_out = text;
+    if (a) {
+        CHECK_INT(rp_sim_actions_ranks(a), ranks);
+        CHECK_INT(rp_sim_actions_stages(a), stages);
+        CHECK_INT(rp_sim_actions_micro_batches(a), mbs);
+    }
     return a;
 }
 
@@ -67,12 +73,9 @@ static int columns(const char *text) {
 ** bubble 1 / 49. */
 static void zb1p(void) {
     char *text = NULL;
-    rp_sim_actions *a = load("zb1p_2rank_2stagep_compute.csv", &text);
+    rp_sim_actions *a = load("zb1p_2rank_2stagep_compute.csv", 2, 4, 8, &text);
     if (!a)
         return;
-    CHECK_INT(rp_sim_actions_ranks(a), 2);
-    CHECK_INT(rp_sim_actions_stages(a), 4);
-    CHECK_INT(rp_sim_actions_micro_batches(a), 8);
     rp_config c = test_config("{\"micro_batch_size\": 1, \"layers_per_stage\": [1, 1, 1, 1]}");
     rp_sim_options o = unit_options();
     rp_sim_result r;
@@ -101,12 +104,9 @@ static void zb1p(void) {
 ** after the other here); the V's ends wait little, so the bubble is small. */
 static void dualpipev(void) {
     char *text = NULL;
-    rp_sim_actions *a = load("dualpipev_4rank_10mb.csv", &text);
+    rp_sim_actions *a = load("dualpipev_4rank_10mb.csv", 4, 8, 10, &text);
     if (!a)
         return;
-    CHECK_INT(rp_sim_actions_ranks(a), 4);
-    CHECK_INT(rp_sim_actions_stages(a), 8);
-    CHECK_INT(rp_sim_actions_micro_batches(a), 10);
     rp_config c = test_config("{\"micro_batch_size\": 1, \"layers_per_stage\": [1, 1, 1, 1, 1, "
                               "1, 1, 1]}");
     rp_sim_options o = unit_options();

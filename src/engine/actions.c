@@ -238,10 +238,13 @@ rp_status rp_sim_actions_parse(const char *text, size_t len, const char *name,
     if (!st && max_stage >= RP_MAX_STAGES)
         st = rp_fail(err, RP_ERR_INVALID, "%s: stage %d: at most %d stages", name, max_stage,
                      RP_MAX_STAGES);
-    if (!st && ((long long)max_mb + 1 > 65536 || ((long long)max_stage + 1) * (max_mb + 1) > 1 << 22))
+    long long pairs = ((long long)max_stage + 1) * ((long long)max_mb + 1);
+    if (!st && (max_mb >= 65536 || pairs > 1 << 22))
         st = rp_fail(err, RP_ERR_INVALID, "%s: micro-batch %d on %d stages: at most 65536 "
                      "micro-batches and 4194304 (stage, micro-batch) pairs", name, max_mb,
                      max_stage + 1);
+    while (!st && a->ranks > 1 && a->count[a->ranks - 1] == 0) /* blank lines at the end */
+        free(a->list[--a->ranks]), a->list[a->ranks] = NULL;
     if (!st) {
         a->stages = max_stage + 1, a->micro_batches = max_mb + 1;
         st = check(a, name, err);
