@@ -160,6 +160,8 @@ static int simulate_csv(const cli_cmd *cmd, const char *path, const rp_config *c
     if (svg && rp_sim_svg(&res, path, svg, &err)) {
         cli_error(cmd, "%s", err.msg);
         rc = 1;
+    } else if (svg) {
+        fprintf(txt, "timeline written to %s\n", svg);
     }
     if (!rc && json && !write_json(cmd, json, &res, cfg, 0))
         rc = 1;
