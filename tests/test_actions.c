@@ -168,6 +168,53 @@ static void round_trip(void) {
     CHECK_STR_HAS(err.msg, "replication_factor");
 }
 
+/* Megatron-LM's interleaved 1F1B, made here and played with unit chunks:
+** its bubble is (P - 1) / (v m + P - 1) (the paper's (P - 1) / v of one
+** micro-batch through a rank), its time 3 v m + 3 (P - 1) ms; and it asks
+** for micro-batches in multiples of the ranks. */
+static void interleaved(void) {
+    static const int cases[][3] = {{4, 2, 8}, {4, 2, 16}, {4, 4, 8}, {2, 2, 4}, {2, 4, 8}};
+    static double fw[32], bw[32], half[32], out[32];
+    for (int i = 0; i < 32; i++)
+        fw[i] = 1, bw[i] = 2, half[i] = 1, out[i] = 4;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int P = cases[i][0], v = cases[i][1], m = cases[i][2], S = P * v;
+        char json[256], *csv = NULL;
+        int at = snprintf(json, sizeof json, "{\"micro_batch_size\": 1, \"layers_per_stage\": [");
+        for (int s = 0; s < S; s++)
+            at += snprintf(json + at, sizeof json - at, "%s1", s ? ", " : "");
+        snprintf(json + at, sizeof json - at, "]}");
+        rp_config c = test_config(json);
+        rp_sim_options o = unit_options();
+        o.machines[0] = S;
+        o.bwd_input_ms = half, o.bwd_weight_ms = half;
+        rp_sim_actions *a = NULL;
+        rp_sim_result r;
+        rp_error err;
+        CHECK_OK(rp_schedule_csv_interleaved(P, v, m, &csv, &err), err);
+        if (test_failures)
+            return;
+        CHECK_OK(rp_sim_actions_parse(csv, strlen(csv), "interleaved", &a, &err), err);
+        if (test_failures)
+            return;
+        CHECK_INT(rp_sim_actions_ranks(a), P);
+        CHECK_INT(rp_sim_actions_stages(a), S);
+        CHECK_OK(rp_simulate_actions(&c, a, fw, bw, out, out, S, &o, &r, &err), err);
+        if (test_failures)
+            return;
+        CHECK_CLOSE(r.bubble_fraction, (P - 1.0) / (v * m + P - 1), 1e-12);
+        CHECK_CLOSE(r.update_time, (3.0 * v * m + 3.0 * (P - 1)) * 1e-3, 1e-12);
+        rp_sim_result_free(&r);
+        rp_sim_actions_free(a);
+        free(csv);
+    }
+    char *csv;
+    rp_error err;
+    CHECK(rp_schedule_csv_interleaved(4, 2, 6, &csv, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "a multiple of the ranks");
+    CHECK(rp_schedule_csv_interleaved(4, 1, 8, &csv, &err) == RP_ERR_INVALID);
+}
+
 /* What the checks refuse, each with its line. */
 static void refused(void) {
     static const struct {
@@ -219,6 +266,7 @@ int main(void) {
     zb1p();
     dualpipev();
     round_trip();
+    interleaved();
     refused();
     return test_finish("test_actions");
 }

@@ -28,6 +28,7 @@ enum {
     OPT_POD_TYPE,
     OPT_SCHEDULE_CSV,
     OPT_WRITE_SCHEDULE_CSV,
+    OPT_VIRTUAL_STAGES,
 };
 
 static const cli_opt OPTS[] = {
@@ -46,6 +47,7 @@ static const cli_opt OPTS[] = {
     [OPT_POD_TYPE] = {"pod-type", 0, "POD", "an IPUConfig of Optimum Graphcore 0.2.1-0.6.0: the pod type (pod4, pod16, ...) whose values to take [the file's pod_type, else \"default\"]"},
     [OPT_SCHEDULE_CSV] = {"schedule-csv", 0, "FILE", "predict this schedule instead: each rank's actions in PyTorch's pipelining CSV form (2F0, 1I3, 0W3, ...), a rank per line; layers_per_stage gives every stage"},
     [OPT_WRITE_SCHEDULE_CSV] = {"write-schedule-csv", 0, "FILE", "write the configuration's schedule in that form"},
+    [OPT_VIRTUAL_STAGES] = {"virtual-stages", 0, "V", "predict interleaved 1F1B instead (Megatron-LM's): layers_per_stage's P x V stages on P ranks, V each, over GA micro-batches"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -125,18 +127,19 @@ static bool write_json(const cli_cmd *cmd, const char *path, const rp_sim_result
 }
 
 /* --schedule-csv: the file's actions, checked and played; what it prints. */
-static int simulate_csv(const cli_cmd *cmd, const char *path, const rp_config *cfg,
-                        const double *fw, const double *bw, const double *ob, const double *pb,
-                        int L, const rp_sim_options *opt, const char *svg, const char *json) {
-    char *text = NULL;
-    size_t len;
+static int simulate_csv(const cli_cmd *cmd, const char *path, const char *text,
+                        const rp_config *cfg, const double *fw, const double *bw,
+                        const double *ob, const double *pb, int L, const rp_sim_options *opt,
+                        const char *svg, const char *json) {
     rp_error err;
     rp_sim_actions *a = NULL;
     rp_sim_result res;
-    rp_status st = rp_read_file(path, &text, &len, &err);
+    char *read = NULL;
+    size_t len = text ? strlen(text) : 0;
+    rp_status st = text ? RP_OK : rp_read_file(path, &read, &len, &err);
     if (!st)
-        st = rp_sim_actions_parse(text, len, path, &a, &err);
-    free(text);
+        st = rp_sim_actions_parse(text ? text : read, len, path, &a, &err);
+    free(read);
     if (!st)
         st = rp_simulate_actions(cfg, a, fw, bw, ob, pb, L, opt, &res, &err);
     if (st) {
@@ -174,7 +177,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *config_path = NULL, *profile_path = NULL, *svg = NULL, *model = NULL;
     const char *pod_type = NULL;
     const char *plan = NULL, *json = NULL, *csv_in = NULL, *csv_out = NULL;
-    long long pbatch = 0, cores = 0;
+    long long pbatch = 0, cores = 0, virtual_stages = 0;
+    char *interleaved = NULL; /* --virtual-stages: the schedule made */
     rp_sim_options opt;
     rp_sim_options_default(&opt);
     int nbw = 0;
@@ -196,6 +200,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         case OPT_POD_TYPE: pod_type = arg; break;
         case OPT_SCHEDULE_CSV: csv_in = arg; break;
         case OPT_WRITE_SCHEDULE_CSV: csv_out = arg; break;
+        case OPT_VIRTUAL_STAGES:
+            if (!cli_int("virtual-stages", arg, 2, 256, &virtual_stages))
+                return 2;
+            break;
         case OPT_PROFILE_BATCH:
             if (!cli_int("profile-batch", arg, 1, 1 << 20, &pbatch))
                 return 2;
@@ -299,11 +307,28 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     opt.cores = (int)cores;
     opt.cut_bytes = cut; /* a graph's cuts carry every tensor alive there */
     opt.bwd_input_ms = bi, opt.bwd_weight_ms = bwt; /* the zero-bubble schedules' halves */
+    if (virtual_stages && csv_in) {
+        cli_error(cmd, "--virtual-stages makes the schedule; --schedule-csv reads one: give one");
+        goto done;
+    }
+    if (virtual_stages) {
+        if (d.stages % virtual_stages) {
+            cli_error(cmd, "--virtual-stages %lld: the configuration's %d stages are not a "
+                           "multiple of it", virtual_stages, d.stages);
+            goto done;
+        }
+        if (rp_schedule_csv_interleaved(d.stages / (int)virtual_stages, (int)virtual_stages,
+                                        cfg.gradient_accumulation_steps, &interleaved, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
+    }
     if (csv_out) {
         char *csv = NULL;
-        rp_status st = rp_schedule_csv(&cfg, &csv, &err);
+        rp_status st = interleaved ? RP_OK : rp_schedule_csv(&cfg, &csv, &err);
+        const char *text = interleaved ? interleaved : csv;
         if (!st)
-            st = rp_write_file_atomic(csv_out, csv, strlen(csv), &err);
+            st = rp_write_file_atomic(csv_out, text, strlen(text), &err);
         free(csv);
         if (st) {
             cli_error(cmd, "%s", err.msg);
@@ -312,8 +337,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         fprintf(json && strcmp(json, "-") == 0 ? stderr : stdout,
                 "%s's schedule written to %s, a rank a line\n", config_path, csv_out);
     }
-    if (csv_in) {
-        rc = simulate_csv(cmd, csv_in, &cfg, fw, bw, ob, pb, L, &opt, svg, json);
+    if (csv_in || interleaved) {
+        rc = simulate_csv(cmd, csv_in ? csv_in : "interleaved 1F1B", interleaved, &cfg, fw, bw,
+                          ob, pb, L, &opt, svg, json);
         goto done;
     }
     rp_sim_result res;
@@ -379,6 +405,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_sim_result_free(&res);
 done:
     free(fw), free(bw), free(ob), free(pb), free(cut), free(node), free(bi), free(bwt);
+    free(interleaved);
     rp_profile_free(p);
     return rc;
 }

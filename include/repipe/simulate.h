@@ -121,6 +121,11 @@ rp_status rp_simulate_actions(const rp_config *cfg, const rp_sim_actions *a,
 ** one update) in that CSV form; the caller frees *out with free(). */
 rp_status rp_schedule_csv(const rp_config *cfg, char **out, rp_error *err);
 
+/* Megatron-LM's interleaved 1F1B for P ranks of v chunks each (rank r holds
+** stages c P + r) over m micro-batches (a multiple of P), in that CSV form;
+** the caller frees *out with free(). */
+rp_status rp_schedule_csv_interleaved(int P, int v, int m, char **out, rp_error *err);
+
 /* The timeline as SVG: one row per worker, forwards, backwards, reductions
 ** and steps as boxes labelled with their micro-batch, and under them the
 ** micro-batches the worker holds in flight, so that the fill shows. */

@@ -436,3 +436,43 @@ rp_status rp_schedule_csv(const rp_config *cfg, char **out, rp_error *err) {
     *out = s;
     return RP_OK;
 }
+
+/* Megatron-LM's interleaved 1F1B (Narayanan et al., SC'21): rank r holds
+** chunks c = 0 .. v-1 as stages c P + r. The micro-batches go through the
+** chunks in groups of P: the k-th forward of a rank is chunk (k / P) mod v
+** of micro-batch (k / (P v)) P + k mod P, the k-th backward the same with
+** the chunks in reverse. A rank runs (P - r - 1) 2 + (v - 1) P forwards
+** first, then one forward and one backward in turn, then the backwards
+** left. Its bubble is (P - 1) / v of one micro-batch's forward and
+** backward through the rank's chunks. */
+rp_status rp_schedule_csv_interleaved(int P, int v, int m, char **out, rp_error *err) {
+    *out = NULL;
+    if (P < 1 || v < 2 || m < 1 || (long long)P * v > RP_MAX_STAGES || m % P || m > 65536)
+        return rp_fail(err, RP_ERR_INVALID, "interleaved 1F1B: %d ranks, %d chunks a rank, %d "
+                       "micro-batches: needs 2 chunks or more, at most %d stages, and "
+                       "micro-batches a multiple of the ranks", P, v, m, RP_MAX_STAGES);
+    int total = m * v;
+    size_t cap = (size_t)P * total * 2 * 16 + 2 * (size_t)P + 1, n = 0;
+    char *s = malloc(cap);
+    if (!s)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    for (int r = 0; r < P; r++) {
+        int warmup = (P - r - 1) * 2 + (v - 1) * P;
+        warmup = warmup < total ? warmup : total;
+        int f = 0, b = 0; /* forwards and backwards written */
+        for (int step = 0; f < total || b < total; step++) {
+            /* warm-up forwards, then a forward whenever the backwards have caught up */
+            bool fwd = f < total && (f < warmup || f - warmup == b);
+            int k = fwd ? f++ : b++;
+            int chunk = (k / P) % v, mb = (k / (P * v)) * P + k % P;
+            if (!fwd)
+                chunk = v - 1 - chunk;
+            n += (size_t)snprintf(s + n, cap - n, "%s%d%c%d", step ? "," : "", chunk * P + r,
+                                  fwd ? 'F' : 'B', mb);
+        }
+        s[n++] = '\n';
+    }
+    s[n] = '\0';
+    *out = s;
+    return RP_OK;
+}
