@@ -30,7 +30,7 @@ typedef struct action {
 } action;
 
 struct rp_sim_actions {
-    int ranks, stages, micro_batches;
+    int ranks, stages, micro_batches; /* while parsing: the largest stage and micro-batch seen */
     int *count;      /* actions per rank */
     action **list;   /* per rank, in order */
     int *rank_of;    /* per stage */
@@ -91,6 +91,8 @@ static bool is_comm(const char *s, size_t n) {
 }
 
 static rp_status push(rp_sim_actions *a, int r, int *cap, action x, rp_error *err) {
+    a->stages = x.stage > a->stages ? x.stage : a->stages;
+    a->micro_batches = x.mb > a->micro_batches ? x.mb : a->micro_batches;
     if (a->count[r] == *cap) {
         int nc = *cap ? 2 * *cap : 64;
         action *nl = realloc(a->list[r], sizeof(action) * nc);
@@ -179,7 +181,7 @@ rp_status rp_sim_actions_parse(const char *text, size_t len, const char *name,
     int *cap = calloc(lines ? lines : 1, sizeof(int));
     rp_status st = !a->count || !a->list || !cap ? rp_fail(err, RP_ERR_NOMEM, "out of memory")
                                                  : RP_OK;
-    int max_stage = -1, max_mb = -1;
+    a->stages = a->micro_batches = -1; /* the largest seen, until the end */
     size_t at = 0;
     for (int r = 0; !st && at < len; r++) {
         size_t end = at;
@@ -213,9 +215,6 @@ rp_status rp_sim_actions_parse(const char *text, size_t len, const char *name,
                                      "an action of the form 2F0", name, r + 1, col, (int)n, cell);
                     else
                         st = push(a, r, &cap[r], x, err);
-                    if (!st)
-                        max_stage = x.stage > max_stage ? x.stage : max_stage,
-                        max_mb = x.mb > max_mb ? x.mb : max_mb;
                     s0 = s1 + 1;
                 }
             } else {
@@ -224,15 +223,15 @@ rp_status rp_sim_actions_parse(const char *text, size_t len, const char *name,
                     st = rp_fail(err, RP_ERR_PARSE, "%s: line %d, column %zu: '%.*s' is not an "
                                  "action (stage, F, B, I or W, micro-batch: 2F0, 1I3)", name,
                                  r + 1, col, (int)(n < 40 ? n : 40), cell);
-                else if ((st = push(a, r, &cap[r], x, err)) == RP_OK)
-                    max_stage = x.stage > max_stage ? x.stage : max_stage,
-                    max_mb = x.mb > max_mb ? x.mb : max_mb;
+                else
+                    st = push(a, r, &cap[r], x, err);
             }
             c0 = c1 + 1;
         }
         at = end + 1;
     }
     free(cap);
+    int max_stage = a->stages, max_mb = a->micro_batches;
     if (!st && max_stage < 0)
         st = rp_fail(err, RP_ERR_PARSE, "%s: no actions (one line per rank: 0F0,0F1,...)", name);
     if (!st && max_stage >= RP_MAX_STAGES)
@@ -255,6 +254,12 @@ rp_status rp_sim_actions_parse(const char *text, size_t len, const char *name,
     }
     *out = a;
     return RP_OK;
+}
+
+/* A message's time from stage s to its neighbour t: none on one rank. */
+static double hop(const rp_sim_actions *a, const rpi_cluster *net, int s, int t, double bytes) {
+    int rs = a->rank_of[s], rt = a->rank_of[t];
+    return rs == rt ? 0 : net->latency + bytes / net->bw[rpi_level_of(net, rs, rt)];
 }
 
 rp_status rp_simulate_actions(const rp_config *cfg, const rp_sim_actions *a,
@@ -299,11 +304,6 @@ rp_status rp_simulate_actions(const rp_config *cfg, const rp_sim_actions *a,
         res->stage_of[r] = S;
     for (int s = S - 1; s >= 0; s--)
         res->stage_of[a->rank_of[s]] = s;
-    /* A transfer's time from stage s to its neighbour t: none on one rank. */
-#define HOP(s, t, bytes)                                                                      \
-    (a->rank_of[s] == a->rank_of[t]                                                           \
-         ? 0                                                                                  \
-         : net.latency + (bytes) / net.bw[rpi_level_of(&net, a->rank_of[s], a->rank_of[t])])
     double end = 0;
     for (bool moved = true; moved;) {
         moved = false;
@@ -318,7 +318,7 @@ rp_status rp_simulate_actions(const rp_config *cfg, const rp_sim_actions *a,
                         double d = done_f[k - M];
                         if (d < 0)
                             break;
-                        d += HOP(x.stage - 1, x.stage, c.act[x.stage - 1]);
+                        d += hop(a, &net, x.stage - 1, x.stage, c.act[x.stage - 1]);
                         ready = d > ready ? d : ready;
                     }
                     t = c.f[x.stage];
@@ -334,7 +334,7 @@ rp_status rp_simulate_actions(const rp_config *cfg, const rp_sim_actions *a,
                     if (d < 0)
                         break;
                     if (x.stage < S - 1)
-                        d += HOP(x.stage + 1, x.stage, c.act[x.stage]);
+                        d += hop(a, &net, x.stage + 1, x.stage, c.act[x.stage]);
                     ready = d > ready ? d : ready;
                     bool split = a->split[k];
                     t = split ? c.bi[x.stage] : c.b[x.stage];
@@ -356,7 +356,6 @@ rp_status rp_simulate_actions(const rp_config *cfg, const rp_sim_actions *a,
             }
         }
     }
-#undef HOP
     for (int r = 0; r < R && !st; r++)
         if (pc[r] < a->count[r]) {
             char what[512];

@@ -211,7 +211,7 @@ void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const 
                           const double *param_bytes, int num_layers, const rp_sim_options *opt,
                           rpi_stage_costs *c) {
     double pbatch = opt->profile_batch > 0 ? opt->profile_batch : cfg->micro_batch_size;
-    double per_mb = cfg->micro_batch_size / pbatch;
+    double per_mb = c->per_mb = cfg->micro_batch_size / pbatch;
     /* fp16 exchange halves what crosses between workers: activations and
     ** their gradients */
     double wire = cfg->fp16_exchange ? 0.5 : 1.0;
@@ -261,8 +261,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     rpi_stage_costs_make(cfg, counts, P, fwd_ms, bwd_ms, out_bytes, param_bytes, num_layers, opt,
                          &c);
     const double *tf = c.f, *tb = c.b, *ti = c.bi, *tw = c.bw, *act = c.act, *par = c.par;
-    double pbatch = opt->profile_batch > 0 ? opt->profile_batch : cfg->micro_batch_size;
-    double per_mb = cfg->micro_batch_size / pbatch;
+    double per_mb = c.per_mb;
     double membw = opt->memory_bandwidth > 0 ? opt->memory_bandwidth : 1e10;
     /* fp16 exchange halves the replicas' sums too (a sharded reduction stays fp32) */
     double wire_sum = cfg->fp16_exchange && !cfg->replicated_tensor_sharding ? 0.5 : 1.0;
