@@ -210,6 +210,11 @@ static void interleaved(void) {
     }
     char *csv;
     rp_error err;
+    /* as many micro-batches as ranks: every forward first, on every rank */
+    CHECK_OK(rp_schedule_csv_interleaved(2, 2, 2, &csv, &err), err);
+    if (!test_failures)
+        CHECK_STR_HAS(csv, "0F0,0F1,2F0,2F1,2B0,2B1,0B0,0B1\n1F0,1F1,3F0,3F1,3B0,3B1,1B0,1B1\n");
+    free(csv);
     CHECK(rp_schedule_csv_interleaved(4, 2, 6, &csv, &err) == RP_ERR_INVALID);
     CHECK_STR_HAS(err.msg, "a multiple of the ranks");
     CHECK(rp_schedule_csv_interleaved(4, 1, 8, &csv, &err) == RP_ERR_INVALID);

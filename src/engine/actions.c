@@ -441,9 +441,11 @@ rp_status rp_schedule_csv(const rp_config *cfg, char **out, rp_error *err) {
 ** chunks in groups of P: the k-th forward of a rank is chunk (k / P) mod v
 ** of micro-batch (k / (P v)) P + k mod P, the k-th backward the same with
 ** the chunks in reverse. A rank runs (P - r - 1) 2 + (v - 1) P forwards
-** first, then one forward and one backward in turn, then the backwards
-** left. Its bubble is (P - 1) / v of one micro-batch's forward and
-** backward through the rank's chunks. */
+** first (every forward when m = P), then one forward and one backward in
+** turn, then the backwards left. Its bubble is (P - 1) / v of one
+** micro-batch's forward and backward through the rank's chunks. As
+** forward_backward_pipelining_with_interleaving in Megatron-LM's
+** megatron/core/pipeline_parallel/schedules.py orders them. */
 rp_status rp_schedule_csv_interleaved(int P, int v, int m, char **out, rp_error *err) {
     *out = NULL;
     if (P < 1 || v < 2 || m < 1 || (long long)P * v > RP_MAX_STAGES || m % P || m > 65536)
@@ -456,7 +458,7 @@ rp_status rp_schedule_csv_interleaved(int P, int v, int m, char **out, rp_error 
     if (!s)
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     for (int r = 0; r < P; r++) {
-        int warmup = (P - r - 1) * 2 + (v - 1) * P;
+        int warmup = m == P ? total : (P - r - 1) * 2 + (v - 1) * P;
         warmup = warmup < total ? warmup : total;
         int f = 0, b = 0; /* forwards and backwards written */
         for (int step = 0; f < total || b < total; step++) {
