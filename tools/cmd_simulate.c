@@ -116,13 +116,17 @@ static bool write_json(const cli_cmd *cmd, const char *path, const rp_sim_result
         char *brace = strrchr(text, '}');
         snprintf(brace, 64, ",\n\t\"measured_seconds_per_update\":\t%.9g\n}\n", measured);
     }
-    FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
-    bool ok = f && fputs(text, f) >= 0;
-    if (f && f != stdout)
-        ok = fclose(f) == 0 && ok;
+    bool ok = true;
+    if (strcmp(path, "-") == 0) {
+        ok = fputs(text, stdout) >= 0;
+        if (!ok)
+            cli_error(cmd, "standard output: cannot write");
+    } else if (rp_write_file_atomic(path, text, strlen(text), &err)) {
+        /* a new file or the old one whole, never half of either (a full disk, a crash) */
+        cli_error(cmd, "%s", err.msg);
+        ok = false;
+    }
     free(text);
-    if (!ok)
-        cli_error(cmd, "%s: cannot write", path);
     return ok;
 }
 
