@@ -3,11 +3,14 @@
 (4 blocks, C 128, 8 query heads on 2 key/value heads, rotary embeddings, SwiGLU, RMSNorm,
 T 64, bytes), and the same model written here in PyTorch from the public architecture (Meta's
 LLaMA: rotary pairs as complex numbers, key/value heads repeated for their query heads).
-Both start from repipe's initial weights and take the same 10 AdamW updates on the same
-micro-batches of the KJV text; prints both sides' losses and their largest difference.
+Both start from repipe's initial weights (exported under Meta's names, loaded with
+load_state_dict), or with --from-torch from PyTorch's (its state_dict written as safetensors and
+imported), and take the same 10 AdamW updates on the same micro-batches of the KJV text; prints
+both sides' losses and their largest difference.
 
     PYTHONPATH=python REPIPE_LIBRARY=build/librepipe.so /usr/bin/python3 bench/llama_vs_torch.py \\
         [--text /usr/share/bible-kjv/...]   (default: the demo's build/kjv-train.txt)
+        [--from-torch [--seed S]]
 """
 import argparse
 import os
@@ -40,53 +43,58 @@ def rope(x, theta=10000.0):  # x: (B, T, heads, hs)
     return torch.view_as_real(z * cis.view(1, t, 1, HS // 2)).flatten(-2).float()
 
 
-class Block(nn.Module):
+class Attention(nn.Module):
     def __init__(s):
         super().__init__()
-        s.norm1, s.qkv = RMSNorm(C), nn.Linear(C, (H + 2 * K) * HS, bias=False)
-        s.o, s.norm2 = nn.Linear(H * HS, C, bias=False), RMSNorm(C)
-        s.w1, s.w3, s.w2 = (nn.Linear(C, M, bias=False), nn.Linear(C, M, bias=False),
-                            nn.Linear(M, C, bias=False))
+        s.wq, s.wk = nn.Linear(C, H * HS, bias=False), nn.Linear(C, K * HS, bias=False)
+        s.wv, s.wo = nn.Linear(C, K * HS, bias=False), nn.Linear(H * HS, C, bias=False)
 
     def forward(s, x):
         B = x.shape[0]
-        f = s.qkv(s.norm1(x))
-        q = rope(f[..., :H * HS].reshape(B, T, H, HS))
-        k = rope(f[..., H * HS:(H + K) * HS].reshape(B, T, K, HS))
-        v = f[..., (H + K) * HS:].reshape(B, T, K, HS)
+        q, k = rope(s.wq(x).reshape(B, T, H, HS)), rope(s.wk(x).reshape(B, T, K, HS))
+        v = s.wv(x).reshape(B, T, K, HS)
         k, v = (a.repeat_interleave(H // K, dim=2) for a in (k, v))
         q, k, v = (a.transpose(1, 2) for a in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / HS ** 0.5
         att = att.masked_fill(torch.tril(torch.ones(T, T)) == 0, float("-inf")).softmax(-1)
-        x = x + s.o((att @ v).transpose(1, 2).reshape(B, T, H * HS))
-        n = s.norm2(x)
-        return x + s.w2(nn.functional.silu(s.w1(n)) * s.w3(n))
+        return s.wo((att @ v).transpose(1, 2).reshape(B, T, H * HS))
+
+
+class FeedForward(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.w1, s.w2, s.w3 = (nn.Linear(C, M, bias=False), nn.Linear(M, C, bias=False),
+                            nn.Linear(C, M, bias=False))
+
+    def forward(s, x):
+        return s.w2(nn.functional.silu(s.w1(x)) * s.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.attention, s.feed_forward = Attention(), FeedForward()
+        s.attention_norm, s.ffn_norm = RMSNorm(C), RMSNorm(C)
+
+    def forward(s, x):
+        h = x + s.attention(s.attention_norm(x))
+        return h + s.feed_forward(s.ffn_norm(h))
 
 
 class Llama(nn.Module):
+    """Meta's module names (llama/model.py), so that its state_dict is Meta's."""
+
     def __init__(s):
         super().__init__()
-        s.emb = nn.Embedding(V, C)
-        s.blocks = nn.ModuleList(Block() for _ in range(BLOCKS))
-        s.norm, s.head = RMSNorm(C), nn.Linear(C, V, bias=False)
+        s.tok_embeddings = nn.Embedding(V, C)
+        s.layers = nn.ModuleList(Block() for _ in range(BLOCKS))
+        s.norm, s.output = RMSNorm(C), nn.Linear(C, V, bias=False)
 
     def forward(s, x):
-        x = s.emb(x)
-        for b in s.blocks:
-            x = b(x)
-        return s.head(s.norm(x))
-
-    def load(s, w):
-        """repipe's weights by layer number: the embedding is layer 0, each block 12 lines."""
-        with torch.no_grad():
-            s.emb.weight.copy_(torch.from_numpy(w["0.weight"]))
-            for i, b in enumerate(s.blocks):
-                at = 1 + 12 * i
-                for off, mod in ((0, b.norm1), (1, b.qkv), (3, b.o), (5, b.norm2), (6, b.w1),
-                                 (8, b.w3), (10, b.w2)):
-                    mod.weight.copy_(torch.from_numpy(w["%d.weight" % (at + off)]))
-            s.norm.weight.copy_(torch.from_numpy(w["%d.weight" % (1 + 12 * BLOCKS)]))
-            s.head.weight.copy_(torch.from_numpy(w["%d.weight" % (2 + 12 * BLOCKS)]))
+        h = s.tok_embeddings(x)
+        for layer in s.layers:
+            h = layer(h)
+        return s.output(s.norm(h))
 
 
 def main():
@@ -94,6 +102,12 @@ def main():
     ap.add_argument("--text", default=os.path.join(HERE, "..", "build", "kjv-train.txt"))
     ap.add_argument("--updates", type=int, default=10)
     ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--from-torch", action="store_true",
+                    help="start both from PyTorch's initial weights (written as safetensors "
+                         "under Meta's names and imported), not repipe's")
+    ap.add_argument("--seed", type=int, default=0, help="PyTorch's, for --from-torch [0]")
+    ap.add_argument("--dir", default=os.path.join(HERE, "..", "build"),
+                    help="where --from-torch writes its safetensors file [build]")
     ap.add_argument("--write-refs", metavar="FILE",
                     help="also write the windows and PyTorch's losses for tests/test_llama.c")
     a = ap.parse_args()
@@ -106,14 +120,23 @@ def main():
     opt = {"type": "adamw", "lr": 0.003, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
            "weight_decay": 0.0}
     model = repipe.Model.load(os.path.join(HERE, "..", "examples", "llama-kjv.model"))
+    torch.manual_seed(a.seed)
+    torch_model = Llama()
     ours = []
     with repipe.Session(model, repipe.Config(micro_batch_size=B, optimizer=opt)) as s:
-        init = s.weights()
+        if a.from_torch:  # PyTorch's initial weights, through a safetensors file
+            path = os.path.join(a.dir, "llama-torch.safetensors")
+            repipe.save_weights(path, {k: v.numpy() for k, v in
+                                       torch_model.state_dict().items()})
+            s.set_weights(repipe.from_meta_llama(model, repipe.load_weights(path)))
+            print("both from PyTorch's initial weights (seed %d), through %s" % (a.seed, path))
+        else:  # repipe's, under Meta's names
+            torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in
+                                         repipe.to_meta_llama(model, s.weights()).items()})
+            print("both from repipe's initial weights (seed 0)")
         for u in range(U):
             ours.append(float(np.asarray(s.run(xs[u * B:(u + 1) * B],
                                                ys[u * B:(u + 1) * B])).mean()))
-    torch_model = Llama()
-    torch_model.load(init)
     adam = torch.optim.AdamW(torch_model.parameters(), lr=0.003, betas=(0.9, 0.999), eps=1e-8,
                              weight_decay=0.0)
     theirs = []

@@ -328,6 +328,22 @@ for layout in '"micro_batch_size": 4' \
          END { print (n == 10 ? w : 1) }')
   if awk -v w="$worst" 'BEGIN { exit !(w <= 1e-4) }'; then ok; else bad "llm.c losses ($layout): off by $worst"; fi
 done
+# PyTorch's LLaMA state_dict (safetensors, Meta's names) into a repipe model and back: the
+# same bytes as the file PyTorch's side wrote; under repipe's names it loads directly
+fx="$src/tests/fixtures/llama"
+"$bin" weights import-safetensors "$fx/tiny.safetensors" --model "$fx/tiny.model" --out "$tmp/tiny.rpw" > /dev/null
+"$bin" weights export-safetensors "$tmp/tiny.rpw" --model "$fx/tiny.model" --out "$tmp/tiny.safetensors" \
+  --names meta > /dev/null
+if cmp -s "$fx/tiny.safetensors" "$tmp/tiny.safetensors"; then ok; else bad "export-safetensors --names meta does not give back the file"; fi
+"$bin" weights export-safetensors "$tmp/tiny.rpw" --model "$fx/tiny.model" --out "$tmp/tiny-rp.safetensors" > /dev/null
+expect_grep "compare a weight file with its safetensors" "^same: 0 tensors outside" -- "$bin" weights compare \
+  "$tmp/tiny.rpw" "$tmp/tiny-rp.safetensors" --rtol 0
+expect_fail "Meta's names into a GPT" 1 "not a LLaMA-family model in Meta's layout" -- "$bin" weights \
+  import-safetensors "$fx/tiny.safetensors" --model "$tmp/lm.model" --out "$tmp/no.rpw"
+expect_fail "an integer tensor" 1 "tensor 'B' is U8; repipe reads F32, F16, BF16 and F64" -- "$bin" weights \
+  show "$src/tests/fixtures/safetensors/overall.safetensors"
+if [ ! -e "$tmp/no.rpw" ]; then ok; else bad "a refused import wrote its --out"; fi
+
 # PipeDream's schedules: the memory table says what its parameters hold; vertical sync
 # belongs to pipedream
 printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [3, -1], "schedule": "pipedream", "pipedream_vertical_sync": true}\n' > "$tmp/pd.json"

@@ -10,13 +10,17 @@
 **
 ** The reference is PyTorch in float64. This network is ill-conditioned at
 ** 28 x 28 (its last blocks normalise 1 x 1 planes over a micro-batch, 4 or
-** 16 values a channel), and PyTorch's own float32 run leaves its float64
-** one by 6e-5 at the second update and 2e-2 by the tenth (1.1 with
-** micro-batches of 4; the DenseNet's within 3e-7): each loss must be
-** within 1e-4 of float64 PyTorch, or
-** no further from it than twice the furthest PyTorch's float32 run has been
-** so far. (Even the first update's forwards, before any step, differ by
-** 4e-5 between PyTorch's float32 and float64 with micro-batches of 4.)
+** 16 values a channel): float32 rounding alone moves its losses, and by how
+** much depends on where the rounding falls. make_resnet_refs.py measures
+** it: per loss, the furthest from float64 that PyTorch's float32 came, in
+** its plain run and in 8 from starts one float32 step away (the spread:
+** 2e-6 at the first loss, 1.7e-2 at the second and 0.66 by the fifth with
+** micro-batches of 16; the DenseNet's within 3e-7). Each loss must be
+** within 1e-4 of float64 PyTorch, or no further from it than twice the
+** largest spread so far. (One float32 run is no bound for another: with
+** OpenBLAS's Haswell kernels repipe's second loss leaves float64 by 1.7e-2,
+** as two of PyTorch's nudged runs do, where PyTorch's plain run stays
+** within 6e-5.)
 ** Weights come from the integer formula both sides compute.
 **
 **   test_resnet DIR    DIR holding resnet18.model, densenet.model, their
@@ -55,9 +59,10 @@ static void initial(const rp_model *m, float *params) {
 }
 
 /* Trains and compares the per-micro-batch losses with PyTorch's float64
-** (want) and float32 (f32) ones, UPDATES x PER_UPDATE / micro of each. */
+** ones (want) within float32's spread about them (spread), UPDATES x
+** PER_UPDATE / micro of each. */
 static void recipe(const rp_model *m, const rp_dataset *d, const char *json, const float *want,
-                   const float *f32, int micro) {
+                   const float *spread, int micro) {
     rp_config c = test_config(json);
     rp_session *s;
     rp_error err;
@@ -68,7 +73,7 @@ static void recipe(const rp_model *m, const rp_dataset *d, const char *json, con
     CHECK_OK(rp_weights_from_params(m, params, &w, &err), err);
     CHECK_OK(rp_session_set_weights(s, w, RP_ONE_PER_GROUP, &err), err);
     int per_update = PER_UPDATE / micro, bad = 0, n = 0;
-    double worst = 0, worst_f32 = 0;
+    double worst = 0, widest = 0;
     for (int u = 0; u < UPDATES; u++) {
         int64_t ids[PER_UPDATE];
         for (int k = 0; k < PER_UPDATE; k++)
@@ -79,21 +84,22 @@ static void recipe(const rp_model *m, const rp_dataset *d, const char *json, con
         for (int k = 0; k < per_update && k < r.count; k++, n++) {
             int i = u * per_update + k;
             double dev = fabs(r.losses[k] - want[i]);
-            worst_f32 = fmax(worst_f32, fabs(f32[i] - want[i]));
-            double tol = fmax(1e-4, 2 * worst_f32);
+            widest = fmax(widest, spread[i]);
+            double tol = fmax(1e-4, 2 * widest);
             worst = fmax(worst, dev);
             if (!(dev <= tol)) {
                 if (!bad)
                     fprintf(stderr, "micro-batches of %d, update %d, loss %d: %.9g, PyTorch "
-                            "%.9g (float32 %.9g)\n", micro, u, k, r.losses[k], want[i], f32[i]);
+                            "%.9g (float32 spread %.3g)\n", micro, u, k, r.losses[k], want[i],
+                            spread[i]);
                 bad++;
             }
         }
     }
     CHECKF(bad == 0 && n == UPDATES * per_update,
            "micro-batches of %d: %d of %d losses off PyTorch's", micro, bad, n);
-    printf("micro-batches of %d: %d losses within %.2g of PyTorch's float64 run (its float32 "
-           "run: within %.2g)\n", micro, n, worst, worst_f32);
+    printf("micro-batches of %d: %d losses within %.2g of PyTorch's float64 run (float32's "
+           "spread: up to %.2g)\n", micro, n, worst, widest);
     rp_weights_free(w);
     free(params);
     rp_session_free(s);
@@ -120,8 +126,8 @@ static void compare(const char *dir, const char *name, int cut, const rp_dataset
         rp_model_free(m);
         return;
     }
-    /* [micro 16, micro 4][float64, float32] */
-    static float want[2][2][UPDATES * PER_UPDATE];
+    /* [micro 16, micro 4][float64, float32, float32_spread] */
+    static float want[2][3][UPDATES * PER_UPDATE];
     int found = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         int micro, at;
@@ -130,13 +136,19 @@ static void compare(const char *dir, const char *name, int cut, const rp_dataset
             (micro != 16 && micro != 4))
             continue;
         char *p = line + at;
-        float *dst = want[micro == 4][strcmp(type, "float32") == 0];
+        int kind = strcmp(type, "float64") == 0   ? 0
+                   : strcmp(type, "float32") == 0 ? 1
+                   : strcmp(type, "float32_spread") == 0 ? 2
+                                                        : -1;
+        if (kind < 0)
+            continue;
+        float *dst = want[micro == 4][kind];
         for (int k = 0; k < UPDATES * PER_UPDATE / micro; k++)
             dst[k] = strtof(p, &p);
         found++;
     }
     free(text);
-    CHECK_INT(found, 4);
+    CHECK_INT(found, 6);
     int *t = malloc(sizeof(int) * (m->num_layers + 1));
     CHECK_INT(rp_model_boundary(m, cut, t), 2);
     free(t);
@@ -144,14 +156,14 @@ static void compare(const char *dir, const char *name, int cut, const rp_dataset
     recipe(m, d,
            "{\"micro_batch_size\": 16, \"output_mode\": \"all\", \"optimizer\": {\"type\": "
            "\"sgd\", \"lr\": 0.01, \"momentum\": 0.9}}",
-           want[0][0], want[0][1], 16);
+           want[0][0], want[0][2], 16);
     char json[512];
     snprintf(json, sizeof json,
              "{\"micro_batch_size\": 4, \"gradient_accumulation_steps\": 2, "
              "\"replication_factor\": 2, \"layers_per_stage\": [%d, -1], \"output_mode\": "
              "\"all\", \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.01, \"momentum\": 0.9}}",
              cut);
-    recipe(m, d, json, want[1][0], want[1][1], 4);
+    recipe(m, d, json, want[1][0], want[1][2], 4);
     rp_model_free(m);
 }
 

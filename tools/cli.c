@@ -260,6 +260,9 @@ rp_status cli_load_weights(const char *path, rp_weights **out, rp_error *err) {
     bool checkpoint = f && fread(magic, 1, 8, f) == 8 && memcmp(magic, "RPCHKPT1", 8) == 0;
     if (f)
         fclose(f);
+    size_t n = strlen(path);
+    if (!checkpoint && n > 12 && strcmp(path + n - 12, ".safetensors") == 0)
+        return rp_safetensors_load(out, path, err);
     if (!checkpoint)
         return rp_weights_load(out, path, err);
     rp_checkpoint c;

@@ -85,7 +85,8 @@ int cli_machines(const cli_cmd *cmd, const char *first, int argc, char **argv, i
                  int max);
 /* --bandwidth gives one value per level of --machines, or none. */
 bool cli_levels_match(const cli_cmd *cmd, int machines, int bandwidths);
-/* A weight file, or the weights of a checkpoint (repipe/checkpoint.h). */
+/* A weight file, the weights of a checkpoint (repipe/checkpoint.h), or a
+** safetensors file (a name ending in .safetensors; its tensors as named). */
 rp_status cli_load_weights(const char *path, rp_weights **out, rp_error *err);
 
 /* One line: the hierarchy innermost first, as --machines takes it. */

@@ -1,6 +1,7 @@
 /*
-** repipe weights show|compare|import-llmc|export-llmc: inspects weight
-** files, and converts llm.c's GPT-2 checkpoints to them and back.
+** repipe weights show|compare|import-llmc|export-llmc|import-safetensors|
+** export-safetensors: inspects weight files, and converts llm.c's GPT-2
+** checkpoints and PyTorch's safetensors state_dicts to them and back.
 */
 #include <math.h>
 #include <stdlib.h>
@@ -12,8 +13,11 @@
 
 static const cli_opt OPTS[] = {
     {"rtol", 0, "X", "compare: largest relative difference allowed per tensor [1e-5]"},
-    {"model", 'm', "FILE", "import-llmc, export-llmc: the model the weights are for"},
-    {"out", 'o', "FILE", "import-llmc, export-llmc: the file to write"},
+    {"model", 'm', "FILE", "import-*, export-*: the model the weights are for"},
+    {"out", 'o', "FILE", "import-*, export-*: the file to write"},
+    {"names", 0, "N", "import-safetensors, export-safetensors: the tensors' names, repipe's "
+                      "(\"0.weight\") or meta (LLaMA's tok_embeddings.weight ...) [import: "
+                      "meta when the file has tok_embeddings.weight; export: repipe]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -143,9 +147,63 @@ done:
     return rc;
 }
 
+/* safetensors file -> weight file (export false), or back; names "repipe"
+** or "meta" (NULL: on import, meta when the file has Meta's embedding) */
+static int safetensors(const cli_cmd *cmd, const char *in, const char *model, const char *out,
+                       const char *names, bool export) {
+    if (!model || !out) {
+        cli_error(cmd, "%s needs --model and --out",
+                  export ? "export-safetensors" : "import-safetensors");
+        return 2;
+    }
+    if (names && strcmp(names, "repipe") != 0 && strcmp(names, "meta") != 0) {
+        cli_error(cmd, "--names: '%s' is not repipe or meta", names);
+        return 2;
+    }
+    rp_error err;
+    rp_model *m = NULL;
+    rp_weights *w = NULL, *conv = NULL;
+    float *params = NULL;
+    int rc = 1;
+    if (rp_model_load(&m, model, &err))
+        goto done;
+    if (!(params = malloc(sizeof(float) * (m->num_params ? m->num_params : 1)))) {
+        rp_fail(&err, RP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (export) {
+        bool meta = names && strcmp(names, "meta") == 0;
+        if (cli_load_weights(in, &w, &err) || rp_weights_to_params(m, w, 0, params, &err) ||
+            (meta ? rp_llama_export(m, params, &conv, &err)
+                  : rp_weights_from_params(m, params, &conv, &err)) ||
+            rp_safetensors_save(conv, out, &err))
+            goto done;
+    } else {
+        if (rp_safetensors_load(&w, in, &err))
+            goto done;
+        bool meta = names ? strcmp(names, "meta") == 0
+                          : rp_weights_find(w, "tok_embeddings.weight") != NULL;
+        if ((meta ? rp_llama_import(m, w, in, params, &err)
+                  : rp_weights_to_params(m, w, 0, params, &err)) ||
+            rp_weights_from_params(m, params, &conv, &err) ||
+            rp_weights_check_finite(conv, in, &err) || rp_weights_save(conv, out, &err))
+            goto done;
+    }
+    printf("%s written to %s\n", export ? "safetensors file" : "weights", out);
+    rc = 0;
+done:
+    if (rc)
+        cli_error(cmd, "%s", err.msg);
+    free(params);
+    rp_weights_free(w);
+    rp_weights_free(conv);
+    rp_model_free(m);
+    return rc;
+}
+
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     double rtol = 1e-5;
-    const char *model = NULL, *out = NULL;
+    const char *model = NULL, *out = NULL, *names = NULL;
     const char *pos[4];
     int npos = 0;
     bool help;
@@ -159,6 +217,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             model = arg;
         if (o == 2)
             out = arg;
+        if (o == 3)
+            names = arg;
         if (o == 0 && !(rtol >= 0)) {
             cli_error(cmd, "--rtol: '%s' is not a relative difference >= 0", arg);
             return 2;
@@ -170,8 +230,12 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         return compare(cmd, pos[1], pos[2], rtol);
     if (npos == 2 && (strcmp(pos[0], "import-llmc") == 0 || strcmp(pos[0], "export-llmc") == 0))
         return llmc(cmd, pos[1], model, out, pos[0][0] == 'e');
-    cli_error(cmd, "expected 'show FILE', 'compare A B', 'import-llmc FILE.bin' or "
-                   "'export-llmc W' (see 'repipe weights --help')");
+    if (npos == 2 && (strcmp(pos[0], "import-safetensors") == 0 ||
+                      strcmp(pos[0], "export-safetensors") == 0))
+        return safetensors(cmd, pos[1], model, out, names, pos[0][0] == 'e');
+    cli_error(cmd, "expected 'show FILE', 'compare A B', 'import-llmc FILE.bin', "
+                   "'export-llmc W', 'import-safetensors FILE' or 'export-safetensors W' (see "
+                   "'repipe weights --help')");
     return 2;
 }
 
@@ -179,13 +243,19 @@ const cli_cmd cmd_weights = {
     "weights",
     "show a weight file, compare two, or convert llm.c's checkpoints",
     "show FILE | compare A B [--rtol X] | import-llmc FILE.bin --model M --out W |\n"
-    "       export-llmc W --model M --out FILE.bin",
+    "       export-llmc W --model M --out FILE.bin |\n"
+    "       import-safetensors FILE --model M --out W [--names repipe|meta] |\n"
+    "       export-safetensors W --model M --out FILE [--names repipe|meta]",
     "compare prints, for every tensor (and replica group), the largest difference\n"
     "relative to the tensor's scale, max|a - b| / max(max|a|, max|b|), and exits 0\n"
     "only when every one is within --rtol and both files hold the same tensors.\n"
     "import-llmc reads llm.c's GPT-2 checkpoint (train_gpt2.c's format) into a\n"
     "weight file for a model of llm.c's shape (see docs/training.md); export-llmc\n"
-    "writes one back.",
+    "writes one back. import-safetensors reads a PyTorch state_dict saved as\n"
+    "safetensors (F32, F16, BF16 or F64) under repipe's names, or under Meta's\n"
+    "LLaMA names for a LLaMA-family model (docs/training.md, \"Weights from\n"
+    "PyTorch\"); export-safetensors writes float32 under either. FILE, A and B\n"
+    "may also be .safetensors files of repipe's names.",
     OPTS,
     run,
 };

@@ -392,6 +392,40 @@ rp_status rp_weights_from_params(const rp_model *m, const float *params, rp_weig
 rp_status rp_weights_to_params(const rp_model *m, const rp_weights *w, int group, float *params,
                                rp_error *err);
 
+/* safetensors files (PyTorch users' state_dicts): a little-endian u64 N,
+** N bytes of JSON naming each tensor's dtype, shape and [begin, end) in the
+** data, then the data. parse reads F32, F16, BF16 and F64 tensors as float32
+** under their own names and shapes (a scalar as [1]), one group each, in
+** the header's order, and refuses any other dtype, a key given twice, and
+** offsets that do not tile the data exactly, naming the file and tensor.
+** serialize writes F32 tensors of one group in w's order, with
+** {"format": "pt"} as metadata and the header padded to 8 bytes; save
+** writes it atomically. */
+rp_status rp_safetensors_parse(rp_weights **out, const unsigned char *data, size_t len,
+                               const char *name, rp_error *err);
+rp_status rp_safetensors_load(rp_weights **out, const char *path, rp_error *err);
+rp_status rp_safetensors_serialize(const rp_weights *w, unsigned char **out, size_t *len,
+                                   rp_error *err);
+rp_status rp_safetensors_save(const rp_weights *w, const char *path, rp_error *err);
+
+/* Meta's LLaMA names (llama/model.py's state_dict: tok_embeddings.weight,
+** layers.i.attention_norm / attention.wq, wk, wv, wo / ffn_norm /
+** feed_forward.w1, w2, w3, norm.weight, output.weight) for a model of
+** repipe's LLaMA-family graph: an embedding, blocks of rmsnorm -> linear
+** (fused Q, K, V rows) -> attention -> linear + residual, rmsnorm -> SwiGLU
+** (w1 the linear under silu, w3 the other, w2 after their mul) + residual,
+** then rmsnorm, a linear head and softmax_cross_entropy, none with biases.
+** The blocks are found by what reads what. Import fills params (the whole
+** model's) from `file` (named `name` in errors): every tensor must be
+** there with its shape, and none may be left over (but "rope.freqs", a
+** buffer of Meta's); a tied head takes the embedding's table, and an
+** output.weight in the file must then equal it. Export gives Meta's
+** tensors, in Meta's order. */
+rp_status rp_llama_import(const rp_model *m, const rp_weights *file, const char *name,
+                          float *params, rp_error *err);
+rp_status rp_llama_export(const rp_model *m, const float *params, rp_weights **out,
+                          rp_error *err);
+
 /* Largest difference of two tensors relative to their scale:
 ** max |a - b| / max(max |a|, max |b|); 0 for two zero tensors. */
 double rp_tensor_rel_diff(const float *a, const float *b, size_t n);

@@ -158,6 +158,12 @@ _session_loss = _sig("rp_session_loss", _int, _P, _F, _I32, _int,
 _weights_load = _sig("rp_weights_load", _int, ctypes.POINTER(ctypes.POINTER(_Weights)), _c, _E)
 _weights_free = _sig("rp_weights_free", None, ctypes.POINTER(_Weights))
 _weights_save = _sig("rp_weights_save", _int, ctypes.POINTER(_Weights), _c, _E)
+_safetensors_load = _sig("rp_safetensors_load", _int, ctypes.POINTER(ctypes.POINTER(_Weights)),
+                         _c, _E)
+_safetensors_save = _sig("rp_safetensors_save", _int, ctypes.POINTER(_Weights), _c, _E)
+_llama_import = _sig("rp_llama_import", _int, _P, ctypes.POINTER(_Weights), _c, _F, _E)
+_llama_export = _sig("rp_llama_export", _int, _P, _F, ctypes.POINTER(ctypes.POINTER(_Weights)),
+                     _E)
 _grouping_init = _sig("rp_grouping_init", _int, ctypes.POINTER(_Grouping), _int, _int, _int, _E)
 _grouping_popxl = _sig("rp_grouping_popxl", _int, ctypes.POINTER(_Grouping), _int,
                        ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int), _E)
@@ -165,6 +171,8 @@ _grouping_group_of = _sig("rp_grouping_group_of", _int, ctypes.POINTER(_Grouping
 _profile_read = _sig("rp_profile_read", _int, _PP, _c, _E)
 _profile_free = _sig("rp_profile_free", None, _P)
 _weights_to_params = _sig("rp_weights_to_params", _int, _P, ctypes.POINTER(_Weights), _int, _F, _E)
+_weights_from_params = _sig("rp_weights_from_params", _int, _P, _F,
+                            ctypes.POINTER(ctypes.POINTER(_Weights)), _E)
 _model_check_tokens = _sig("rp_model_check_tokens", _int, _P, _c, _E)
 _model_generate = _sig("rp_model_generate", _int, _P, _F, _I32, _int, _int, ctypes.c_double, _int,
                        ctypes.c_uint64, _E)
@@ -550,11 +558,7 @@ class Model:
             raise Error("prompt: give at least one token")
         tokens = np.empty(ids.size + n, dtype=np.int32)
         tokens[:ids.size] = ids
-        tensors = _tensors(weights)
-        w = _Weights(len(tensors), tensors)
-        params = np.empty(max(self.num_params, 1), dtype=np.float32)
-        _check(_weights_to_params(self._h, ctypes.byref(w), 0, _ptr(params, ctypes.c_float),
-                                  ctypes.byref(err)), err)
+        params = self._params(weights)
         _check(_model_generate(self._h, _ptr(params, ctypes.c_float),
                                _ptr(tokens, ctypes.c_int32), ids.size, n, temperature, top_k,
                                seed, ctypes.byref(err)), err)
@@ -564,6 +568,15 @@ class Model:
                             " pass the prompt as token ids")
             return tokens.astype(np.uint8).tobytes()
         return tokens
+
+    def _params(self, weights):
+        """The flat parameters of {name: array} (each variable present with its shape)."""
+        tensors, err = _tensors(weights), _Err()
+        w = _Weights(len(tensors), tensors)
+        params = np.empty(max(self.num_params, 1), dtype=np.float32)
+        _check(_weights_to_params(self._h, ctypes.byref(w), 0, _ptr(params, ctypes.c_float),
+                                  ctypes.byref(err)), err)
+        return params
 
     def profile(self, out="graph.txt", micro_batch=64, repeats=20):
         """Measures each layer on micro_batch rows (the median of `repeats` runs) and writes
@@ -581,6 +594,17 @@ class Model:
         if getattr(self, "_h", None):
             _model_free(self._h)
             self._h = None
+
+
+def _model_weights(model, params):
+    """{name: array} of a model's flat parameters."""
+    w, err = ctypes.POINTER(_Weights)(), _Err()
+    _check(_weights_from_params(model._h, _ptr(params, ctypes.c_float), ctypes.byref(w),
+                                ctypes.byref(err)), err)
+    try:
+        return _weights_dict(w)
+    finally:
+        _weights_free(w)
 
 
 def _weights_dict(w, all_replicas=False):
@@ -634,10 +658,17 @@ def _mode(mode):
     return modes[mode]
 
 
+def _is_safetensors(path):
+    return os.fspath(path).endswith(".safetensors")
+
+
 def load_weights(path):
-    """A weight file (or a checkpoint's weights) as {name: array}."""
+    """A weight file (or a checkpoint's weights) as {name: array}; a file whose name ends in
+    .safetensors is read as one (F32, F16, BF16 or F64 tensors, as float32, under its own
+    names)."""
     w, err = ctypes.POINTER(_Weights)(), _Err()
-    _check(_weights_load(ctypes.byref(w), os.fsencode(path), ctypes.byref(err)), err)
+    load = _safetensors_load if _is_safetensors(path) else _weights_load
+    _check(load(ctypes.byref(w), os.fsencode(path), ctypes.byref(err)), err)
     try:
         return _weights_dict(w)
     finally:
@@ -646,10 +677,38 @@ def load_weights(path):
 
 def save_weights(path, weights):
     """Writes {name: float32 array} as a weight file, each array one tensor of its shape
-    (written to a temporary file, synced and renamed, as the C side writes them)."""
+    (written to a temporary file, synced and renamed, as the C side writes them); a name
+    ending in .safetensors writes that format (float32, in the dict's order)."""
     tensors = _tensors(weights)
     w, err = _Weights(len(tensors), tensors), _Err()
-    _check(_weights_save(ctypes.byref(w), os.fsencode(path), ctypes.byref(err)), err)
+    save = _safetensors_save if _is_safetensors(path) else _weights_save
+    _check(save(ctypes.byref(w), os.fsencode(path), ctypes.byref(err)), err)
+
+
+def from_meta_llama(model, state):
+    """repipe's weights ({"0.weight": array, ...}) of a LLaMA-family model from a state_dict
+    under Meta's names ({"tok_embeddings.weight": array, ...}, as load_weights gives a
+    .safetensors file, or numpy arrays of a torch state_dict): Q, K and V joined into the
+    model's fused rows; every tensor must fit, and none may be left over."""
+    tensors = _tensors(state)
+    w, err = _Weights(len(tensors), tensors), _Err()
+    params = np.zeros(max(model.num_params, 1), np.float32)
+    _check(_llama_import(model._h, ctypes.byref(w), b"state_dict", _ptr(params, ctypes.c_float),
+                         ctypes.byref(err)), err)
+    return _model_weights(model, params)
+
+
+def to_meta_llama(model, weights):
+    """A LLaMA-family model's weights (repipe's names) under Meta's names, in the order of its
+    state_dict: what from_meta_llama reads."""
+    params = model._params(weights)
+    out, err = ctypes.POINTER(_Weights)(), _Err()
+    _check(_llama_export(model._h, _ptr(params, ctypes.c_float), ctypes.byref(out),
+                         ctypes.byref(err)), err)
+    try:
+        return _weights_dict(out)
+    finally:
+        _weights_free(out)
 
 
 class Session:

@@ -15,7 +15,11 @@ formula value() that the C test computes identically (initial()), so the files h
 weights. Two
 recipes, each 10 updates of 16 samples: one micro-batch of 16 per update; and micro-batches
 of 4, four per update, accumulated (batch statistics per micro-batch), as 2 replicas x 2
-accumulation steps run them, replica-major.
+accumulation steps run them, replica-major. Beside PyTorch's float64 and float32 losses, each
+recipe's float32_spread: per loss, the furthest that float32 runs came from float64, the plain
+one and NUDGED from starts one float32 step away (every value moved up, down or not): resnet18
+at 28 x 28 normalises 1 x 1 planes over a micro-batch, so rounding alone moves its second loss
+by 2e-2 from some such starts, and no single float32 run bounds another's.
 """
 import math
 import os
@@ -32,6 +36,7 @@ torch.set_default_dtype(torch.float32)
 torch.set_num_threads(1)
 
 UPDATES, PER_UPDATE, LR, MOMENTUM = 10, 16, 0.01, 0.9
+NUDGED = 8  # float32 runs from nudged starts, for each loss's float32 spread
 
 
 def value(i, salt, scale):
@@ -114,8 +119,24 @@ def batch(u):
     return torch.from_numpy(x[k].copy()), torch.from_numpy(y[k].astype("int64"))
 
 
-def train(micro, dtype=torch.float64, name="resnet18"):
+def nudge(m, seed):
+    """Moves each parameter and statistic of m one float32 step up or down, or leaves it
+    (a third each, from seed's stream): an equally good float32 start."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for t in m.state_dict().values():
+            if not t.is_floating_point():
+                continue
+            step = torch.randint(0, 3, t.shape, generator=g) - 1
+            moved = torch.nextafter(t, torch.where(step > 0, torch.full_like(t, math.inf),
+                                                   torch.full_like(t, -math.inf)))
+            t.copy_(torch.where(step == 0, t, moved))
+
+
+def train(micro, dtype=torch.float64, name="resnet18", seed=0):
     m = model(name).to(dtype)
+    if seed:
+        nudge(m, seed)
     m.train()
     opt = torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM)
     losses = []
@@ -142,9 +163,20 @@ def main():
             f.write("# PyTorch %s, torchvision %s: make_resnet_refs.py\n" %
                     (torch.__version__, torchvision.__version__))
             for micro in (16, 4):  # PyTorch in float64, then its float32 run beside it
+                runs = {}
                 for kind, dtype in (("float64", torch.float64), ("float32", torch.float32)):
+                    runs[kind] = train(micro, dtype, name)
                     f.write("micro_batch %d %s %s\n" % (micro, kind, " ".join(
-                        "%.9g" % v for v in train(micro, dtype, name))))
+                        "%.9g" % v for v in runs[kind])))
+                # how far float32 rounding alone takes each loss: the float32 run and
+                # NUDGED more from starts one float32 step away, against float64
+                spread = [abs(a - b) for a, b in zip(runs["float32"], runs["float64"])]
+                for seed in range(1, NUDGED + 1):
+                    spread = [max(d, abs(a - b)) for d, a, b in
+                              zip(spread, train(micro, torch.float32, name, seed),
+                                  runs["float64"])]
+                f.write("micro_batch %d float32_spread %s\n" % (micro, " ".join(
+                    "%.3g" % v for v in spread)))
 
 
 if __name__ == "__main__":
