@@ -128,11 +128,11 @@ def main():
             path = os.path.join(a.dir, "llama-torch.safetensors")
             repipe.save_weights(path, {k: v.numpy() for k, v in
                                        torch_model.state_dict().items()})
-            s.set_weights(repipe.from_meta_llama(model, repipe.load_weights(path)))
+            s.set_weights(repipe.from_llama(model, repipe.load_weights(path)))
             print("both from PyTorch's initial weights (seed %d), through %s" % (a.seed, path))
         else:  # repipe's, under Meta's names
             torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in
-                                         repipe.to_meta_llama(model, s.weights()).items()})
+                                         repipe.to_llama(model, s.weights()).items()})
             print("both from repipe's initial weights (seed 0)")
         for u in range(U):
             ours.append(float(np.asarray(s.run(xs[u * B:(u + 1) * B],

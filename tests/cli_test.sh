@@ -335,10 +335,16 @@ fx="$src/tests/fixtures/llama"
 "$bin" weights export-safetensors "$tmp/tiny.rpw" --model "$fx/tiny.model" --out "$tmp/tiny.safetensors" \
   --names meta > /dev/null
 if cmp -s "$fx/tiny.safetensors" "$tmp/tiny.safetensors"; then ok; else bad "export-safetensors --names meta does not give back the file"; fi
+"$bin" weights import-safetensors "$fx/tiny_hf.safetensors" --model "$fx/tiny.model" --out "$tmp/tiny-hf.rpw" > /dev/null
+expect_grep "Hugging Face's names give Meta's weights" "^same: 0 tensors outside" -- "$bin" weights compare \
+  "$tmp/tiny.rpw" "$tmp/tiny-hf.rpw" --rtol 0
+"$bin" weights export-safetensors "$tmp/tiny.rpw" --model "$fx/tiny.model" --out "$tmp/tiny_hf.safetensors" \
+  --names hf > /dev/null
+if cmp -s "$fx/tiny_hf.safetensors" "$tmp/tiny_hf.safetensors"; then ok; else bad "export-safetensors --names hf does not give back the file"; fi
 "$bin" weights export-safetensors "$tmp/tiny.rpw" --model "$fx/tiny.model" --out "$tmp/tiny-rp.safetensors" > /dev/null
 expect_grep "compare a weight file with its safetensors" "^same: 0 tensors outside" -- "$bin" weights compare \
   "$tmp/tiny.rpw" "$tmp/tiny-rp.safetensors" --rtol 0
-expect_fail "Meta's names into a GPT" 1 "not a LLaMA-family model in Meta's layout" -- "$bin" weights \
+expect_fail "Meta's names into a GPT" 1 "not a LLaMA-family model in repipe's graph" -- "$bin" weights \
   import-safetensors "$fx/tiny.safetensors" --model "$tmp/lm.model" --out "$tmp/no.rpw"
 expect_fail "an integer tensor" 1 "tensor 'B' is U8; repipe reads F32, F16, BF16 and F64" -- "$bin" weights \
   show "$src/tests/fixtures/safetensors/overall.safetensors"

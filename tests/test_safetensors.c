@@ -9,7 +9,9 @@
 ** tests/torch/make_llama_safetensors.py (Meta's names, PyTorch's
 ** initialisation) imported into tests/fixtures/llama/tiny.model takes
 ** PyTorch's losses through three AdamW updates, and exported again gives
-** the file's tensors bit for bit.
+** the file's tensors bit for bit; the same weights under Hugging Face's
+** names and rotary row order (tiny_hf.safetensors) give the same
+** parameters bit for bit.
 **
 **   test_safetensors FIXTURES_DIR
 */
@@ -181,7 +183,7 @@ static void llama(void) {
     if (!m || !file)
         return;
     float *params = calloc(m->num_params, sizeof(float));
-    CHECK_OK(rp_llama_import(m, file, "tiny.safetensors", params, &err), err);
+    CHECK_OK(rp_llama_import(m, file, RP_LLAMA_META, "tiny.safetensors", params, &err), err);
     CHECK_OK(rp_weights_from_params(m, params, &w, &err), err);
     rp_config c = test_config("{\"micro_batch_size\": 4, \"optimizer\": {\"type\": \"adamw\", "
                               "\"lr\": 0.01, \"beta1\": 0.9, \"beta2\": 0.999, \"eps\": 1e-8, "
@@ -208,7 +210,7 @@ static void llama(void) {
            worst);
 
     /* back to Meta's names: the file's tensors, bit for bit, in its order */
-    CHECK_OK(rp_llama_export(m, params, &back, &err), err);
+    CHECK_OK(rp_llama_export(m, params, RP_LLAMA_META, &back, &err), err);
     if (back) {
         CHECK_INT(back->num_tensors, file->num_tensors);
         for (int i = 0; i < back->num_tensors && i < file->num_tensors; i++) {
@@ -220,9 +222,44 @@ static void llama(void) {
         }
     }
 
+    /* the same weights under Hugging Face's names, its Q and K rows in its
+    ** rotary order: the same parameters bit for bit, and back the same file */
+    rp_weights *hf, *hf_back = NULL;
+    float *hf_params = calloc(m->num_params, sizeof(float));
+    CHECK_OK(rp_safetensors_load(&hf, fixture("llama/tiny_hf.safetensors"), &err), err);
+    if (hf) {
+        CHECK_OK(rp_llama_import(m, hf, RP_LLAMA_HF, "tiny_hf.safetensors", hf_params, &err),
+                 err);
+        CHECKF(memcmp(hf_params, params, sizeof(float) * m->num_params) == 0,
+               "Hugging Face's file gives other parameters than Meta's");
+        CHECK_OK(rp_llama_export(m, params, RP_LLAMA_HF, &hf_back, &err), err);
+        CHECK(hf_back && hf_back->num_tensors == hf->num_tensors);
+        for (int i = 0; hf_back && i < hf_back->num_tensors && i < hf->num_tensors; i++) {
+            const rp_tensor *a = &hf_back->tensors[i], *b = &hf->tensors[i];
+            size_t n = rp_shape_size(&a->shape);
+            CHECKF(strcmp(a->name, b->name) == 0 && n == rp_shape_size(&b->shape) &&
+                       memcmp(a->data, b->data, sizeof(float) * n) == 0,
+                   "exported %s differs from Hugging Face's %s", a->name, b->name);
+        }
+        /* a tied checkpoint has no lm_head: this untied model says what to do */
+        hf->num_tensors--;
+        CHECK(rp_llama_import(m, hf, RP_LLAMA_HF, "tiny_hf.safetensors", hf_params, &err) !=
+              RP_OK);
+        CHECK_STR_HAS(err.msg, "no tensor 'lm_head.weight'");
+        CHECK_STR_HAS(err.msg, "give the model's head tie=0");
+        hf->num_tensors++;
+        /* Meta's names are not Hugging Face's */
+        CHECK(rp_llama_import(m, file, RP_LLAMA_HF, "tiny.safetensors", hf_params, &err) !=
+              RP_OK);
+        CHECK_STR_HAS(err.msg, "no tensor 'model.embed_tokens.weight'");
+    }
+    free(hf_params);
+    rp_weights_free(hf_back);
+    rp_weights_free(hf);
+
     /* what does not fit is refused by name */
     file->num_tensors--; /* output.weight gone */
-    CHECK(rp_llama_import(m, file, "tiny.safetensors", params, &err) != RP_OK);
+    CHECK(rp_llama_import(m, file, RP_LLAMA_META, "tiny.safetensors", params, &err) != RP_OK);
     CHECK_STR_HAS(err.msg, "no tensor 'output.weight'");
     file->num_tensors++;
     rp_tensor more[64]; /* the file's tensors and one of a third block */
@@ -231,21 +268,21 @@ static void llama(void) {
     more[file->num_tensors] = file->tensors[1];
     snprintf(more[file->num_tensors].name, RP_NAME_MAX, "layers.2.ffn_norm.weight");
     rp_weights extra = {file->num_tensors + 1, more};
-    CHECK(rp_llama_import(m, &extra, "tiny.safetensors", params, &err) != RP_OK);
+    CHECK(rp_llama_import(m, &extra, RP_LLAMA_META, "tiny.safetensors", params, &err) != RP_OK);
     CHECK_STR_HAS(err.msg, "tensor 'layers.2.ffn_norm.weight' has no place in this model");
     more[file->num_tensors] = file->tensors[1];
     snprintf(more[file->num_tensors].name, RP_NAME_MAX, "rope.freqs"); /* Meta's buffer */
-    CHECK_OK(rp_llama_import(m, &extra, "tiny.safetensors", params, &err), err);
+    CHECK_OK(rp_llama_import(m, &extra, RP_LLAMA_META, "tiny.safetensors", params, &err), err);
     rp_tensor *norm = (rp_tensor *)rp_weights_find(file, "layers.0.attention_norm.weight");
     rp_tensor *wk = (rp_tensor *)rp_weights_find(file, "layers.1.attention.wk.weight");
     CHECK(norm && wk);
     if (norm && wk) {
         norm->shape.dim[0]--;
-        CHECK(rp_llama_import(m, file, "tiny.safetensors", params, &err) != RP_OK);
+        CHECK(rp_llama_import(m, file, RP_LLAMA_META, "tiny.safetensors", params, &err) != RP_OK);
         CHECK_STR_HAS(err.msg, "'layers.0.attention_norm.weight' is 15; this model's is 16");
         norm->shape.dim[0]++;
         wk->shape.dim[0] = 16, wk->shape.dim[1] = 8; /* the values transposed */
-        CHECK(rp_llama_import(m, file, "tiny.safetensors", params, &err) != RP_OK);
+        CHECK(rp_llama_import(m, file, RP_LLAMA_META, "tiny.safetensors", params, &err) != RP_OK);
         CHECK_STR_HAS(err.msg, "'layers.1.attention.wk.weight' is 16x8; this model's is 8x16");
         wk->shape.dim[0] = 8, wk->shape.dim[1] = 16;
     }
@@ -255,7 +292,7 @@ static void llama(void) {
                        "softmax_cross_entropy\n";
     CHECK_OK(rp_model_parse(&gpt, spec, strlen(spec), "gpt", &err), err);
     if (gpt) {
-        CHECK(rp_llama_import(gpt, file, "tiny.safetensors", params, &err) != RP_OK);
+        CHECK(rp_llama_import(gpt, file, RP_LLAMA_META, "tiny.safetensors", params, &err) != RP_OK);
         CHECK_STR_HAS(err.msg, "not a LLaMA-family model");
         rp_model_free(gpt);
     }

@@ -15,9 +15,10 @@ static const cli_opt OPTS[] = {
     {"rtol", 0, "X", "compare: largest relative difference allowed per tensor [1e-5]"},
     {"model", 'm', "FILE", "import-*, export-*: the model the weights are for"},
     {"out", 'o', "FILE", "import-*, export-*: the file to write"},
-    {"names", 0, "N", "import-safetensors, export-safetensors: the tensors' names, repipe's "
-                      "(\"0.weight\") or meta (LLaMA's tok_embeddings.weight ...) [import: "
-                      "meta when the file has tok_embeddings.weight; export: repipe]"},
+    {"names", 0, "N", "import-safetensors, export-safetensors: the tensors' names: repipe "
+                      "(\"0.weight\"), meta (LLaMA's tok_embeddings.weight ...) or hf (Hugging "
+                      "Face's model.embed_tokens.weight ...) [import: by the file's embedding; "
+                      "export: repipe]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -147,8 +148,9 @@ done:
     return rc;
 }
 
-/* safetensors file -> weight file (export false), or back; names "repipe"
-** or "meta" (NULL: on import, meta when the file has Meta's embedding) */
+/* safetensors file -> weight file (export false), or back; names "repipe",
+** "meta" or "hf" (NULL: on import, the scheme whose embedding the file
+** has, else repipe's) */
 static int safetensors(const cli_cmd *cmd, const char *in, const char *model, const char *out,
                        const char *names, bool export) {
     if (!model || !out) {
@@ -156,8 +158,9 @@ static int safetensors(const cli_cmd *cmd, const char *in, const char *model, co
                   export ? "export-safetensors" : "import-safetensors");
         return 2;
     }
-    if (names && strcmp(names, "repipe") != 0 && strcmp(names, "meta") != 0) {
-        cli_error(cmd, "--names: '%s' is not repipe or meta", names);
+    if (names && strcmp(names, "repipe") != 0 && strcmp(names, "meta") != 0 &&
+        strcmp(names, "hf") != 0) {
+        cli_error(cmd, "--names: '%s' is not repipe, meta or hf", names);
         return 2;
     }
     rp_error err;
@@ -171,20 +174,25 @@ static int safetensors(const cli_cmd *cmd, const char *in, const char *model, co
         rp_fail(&err, RP_ERR_NOMEM, "out of memory");
         goto done;
     }
+    /* -1: repipe's names, else a LLaMA scheme */
+    int scheme = !names || strcmp(names, "repipe") == 0 ? -1
+                 : strcmp(names, "meta") == 0         ? RP_LLAMA_META
+                                                      : RP_LLAMA_HF;
     if (export) {
-        bool meta = names && strcmp(names, "meta") == 0;
         if (cli_load_weights(in, &w, &err) || rp_weights_to_params(m, w, 0, params, &err) ||
-            (meta ? rp_llama_export(m, params, &conv, &err)
-                  : rp_weights_from_params(m, params, &conv, &err)) ||
+            (scheme >= 0 ? rp_llama_export(m, params, (rp_llama_names)scheme, &conv, &err)
+                         : rp_weights_from_params(m, params, &conv, &err)) ||
             rp_safetensors_save(conv, out, &err))
             goto done;
     } else {
         if (rp_safetensors_load(&w, in, &err))
             goto done;
-        bool meta = names ? strcmp(names, "meta") == 0
-                          : rp_weights_find(w, "tok_embeddings.weight") != NULL;
-        if ((meta ? rp_llama_import(m, w, in, params, &err)
-                  : rp_weights_to_params(m, w, 0, params, &err)) ||
+        if (!names)
+            scheme = rp_weights_find(w, "tok_embeddings.weight")       ? RP_LLAMA_META
+                     : rp_weights_find(w, "model.embed_tokens.weight") ? RP_LLAMA_HF
+                                                                       : -1;
+        if ((scheme >= 0 ? rp_llama_import(m, w, (rp_llama_names)scheme, in, params, &err)
+                         : rp_weights_to_params(m, w, 0, params, &err)) ||
             rp_weights_from_params(m, params, &conv, &err) ||
             rp_weights_check_finite(conv, in, &err) || rp_weights_save(conv, out, &err))
             goto done;
@@ -244,18 +252,18 @@ const cli_cmd cmd_weights = {
     "show a weight file, compare two, or convert llm.c's checkpoints",
     "show FILE | compare A B [--rtol X] | import-llmc FILE.bin --model M --out W |\n"
     "       export-llmc W --model M --out FILE.bin |\n"
-    "       import-safetensors FILE --model M --out W [--names repipe|meta] |\n"
-    "       export-safetensors W --model M --out FILE [--names repipe|meta]",
+    "       import-safetensors FILE --model M --out W [--names repipe|meta|hf] |\n"
+    "       export-safetensors W --model M --out FILE [--names repipe|meta|hf]",
     "compare prints, for every tensor (and replica group), the largest difference\n"
     "relative to the tensor's scale, max|a - b| / max(max|a|, max|b|), and exits 0\n"
     "only when every one is within --rtol and both files hold the same tensors.\n"
     "import-llmc reads llm.c's GPT-2 checkpoint (train_gpt2.c's format) into a\n"
     "weight file for a model of llm.c's shape (see docs/training.md); export-llmc\n"
     "writes one back. import-safetensors reads a PyTorch state_dict saved as\n"
-    "safetensors (F32, F16, BF16 or F64) under repipe's names, or under Meta's\n"
-    "LLaMA names for a LLaMA-family model (docs/training.md, \"Weights from\n"
-    "PyTorch\"); export-safetensors writes float32 under either. FILE, A and B\n"
-    "may also be .safetensors files of repipe's names.",
+    "safetensors (F32, F16, BF16 or F64) under repipe's names, or for a\n"
+    "LLaMA-family model under Meta's or Hugging Face's (docs/training.md,\n"
+    "\"Weights from PyTorch\"); export-safetensors writes float32 under any of\n"
+    "them. FILE, A and B may also be .safetensors files of repipe's names.",
     OPTS,
     run,
 };

@@ -408,23 +408,31 @@ rp_status rp_safetensors_serialize(const rp_weights *w, unsigned char **out, siz
                                    rp_error *err);
 rp_status rp_safetensors_save(const rp_weights *w, const char *path, rp_error *err);
 
-/* Meta's LLaMA names (llama/model.py's state_dict: tok_embeddings.weight,
-** layers.i.attention_norm / attention.wq, wk, wv, wo / ffn_norm /
-** feed_forward.w1, w2, w3, norm.weight, output.weight) for a model of
-** repipe's LLaMA-family graph: an embedding, blocks of rmsnorm -> linear
-** (fused Q, K, V rows) -> attention -> linear + residual, rmsnorm -> SwiGLU
-** (w1 the linear under silu, w3 the other, w2 after their mul) + residual,
-** then rmsnorm, a linear head and softmax_cross_entropy, none with biases.
-** The blocks are found by what reads what. Import fills params (the whole
-** model's) from `file` (named `name` in errors): every tensor must be
-** there with its shape, and none may be left over (but "rope.freqs", a
-** buffer of Meta's); a tied head takes the embedding's table, and an
-** output.weight in the file must then equal it. Export gives Meta's
-** tensors, in Meta's order. */
-rp_status rp_llama_import(const rp_model *m, const rp_weights *file, const char *name,
-                          float *params, rp_error *err);
-rp_status rp_llama_export(const rp_model *m, const float *params, rp_weights **out,
-                          rp_error *err);
+/* Name schemes of LLaMA-family state_dicts: Meta's (llama/model.py:
+** tok_embeddings.weight, layers.i.attention.wq ... feed_forward.w3,
+** attention_norm, ffn_norm, norm.weight, output.weight) and Hugging Face's
+** (transformers' LlamaForCausalLM: model.embed_tokens.weight,
+** model.layers.i.self_attn.q_proj ... mlp.down_proj, input_layernorm,
+** post_attention_layernorm, model.norm.weight, lm_head.weight; each head's
+** Q and K rows in its half-split rotary order, which import and export
+** permute to and from Meta's interleaved pairs). */
+typedef enum rp_llama_names { RP_LLAMA_META, RP_LLAMA_HF } rp_llama_names;
+
+/* A LLaMA-family model of repipe's graph: an embedding, blocks of rmsnorm
+** -> linear (fused Q, K, V rows) -> attention -> linear + residual, rmsnorm
+** -> SwiGLU (w1 / gate the linear under silu, w3 / up the other, w2 / down
+** after their mul) + residual, then rmsnorm, a linear head and
+** softmax_cross_entropy, none with biases; the blocks are found by what
+** reads what. Import fills params (the whole model's) from `file` (named
+** `name` in errors): every tensor must be there with its shape, and none
+** may be left over (but the schemes' rotary buffers, rope.freqs and
+** ...rotary_emb.inv_freq); a tied head takes the embedding's table (a file
+** without a head is one), and a head in the file must then equal it.
+** Export gives the scheme's tensors in its state_dict's order. */
+rp_status rp_llama_import(const rp_model *m, const rp_weights *file, rp_llama_names names,
+                          const char *name, float *params, rp_error *err);
+rp_status rp_llama_export(const rp_model *m, const float *params, rp_llama_names names,
+                          rp_weights **out, rp_error *err);
 
 /* Largest difference of two tensors relative to their scale:
 ** max |a - b| / max(max |a|, max |b|); 0 for two zero tensors. */

@@ -161,9 +161,9 @@ _weights_save = _sig("rp_weights_save", _int, ctypes.POINTER(_Weights), _c, _E)
 _safetensors_load = _sig("rp_safetensors_load", _int, ctypes.POINTER(ctypes.POINTER(_Weights)),
                          _c, _E)
 _safetensors_save = _sig("rp_safetensors_save", _int, ctypes.POINTER(_Weights), _c, _E)
-_llama_import = _sig("rp_llama_import", _int, _P, ctypes.POINTER(_Weights), _c, _F, _E)
-_llama_export = _sig("rp_llama_export", _int, _P, _F, ctypes.POINTER(ctypes.POINTER(_Weights)),
-                     _E)
+_llama_import = _sig("rp_llama_import", _int, _P, ctypes.POINTER(_Weights), _int, _c, _F, _E)
+_llama_export = _sig("rp_llama_export", _int, _P, _F, _int,
+                     ctypes.POINTER(ctypes.POINTER(_Weights)), _E)
 _grouping_init = _sig("rp_grouping_init", _int, ctypes.POINTER(_Grouping), _int, _int, _int, _E)
 _grouping_popxl = _sig("rp_grouping_popxl", _int, ctypes.POINTER(_Grouping), _int,
                        ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int), _E)
@@ -685,25 +685,40 @@ def save_weights(path, weights):
     _check(save(ctypes.byref(w), os.fsencode(path), ctypes.byref(err)), err)
 
 
-def from_meta_llama(model, state):
+_LLAMA_NAMES = {"meta": 0, "hf": 1}
+
+
+def _llama_names(names, state=None):
+    if names is None and state is not None:
+        names = "hf" if "model.embed_tokens.weight" in state else "meta"
+    if names not in _LLAMA_NAMES:
+        raise Error("names %r: expected 'meta' or 'hf'" % (names,))
+    return _LLAMA_NAMES[names]
+
+
+def from_llama(model, state, names=None):
     """repipe's weights ({"0.weight": array, ...}) of a LLaMA-family model from a state_dict
-    under Meta's names ({"tok_embeddings.weight": array, ...}, as load_weights gives a
-    .safetensors file, or numpy arrays of a torch state_dict): Q, K and V joined into the
-    model's fused rows; every tensor must fit, and none may be left over."""
+    under Meta's names (names="meta": {"tok_embeddings.weight": array, ...}) or Hugging
+    Face's ("hf": {"model.embed_tokens.weight": ...}, each head's Q and K rows in its rotary
+    order); None: by the state's embedding. state: as load_weights gives a .safetensors file,
+    or numpy arrays of a torch state_dict. Q, K and V are joined into the model's fused rows;
+    every tensor must fit, and none may be left over."""
+    scheme = _llama_names(names, state)
     tensors = _tensors(state)
     w, err = _Weights(len(tensors), tensors), _Err()
     params = np.zeros(max(model.num_params, 1), np.float32)
-    _check(_llama_import(model._h, ctypes.byref(w), b"state_dict", _ptr(params, ctypes.c_float),
-                         ctypes.byref(err)), err)
+    _check(_llama_import(model._h, ctypes.byref(w), scheme, b"state_dict",
+                         _ptr(params, ctypes.c_float), ctypes.byref(err)), err)
     return _model_weights(model, params)
 
 
-def to_meta_llama(model, weights):
-    """A LLaMA-family model's weights (repipe's names) under Meta's names, in the order of its
-    state_dict: what from_meta_llama reads."""
+def to_llama(model, weights, names="meta"):
+    """A LLaMA-family model's weights (repipe's names) under Meta's names ("meta") or Hugging
+    Face's ("hf"), in the order of that scheme's state_dict: what from_llama reads."""
+    scheme = _llama_names(names)
     params = model._params(weights)
     out, err = ctypes.POINTER(_Weights)(), _Err()
-    _check(_llama_export(model._h, _ptr(params, ctypes.c_float), ctypes.byref(out),
+    _check(_llama_export(model._h, _ptr(params, ctypes.c_float), scheme, ctypes.byref(out),
                          ctypes.byref(err)), err)
     try:
         return _weights_dict(out)

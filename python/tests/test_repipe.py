@@ -256,16 +256,16 @@ class Generation(unittest.TestCase):
 
 
 class Safetensors(unittest.TestCase):
-    def test_meta_llama_state_dict_round_trip(self):
+    def test_llama_state_dicts_round_trip(self):
         fx = os.path.join(SRC, "tests", "fixtures", "llama")
         model = repipe.Model.load(os.path.join(fx, "tiny.model"))
         state = repipe.load_weights(os.path.join(fx, "tiny.safetensors"))
         self.assertEqual(list(state)[:2], ["tok_embeddings.weight",
                                            "layers.0.attention.wq.weight"])
-        ours = repipe.from_meta_llama(model, state)
+        ours = repipe.from_llama(model, state)
         wq, wk, wv = (state["layers.0.attention.%s.weight" % k] for k in ("wq", "wk", "wv"))
         np.testing.assert_array_equal(ours["2.weight"], np.concatenate([wq, wk, wv]))
-        back = repipe.to_meta_llama(model, ours)
+        back = repipe.to_llama(model, ours)
         self.assertEqual(list(back), list(state))
         for k in state:
             np.testing.assert_array_equal(back[k], state[k])
@@ -274,9 +274,13 @@ class Safetensors(unittest.TestCase):
             repipe.save_weights(path, back)
             with open(path, "rb") as a, open(os.path.join(fx, "tiny.safetensors"), "rb") as b:
                 self.assertEqual(a.read(), b.read())
+        hf = repipe.load_weights(os.path.join(fx, "tiny_hf.safetensors"))
+        for k, v in repipe.from_llama(model, hf).items():  # names="hf", by the embedding
+            np.testing.assert_array_equal(v, ours[k])
+        self.assertEqual(list(repipe.to_llama(model, ours, names="hf")), list(hf))
         del state["norm.weight"]
         with self.assertRaisesRegex(repipe.Error, "no tensor 'norm.weight'"):
-            repipe.from_meta_llama(model, state)
+            repipe.from_llama(model, state)
 
 
 class Arrays(unittest.TestCase):

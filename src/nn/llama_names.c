@@ -1,14 +1,22 @@
 /*
-** Meta's names for a LLaMA-family model's tensors, the state_dict keys of
-** llama/model.py (tok_embeddings, layers.i.attention.wq ... feed_forward.w3,
-** norm, output), so that weights written by PyTorch start a repipe model and
-** repipe's go back. repipe writes such a block as a graph of plain layers
-** (docs/training.md, "A LLaMA-family block as a graph"); this file finds the
-** blocks in that graph by what reads what, rather than by line numbers, so
-** any spelling of the same graph maps. Meta keeps Q, K and V as three
-** matrices where repipe fuses their rows into one linear ([Q; K; V], each
-** (out, in) as in PyTorch); the rotary convention is the same (interleaved
-** pairs), so no matrix is permuted.
+** Two name schemes for a LLaMA-family model's tensors, so that weights
+** written by PyTorch start a repipe model and repipe's go back: Meta's, the
+** state_dict keys of llama/model.py (tok_embeddings, layers.i.attention.wq
+** ... feed_forward.w3, norm, output), and Hugging Face's, those of
+** transformers' LlamaForCausalLM (model.embed_tokens,
+** model.layers.i.self_attn.q_proj ... mlp.down_proj, model.norm, lm_head),
+** which Mistral, Qwen and most published LLaMA-family files use too.
+**
+** repipe writes such a block as a graph of plain layers (docs/training.md,
+** "A LLaMA-family block as a graph"); this file finds the blocks in that
+** graph by what reads what, rather than by line numbers, so any spelling of
+** the same graph maps. Both schemes keep Q, K and V as three matrices where
+** repipe fuses their rows into one linear ([Q; K; V], each (out, in) as in
+** PyTorch). repipe's rotary convention is Meta's (each head's features in
+** interleaved pairs); Hugging Face's rotates a head's first half against
+** its second, and its conversion script permutes each head's Q and K rows
+** to match (row p * hs/2 + i of its head holds Meta's row 2i + p), which
+** the import undoes and the export redoes. V is not permuted.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,11 +26,32 @@
 
 #define MAX_SLOTS(m) (9 * (m)->num_layers + 3)
 
-/* One of Meta's tensors: `rows` rows from row0 of a repipe variable. */
+/* One tensor of the file: `rows` rows from row0 of a repipe variable, each
+** head's rows permuted (Hugging Face's rotary order) when `heads` > 0. */
 typedef struct {
     char name[RP_NAME_MAX];
-    int var, row0, rows;
+    int var, row0, rows, heads;
 } slot;
+
+/* A tensor's role and its name in each scheme (%d: the block). */
+enum { EMB, WQ, WK, WV, WO, W1, W2, W3, NORM1, NORM2, NORM, OUT, ROLES };
+static const char *const NAMES[2][ROLES] = {
+    {"tok_embeddings.weight", "layers.%d.attention.wq.weight", "layers.%d.attention.wk.weight",
+     "layers.%d.attention.wv.weight", "layers.%d.attention.wo.weight",
+     "layers.%d.feed_forward.w1.weight", "layers.%d.feed_forward.w2.weight",
+     "layers.%d.feed_forward.w3.weight", "layers.%d.attention_norm.weight",
+     "layers.%d.ffn_norm.weight", "norm.weight", "output.weight"},
+    {"model.embed_tokens.weight", "model.layers.%d.self_attn.q_proj.weight",
+     "model.layers.%d.self_attn.k_proj.weight", "model.layers.%d.self_attn.v_proj.weight",
+     "model.layers.%d.self_attn.o_proj.weight", "model.layers.%d.mlp.gate_proj.weight",
+     "model.layers.%d.mlp.down_proj.weight", "model.layers.%d.mlp.up_proj.weight",
+     "model.layers.%d.input_layernorm.weight", "model.layers.%d.post_attention_layernorm.weight",
+     "model.norm.weight", "lm_head.weight"},
+};
+/* A block's tensors in its state_dict's order: the attention's, the MLP's
+** (Meta registers w1, w2, w3; Hugging Face gate, up, down), the norms. */
+static const int BLOCK_ORDER[2][9] = {{WQ, WK, WV, WO, W1, W2, W3, NORM1, NORM2},
+                                      {WQ, WK, WV, WO, W1, W3, W2, NORM1, NORM2}};
 
 /* The one layer that reads tensor t and has type `type`; -1 when none or
 ** several do. */
@@ -48,36 +77,37 @@ static bool reads(const rp_layer *L, int t) {
 /* Rows of a variable: a matrix's first dimension, a vector's length. */
 static int var_rows(const rp_model *m, int v) { return m->vars[v].shape.dim[0]; }
 
-static void add(slot *s, int *n, const char *name, int var, int row0, int rows) {
-    snprintf(s[*n].name, RP_NAME_MAX, "%s", name);
+static void add(slot *s, int *n, rp_llama_names names, int role, int block, int var, int row0,
+                int rows, int heads) {
+    snprintf(s[*n].name, RP_NAME_MAX, NAMES[names][role], block);
     s[*n].var = var, s[*n].row0 = row0, s[*n].rows = rows;
+    s[*n].heads = names == RP_LLAMA_HF ? heads : 0;
     (*n)++;
 }
 
 static rp_status not_llama(const rp_model *m, int l, const char *what, rp_error *err) {
     if (l < 0)
-        return rp_fail(err, RP_ERR_INVALID, "not a LLaMA-family model in Meta's layout: %s",
+        return rp_fail(err, RP_ERR_INVALID, "not a LLaMA-family model in repipe's graph: %s",
                        what);
     return rp_fail(err, RP_ERR_INVALID,
-                   "not a LLaMA-family model in Meta's layout: at layer %d (line %d, %s): %s", l,
+                   "not a LLaMA-family model in repipe's graph: at layer %d (line %d, %s): %s", l,
                    m->layers[l].line, rp_layer_name(m->layers[l].type), what);
 }
 
-/* Meta's tensors of model m in the order of llama/model.py's state_dict
-** (a block's attention, its feed-forward, then its two norms, as the block
-** registers them), as slots of m's variables; every variable of m must
-** have one. */
-static rp_status layout(const rp_model *m, slot *s, int *ns, rp_error *err) {
+/* The tensors of model m under `names`, in the order of that scheme's
+** state_dict, as slots of m's variables; every variable of m must have
+** one. */
+static rp_status layout(const rp_model *m, rp_llama_names names, slot *s, int *ns,
+                        rp_error *err) {
     const rp_layer *ly = m->layers;
     int n = m->num_layers, blocks = 0;
     *ns = 0;
     if (n < 4 || ly[0].type != RP_LAYER_EMBEDDING)
         return not_llama(m, -1, "it must begin with an embedding", err);
-    add(s, ns, "tok_embeddings.weight", ly[0].first_var, 0, var_rows(m, ly[0].first_var));
+    add(s, ns, names, EMB, 0, ly[0].first_var, 0, var_rows(m, ly[0].first_var), 0);
     for (int a = 0; a < n; a++) {
         if (ly[a].type != RP_LAYER_ATTENTION)
             continue;
-        char name[RP_NAME_MAX];
         int qkv = ly[a].inputs[0];
         if (qkv < 0 || ly[qkv].type != RP_LAYER_LINEAR || ly[qkv].bias)
             return not_llama(m, a, "attention must read a linear without bias (Q, K, V)", err);
@@ -115,22 +145,19 @@ static rp_status layout(const rp_model *m, slot *s, int *ns, rp_error *err) {
                              err);
         int H = ly[a].heads, K = ly[a].kv_heads ? ly[a].kv_heads : H;
         int rows = var_rows(m, ly[qkv].first_var), hs = rows / (H + 2 * K);
-        const char *part[] = {"wq", "wk", "wv"};
-        int start[] = {0, H * hs, (H + K) * hs, rows}; /* [Q; K; V] */
-        for (int k = 0; k < 3; k++) {
-            snprintf(name, sizeof name, "layers.%d.attention.%s.weight", blocks, part[k]);
-            add(s, ns, name, ly[qkv].first_var, start[k], start[k + 1] - start[k]);
-        }
-        const struct {
-            const char *what;
-            int layer;
-        } rest[] = {{"attention.wo", o},        {"feed_forward.w1", gate},
-                    {"feed_forward.w2", down},  {"feed_forward.w3", up},
-                    {"attention_norm", norm1},  {"ffn_norm", norm2}};
-        for (int k = 0; k < 6; k++) {
-            snprintf(name, sizeof name, "layers.%d.%s.weight", blocks, rest[k].what);
-            int v = ly[rest[k].layer].first_var;
-            add(s, ns, name, v, 0, var_rows(m, v));
+        if (hs % 2)
+            return not_llama(m, a, "rotary embeddings need an even head size", err);
+        int at[ROLES], row0[ROLES] = {0}, nrows[ROLES], heads[ROLES] = {0};
+        at[WQ] = at[WK] = at[WV] = qkv; /* [Q; K; V] */
+        row0[WK] = H * hs, row0[WV] = (H + K) * hs;
+        nrows[WQ] = H * hs, nrows[WK] = nrows[WV] = K * hs;
+        heads[WQ] = ly[a].rope_theta > 0 ? H : 0, heads[WK] = ly[a].rope_theta > 0 ? K : 0;
+        at[WO] = o, at[W1] = gate, at[W2] = down, at[W3] = up, at[NORM1] = norm1,
+        at[NORM2] = norm2;
+        for (int k = 0; k < 9; k++) {
+            int r = BLOCK_ORDER[names][k], v = ly[at[r]].first_var;
+            add(s, ns, names, r, blocks, v, row0[r], r >= WQ && r <= WV ? nrows[r] : var_rows(m, v),
+                heads[r]);
         }
         blocks++;
     }
@@ -144,8 +171,8 @@ static rp_status layout(const rp_model *m, slot *s, int *ns, rp_error *err) {
                          "it must end with rmsnorm, a linear without bias and "
                          "softmax_cross_entropy",
                          err);
-    add(s, ns, "norm.weight", ly[norm].first_var, 0, var_rows(m, ly[norm].first_var));
-    add(s, ns, "output.weight", ly[head].first_var, 0, var_rows(m, ly[head].first_var));
+    add(s, ns, names, NORM, 0, ly[norm].first_var, 0, var_rows(m, ly[norm].first_var), 0);
+    add(s, ns, names, OUT, 0, ly[head].first_var, 0, var_rows(m, ly[head].first_var), 0);
     /* every variable once: a layer this walk did not reach (a bias, an extra
     ** projection) would otherwise keep its initial values unseen */
     for (int l = 0; l < n; l++)
@@ -154,7 +181,7 @@ static rp_status layout(const rp_model *m, slot *s, int *ns, rp_error *err) {
             while (k < *ns && s[k].var != v)
                 k++;
             if (k == *ns)
-                return not_llama(m, l, "this layer's parameters have no name in Meta's layout",
+                return not_llama(m, l, "this layer's parameters have no name in the scheme",
                                  err);
         }
     return RP_OK;
@@ -167,12 +194,37 @@ static float *slot_data(const rp_model *m, float *params, const slot *s, size_t 
     return params + v->offset + (size_t)s->row0 * *cols;
 }
 
-rp_status rp_llama_import(const rp_model *m, const rp_weights *file, const char *name,
-                          float *params, rp_error *err) {
+/* Copies a slot's rows between the file's order (f) and repipe's (p):
+** within each of `heads` heads of hs rows, the file's row p * hs/2 + i is
+** repipe's row 2i + p; without heads, row for row. */
+static void copy_rows(float *p, float *f, const slot *s, size_t cols, bool to_repipe) {
+    int hs = s->heads ? s->rows / s->heads : 0;
+    for (int r = 0; r < s->rows; r++) {
+        int rr = r; /* repipe's row of the file's row r */
+        if (hs) {
+            int h = r / hs, w = r % hs, half = hs / 2;
+            rr = h * hs + 2 * (w % half) + w / half;
+        }
+        if (to_repipe)
+            memcpy(p + (size_t)rr * cols, f + (size_t)r * cols, sizeof(float) * cols);
+        else
+            memcpy(f + (size_t)r * cols, p + (size_t)rr * cols, sizeof(float) * cols);
+    }
+}
+
+/* Buffers of a scheme's own, which carry no parameter. */
+static bool buffer_name(const char *n) {
+    const char *tail = ".self_attn.rotary_emb.inv_freq";
+    size_t ln = strlen(n), lt = strlen(tail);
+    return strcmp(n, "rope.freqs") == 0 || (ln > lt && strcmp(n + ln - lt, tail) == 0);
+}
+
+rp_status rp_llama_import(const rp_model *m, const rp_weights *file, rp_llama_names names,
+                          const char *name, float *params, rp_error *err) {
     slot *s = malloc(sizeof *s * (size_t)MAX_SLOTS(m));
     bool *used = calloc(file->num_tensors ? (size_t)file->num_tensors : 1, sizeof *used);
     int ns;
-    rp_status st = s && used ? layout(m, s, &ns, err)
+    rp_status st = s && used ? layout(m, names, s, &ns, err)
                              : rp_fail(err, RP_ERR_NOMEM, "out of memory");
     const rp_layer *head = st ? NULL : &m->layers[m->layers[m->num_layers - 1].inputs[0]];
     for (int k = 0; !st && k < ns; k++) {
@@ -188,15 +240,18 @@ rp_status rp_llama_import(const rp_model *m, const rp_weights *file, const char 
                 if (rp_shape_size(&t->shape) != (size_t)s[k].rows * cols ||
                     memcmp(t->data, emb, sizeof(float) * (size_t)s[k].rows * cols) != 0)
                     st = rp_fail(err, RP_ERR_INVALID,
-                                 "%s: output.weight differs from tok_embeddings.weight, but "
-                                 "the model ties its head to the embedding (line %d)",
-                                 name, head->line);
+                                 "%s: %s differs from %s, but the model ties its head to the "
+                                 "embedding (line %d)",
+                                 name, s[k].name, NAMES[names][EMB], head->line);
             }
             continue;
         }
         if (!t) {
-            st = rp_fail(err, RP_ERR_INVALID, "%s: no tensor '%s' (for line %d of the model)",
-                         name, s[k].name, m->layers[m->vars[s[k].var].layer].line);
+            st = rp_fail(err, RP_ERR_INVALID, "%s: no tensor '%s' (for line %d of the model)%s",
+                         name, s[k].name, m->layers[m->vars[s[k].var].layer].line,
+                         is_head ? "; a file without its head ties it to the embedding: give "
+                                   "the model's head tie=0"
+                                 : "");
             break;
         }
         used[t - file->tensors] = true;
@@ -210,24 +265,25 @@ rp_status rp_llama_import(const rp_model *m, const rp_weights *file, const char 
                          rp_shape_to_string(&want, need, sizeof need));
             break;
         }
-        memcpy(dst, t->data, sizeof(float) * (size_t)s[k].rows * cols);
+        copy_rows(dst, t->data, &s[k], cols, true);
     }
     for (int i = 0; !st && i < file->num_tensors; i++) /* nothing left unread */
-        if (!used[i] && strcmp(file->tensors[i].name, "rope.freqs") != 0)
+        if (!used[i] && !buffer_name(file->tensors[i].name))
             st = rp_fail(err, RP_ERR_INVALID,
-                         "%s: tensor '%s' has no place in this model (Meta's names for its %d "
-                         "tensors run from tok_embeddings.weight to output.weight)",
-                         name, file->tensors[i].name, ns);
+                         "%s: tensor '%s' has no place in this model (its %d tensors run from %s "
+                         "to %s)",
+                         name, file->tensors[i].name, ns, NAMES[names][EMB], NAMES[names][OUT]);
     free(s), free(used);
     return st;
 }
 
-rp_status rp_llama_export(const rp_model *m, const float *params, rp_weights **out,
-                          rp_error *err) {
+rp_status rp_llama_export(const rp_model *m, const float *params, rp_llama_names names,
+                          rp_weights **out, rp_error *err) {
     *out = NULL;
     slot *s = malloc(sizeof *s * (size_t)MAX_SLOTS(m));
     int ns = 0;
-    rp_status st = s ? layout(m, s, &ns, err) : rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    rp_status st = s ? layout(m, names, s, &ns, err)
+                     : rp_fail(err, RP_ERR_NOMEM, "out of memory");
     rp_weights *w = st ? NULL : calloc(1, sizeof *w);
     if (!st && (!w || !(w->tensors = calloc((size_t)ns, sizeof(rp_tensor)))))
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
@@ -244,7 +300,7 @@ rp_status rp_llama_export(const rp_model *m, const float *params, rp_weights **o
             break;
         }
         w->num_tensors++;
-        memcpy(t->data, src, sizeof(float) * (size_t)s[k].rows * cols);
+        copy_rows((float *)src, t->data, &s[k], cols, false);
     }
     free(s);
     if (st) {
