@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """repipe beside PyTorch on a LLaMA-family model from the same weights: examples/llama-kjv.model
 (4 blocks, C 128, 8 query heads on 2 key/value heads, rotary embeddings, SwiGLU, RMSNorm,
-T 64, bytes), and the same model written here in PyTorch from the public architecture (Meta's
-LLaMA: rotary pairs as complex numbers, key/value heads repeated for their query heads).
+T 64, bytes), and the same model in PyTorch (tests/torch/llama_torch.py, Meta's layout,
+written from the public architecture).
 Both start from repipe's initial weights (exported under Meta's names, loaded with
 load_state_dict), or with --from-torch from PyTorch's (its state_dict written as safetensors and
 imported), and take the same 10 AdamW updates on the same micro-batches of the KJV text; prints
@@ -14,6 +14,7 @@ both sides' losses and their largest difference.
 """
 import argparse
 import os
+import sys
 
 import numpy as np
 import torch
@@ -22,79 +23,11 @@ from torch import nn
 import repipe
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-T, C, H, K, HS, M, BLOCKS, V = 64, 128, 8, 2, 16, 344, 4, 256
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "torch"))
+from llama_torch import Shape, Transformer  # noqa: E402 (the references' model)
 
-
-class RMSNorm(nn.Module):
-    def __init__(s, d, eps=1e-6):
-        super().__init__()
-        s.eps, s.weight = eps, nn.Parameter(torch.ones(d))
-
-    def forward(s, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + s.eps) * s.weight
-
-
-def rope(x, theta=10000.0):  # x: (B, T, heads, hs)
-    t = x.shape[1]
-    freqs = 1.0 / (theta ** (torch.arange(0, HS, 2, dtype=torch.float64) / HS))
-    cis = torch.polar(torch.ones(t, HS // 2, dtype=torch.float64),
-                      torch.outer(torch.arange(t, dtype=torch.float64), freqs))
-    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], HS // 2, 2))
-    return torch.view_as_real(z * cis.view(1, t, 1, HS // 2)).flatten(-2).float()
-
-
-class Attention(nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.wq, s.wk = nn.Linear(C, H * HS, bias=False), nn.Linear(C, K * HS, bias=False)
-        s.wv, s.wo = nn.Linear(C, K * HS, bias=False), nn.Linear(H * HS, C, bias=False)
-
-    def forward(s, x):
-        B = x.shape[0]
-        q, k = rope(s.wq(x).reshape(B, T, H, HS)), rope(s.wk(x).reshape(B, T, K, HS))
-        v = s.wv(x).reshape(B, T, K, HS)
-        k, v = (a.repeat_interleave(H // K, dim=2) for a in (k, v))
-        q, k, v = (a.transpose(1, 2) for a in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / HS ** 0.5
-        att = att.masked_fill(torch.tril(torch.ones(T, T)) == 0, float("-inf")).softmax(-1)
-        return s.wo((att @ v).transpose(1, 2).reshape(B, T, H * HS))
-
-
-class FeedForward(nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.w1, s.w2, s.w3 = (nn.Linear(C, M, bias=False), nn.Linear(M, C, bias=False),
-                            nn.Linear(C, M, bias=False))
-
-    def forward(s, x):
-        return s.w2(nn.functional.silu(s.w1(x)) * s.w3(x))
-
-
-class Block(nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.attention, s.feed_forward = Attention(), FeedForward()
-        s.attention_norm, s.ffn_norm = RMSNorm(C), RMSNorm(C)
-
-    def forward(s, x):
-        h = x + s.attention(s.attention_norm(x))
-        return h + s.feed_forward(s.ffn_norm(h))
-
-
-class Llama(nn.Module):
-    """Meta's module names (llama/model.py), so that its state_dict is Meta's."""
-
-    def __init__(s):
-        super().__init__()
-        s.tok_embeddings = nn.Embedding(V, C)
-        s.layers = nn.ModuleList(Block() for _ in range(BLOCKS))
-        s.norm, s.output = RMSNorm(C), nn.Linear(C, V, bias=False)
-
-    def forward(s, x):
-        h = s.tok_embeddings(x)
-        for layer in s.layers:
-            h = layer(h)
-        return s.output(s.norm(h))
+SHAPE = Shape(V=256, T=64, C=128, H=8, K=2, M=344, blocks=4, eps=1e-6, theta=10000.0)
+T, V = SHAPE.T, SHAPE.V
 
 
 def main():
@@ -121,7 +54,7 @@ def main():
            "weight_decay": 0.0}
     model = repipe.Model.load(os.path.join(HERE, "..", "examples", "llama-kjv.model"))
     torch.manual_seed(a.seed)
-    torch_model = Llama()
+    torch_model = Transformer(SHAPE)
     ours = []
     with repipe.Session(model, repipe.Config(micro_batch_size=B, optimizer=opt)) as s:
         if a.from_torch:  # PyTorch's initial weights, through a safetensors file
