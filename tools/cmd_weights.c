@@ -103,6 +103,14 @@ static int compare(const cli_cmd *cmd, const char *pa, const char *pb, double rt
     return bad ? 1 : 0;
 }
 
+/* The model of a conversion, and room for its parameters. */
+static rp_status load_model(const char *path, rp_model **m, float **params, rp_error *err) {
+    rp_status st = rp_model_load(m, path, err);
+    if (!st && !(*params = malloc(sizeof(float) * ((*m)->num_params ? (*m)->num_params : 1))))
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory for %zu parameters", (*m)->num_params);
+    return st;
+}
+
 /* llm.c checkpoint -> weight file (to_llmc false), or back */
 static int llmc(const cli_cmd *cmd, const char *in, const char *model, const char *out,
                 bool to_llmc) {
@@ -117,12 +125,8 @@ static int llmc(const cli_cmd *cmd, const char *in, const char *model, const cha
     size_t len = 0;
     float *params = NULL;
     int rc = 1;
-    if (rp_model_load(&m, model, &err))
+    if (load_model(model, &m, &params, &err))
         goto done;
-    if (!(params = malloc(sizeof(float) * (m->num_params ? m->num_params : 1)))) {
-        rp_fail(&err, RP_ERR_NOMEM, "out of memory");
-        goto done;
-    }
     if (to_llmc) {
         unsigned char *b = NULL;
         if (cli_load_weights(in, &w, &err) || rp_weights_to_params(m, w, 0, params, &err) ||
@@ -168,12 +172,8 @@ static int safetensors(const cli_cmd *cmd, const char *in, const char *model, co
     rp_weights *w = NULL, *conv = NULL;
     float *params = NULL;
     int rc = 1;
-    if (rp_model_load(&m, model, &err))
+    if (load_model(model, &m, &params, &err))
         goto done;
-    if (!(params = malloc(sizeof(float) * (m->num_params ? m->num_params : 1)))) {
-        rp_fail(&err, RP_ERR_NOMEM, "out of memory");
-        goto done;
-    }
     /* -1: repipe's names, else a LLaMA scheme */
     int scheme = !names || strcmp(names, "repipe") == 0 ? -1
                  : strcmp(names, "meta") == 0         ? RP_LLAMA_META
