@@ -349,6 +349,15 @@ expect_fail "Meta's names into a GPT" 1 "not a LLaMA-family model in repipe's gr
 expect_fail "an integer tensor" 1 "tensor 'B' is U8; repipe reads F32, F16, BF16 and F64" -- "$bin" weights \
   show "$src/tests/fixtures/safetensors/overall.safetensors"
 if [ ! -e "$tmp/no.rpw" ]; then ok; else bad "a refused import wrote its --out"; fi
+# --load takes a LLaMA-family state_dict under Hugging Face's names as it is
+printf '{"micro_batch_size": 2, "optimizer": {"type": "adamw", "lr": 0.003}}\n' > "$tmp/lk.json"
+"$bin" train --model "$src/examples/llama-kjv.model" --config "$tmp/lk.json" --text "$tmp/text.txt" \
+  --updates 1 --save "$tmp/lk.rpw" > /dev/null 2>&1
+"$bin" weights export-safetensors "$tmp/lk.rpw" --model "$src/examples/llama-kjv.model" --names hf \
+  --out "$tmp/lk_hf.safetensors" > /dev/null
+g_rp=$("$bin" generate --model "$src/examples/llama-kjv.model" --load "$tmp/lk.rpw" --prompt "the " --tokens 20 --temperature 0 2>&1)
+g_hf=$("$bin" generate --model "$src/examples/llama-kjv.model" --load "$tmp/lk_hf.safetensors" --prompt "the " --tokens 20 --temperature 0 2>&1)
+if [ "$g_rp" = "$g_hf" ] && [ "${#g_rp}" -ge 20 ]; then ok; else bad "generate from Hugging Face's names: '$g_hf' against '$g_rp'"; fi
 
 # PipeDream's schedules: the memory table says what its parameters hold; vertical sync
 # belongs to pipedream

@@ -88,6 +88,10 @@ bool cli_levels_match(const cli_cmd *cmd, int machines, int bandwidths);
 /* A weight file, the weights of a checkpoint (repipe/checkpoint.h), or a
 ** safetensors file (a name ending in .safetensors; its tensors as named). */
 rp_status cli_load_weights(const char *path, rp_weights **out, rp_error *err);
+/* The same for model m: a state_dict of a LLaMA-family model under Meta's or
+** Hugging Face's names (docs/training.md) comes back under m's own. */
+rp_status cli_load_model_weights(const char *path, const rp_model *m, rp_weights **out,
+                                 rp_error *err);
 
 /* One line: the hierarchy innermost first, as --machines takes it. */
 void cli_print_machines(FILE *f, const int *machines, const double *bandwidth, int levels);

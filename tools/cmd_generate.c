@@ -58,7 +58,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     int32_t *tokens = NULL;
     int len = (int)strlen(prompt), rc = 1;
     if (rp_model_load(&m, model_path, &err) || rp_model_check_tokens(m, "generate", &err) ||
-        cli_load_weights(load, &w, &err))
+        cli_load_model_weights(load, m, &w, &err))
         goto fail;
     if (m->num_classes > 256) {
         rp_fail(&err, RP_ERR_INVALID,

@@ -365,7 +365,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     if (load) {
         rp_weights *w;
-        if (cli_load_weights(load, &w, &err))
+        if (cli_load_model_weights(load, m, &w, &err))
             goto fail;
         if (!allow_nonfinite && rp_weights_check_finite(w, load, &err)) {
             rp_weights_free(w);
