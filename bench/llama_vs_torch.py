@@ -10,7 +10,7 @@ both sides' losses and their largest difference.
 
     PYTHONPATH=python REPIPE_LIBRARY=build/librepipe.so /usr/bin/python3 bench/llama_vs_torch.py \\
         [--text /usr/share/bible-kjv/...]   (default: the demo's build/kjv-train.txt)
-        [--from-torch [--seed S]]
+        [--from-torch [--seed S]] [--speed ROUNDS]
 """
 import argparse
 import os
@@ -30,6 +30,40 @@ SHAPE = Shape(V=256, T=64, C=128, H=8, K=2, M=344, blocks=4, eps=1e-6, theta=100
 T, V = SHAPE.T, SHAPE.V
 
 
+def speed(a, model, opt, xs, ys, torch_model):
+    """Tokens per second of both trainers, rounds interleaved so that the machine's drift
+    falls on both; the first update of each round is not timed (warm-up)."""
+    import time
+    import llama_torch
+    llama_torch.ROPE_DTYPE = torch.float32
+    B, U = a.batch, a.updates
+    adam = torch.optim.AdamW(torch_model.parameters(), lr=0.003)
+    ours, theirs = [], []
+    with repipe.Session(model, repipe.Config(micro_batch_size=B, optimizer=opt)) as s:
+        for _ in range(a.speed):
+            for u in range(U):
+                if u == 1:
+                    t0 = time.perf_counter()
+                s.run(xs[u * B:(u + 1) * B], ys[u * B:(u + 1) * B])
+            ours.append((U - 1) * B * T / (time.perf_counter() - t0))
+            for u in range(U):
+                if u == 1:
+                    t0 = time.perf_counter()
+                x = torch.from_numpy(xs[u * B:(u + 1) * B].astype(np.int64))
+                y = torch.from_numpy(ys[u * B:(u + 1) * B].astype(np.int64))
+                adam.zero_grad()
+                nn.functional.cross_entropy(torch_model(x).reshape(-1, V), y.reshape(-1)).backward()
+                adam.step()
+            theirs.append((U - 1) * B * T / (time.perf_counter() - t0))
+    ratios = sorted(r / t for r, t in zip(ours, theirs))
+    print("speed, one thread each, B %d, T %d, %d rounds of %d timed updates:" %
+          (B, T, a.speed, U - 1))
+    print("  repipe  %s tokens/s" % " ".join("%.0f" % v for v in ours))
+    print("  PyTorch %s tokens/s" % " ".join("%.0f" % v for v in theirs))
+    print("  repipe / PyTorch: median %.3f (range %.3f to %.3f)" %
+          (ratios[len(ratios) // 2], ratios[0], ratios[-1]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--text", default=os.path.join(HERE, "..", "build", "kjv-train.txt"))
@@ -41,6 +75,10 @@ def main():
     ap.add_argument("--seed", type=int, default=0, help="PyTorch's, for --from-torch [0]")
     ap.add_argument("--dir", default=os.path.join(HERE, "..", "build"),
                     help="where --from-torch writes its safetensors file [build]")
+    ap.add_argument("--speed", type=int, metavar="ROUNDS", default=0,
+                    help="then time both sides' training, one thread each, ROUNDS interleaved "
+                         "rounds of --updates updates (PyTorch's rotary in float32, as Meta's "
+                         "code runs it); prints tokens/s and the median ratio")
     ap.add_argument("--write-refs", metavar="FILE",
                     help="also write the windows and PyTorch's losses for tests/test_llama.c")
     a = ap.parse_args()
@@ -86,6 +124,8 @@ def main():
         print("%6d  %.7f   %.7f   %.1e" % (u + 1, r, t, abs(r - t)))
     print("largest difference over %d AdamW updates: %.2e" %
           (U, max(abs(r - t) for r, t in zip(ours, theirs))))
+    if a.speed:
+        speed(a, model, opt, xs, ys, torch_model)
     if a.write_refs:
         with open(a.write_refs, "w") as f:
             f.write("# PyTorch %s (bench/llama_vs_torch.py): examples/llama-kjv.model from "

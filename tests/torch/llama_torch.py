@@ -19,6 +19,11 @@ from torch import nn
 
 Shape = namedtuple("Shape", "V T C H K M blocks eps theta")
 
+# The rotary embeddings' arithmetic: float64 for the references (so that PyTorch's side is the
+# more exact one), float32 for a speed comparison, as Meta's code runs it (complex64).
+ROPE_DTYPE = torch.float64
+_cache = {}
+
 
 class RMSNorm(nn.Module):
     def __init__(s, d, eps):
@@ -35,11 +40,20 @@ def _angles(a):
     return torch.outer(torch.arange(a.T, dtype=torch.float64), freqs)  # (T, hs / 2)
 
 
+def _cis(a):  # Meta's freqs_cis, computed once per shape and precision
+    key = (a, ROPE_DTYPE)
+    if key not in _cache:
+        hs = a.C // a.H
+        cis = torch.polar(torch.ones(a.T, hs // 2, dtype=torch.float64), _angles(a))
+        _cache[key] = (cis if ROPE_DTYPE == torch.float64 else cis.to(torch.complex64)).view(
+            1, a.T, 1, hs // 2)
+    return _cache[key]
+
+
 def rope_meta(a, x):  # (B, T, heads, hs): interleaved pairs as complex numbers
     hs = x.shape[-1]
-    cis = torch.polar(torch.ones(a.T, hs // 2, dtype=torch.float64), _angles(a))
-    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], hs // 2, 2))
-    return torch.view_as_real(z * cis.view(1, a.T, 1, hs // 2)).flatten(-2).float()
+    z = torch.view_as_complex(x.to(ROPE_DTYPE).reshape(*x.shape[:-1], hs // 2, 2))
+    return torch.view_as_real(z * _cis(a)).flatten(-2).float()
 
 
 def rope_hf(a, x):  # (B, T, heads, hs): a head's halves
