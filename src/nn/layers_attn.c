@@ -41,27 +41,45 @@ size_t rpi_attention_scratch(const rp_layer *L) {
     return (size_t)d.T * d.T; /* a head's score gradients */
 }
 
-/* x (hs floats, pairs) turned by the angles of position t; sign -1 turns back */
-static void rope(float *x, int hs, int t, float theta, double sign) {
-    for (int i = 0; i < hs / 2; i++) {
-        double ang = t * pow(theta, -2.0 * i / hs), c = cos(ang), s = sign * sin(ang);
-        double x0 = x[2 * i], x1 = x[2 * i + 1];
-        x[2 * i] = (float)(x0 * c - x1 * s);
-        x[2 * i + 1] = (float)(x0 * s + x1 * c);
-    }
+/* Every row of B samples of T positions (rows `row` floats apart, samples
+** `sample` apart) turned, in each of its first `heads` heads of hs floats
+** (pairs), by the angles of its position; sign -1 turns back. A position's
+** angles are computed once for all its samples and heads: the cosines and
+** sines were most of attention's time when each head took its own, and the
+** same expressions give the same bits. */
+static void rope(float *x, int B, size_t sample, int T, size_t row, int heads, int hs,
+                 float theta, double sign) {
+    enum { CHUNK = 64 }; /* pairs whose angles are held at once */
+    double c[CHUNK], s[CHUNK];
+    for (int t = 0; t < T; t++)
+        for (int i0 = 0; i0 < hs / 2; i0 += CHUNK) {
+            int n = hs / 2 - i0 < CHUNK ? hs / 2 - i0 : CHUNK;
+            for (int i = 0; i < n; i++) {
+                double ang = t * pow(theta, -2.0 * (i0 + i) / hs);
+                c[i] = cos(ang), s[i] = sign * sin(ang);
+            }
+            for (int b = 0; b < B; b++)
+                for (int h = 0; h < heads; h++) {
+                    float *v = x + (size_t)b * sample + (size_t)t * row + (size_t)h * hs + 2 * i0;
+                    for (int i = 0; i < n; i++) {
+                        double x0 = v[2 * i], x1 = v[2 * i + 1];
+                        v[2 * i] = (float)(x0 * c[i] - x1 * s[i]);
+                        v[2 * i + 1] = (float)(x0 * s[i] + x1 * c[i]);
+                    }
+                }
+        }
 }
 
 void rpi_attention_forward(const layer_args *a) {
     attn_dims d = dims_of(a->L);
     int T = d.T, W = d.W, hs = d.hs, C = d.H * hs;
     float scale = 1.0f / sqrtf((float)hs), theta = a->L->rope_theta;
+    memcpy(a->aux, a->in, sizeof(float) * (size_t)a->B * T * W);
+    if (theta > 0) /* the query heads, then the key heads */
+        rope(a->aux, a->B, (size_t)T * W, T, W, d.H + d.K, hs, theta, 1.0);
     for (int b = 0; b < a->B; b++) {
         float *rq = (float *)a->aux + (size_t)b * T * W;
         float *P = (float *)a->aux + (size_t)a->B * T * W + (size_t)b * d.H * T * T;
-        memcpy(rq, a->in + (size_t)b * T * W, sizeof(float) * T * W);
-        for (int t = 0; theta > 0 && t < T; t++)
-            for (int h = 0; h < d.H + d.K; h++) /* the query heads, then the key heads */
-                rope(rq + (size_t)t * W + (size_t)h * hs, hs, t, theta, 1.0);
         float *out = a->out + (size_t)b * T * C;
         for (int h = 0; h < d.H; h++) {
             int g = h / d.G;
@@ -125,8 +143,7 @@ void rpi_attention_backward(const layer_args *a, const float *dout, float *din) 
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, dS, T, q, W, 1.0f,
                         dk, W);
         }
-        for (int t = 0; theta > 0 && t < T; t++) /* back through the turns */
-            for (int h = 0; h < d.H + d.K; h++)
-                rope(dx + (size_t)t * W + (size_t)h * hs, hs, t, theta, -1.0);
     }
+    if (theta > 0) /* back through the turns */
+        rope(din, a->B, (size_t)T * W, T, W, d.H + d.K, hs, theta, -1.0);
 }
