@@ -257,6 +257,46 @@ static void llama(void) {
     rp_weights_free(hf_back);
     rp_weights_free(hf);
 
+    /* the model with its head tied to the embedding: Hugging Face's file
+    ** has no lm_head, Meta's keeps output.weight, and both come back */
+    char *tied_spec;
+    size_t tied_len;
+    rp_model *tied = NULL;
+    CHECK_OK(rp_read_file(fixture("llama/tiny.model"), &tied_spec, &tied_len, &err), err);
+    char *last = tied_spec ? strstr(tied_spec, "linear 32 bias=false\nsoftmax") : NULL;
+    CHECK(last != NULL);
+    if (last) {
+        char spec[4096];
+        snprintf(spec, sizeof spec, "%.*slinear 32 bias=false tie=0\nsoftmax_cross_entropy\n",
+                 (int)(last - tied_spec), tied_spec);
+        CHECK_OK(rp_model_parse(&tied, spec, strlen(spec), "tied", &err), err);
+    }
+    free(tied_spec);
+    if (tied) {
+        float *tp = calloc(tied->num_params, sizeof(float)), *back_p = calloc(tied->num_params,
+                                                                               sizeof(float));
+        rp_weights *tw = NULL, *meta_w = NULL;
+        const rp_variable *emb = &tied->vars[0], *out = &tied->vars[tied->num_vars - 1];
+        /* the untied file's output.weight is not its embedding */
+        CHECK(rp_llama_import(tied, file, RP_LLAMA_META, "tiny", tp, &err) != RP_OK);
+        CHECK_STR_HAS(err.msg, "output.weight differs from tok_embeddings.weight");
+        for (int v = 0; v < tied->num_vars; v++) /* take the untied import's values */
+            memcpy(tp + tied->vars[v].offset, params + m->vars[v].offset,
+                   sizeof(float) * tied->vars[v].count);
+        memcpy(tp + out->offset, tp + emb->offset, sizeof(float) * emb->count);
+        CHECK_OK(rp_llama_export(tied, tp, RP_LLAMA_HF, &tw, &err), err);
+        CHECK(tw && tw->num_tensors == file->num_tensors - 1 &&
+              !rp_weights_find(tw, "lm_head.weight"));
+        if (tw)
+            CHECK_OK(rp_llama_import(tied, tw, RP_LLAMA_HF, "tied", back_p, &err), err);
+        CHECK(memcmp(back_p, tp, sizeof(float) * tied->num_params) == 0);
+        CHECK_OK(rp_llama_export(tied, tp, RP_LLAMA_META, &meta_w, &err), err);
+        CHECK(meta_w && rp_weights_find(meta_w, "output.weight"));
+        rp_weights_free(tw), rp_weights_free(meta_w);
+        free(tp), free(back_p);
+        rp_model_free(tied);
+    }
+
     /* what does not fit is refused by name */
     file->num_tensors--; /* output.weight gone */
     CHECK(rp_llama_import(m, file, RP_LLAMA_META, "tiny.safetensors", params, &err) != RP_OK);

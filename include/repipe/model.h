@@ -428,7 +428,8 @@ typedef enum rp_llama_names { RP_LLAMA_META, RP_LLAMA_HF } rp_llama_names;
 ** may be left over (but the schemes' rotary buffers, rope.freqs and
 ** ...rotary_emb.inv_freq); a tied head takes the embedding's table (a file
 ** without a head is one), and a head in the file must then equal it.
-** Export gives the scheme's tensors in its state_dict's order. */
+** Export gives the scheme's tensors in its state_dict's order (a tied head
+** under Hugging Face's names not at all, as transformers saves one). */
 rp_status rp_llama_import(const rp_model *m, const rp_weights *file, rp_llama_names names,
                           const char *name, float *params, rp_error *err);
 rp_status rp_llama_export(const rp_model *m, const float *params, rp_llama_names names,

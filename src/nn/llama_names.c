@@ -287,10 +287,15 @@ rp_status rp_llama_export(const rp_model *m, const float *params, rp_llama_names
     rp_weights *w = st ? NULL : calloc(1, sizeof *w);
     if (!st && (!w || !(w->tensors = calloc((size_t)ns, sizeof(rp_tensor)))))
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    const rp_layer *head = st ? NULL : &m->layers[m->layers[m->num_layers - 1].inputs[0]];
     for (int k = 0; !st && k < ns; k++) {
+        /* Hugging Face writes no lm_head for a tied model (its loader ties
+        ** it again); Meta's layout has no tied head, and keeps the copy */
+        if (names == RP_LLAMA_HF && head->tie && s[k].var == head->first_var)
+            continue;
         size_t cols;
         const float *src = slot_data(m, (float *)params, &s[k], &cols);
-        rp_tensor *t = &w->tensors[k];
+        rp_tensor *t = &w->tensors[w->num_tensors];
         snprintf(t->name, RP_NAME_MAX, "%s", s[k].name);
         t->groups = 1;
         t->shape = m->vars[s[k].var].shape;
