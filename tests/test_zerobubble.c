@@ -1,12 +1,13 @@
 /*
-** Zero-bubble schedules (zb-h1, zb-h2): a split backward adds exactly the
+** Zero-bubble schedules (zb-h1, zb-h2, zb-auto): a split backward adds exactly the
 ** bits of the whole one, so every configuration's weights and losses equal
 ** 1f1b's bit for bit, on every layout (stage replication, replicas,
 ** accumulation, recomputation, sharding, clipping; MLP, CNN and a GPT with
 ** dropout and a tied head). The plans: W after its B, both in micro-batch
 ** order, zb-h1 at 1f1b's activation slots, zb-h2 at most 2 n_s - 1; the
 ** checker refuses a W before its B and Ws out of order; the simulator gives
-** the bubbles of the paper's formulas on equal pass times.
+** the bubbles of the paper's formulas on equal pass times, and zb-auto,
+** ordered by the passes' times, no more than zb-h2's where W outweighs F.
 **
 **   test_zerobubble          local backend: everything
 **   test_zerobubble --mpi    under mpirun -np W: the cases of W workers
@@ -63,7 +64,19 @@ static const zcase CASES[] = {
     {3, 1, {1, 1, 1}, 8, ", \"fp16_exchange\": true, \"device_iterations\": 2"},
 };
 
+/* "zb-auto-w3": zb-auto ordered for a weight gradient three times the
+** forward, with room for 2 P - 1 micro-batches; "zb-auto-1": room for one */
 static rp_config config(const zcase *zc, const char *schedule, bool adam) {
+    char sched[160]; /* the schedule's keys */
+    if (strcmp(schedule, "zb-auto-w3") == 0)
+        snprintf(sched, sizeof sched,
+                 "\"schedule\": \"zb-auto\", \"zb_pass_times\": [1, 1, 3], "
+                 "\"zb_max_in_flight\": %d",
+                 2 * zc->P - 1);
+    else if (strcmp(schedule, "zb-auto-1") == 0) /* one micro-batch at a time, F to W */
+        snprintf(sched, sizeof sched, "\"schedule\": \"zb-auto\", \"zb_max_in_flight\": 1");
+    else
+        snprintf(sched, sizeof sched, "\"schedule\": \"%s\"", schedule);
     char layers[64] = "[-1", reps[64];
     for (int s = 1; s < zc->P; s++)
         strcat(layers, ", -1");
@@ -74,8 +87,8 @@ static rp_config config(const zcase *zc, const char *schedule, bool adam) {
     snprintf(json, sizeof json,
              "{\"seed\": 5, \"micro_batch_size\": 3, \"gradient_accumulation_steps\": %d, "
              "\"replication_factor\": %d, \"layers_per_stage\": %s], \"stage_replication\": %s], "
-             "\"schedule\": \"%s\", \"output_mode\": \"all\", \"optimizer\": %s%s}",
-             zc->GA, zc->R, layers, reps, schedule,
+             "%s, \"output_mode\": \"all\", \"optimizer\": %s%s}",
+             zc->GA, zc->R, layers, reps, sched,
              adam ? "{\"type\": \"adam\", \"lr\": 0.01}"
                   : "{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}",
              zc->extra);
@@ -133,7 +146,8 @@ static bool same_bits(const rp_weights *a, const rp_weights *b) {
 
 static void exact(bool use_mpi, int only_workers) {
     static const char *const models[] = {"mlp", "cnn", "gpt", "llama"};
-    static const char *const schedules[] = {"zb-h1", "zb-h2"};
+    static const char *const schedules[] = {"zb-h1", "zb-h2", "zb-auto", "zb-auto-w3",
+                                            "zb-auto-1"};
     int run = 0;
     for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
         const zcase *zc = &CASES[k];
@@ -149,7 +163,7 @@ static void exact(bool use_mpi, int only_workers) {
             rp_config base = config(zc, "1f1b", mi != 2);
             float l0[128] = {0}, l1[128];
             rp_weights *want = train(m, &base, tokens, use_mpi, l0);
-            for (int si = 0; si < 2; si++) {
+            for (int si = 0; si < 5; si++) {
                 rp_config c = config(zc, schedules[si], mi != 2);
                 memset(l1, 0, sizeof l1);
                 rp_weights *got = train(m, &c, tokens, use_mpi, l1);
@@ -184,8 +198,9 @@ static void plans(void) {
             int peak = 0; /* 1f1b's busiest worker */
             for (int w = 0; w < p1->workers; w++)
                 peak = p1->w[w].slots > peak ? p1->w[w].slots : peak;
-            for (int si = 0; si < 2; si++) {
-                rp_config c = config(&zc, si ? "zb-h2" : "zb-h1", false);
+            static const char *const names[] = {"zb-h1", "zb-h2", "zb-auto", "zb-auto-w3"};
+            for (int si = 0; si < 4; si++) {
+                rp_config c = config(&zc, names[si], false);
                 CHECK_OK(rp_workplan_build(&c, &p, &err), err);
                 CHECK_OK(rp_workplan_check(p, NULL, &err), err);
                 for (int w = 0; w < p->workers; w++) {
@@ -204,9 +219,14 @@ static void plans(void) {
                         }
                     }
                     CHECK(nb == nw && nb > 0);
-                    CHECKF(wo->slots <= (si ? 2 * peak - 1 : peak) && wo->slots >= p1->w[w].slots,
-                           "%s worker %d: %d slots, 1f1b's most %d", si ? "zb-h2" : "zb-h1", w,
-                           wo->slots, peak);
+                    /* zb-h1 and zb-auto at 1f1b's most; zb-h2 twice less one; zb-auto's
+                    ** limit of 2 P - 1 */
+                    int most = si == 0 || si == 2 ? peak : si == 1 ? 2 * peak - 1 : 2 * zc.P - 1;
+                    if (si == 3 && most < peak)
+                        most = peak;
+                    CHECKF(wo->slots <= most && (si == 3 || wo->slots >= p1->w[w].slots),
+                           "%s worker %d: %d slots, 1f1b's most %d", names[si], w, wo->slots,
+                           peak);
                 }
                 rp_workplan_free(p);
             }
@@ -284,6 +304,63 @@ static void bubbles(void) {
         }
 }
 
+/* An input gradient three times the forward (F = W = 1, B = 3: a stage
+** that recomputes, say), GA 16: zb-auto, ordered on those times with room
+** for 3 P micro-batches, idles only the pipeline's fill, (P - 1) F, where
+** zb-h2, ordered on equal times, idles twice that; ordered on equal times
+** at zb-h1's memory, zb-auto is zb-h1. (The greedy order is no optimum: at
+** P 4, GA 8 the same room gives 7 ms against zb-h2's 6, and the planner
+** simulates both.) */
+static void auto_bubbles(void) {
+    for (int P = 2; P <= 4; P++) {
+        int GA = 16;
+        double fw[4], bw[4], out[4], par[4], bi[4], bwt[4];
+        for (int l = 0; l < P; l++)
+            fw[l] = 1, bw[l] = 4, bi[l] = 3, bwt[l] = 1, out[l] = 0, par[l] = 4;
+        rp_sim_options so;
+        rp_sim_options_default(&so);
+        so.latency = 0;
+        so.bwd_input_ms = bi, so.bwd_weight_ms = bwt;
+        static const char *const keys[] = {
+            "\"schedule\": \"zb-h1\"", "\"schedule\": \"zb-h2\"",
+            "\"schedule\": \"zb-auto\", \"zb_pass_times\": [1, 3, 1], \"zb_max_in_flight\": %d",
+            "\"schedule\": \"zb-auto\""};
+        double t[4];
+        for (int si = 0; si < 4; si++) {
+            char layers[64] = "[1", sched[160], json[512];
+            for (int s = 1; s < P; s++)
+                strcat(layers, ", 1");
+            snprintf(sched, sizeof sched, keys[si], 3 * P);
+            snprintf(json, sizeof json,
+                     "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": %s], %s}", GA,
+                     layers, sched);
+            rp_config c = test_config(json);
+            rp_sim_result r;
+            rp_error err;
+            CHECK_OK(rp_simulate(&c, fw, bw, out, par, P, &so, &r, &err), err);
+            t[si] = r.update_time * 1e3 - 5.0 * GA; /* the bubble */
+            rp_sim_result_free(&r);
+        }
+        CHECKF(fabs(t[2] - (P - 1)) < 1e-6 && fabs(t[1] - 2.0 * (P - 1)) < 1e-6,
+               "P=%d: bubbles zb-auto %.3f ms, zb-h2 %.3f", P, t[2], t[1]);
+        CHECKF(fabs(t[3] - t[0]) < 1e-6, "P=%d: zb-auto on equal times %.3f, zb-h1 %.3f", P,
+               t[3], t[0]);
+        if (P == 2) { /* zb-auto's keys belong to it */
+            rp_model *m = test_model(MLP);
+            rp_config c = test_config("{\"layers_per_stage\": [3, -1], \"schedule\": \"zb-h1\", "
+                                      "\"zb_max_in_flight\": 3}");
+            rp_error err;
+            CHECK(rp_session_check(m, &c, &err) == RP_ERR_INVALID);
+            CHECK_STR_HAS(err.msg, "go with schedule \"zb-auto\", not \"zb-h1\"");
+            rp_model_free(m);
+        }
+        if (P == 4)
+            printf("F 1, B 3, W 1 ms, P 4, GA 16: bubbles zb-h1 %.0f ms, zb-h2 %.0f, zb-auto "
+                   "%.0f\n",
+                   t[0], t[1], t[2]);
+    }
+}
+
 /* A profile's recorded halves are read back; a node without them gets
 ** half its backward as W when it has parameters, none otherwise; a bad
 ** number is refused with its line. And the halves move the prediction: W
@@ -347,6 +424,7 @@ static void with_mpi(int ranks) {
 static void local(void) {
     plans();
     bubbles();
+    auto_bubbles();
     profile_halves();
     exact(false, 0);
 }

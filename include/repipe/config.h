@@ -46,6 +46,7 @@ typedef enum rp_schedule {
     RP_SCHEDULE_GPIPE,
     RP_SCHEDULE_ZB_H1, /* zero bubble (schedule.h), at 1f1b's activation memory */
     RP_SCHEDULE_ZB_H2, /* zero bubble, about twice 1f1b's activation memory */
+    RP_SCHEDULE_ZB_AUTO, /* zero bubble ordered by the passes' times, under a limit */
     RP_SCHEDULE_PIPEDREAM, /* the asynchronous ones last: >= PIPEDREAM tests for them */
     RP_SCHEDULE_PIPEDREAM_2BW
 } rp_schedule;
@@ -106,6 +107,11 @@ typedef struct rp_config {
     ** reflects the micro-batches the input stage's version for m did
     ** (PipeDream's vertical sync) */
     bool pipedream_vertical_sync;
+    /* schedule zb-auto: the relative times of a stage's forward, input
+    ** gradient and weight gradient [1, 1, 1], and the most micro-batches a
+    ** stage replica holds from F to W [0: 1f1b's most on one worker] */
+    double zb_pass_times[3];
+    int zb_max_in_flight;
     bool auto_loss_scaling;
     /* Optimum's fp16 partial sums of products and convolutions: accepted, no
     ** effect (repipe's products sum in fp32) [true, as in Optimum] */

@@ -24,6 +24,7 @@ void rp_config_default(rp_config *cfg) {
     cfg->inference_device_iterations = 1;
     cfg->output_mode = RP_OUTPUT_FINAL;
     cfg->schedule = RP_SCHEDULE_1F1B;
+    cfg->zb_pass_times[0] = cfg->zb_pass_times[1] = cfg->zb_pass_times[2] = 1.0;
     cfg->replica_grouping = rp_grouping_all(1);
     cfg->embedding_serialization_factor = 1;
     cfg->inference_embedding_serialization_factor = 1;
@@ -72,6 +73,7 @@ const char *rp_schedule_name(rp_schedule s) {
     return s == RP_SCHEDULE_GPIPE           ? "gpipe"
            : s == RP_SCHEDULE_ZB_H1         ? "zb-h1"
            : s == RP_SCHEDULE_ZB_H2         ? "zb-h2"
+           : s == RP_SCHEDULE_ZB_AUTO       ? "zb-auto"
            : s == RP_SCHEDULE_PIPEDREAM     ? "pipedream"
            : s == RP_SCHEDULE_PIPEDREAM_2BW ? "pipedream_2bw"
                                             : "1f1b";
@@ -129,6 +131,12 @@ rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
                           cfg->recompute_checkpoint_every_layer);
     if (cfg->pipedream_vertical_sync)
         cJSON_AddBoolToObject(r, "pipedream_vertical_sync", true);
+    if (cfg->schedule == RP_SCHEDULE_ZB_AUTO) {
+        cJSON *t = cJSON_AddArrayToObject(r, "zb_pass_times");
+        for (int k = 0; t && k < 3; k++)
+            cJSON_AddItemToArray(t, cJSON_CreateNumber(cfg->zb_pass_times[k]));
+        cJSON_AddNumberToObject(r, "zb_max_in_flight", cfg->zb_max_in_flight);
+    }
     cJSON_AddBoolToObject(r, "auto_loss_scaling", cfg->auto_loss_scaling);
     cJSON_AddBoolToObject(r, "fp16_exchange", cfg->fp16_exchange);
     if (cfg->loss_scaling > 0)
@@ -256,6 +264,8 @@ bool rp_config_equal(const rp_config *a, const rp_config *b) {
              a->lr_schedule.gamma == b->lr_schedule.gamma)) &&
            a->gradient_clipping == b->gradient_clipping &&
            a->pipedream_vertical_sync == b->pipedream_vertical_sync &&
+           memcmp(a->zb_pass_times, b->zb_pass_times, sizeof a->zb_pass_times) == 0 &&
+           a->zb_max_in_flight == b->zb_max_in_flight &&
            a->sequential_data == b->sequential_data &&
            oa->type == ob->type && oa->lr == ob->lr && oa->momentum == ob->momentum &&
            oa->weight_decay == ob->weight_decay && oa->beta1 == ob->beta1 &&

@@ -113,6 +113,25 @@ static rp_status k_vsync(rp_config *cfg, rpi_load *c, const char *key, const cJS
     return rpi_get_bool(c, key, v, &cfg->pipedream_vertical_sync);
 }
 
+/* zb-auto's relative pass times: three positive numbers, F, B and W */
+static rp_status k_zb_times(rp_config *cfg, rpi_load *c, const char *key, const cJSON *v) {
+    const char *rule = "must be three positive numbers: the forward's, the input gradient's "
+                       "and the weight gradient's relative times";
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3)
+        return rpi_bad_value(c, key, v, rule);
+    for (int k = 0; k < 3; k++) {
+        const cJSON *e = cJSON_GetArrayItem(v, k);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0 && e->valuedouble <= 1e9))
+            return rpi_bad_value(c, key, v, rule);
+        cfg->zb_pass_times[k] = e->valuedouble;
+    }
+    return RP_OK;
+}
+
+static rp_status k_zb_limit(rp_config *cfg, rpi_load *c, const char *key, const cJSON *v) {
+    return rpi_get_int(c, key, v, 0, &cfg->zb_max_in_flight);
+}
+
 static rp_status k_fp16(rp_config *cfg, rpi_load *c, const char *key, const cJSON *v) {
     return rpi_get_bool(c, key, v, &cfg->fp16_exchange);
 }
@@ -336,14 +355,16 @@ static rp_status k_schedule(rp_config *cfg, rpi_load *c, const char *key, const 
         cfg->schedule = RP_SCHEDULE_ZB_H1;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "zb-h2") == 0)
         cfg->schedule = RP_SCHEDULE_ZB_H2;
+    else if (cJSON_IsString(v) && strcmp(v->valuestring, "zb-auto") == 0)
+        cfg->schedule = RP_SCHEDULE_ZB_AUTO;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "pipedream") == 0)
         cfg->schedule = RP_SCHEDULE_PIPEDREAM;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "pipedream_2bw") == 0)
         cfg->schedule = RP_SCHEDULE_PIPEDREAM_2BW;
     else
         return rpi_bad_value(c, key, v,
-                         "must be \"gpipe\", \"1f1b\", \"zb-h1\", \"zb-h2\", \"pipedream\" or "
-                         "\"pipedream_2bw\"");
+                         "must be \"gpipe\", \"1f1b\", \"zb-h1\", \"zb-h2\", \"zb-auto\", "
+                         "\"pipedream\" or \"pipedream_2bw\"");
     return RP_OK;
 }
 
@@ -402,6 +423,8 @@ static const struct key_def {
     {"schedule", k_schedule, cJSON_String},
     {"replica_grouping", k_grouping, cJSON_Object},
     {"pipedream_vertical_sync", k_vsync, cJSON_True | cJSON_False},
+    {"zb_pass_times", k_zb_times, cJSON_Array},
+    {"zb_max_in_flight", k_zb_limit, cJSON_Number},
     {"fp16_exchange", k_fp16, cJSON_True | cJSON_False},
     {"loss_scaling", k_loss_scaling, cJSON_Number},
     {"loss_scaling_growth_interval", k_growth, cJSON_Number},

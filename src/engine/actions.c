@@ -396,10 +396,9 @@ rp_status rp_schedule_csv(const rp_config *cfg, char **out, rp_error *err) {
         if (cfg->stage_replication[s] > 1)
             return rp_fail(err, RP_ERR_INVALID, "a schedule CSV has one rank a stage: no stage "
                            "replication (stage %d has %d)", s, cfg->stage_replication[s]);
-    if (cfg->schedule != RP_SCHEDULE_GPIPE && cfg->schedule != RP_SCHEDULE_1F1B &&
-        cfg->schedule != RP_SCHEDULE_ZB_H1 && cfg->schedule != RP_SCHEDULE_ZB_H2)
+    if (cfg->schedule >= RP_SCHEDULE_PIPEDREAM)
         return rp_fail(err, RP_ERR_INVALID, "a schedule CSV holds the schedules that end an "
-                       "update with every backward done: gpipe, 1f1b, zb-h1, zb-h2");
+                       "update with every backward done: gpipe, 1f1b, zb-h1, zb-h2, zb-auto");
     rp_workplan *plan;
     rp_status st = rp_workplan_build(cfg, &plan, err);
     if (st)

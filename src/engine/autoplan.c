@@ -111,6 +111,26 @@ static void make_config(const search *S, const cand *k, rp_config *cfg) {
     cfg->replica_grouping = rp_grouping_all(k->R);
 }
 
+/* zb-auto's relative pass times for a candidate: the forward, input
+** gradient and weight gradient of its busiest stage replica, from the
+** profile it was planned on. */
+static void pass_times(const search *S, const cand *k, double out[3]) {
+    const measured *m = &S->m[k->prof];
+    double most = -1;
+    for (int s = 0, first = 0; s < k->P; s++) {
+        int last = s == k->P - 1 ? S->L : first + k->layers[s];
+        double t[3] = {0, 0, 0};
+        for (int l = first; l < last; l++)
+            t[0] += m->fw[l], t[1] += m->bi[l], t[2] += m->bwt[l];
+        double busy = (t[0] + t[1] + t[2]) / k->reps[s];
+        if (busy > most && t[0] > 0 && t[1] > 0 && t[2] > 0)
+            most = busy, memcpy(out, t, sizeof t);
+        first = last;
+    }
+    if (most < 0)
+        out[0] = out[1] = out[2] = 1;
+}
+
 /* Simulates a configuration: seconds per update, and the most a worker
 ** holds; false when it cannot run on these machines. */
 static bool simulate(const search *S, const rp_config *cfg, double *t, double *bytes) {
@@ -453,8 +473,14 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
         /* a pipeline: the zero-bubble schedules too, which fill its bubble
         ** with the weights' halves at more activation memory */
         consider(&S, &out->pipeline_1f1b, &cfg, t, bytes);
-        for (int z = 0; z < 2; z++) {
-            cfg.schedule = z ? RP_SCHEDULE_ZB_H2 : RP_SCHEDULE_ZB_H1;
+        /* zb-h1, zb-h2, then zb-auto on the busiest stage's pass times at
+        ** zb-h1's memory and at about zb-h2's */
+        for (int z = 0; z < 4; z++) {
+            cfg.schedule = z == 0 ? RP_SCHEDULE_ZB_H1 : z == 1 ? RP_SCHEDULE_ZB_H2
+                                                               : RP_SCHEDULE_ZB_AUTO;
+            if (z >= 2)
+                pass_times(&S, k, cfg.zb_pass_times);
+            cfg.zb_max_in_flight = z == 3 ? 2 * k->P - 1 : 0;
             if (!simulate(&S, &cfg, &t, &bytes))
                 continue;
             out->simulated++;

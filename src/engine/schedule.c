@@ -18,7 +18,7 @@ const char *rp_op_name(rp_op_kind k) {
 }
 
 bool rp_schedule_splits_backward(rp_schedule s) {
-    return s == RP_SCHEDULE_ZB_H1 || s == RP_SCHEDULE_ZB_H2;
+    return s == RP_SCHEDULE_ZB_H1 || s == RP_SCHEDULE_ZB_H2 || s == RP_SCHEDULE_ZB_AUTO;
 }
 
 int rp_workplan_worker(const rp_config *cfg, int c, int s, int j) {
@@ -86,27 +86,33 @@ int rp_workplan_in_flight(const rp_config *cfg, int s) {
     return n < GA ? n : GA;
 }
 
-/* The zero-bubble stage orders (schedule.h): a list schedule of P stages on
-** unit pass times. kind and mb receive stage s's 3 GA passes at 3 GA s.
-** Some stage can always move (the last one's B needs only its own F), so
-** the loop ends. */
+/* The zero-bubble stage orders (schedule.h): a list schedule of P stages,
+** on unit pass times for zb-h1 and zb-h2 and on zb_pass_times for zb-auto.
+** kind and mb receive stage s's 3 GA passes at 3 GA s. Some stage can
+** always move (the last one's B needs only its own F), so the loop ends.
+** Times are doubles; unit times add up exactly, so zb-h1's and zb-h2's
+** orders are those of whole numbers. */
 /* A stage in the list schedule: its passes done (indexed by PASS_F, PASS_B,
 ** PASS_W), when it is free, and its room: micro-batches from F to B, and
 ** from F to W. */
 typedef struct zb_stage {
-    int done[3], free_at, fb_room, fw_room;
+    int done[3], fb_room, fw_room;
+    double free_at;
 } zb_stage;
 
 static rp_status zb_orders(const rp_config *cfg, int *kind, int *mbs, rp_error *err) {
     int P = cfg->layers_per_stage.count, GA = cfg->gradient_accumulation_steps;
-    bool h2 = cfg->schedule == RP_SCHEDULE_ZB_H2;
+    bool h2 = cfg->schedule == RP_SCHEDULE_ZB_H2, aut = cfg->schedule == RP_SCHEDULE_ZB_AUTO;
+    double dur[3] = {1, 1, 1};
+    if (aut)
+        memcpy(dur, cfg->zb_pass_times, sizeof dur);
     zb_stage *st = calloc((size_t)P, sizeof(zb_stage));
-    int *tf = malloc(sizeof(int) * P * GA), *tb = malloc(sizeof(int) * P * GA);
+    double *tf = malloc(sizeof(double) * P * GA), *tb = malloc(sizeof(double) * P * GA);
     if (!st || !tf || !tb) {
         free(st), free(tf), free(tb);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a schedule of %d micro-batches", GA);
     }
-    const int never = 1 << 30;
+    const double never = 1e300;
     /* 1f1b's most micro-batches on one worker (the first stage's, without
     ** stage replication): every worker of zb-h1 may hold as many, those of
     ** zb-h2 twice less one */
@@ -117,20 +123,28 @@ static rp_status zb_orders(const rp_config *cfg, int *kind, int *mbs, rp_error *
     }
     for (int s = 0; s < P; s++) {
         int n = rp_workplan_in_flight(cfg, s), r = rp_config_stage_replicas(cfg, s);
-        st[s].fb_room = h2 ? 2 * n - 1 : n;
-        st[s].fw_room = r * (h2 ? 2 * peak - 1 : peak);
+        /* zb-auto's limit L on a worker scales each stage's room from F to B
+        ** as zb-h1's n_s stands to peak: L = peak gives zb-h1's rooms, L = 2
+        ** peak - 1 zb-h2's (n_s (2 peak - 1) / peak rounds down to 2 n_s - 1) */
+        int limit = cfg->zb_max_in_flight > 0 ? cfg->zb_max_in_flight : peak;
+        int scaled = (int)((long long)n * limit / peak);
+        st[s].fb_room = aut ? (scaled > 1 ? scaled : 1) : h2 ? 2 * n - 1 : n;
+        st[s].fw_room = r * (aut ? limit : h2 ? 2 * peak - 1 : peak);
     }
     for (int i = 0; i < P * GA; i++)
         tf[i] = tb[i] = never; /* when each F and B ends: not yet known */
     for (int left = 3 * P * GA; left > 0; left--) {
-        int best = -1, best_at = never, best_pass = 0;
+        int best = -1, best_pass = 0;
+        double best_at = never;
         for (int s = 0; s < P; s++) {
             const zb_stage *c = &st[s];
-            int nf = c->done[PASS_F], nb = c->done[PASS_B], nw = c->done[PASS_W], at = c->free_at;
+            int nf = c->done[PASS_F], nb = c->done[PASS_B], nw = c->done[PASS_W];
+            double at = c->free_at;
             bool room = nf < GA && nf - nb < c->fb_room && nf - nw < c->fw_room;
-            int rf = room ? (s == 0 ? 0 : tf[(s - 1) * GA + nf]) : never;
-            int rb = nb < nf ? (s == P - 1 ? tf[s * GA + nb] : tb[(s + 1) * GA + nb]) : never;
-            int start, pass;
+            double rf = room ? (s == 0 ? 0 : tf[(s - 1) * GA + nf]) : never;
+            double rb = nb < nf ? (s == P - 1 ? tf[s * GA + nb] : tb[(s + 1) * GA + nb]) : never;
+            double start;
+            int pass;
             if (rf <= at) /* a forward first: it feeds the stages after, which idle most */
                 start = at, pass = PASS_F;
             else if (rb <= at)
@@ -149,11 +163,11 @@ static rp_status zb_orders(const rp_config *cfg, int *kind, int *mbs, rp_error *
         kind[3 * GA * best + i] = best_pass;
         mbs[3 * GA * best + i] = mb;
         if (best_pass == PASS_F)
-            tf[best * GA + mb] = best_at + 1;
+            tf[best * GA + mb] = best_at + dur[PASS_F];
         else if (best_pass == PASS_B)
-            tb[best * GA + mb] = best_at + 1;
+            tb[best * GA + mb] = best_at + dur[PASS_B];
         c->done[best_pass]++;
-        c->free_at = best_at + 1;
+        c->free_at = best_at + dur[best_pass];
     }
     free(st), free(tf), free(tb);
     return RP_OK;

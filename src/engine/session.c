@@ -303,6 +303,13 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
         return rp_fail(err, RP_ERR_INVALID,
                        "pipedream_vertical_sync goes with schedule \"pipedream\", not \"%s\"",
                        rp_schedule_name(cfg->schedule));
+    if (cfg->schedule != RP_SCHEDULE_ZB_AUTO &&
+        (cfg->zb_max_in_flight != 0 || cfg->zb_pass_times[0] != 1 ||
+         cfg->zb_pass_times[1] != 1 || cfg->zb_pass_times[2] != 1))
+        return rp_fail(err, RP_ERR_INVALID,
+                       "zb_pass_times and zb_max_in_flight go with schedule \"zb-auto\", not "
+                       "\"%s\"",
+                       rp_schedule_name(cfg->schedule));
     if (cfg->schedule == RP_SCHEDULE_PIPEDREAM_2BW &&
         (cfg->replicated_tensor_sharding || cfg->optimizer_state_offchip))
         return rp_fail(err, RP_ERR_INVALID,
