@@ -359,6 +359,26 @@ g_rp=$("$bin" generate --model "$src/examples/llama-kjv.model" --load "$tmp/lk.r
 g_hf=$("$bin" generate --model "$src/examples/llama-kjv.model" --load "$tmp/lk_hf.safetensors" --prompt "the " --tokens 20 --temperature 0 2>&1)
 if [ "$g_rp" = "$g_hf" ] && [ "${#g_rp}" -ge 20 ]; then ok; else bad "generate from Hugging Face's names: '$g_hf' against '$g_rp'"; fi
 
+# zb-auto from the command line: 1f1b's weights bit for bit, and the plan line says its keys
+for sched in '"1f1b"' '"zb-auto", "zb_pass_times": [1, 3, 1], "zb_max_in_flight": 6'; do
+  printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [2, 2, -1], "schedule": %s}\n' \
+    "$sched" > "$tmp/zba.json"
+  "$bin" train --model "$src/examples/fmnist-mlp.model" --config "$tmp/zba.json" --updates 3 \
+    --save "$tmp/zba-${sched:1:4}.rpw" > /dev/null 2>&1
+done
+expect_grep "zb-auto is 1f1b's bits" "^same: 0 tensors outside" -- "$bin" weights compare "$tmp/zba-1f1b.rpw" \
+  "$tmp/zba-zb-a.rpw" --rtol 0
+# the planner orders a pipeline by its own pass times where that pays: four stages whose input
+# gradient takes three forwards, large weights on a slow link (a profile written here)
+{
+  echo "node0 -- Input0 micro_batch=16 -- forward_compute_time=0.000, backward_compute_time=0.000, activation_size=64.000, parameter_size=0.000"
+  for i in 1 2 3 4; do
+    echo "node$i -- linear (layer $((i - 1)), line $((i + 1))) backward_input_time=3.000 backward_weight_time=1.000 -- forward_compute_time=1.000, backward_compute_time=4.000, activation_size=64.000, parameter_size=400000000.000"
+  done
+  for i in 0 1 2 3; do printf '\tnode%d -- node%d\n' "$i" "$((i + 1))"; done
+} > "$tmp/zb-graph.txt"
+expect_grep "plan picks zb-auto" "schedule zb-auto, .*zb_pass_times \[1, 3, 1\], zb_max_in_flight 12" -- "$bin" plan \
+  --profile "$tmp/zb-graph.txt" --machines 4 --bandwidth 1e9 --objective engine --global-batch 256 --memory-size 1e12
 # PipeDream's schedules: the memory table says what its parameters hold; vertical sync
 # belongs to pipedream
 printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [3, -1], "schedule": "pipedream", "pipedream_vertical_sync": true}\n' > "$tmp/pd.json"

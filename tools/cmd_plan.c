@@ -162,9 +162,13 @@ static void print_keys(const rp_config *c) {
     printf("], stage_replication [");
     for (int s = 0; s < c->layers_per_stage.count; s++)
         printf("%s%d", s ? ", " : "", rp_config_stage_replicas(c, s));
-    printf("], recompute_checkpoint_every_layer %s, replicated_tensor_sharding %s\n",
+    printf("], recompute_checkpoint_every_layer %s, replicated_tensor_sharding %s",
            c->recompute_checkpoint_every_layer ? "true" : "false",
            c->replicated_tensor_sharding ? "true" : "false");
+    if (c->schedule == RP_SCHEDULE_ZB_AUTO)
+        printf(", zb_pass_times [%.4g, %.4g, %.4g], zb_max_in_flight %d", c->zb_pass_times[0],
+               c->zb_pass_times[1], c->zb_pass_times[2], c->zb_max_in_flight);
+    printf("\n");
 }
 
 /* The mpirun line that puts the configuration's workers where the plan

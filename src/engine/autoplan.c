@@ -474,13 +474,15 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
         ** with the weights' halves at more activation memory */
         consider(&S, &out->pipeline_1f1b, &cfg, t, bytes);
         /* zb-h1, zb-h2, then zb-auto on the busiest stage's pass times at
-        ** zb-h1's memory and at about zb-h2's */
-        for (int z = 0; z < 4; z++) {
+        ** zb-h1's memory, at about zb-h2's and at room for 3 P micro-batches
+        ** (where the passes differ, more room lets it fill the bubble; the
+        ** memory limit decides whether it fits) */
+        for (int z = 0; z < 5; z++) {
             cfg.schedule = z == 0 ? RP_SCHEDULE_ZB_H1 : z == 1 ? RP_SCHEDULE_ZB_H2
                                                                : RP_SCHEDULE_ZB_AUTO;
             if (z >= 2)
                 pass_times(&S, k, cfg.zb_pass_times);
-            cfg.zb_max_in_flight = z == 3 ? 2 * k->P - 1 : 0;
+            cfg.zb_max_in_flight = z == 3 ? 2 * k->P - 1 : z == 4 ? 3 * k->P : 0;
             if (!simulate(&S, &cfg, &t, &bytes))
                 continue;
             out->simulated++;
