@@ -126,7 +126,8 @@ rp_status rp_plan_to_config(const rp_plan *plan, const rp_profile *profile, rp_c
 ** Chosen together: contiguous stages, stage replication (at most GA, so
 ** every stage replica gets micro-batches), replicas R, micro-batch B and
 ** accumulation GA with B GA R = global_batch, the schedule (1f1b, or for
-** a pipeline zb-h1 or zb-h2 where they are faster within the memory), and
+** a pipeline zb-h1, zb-h2 or zb-auto where they are faster within the
+** memory), and
 ** recomputation where memory is short. Times are rp_simulate's. */
 typedef struct rp_autoplan_options {
     int num_levels;
@@ -158,7 +159,7 @@ typedef struct rp_autoplan {
     rp_autoplan_entry data_parallel; /* every worker a replica */
     rp_autoplan_entry pipedream;     /* the given PipeDream-objective plan, at its best GA */
     /* the fastest pipelines (two stages or more) under 1f1b and under a
-    ** zero-bubble schedule (zb-h1 or zb-h2), side by side */
+    ** zero-bubble schedule (zb-h1, zb-h2 or zb-auto), side by side */
     rp_autoplan_entry pipeline_1f1b, pipeline_zero_bubble;
     int simulated;                   /* configurations simulated exactly */
 } rp_autoplan;

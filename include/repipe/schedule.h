@@ -26,7 +26,11 @@
 ** B, as 1f1b, and every worker holding (from F to W) no more micro-batches
 ** than 1f1b's busiest worker does: later stages hold their Ws back to let
 ** the earlier ones' Bs through. zb-h2
-** allows 2 n_s - 1 and twice that peak less one. B and W each run in
+** allows 2 n_s - 1 and twice that peak less one. zb-auto runs the same
+** list on the configuration's zb_pass_times, with every worker holding at
+** most zb_max_in_flight = L micro-batches and stage s's room from F to B
+** n_s L / peak (peak: 1f1b's busiest worker), so that L = peak is zb-h1's
+** rooms and 2 peak - 1 zb-h2's. B and W each run in
 ** micro-batch order on every worker, so every gradient is summed in 1f1b's
 ** order: the same bits.
 **

@@ -117,7 +117,7 @@ rp_status rp_simulate_actions(const rp_config *cfg, const rp_sim_actions *a,
                               const double *out_bytes, const double *param_bytes, int num_layers,
                               const rp_sim_options *opt, rp_sim_result *res, rp_error *err);
 
-/* The configuration's schedule (gpipe, 1f1b, zb-h1, zb-h2; one pipeline,
+/* The configuration's schedule (gpipe, 1f1b, zb-h1, zb-h2, zb-auto; one pipeline,
 ** one update) in that CSV form; the caller frees *out with free(). */
 rp_status rp_schedule_csv(const rp_config *cfg, char **out, rp_error *err);
 
