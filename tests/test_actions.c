@@ -126,16 +126,17 @@ static void dualpipev(void) {
 
 /* repipe's schedules written as CSV and read back play to rp_simulate's
 ** time (no parameters: no reduction, no step), and 1F1B's is the formula's
-** 3m + 3(P - 1) units, zb-h1's 3m + (P - 1). */
+** 3m + 3(P - 1) units, zb-h1's 3m + (P - 1); zb-auto's too, ordered for
+** other pass times than it plays on. */
 static void round_trip(void) {
-    const char *names[] = {"gpipe", "1f1b", "zb-h1", "zb-h2"};
+    const char *names[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", "zb-auto"};
     const double par[4] = {0, 0, 0, 0};
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         char json[256];
         snprintf(json, sizeof json,
                  "{\"micro_batch_size\": 1, \"layers_per_stage\": [1, 1, 1, 1], "
-                 "\"gradient_accumulation_steps\": 8, \"schedule\": \"%s\"}",
-                 names[i]);
+                 "\"gradient_accumulation_steps\": 8, \"schedule\": \"%s\"%s}",
+                 names[i], i == 4 ? ", \"zb_pass_times\": [1, 3, 1], \"zb_max_in_flight\": 12" : "");
         rp_config c = test_config(json);
         rp_sim_options o = unit_options();
         rp_error err;
