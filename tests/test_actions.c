@@ -136,7 +136,8 @@ static void round_trip(void) {
         snprintf(json, sizeof json,
                  "{\"micro_batch_size\": 1, \"layers_per_stage\": [1, 1, 1, 1], "
                  "\"gradient_accumulation_steps\": 8, \"schedule\": \"%s\"%s}",
-                 names[i], i == 4 ? ", \"zb_pass_times\": [1, 3, 1], \"zb_max_in_flight\": 12" : "");
+                 names[i],
+                 i == 4 ? ", \"zb_pass_times\": [1, 3, 1], \"zb_max_in_flight\": 12" : "");
         rp_config c = test_config(json);
         rp_sim_options o = unit_options();
         rp_error err;

@@ -60,7 +60,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (!cli_mpi_start(cmd, use_mpi, &argc, &argv, &comm, &lead))
         return 1;
     if (rp_model_load(&m, model_path, &err) || rp_config_load_file_opts(&cfg, config_path, &(rp_config_load_options){.pod_type = pod_type}, &err) ||
-        rp_dataset_load_idx(&test, data, false, &err) || cli_load_model_weights(load, m, &w, &err) ||
+        rp_dataset_load_idx(&test, data, false, &err) ||
+        cli_load_model_weights(load, m, &w, &err) ||
         (!allow_nonfinite && rp_weights_check_finite(w, load, &err)))
         goto fail;
     char what[600];
