@@ -1,11 +1,11 @@
 /*
-** The model spec's parser (docs/training.md): words, options, each layer's
-** line, the graph's names and inputs. Shapes are inferred line by line in
-** shapes.c; what a parsed graph means at a stage boundary is graph.c's.
+** The model spec's parser (docs/training.md): its lines, the graph's names
+** and inputs, and the blocks one line spells out (llama_block). What one
+** line's words make of a layer is spec_layer.c's; shapes are inferred line
+** by line in shapes.c; what a parsed graph means at a stage boundary is
+** graph.c's.
 */
 #include <ctype.h>
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +16,8 @@
 #include "layers.h"
 #include "repipe/model.h"
 
-/* One line split into words; options are the words holding '='. */
-typedef struct words {
-    int n;
-    char *w[32];
-} words;
 
-static void split_words(char *s, words *out) {
+static void split_words(char *s, rpi_words *out) {
     out->n = 0;
     while (*s && out->n < 32) {
         while (isspace((unsigned char)*s))
@@ -35,250 +30,6 @@ static void split_words(char *s, words *out) {
         if (*s)
             *s++ = '\0';
     }
-}
-
-static bool parse_int(const char *s, long *v) {
-    char *end;
-    errno = 0;
-    *v = strtol(s, &end, 10);
-    return !errno && end != s && !*end;
-}
-
-static bool parse_float(const char *s, double *v) {
-    char *end;
-    errno = 0;
-    *v = strtod(s, &end);
-    return !errno && end != s && !*end && isfinite(*v);
-}
-
-static rp_status want_int(pctx *c, const char *what, const char *s, long lo, long hi, int *out) {
-    long v;
-    if (!parse_int(s, &v) || v < lo || v > hi)
-        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s: '%s' is not a whole number from %ld to %ld",
-                       c->name, c->line, what, s, lo, hi);
-    *out = (int)v;
-    return RP_OK;
-}
-
-/* Applies key=value options; `allowed` lists the keys this layer takes. */
-static rp_status apply_options(pctx *c, rp_layer *L, words *w, int first, const char *allowed) {
-    for (int i = first; i < w->n; i++) {
-        char *eq = strchr(w->w[i], '=');
-        if (!eq)
-            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: unexpected '%s' (options are key=value)",
-                           c->name, c->line, w->w[i]);
-        *eq = '\0';
-        const char *k = w->w[i], *v = eq + 1;
-        char key[40];
-        snprintf(key, sizeof key, " %s ", k);
-        if (!strstr(allowed, key))
-            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s takes no option '%s' (it takes:%s)",
-                           c->name, c->line, rp_layer_name(L->type), k,
-                           strlen(allowed) > 1 ? allowed : " none");
-        rp_status s = RP_OK;
-        if (strcmp(k, "kernel") == 0)
-            s = want_int(c, k, v, 1, 1 << 16, &L->kernel);
-        else if (strcmp(k, "stride") == 0)
-            s = want_int(c, k, v, 1, 1 << 16, &L->stride);
-        else if (strcmp(k, "pad") == 0)
-            s = want_int(c, k, v, 0, 1 << 16, &L->pad);
-        else if (strcmp(k, "groups") == 0)
-            s = want_int(c, k, v, 1, 1 << 20, &L->groups);
-        else if (strcmp(k, "group_size") == 0)
-            s = want_int(c, k, v, 1, 1 << 20, &L->group_size);
-        else if (strcmp(k, "tie") == 0) {
-            s = want_int(c, k, v, 0, 1 << 24, &L->tie);
-            L->tie++;
-        } else if (strcmp(k, "heads") == 0)
-            s = want_int(c, k, v, 1, 1 << 16, &L->heads);
-        else if (strcmp(k, "kv_heads") == 0)
-            s = want_int(c, k, v, 1, 1 << 16, &L->kv_heads);
-        else if (strcmp(k, "rope_theta") == 0) {
-            double d;
-            if (!parse_float(v, &d) || d < 0 || d > 1e12)
-                s = rp_fail(c->err, RP_ERR_PARSE,
-                            "%s:%d: rope_theta: '%s' is not a number in [0, 1e12] (0: no rotary "
-                            "embeddings)",
-                            c->name, c->line, v);
-            else
-                L->rope_theta = (float)d;
-        }
-        else if (strcmp(k, "mlp") == 0)
-            s = want_int(c, k, v, 1, 64, &L->mlp);
-        else if (strcmp(k, "gelu") == 0) {
-            if (strcmp(v, "tanh") == 0 || strcmp(v, "erf") == 0)
-                L->gelu_erf = v[0] == 'e';
-            else
-                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: gelu: '%s' is not tanh or erf",
-                            c->name, c->line, v);
-        }
-        else if (strcmp(k, "bias") == 0) {
-            if (strcmp(v, "true") == 0)
-                L->bias = true;
-            else if (strcmp(v, "false") == 0)
-                L->bias = false;
-            else
-                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: bias: '%s' is not true or false",
-                            c->name, c->line, v);
-        } else if (strcmp(k, "std") == 0) {
-            double d;
-            if (!parse_float(v, &d) || !(d > 0) || d > 1e3)
-                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: std: '%s' is not a number in (0, 1000]",
-                            c->name, c->line, v);
-            else
-                L->std = (float)d;
-        } else if (strcmp(k, "momentum") == 0) {
-            double d;
-            if (!parse_float(v, &d) || !(d > 0) || d > 1)
-                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: momentum: '%s' is not a number in (0, 1]",
-                            c->name, c->line, v);
-            else
-                L->momentum = (float)d;
-        } else if (strcmp(k, "eps") == 0 || strcmp(k, "p") == 0 || strcmp(k, "dropout") == 0) {
-            double d;
-            bool is_p = k[0] != 'e';
-            if (!parse_float(v, &d) || (is_p ? (d < 0 || d >= 1) : d <= 0))
-                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s: '%s' is not a number %s", c->name,
-                            c->line, k, v, is_p ? "in [0, 1)" : "> 0");
-            else if (is_p)
-                L->p = (float)d;
-            else
-                L->eps = (float)d;
-        }
-        if (s)
-            return s;
-    }
-    return RP_OK;
-}
-
-/* Positional arguments (before the options) of a layer line. */
-static int positional(const words *w) {
-    int n = 1;
-    while (n < w->n && !strchr(w->w[n], '='))
-        n++;
-    return n - 1;
-}
-
-static rp_status parse_layer(pctx *c, words *w, rp_layer *L) {
-    static const struct {
-        const char *name;
-        rp_layer_type type;
-        int args; /* positional arguments */
-        const char *options;
-    } kinds[] = {
-        {"linear", RP_LAYER_LINEAR, 1, " bias group_size tie "},
-        {"conv2d", RP_LAYER_CONV2D, 1, " kernel stride pad groups bias group_size "},
-        {"relu", RP_LAYER_RELU, 0, " "},
-        {"gelu", RP_LAYER_GELU, 0, " "},
-        {"maxpool2d", RP_LAYER_MAXPOOL2D, 1, " stride pad "},
-        {"flatten", RP_LAYER_FLATTEN, 0, " "},
-        {"dropout", RP_LAYER_DROPOUT, -1, " p "},
-        {"layernorm", RP_LAYER_LAYERNORM, 0, " eps group_size "},
-        {"embedding", RP_LAYER_EMBEDDING, 2, " group_size std "},
-        {"softmax_cross_entropy", RP_LAYER_SOFTMAX_CE, 0, " "},
-        {"position_embedding", RP_LAYER_POSITION_EMBEDDING, 0, " group_size "},
-        {"transformer_block", RP_LAYER_TRANSFORMER_BLOCK, 0, " heads mlp dropout gelu group_size "},
-        {"add", RP_LAYER_ADD, 0, " "},
-        {"concat", RP_LAYER_CONCAT, 0, " "},
-        {"avgpool2d", RP_LAYER_AVGPOOL2D, 1, " stride pad "},
-        {"adaptive_avgpool2d", RP_LAYER_ADAPTIVE_AVGPOOL2D, -1, " "},
-        {"sigmoid", RP_LAYER_SIGMOID, 0, " "},
-        {"tanh", RP_LAYER_TANH, 0, " "},
-        {"batchnorm2d", RP_LAYER_BATCHNORM2D, 0, " eps momentum group_size "},
-        {"batchnorm1d", RP_LAYER_BATCHNORM1D, 0, " eps momentum group_size "},
-        {"rmsnorm", RP_LAYER_RMSNORM, 0, " eps group_size "},
-        {"silu", RP_LAYER_SILU, 0, " "},
-        {"mul", RP_LAYER_MUL, 0, " "},
-        {"attention", RP_LAYER_ATTENTION, 0, " heads kv_heads rope_theta "},
-    };
-    int k = 0, nk = (int)(sizeof kinds / sizeof kinds[0]);
-    while (k < nk && strcmp(kinds[k].name, w->w[0]) != 0)
-        k++;
-    if (k == nk) {
-        const char *names[32];
-        for (int i = 0; i < nk; i++)
-            names[i] = kinds[i].name;
-        const char *hint = rp_closest_word(w->w[0], names, nk);
-        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: unknown layer '%s'%s%s%s", c->name, c->line,
-                       w->w[0], hint ? " (did you mean '" : "", hint ? hint : "",
-                       hint ? "'?)" : "");
-    }
-    L->type = kinds[k].type;
-    L->line = c->line;
-    L->bias = true;
-    L->eps = 1e-5f;
-    L->stride = 0;
-    L->mlp = 4;
-    L->std = 1;
-    L->groups = 1;
-    L->momentum = 0.1f;
-    if (L->type == RP_LAYER_RMSNORM)
-        L->eps = 1e-6f; /* LLaMA's */
-    int npos = positional(w);
-    int want = kinds[k].args;
-    if (want >= 0 && npos != want)
-        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s takes %d argument%s before its options, not %d",
-                       c->name, c->line, kinds[k].name, want, want == 1 ? "" : "s", npos);
-    rp_status s = RP_OK;
-    switch (L->type) {
-    case RP_LAYER_LINEAR:
-        s = want_int(c, "output features", w->w[1], 1, 1 << 24, &L->units);
-        break;
-    case RP_LAYER_CONV2D:
-        s = want_int(c, "output channels", w->w[1], 1, 1 << 20, &L->units);
-        break;
-    case RP_LAYER_MAXPOOL2D:
-    case RP_LAYER_AVGPOOL2D:
-        s = want_int(c, "kernel size", w->w[1], 1, 1 << 16, &L->kernel);
-        break;
-    case RP_LAYER_ADAPTIVE_AVGPOOL2D: /* the output's height and width, 1 unless given */
-        if (npos > 1)
-            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: adaptive_avgpool2d takes one output size",
-                           c->name, c->line);
-        L->units = 1;
-        if (npos == 1)
-            s = want_int(c, "output size", w->w[1], 1, 1 << 16, &L->units);
-        break;
-    case RP_LAYER_EMBEDDING:
-        s = want_int(c, "vocabulary size", w->w[1], 1, 1 << 28, &L->vocab);
-        if (!s)
-            s = want_int(c, "embedding size", w->w[2], 1, 1 << 20, &L->dim);
-        break;
-    case RP_LAYER_DROPOUT:
-        if (npos > 1)
-            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: dropout takes one probability", c->name,
-                           c->line);
-        if (npos == 1) {
-            double d;
-            if (!parse_float(w->w[1], &d) || d < 0 || d >= 1)
-                return rp_fail(c->err, RP_ERR_PARSE,
-                               "%s:%d: dropout probability '%s' is not a number in [0, 1)",
-                               c->name, c->line, w->w[1]);
-            L->p = (float)d;
-        } else {
-            L->p = 0.5f;
-        }
-        break;
-    default:
-        break;
-    }
-    if (s)
-        return s;
-    s = apply_options(c, L, w, 1 + npos, kinds[k].options);
-    if (s)
-        return s;
-    if (L->type == RP_LAYER_CONV2D && L->kernel == 0)
-        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: conv2d needs kernel=K", c->name, c->line);
-    if (L->type == RP_LAYER_ATTENTION && L->heads == 0)
-        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: attention needs heads=H", c->name, c->line);
-    if (L->type == RP_LAYER_ATTENTION && L->kv_heads == 0)
-        L->kv_heads = L->heads;
-    if (L->type == RP_LAYER_TRANSFORMER_BLOCK && L->heads == 0)
-        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: transformer_block needs heads=H", c->name,
-                       c->line);
-    if (L->stride == 0)
-        L->stride = L->type == RP_LAYER_MAXPOOL2D || L->type == RP_LAYER_AVGPOOL2D ? L->kernel : 1;
-    return RP_OK;
 }
 
 
@@ -294,7 +45,7 @@ static bool is_name(const char *s) {
 }
 
 /* Takes a line's name and inputs out of its words. */
-static rp_status graph_words(pctx *c, words *w, char **lname, char **ins, int *nin) {
+static rp_status graph_words(pctx *c, rpi_words *w, char **lname, char **ins, int *nin) {
     *lname = NULL;
     *nin = 0;
     if (w->n >= 2 && strcmp(w->w[1], "=") == 0) {
@@ -397,6 +148,148 @@ static rp_status add_name(pctx *c, named **names, int *n, int *cap, const char *
     return RP_OK;
 }
 
+/* The names a spec has given so far, for the inputs after '<'. */
+typedef struct name_table {
+    named *names;
+    int n, cap;
+} name_table;
+
+/* Appends the layer of one line's words (its inputs `ins`, its name
+** `lname` or NULL) to m, whose layers array has room for *cap. */
+static rp_status add_layer(pctx *c, rp_model *m, int *cap, rpi_words *w, char **ins, int nin,
+                           const char *lname, name_table *nt) {
+    if (m->num_layers == *cap) {
+        rp_layer *more = realloc(m->layers, sizeof(rp_layer) * *cap * 2);
+        if (!more)
+            return rp_fail(c->err, RP_ERR_NOMEM, "out of memory");
+        memset(more + *cap, 0, sizeof(rp_layer) * *cap);
+        m->layers = more;
+        *cap *= 2;
+    }
+    rp_layer *L = &m->layers[m->num_layers];
+    if (m->num_layers && m->layers[m->num_layers - 1].type == RP_LAYER_SOFTMAX_CE)
+        return rp_fail(c->err, RP_ERR_INVALID,
+                       "%s:%d: softmax_cross_entropy (line %d) must be the last layer", c->name,
+                       c->line, m->layers[m->num_layers - 1].line);
+    rp_status s;
+    if ((s = rpi_spec_parse_layer(c, w, L)) ||
+        (s = resolve_inputs(c, L, m->num_layers, ins, nin, nt->names, nt->n)) ||
+        (lname && (s = add_name(c, &nt->names, &nt->n, &nt->cap, lname, m->num_layers))))
+        return s;
+    L->in = *rp_model_tensor_shape(m, L->inputs[0]);
+    if ((s = rpi_spec_infer(c, L, m)))
+        return s;
+    if (rp_shape_size(&L->out) > (1u << 28))
+        return rp_fail(c->err, RP_ERR_INVALID, "%s:%d: the layer's output is too large", c->name,
+                       c->line);
+    m->num_layers++;
+    return RP_OK;
+}
+
+/* A LLaMA-family block on one line, "[NAME =] llama_block heads=H
+** [kv_heads=K] [mlp=M] [rope_theta=T] [eps=E] [< IN]": the twelve layers of
+** docs/training.md's block graph, with names of their own that no spec can
+** write (they begin with '#', which starts a comment), so that a pipeline
+** may still cut inside it and the LLaMA name schemes find it as they find
+** the written-out graph. M defaults to 8 C / 3 rounded up to a multiple of
+** 8 (344 for C 128), T to 10000, E to rmsnorm's 1e-6. */
+static rp_status add_llama_block(pctx *c, rp_model *m, int *cap, rpi_words *w, char **ins, int nin,
+                                 const char *lname, name_table *nt) {
+    int H = 0, K = 0, M = 0;
+    double theta = 10000, eps = 1e-6;
+    for (int i = 1; i < w->n; i++) {
+        char *eq = strchr(w->w[i], '=');
+        rp_status s = RP_OK;
+        if (!eq)
+            return rp_fail(c->err, RP_ERR_PARSE,
+                           "%s:%d: llama_block takes options only (heads=H kv_heads=K mlp=M "
+                           "rope_theta=T eps=E), not '%s'",
+                           c->name, c->line, w->w[i]);
+        *eq = '\0';
+        const char *k = w->w[i], *v = eq + 1;
+        if (strcmp(k, "heads") == 0)
+            s = rpi_spec_want_int(c, k, v, 1, 1 << 16, &H);
+        else if (strcmp(k, "kv_heads") == 0)
+            s = rpi_spec_want_int(c, k, v, 1, 1 << 16, &K);
+        else if (strcmp(k, "mlp") == 0)
+            s = rpi_spec_want_int(c, k, v, 1, 1 << 24, &M);
+        else if (strcmp(k, "rope_theta") == 0 || strcmp(k, "eps") == 0) {
+            double *d = strcmp(k, "eps") == 0 ? &eps : &theta;
+            if (!rpi_spec_parse_float(v, d) || *d < 0 || *d > 1e12)
+                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s: '%s' is not a number in [0, 1e12]",
+                            c->name, c->line, k, v);
+        } else
+            s = rp_fail(c->err, RP_ERR_PARSE,
+                        "%s:%d: llama_block takes no option '%s' (it takes: heads kv_heads mlp "
+                        "rope_theta eps)",
+                        c->name, c->line, k);
+        if (s)
+            return s;
+    }
+    if (H == 0)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: llama_block needs heads=H", c->name, c->line);
+    K = K ? K : H;
+    int x = m->num_layers - 1; /* the block's input: the line above, or the one named */
+    if (nin > 1)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: llama_block reads one input, not %d",
+                       c->name, c->line, nin);
+    for (int k = 0; nin && k <= nt->n; k++) {
+        if (k == nt->n)
+            return rp_fail(c->err, RP_ERR_PARSE,
+                           "%s:%d: '%s' is not the name of an earlier line (names are defined "
+                           "before they are read)",
+                           c->name, c->line, ins[0]);
+        if (strcmp(nt->names[k].name, ins[0]) == 0) {
+            x = nt->names[k].tensor;
+            break;
+        }
+    }
+    const rp_shape *in = rp_model_tensor_shape(m, x);
+    int C = in->dim[in->ndim - 1];
+    if (in->ndim != 2 || C % H || H % K || (C / H) % 2)
+        return rp_fail(c->err, RP_ERR_INVALID,
+                       "%s:%d: llama_block needs a (T x C) input with C divisible by heads, an "
+                       "even head size and heads divisible by kv_heads (C %d, heads %d, kv_heads "
+                       "%d)",
+                       c->name, c->line, C, H, K);
+    if (!M)
+        M = (8 * C / 3 + 7) / 8 * 8;
+    /* the block's graph: a line of words each, its inputs, the name its output takes */
+    char text[12][160];
+    snprintf(text[0], sizeof text[0], "rmsnorm eps=%.9g", eps);
+    snprintf(text[1], sizeof text[1], "linear %d bias=false", (H + 2 * K) * (C / H));
+    snprintf(text[2], sizeof text[2], "attention heads=%d kv_heads=%d rope_theta=%.9g", H, K,
+             theta);
+    snprintf(text[3], sizeof text[3], "linear %d bias=false", C);
+    snprintf(text[4], sizeof text[4], "add");
+    snprintf(text[5], sizeof text[5], "rmsnorm eps=%.9g", eps);
+    snprintf(text[6], sizeof text[6], "linear %d bias=false", M); /* w1, the gate */
+    snprintf(text[7], sizeof text[7], "silu");
+    snprintf(text[8], sizeof text[8], "linear %d bias=false", M); /* w3, up */
+    snprintf(text[9], sizeof text[9], "mul");
+    snprintf(text[10], sizeof text[10], "linear %d bias=false", C);
+    snprintf(text[11], sizeof text[11], "add");
+    /* inputs by the sub-layer's index in the block: -1 the block's input,
+    ** -2 the line above */
+    static const int reads[12][2] = {{-1, 0}, {-2, 0}, {-2, 0}, {-2, 0}, {-2, -1}, {-2, 0},
+                                     {-2, 0}, {-2, 0}, {5, 0},  {7, 8},   {-2, 0}, {-2, 4}};
+    static const int nreads[12] = {1, 0, 0, 0, 2, 0, 0, 0, 1, 2, 0, 2};
+    char names[13][RP_NAME_MAX], *bins[2];
+    snprintf(names[12], RP_NAME_MAX, "#%d.in", c->line);
+    rp_status s = add_name(c, &nt->names, &nt->n, &nt->cap, names[12], x);
+    for (int k = 0; !s && k < 12; k++) {
+        snprintf(names[k], RP_NAME_MAX, "#%d.%d", c->line, k);
+        for (int i = 0; i < nreads[k]; i++) {
+            int r = reads[k][i] == -2 ? k - 1 : reads[k][i];
+            bins[i] = r < 0 ? names[12] : names[r];
+        }
+        rpi_words sub;
+        split_words(text[k], &sub);
+        s = add_layer(c, m, cap, &sub, bins, nreads[k], k == 11 && lname ? lname : names[k], nt);
+    }
+    return s;
+}
+
 rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const char *name,
                          rp_error *err) {
     *out = NULL;
@@ -417,8 +310,7 @@ rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const cha
     rp_status s = RP_OK;
     pctx c = {name, 0, err};
     bool have_input = false;
-    named *names = NULL;
-    int nnames = 0, names_cap = 0;
+    name_table nt = {NULL, 0, 0};
     char *lname, *ins[RP_MAX_INPUTS];
     int nin;
     if (memchr(text, '\0', len)) {
@@ -434,7 +326,7 @@ rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const cha
         char *hash = strchr(line, '#');
         if (hash)
             *hash = '\0';
-        words w;
+        rpi_words w;
         split_words(line, &w);
         line = nl ? nl + 1 : NULL;
         if (w.n == 0)
@@ -468,7 +360,7 @@ rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const cha
             }
             m->input.ndim = w.n - 1;
             for (int i = 1; i < w.n; i++)
-                if ((s = want_int(&c, "input dimension", w.w[i], 1, 1 << 24,
+                if ((s = rpi_spec_want_int(&c, "input dimension", w.w[i], 1, 1 << 24,
                                   &m->input.dim[i - 1])))
                     goto done;
             if (rp_shape_size(&m->input) > (1u << 28)) {
@@ -476,9 +368,9 @@ rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const cha
                 goto done;
             }
             /* "input" names it whatever else it is called */
-            if ((s = add_name(&c, &names, &nnames, &names_cap, "input", -1)) ||
+            if ((s = add_name(&c, &nt.names, &nt.n, &nt.cap, "input", -1)) ||
                 (lname && strcmp(lname, "input") != 0 &&
-                 (s = add_name(&c, &names, &nnames, &names_cap, lname, -1))))
+                 (s = add_name(&c, &nt.names, &nt.n, &nt.cap, lname, -1))))
                 goto done;
             have_input = true;
             continue;
@@ -489,38 +381,10 @@ rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const cha
                         name, c.line);
             goto done;
         }
-        if (m->num_layers == cap) {
-            rp_layer *nl2 = realloc(m->layers, sizeof(rp_layer) * cap * 2);
-            if (!nl2) {
-                s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-                goto done;
-            }
-            memset(nl2 + cap, 0, sizeof(rp_layer) * cap);
-            m->layers = nl2;
-            cap *= 2;
-        }
-        rp_layer *L = &m->layers[m->num_layers];
-        if (m->num_layers && m->layers[m->num_layers - 1].type == RP_LAYER_SOFTMAX_CE) {
-            s = rp_fail(err, RP_ERR_INVALID,
-                        "%s:%d: softmax_cross_entropy (line %d) must be the last layer", name,
-                        c.line, m->layers[m->num_layers - 1].line);
+        if ((s = strcmp(w.w[0], "llama_block") == 0
+                     ? add_llama_block(&c, m, &cap, &w, ins, nin, lname, &nt)
+                     : add_layer(&c, m, &cap, &w, ins, nin, lname, &nt)))
             goto done;
-        }
-        if ((s = parse_layer(&c, &w, L)))
-            goto done;
-        if ((s = resolve_inputs(&c, L, m->num_layers, ins, nin, names, nnames)))
-            goto done;
-        if (lname && (s = add_name(&c, &names, &nnames, &names_cap, lname, m->num_layers)))
-            goto done;
-        L->in = *rp_model_tensor_shape(m, L->inputs[0]);
-        if ((s = rpi_spec_infer(&c, L, m)))
-            goto done;
-        if (rp_shape_size(&L->out) > (1u << 28)) {
-            s = rp_fail(err, RP_ERR_INVALID, "%s:%d: the layer's output is too large", name,
-                        c.line);
-            goto done;
-        }
-        m->num_layers++;
     }
     if (!have_input) {
         s = rp_fail(err, RP_ERR_PARSE, "%s: no 'input' line: the model is empty", name);
@@ -538,7 +402,7 @@ rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const cha
                     name, m->num_params);
 done:
     free(buf);
-    free(names);
+    free(nt.names);
     if (s) {
         rp_model_free(m);
         return s;

@@ -1,0 +1,260 @@
+/*
+** One line of a model spec as a layer: its kind, its positional arguments
+** and its key=value options, each checked with a message that names the
+** file, the line and what was wrong (docs/training.md lists them).
+*/
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/util.h"
+#include "spec_impl.h"
+#include "repipe/model.h"
+
+static bool parse_int(const char *s, long *v) {
+    char *end;
+    errno = 0;
+    *v = strtol(s, &end, 10);
+    return !errno && end != s && !*end;
+}
+
+bool rpi_spec_parse_float(const char *s, double *v) {
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return !errno && end != s && !*end && isfinite(*v);
+}
+
+rp_status rpi_spec_want_int(pctx *c, const char *what, const char *s, long lo, long hi,
+                           int *out) {
+    long v;
+    if (!parse_int(s, &v) || v < lo || v > hi)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s: '%s' is not a whole number from %ld to %ld",
+                       c->name, c->line, what, s, lo, hi);
+    *out = (int)v;
+    return RP_OK;
+}
+
+/* Applies key=value options; `allowed` lists the keys this layer takes. */
+static rp_status apply_options(pctx *c, rp_layer *L, rpi_words *w, int first, const char *allowed) {
+    for (int i = first; i < w->n; i++) {
+        char *eq = strchr(w->w[i], '=');
+        if (!eq)
+            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: unexpected '%s' (options are key=value)",
+                           c->name, c->line, w->w[i]);
+        *eq = '\0';
+        const char *k = w->w[i], *v = eq + 1;
+        char key[40];
+        snprintf(key, sizeof key, " %s ", k);
+        if (!strstr(allowed, key))
+            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s takes no option '%s' (it takes:%s)",
+                           c->name, c->line, rp_layer_name(L->type), k,
+                           strlen(allowed) > 1 ? allowed : " none");
+        rp_status s = RP_OK;
+        if (strcmp(k, "kernel") == 0)
+            s = rpi_spec_want_int(c, k, v, 1, 1 << 16, &L->kernel);
+        else if (strcmp(k, "stride") == 0)
+            s = rpi_spec_want_int(c, k, v, 1, 1 << 16, &L->stride);
+        else if (strcmp(k, "pad") == 0)
+            s = rpi_spec_want_int(c, k, v, 0, 1 << 16, &L->pad);
+        else if (strcmp(k, "groups") == 0)
+            s = rpi_spec_want_int(c, k, v, 1, 1 << 20, &L->groups);
+        else if (strcmp(k, "group_size") == 0)
+            s = rpi_spec_want_int(c, k, v, 1, 1 << 20, &L->group_size);
+        else if (strcmp(k, "tie") == 0) {
+            s = rpi_spec_want_int(c, k, v, 0, 1 << 24, &L->tie);
+            L->tie++;
+        } else if (strcmp(k, "heads") == 0)
+            s = rpi_spec_want_int(c, k, v, 1, 1 << 16, &L->heads);
+        else if (strcmp(k, "kv_heads") == 0)
+            s = rpi_spec_want_int(c, k, v, 1, 1 << 16, &L->kv_heads);
+        else if (strcmp(k, "rope_theta") == 0) {
+            double d;
+            if (!rpi_spec_parse_float(v, &d) || d < 0 || d > 1e12)
+                s = rp_fail(c->err, RP_ERR_PARSE,
+                            "%s:%d: rope_theta: '%s' is not a number in [0, 1e12] (0: no rotary "
+                            "embeddings)",
+                            c->name, c->line, v);
+            else
+                L->rope_theta = (float)d;
+        }
+        else if (strcmp(k, "mlp") == 0)
+            s = rpi_spec_want_int(c, k, v, 1, 64, &L->mlp);
+        else if (strcmp(k, "gelu") == 0) {
+            if (strcmp(v, "tanh") == 0 || strcmp(v, "erf") == 0)
+                L->gelu_erf = v[0] == 'e';
+            else
+                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: gelu: '%s' is not tanh or erf",
+                            c->name, c->line, v);
+        }
+        else if (strcmp(k, "bias") == 0) {
+            if (strcmp(v, "true") == 0)
+                L->bias = true;
+            else if (strcmp(v, "false") == 0)
+                L->bias = false;
+            else
+                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: bias: '%s' is not true or false",
+                            c->name, c->line, v);
+        } else if (strcmp(k, "std") == 0) {
+            double d;
+            if (!rpi_spec_parse_float(v, &d) || !(d > 0) || d > 1e3)
+                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: std: '%s' is not a number in (0, 1000]",
+                            c->name, c->line, v);
+            else
+                L->std = (float)d;
+        } else if (strcmp(k, "momentum") == 0) {
+            double d;
+            if (!rpi_spec_parse_float(v, &d) || !(d > 0) || d > 1)
+                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: momentum: '%s' is not a number in (0, 1]",
+                            c->name, c->line, v);
+            else
+                L->momentum = (float)d;
+        } else if (strcmp(k, "eps") == 0 || strcmp(k, "p") == 0 || strcmp(k, "dropout") == 0) {
+            double d;
+            bool is_p = k[0] != 'e';
+            if (!rpi_spec_parse_float(v, &d) || (is_p ? (d < 0 || d >= 1) : d <= 0))
+                s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s: '%s' is not a number %s", c->name,
+                            c->line, k, v, is_p ? "in [0, 1)" : "> 0");
+            else if (is_p)
+                L->p = (float)d;
+            else
+                L->eps = (float)d;
+        }
+        if (s)
+            return s;
+    }
+    return RP_OK;
+}
+
+/* Positional arguments (before the options) of a layer line. */
+static int positional(const rpi_words *w) {
+    int n = 1;
+    while (n < w->n && !strchr(w->w[n], '='))
+        n++;
+    return n - 1;
+}
+
+rp_status rpi_spec_parse_layer(pctx *c, rpi_words *w, rp_layer *L) {
+    static const struct {
+        const char *name;
+        rp_layer_type type;
+        int args; /* positional arguments */
+        const char *options;
+    } kinds[] = {
+        {"linear", RP_LAYER_LINEAR, 1, " bias group_size tie "},
+        {"conv2d", RP_LAYER_CONV2D, 1, " kernel stride pad groups bias group_size "},
+        {"relu", RP_LAYER_RELU, 0, " "},
+        {"gelu", RP_LAYER_GELU, 0, " "},
+        {"maxpool2d", RP_LAYER_MAXPOOL2D, 1, " stride pad "},
+        {"flatten", RP_LAYER_FLATTEN, 0, " "},
+        {"dropout", RP_LAYER_DROPOUT, -1, " p "},
+        {"layernorm", RP_LAYER_LAYERNORM, 0, " eps group_size "},
+        {"embedding", RP_LAYER_EMBEDDING, 2, " group_size std "},
+        {"softmax_cross_entropy", RP_LAYER_SOFTMAX_CE, 0, " "},
+        {"position_embedding", RP_LAYER_POSITION_EMBEDDING, 0, " group_size "},
+        {"transformer_block", RP_LAYER_TRANSFORMER_BLOCK, 0, " heads mlp dropout gelu group_size "},
+        {"add", RP_LAYER_ADD, 0, " "},
+        {"concat", RP_LAYER_CONCAT, 0, " "},
+        {"avgpool2d", RP_LAYER_AVGPOOL2D, 1, " stride pad "},
+        {"adaptive_avgpool2d", RP_LAYER_ADAPTIVE_AVGPOOL2D, -1, " "},
+        {"sigmoid", RP_LAYER_SIGMOID, 0, " "},
+        {"tanh", RP_LAYER_TANH, 0, " "},
+        {"batchnorm2d", RP_LAYER_BATCHNORM2D, 0, " eps momentum group_size "},
+        {"batchnorm1d", RP_LAYER_BATCHNORM1D, 0, " eps momentum group_size "},
+        {"rmsnorm", RP_LAYER_RMSNORM, 0, " eps group_size "},
+        {"silu", RP_LAYER_SILU, 0, " "},
+        {"mul", RP_LAYER_MUL, 0, " "},
+        {"attention", RP_LAYER_ATTENTION, 0, " heads kv_heads rope_theta "},
+    };
+    int k = 0, nk = (int)(sizeof kinds / sizeof kinds[0]);
+    while (k < nk && strcmp(kinds[k].name, w->w[0]) != 0)
+        k++;
+    if (k == nk) {
+        const char *names[32];
+        for (int i = 0; i < nk; i++)
+            names[i] = kinds[i].name;
+        const char *hint = rp_closest_word(w->w[0], names, nk);
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: unknown layer '%s'%s%s%s", c->name, c->line,
+                       w->w[0], hint ? " (did you mean '" : "", hint ? hint : "",
+                       hint ? "'?)" : "");
+    }
+    L->type = kinds[k].type;
+    L->line = c->line;
+    L->bias = true;
+    L->eps = 1e-5f;
+    L->stride = 0;
+    L->mlp = 4;
+    L->std = 1;
+    L->groups = 1;
+    L->momentum = 0.1f;
+    if (L->type == RP_LAYER_RMSNORM)
+        L->eps = 1e-6f; /* LLaMA's */
+    int npos = positional(w);
+    int want = kinds[k].args;
+    if (want >= 0 && npos != want)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s takes %d argument%s before its options, not %d",
+                       c->name, c->line, kinds[k].name, want, want == 1 ? "" : "s", npos);
+    rp_status s = RP_OK;
+    switch (L->type) {
+    case RP_LAYER_LINEAR:
+        s = rpi_spec_want_int(c, "output features", w->w[1], 1, 1 << 24, &L->units);
+        break;
+    case RP_LAYER_CONV2D:
+        s = rpi_spec_want_int(c, "output channels", w->w[1], 1, 1 << 20, &L->units);
+        break;
+    case RP_LAYER_MAXPOOL2D:
+    case RP_LAYER_AVGPOOL2D:
+        s = rpi_spec_want_int(c, "kernel size", w->w[1], 1, 1 << 16, &L->kernel);
+        break;
+    case RP_LAYER_ADAPTIVE_AVGPOOL2D: /* the output's height and width, 1 unless given */
+        if (npos > 1)
+            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: adaptive_avgpool2d takes one output size",
+                           c->name, c->line);
+        L->units = 1;
+        if (npos == 1)
+            s = rpi_spec_want_int(c, "output size", w->w[1], 1, 1 << 16, &L->units);
+        break;
+    case RP_LAYER_EMBEDDING:
+        s = rpi_spec_want_int(c, "vocabulary size", w->w[1], 1, 1 << 28, &L->vocab);
+        if (!s)
+            s = rpi_spec_want_int(c, "embedding size", w->w[2], 1, 1 << 20, &L->dim);
+        break;
+    case RP_LAYER_DROPOUT:
+        if (npos > 1)
+            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: dropout takes one probability", c->name,
+                           c->line);
+        if (npos == 1) {
+            double d;
+            if (!rpi_spec_parse_float(w->w[1], &d) || d < 0 || d >= 1)
+                return rp_fail(c->err, RP_ERR_PARSE,
+                               "%s:%d: dropout probability '%s' is not a number in [0, 1)",
+                               c->name, c->line, w->w[1]);
+            L->p = (float)d;
+        } else {
+            L->p = 0.5f;
+        }
+        break;
+    default:
+        break;
+    }
+    if (s)
+        return s;
+    s = apply_options(c, L, w, 1 + npos, kinds[k].options);
+    if (s)
+        return s;
+    if (L->type == RP_LAYER_CONV2D && L->kernel == 0)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: conv2d needs kernel=K", c->name, c->line);
+    if (L->type == RP_LAYER_ATTENTION && L->heads == 0)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: attention needs heads=H", c->name, c->line);
+    if (L->type == RP_LAYER_ATTENTION && L->kv_heads == 0)
+        L->kv_heads = L->heads;
+    if (L->type == RP_LAYER_TRANSFORMER_BLOCK && L->heads == 0)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: transformer_block needs heads=H", c->name,
+                       c->line);
+    if (L->stride == 0)
+        L->stride = L->type == RP_LAYER_MAXPOOL2D || L->type == RP_LAYER_AVGPOOL2D ? L->kernel : 1;
+    return RP_OK;
+}
+
