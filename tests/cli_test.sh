@@ -349,6 +349,13 @@ expect_fail "Meta's names into a GPT" 1 "not a LLaMA-family model in repipe's gr
 expect_fail "an integer tensor" 1 "tensor 'B' is U8; repipe reads F32, F16, BF16 and F64" -- "$bin" weights \
   show "$src/tests/fixtures/safetensors/overall.safetensors"
 if [ ! -e "$tmp/no.rpw" ]; then ok; else bad "a refused import wrote its --out"; fi
+# the same model in llama_block lines: Hugging Face's file in, Meta's out, PyTorch's bytes
+printf 'input 8\nembedding 32 16\nllama_block heads=2 kv_heads=1 mlp=40 eps=1e-5\nllama_block heads=2 kv_heads=1 mlp=40 eps=1e-5\nrmsnorm eps=1e-5\nlinear 32 bias=false\nsoftmax_cross_entropy\n' \
+  > "$tmp/tiny-lb.model"
+"$bin" weights import-safetensors "$fx/tiny_hf.safetensors" --model "$tmp/tiny-lb.model" --out "$tmp/tiny-lb.rpw" > /dev/null
+"$bin" weights export-safetensors "$tmp/tiny-lb.rpw" --model "$tmp/tiny-lb.model" --names meta \
+  --out "$tmp/tiny-lb.safetensors" > /dev/null
+if cmp -s "$fx/tiny.safetensors" "$tmp/tiny-lb.safetensors"; then ok; else bad "llama_block lines do not map as the graph does"; fi
 # --load takes a LLaMA-family state_dict under Hugging Face's names as it is
 printf '{"micro_batch_size": 2, "optimizer": {"type": "adamw", "lr": 0.003}}\n' > "$tmp/lk.json"
 "$bin" train --model "$src/examples/llama-kjv.model" --config "$tmp/lk.json" --text "$tmp/text.txt" \
