@@ -280,15 +280,12 @@ rp_status cli_load_model_weights(const char *path, const rp_model *m, rp_weights
     rp_status st = cli_load_weights(path, out, err);
     if (st || m->num_vars == 0 || rp_weights_find(*out, m->vars[0].name))
         return st;
-    /* a LLaMA-family state_dict under Meta's or Hugging Face's names */
-    int scheme = rp_weights_find(*out, "tok_embeddings.weight")       ? RP_LLAMA_META
-                 : rp_weights_find(*out, "model.embed_tokens.weight") ? RP_LLAMA_HF
-                                                                      : -1;
-    if (scheme < 0)
+    rp_llama_names scheme; /* a LLaMA-family state_dict under Meta's or Hugging Face's names */
+    if (!rp_llama_names_of(*out, &scheme))
         return RP_OK; /* the caller names what is missing */
     float *params = malloc(sizeof(float) * m->num_params);
     rp_weights *ours = NULL;
-    st = params ? rp_llama_import(m, *out, (rp_llama_names)scheme, path, params, err)
+    st = params ? rp_llama_import(m, *out, scheme, path, params, err)
                 : rp_fail(err, RP_ERR_NOMEM, "out of memory for %zu parameters", m->num_params);
     if (!st)
         st = rp_weights_from_params(m, params, &ours, err);

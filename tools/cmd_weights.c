@@ -187,10 +187,9 @@ static int safetensors(const cli_cmd *cmd, const char *in, const char *model, co
     } else {
         if (rp_safetensors_load(&w, in, &err))
             goto done;
+        rp_llama_names found;
         if (!names)
-            scheme = rp_weights_find(w, "tok_embeddings.weight")       ? RP_LLAMA_META
-                     : rp_weights_find(w, "model.embed_tokens.weight") ? RP_LLAMA_HF
-                                                                       : -1;
+            scheme = rp_llama_names_of(w, &found) ? (int)found : -1;
         if ((scheme >= 0 ? rp_llama_import(m, w, (rp_llama_names)scheme, in, params, &err)
                          : rp_weights_to_params(m, w, 0, params, &err)) ||
             rp_weights_from_params(m, params, &conv, &err) ||

@@ -430,6 +430,9 @@ typedef enum rp_llama_names { RP_LLAMA_META, RP_LLAMA_HF } rp_llama_names;
 ** without a head is one), and a head in the file must then equal it.
 ** Export gives the scheme's tensors in its state_dict's order (a tied head
 ** under Hugging Face's names not at all, as transformers saves one). */
+/* The scheme whose embedding `file` holds (tok_embeddings.weight: Meta's,
+** model.embed_tokens.weight: Hugging Face's); false when neither. */
+bool rp_llama_names_of(const rp_weights *file, rp_llama_names *out);
 rp_status rp_llama_import(const rp_model *m, const rp_weights *file, rp_llama_names names,
                           const char *name, float *params, rp_error *err);
 rp_status rp_llama_export(const rp_model *m, const float *params, rp_llama_names names,

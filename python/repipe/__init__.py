@@ -161,6 +161,8 @@ _weights_save = _sig("rp_weights_save", _int, ctypes.POINTER(_Weights), _c, _E)
 _safetensors_load = _sig("rp_safetensors_load", _int, ctypes.POINTER(ctypes.POINTER(_Weights)),
                          _c, _E)
 _safetensors_save = _sig("rp_safetensors_save", _int, ctypes.POINTER(_Weights), _c, _E)
+_llama_names_of = _sig("rp_llama_names_of", ctypes.c_bool, ctypes.POINTER(_Weights),
+                       ctypes.POINTER(ctypes.c_int))
 _llama_import = _sig("rp_llama_import", _int, _P, ctypes.POINTER(_Weights), _int, _c, _F, _E)
 _llama_export = _sig("rp_llama_export", _int, _P, _F, _int,
                      ctypes.POINTER(ctypes.POINTER(_Weights)), _E)
@@ -688,9 +690,7 @@ def save_weights(path, weights):
 _LLAMA_NAMES = {"meta": 0, "hf": 1}
 
 
-def _llama_names(names, state=None):
-    if names is None and state is not None:
-        names = "hf" if "model.embed_tokens.weight" in state else "meta"
+def _llama_names(names):
     if names not in _LLAMA_NAMES:
         raise Error("names %r: expected 'meta' or 'hf'" % (names,))
     return _LLAMA_NAMES[names]
@@ -703,9 +703,11 @@ def from_llama(model, state, names=None):
     order); None: by the state's embedding. state: as load_weights gives a .safetensors file,
     or numpy arrays of a torch state_dict. Q, K and V are joined into the model's fused rows;
     every tensor must fit, and none may be left over."""
-    scheme = _llama_names(names, state)
     tensors = _tensors(state)
     w, err = _Weights(len(tensors), tensors), _Err()
+    found = ctypes.c_int(0)  # by the embedding the state holds, as the C side tells it
+    scheme = (found.value if _llama_names_of(ctypes.byref(w), ctypes.byref(found)) else 0) \
+        if names is None else _llama_names(names)
     params = np.zeros(max(model.num_params, 1), np.float32)
     _check(_llama_import(model._h, ctypes.byref(w), scheme, b"state_dict",
                          _ptr(params, ctypes.c_float), ctypes.byref(err)), err)

@@ -212,6 +212,15 @@ static void copy_rows(float *p, float *f, const slot *s, size_t cols, bool to_re
     }
 }
 
+bool rp_llama_names_of(const rp_weights *file, rp_llama_names *out) {
+    for (int n = RP_LLAMA_META; n <= RP_LLAMA_HF; n++)
+        if (rp_weights_find(file, NAMES[n][EMB])) {
+            *out = (rp_llama_names)n;
+            return true;
+        }
+    return false;
+}
+
 /* Buffers of a scheme's own, which carry no parameter. */
 static bool buffer_name(const char *n) {
     const char *tail = ".self_attn.rotary_emb.inv_freq";
