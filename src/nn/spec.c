@@ -94,6 +94,19 @@ typedef struct named {
     int tensor, line;
 } named;
 
+/* The tensor a name was given to, or a message naming it. */
+static rp_status find_name(pctx *c, const named *names, int nnames, const char *name, int *t) {
+    for (int k = 0; k < nnames; k++)
+        if (strcmp(names[k].name, name) == 0) {
+            *t = names[k].tensor;
+            return RP_OK;
+        }
+    return rp_fail(c->err, RP_ERR_PARSE,
+                   "%s:%d: '%s' is not the name of an earlier line (names are defined before "
+                   "they are read)",
+                   c->name, c->line, name);
+}
+
 /* The inputs of layer L (number l) from the names after its '<', or the
 ** line above. */
 static rp_status resolve_inputs(pctx *c, rp_layer *L, int l, char **ins, int nin,
@@ -114,15 +127,9 @@ static rp_status resolve_inputs(pctx *c, rp_layer *L, int l, char **ins, int nin
         return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s reads %s, not %d inputs", c->name,
                        c->line, rp_layer_name(L->type), multi ? "two or more" : "one input", nin);
     for (int i = 0; i < nin; i++) {
-        int k = 0;
-        while (k < nnames && strcmp(names[k].name, ins[i]) != 0)
-            k++;
-        if (k == nnames)
-            return rp_fail(c->err, RP_ERR_PARSE,
-                           "%s:%d: '%s' is not the name of an earlier line (names are defined "
-                           "before they are read)",
-                           c->name, c->line, ins[i]);
-        L->inputs[i] = names[k].tensor;
+        rp_status s = find_name(c, names, nnames, ins[i], &L->inputs[i]);
+        if (s)
+            return s;
     }
     L->num_inputs = nin;
     return RP_OK;
@@ -233,17 +240,9 @@ static rp_status add_llama_block(pctx *c, rp_model *m, int *cap, rpi_words *w, c
     if (nin > 1)
         return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: llama_block reads one input, not %d",
                        c->name, c->line, nin);
-    for (int k = 0; nin && k <= nt->n; k++) {
-        if (k == nt->n)
-            return rp_fail(c->err, RP_ERR_PARSE,
-                           "%s:%d: '%s' is not the name of an earlier line (names are defined "
-                           "before they are read)",
-                           c->name, c->line, ins[0]);
-        if (strcmp(nt->names[k].name, ins[0]) == 0) {
-            x = nt->names[k].tensor;
-            break;
-        }
-    }
+    rp_status st = nin ? find_name(c, nt->names, nt->n, ins[0], &x) : RP_OK;
+    if (st)
+        return st;
     const rp_shape *in = rp_model_tensor_shape(m, x);
     int C = in->dim[in->ndim - 1];
     if (in->ndim != 2 || C % H || H % K || (C / H) % 2)
