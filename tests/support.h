@@ -28,6 +28,34 @@ static inline rp_model *test_model(const char *spec) {
 }
 
 /* Parses a configuration or ends the test with the JSON and the message. */
+/* A reference file's token windows and losses, as the PyTorch scripts write
+** them: "window t_0 ... t_T" (inputs t_0 .. t_{T-1}, targets the same shifted
+** by one) and "losses l_0 l_1 ...". Up to `max` windows into x and y (T
+** each) and up to `max_losses` losses; returns the windows read, the
+** losses' count in *nlosses. text is cut up (strtok). */
+static inline int test_read_windows(char *text, int T, int max, float *x, int32_t *y,
+                                    double *losses, int max_losses, int *nlosses) {
+    int windows = 0;
+    *nlosses = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        char *p = line + 7;
+        if (strncmp(line, "window ", 7) == 0 && windows < max) {
+            for (int t = 0; t <= T; t++) {
+                long v = strtol(p, &p, 10);
+                if (t < T)
+                    x[(size_t)windows * T + t] = (float)v;
+                if (t > 0)
+                    y[(size_t)windows * T + t - 1] = (int32_t)v;
+            }
+            windows++;
+        } else if (strncmp(line, "losses ", 7) == 0) {
+            for (; *nlosses < max_losses; (*nlosses)++)
+                losses[*nlosses] = strtod(p, &p);
+        }
+    }
+    return windows;
+}
+
 static inline rp_config test_config(const char *json) {
     rp_config c;
     rp_error err;

@@ -36,29 +36,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    static float x[UPDATES * B * T], want[UPDATES];
+    static float x[UPDATES * B * T];
+    static double want[UPDATES];
     static int32_t y[UPDATES * B * T];
-    int windows = 0, losses = 0;
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        char *p = line;
-        if (strncmp(line, "window ", 7) == 0 && windows < UPDATES * B) {
-            p += 7;
-            float *xw = x + (size_t)windows * T;
-            int32_t *yw = y + (size_t)windows * T;
-            for (int t = 0; t <= T; t++) { /* the targets: the window shifted by one */
-                long v = strtol(p, &p, 10);
-                if (t < T)
-                    xw[t] = (float)v;
-                if (t > 0)
-                    yw[t - 1] = (int32_t)v;
-            }
-            windows++;
-        } else if (strncmp(line, "losses ", 7) == 0) {
-            p += 7;
-            for (; losses < UPDATES; losses++)
-                want[losses] = strtof(p, &p);
-        }
-    }
+    int losses, windows = test_read_windows(text, T, UPDATES * B, x, y, want, UPDATES, &losses);
     free(text);
     CHECK_INT(windows, UPDATES * B);
     CHECK_INT(losses, UPDATES);

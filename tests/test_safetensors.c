@@ -151,23 +151,7 @@ static void read_losses(void) {
     CHECK_OK(rp_read_file(fixture("llama/tiny_losses.txt"), &text, &len, &err), err);
     if (!text)
         return;
-    int windows = 0, losses = 0;
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        char *p = line + 7;
-        if (strncmp(line, "window ", 7) == 0 && windows < B) {
-            for (int t = 0; t <= T; t++) {
-                long v = strtol(p, &p, 10);
-                if (t < T)
-                    xs[windows * T + t] = (float)v;
-                if (t > 0)
-                    ys[windows * T + t - 1] = (int32_t)v;
-            }
-            windows++;
-        } else if (strncmp(line, "losses ", 7) == 0) {
-            for (; losses <= UPDATES; losses++)
-                want[losses] = strtod(p, &p);
-        }
-    }
+    int losses, windows = test_read_windows(text, T, B, xs, ys, want, UPDATES + 1, &losses);
     free(text);
     CHECK_INT(windows, B);
     CHECK_INT(losses, UPDATES + 1);
