@@ -184,6 +184,13 @@ static void other_layouts(void) {
     rp_config b = config(r4, ADAM, "");
     resume("sharding on -> off, Adam, R 4", &a, NULL, &b, NULL, false);
     resume("sharding off -> on, Adam, R 4", &b, NULL, &a, NULL, false);
+    /* a layer of its own grouping makes a second run of variables: each
+    ** run's optimizer state is its own (one array for the whole net would
+    ** put its moments where the state's reader does not look) */
+    spec = "input 1 28 28\nflatten\nlinear 24\nrelu\nlinear 10 group_size=1\n"
+           "softmax_cross_entropy\n";
+    rp_config pg = config("\"replication_factor\": 2, \"micro_batch_size\": 4", ADAM, "");
+    resume("per-layer grouping, Adam, R 2", &pg, NULL, &pg, NULL, true);
     /* a graph with batchnorm: on its own layout bit for bit, and from one
     ** stage to two cut where the skip crosses */
     spec = RESNET;

@@ -189,7 +189,10 @@ void rpi_worker_run(worker *w) {
                     break;
                 if (w->stale)
                     memcpy(w->stale, w->own, sizeof(float) * n);
-                if (!w->any_sharded && !w->any_fused && w->state_fd < 0) {
+                /* one run: its state arrays are the net's; several (a layer's
+                ** own grouping) have a state of their own each, as the
+                ** training state reads it */
+                if (!w->any_sharded && !w->any_fused && w->state_fd < 0 && w->nruns <= 1) {
                     rp_optimizer_step(&w->opt_now, w->applied, rp_net_params(w->net),
                                       rp_net_grads(w->net), w->opt, n);
                     break;
