@@ -78,6 +78,23 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
     printf("  workers needed             %d\n", d.workers);
     printf("  replica grouping           %s\n",
            rp_grouping_to_string(&cfg->replica_grouping, gbuf, sizeof gbuf));
+    if (rp_config_tensor_parallel(cfg) > 1) {
+        /* PopXL's words, over the workers: the tensor group, and its
+        ** transpose, the copies of one slice (PopXL's GPT-J shards a
+        ** variable this way, all-reducing its gradient over the transpose) */
+        int T = cfg->tensor_parallel, W = d.workers;
+        rp_grouping tg, dg;
+        rp_error gerr;
+        rp_grouping_init(&tg, W, T, 1, &gerr);
+        printf("  tensor parallel            %d: attention and MLP split over workers %d..%d, "
+               "%d..%d, ...\n", T, 0, T - 1, T, 2 * T - 1);
+        printf("    tensor groups            %s over the %d workers\n",
+               rp_grouping_to_string(&tg, gbuf, sizeof gbuf), W);
+        if (rp_grouping_transpose(&tg, &dg, &gerr) == RP_OK)
+            printf("    a slice's copies         %s, the transpose: its gradient is all-reduced "
+                   "over it%s\n", rp_grouping_to_string(&dg, gbuf, sizeof gbuf),
+                   d.stages > 1 ? ", among the workers of its stage" : "");
+    }
     printf("  samples per micro-batch    %lld\n", d.samples_per_micro_batch);
     printf("  samples per update         %lld  (%d x %d accumulation x %d replicas)\n",
            d.samples_per_update, cfg->micro_batch_size, cfg->gradient_accumulation_steps,

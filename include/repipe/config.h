@@ -112,6 +112,10 @@ typedef struct rp_config {
     ** stage replica holds from F to W [0: 1f1b's most on one worker] */
     double zb_pass_times[3];
     int zb_max_in_flight;
+    /* Megatron-LM's tensor parallelism: every attention and MLP of the model
+    ** split over this many workers of each (replica, stage, stage replica),
+    ** its tensor group [1: none] */
+    int tensor_parallel;
     bool auto_loss_scaling;
     /* Optimum's fp16 partial sums of products and convolutions: accepted, no
     ** effect (repipe's products sum in fp32) [true, as in Optimum] */
@@ -227,6 +231,10 @@ typedef struct rp_derived {
 
 /* r_s: the workers that share training stage s inside a replica (1 when
 ** stage_replication is not given). */
+/* Workers of a tensor group: tensor_parallel, 1 when unset. */
+static inline int rp_config_tensor_parallel(const rp_config *cfg) {
+    return cfg->tensor_parallel > 1 ? cfg->tensor_parallel : 1;
+}
 int rp_config_stage_replicas(const rp_config *cfg, int s);
 
 void rp_config_derive(const rp_config *cfg, rp_derived *out);

@@ -106,6 +106,14 @@ typedef struct rp_layer {
     float std;        /* embedding: its initial values' standard deviation [1] */
     bool gelu_erf;    /* transformer_block: GELU's erf form (else GPT-2's tanh form) */
     int group_size;   /* replica grouping override for this layer; 0 = config's */
+    /* Tensor parallelism (rp_model_tensor_split): an all-reduce over the
+    ** worker's tensor group of this layer's output after forward
+    ** (RP_TP_REDUCE_OUTPUT, a row-split linear's partial sums) or of its
+    ** output's gradient before backward (RP_TP_REDUCE_GRAD: the input of
+    ** column-split linears); 0: none. tp_skip_bias: a row-split linear
+    ** whose bias another rank of the group adds. */
+    int tp_reduce;
+    bool tp_skip_bias;
     int num_vars;     /* parameter tensors: 0, 1 or 2; a transformer_block's 12 */
     int first_var;    /* index of its first variable in the model */
     size_t param_offset, param_count; /* slice of the flat parameter array */
@@ -117,6 +125,7 @@ typedef struct rp_variable {
     int layer;
     size_t offset, count; /* in the flat parameter array */
     rp_shape shape;
+    bool split; /* a tensor-parallel rank's slice of the model's variable */
 } rp_variable;
 
 typedef struct rp_model {
@@ -154,6 +163,23 @@ const char *rp_layer_name(rp_layer_type t);
 ** shapes and settings, and its variables' names. Equal models, equal
 ** fingerprints; a checkpoint records its model's. */
 uint32_t rp_model_fingerprint(const rp_model *m);
+
+/* Tensor parallelism (Megatron-LM's): what rank k of t workers holds of m.
+** Each attention's fused Q, K, V linear is split by rows (output
+** features), each rank taking heads / t query heads and kv_heads / t key
+** and value heads, and the linear after the attention by columns (input
+** features); likewise an MLP's linears around an activation or a gated
+** product (SwiGLU's silu and mul): the first ones by rows, the last by
+** columns. Everything else is whole on every rank. The forward all-reduces
+** the column-split linears' partial outputs (tp_reduce), the backward the
+** gradient of the split linears' common input: two all-reduces a block
+** each way. *out is the rank's model, with its own parameter layout;
+** (*map)[i] is the index in m's parameters of the rank's parameter i.
+** An error names the line whose split is impossible (a width not divisible
+** by t, a split input read by a layer that is whole). */
+enum { RP_TP_REDUCE_OUTPUT = 1, RP_TP_REDUCE_GRAD = 2 };
+rp_status rp_model_tensor_split(const rp_model *m, int t, int k, rp_model **out, size_t **map,
+                                rp_error *err);
 
 /* Default initialisation of the parameters of layers [first, last) into
 ** params (which starts at layer `first`'s offset): uniform in
@@ -222,6 +248,11 @@ typedef struct rp_net_options {
     ** rp_net_backward_weight): each activation set keeps what the weights'
     ** half reads. */
     bool split_backward;
+    /* Tensor parallelism: the sum over the worker's tensor group, in
+    ** place, of n floats, that the layers' tp_reduce ask for; the same
+    ** bits on every member. It reports its own failures (NULL: no group). */
+    void (*tp_allreduce)(void *ctx, float *buf, size_t n);
+    void *tp_ctx;
 } rp_net_options;
 
 rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_batch,

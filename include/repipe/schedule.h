@@ -3,8 +3,8 @@
 ** one update, built from the configuration and checked by simulation before
 ** anything runs.
 **
-** Worker w = c * sum(r) + sum(r_t, t < s) + j runs stage s of replica c as
-** stage replica j; micro-batch m of a replica goes to stage replica
+** Worker w = (c * sum(r) + sum(r_t, t < s) + j) * T + k runs stage s of replica c as
+** stage replica j, tensor rank k of T (tensor_parallel); micro-batch m of a replica goes to stage replica
 ** m mod r_s at every stage. A stage's operations are ordered as if one
 ** worker ran them all (gpipe: every forward, then every backward in reverse;
 ** 1f1b: n_s - 1 warm-up forwards, then one forward and one backward in
@@ -75,6 +75,7 @@ typedef struct rp_op {
 
 typedef struct rp_worker_ops {
     int stage, replica, stage_replica;
+    int tensor_rank; /* its number in its tensor group (tensor_parallel) */
     int num_ops;
     rp_op *ops;
     int slots; /* activation sets the worker needs: its in-flight bound */
@@ -85,7 +86,10 @@ typedef struct rp_workplan {
     rp_worker_ops *w;
 } rp_workplan;
 
-/* The worker running stage s of replica c as stage replica j. */
+/* The worker running stage s of replica c as stage replica j; with
+** tensor_parallel t, the first of its tensor group, whose ranks k are
+** workers rp_workplan_worker + k (tensor ranks vary fastest, so that a
+** group lies inside a server, as Megatron-LM places it). */
 int rp_workplan_worker(const rp_config *cfg, int c, int s, int j);
 
 /* Micro-batches stage s keeps in flight over all its stage replicas: under

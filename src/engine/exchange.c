@@ -104,11 +104,11 @@ static void apply_update(void *ctx, size_t at, float *sum, size_t len) {
 ** layer lies on another stage. */
 static float *var_grad(worker *w, int v) {
     const rp_session *s = w->s;
-    const rp_variable *var = &s->m->vars[v];
+    const rp_variable *var = &w->lm->vars[v];
     int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
     if (var->layer < l0 || var->layer >= l1)
         return NULL;
-    return rp_net_grads(w->net) + (var->offset - s->m->layers[l0].param_offset);
+    return rp_net_grads(w->net) + (var->offset - w->lm->layers[l0].param_offset);
 }
 
 /* Tied weights: both copies take the sum of their reduced gradients, so
@@ -140,7 +140,8 @@ static rp_status tie_sum(worker *w) {
 ** min(1, C / (norm + 1e-6)), norm the L2 norm over every variable of every
 ** stage and replica group. Each group's copy of a run counts once: its
 ** shards, or for an unsharded run the first member of its reduction; their
-** squares are summed over the world. */
+** squares are summed over the world. A tensor group's ranks each count
+** their slices of its split variables, and rank 0 alone the whole ones. */
 static rp_status clip(worker *w) {
     rp_session *s = w->s;
     float *g = rp_net_grads(w->net);
@@ -149,6 +150,8 @@ static rp_status clip(worker *w) {
         const var_run *vr = &w->runs[r];
         const float *x = vr->sharded ? w->shard_g + vr->shard_offset : g + vr->offset;
         size_t k = vr->sharded ? vr->shard : vr->count;
+        if (vr->tp_whole && w->tensor_rank != 0)
+            continue;
         if (vr->sharded) { /* the shard's padding past the run holds nothing */
             size_t first = (size_t)rp_comm_rank(w->reduce[vr->grouping]) * vr->shard;
             k = first >= vr->count ? 0 : vr->count - first < k ? vr->count - first : k;
@@ -159,9 +162,9 @@ static rp_status clip(worker *w) {
             sum += (double)x[e] * x[e];
     }
     /* a tied weight is one tensor: its second copy does not count */
-    for (int i = 0; i < s->nties; i++) {
+    for (int i = 0; i < s->nties && w->tensor_rank == 0; i++) {
         const float *gh = var_grad(w, s->ties[i].head_var);
-        size_t n = s->m->vars[s->ties[i].head_var].count;
+        size_t n = w->lm->vars[s->ties[i].head_var].count;
         size_t at = gh ? (size_t)(gh - g) : 0;
         for (int r = 0; gh && r < w->nruns; r++) {
             const var_run *vr = &w->runs[r];
@@ -198,10 +201,10 @@ rp_status rpi_reduce_stats(worker *w) {
     size_t n, at = 0;
     float *stats = rp_net_stats(w->net, &n);
     int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
-    size_t base = s->m->layers[l0].param_offset;
+    size_t base = w->lm->layers[l0].param_offset;
     rp_status st = RP_OK;
     for (int l = l0; l < l1 && !st; l++) {
-        const rp_layer *L = &s->m->layers[l];
+        const rp_layer *L = &w->lm->layers[l];
         if (L->type != RP_LAYER_BATCHNORM2D && L->type != RP_LAYER_BATCHNORM1D)
             continue;
         size_t k = (size_t)s->GA * s->R * (2 * L->in.dim[0] + 1), off = L->param_offset - base;

@@ -29,11 +29,12 @@ rp_net_options rpi_net_options(const rp_config *cfg, int stage, bool inference) 
     return o;
 }
 
-int rpi_reduce_members(const rp_session *s, const rp_grouping *g, int c, int stage, int *out) {
-    int n = 0, k = rp_grouping_group_of(g, c);
+int rpi_reduce_members(const rp_session *s, const rp_grouping *g, int c, int stage, int k,
+                       int *out) {
+    int n = 0, q = rp_grouping_group_of(g, c);
     for (int i = 0; i < g->group_size; i++)
         for (int j = 0; j < rp_config_stage_replicas(&s->cfg, stage); j++)
-            out[n++] = rp_workplan_worker(&s->cfg, rp_grouping_member(g, k, i), stage, j);
+            out[n++] = rp_workplan_worker(&s->cfg, rp_grouping_member(g, q, i), stage, j) + k;
     return n;
 }
 

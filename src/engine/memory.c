@@ -17,7 +17,7 @@
 ** receives the floats of the reduce-scattered runs' shards (their reduced
 ** gradients; a fused run needs none). */
 static size_t stage_state_floats(const rp_session *s, int stage, size_t *shards) {
-    const rp_model *m = s->m;
+    const rp_model *m = s->T > 1 ? s->tpm[0] : s->m; /* every rank's are alike */
     int l0 = s->first[stage], l1 = s->first[stage + 1];
     size_t total = 0, run = 0;
     int run_q = -1;
@@ -27,11 +27,12 @@ static size_t stage_state_floats(const rp_session *s, int stage, size_t *shards)
             q = 0;
             while (!rp_grouping_equal(&s->groupings[q], &s->var_group[v]))
                 q++;
+            q = 2 * q + m->vars[v].split; /* runs end where a split begins or ends */
         } else if (v < m->num_vars) {
             continue;
         }
         if (q != run_q && run) { /* close the run */
-            int k = s->groupings[run_q].group_size * rp_config_stage_replicas(&s->cfg, stage);
+            int k = s->groupings[run_q / 2].group_size * rp_config_stage_replicas(&s->cfg, stage);
             bool sharded = rpi_sharded(&s->cfg, k, s->state_per_param);
             total += (sharded ? (run + k - 1) / k : run) * s->state_per_param;
             *shards += sharded && !rpi_fused_run(s, k, true) ? (run + k - 1) / k : 0;
@@ -62,7 +63,8 @@ rp_status rpi_plan_memory(const rp_session *s, int stage, rp_memory *out, rp_err
     const rp_net *net = w ? w->net : NULL;
     if (!net) { /* under MPI, another rank's stage: measure a net of it */
         rp_net_options no = rpi_net_options(&s->cfg, stage, false);
-        rp_status st = rp_net_create_with(s->m, s->first[stage], s->first[stage + 1], s->B, &no,
+        rp_status st = rp_net_create_with(s->T > 1 ? s->tpm[0] : s->m, s->first[stage],
+                                          s->first[stage + 1], s->B, &no,
                                           &tmp, err);
         if (st)
             return st;
@@ -127,9 +129,12 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
     bool first = true;
     for (int i = 0; i < s->nlocal; i++) {
         const worker *w = &s->w[i];
+        char rank[32] = "";
+        if (s->T > 1)
+            snprintf(rank, sizeof rank, ", tensor rank %d", w->tensor_rank);
         fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":"
-                   "{\"name\":\"worker %d: replica %d, stage %d.%d\"}}",
-                first ? "" : ",\n", w->id, w->id, w->replica, w->stage, w->stage_replica);
+                   "{\"name\":\"worker %d: replica %d, stage %d.%d%s\"}}",
+                first ? "" : ",\n", w->id, w->id, w->replica, w->stage, w->stage_replica, rank);
         first = false;
         if (w->trace_dropped) /* said where the reader looks: on the worker's track */
             fprintf(f, ",\n{\"name\":\"%lld later operations not recorded (the first %d are)\","
@@ -139,14 +144,17 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
         for (int e = 0; e < w->ntrace; e++) {
             const trace_event *ev = &w->trace[e];
             char name[64];
+            const char *kind = ev->kind == RPI_TRACE_TP_FORWARD    ? "tensor all-reduce (forward)"
+                               : ev->kind == RPI_TRACE_TP_BACKWARD ? "tensor all-reduce (backward)"
+                                                                   : rp_op_name((rp_op_kind)ev->kind);
             if (ev->mb >= 0)
-                snprintf(name, sizeof name, "%s %d", rp_op_name((rp_op_kind)ev->kind), ev->mb);
+                snprintf(name, sizeof name, "%s %d", kind, ev->mb);
             else
-                snprintf(name, sizeof name, "%s", rp_op_name((rp_op_kind)ev->kind));
+                snprintf(name, sizeof name, "%s", kind);
             fprintf(f,
                     ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
                     "\"ts\":%.3f,\"dur\":%.3f}",
-                    name, rp_op_name((rp_op_kind)ev->kind), w->id,
+                    name, kind, w->id,
                     (ev->t0 - s->t_origin) * 1e6, (ev->t1 - ev->t0) * 1e6);
         }
     }

@@ -21,7 +21,8 @@ bool rp_schedule_splits_backward(rp_schedule s) {
     return s == RP_SCHEDULE_ZB_H1 || s == RP_SCHEDULE_ZB_H2 || s == RP_SCHEDULE_ZB_AUTO;
 }
 
-int rp_workplan_worker(const rp_config *cfg, int c, int s, int j) {
+/* The worker of (c, s, j) as if there were no tensor groups. */
+static int base_worker(const rp_config *cfg, int c, int s, int j) {
     int P = cfg->layers_per_stage.count, per = 0, before = 0;
     for (int t = 0; t < P; t++) {
         if (t < s)
@@ -29,6 +30,49 @@ int rp_workplan_worker(const rp_config *cfg, int c, int s, int j) {
         per += rp_config_stage_replicas(cfg, t);
     }
     return c * per + before + j;
+}
+
+int rp_workplan_worker(const rp_config *cfg, int c, int s, int j) {
+    return base_worker(cfg, c, s, j) * rp_config_tensor_parallel(cfg);
+}
+
+/* Tensor parallelism: each worker of the plan becomes its tensor group, t
+** workers with the same operations, each exchanging with the rank of its
+** own number in the other groups. The group's ranks meet in every forward
+** and backward (their all-reduces), which a plan that cannot hang with
+** one worker a group cannot make hang: the ranks run in lockstep. */
+static rp_status expand_tensor_groups(const rp_config *cfg, rp_workplan *sc, rp_error *err) {
+    int t = rp_config_tensor_parallel(cfg), W0 = sc->workers;
+    if (t == 1)
+        return RP_OK;
+    rp_worker_ops *w = calloc((size_t)W0 * t, sizeof(rp_worker_ops));
+    if (!w)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the schedules of %d workers",
+                       W0 * t);
+    for (int b = 0; b < W0; b++)
+        for (int k = 0; k < t; k++) {
+            rp_worker_ops *x = &w[b * t + k];
+            *x = sc->w[b];
+            x->tensor_rank = k;
+            if (!(x->ops = malloc(sizeof(rp_op) * (sc->w[b].num_ops ? sc->w[b].num_ops : 1)))) {
+                for (int i = 0; i < b * t + k; i++)
+                    free(w[i].ops);
+                free(w);
+                return rp_fail(err, RP_ERR_NOMEM, "out of memory for the schedules of %d workers",
+                               W0 * t);
+            }
+            for (int i = 0; i < x->num_ops; i++) {
+                x->ops[i] = sc->w[b].ops[i];
+                if (x->ops[i].peer >= 0)
+                    x->ops[i].peer = x->ops[i].peer * t + k;
+            }
+        }
+    for (int b = 0; b < W0; b++)
+        free(sc->w[b].ops);
+    free(sc->w);
+    sc->w = w;
+    sc->workers = W0 * t;
+    return RP_OK;
 }
 
 void rp_workplan_free(rp_workplan *s) {
@@ -56,16 +100,16 @@ static void add_pass(const rp_config *cfg, rp_worker_ops *w, int pass, int mb) {
         push(w, RP_OP_BACKWARD_WEIGHT, mb, -1);
     } else if (pass == PASS_F) {
         if (s > 0)
-            push(w, RP_OP_RECV_ACT, mb, rp_workplan_worker(cfg, c, s - 1, mb % rp_config_stage_replicas(cfg, s - 1)));
+            push(w, RP_OP_RECV_ACT, mb, base_worker(cfg, c, s - 1, mb % rp_config_stage_replicas(cfg, s - 1)));
         push(w, RP_OP_FORWARD, mb, -1);
         if (s < P - 1)
-            push(w, RP_OP_SEND_ACT, mb, rp_workplan_worker(cfg, c, s + 1, mb % rp_config_stage_replicas(cfg, s + 1)));
+            push(w, RP_OP_SEND_ACT, mb, base_worker(cfg, c, s + 1, mb % rp_config_stage_replicas(cfg, s + 1)));
     } else {
         if (s < P - 1)
-            push(w, RP_OP_RECV_GRAD, mb, rp_workplan_worker(cfg, c, s + 1, mb % rp_config_stage_replicas(cfg, s + 1)));
+            push(w, RP_OP_RECV_GRAD, mb, base_worker(cfg, c, s + 1, mb % rp_config_stage_replicas(cfg, s + 1)));
         push(w, split ? RP_OP_BACKWARD_INPUT : RP_OP_BACKWARD, mb, -1);
         if (s > 0)
-            push(w, RP_OP_SEND_GRAD, mb, rp_workplan_worker(cfg, c, s - 1, mb % rp_config_stage_replicas(cfg, s - 1)));
+            push(w, RP_OP_SEND_GRAD, mb, base_worker(cfg, c, s - 1, mb % rp_config_stage_replicas(cfg, s - 1)));
     }
 }
 
@@ -222,7 +266,7 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
                 }
             }
             for (int j = 0; j < rp_config_stage_replicas(cfg, s); j++) {
-                rp_worker_ops *w = &sc->w[rp_workplan_worker(cfg, c, s, j)];
+                rp_worker_ops *w = &sc->w[base_worker(cfg, c, s, j)];
                 w->stage = s;
                 w->replica = c;
                 w->stage_replica = j;
@@ -267,6 +311,10 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
             }
         }
     free(order_k), free(order_m), free(slot_of), free(free_slots);
+    if ((st = expand_tensor_groups(cfg, sc, err))) {
+        rp_workplan_free(sc);
+        return st;
+    }
     *out = sc;
     return RP_OK;
 }

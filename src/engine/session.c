@@ -64,6 +64,7 @@ void rp_session_free(rp_session *s) {
             rp_acts_free(w->acts[k]);
         for (int q = 0; q < s->ngroupings; q++)
             rp_comm_free(w->reduce[q]);
+        rp_comm_free(w->tp);
         if (w->net && w->own) /* a pass that failed may have left another version in */
             rp_net_use_params(w->net, w->own);
         rp_net_free(w->net);
@@ -83,6 +84,11 @@ void rp_session_free(rp_session *s) {
         rmdir(s->run_dir);
     rp_world_free(s->world);
     rp_workplan_free(s->plan);
+    for (int k = 0; s->tpm && k < s->T; k++) {
+        rp_model_free(s->tpm[k]);
+        free(s->tpmap[k]);
+    }
+    free(s->tpm), free(s->tpmap);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s->w), free(s->var_group), free(s->all), free(s->gather), free(s->reduced);
@@ -123,16 +129,42 @@ static rp_status vertical_versions(const rp_session *s, worker *w, rp_error *err
     return RP_OK;
 }
 
+/* Tensor parallelism: rank k's parameters of layers [l0, l1) (which start at
+** its layer l0's offset) from the whole model's default initialisation, so
+** that every t starts from the weights of t = 1. */
+static rp_status init_rank_params(const rp_session *s, const worker *w, const int *var_index,
+                                  float *params, rp_error *err) {
+    const rp_model *m = s->m, *lm = w->lm;
+    int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
+    size_t base = m->layers[l0].param_offset;
+    size_t n = (l1 < m->num_layers ? m->layers[l1].param_offset : m->num_params) - base;
+    float *whole = malloc(sizeof(float) * (n ? n : 1));
+    if (!whole)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's initialisation", w->id);
+    rp_model_init_params(m, l0, l1, s->cfg.seed, var_index, whole);
+    const size_t *map = s->tpmap[w->tensor_rank];
+    size_t lbase = lm->layers[l0].param_offset;
+    size_t ln = (l1 < lm->num_layers ? lm->layers[l1].param_offset : lm->num_params) - lbase;
+    for (size_t i = 0; i < ln; i++)
+        params[i] = whole[map[lbase + i] - base];
+    free(whole);
+    return RP_OK;
+}
+
 static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
-    const rp_model *m = s->m;
     w->s = s;
     w->id = id;
     w->plan = &s->plan->w[id];
     w->replica = w->plan->replica;
     w->stage = w->plan->stage;
     w->stage_replica = w->plan->stage_replica;
+    w->tensor_rank = w->plan->tensor_rank;
+    w->lm = s->T > 1 ? s->tpm[w->tensor_rank] : s->m;
+    const rp_model *m = w->lm;
     int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
     rp_net_options no = rpi_net_options(&s->cfg, w->stage, false);
+    if (s->T > 1)
+        no.tp_allreduce = rpi_tp_allreduce, no.tp_ctx = w;
     if (s->cfg.replicated_tensor_sharding) /* room for a padded all-gather's tail */
         no.param_slack = (size_t)s->R * rp_config_stage_replicas(&s->cfg, w->stage);
     no.stat_slots = s->GA * s->R; /* batchnorm: a slot per micro-batch of the update */
@@ -179,13 +211,16 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
             q++;
         size_t off = m->vars[v].offset - base;
         var_run *last = w->nruns ? &w->runs[w->nruns - 1] : NULL;
-        if (last && last->grouping == q && last->offset + last->count == off)
+        bool whole = s->T > 1 && !m->vars[v].split;
+        if (last && last->grouping == q && last->offset + last->count == off &&
+            last->tp_whole == whole)
             last->count += m->vars[v].count;
         else
             w->runs[w->nruns++] = (var_run){.offset = off,
                                             .count = m->vars[v].count,
                                             .grouping = q,
-                                            .rescale = (float)gcfg / s->var_group[v].group_size};
+                                            .rescale = (float)gcfg / s->var_group[v].group_size,
+                                            .tp_whole = whole};
     }
     /* a tie across two other stages passes through this worker's zeros */
     size_t tie_n = 0;
@@ -283,8 +318,13 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's initialisation", id);
     for (int v = 0; v < m->num_vars; v++)
         var_index[v] = rp_grouping_group_of(&s->var_group[v], w->replica);
-    rp_model_init_params(m, l0, l1, s->cfg.seed, var_index, rp_net_params(w->net));
+    if (s->T > 1)
+        st = init_rank_params(s, w, var_index, rp_net_params(w->net), err);
+    else
+        rp_model_init_params(m, l0, l1, s->cfg.seed, var_index, rp_net_params(w->net));
     free(var_index);
+    if (st)
+        return st;
     if (w->stale) /* 2BW's first update uses the weights it starts from twice */
         memcpy(w->stale, rp_net_params(w->net), sizeof(float) * rp_net_num_params(w->net));
     return RP_OK;
@@ -310,6 +350,19 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
                        "zb_pass_times and zb_max_in_flight go with schedule \"zb-auto\", not "
                        "\"%s\"",
                        rp_schedule_name(cfg->schedule));
+    if (rp_config_tensor_parallel(cfg) > 1 && cfg->schedule >= RP_SCHEDULE_PIPEDREAM)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "tensor_parallel goes with the synchronous schedules, not \"%s\"",
+                       rp_schedule_name(cfg->schedule));
+    if (rp_config_tensor_parallel(cfg) > 1) { /* the split must exist: its error names the line */
+        rp_model *lm;
+        size_t *map;
+        rp_status st = rp_model_tensor_split(m, cfg->tensor_parallel, 0, &lm, &map, err);
+        if (st)
+            return st;
+        rp_model_free(lm);
+        free(map);
+    }
     if (cfg->schedule == RP_SCHEDULE_PIPEDREAM_2BW &&
         (cfg->replicated_tensor_sharding || cfg->optimizer_state_offchip))
         return rp_fail(err, RP_ERR_INVALID,
@@ -417,6 +470,18 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     s->B = cfg->micro_batch_size;
     s->GA = cfg->gradient_accumulation_steps;
     s->D = cfg->device_iterations;
+    s->T = rp_config_tensor_parallel(cfg);
+    if (s->T > 1) {
+        s->tpm = calloc(s->T, sizeof(rp_model *));
+        s->tpmap = calloc(s->T, sizeof(size_t *));
+        if (!s->tpm || !s->tpmap) {
+            st = rp_fail(err, RP_ERR_NOMEM, "out of memory for a session of %d workers", W);
+            goto fail;
+        }
+        for (int k = 0; k < s->T; k++)
+            if ((st = rp_model_tensor_split(m, s->T, k, &s->tpm[k], &s->tpmap[k], err)))
+                goto fail;
+    }
     for (int t = 0; t < P; t++)
         s->first[t + 1] = s->first[t] + counts[t];
     s->backend = comm ? RP_BACKEND_MPI : RP_BACKEND_LOCAL;
@@ -554,8 +619,9 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             goto fail;
         }
         for (int k = 0; k < W; k++)
-            gid[k] = s->plan->w[k].stage * G +
-                     rp_grouping_group_of(&cfg->replica_grouping, s->plan->w[k].replica);
+            gid[k] = (s->plan->w[k].stage * G +
+                      rp_grouping_group_of(&cfg->replica_grouping, s->plan->w[k].replica)) *
+                         s->T + s->plan->w[k].tensor_rank;
         st = rp_workplan_check(s->plan, gid, err);
         free(gid);
         if (st)
@@ -573,9 +639,12 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             goto fail;
         /* reduction communicators, one per distinct grouping */
         for (int q = 0; q < s->ngroupings; q++) {
-            int members[RP_MAX_WORKERS], nm = rpi_reduce_members(s, &s->groupings[q], w->replica, w->stage, members);
+            int members[RP_MAX_WORKERS];
+            int nm = rpi_reduce_members(s, &s->groupings[q], w->replica, w->stage,
+                                        w->tensor_rank, members);
             if (comm) {
-                int color = w->stage * R + rp_grouping_group_of(&s->groupings[q], w->replica);
+                int color = (w->stage * R + rp_grouping_group_of(&s->groupings[q], w->replica)) *
+                                s->T + w->tensor_rank;
                 if ((st = rp_comm_split(comm, color, id, &w->reduce[q], err)))
                     goto fail;
             } else {
@@ -596,6 +665,18 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
                 }
             }
         }
+    }
+    for (int i = 0; i < s->nlocal && s->T > 1; i++) { /* the tensor groups */
+        worker *w = &s->w[i];
+        int first = w->id - w->tensor_rank, members[RP_MAX_WORKERS];
+        for (int k = 0; k < s->T; k++)
+            members[k] = first + k;
+        if (comm)
+            st = rp_comm_split(comm, first, w->tensor_rank, &w->tp, err);
+        else if (!(w->tp = rp_world_subcomm(s->world, members, s->T, w->tensor_rank)))
+            st = rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's tensor group", w->id);
+        if (st)
+            goto fail;
     }
     for (int t = 0; t < P; t++) {
         rp_memory mem;

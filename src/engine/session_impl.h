@@ -21,6 +21,7 @@ typedef struct var_run {
     float rescale;
     bool sharded;         /* replicated tensor sharding: this worker updates one shard */
     bool fused;           /* summed and updated by one rp_comm_reduce_update */
+    bool tp_whole;        /* tensor parallelism: whole on every rank of the group */
     size_t shard;         /* elements per shard: ceil(count / members) */
     size_t state_offset;  /* of its optimizer state */
     size_t shard_offset;  /* of its reduced gradient shard in shard_g */
@@ -40,11 +41,20 @@ typedef struct trace_event {
     double t0, t1;
 } trace_event;
 
+/* Trace events of a tensor group's all-reduces, in a forward or a
+** backward, beside the operations' kinds. */
+enum { RPI_TRACE_TP_FORWARD = RP_OP_COUNT, RPI_TRACE_TP_BACKWARD };
+
 typedef struct worker {
     struct rp_session *s;
     int id, replica, stage, stage_replica;
+    int tensor_rank;                   /* in its tensor group (tensor_parallel) */
+    const rp_model *lm;                /* the model as this worker holds it: its rank's */
     const rp_worker_ops *plan;
     rp_comm *comm;                     /* the world */
+    rp_comm *tp;                       /* its tensor group, or NULL */
+    rp_status tp_status;               /* the first failed all-reduce of the group */
+    const rp_op *tp_op;                /* the operation its all-reduces run in */
     rp_comm *reduce[MAX_GROUPINGS];    /* per distinct grouping: this stage, this group */
     rp_net *net;
     rp_acts **acts;                    /* one per slot */
@@ -96,6 +106,9 @@ struct rp_session {
     rp_config cfg;
     rp_backend backend;
     int R, B, GA, D, P, W;
+    int T;             /* tensor_parallel */
+    rp_model **tpm;    /* T > 1: rank k's model (rp_model_tensor_split) */
+    size_t **tpmap;    /* T > 1: rank k's parameter i is the model's tpmap[k][i] */
     int first[RP_MAX_STAGES + 1]; /* layer range of stage s: [first[s], first[s+1]) */
     rp_workplan *plan;
     rp_world *world;
@@ -141,6 +154,8 @@ bool rpi_fused_run(const rp_session *s, int k, bool sharded);
 /* A worker's operation list for one host call, and the loop of a worker
 ** thread that waits for calls (worker.c). */
 void rpi_worker_run(worker *w);
+/* The nets' all-reduce over the worker's tensor group (worker.c). */
+void rpi_tp_allreduce(void *worker, float *buf, size_t n);
 void *rpi_worker_thread(void *arg);
 /* The gradient exchange and step of an update (exchange.c). */
 rp_status rpi_reduce(worker *w);
@@ -155,9 +170,11 @@ rp_status rpi_plan_memory(const rp_session *s, int stage, rp_memory *out, rp_err
 /* Reads (write_it false) or writes bytes of a file at an offset, whole. */
 rp_status rpi_pio(int fd, void *buf, size_t bytes, off_t at, bool write_it);
 
-/* The workers that reduce worker (c, s) under grouping g: every stage
-** replica of stage s in every replica of c's group, by worker id (layout.c). */
-int rpi_reduce_members(const rp_session *s, const rp_grouping *g, int c, int stage, int *out);
+/* The workers that reduce worker (c, s, tensor rank k) under grouping g:
+** every stage replica of stage s in every replica of c's group, of tensor
+** rank k, by worker id (layout.c). */
+int rpi_reduce_members(const rp_session *s, const rp_grouping *g, int c, int stage, int k,
+                       int *out);
 
 /* Schedule pipedream: the weight versions a worker of `stage` keeps beside
 ** its own. One a micro-batch in flight (its activation slots); with vertical

@@ -20,6 +20,29 @@
 #include "session_impl.h"
 #include "sharding.h"
 
+/* ---- tensor parallelism ------------------------------------------------------------ */
+
+/* Where the layers of stage t lie in rank k's parameters: [*lo, *hi). Its
+** element i is the model's s->tpmap[k][i] (tensor parallelism); without
+** tensor groups the model's own range, element i being i. */
+static void rank_range(const rp_session *s, int k, int t, size_t *lo, size_t *hi) {
+    const rp_model *lm = s->T > 1 ? s->tpm[k] : s->m;
+    *lo = lm->layers[s->first[t]].param_offset;
+    *hi = t + 1 < s->P ? lm->layers[s->first[t + 1]].param_offset : lm->num_params;
+}
+
+static size_t whole_index(const rp_session *s, int k, size_t i) {
+    return s->T > 1 ? s->tpmap[k][i] : i;
+}
+
+/* A worker's parameters of its stage into the model's layout (row: n floats). */
+static void scatter_params(const rp_session *s, const worker *w, const float *p, float *row) {
+    size_t lo, hi;
+    rank_range(s, w->tensor_rank, w->stage, &lo, &hi);
+    for (size_t i = lo; i < hi; i++)
+        row[whole_index(s, w->tensor_rank, i)] = p[i - lo];
+}
+
 /* ---- weights ---------------------------------------------------------------------- */
 
 /* Every replica's full flat parameters, R * num_params floats: each stage's
@@ -30,13 +53,13 @@ rp_status rpi_all_params(rp_session *s, float **out, rp_error *err) {
     float *buf = calloc(n * s->R, sizeof(float));
     if (!buf)
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    if (s->backend == RP_BACKEND_LOCAL) {
+    if (s->backend == RP_BACKEND_LOCAL) { /* a tensor group's ranks each give their slices */
         for (int c = 0; c < s->R; c++)
-            for (int t = 0; t < s->P; t++) {
-                worker *w = &s->w[rp_workplan_worker(&s->cfg, c, t, 0)];
-                memcpy(buf + (size_t)c * n + m->layers[s->first[t]].param_offset,
-                       rp_net_params(w->net), sizeof(float) * rp_net_num_params(w->net));
-            }
+            for (int t = 0; t < s->P; t++)
+                for (int k = s->T - 1; k >= 0; k--) {
+                    worker *w = &s->w[rp_workplan_worker(&s->cfg, c, t, 0) + k];
+                    scatter_params(s, w, rp_net_params(w->net), buf + (size_t)c * n);
+                }
         *out = buf;
         return RP_OK;
     }
@@ -47,17 +70,19 @@ rp_status rpi_all_params(rp_session *s, float **out, rp_error *err) {
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
     } else {
         worker *w = &s->w[0];
-        memcpy(mine + m->layers[s->first[w->stage]].param_offset, rp_net_params(w->net),
-               sizeof(float) * rp_net_num_params(w->net));
+        scatter_params(s, w, rp_net_params(w->net), mine);
         st = rp_comm_allgather(s->comm, NULL, mine, n, every, err);
         for (int c = 0; !st && c < s->R; c++)
-            for (int t = 0; t < s->P; t++) {
-                size_t a = m->layers[s->first[t]].param_offset;
-                size_t b = t + 1 < s->P ? m->layers[s->first[t + 1]].param_offset : n;
-                memcpy(buf + (size_t)c * n + a,
-                       every + (size_t)rp_workplan_worker(&s->cfg, c, t, 0) * n + a,
-                       sizeof(float) * (b - a));
-            }
+            for (int t = 0; t < s->P; t++)
+                for (int k = s->T - 1; k >= 0; k--) {
+                    size_t lo, hi;
+                    const float *src = every + (size_t)(rp_workplan_worker(&s->cfg, c, t, 0) + k) * n;
+                    rank_range(s, k, t, &lo, &hi);
+                    for (size_t i = lo; i < hi; i++) {
+                        size_t e = whole_index(s, k, i);
+                        buf[(size_t)c * n + e] = src[e];
+                    }
+                }
     }
     free(mine), free(every);
     if (st)
@@ -148,17 +173,22 @@ rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_weights_
         worker *wk = &s->w[i];
         int c = wk->replica, l0 = s->first[wk->stage], l1 = s->first[wk->stage + 1];
         float *p = rp_net_params(wk->net);
-        size_t base = m->layers[l0].param_offset;
+        const rp_model *lm = wk->lm;
+        size_t base = lm->layers[l0].param_offset;
         for (int v = 0; v < m->num_vars; v++) {
-            const rp_variable *var = &m->vars[v];
+            const rp_variable *var = &m->vars[v], *lv = &lm->vars[v];
             if (var->layer < l0 || var->layer >= l1)
                 continue;
             const rp_tensor *t = rp_weights_find(w, var->name);
             int row = t->groups == 1 ? 0
                       : mode == RP_ALL_REPLICAS ? c
                                                 : rp_grouping_group_of(&s->var_group[v], c);
-            memcpy(p + (var->offset - base), t->data + (size_t)row * var->count,
-                   sizeof(float) * var->count);
+            const float *src = t->data + (size_t)row * var->count;
+            if (s->T == 1)
+                memcpy(p + (var->offset - base), src, sizeof(float) * var->count);
+            for (size_t e = 0; s->T > 1 && e < lv->count; e++) /* the rank's slice */
+                p[lv->offset - base + e] =
+                    src[s->tpmap[wk->tensor_rank][lv->offset + e] - var->offset];
         }
         if (wk->stale) /* 2BW: set weights start both versions */
             memcpy(wk->stale, p, sizeof(float) * rp_net_num_params(wk->net));
@@ -186,18 +216,20 @@ static int stage_of(const rp_session *s, int layer) {
 /* The run that holds variable v, as setup_worker forms them: consecutive
 ** variables of its stage, of one grouping, contiguous. Its first parameter
 ** (model-wide) and its length. */
-static void run_of(const rp_session *s, int v, size_t *first, size_t *count) {
-    const rp_model *m = s->m;
+static void run_of(const rp_session *s, const rp_model *m, int v, size_t *first,
+                   size_t *count) {
     int t = stage_of(s, m->vars[v].layer);
     int u = v;
     while (u > 0 && stage_of(s, m->vars[u - 1].layer) == t &&
            rp_grouping_equal(&s->var_group[u - 1], &s->var_group[v]) &&
+           m->vars[u - 1].split == m->vars[v].split &&
            m->vars[u - 1].offset + m->vars[u - 1].count == m->vars[u].offset)
         u--;
     *first = m->vars[u].offset;
     *count = 0;
     for (int x = u; x < m->num_vars && stage_of(s, m->vars[x].layer) == t &&
                     rp_grouping_equal(&s->var_group[x], &s->var_group[v]) &&
+                    m->vars[x].split == m->vars[v].split &&
                     m->vars[x].offset == *first + *count;
          x++)
         *count += m->vars[x].count;
@@ -219,26 +251,38 @@ static void held(const worker *w, const var_run *vr, size_t *lo, size_t *n) {
 static rp_status move_state(worker *w, float *dst, bool write_it, rp_error *err) {
     const rp_session *s = w->s;
     size_t n = s->m->num_params, per = s->state_per_param;
-    size_t base = s->m->layers[s->first[w->stage]].param_offset;
+    size_t base = w->lm->layers[s->first[w->stage]].param_offset;
+    float *slice = NULL; /* tensor parallelism: the rank's elements, gathered */
     for (int r = 0; r < w->nruns; r++) {
         const var_run *vr = &w->runs[r];
         size_t lo, have;
         held(w, vr, &lo, &have);
+        free(slice);
+        if (s->T > 1 && have && !(slice = malloc(sizeof(float) * have)))
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory for the optimizer state");
         for (size_t a = 0; a < per && have; a++) {
-            float *model = dst + a * n + base + vr->offset + lo;
+            const size_t *map = s->T > 1 ? s->tpmap[w->tensor_rank] + base + vr->offset + lo : NULL;
+            float *model = slice ? slice : dst + a * n + base + vr->offset + lo;
+            for (size_t e = 0; slice && write_it && e < have; e++)
+                slice[e] = dst[a * n + map[e]];
             size_t at = vr->state_offset + a * have;
             if (w->state_fd >= 0) {
                 if (rpi_pio(w->state_fd, model, sizeof(float) * have, (off_t)(sizeof(float) * at),
-                            write_it))
+                            write_it)) {
+                    free(slice);
                     return rp_fail(err, RP_ERR_IO, "offchip optimizer state: %s failed",
                                    write_it ? "write" : "read");
+                }
             } else if (write_it) {
                 memcpy(w->opt + at, model, sizeof(float) * have);
             } else {
                 memcpy(model, w->opt + at, sizeof(float) * have);
             }
+            for (size_t e = 0; slice && !write_it && e < have; e++)
+                dst[a * n + map[e]] = slice[e];
         }
     }
+    free(slice);
     return RP_OK;
 }
 
@@ -312,6 +356,8 @@ rp_status rp_session_get_state(rp_session *s, rp_train_state *out, rp_error *err
     const rp_model *m = s->m;
     size_t n = m->num_params, per = s->state_per_param;
     float *every = NULL;
+    int *rank_of = NULL;
+    size_t *local_of = NULL;
     rp_status st;
     if ((st = rp_session_get_weights(s, RP_ONE_PER_GROUP, &out->weights, err)))
         goto done;
@@ -322,12 +368,27 @@ rp_status rp_session_get_state(rp_session *s, rp_train_state *out, rp_error *err
     }
     if (per && (st = gather_state(s, &every, err)))
         goto done;
+    /* tensor parallelism: the rank that holds each element (0 for whole
+    ** ones) and where in its layout */
+    if (per && s->T > 1) {
+        rank_of = malloc(sizeof(int) * (n ? n : 1));
+        local_of = malloc(sizeof(size_t) * (n ? n : 1));
+        if (!rank_of || !local_of) {
+            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        for (int r = s->T - 1; r >= 0; r--)
+            for (size_t i = 0; i < s->tpm[r]->num_params; i++)
+                rank_of[s->tpmap[r][i]] = r, local_of[s->tpmap[r][i]] = i;
+    }
     for (int v = 0; v < m->num_vars && per; v++) {
         const rp_variable *var = &m->vars[v];
         const rp_grouping *g = &s->var_group[v];
         int t = stage_of(s, var->layer), G = rp_grouping_num_groups(g);
+        int r0 = rank_of ? rank_of[var->offset] : 0; /* a split variable's first element's */
+        const rp_model *lm = s->T > 1 ? s->tpm[r0] : m;
         size_t first, count;
-        run_of(s, v, &first, &count);
+        run_of(s, lm, v, &first, &count);
         int k = g->group_size * rp_config_stage_replicas(&s->cfg, t);
         bool sharded = rpi_sharded(&s->cfg, k, per);
         size_t shard = sharded ? (count + k - 1) / k : count;
@@ -347,12 +408,16 @@ rp_status rp_session_get_state(rp_session *s, rp_train_state *out, rp_error *err
             }
             out->optimizer->num_tensors++;
             for (int q = 0; q < G; q++) {
-                int members[RP_MAX_WORKERS];
-                int nm = rpi_reduce_members(s, g, rp_grouping_first(g, q), t, members);
-                qsort(members, nm, sizeof(int), by_id); /* their ranks in the reduction */
+                int members[RP_MAX_WORKERS], in = -1;
                 for (size_t e = 0; e < var->count; e++) {
-                    size_t ge = var->offset + e;
-                    int owner = members[sharded ? (ge - first) / shard : 0];
+                    size_t ge = var->offset + e, li = local_of ? local_of[ge] : ge;
+                    int r = rank_of ? rank_of[ge] : 0; /* its rank's reduction */
+                    if (r != in) {
+                        int nm = rpi_reduce_members(s, g, rp_grouping_first(g, q), t, r, members);
+                        qsort(members, nm, sizeof(int), by_id); /* their ranks in it */
+                        in = r;
+                    }
+                    int owner = members[sharded ? (li - first) / shard : 0];
                     ten->data[(size_t)q * var->count + e] =
                         every[((size_t)owner * per + a) * n + ge];
                 }
@@ -372,7 +437,7 @@ rp_status rp_session_get_state(rp_session *s, rp_train_state *out, rp_error *err
     out->loss_scale = w->scale;
     out->clean = w->clean;
 done:
-    free(every);
+    free(every), free(rank_of), free(local_of);
     if (st)
         rp_train_state_free(out);
     return st;

@@ -39,6 +39,26 @@ static bool comm_failed(worker *w, rp_status st) {
     return true;
 }
 
+/* Tensor parallelism: a net's all-reduce over the tensor group, in the
+** operation w->tp_op; after a failure the others are skipped (the
+** operation then fails with it). */
+void rpi_tp_allreduce(void *arg, float *buf, size_t n) {
+    worker *w = arg;
+    if (w->tp_status)
+        return;
+    double t0 = w->s->tracing ? rp_now() : 0;
+    w->tp_status = rp_comm_allreduce(w->tp, NULL, buf, n, &w->err);
+    if (!w->s->tracing)
+        return;
+    if (w->ntrace < w->trace_cap)
+        w->trace[w->ntrace++] = (trace_event){w->tp_op->kind == RP_OP_FORWARD
+                                                  ? RPI_TRACE_TP_FORWARD
+                                                  : RPI_TRACE_TP_BACKWARD,
+                                              w->tp_op->mb, t0, rp_now()};
+    else
+        w->trace_dropped++;
+}
+
 void rpi_worker_run(worker *w) {
     rp_session *s = w->s;
     int B = s->B, GA = s->GA, c = w->replica;
@@ -49,6 +69,7 @@ void rpi_worker_run(worker *w) {
     size_t K = (size_t)s->m->num_targets; /* labels per sample */
     bool half = s->cfg.fp16_exchange;
     w->status = RP_OK;
+    w->tp_status = RP_OK;
     for (int d = 0; d < s->D; d++) {
         rp_net_zero_grads(w->net);
         size_t nstats;
@@ -77,6 +98,7 @@ void rpi_worker_run(worker *w) {
                                .stat_slot = op->mb >= 0 ? 1 + c * GA + op->mb : 0};
             double t0 = s->tracing ? rp_now() : 0;
             rp_status st = RP_OK;
+            w->tp_op = op;
             switch (op->kind) {
             case RP_OP_RECV_ACT: { /* straight into the slot the forward will use */
                 float *dst = rp_acts_input(w->acts[w->plan->ops[i + 1].slot]);
@@ -189,9 +211,9 @@ void rpi_worker_run(worker *w) {
                     break;
                 if (w->stale)
                     memcpy(w->stale, w->own, sizeof(float) * n);
-                /* one run: its state arrays are the net's; several (a layer's
-                ** own grouping) have a state of their own each, as the
-                ** training state reads it */
+                /* one run: its state arrays are the net's; several (groupings,
+                ** tensor-parallel slices beside whole variables) have a state of
+                ** their own each, as the training state reads it */
                 if (!w->any_sharded && !w->any_fused && w->state_fd < 0 && w->nruns <= 1) {
                     rp_optimizer_step(&w->opt_now, w->applied, rp_net_params(w->net),
                                       rp_net_grads(w->net), w->opt, n);
@@ -212,6 +234,8 @@ void rpi_worker_run(worker *w) {
                 rp_net_zero_grads(w->net);
             if (op->kind == RP_OP_STEP && w->history) /* vertical sync keeps every version */
                 memcpy(w->history + (size_t)++w->versions * n, w->own, sizeof(float) * n);
+            if (!st && w->tp_status)
+                st = w->tp_status;
             if (comm_failed(w, st))
                 return;
             if (s->tracing && w->ntrace < w->trace_cap)

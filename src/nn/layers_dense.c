@@ -50,7 +50,7 @@ void rpi_linear_rows_backward(const float *in, const float *dout, const float *W
 void rpi_linear_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     int D = last_dim(&L->in), N = L->units;
-    rpi_linear_rows(a->in, a->out, a->w, L->bias ? a->w + (size_t)N * D : NULL,
+    rpi_linear_rows(a->in, a->out, a->w, L->bias && !L->tp_skip_bias ? a->w + (size_t)N * D : NULL,
                     rows_of(&L->in, a->B), D, N);
 }
 

@@ -298,7 +298,7 @@ const float *rp_net_forward(rp_net *n, rp_acts *a, const float *input, int batch
         if (n->alias[l - n->first])
             continue;
         layer_args x = rpi_net_args(n, a, l, ctx, ins);
-        if (rpi_layer_forward(&x, &n->err) != RP_OK)
+        if (rpi_net_layer_forward(n, &x) != RP_OK)
             return NULL;
     }
     const float *out = a->out[n->last - 1 - n->first];
@@ -330,6 +330,11 @@ static const float *backward(rp_net *n, rp_acts *a, const float *dout, const rp_
         return rpi_net_graph_backward(n, a, dout, ctx, need_input_grad, stop, part);
     const float *g = dout;
     int buf = 0;
+    if (dout && n->m->layers[n->last - 1].tp_reduce == RP_TP_REDUCE_GRAD && n->opt.tp_allreduce) {
+        memcpy(n->g[1], dout, sizeof(float) * out_size(&n->m->layers[n->last - 1]) * a->rows);
+        rpi_net_reduce_grad(n, n->last - 1, n->g[1], a->rows); /* the next stage's parts */
+        g = n->g[1];
+    }
     const float *ins[RP_MAX_INPUTS];
     for (int l = n->last - 1; l >= stop; l--) {
         rpi_net_recompute(n, a, l, ctx);
@@ -339,6 +344,8 @@ static const float *backward(rp_net *n, rp_acts *a, const float *dout, const rp_
         bool want = l > stop || need_input_grad;
         float *din = want ? n->g[buf] : NULL;
         rpi_net_layer_backward(n, &x, g, din, part);
+        if (din && l > n->first)
+            rpi_net_reduce_grad(n, l - 1, din, a->rows);
         g = din;
         buf ^= 1;
     }

@@ -79,6 +79,24 @@ void rpi_net_layer_backward(rp_net *n, layer_args *x, const float *dout, float *
         n->dirty[x->index - n->first] = true;
 }
 
+/* A layer's forward; a row-split linear's partial sums are then summed over
+** the tensor group (tensor parallelism). */
+rp_status rpi_net_layer_forward(rp_net *n, const layer_args *x) {
+    rp_status st = rpi_layer_forward(x, &n->err);
+    if (!st && x->L->tp_reduce == RP_TP_REDUCE_OUTPUT && n->opt.tp_allreduce)
+        n->opt.tp_allreduce(n->opt.tp_ctx, x->out, out_size(x->L) * x->B);
+    return st;
+}
+
+/* Tensor t's gradient, complete on this rank, summed over the tensor group
+** when column-split linears read t: each gave a part of it. The net that
+** makes t sums it, before t's layer runs backward: a later stage sends
+** its readers' parts as they are, to be added to this stage's own. */
+void rpi_net_reduce_grad(rp_net *n, int t, float *g, int rows) {
+    if (t >= 0 && n->m->layers[t].tp_reduce == RP_TP_REDUCE_GRAD && n->opt.tp_allreduce)
+        n->opt.tp_allreduce(n->opt.tp_ctx, g, rpi_net_tensor_size(n, t) * rows);
+}
+
 /* At the end of a segment (backward reaching layer l), runs it forward
 ** again from its checkpoint, skipping a layer whose output and aux are
 ** kept. */
@@ -92,6 +110,6 @@ void rpi_net_recompute(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx) {
             (n->keep_out[i] && (n->keep_aux[i] || !rpi_layer_aux_bytes(&n->m->layers[k], 1))))
             continue;
         layer_args x = rpi_net_args(n, a, k, ctx, ins);
-        rpi_layer_forward(&x, &n->err); /* it succeeded on these rows before */
+        rpi_net_layer_forward(n, &x); /* it succeeded on these rows before */
     }
 }

@@ -129,6 +129,8 @@ const float *rpi_net_graph_backward(rp_net *n, rp_acts *a, const float *dout,
         rpi_net_recompute(n, a, l, ctx);
         const rp_layer *L = &n->m->layers[l];
         layer_args x = rpi_net_args(n, a, l, ctx, ins);
+        if (n->written[rpi_net_slot_of(n, l)]) /* here, where its readers' parts are in */
+            rpi_net_reduce_grad(n, l, n->gt[rpi_net_slot_of(n, l)], rows);
         const float *g = n->gt[rpi_net_slot_of(n, l)];
         for (int i = 0; i < L->num_inputs; i++) {
             int t = L->inputs[i];

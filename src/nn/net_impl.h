@@ -72,6 +72,8 @@ float *rpi_net_tensor_at(const rp_net *n, rp_acts *a, int t);
 layer_args rpi_net_args(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx, const float **ins);
 void rpi_net_recompute(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx);
 void rpi_net_layer_backward(rp_net *n, layer_args *x, const float *dout, float *din, int part);
+rp_status rpi_net_layer_forward(rp_net *n, const layer_args *x);
+void rpi_net_reduce_grad(rp_net *n, int t, float *g, int rows);
 
 /* net_graph.c */
 bool rpi_net_read_later(const rp_net *n, int l);
