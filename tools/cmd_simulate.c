@@ -29,6 +29,7 @@ enum {
     OPT_SCHEDULE_CSV,
     OPT_WRITE_SCHEDULE_CSV,
     OPT_VIRTUAL_STAGES,
+    OPT_TENSOR_SPLIT,
 };
 
 static const cli_opt OPTS[] = {
@@ -48,6 +49,7 @@ static const cli_opt OPTS[] = {
     [OPT_SCHEDULE_CSV] = {"schedule-csv", 0, "FILE", "predict this schedule instead: each rank's actions in PyTorch's pipelining CSV form (2F0, 1I3, 0W3, ...), a rank per line; layers_per_stage gives every stage"},
     [OPT_WRITE_SCHEDULE_CSV] = {"write-schedule-csv", 0, "FILE", "write the configuration's schedule in that form"},
     [OPT_VIRTUAL_STAGES] = {"virtual-stages", 0, "V", "predict interleaved 1F1B instead (Megatron-LM's): layers_per_stage's P x V stages on P ranks, V each, over GA micro-batches"},
+    [OPT_TENSOR_SPLIT] = {"tensor-split", 0, "MODEL", "the profiled model: which of its layers tensor_parallel splits and where its group all-reduces (needed with tensor_parallel)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -179,7 +181,8 @@ static int simulate_csv(const cli_cmd *cmd, const char *path, const char *text,
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *config_path = NULL, *profile_path = NULL, *svg = NULL, *model = NULL;
-    const char *pod_type = NULL;
+    const char *pod_type = NULL, *split_model = NULL;
+    unsigned char *split = NULL;
     const char *plan = NULL, *json = NULL, *csv_in = NULL, *csv_out = NULL;
     long long pbatch = 0, cores = 0, virtual_stages = 0;
     char *interleaved = NULL; /* --virtual-stages: the schedule made */
@@ -202,6 +205,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                 return 2;
             break;
         case OPT_POD_TYPE: pod_type = arg; break;
+        case OPT_TENSOR_SPLIT: split_model = arg; break;
         case OPT_SCHEDULE_CSV: csv_in = arg; break;
         case OPT_WRITE_SCHEDULE_CSV: csv_out = arg; break;
         case OPT_VIRTUAL_STAGES:
@@ -311,6 +315,33 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     opt.cores = (int)cores;
     opt.cut_bytes = cut; /* a graph's cuts carry every tensor alive there */
     opt.bwd_input_ms = bi, opt.bwd_weight_ms = bwt; /* the zero-bubble schedules' halves */
+    if (split_model && rp_config_tensor_parallel(&cfg) > 1) {
+        rp_model *m = NULL, *lm = NULL;
+        size_t *map = NULL;
+        rp_status st = rp_model_load(&m, split_model, &err);
+        if (!st)
+            st = rp_model_tensor_split(m, cfg.tensor_parallel, 0, &lm, &map, &err);
+        if (!st && m->num_layers != L)
+            st = rp_fail(&err, RP_ERR_INVALID, "--tensor-split %s has %d layers, the profile %d",
+                         split_model, m->num_layers, L);
+        if (!st && !(split = calloc(L, 1)))
+            st = rp_fail(&err, RP_ERR_NOMEM, "out of memory");
+        for (int l = 0; !st && l < L; l++) {
+            const rp_layer *a = &m->layers[l], *b = &lm->layers[l];
+            split[l] = (rp_shape_size(&a->in) != rp_shape_size(&b->in) ||
+                                rp_shape_size(&a->out) != rp_shape_size(&b->out)
+                            ? RP_SIM_TP_SPLIT
+                            : 0) |
+                       (b->tp_reduce == RP_TP_REDUCE_OUTPUT ? RP_SIM_TP_REDUCE_OUTPUT : 0) |
+                       (b->tp_reduce == RP_TP_REDUCE_GRAD ? RP_SIM_TP_REDUCE_GRAD : 0);
+        }
+        rp_model_free(m), rp_model_free(lm), free(map);
+        if (st) {
+            cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
+        opt.tensor_split = split;
+    }
     if (virtual_stages && csv_in) {
         cli_error(cmd, "--virtual-stages makes the schedule; --schedule-csv reads one: give one");
         goto done;
@@ -408,7 +439,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         rc = 1;
     rp_sim_result_free(&res);
 done:
-    free(fw), free(bw), free(ob), free(pb), free(cut), free(node), free(bi), free(bwt);
+    free(fw), free(bw), free(ob), free(pb), free(cut), free(node), free(bi), free(bwt), free(split);
     free(interleaved);
     rp_profile_free(p);
     return rc;

@@ -46,7 +46,15 @@ typedef struct rp_sim_options {
     ** weights' (W), as rp_profile_split_ms gives them [NULL: W half of bwd_ms
     ** for a layer with parameters, none for one without; B the rest] */
     const double *bwd_input_ms, *bwd_weight_ms;
+    /* per layer, what tensor_parallel t does to it (RP_SIM_TP_*, from
+    ** rp_model_tensor_split; needed when t > 1): a split layer computes and
+    ** holds 1 / t of its work and parameters; the group all-reduces a
+    ** layer's output in forward, or its output's gradient in backward,
+    ** over the innermost level that holds the group's t workers */
+    const unsigned char *tensor_split;
 } rp_sim_options;
+
+enum { RP_SIM_TP_SPLIT = 1, RP_SIM_TP_REDUCE_OUTPUT = 2, RP_SIM_TP_REDUCE_GRAD = 4 };
 
 /* Every worker on one machine with a core of its own. */
 void rp_sim_options_default(rp_sim_options *o);

@@ -206,6 +206,21 @@ static rp_status repeat_updates(rp_workplan *p, int D, int GA, rp_error *err) {
     return RP_OK;
 }
 
+/* The link a tensor group of t consecutive workers all-reduces over: the
+** slowest up to the innermost level that holds t (one machine's memory
+** without levels). */
+static double tensor_bandwidth(const rp_sim_options *opt, int t) {
+    double bw = 1e10;
+    long long span = 1;
+    for (int l = 0; l < opt->num_levels; l++) {
+        bw = l == 0 || opt->bandwidth[l] < bw ? opt->bandwidth[l] : bw;
+        span *= opt->machines[l];
+        if (span >= t)
+            break;
+    }
+    return bw;
+}
+
 void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const double *fwd_ms,
                           const double *bwd_ms, const double *out_bytes,
                           const double *param_bytes, int num_layers, const rp_sim_options *opt,
@@ -215,17 +230,26 @@ void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const 
     /* fp16 exchange halves what crosses between workers: activations and
     ** their gradients */
     double wire = cfg->fp16_exchange ? 0.5 : 1.0;
+    int T = rp_config_tensor_parallel(cfg);
+    double tbw = tensor_bandwidth(opt, T);
     for (int s = 0, l = 0; s < P; s++) {
-        c->f[s] = c->b[s] = c->bi[s] = c->bw[s] = c->par[s] = 0;
+        c->f[s] = c->b[s] = c->bi[s] = c->bw[s] = c->par[s] = c->tp_sums[s] = 0;
         for (int k = 0; k < counts[s]; k++, l++) {
             double w = opt->bwd_weight_ms ? opt->bwd_weight_ms[l]
                        : param_bytes[l] > 0 ? 0.5 * bwd_ms[l]
                                             : 0;
-            c->f[s] += fwd_ms[l] * 1e-3 * per_mb;
-            c->b[s] += bwd_ms[l] * 1e-3 * per_mb;
-            c->bi[s] += (opt->bwd_input_ms ? opt->bwd_input_ms[l] : bwd_ms[l] - w) * 1e-3 * per_mb;
-            c->bw[s] += w * 1e-3 * per_mb;
-            c->par[s] += param_bytes[l];
+            int tp = T > 1 && opt->tensor_split ? opt->tensor_split[l] : 0;
+            double part = tp & RP_SIM_TP_SPLIT ? 1.0 / T : 1.0;
+            double sum = out_bytes[l] * per_mb; /* a tensor group's all-reduce, when it has one */
+            double fsum = tp & RP_SIM_TP_REDUCE_OUTPUT ? rpi_allreduce_time(T, sum, tbw, opt->latency) : 0;
+            double bsum = tp & RP_SIM_TP_REDUCE_GRAD ? rpi_allreduce_time(T, sum, tbw, opt->latency) : 0;
+            c->f[s] += fwd_ms[l] * 1e-3 * per_mb * part + fsum;
+            c->b[s] += bwd_ms[l] * 1e-3 * per_mb * part + bsum;
+            c->bi[s] += (opt->bwd_input_ms ? opt->bwd_input_ms[l] : bwd_ms[l] - w) * 1e-3 * per_mb *
+                            part + bsum;
+            c->bw[s] += w * 1e-3 * per_mb * part;
+            c->par[s] += param_bytes[l] * part;
+            c->tp_sums[s] += fsum + bsum;
         }
         if (cfg->recompute_checkpoint_every_layer) /* backward runs the stage forward again */
             c->b[s] += c->f[s], c->bi[s] += c->f[s];
@@ -256,7 +280,13 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         rp_workplan_free(plan);
         return st;
     }
-    int P = plan->stages, W = plan->workers;
+    int P = plan->stages, W = plan->workers, T = rp_config_tensor_parallel(cfg);
+    if (T > 1 && !opt->tensor_split) {
+        rp_workplan_free(plan);
+        return rp_fail(err, RP_ERR_INVALID,
+                       "simulate: tensor_parallel %d needs the layers' split (--tensor-split "
+                       "MODEL: the profiled model)", T);
+    }
     rpi_stage_costs c;
     rpi_stage_costs_make(cfg, counts, P, fwd_ms, bwd_ms, out_bytes, param_bytes, num_layers, opt,
                          &c);
@@ -297,6 +327,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
             n += plan->w[w].ops[i].kind == RP_OP_REDUCE;
         rounds = n > rounds ? n : rounds;
     }
+    G *= T; /* a group of the replicas for each tensor rank */
     red_group *rg = calloc((size_t)P * G, sizeof(red_group));
     double *lasts = calloc((size_t)P * G * rounds, sizeof(double));
     int *shared = malloc(sizeof(int) * 2 * (size_t)net.levels * W); /* links_shared's counts */
@@ -320,7 +351,8 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         rg[k].first = -1, rg[k].last = lasts + (size_t)k * rounds;
     for (int v = 0; v < W; v++) {
         gid[v] = plan->w[v].stage * G +
-                 rp_grouping_group_of(&cfg->replica_grouping, plan->w[v].replica);
+                 rp_grouping_group_of(&cfg->replica_grouping, plan->w[v].replica) * T +
+                 plan->w[v].tensor_rank;
         red_group *g = &rg[gid[v]];
         if (g->first < 0)
             g->first = v;

@@ -31,6 +31,7 @@ int rpi_level_of(const rpi_cluster *c, int a, int b);
 typedef struct rpi_stage_costs {
     double f[RP_MAX_STAGES], b[RP_MAX_STAGES], bi[RP_MAX_STAGES], bw[RP_MAX_STAGES];
     double par[RP_MAX_STAGES], act[RP_MAX_STAGES];
+    double tp_sums[RP_MAX_STAGES]; /* a micro-batch's tensor-group all-reduces, both ways */
     double per_mb; /* the micro-batch over the profile's batch, which scales the times */
 } rpi_stage_costs;
 void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const double *fwd_ms,
