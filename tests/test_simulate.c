@@ -225,7 +225,45 @@ static void seed(void) {
     rp_profile_free(p);
 }
 
+/* Tensor parallelism, worked by hand: three layers, a split one (forward
+** 4 ms, backward 8 ms, 4e6 bytes of parameters) whose group all-reduces its
+** output (8e5 bytes) in forward, then a whole one (1 ms, 2 ms) whose
+** output's gradient (8e5 bytes) the group sums in backward, then a whole
+** one without parameters. At t = 2 on one machine of two levels: the split
+** layer takes half its times, each all-reduce a ring of two over the inner
+** level, the step half the split parameters and the whole ones. */
+static void tensor_groups(void) {
+    double fw[] = {4, 1, 0}, bw[] = {8, 2, 0}, out[] = {8e5, 8e5, 8e5}, par[] = {4e6, 2e6, 0};
+    unsigned char split[] = {RP_SIM_TP_SPLIT | RP_SIM_TP_REDUCE_OUTPUT, RP_SIM_TP_REDUCE_GRAD, 0};
+    rp_sim_options o;
+    rp_sim_options_default(&o);
+    o.latency = 1e-5;
+    o.memory_bandwidth = 1e12;
+    o.num_levels = 2;
+    o.machines[0] = 2, o.machines[1] = 2;
+    o.bandwidth[0] = 1e10, o.bandwidth[1] = 1e9;
+    o.tensor_split = split;
+    double sum = 2 * 1e-5 + 1.0 * 8e5 / 1e10;
+    double want = (2e-3 + 1e-3 + sum) + (4e-3 + 2e-3 + sum) + (2e6 + 2e6) / 1e12;
+    CHECK_CLOSE(sim("{\"tensor_parallel\": 2}", fw, bw, out, par, 3, &o, NULL), want, 1e-12);
+    /* two replicas of the group, one a server: each rank's parameters (the
+    ** split ones' half and the whole ones) reduced with its peer over the
+    ** outer level, the two ranks' rings at once on the one link, at half
+    ** its rate each */
+    double ring = 2 * 1e-5 + 1.0 * 4e6 / 1e9;
+    CHECK_CLOSE(sim("{\"tensor_parallel\": 2, \"replication_factor\": 2}", fw, bw, out, par, 3,
+                    &o, NULL), want + 2 * ring, 1e-12);
+    /* without the layers' split it is refused */
+    o.tensor_split = NULL;
+    rp_config c = test_config("{\"tensor_parallel\": 2}");
+    rp_sim_result r;
+    rp_error err;
+    CHECK(rp_simulate(&c, fw, bw, out, par, 3, &o, &r, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "tensor_parallel 2 needs the layers' split");
+}
+
 int main(void) {
+    tensor_groups();
     graph_cuts();
     transfers();
     reductions();

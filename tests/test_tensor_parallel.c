@@ -305,6 +305,20 @@ static void split(void) {
     CHECK(lm->layers[4].tp_reduce == RP_TP_REDUCE_OUTPUT && lm->layers[1].tp_reduce == RP_TP_REDUCE_GRAD);
     CHECK(lm->layers[6].tp_reduce == RP_TP_REDUCE_GRAD && lm->layers[11].tp_reduce == RP_TP_REDUCE_OUTPUT);
     rp_model_free(lm), free(map);
+    /* the memory plan holds a rank's slice: of the model's 2384 parameters
+    ** 1920 are in split linears (Q, K, V 512, output 256, the MLP's 3 x
+    ** 384), so a rank of t = 2 holds 464 + 960, one of t = 4 464 + 480 */
+    int one[2] = {1, 1};
+    for (int t = 1; t <= 4; t *= 2) {
+        rp_config c = config(t, 1, 1, one, 1, "");
+        rp_session *s = test_session(m, &c, NULL);
+        rp_memory mem = {0};
+        if (s)
+            CHECK_OK(rp_session_memory(s, 0, &mem, &err), err);
+        CHECKF(mem.params == sizeof(float) * (464 + 1920 / t), "t=%d: %zu bytes of parameters",
+               t, mem.params);
+        rp_session_free(s);
+    }
     static const struct {
         const char *spec;
         int t;
