@@ -450,7 +450,7 @@ const cli_cmd cmd_simulate = {
     "predict a configuration's time per update on a cluster from a profile, and draw its schedule",
     "--profile FILE (--config FILE | --plan FILE [--config FILE]) [--machines N1 [N2 ...] "
     "--bandwidth B1 [B2 ...]] [--svg F] [--json F] [--model FILE] [--schedule-csv F] "
-    "[--write-schedule-csv F]",
+    "[--write-schedule-csv F] [--tensor-split MODEL]",
     "--plan takes the stages, replication and machines of a plan written by\n"
     "'repipe plan --json'; --config adds the batch, accumulation and schedule (or\n"
     "gives all). Level 1 of --machines is innermost, as in 'repipe plan':\n"
