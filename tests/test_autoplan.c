@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "repipe/planner.h"
+#include "repipe/simulate.h"
 #include "support.h"
 #include "test.h"
 
@@ -174,7 +175,38 @@ static void bad_numbers(void) {
     rp_profile_free(p);
 }
 
+/* Two large linears split by tensor parallelism (3 and 1 of compute, 4e8
+** bytes of parameters each) behind a small whole layer, on 2 workers of one
+** server with a slow link: data parallelism reduces 8e8 bytes (8 s at
+** 1e8 B/s), a pipeline's stages are 3 to 1, and a tensor group of 2 halves
+** both layers and reduces nothing but 1000-byte activations. Without the
+** layers' split the planner does not try it. */
+static void tensor_groups(void) {
+    double fw[] = {0.1, 30, 10}, bw[] = {0.2, 60, 20};
+    double act[] = {1000, 1000, 1000}, par[] = {1000, 4e8, 4e8};
+    unsigned char split[] = {RP_SIM_TP_REDUCE_GRAD, RP_SIM_TP_SPLIT,
+                             RP_SIM_TP_SPLIT | RP_SIM_TP_REDUCE_OUTPUT};
+    rp_profile *p = chain(3, fw, bw, act, par);
+    rp_autoplan_options o = machines(2, 1e8, 64);
+    rp_autoplan r;
+    rp_error err;
+    CHECK(plan(p, &o, &r, &err) == RP_OK);
+    CHECK(!r.tensor_parallel.found && r.best.cfg.tensor_parallel <= 1);
+    double without = r.best.seconds;
+    o.tensor_split = split;
+    o.tensor_degrees = 1u << 2 | 1u << 4;
+    CHECK(plan(p, &o, &r, &err) == RP_OK);
+    const rp_config *c = &r.best.cfg;
+    CHECK(r.tensor_parallel.found);
+    CHECK_INT(c->tensor_parallel, 2); /* 4 does not fit in 2 workers */
+    CHECK_INT(c->layers_per_stage.count, 1);
+    CHECK_INT(c->replication_factor, 1);
+    CHECK(r.best.seconds < 0.8 * without);
+    rp_profile_free(p);
+}
+
 int main(void) {
+    tensor_groups();
     bad_numbers();
     dominant_layer();
     too_big();

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "cli.h"
 #include "repipe/checkpoint.h"
+#include "repipe/simulate.h"
 #include "../src/core/util.h"
 
 #include <errno.h>
@@ -323,3 +324,52 @@ uint32_t cli_weights_digest(const rp_weights *w) {
     return h;
 }
 
+
+bool cli_tensor_split(const cli_cmd *cmd, const char *path, int L, int t, unsigned char **flags,
+                      unsigned *degrees) {
+    rp_model *m = NULL;
+    rp_error err;
+    *flags = NULL, *degrees = 0;
+    if (rp_model_load(&m, path, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return false;
+    }
+    if (m->num_layers != L) {
+        cli_error(cmd, "--tensor-split %s has %d layers, the profile %d", path, m->num_layers, L);
+        rp_model_free(m);
+        return false;
+    }
+    if (!(*flags = calloc(L, 1))) {
+        cli_error(cmd, "out of memory");
+        rp_model_free(m);
+        return false;
+    }
+    /* t's split, or the degrees 8, 4, 2 (the flags are the same for every t
+    ** that divides the model) */
+    for (int d = t > 1 ? t : 8; d >= 2; d = t > 1 ? 0 : d / 2) {
+        rp_model *lm;
+        size_t *map;
+        if (rp_model_tensor_split(m, d, 0, &lm, &map, &err)) {
+            if (t > 1) {
+                cli_error(cmd, "%s", err.msg);
+                free(*flags), *flags = NULL;
+                rp_model_free(m);
+                return false;
+            }
+            continue;
+        }
+        *degrees |= d < 32 ? 1u << d : 0;
+        for (int l = 0; l < L; l++) {
+            const rp_layer *a = &m->layers[l], *b = &lm->layers[l];
+            (*flags)[l] = (rp_shape_size(&a->in) != rp_shape_size(&b->in) ||
+                                   rp_shape_size(&a->out) != rp_shape_size(&b->out)
+                               ? RP_SIM_TP_SPLIT
+                               : 0) |
+                          (b->tp_reduce == RP_TP_REDUCE_OUTPUT ? RP_SIM_TP_REDUCE_OUTPUT : 0) |
+                          (b->tp_reduce == RP_TP_REDUCE_GRAD ? RP_SIM_TP_REDUCE_GRAD : 0);
+        }
+        rp_model_free(lm), free(map);
+    }
+    rp_model_free(m);
+    return true;
+}

@@ -36,6 +36,7 @@ enum {
     OPT_LATENCY,
     OPT_BACKEND,
     OPT_MIN_MICRO_BATCH,
+    OPT_TENSOR_SPLIT,
 };
 
 static const cli_opt OPTS[] = {
@@ -62,6 +63,7 @@ static const cli_opt OPTS[] = {
     [OPT_LATENCY] = {"latency", 0, "S", "engine objective: seconds per message, as 'repipe simulate --latency' [2e-5]"},
     [OPT_BACKEND] = {"backend", 0, "local|mpi", "engine objective: mpi ranks poll while they wait, as 'repipe simulate --backend' [local]"},
     [OPT_MIN_MICRO_BATCH] = {"min-micro-batch", 0, "B", "engine objective: micro-batches of at least B samples (batchnorm normalises by a micro-batch's statistics) [1]"},
+    [OPT_TENSOR_SPLIT] = {"tensor-split", 0, "MODEL", "engine objective: the profiled model; also try its attention and MLP split over tensor groups of 2, 4 and 8 workers inside a machine of the innermost level (tensor_parallel)"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -165,6 +167,8 @@ static void print_keys(const rp_config *c) {
     printf("], recompute_checkpoint_every_layer %s, replicated_tensor_sharding %s",
            c->recompute_checkpoint_every_layer ? "true" : "false",
            c->replicated_tensor_sharding ? "true" : "false");
+    if (c->tensor_parallel > 1)
+        printf(", tensor_parallel %d", c->tensor_parallel);
     if (c->schedule == RP_SCHEDULE_ZB_AUTO)
         printf(", zb_pass_times [%.4g, %.4g, %.4g], zb_max_in_flight %d", c->zb_pass_times[0],
                c->zb_pass_times[1], c->zb_pass_times[2], c->zb_max_in_flight);
@@ -198,7 +202,7 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
                             const rp_plan_options *o, const char *base_config,
                             long long global_batch, long long profile_batch, double memory,
                             int cores, double latency, bool polling, long long min_micro,
-                            const char *config_out,
+                            const char *split_model, const char *config_out,
                             bool pipedream_out, const char *json) {
     bool quiet = json && strcmp(json, "-") == 0; /* standard output carries the JSON */
     rp_config base;
@@ -232,6 +236,19 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
     ao.latency = latency;
     ao.polling = polling;
     ao.min_micro_batch = (int)min_micro;
+    unsigned char *split = NULL;
+    if (split_model) {
+        double *fw, *bw, *ob, *pb;
+        int *node, L;
+        if (rp_profile_layers(prof, &fw, &bw, &ob, &pb, &node, &L, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            return 1;
+        }
+        free(fw), free(bw), free(ob), free(pb), free(node);
+        if (!cli_tensor_split(cmd, split_model, L, 0, &split, &ao.tensor_degrees))
+            return 1;
+        ao.tensor_split = split;
+    }
     /* the profile, and those of the same model at other micro-batches */
     const rp_profile *profs[RP_AUTOPLAN_MAX_PROFILES] = {prof};
     double batches[RP_AUTOPLAN_MAX_PROFILES] = {(double)profile_batch};
@@ -281,6 +298,8 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
     print_row("PipeDream's plan, synchronous", &r.pipedream);
     print_row("fastest pipeline under 1f1b", &r.pipeline_1f1b);
     print_row("fastest pipeline, zero bubble", &r.pipeline_zero_bubble);
+    if (split)
+        print_row("fastest with tensor groups", &r.tensor_parallel);
     print_row("fastest for the engine", &r.best);
     rp_config_derive(c, &d);
     if (d.stages == 1)
@@ -335,6 +354,7 @@ write_config:
 done:
     for (int k = 1; k < np; k++)
         rp_profile_free((rp_profile *)profs[k]);
+    free(split);
     return rc;
 }
 
@@ -343,7 +363,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_plan_options_default(&o);
     const char *profile = NULL, *json = NULL, *graph_out = NULL, *conf = NULL;
     const char *config_out = NULL, *base_config = NULL, *schedule = NULL;
-    const char *objective = NULL, *more[RP_AUTOPLAN_MAX_PROFILES];
+    const char *objective = NULL, *more[RP_AUTOPLAN_MAX_PROFILES], *split_model = NULL;
     int num_more = 0;
     long long micro_batches = 8, global_batch = 0, profile_batch = 0, cores = 0, min_micro = 1;
     double latency = 2e-5;
@@ -435,6 +455,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         case OPT_CORES:
             if (!cli_int(name, arg, 1, 1 << 20, &cores))
                 return 2;
+            break;
+        case OPT_TENSOR_SPLIT:
+            split_model = arg;
             break;
         case OPT_LATENCY:
             if (!cli_double(name, arg, &latency))
@@ -544,7 +567,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             rc = engine_objective(cmd, prof, more, num_more, plan, &o, base_config, global_batch,
                                   profile_batch,
                                   memory_given ? o.memory_size : 0, (int)cores, latency, polling,
-                                  min_micro, config_out, !engine, engine ? json : NULL);
+                                  min_micro, split_model, config_out, !engine,
+                                  engine ? json : NULL);
     }
     rp_plan_free(plan);
     rp_profile_free(prof);

@@ -316,30 +316,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     opt.cut_bytes = cut; /* a graph's cuts carry every tensor alive there */
     opt.bwd_input_ms = bi, opt.bwd_weight_ms = bwt; /* the zero-bubble schedules' halves */
     if (split_model && rp_config_tensor_parallel(&cfg) > 1) {
-        rp_model *m = NULL, *lm = NULL;
-        size_t *map = NULL;
-        rp_status st = rp_model_load(&m, split_model, &err);
-        if (!st)
-            st = rp_model_tensor_split(m, cfg.tensor_parallel, 0, &lm, &map, &err);
-        if (!st && m->num_layers != L)
-            st = rp_fail(&err, RP_ERR_INVALID, "--tensor-split %s has %d layers, the profile %d",
-                         split_model, m->num_layers, L);
-        if (!st && !(split = calloc(L, 1)))
-            st = rp_fail(&err, RP_ERR_NOMEM, "out of memory");
-        for (int l = 0; !st && l < L; l++) {
-            const rp_layer *a = &m->layers[l], *b = &lm->layers[l];
-            split[l] = (rp_shape_size(&a->in) != rp_shape_size(&b->in) ||
-                                rp_shape_size(&a->out) != rp_shape_size(&b->out)
-                            ? RP_SIM_TP_SPLIT
-                            : 0) |
-                       (b->tp_reduce == RP_TP_REDUCE_OUTPUT ? RP_SIM_TP_REDUCE_OUTPUT : 0) |
-                       (b->tp_reduce == RP_TP_REDUCE_GRAD ? RP_SIM_TP_REDUCE_GRAD : 0);
-        }
-        rp_model_free(m), rp_model_free(lm), free(map);
-        if (st) {
-            cli_error(cmd, "%s", err.msg);
+        unsigned degrees;
+        if (!cli_tensor_split(cmd, split_model, L, cfg.tensor_parallel, &split, &degrees))
             goto done;
-        }
         opt.tensor_split = split;
     }
     if (virtual_stages && csv_in) {

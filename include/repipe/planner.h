@@ -142,6 +142,12 @@ typedef struct rp_autoplan_options {
     int cores;              /* the workers share one machine's cores, as rp_sim_options [0] */
     double latency;         /* seconds per message, as rp_sim_options [2e-5] */
     bool polling;           /* waiting workers poll (MPI ranks), as rp_sim_options */
+    /* Tensor parallelism: per layer, what tensor_parallel does to it
+    ** (rp_sim_options.tensor_split; NULL: not tried), and the t it may take
+    ** (bit t set for t = 2, 4, 8: those the model's heads and widths divide).
+    ** A tensor group stays inside a unit of the innermost level. */
+    const unsigned char *tensor_split;
+    unsigned tensor_degrees;
 } rp_autoplan_options;
 
 void rp_autoplan_options_default(rp_autoplan_options *o);
@@ -161,6 +167,7 @@ typedef struct rp_autoplan {
     /* the fastest pipelines (two stages or more) under 1f1b and under a
     ** zero-bubble schedule (zb-h1, zb-h2 or zb-auto), side by side */
     rp_autoplan_entry pipeline_1f1b, pipeline_zero_bubble;
+    rp_autoplan_entry tensor_parallel; /* the fastest with tensor groups (t > 1) */
     int simulated;                   /* configurations simulated exactly */
 } rp_autoplan;
 

@@ -99,7 +99,8 @@ class _AutoplanOptions(ctypes.Structure):
                 ("bandwidth", ctypes.c_double * _MAX_LEVELS), ("global_batch", ctypes.c_longlong),
                 ("memory_size", ctypes.c_double), ("max_accumulation", ctypes.c_int),
                 ("min_micro_batch", ctypes.c_int), ("candidates", ctypes.c_int), ("cores", ctypes.c_int),
-                ("latency", ctypes.c_double), ("polling", ctypes.c_bool)]
+                ("latency", ctypes.c_double), ("polling", ctypes.c_bool),
+                ("tensor_split", ctypes.c_void_p), ("tensor_degrees", ctypes.c_uint)]
 
 
 class _Grouping(ctypes.Structure):
@@ -375,7 +376,7 @@ class Plan:
         update, beside one worker, data parallelism, this plan run synchronously and the
         fastest pipelines under 1f1b and a zero-bubble schedule. Returns {"global_batch",
         "simulated", "best", "single", "data_parallel", "pipedream", "pipeline_1f1b",
-        "pipeline_zero_bubble"}; each row
+        "pipeline_zero_bubble", "tensor_parallel"}; each row
         has "found", "workers", "stages", "seconds_per_update", "samples_per_second",
         "worker_bytes" and "config", a Config (base's other keys kept) ready to save and run.
 

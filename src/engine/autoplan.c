@@ -383,6 +383,7 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
     S.sim.polling = o->polling;
     memcpy(S.sim.machines, o->machines, sizeof o->machines);
     memcpy(S.sim.bandwidth, o->bandwidth, sizeof o->bandwidth);
+    S.sim.tensor_split = o->tensor_split;
     int L = S.L;
     size_t cells = (size_t)(RP_AUTOPLAN_STAGES + 1) * (L + 1) * (W + 1);
     S.best = malloc(sizeof(double) * cells);
@@ -488,6 +489,33 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
             out->simulated++;
             consider(&S, &out->pipeline_zero_bubble, &cfg, t, bytes);
             consider(&S, &out->best, &cfg, t, bytes);
+        }
+    }
+    /* A third axis: the shapes of W / t workers, each split over tensor
+    ** groups of t inside a unit of the innermost level (Megatron-LM's
+    ** placement), the best estimates of each t simulated exactly under
+    ** 1f1b and, for a pipeline, zb-h1 and zb-h2 */
+    for (int t = 2; t <= 8 && o->tensor_split && o->num_levels > 0; t *= 2) {
+        if (!(o->tensor_degrees & (1u << t)) || o->machines[0] % t)
+            continue;
+        for (int i = 0, tried = 0; i < S.n && tried < o->candidates; i++) {
+            const cand *k = &S.c[i];
+            if (k->per * k->R * t != W)
+                continue;
+            tried++;
+            rp_config cfg;
+            double sec, bytes;
+            make_config(&S, k, &cfg);
+            cfg.tensor_parallel = t;
+            for (int z = 0; z < (k->P > 1 ? 3 : 1); z++) {
+                cfg.schedule = z == 0 ? RP_SCHEDULE_1F1B : z == 1 ? RP_SCHEDULE_ZB_H1
+                                                                  : RP_SCHEDULE_ZB_H2;
+                if (!simulate(&S, &cfg, &sec, &bytes))
+                    continue;
+                out->simulated++;
+                consider(&S, &out->tensor_parallel, &cfg, sec, bytes);
+                consider(&S, &out->best, &cfg, sec, bytes);
+            }
         }
     }
     /* PipeDream's plan, run synchronously at each accumulation that fits */
