@@ -148,9 +148,12 @@ static void print_row(const char *what, const rp_autoplan_entry *e) {
     }
     rp_derived d;
     rp_config_derive(&e->cfg, &d);
-    printf("  %-34s %7d %7d %9d %5d %-8s %11.4f s %11.0f\n", what, d.workers, d.stages,
+    printf("  %-34s %7d %7d %9d %5d %-8s %11.4f s %11.0f", what, d.workers, d.stages,
            e->cfg.micro_batch_size, e->cfg.gradient_accumulation_steps,
            rp_schedule_name(e->cfg.schedule), e->seconds, d.samples_per_update / e->seconds);
+    if (e->cfg.tensor_parallel > 1) /* the third axis: workers = replicas x stages' x t */
+        printf("  tensor groups of %d", e->cfg.tensor_parallel);
+    printf("\n");
 }
 
 /* The keys a plan sets, in words: what --config-out writes. */
