@@ -33,6 +33,19 @@ static double sim(const char *json, const double *fw, const double *bw, const do
     return t;
 }
 
+/* Two servers of two workers: 1e10 B/s inside one, 1e9 between them; a
+** latency of 1e-5 s and a step of 1e12 B/s, round numbers to work by hand. */
+static rp_sim_options two_servers(void) {
+    rp_sim_options o;
+    rp_sim_options_default(&o);
+    o.latency = 1e-5;
+    o.memory_bandwidth = 1e12;
+    o.num_levels = 2;
+    o.machines[0] = 2, o.machines[1] = 2;
+    o.bandwidth[0] = 1e10, o.bandwidth[1] = 1e9;
+    return o;
+}
+
 /* A 2-stage pipeline, one micro-batch: forward 1 ms, send, forward 3 ms,
 ** backward 4 ms, send back, backward 2 ms. No parameters, so no reduction
 ** and no step. The two transfers cost latency + bytes / bandwidth of the
@@ -100,13 +113,7 @@ static void graph_cuts(void) {
 ** latency and 2 (n - 1) / n of the bytes; a tree when that is cheaper. */
 static void reductions(void) {
     double fw[] = {1}, bw[] = {2}, out[] = {10}, par[] = {4e8};
-    rp_sim_options o;
-    rp_sim_options_default(&o);
-    o.latency = 1e-5;
-    o.memory_bandwidth = 1e12;
-    o.num_levels = 2;
-    o.machines[0] = 2, o.machines[1] = 2;
-    o.bandwidth[0] = 1e10, o.bandwidth[1] = 1e9;
+    rp_sim_options o = two_servers();
     const char *cfg = "{\"replication_factor\": 4}";
     double ring = 6 * 1e-5 + 1.5 * 4e8 / 1e9, step = 4e8 / 1e12;
     rp_sim_result r;
@@ -235,13 +242,7 @@ static void seed(void) {
 static void tensor_groups(void) {
     double fw[] = {4, 1, 0}, bw[] = {8, 2, 0}, out[] = {8e5, 8e5, 8e5}, par[] = {4e6, 2e6, 0};
     unsigned char split[] = {RP_SIM_TP_SPLIT | RP_SIM_TP_REDUCE_OUTPUT, RP_SIM_TP_REDUCE_GRAD, 0};
-    rp_sim_options o;
-    rp_sim_options_default(&o);
-    o.latency = 1e-5;
-    o.memory_bandwidth = 1e12;
-    o.num_levels = 2;
-    o.machines[0] = 2, o.machines[1] = 2;
-    o.bandwidth[0] = 1e10, o.bandwidth[1] = 1e9;
+    rp_sim_options o = two_servers();
     o.tensor_split = split;
     double sum = 2 * 1e-5 + 1.0 * 8e5 / 1e10;
     double want = (2e-3 + 1e-3 + sum) + (4e-3 + 2e-3 + sum) + (2e6 + 2e6) / 1e12;
