@@ -207,18 +207,14 @@ static rp_status repeat_updates(rp_workplan *p, int D, int GA, rp_error *err) {
 }
 
 /* The link a tensor group of t consecutive workers all-reduces over: the
-** slowest up to the innermost level that holds t (one machine's memory
-** without levels). */
+** cluster's, of the innermost level that holds the group (one machine's
+** memory without levels). */
 static double tensor_bandwidth(const rp_sim_options *opt, int t) {
-    double bw = 1e10;
-    long long span = 1;
-    for (int l = 0; l < opt->num_levels; l++) {
-        bw = l == 0 || opt->bandwidth[l] < bw ? opt->bandwidth[l] : bw;
-        span *= opt->machines[l];
-        if (span >= t)
-            break;
-    }
-    return bw;
+    rpi_cluster c;
+    rp_error err;
+    if (rpi_cluster_make(opt, t, &c, &err)) /* the run itself fails with the machines' error */
+        return 1e10;
+    return c.bw[rpi_level_of(&c, 0, t - 1)];
 }
 
 void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const double *fwd_ms,
