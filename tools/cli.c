@@ -325,7 +325,8 @@ uint32_t cli_weights_digest(const rp_weights *w) {
 }
 
 
-bool cli_tensor_split(const cli_cmd *cmd, const char *path, int L, int t, unsigned char **flags,
+bool cli_tensor_split(const cli_cmd *cmd, const char *path, int L, int t, unsigned split,
+                      unsigned char **flags,
                       unsigned *degrees) {
     rp_model *m = NULL;
     rp_error err;
@@ -349,7 +350,7 @@ bool cli_tensor_split(const cli_cmd *cmd, const char *path, int L, int t, unsign
     for (int d = t > 1 ? t : 8; d >= 2; d = t > 1 ? 0 : d / 2) {
         rp_model *lm;
         size_t *map;
-        if (rp_model_tensor_split(m, d, 0, &lm, &map, &err)) {
+        if (rp_model_tensor_split(m, d, 0, split, &lm, &map, &err)) {
             if (t > 1) {
                 cli_error(cmd, "%s", err.msg);
                 free(*flags), *flags = NULL;
@@ -361,12 +362,19 @@ bool cli_tensor_split(const cli_cmd *cmd, const char *path, int L, int t, unsign
         *degrees |= d < 32 ? 1u << d : 0;
         for (int l = 0; l < L; l++) {
             const rp_layer *a = &m->layers[l], *b = &lm->layers[l];
+            bool block = b->tp_ranks > 1 && b->type == RP_LAYER_TRANSFORMER_BLOCK;
+            /* a split loss gathers 3 floats a row: priced as its output's all-reduce */
+            bool loss = b->tp_ranks > 1 && b->type == RP_LAYER_SOFTMAX_CE;
             (*flags)[l] = (rp_shape_size(&a->in) != rp_shape_size(&b->in) ||
-                                   rp_shape_size(&a->out) != rp_shape_size(&b->out)
+                                   rp_shape_size(&a->out) != rp_shape_size(&b->out) ||
+                                   a->param_count != b->param_count
                                ? RP_SIM_TP_SPLIT
                                : 0) |
-                          (b->tp_reduce == RP_TP_REDUCE_OUTPUT ? RP_SIM_TP_REDUCE_OUTPUT : 0) |
-                          (b->tp_reduce == RP_TP_REDUCE_GRAD ? RP_SIM_TP_REDUCE_GRAD : 0);
+                          (b->tp_reduce & RP_TP_REDUCE_OUTPUT || block || loss
+                               ? RP_SIM_TP_REDUCE_OUTPUT
+                               : 0) |
+                          (b->tp_reduce & RP_TP_REDUCE_GRAD || block ? RP_SIM_TP_REDUCE_GRAD : 0) |
+                          (block ? RP_SIM_TP_TWICE : 0);
         }
         rp_model_free(lm), free(map);
     }

@@ -87,12 +87,13 @@ int cli_machines(const cli_cmd *cmd, const char *first, int argc, char **argv, i
 bool cli_levels_match(const cli_cmd *cmd, int machines, int bandwidths);
 /* Tensor parallelism in the simulator and the planner: what tensor_parallel
 ** t (0: any) does to each of the L layers of the model in `path`
-** (RP_SIM_TP_* flags, *flags malloc'd), and with t 0 the degrees 2, 4, 8
-** its heads and widths allow (bit d of *degrees). false, with the message
-** on stderr, when the model cannot be read, has another number of layers
-** than the profile, or cannot be split t ways. */
-bool cli_tensor_split(const cli_cmd *cmd, const char *path, int L, int t, unsigned char **flags,
-                      unsigned *degrees);
+** (RP_SIM_TP_* flags, *flags malloc'd) under rp_model_tensor_split's
+** `split` flags, and with t 0 the degrees 2, 4, 8 its heads and widths
+** allow (bit d of *degrees). false, with the message on stderr, when the
+** model cannot be read, has another number of layers than the profile, or
+** cannot be split t ways. */
+bool cli_tensor_split(const cli_cmd *cmd, const char *path, int L, int t, unsigned split,
+                      unsigned char **flags, unsigned *degrees);
 /* A weight file, the weights of a checkpoint (repipe/checkpoint.h), or a
 ** safetensors file (a name ending in .safetensors; its tensors as named). */
 rp_status cli_load_weights(const char *path, rp_weights **out, rp_error *err);

@@ -248,7 +248,8 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
             return 1;
         }
         free(fw), free(bw), free(ob), free(pb), free(node);
-        if (!cli_tensor_split(cmd, split_model, L, 0, &split, &ao.tensor_degrees))
+        if (!cli_tensor_split(cmd, split_model, L, 0, RP_TP_VOCAB, &split,
+                              &ao.tensor_degrees))
             return 1;
         ao.tensor_split = split;
     }

@@ -317,7 +317,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     opt.bwd_input_ms = bi, opt.bwd_weight_ms = bwt; /* the zero-bubble schedules' halves */
     if (split_model && rp_config_tensor_parallel(&cfg) > 1) {
         unsigned degrees;
-        if (!cli_tensor_split(cmd, split_model, L, cfg.tensor_parallel, &split, &degrees))
+        if (!cli_tensor_split(cmd, split_model, L, cfg.tensor_parallel, rp_config_tp_flags(&cfg),
+                              &split, &degrees))
             goto done;
         opt.tensor_split = split;
     }

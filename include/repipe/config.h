@@ -116,6 +116,9 @@ typedef struct rp_config {
     ** split over this many workers of each (replica, stage, stage replica),
     ** its tensor group [1: none] */
     int tensor_parallel;
+    /* ...and the embeddings, the head and the loss split by vocabulary over
+    ** the group too (Megatron's parallel embedding and cross-entropy) [true] */
+    bool vocab_parallel;
     bool auto_loss_scaling;
     /* Optimum's fp16 partial sums of products and convolutions: accepted, no
     ** effect (repipe's products sum in fp32) [true, as in Optimum] */
@@ -234,6 +237,10 @@ typedef struct rp_derived {
 /* Workers of a tensor group: tensor_parallel, 1 when unset. */
 static inline int rp_config_tensor_parallel(const rp_config *cfg) {
     return cfg->tensor_parallel > 1 ? cfg->tensor_parallel : 1;
+}
+/* The flags of rp_model_tensor_split (model.h) the configuration asks for. */
+static inline unsigned rp_config_tp_flags(const rp_config *cfg) {
+    return cfg->vocab_parallel ? 1u /* RP_TP_VOCAB */ : 0u;
 }
 int rp_config_stage_replicas(const rp_config *cfg, int s);
 

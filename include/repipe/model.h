@@ -114,6 +114,14 @@ typedef struct rp_layer {
     ** whose bias another rank of the group adds. */
     int tp_reduce;
     bool tp_skip_bias;
+    /* A layer split inside itself: a transformer_block (its heads and MLP
+    ** width) or a vocabulary-split loss; the tensor group's size (0: not
+    ** split). */
+    int tp_ranks;
+    /* Split by vocabulary: an embedding whose table, or a loss whose
+    ** scores, are rows [tp_vocab_first, tp_vocab_first + vocab or the
+    ** scores' width) of tp_vocab (0: whole). */
+    int tp_vocab, tp_vocab_first;
     int num_vars;     /* parameter tensors: 0, 1 or 2; a transformer_block's 12 */
     int first_var;    /* index of its first variable in the model */
     size_t param_offset, param_count; /* slice of the flat parameter array */
@@ -170,16 +178,28 @@ uint32_t rp_model_fingerprint(const rp_model *m);
 ** and value heads, and the linear after the attention by columns (input
 ** features); likewise an MLP's linears around an activation or a gated
 ** product (SwiGLU's silu and mul): the first ones by rows, the last by
-** columns. Everything else is whole on every rank. The forward all-reduces
-** the column-split linears' partial outputs (tp_reduce), the backward the
-** gradient of the split linears' common input: two all-reduces a block
-** each way. *out is the rank's model, with its own parameter layout;
-** (*map)[i] is the index in m's parameters of the rank's parameter i.
-** An error names the line whose split is impossible (a width not divisible
-** by t, a split input read by a layer that is whole). */
+** columns. A transformer_block is split the same way inside itself. With
+** RP_TP_VOCAB, the embeddings' tables and the head before the loss are
+** split by vocabulary rows too, rank k taking rows [k V / t, (k + 1) V / t)
+** (so V need not be a multiple of t), and the loss combines the ranks'
+** scores (Megatron's parallel cross-entropy). Everything else is whole on
+** every rank. The forward all-reduces the column-split linears' partial
+** outputs and an embedding's lookups (tp_reduce), the backward the gradient
+** of the split linears' common input: two all-reduces a block each way.
+** *out is the rank's model, with its own parameter layout; (*map)[i] is the
+** index in m's parameters of the rank's parameter i. An error names the
+** line whose split is impossible (a width not divisible by t, a split input
+** read by a layer that is whole). tp_reduce is a set of these bits: */
 enum { RP_TP_REDUCE_OUTPUT = 1, RP_TP_REDUCE_GRAD = 2 };
-rp_status rp_model_tensor_split(const rp_model *m, int t, int k, rp_model **out, size_t **map,
-                                rp_error *err);
+/* flags of rp_model_tensor_split (rp_config_tp_flags gives a configuration's) */
+enum { RP_TP_VOCAB = 1 };
+rp_status rp_model_tensor_split(const rp_model *m, int t, int k, unsigned flags, rp_model **out,
+                                size_t **map, rp_error *err);
+/* Rank k's first row of n rows split over t: the ranks' shares differ by
+** one row at most. */
+static inline int rp_tensor_share_first(int n, int t, int k) {
+    return (int)((long long)n * k / t);
+}
 
 /* Default initialisation of the parameters of layers [first, last) into
 ** params (which starts at layer `first`'s offset): uniform in
@@ -252,6 +272,9 @@ typedef struct rp_net_options {
     ** place, of n floats, that the layers' tp_reduce ask for; the same
     ** bits on every member. It reports its own failures (NULL: no group). */
     void (*tp_allreduce)(void *ctx, float *buf, size_t n);
+    /* ...and its all-gather: every member's n floats of `in` into `out`
+    ** (the group's size x n), in rank order; a vocabulary-split loss's. */
+    void (*tp_allgather)(void *ctx, const float *in, size_t n, float *out);
     void *tp_ctx;
 } rp_net_options;
 

@@ -55,6 +55,8 @@ typedef struct rp_sim_options {
 } rp_sim_options;
 
 enum { RP_SIM_TP_SPLIT = 1, RP_SIM_TP_REDUCE_OUTPUT = 2, RP_SIM_TP_REDUCE_GRAD = 4 };
+/* ...and a transformer_block's two all-reduces each way, of its output's size */
+enum { RP_SIM_TP_TWICE = 8 };
 
 /* Every worker on one machine with a core of its own. */
 void rp_sim_options_default(rp_sim_options *o);

@@ -26,6 +26,7 @@ void rp_config_default(rp_config *cfg) {
     cfg->schedule = RP_SCHEDULE_1F1B;
     cfg->zb_pass_times[0] = cfg->zb_pass_times[1] = cfg->zb_pass_times[2] = 1.0;
     cfg->tensor_parallel = 1;
+    cfg->vocab_parallel = true;
     cfg->replica_grouping = rp_grouping_all(1);
     cfg->embedding_serialization_factor = 1;
     cfg->inference_embedding_serialization_factor = 1;
@@ -140,6 +141,8 @@ rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
     }
     if (cfg->tensor_parallel > 1)
         cJSON_AddNumberToObject(r, "tensor_parallel", cfg->tensor_parallel);
+    if (!cfg->vocab_parallel)
+        cJSON_AddBoolToObject(r, "vocab_parallel", false);
     cJSON_AddBoolToObject(r, "auto_loss_scaling", cfg->auto_loss_scaling);
     cJSON_AddBoolToObject(r, "fp16_exchange", cfg->fp16_exchange);
     if (cfg->loss_scaling > 0)
@@ -269,7 +272,7 @@ bool rp_config_equal(const rp_config *a, const rp_config *b) {
            a->pipedream_vertical_sync == b->pipedream_vertical_sync &&
            memcmp(a->zb_pass_times, b->zb_pass_times, sizeof a->zb_pass_times) == 0 &&
            a->zb_max_in_flight == b->zb_max_in_flight &&
-           a->tensor_parallel == b->tensor_parallel &&
+           a->tensor_parallel == b->tensor_parallel && a->vocab_parallel == b->vocab_parallel &&
            a->sequential_data == b->sequential_data &&
            oa->type == ob->type && oa->lr == ob->lr && oa->momentum == ob->momentum &&
            oa->weight_decay == ob->weight_decay && oa->beta1 == ob->beta1 &&

@@ -137,6 +137,11 @@ static rp_status k_tensor_parallel(rp_config *cfg, rpi_load *c, const char *key,
     return rpi_get_int(c, key, v, 1, &cfg->tensor_parallel);
 }
 
+static rp_status k_vocab_parallel(rp_config *cfg, rpi_load *c, const char *key,
+                                  const cJSON *v) {
+    return rpi_get_bool(c, key, v, &cfg->vocab_parallel);
+}
+
 static rp_status k_fp16(rp_config *cfg, rpi_load *c, const char *key, const cJSON *v) {
     return rpi_get_bool(c, key, v, &cfg->fp16_exchange);
 }
@@ -431,6 +436,7 @@ static const struct key_def {
     {"zb_pass_times", k_zb_times, cJSON_Array},
     {"zb_max_in_flight", k_zb_limit, cJSON_Number},
     {"tensor_parallel", k_tensor_parallel, cJSON_Number},
+    {"vocab_parallel", k_vocab_parallel, cJSON_True | cJSON_False},
     {"fp16_exchange", k_fp16, cJSON_True | cJSON_False},
     {"loss_scaling", k_loss_scaling, cJSON_Number},
     {"loss_scaling_growth_interval", k_growth, cJSON_Number},

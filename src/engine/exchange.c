@@ -115,23 +115,41 @@ static float *var_grad(worker *w, int v) {
 ** they stay equal, as one tensor used twice would. On one stage the sum is
 ** local; across stages every worker joins one sum of the world in which only
 ** the first worker of each of the two stages puts in its gradient (the
-** others, zeros): the result is that one addition, whatever the order. */
+** others, zeros): the result is that one addition, whatever the order. Split
+** by vocabulary (tensor parallelism), the sum is of whole tables, in which
+** each rank of those two workers' tensor groups puts its rows, the same rows
+** in both copies. */
 static rp_status tie_sum(worker *w) {
     rp_session *s = w->s;
     rp_status st = RP_OK;
     for (int i = 0; i < s->nties && !st; i++) {
         const tie *t = &s->ties[i];
-        size_t n = s->m->vars[t->emb_var].count;
+        const rp_variable *v = &w->lm->vars[t->emb_var];
+        size_t n = v->count;
         float *ge = var_grad(w, t->emb_var), *gh = var_grad(w, t->head_var);
         if (t->emb_stage == t->head_stage) {
             for (size_t e = 0; ge && e < n; e++)
                 gh[e] = ge[e] = ge[e] + gh[e];
             continue;
         }
-        float *buf = ge ? ge : gh ? gh : w->tie_buf;
-        if (w->id != t->emb_rep && w->id != t->head_rep)
-            memset(buf, 0, sizeof(float) * n);
-        st = rp_comm_allreduce(w->comm, NULL, buf, n, &w->err);
+        if (!v->split) {
+            float *buf = ge ? ge : gh ? gh : w->tie_buf;
+            if (w->id != t->emb_rep && w->id != t->head_rep)
+                memset(buf, 0, sizeof(float) * n);
+            st = rp_comm_allreduce(w->comm, NULL, buf, n, &w->err);
+            continue;
+        }
+        int group = w->id - w->tensor_rank; /* rank 0 of the worker's tensor group */
+        bool speaks = group == t->emb_rep || group == t->head_rep;
+        const rp_layer *E = &w->lm->layers[v->layer];
+        size_t whole = s->m->vars[t->emb_var].count, at = (size_t)E->tp_vocab_first * E->dim;
+        float *mine = ge ? ge : gh;
+        memset(w->tie_buf, 0, sizeof(float) * whole);
+        if (speaks)
+            memcpy(w->tie_buf + at, mine, sizeof(float) * n);
+        st = rp_comm_allreduce(w->comm, NULL, w->tie_buf, whole, &w->err);
+        if (mine)
+            memcpy(mine, w->tie_buf + at, sizeof(float) * n);
     }
     return st;
 }
@@ -161,8 +179,11 @@ static rp_status clip(worker *w) {
         for (size_t e = 0; e < k; e++)
             sum += (double)x[e] * x[e];
     }
-    /* a tied weight is one tensor: its second copy does not count */
-    for (int i = 0; i < s->nties && w->tensor_rank == 0; i++) {
+    /* a tied weight is one tensor: its second copy does not count (a copy
+    ** split by vocabulary is each rank's slice) */
+    for (int i = 0; i < s->nties; i++) {
+        if (w->tensor_rank != 0 && !w->lm->vars[s->ties[i].head_var].split)
+            continue;
         const float *gh = var_grad(w, s->ties[i].head_var);
         size_t n = w->lm->vars[s->ties[i].head_var].count;
         size_t at = gh ? (size_t)(gh - g) : 0;

@@ -17,7 +17,8 @@
 ** receives the floats of the reduce-scattered runs' shards (their reduced
 ** gradients; a fused run needs none). */
 static size_t stage_state_floats(const rp_session *s, int stage, size_t *shards) {
-    const rp_model *m = s->T > 1 ? s->tpm[0] : s->m; /* every rank's are alike */
+    /* the last tensor rank's: it holds the most, a vocabulary's larger share */
+    const rp_model *m = s->T > 1 ? s->tpm[s->T - 1] : s->m;
     int l0 = s->first[stage], l1 = s->first[stage + 1];
     size_t total = 0, run = 0;
     int run_q = -1;
@@ -53,17 +54,19 @@ rp_status rp_session_memory(const rp_session *s, int stage, rp_memory *out, rp_e
     return RP_OK;
 }
 
-/* What a worker of `stage` holds, from a net of the stage. */
+/* What a worker of `stage` holds, from a net of the stage: of its last
+** tensor rank, which holds the most (where a vocabulary splits unevenly,
+** the larger share). */
 rp_status rpi_plan_memory(const rp_session *s, int stage, rp_memory *out, rp_error *err) {
     const worker *w = NULL;
     for (int i = 0; i < s->nlocal && !w; i++)
-        if (s->w[i].stage == stage && s->w[i].net)
+        if (s->w[i].stage == stage && s->w[i].net && s->w[i].tensor_rank == s->T - 1)
             w = &s->w[i];
     rp_net *tmp = NULL;
     const rp_net *net = w ? w->net : NULL;
     if (!net) { /* under MPI, another rank's stage: measure a net of it */
         rp_net_options no = rpi_net_options(&s->cfg, stage, false);
-        rp_status st = rp_net_create_with(s->T > 1 ? s->tpm[0] : s->m, s->first[stage],
+        rp_status st = rp_net_create_with(s->T > 1 ? s->tpm[s->T - 1] : s->m, s->first[stage],
                                           s->first[stage + 1], s->B, &no,
                                           &tmp, err);
         if (st)
@@ -146,6 +149,7 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
             char name[64];
             const char *kind = ev->kind == RPI_TRACE_TP_FORWARD    ? "tensor all-reduce (forward)"
                                : ev->kind == RPI_TRACE_TP_BACKWARD ? "tensor all-reduce (backward)"
+                               : ev->kind == RPI_TRACE_TP_GATHER   ? "tensor all-gather (loss)"
                                                                    : rp_op_name((rp_op_kind)ev->kind);
             if (ev->mb >= 0)
                 snprintf(name, sizeof name, "%s %d", kind, ev->mb);

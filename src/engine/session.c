@@ -164,7 +164,7 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
     rp_net_options no = rpi_net_options(&s->cfg, w->stage, false);
     if (s->T > 1)
-        no.tp_allreduce = rpi_tp_allreduce, no.tp_ctx = w;
+        no.tp_allreduce = rpi_tp_allreduce, no.tp_allgather = rpi_tp_allgather, no.tp_ctx = w;
     if (s->cfg.replicated_tensor_sharding) /* room for a padded all-gather's tail */
         no.param_slack = (size_t)s->R * rp_config_stage_replicas(&s->cfg, w->stage);
     no.stat_slots = s->GA * s->R; /* batchnorm: a slot per micro-batch of the update */
@@ -222,13 +222,16 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
                                             .rescale = (float)gcfg / s->var_group[v].group_size,
                                             .tp_whole = whole};
     }
-    /* a tie across two other stages passes through this worker's zeros */
+    /* a tie across two other stages passes through this worker's zeros; a
+    ** tie split by vocabulary through everyone's whole table (exchange.c) */
     size_t tie_n = 0;
     for (int i = 0; i < s->nties; i++) {
         const tie *t = &s->ties[i];
-        if (t->emb_stage != t->head_stage && w->stage != t->emb_stage &&
-            w->stage != t->head_stage && m->vars[t->emb_var].count > tie_n)
-            tie_n = m->vars[t->emb_var].count;
+        bool split = m->vars[t->emb_var].split;
+        if (t->emb_stage != t->head_stage &&
+            (split || (w->stage != t->emb_stage && w->stage != t->head_stage)) &&
+            s->m->vars[t->emb_var].count > tie_n)
+            tie_n = s->m->vars[t->emb_var].count;
     }
     if (tie_n && !(w->tie_buf = malloc(sizeof(float) * tie_n)))
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's tied gradients", id);
@@ -357,7 +360,8 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
     if (rp_config_tensor_parallel(cfg) > 1) { /* the split must exist: its error names the line */
         rp_model *lm;
         size_t *map;
-        rp_status st = rp_model_tensor_split(m, cfg->tensor_parallel, 0, &lm, &map, err);
+        rp_status st = rp_model_tensor_split(m, cfg->tensor_parallel, 0, rp_config_tp_flags(cfg),
+                                             &lm, &map, err);
         if (st)
             return st;
         rp_model_free(lm);
@@ -479,7 +483,8 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             goto fail;
         }
         for (int k = 0; k < s->T; k++)
-            if ((st = rp_model_tensor_split(m, s->T, k, &s->tpm[k], &s->tpmap[k], err)))
+            if ((st = rp_model_tensor_split(m, s->T, k, rp_config_tp_flags(cfg), &s->tpm[k],
+                                            &s->tpmap[k], err)))
                 goto fail;
     }
     for (int t = 0; t < P; t++)

@@ -42,8 +42,9 @@ typedef struct trace_event {
 } trace_event;
 
 /* Trace events of a tensor group's all-reduces, in a forward or a
-** backward, beside the operations' kinds. */
-enum { RPI_TRACE_TP_FORWARD = RP_OP_COUNT, RPI_TRACE_TP_BACKWARD };
+** backward, and of its all-gathers (a vocabulary-split loss's), beside the
+** operations' kinds. */
+enum { RPI_TRACE_TP_FORWARD = RP_OP_COUNT, RPI_TRACE_TP_BACKWARD, RPI_TRACE_TP_GATHER };
 
 typedef struct worker {
     struct rp_session *s;
@@ -154,8 +155,10 @@ bool rpi_fused_run(const rp_session *s, int k, bool sharded);
 /* A worker's operation list for one host call, and the loop of a worker
 ** thread that waits for calls (worker.c). */
 void rpi_worker_run(worker *w);
-/* The nets' all-reduce over the worker's tensor group (worker.c). */
+/* The nets' all-reduce and all-gather over the worker's tensor group
+** (worker.c). */
 void rpi_tp_allreduce(void *worker, float *buf, size_t n);
+void rpi_tp_allgather(void *worker, const float *in, size_t n, float *out);
 void *rpi_worker_thread(void *arg);
 /* The gradient exchange and step of an update (exchange.c). */
 rp_status rpi_reduce(worker *w);

@@ -237,8 +237,11 @@ void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const 
             int tp = T > 1 && opt->tensor_split ? opt->tensor_split[l] : 0;
             double part = tp & RP_SIM_TP_SPLIT ? 1.0 / T : 1.0;
             double sum = out_bytes[l] * per_mb; /* a tensor group's all-reduce, when it has one */
-            double fsum = tp & RP_SIM_TP_REDUCE_OUTPUT ? rpi_allreduce_time(T, sum, tbw, opt->latency) : 0;
-            double bsum = tp & RP_SIM_TP_REDUCE_GRAD ? rpi_allreduce_time(T, sum, tbw, opt->latency) : 0;
+            double n = tp & RP_SIM_TP_TWICE ? 2 : 1;
+            double fsum = tp & RP_SIM_TP_REDUCE_OUTPUT
+                              ? n * rpi_allreduce_time(T, sum, tbw, opt->latency) : 0;
+            double bsum = tp & RP_SIM_TP_REDUCE_GRAD
+                              ? n * rpi_allreduce_time(T, sum, tbw, opt->latency) : 0;
             c->f[s] += fwd_ms[l] * 1e-3 * per_mb * part + fsum;
             c->b[s] += bwd_ms[l] * 1e-3 * per_mb * part + bsum;
             c->bi[s] += (opt->bwd_input_ms ? opt->bwd_input_ms[l] : bwd_ms[l] - w) * 1e-3 * per_mb *

@@ -385,13 +385,8 @@ rp_status rp_session_get_state(rp_session *s, rp_train_state *out, rp_error *err
         const rp_variable *var = &m->vars[v];
         const rp_grouping *g = &s->var_group[v];
         int t = stage_of(s, var->layer), G = rp_grouping_num_groups(g);
-        int r0 = rank_of ? rank_of[var->offset] : 0; /* a split variable's first element's */
-        const rp_model *lm = s->T > 1 ? s->tpm[r0] : m;
-        size_t first, count;
-        run_of(s, lm, v, &first, &count);
         int k = g->group_size * rp_config_stage_replicas(&s->cfg, t);
         bool sharded = rpi_sharded(&s->cfg, k, per);
-        size_t shard = sharded ? (count + k - 1) / k : count;
         for (size_t a = 0; a < per; a++) {
             rp_tensor *ten = &out->optimizer->tensors[out->optimizer->num_tensors];
             if (snprintf(ten->name, RP_NAME_MAX, "%s#%zu", var->name, a) >= RP_NAME_MAX) {
@@ -409,12 +404,17 @@ rp_status rp_session_get_state(rp_session *s, rp_train_state *out, rp_error *err
             out->optimizer->num_tensors++;
             for (int q = 0; q < G; q++) {
                 int members[RP_MAX_WORKERS], in = -1;
+                size_t first = 0, shard = 1;
                 for (size_t e = 0; e < var->count; e++) {
                     size_t ge = var->offset + e, li = local_of ? local_of[ge] : ge;
-                    int r = rank_of ? rank_of[ge] : 0; /* its rank's reduction */
+                    int r = rank_of ? rank_of[ge] : 0; /* its rank's reduction and run */
                     if (r != in) {
                         int nm = rpi_reduce_members(s, g, rp_grouping_first(g, q), t, r, members);
                         qsort(members, nm, sizeof(int), by_id); /* their ranks in it */
+                        /* ranks' layouts differ where a vocabulary splits unevenly */
+                        size_t count;
+                        run_of(s, s->T > 1 ? s->tpm[r] : m, v, &first, &count);
+                        shard = sharded ? (count + k - 1) / k : count;
                         in = r;
                     }
                     int owner = members[sharded ? (li - first) / shard : 0];

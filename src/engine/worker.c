@@ -39,6 +39,16 @@ static bool comm_failed(worker *w, rp_status st) {
     return true;
 }
 
+/* A collective of the tensor group, traced as `kind` in w->tp_op. */
+static void tp_traced(worker *w, int kind, double t0) {
+    if (!w->s->tracing)
+        return;
+    if (w->ntrace < w->trace_cap)
+        w->trace[w->ntrace++] = (trace_event){kind, w->tp_op->mb, t0, rp_now()};
+    else
+        w->trace_dropped++;
+}
+
 /* Tensor parallelism: a net's all-reduce over the tensor group, in the
 ** operation w->tp_op; after a failure the others are skipped (the
 ** operation then fails with it). */
@@ -48,15 +58,18 @@ void rpi_tp_allreduce(void *arg, float *buf, size_t n) {
         return;
     double t0 = w->s->tracing ? rp_now() : 0;
     w->tp_status = rp_comm_allreduce(w->tp, NULL, buf, n, &w->err);
-    if (!w->s->tracing)
+    tp_traced(w, w->tp_op->kind == RP_OP_FORWARD ? RPI_TRACE_TP_FORWARD : RPI_TRACE_TP_BACKWARD,
+              t0);
+}
+
+/* ...and its all-gather, the same way. */
+void rpi_tp_allgather(void *arg, const float *in, size_t n, float *out) {
+    worker *w = arg;
+    if (w->tp_status)
         return;
-    if (w->ntrace < w->trace_cap)
-        w->trace[w->ntrace++] = (trace_event){w->tp_op->kind == RP_OP_FORWARD
-                                                  ? RPI_TRACE_TP_FORWARD
-                                                  : RPI_TRACE_TP_BACKWARD,
-                                              w->tp_op->mb, t0, rp_now()};
-    else
-        w->trace_dropped++;
+    double t0 = w->s->tracing ? rp_now() : 0;
+    w->tp_status = rp_comm_allgather(w->tp, NULL, in, n, out, &w->err);
+    tp_traced(w, RPI_TRACE_TP_GATHER, t0);
 }
 
 void rpi_worker_run(worker *w) {

@@ -54,6 +54,9 @@ void rpi_layer_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size
         *tmp = rpi_block_scratch(L, B);
     if (L->type == RP_LAYER_ATTENTION)
         *tmp = rpi_attention_scratch(L);
+    if (L->type == RP_LAYER_SOFTMAX_CE && L->tp_ranks > 1) /* 3 floats a row, the group's too */
+        *tmp = 3 * (size_t)B * (rp_shape_size(&L->in) / L->in.dim[L->in.ndim - 1]) *
+               (L->tp_ranks + 1);
 }
 
 rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {

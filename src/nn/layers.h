@@ -62,6 +62,7 @@ typedef struct layer_args {
     size_t scratch_limit; /* bytes of col + tmp a product may use (0: no limit) */
     int part;        /* RPI_BACK_*: which half of backward to run */
     float *wstash;   /* what the weights' half reads (rpi_layer_wstash_floats) */
+    const rp_net_options *opt; /* a layer split inside itself calls its tensor group */
 } layer_args;
 
 /* A split backward (zero-bubble schedules) runs a layer's backward in two

@@ -38,12 +38,79 @@ static rp_status softmax_ce_row(const layer_args *a, int r, int C, float *prob, 
 /* The targets of a sample: 1 for class scores, T for (T x C) token scores. */
 static inline int targets_of(const rp_layer *L) { return L->in.ndim == 2 ? L->in.dim[0] : 1; }
 
+/* A loss split by vocabulary over a tensor group (tensor_split.c): this
+** rank's C scores are classes [first, first + C) of V. Per row it gathers
+** from every rank its scores' maximum m_k, their sum s_k of e^(z - m_k),
+** and the label's score where it holds the label (else 0), and combines
+** them in rank order into M = max m_k, S = sum s_k e^(m_k - M) and the loss
+** log S + M - z_y: the same bits on every rank, never the whole scores.
+** Its probabilities e^(z - M) / S are its share of the whole softmax.
+** Scratch: 3 floats a row of its own, then the group's. */
+static rp_status softmax_ce_split(const layer_args *a, int rows, rp_error *err) {
+    const rp_layer *L = a->L;
+    int C = L->in.dim[L->in.ndim - 1], V = L->tp_vocab, first = L->tp_vocab_first;
+    int t = L->tp_ranks;
+    if (!a->opt || !a->opt->tp_allgather)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "layer %d (softmax_cross_entropy) is split by vocabulary and needs its "
+                       "tensor group", a->index);
+    float *mine = a->tmp, *all = a->tmp + 3 * (size_t)rows;
+    for (int r = 0; r < rows; r++) {
+        const float *z = a->in + (size_t)r * C;
+        float *p = (float *)a->aux + (size_t)r * C;
+        int y = a->ctx->labels ? a->ctx->labels[r] : -1;
+        if (a->ctx->labels && (y < 0 || y >= V))
+            return rp_fail(err, RP_ERR_INVALID,
+                           "layer %d (softmax_cross_entropy): label %d of row %d is not a class "
+                           "in [0, %d)",
+                           a->index, y, r, V);
+        float m = z[0];
+        for (int c = 1; c < C; c++)
+            m = z[c] > m ? z[c] : m;
+        double sum = 0;
+        for (int c = 0; c < C; c++) {
+            p[c] = expf(z[c] - m);
+            sum += p[c];
+        }
+        mine[3 * r] = m, mine[3 * r + 1] = (float)sum;
+        mine[3 * r + 2] = y >= first && y < first + C ? z[y - first] : 0.0f;
+    }
+    a->opt->tp_allgather(a->opt->tp_ctx, mine, 3 * (size_t)rows, all);
+    for (int r = 0; r < rows; r++) {
+        float M = all[3 * r], zy = 0;
+        for (int k = 1; k < t; k++)
+            M = all[3 * ((size_t)k * rows + r)] > M ? all[3 * ((size_t)k * rows + r)] : M;
+        double S = 0;
+        for (int k = 0; k < t; k++) {
+            const float *g = all + 3 * ((size_t)k * rows + r);
+            S += (double)g[1] * exp((double)g[0] - M);
+            zy += g[2]; /* one rank's score and zeros */
+        }
+        float f = (float)(exp((double)mine[3 * r] - M) / S);
+        float *p = (float *)a->aux + (size_t)r * C;
+        for (int c = 0; c < C; c++)
+            p[c] *= f;
+        mine[3 * r] = a->ctx->labels ? (float)(log(S) + M - zy) : 0.0f; /* the row's loss */
+    }
+    return RP_OK;
+}
+
 /* in: (B, T, C) scores, T = 1 for classes and a sample's tokens otherwise;
 ** labels (B, T); out: (B) losses, the mean of a sample's T; aux (B, T, C):
 ** the probabilities, for backward */
 rp_status rpi_softmax_ce_forward(const layer_args *a, rp_error *err) {
     const rp_layer *L = a->L;
     int C = L->in.dim[L->in.ndim - 1], T = targets_of(L);
+    if (L->tp_ranks > 1) {
+        rp_status st = softmax_ce_split(a, a->B * T, err);
+        for (int b = 0; b < a->B && !st; b++) {
+            double total = 0;
+            for (int t = 0; t < T; t++)
+                total += a->tmp[3 * (b * T + t)];
+            a->out[b] = (float)(T == 1 ? total : total / T);
+        }
+        return st;
+    }
     for (int b = 0; b < a->B; b++) {
         double total = 0;
         for (int t = 0; t < T; t++) {
@@ -73,7 +140,9 @@ void rpi_softmax_ce_backward(const layer_args *a, float *din) {
         float *d = din + (size_t)r * C;
         for (int c = 0; c < C; c++)
             d[c] = p[c] * scale;
-        d[a->ctx->labels[r]] -= scale;
+        int y = a->ctx->labels[r] - L->tp_vocab_first; /* a split loss's share of classes */
+        if (y >= 0 && y < C)
+            d[y] -= scale;
     }
 }
 

@@ -148,32 +148,40 @@ static int blocks_of(const layer_args *a) {
     return n > 1 ? n : 1;
 }
 
-/* in: (B, T) token ids as floats; out: (B, T, Dm); table (vocab, Dm) */
+/* in: (B, T) token ids as floats; out: (B, T, Dm); table (vocab, Dm). A
+** table split by vocabulary holds rows [tp_vocab_first, + vocab) of
+** tp_vocab, and writes zeros for the tokens it does not hold (the tensor
+** group's all-reduce then gives every row from the one rank holding it). */
 rp_status rpi_embedding_forward(const layer_args *a, rp_error *err) {
     const rp_layer *L = a->L;
-    int T = L->in.dim[0], Dm = L->dim;
+    int T = L->in.dim[0], Dm = L->dim, V = L->tp_vocab ? L->tp_vocab : L->vocab;
+    int first = L->tp_vocab_first;
     for (int r = 0; r < a->B * T; r++) {
         float f = a->in[r];
         int id = (int)f;
-        if (!(f >= 0) || f != (float)id || id >= L->vocab)
+        if (!(f >= 0) || f != (float)id || id >= V)
             return rp_fail(err, RP_ERR_INVALID,
                            "layer %d (embedding, line %d): token id %g is not an integer in "
                            "[0, %d)",
-                           a->index, L->line, f, L->vocab);
+                           a->index, L->line, f, V);
+        if (id < first || id >= first + L->vocab)
+            memset(a->out + (size_t)r * Dm, 0, sizeof(float) * Dm);
     }
     int nb = blocks_of(a), rows = L->vocab / nb;
     for (int b = 0; b < nb; b++) {
-        int lo = b * rows, hi = b == nb - 1 ? L->vocab : lo + rows;
+        int lo = first + b * rows, hi = b == nb - 1 ? first + L->vocab : lo + rows;
         for (int r = 0; r < a->B * T; r++) {
             int id = (int)a->in[r];
             if (id >= lo && id < hi)
-                memcpy(a->out + (size_t)r * Dm, a->w + (size_t)id * Dm, sizeof(float) * Dm);
+                memcpy(a->out + (size_t)r * Dm, a->w + (size_t)(id - first) * Dm,
+                       sizeof(float) * Dm);
         }
     }
     return RP_OK;
 }
 
-/* dout: (B, T, Dm) added into the rows of the table's gradient; no din (ids) */
+/* dout: (B, T, Dm) added into the rows of the table's gradient (of a split
+** table, the rows it holds); no din (ids) */
 void rpi_embedding_backward(const layer_args *a, const float *dout, float *din) {
     const rp_layer *L = a->L;
     int T = L->in.dim[0], Dm = L->dim;
@@ -183,14 +191,14 @@ void rpi_embedding_backward(const layer_args *a, const float *dout, float *din) 
         return;
     if (!a->accumulate)
         memset(a->dw, 0, sizeof(float) * L->param_count);
-    int nb = blocks_of(a), rows = L->vocab / nb;
+    int nb = blocks_of(a), rows = L->vocab / nb, first = L->tp_vocab_first;
     for (int b = 0; b < nb; b++) {
-        int lo = b * rows, hi = b == nb - 1 ? L->vocab : lo + rows;
+        int lo = first + b * rows, hi = b == nb - 1 ? first + L->vocab : lo + rows;
         for (int r = 0; r < a->B * T; r++) {
             int id = (int)a->in[r];
             if (id < lo || id >= hi)
                 continue;
-            float *row = a->dw + (size_t)id * Dm;
+            float *row = a->dw + (size_t)(id - first) * Dm;
             const float *g = dout + (size_t)r * Dm;
             for (int d = 0; d < Dm; d++)
                 row[d] += g[d];

@@ -330,7 +330,7 @@ static const float *backward(rp_net *n, rp_acts *a, const float *dout, const rp_
         return rpi_net_graph_backward(n, a, dout, ctx, need_input_grad, stop, part);
     const float *g = dout;
     int buf = 0;
-    if (dout && n->m->layers[n->last - 1].tp_reduce == RP_TP_REDUCE_GRAD && n->opt.tp_allreduce) {
+    if (dout && (n->m->layers[n->last - 1].tp_reduce & RP_TP_REDUCE_GRAD) && n->opt.tp_allreduce) {
         memcpy(n->g[1], dout, sizeof(float) * out_size(&n->m->layers[n->last - 1]) * a->rows);
         rpi_net_reduce_grad(n, n->last - 1, n->g[1], a->rows); /* the next stage's parts */
         g = n->g[1];

@@ -61,6 +61,7 @@ layer_args rpi_net_args(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx,
         .accumulate = n->dirty[l - n->first],
         .scratch_limit = n->opt.scratch_limit,
         .wstash = a->ws ? a->ws[l - n->first] : NULL,
+        .opt = &n->opt,
     };
     return x;
 }
@@ -83,7 +84,7 @@ void rpi_net_layer_backward(rp_net *n, layer_args *x, const float *dout, float *
 ** the tensor group (tensor parallelism). */
 rp_status rpi_net_layer_forward(rp_net *n, const layer_args *x) {
     rp_status st = rpi_layer_forward(x, &n->err);
-    if (!st && x->L->tp_reduce == RP_TP_REDUCE_OUTPUT && n->opt.tp_allreduce)
+    if (!st && (x->L->tp_reduce & RP_TP_REDUCE_OUTPUT) && n->opt.tp_allreduce)
         n->opt.tp_allreduce(n->opt.tp_ctx, x->out, out_size(x->L) * x->B);
     return st;
 }
@@ -93,7 +94,7 @@ rp_status rpi_net_layer_forward(rp_net *n, const layer_args *x) {
 ** makes t sums it, before t's layer runs backward: a later stage sends
 ** its readers' parts as they are, to be added to this stage's own. */
 void rpi_net_reduce_grad(rp_net *n, int t, float *g, int rows) {
-    if (t >= 0 && n->m->layers[t].tp_reduce == RP_TP_REDUCE_GRAD && n->opt.tp_allreduce)
+    if (t >= 0 && (n->m->layers[t].tp_reduce & RP_TP_REDUCE_GRAD) && n->opt.tp_allreduce)
         n->opt.tp_allreduce(n->opt.tp_ctx, g, rpi_net_tensor_size(n, t) * rows);
 }
 

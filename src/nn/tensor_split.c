@@ -13,23 +13,35 @@
 ** the split linears' common input gets a partial gradient on every rank,
 ** all-reduced before the layer that made it runs backward. Between those
 ** points nothing is exchanged, and everything outside them is whole on
-** every rank and computed alike, bit for bit.
+** every rank and computed alike, bit for bit. A transformer_block holds the
+** same pattern inside itself, and splits its own variables the same way
+** (layers_block.c makes its all-reduces).
 **
 ** A fused Q, K, V weight is Q's rows, then K's, then V's; a rank takes
 ** heads / t query heads and kv_heads / t key and value heads, three runs of
 ** rows, so that each of its query heads finds its shared key and value head
 ** on the same rank (grouped-query attention groups consecutive heads).
+**
+** The vocabulary (RP_TP_VOCAB): an embedding's table is split by rows, each
+** rank looking up the tokens it holds and writing zeros for the others, so
+** that the all-reduce of the lookups is the whole lookup, exactly (one
+** value and zeros). The head before the loss is split by its output rows,
+** the same rows as its tied embedding's, and the loss combines the ranks'
+** scores without gathering them (layers_act.c). Shares differ by a row at
+** most, so no vocabulary needs padding.
 */
 #include <stdlib.h>
 #include <string.h>
 
+#include "layers.h"
 #include "spec_impl.h"
 
-enum { WHOLE, COLUMNS, QKV, HEADS, ROWS, SPLIT };
+enum { WHOLE, COLUMNS, QKV, HEADS, ROWS, SPLIT, BLOCK, VOCAB, VOCAB_HEAD, VOCAB_LOSS };
 
 typedef struct split_ctx {
     const rp_model *m;
     int t;
+    unsigned flags;
     int *role;
     int *readers; /* readers of each tensor t, at [t + 1] */
     rp_error *err;
@@ -101,6 +113,31 @@ static rp_status find_mlp(split_ctx *c, int l) {
     return RP_OK;
 }
 
+/* The vocabulary: the head (a linear read by the loss alone, whose input
+** it alone reads, so that the input's gradient sums the ranks' parts once)
+** and the loss, then every embedding but one whose tied head stays whole. */
+static void find_vocab(split_ctx *c) {
+    const rp_model *m = c->m;
+    int ce = m->num_layers - 1, head = ce > 0 ? m->layers[ce].inputs[0] : -1;
+    if (head >= 0 && m->layers[ce].type == RP_LAYER_SOFTMAX_CE && c->role[head] == WHOLE &&
+        m->layers[head].type == RP_LAYER_LINEAR && only_reader(c, head) == ce &&
+        m->layers[head].units >= c->t) {
+        int x = m->layers[head].inputs[0];
+        if (x < 0 || only_reader(c, x) == head)
+            c->role[head] = VOCAB_HEAD, c->role[ce] = VOCAB_LOSS;
+    }
+    for (int e = 0; e < m->num_layers; e++) {
+        if (m->layers[e].type != RP_LAYER_EMBEDDING || m->layers[e].vocab < c->t)
+            continue;
+        bool ok = true;
+        for (int l = 0; l < m->num_layers; l++)
+            if (m->layers[l].tie == e + 1 && c->role[l] != VOCAB_HEAD)
+                ok = false;
+        if (ok)
+            c->role[e] = VOCAB;
+    }
+}
+
 static rp_status find_splits(split_ctx *c) {
     const rp_model *m = c->m;
     rp_status st = RP_OK;
@@ -126,6 +163,18 @@ static rp_status find_splits(split_ctx *c) {
     for (int l = 0; l < m->num_layers && !st; l++)
         if (is_act(m->layers[l].type))
             st = find_mlp(c, l);
+    for (int l = 0; l < m->num_layers && !st; l++) {
+        const rp_layer *L = &m->layers[l];
+        if (L->type != RP_LAYER_TRANSFORMER_BLOCK)
+            continue;
+        if (L->heads % c->t)
+            return not_divisible(c, L, "heads", L->heads);
+        if (L->mlp * L->in.dim[1] % c->t)
+            return not_divisible(c, L, "MLP features", L->mlp * L->in.dim[1]);
+        c->role[l] = BLOCK;
+    }
+    if (!st && (c->flags & RP_TP_VOCAB))
+        find_vocab(c);
     return st;
 }
 
@@ -144,15 +193,151 @@ static size_t whole_row(size_t N, int heads, int kv_heads, int t, int k, size_t 
     return hs * (heads + kv_heads) + k * hk + (r - hq - hk);
 }
 
-rp_status rp_model_tensor_split(const rp_model *m, int t, int k, rp_model **out, size_t **map,
-                                rp_error *err) {
+/* A rank's rows of a whole (N x D) weight: whole row row(r) for its row r. */
+typedef struct rows_of {
+    size_t N, D;             /* the rank's rows and their width */
+    size_t first;            /* a vocabulary share's first row */
+    int heads, kv_heads;     /* a fused Q, K, V weight's (else 0) */
+    bool by_heads;
+} rows_of;
+
+static void map_rows(size_t *p, size_t off, const rows_of *o, size_t whole_N, int t, int k) {
+    for (size_t r = 0; r < o->N; r++) {
+        size_t wr = o->by_heads ? whole_row(whole_N, o->heads, o->kv_heads, t, k, r)
+                                : o->first + r;
+        for (size_t e = 0; e < o->D; e++)
+            p[r * o->D + e] = off + wr * o->D + e;
+    }
+}
+
+/* A rank's columns [k Dl, (k + 1) Dl) of a whole (N x Dl t) weight. */
+static void map_cols(size_t *p, size_t off, size_t N, size_t Dl, int t, int k) {
+    for (size_t r = 0; r < N; r++)
+        for (size_t e = 0; e < Dl; e++)
+            p[r * Dl + e] = off + r * Dl * t + (size_t)k * Dl + e;
+}
+
+/* The map of variable v of a split transformer_block; whether it is split. */
+static bool map_block(size_t *p, const rp_variable *mv, const rp_layer *W, int v, int t, int k) {
+    int C = W->in.dim[1], M = W->mlp * C, H = W->heads;
+    rows_of qkv = {.N = 3 * (size_t)C / t, .heads = H, .kv_heads = H, .by_heads = true};
+    rows_of fc = {.N = (size_t)M / t, .first = (size_t)k * (M / t)};
+    switch (v) {
+    case RPI_BLOCK_QKV_W: qkv.D = C; map_rows(p, mv->offset, &qkv, 3 * (size_t)C, t, k); return true;
+    case RPI_BLOCK_QKV_B: qkv.D = 1; map_rows(p, mv->offset, &qkv, 3 * (size_t)C, t, k); return true;
+    case RPI_BLOCK_PROJ_W: map_cols(p, mv->offset, C, (size_t)C / t, t, k); return true;
+    case RPI_BLOCK_FC_W: fc.D = C; map_rows(p, mv->offset, &fc, M, t, k); return true;
+    case RPI_BLOCK_FC_B: fc.D = 1; map_rows(p, mv->offset, &fc, M, t, k); return true;
+    case RPI_BLOCK_FCPROJ_W: map_cols(p, mv->offset, C, (size_t)M / t, t, k); return true;
+    default:
+        for (size_t e = 0; e < mv->count; e++)
+            p[e] = mv->offset + e;
+        return false;
+    }
+}
+
+/* Layer l of the rank's model, narrowed for its role. */
+static rp_status narrow(split_ctx *c, rp_model *lm, int l, int k) {
+    rp_layer *Ly = &lm->layers[l];
+    int t = c->t, last = Ly->out.ndim - 1, in_last = Ly->in.ndim - 1;
+    int V = c->m->layers[l].type == RP_LAYER_EMBEDDING ? c->m->layers[l].vocab
+            : c->role[l] == VOCAB_HEAD                  ? c->m->layers[l].units
+                                                        : c->m->layers[l].in.dim[in_last];
+    int lo = rp_tensor_share_first(V, t, k), n = rp_tensor_share_first(V, t, k + 1) - lo;
+    switch (c->role[l]) {
+    case COLUMNS:
+    case QKV:
+        Ly->units /= t;
+        Ly->out.dim[last] /= t;
+        break;
+    case HEADS:
+        if (Ly->p > 0)
+            return rp_fail(c->err, RP_ERR_INVALID, "tensor_parallel %d: line %d (attention): "
+                           "dropout inside a split attention is not supported", t, Ly->line);
+        Ly->heads /= t, Ly->kv_heads /= t;
+        Ly->in.dim[in_last] /= t;
+        Ly->out.dim[last] /= t;
+        break;
+    case SPLIT:
+        Ly->in.dim[in_last] /= t;
+        Ly->out.dim[last] /= t;
+        break;
+    case ROWS:
+        Ly->in.dim[in_last] /= t;
+        Ly->tp_reduce |= RP_TP_REDUCE_OUTPUT;
+        Ly->tp_skip_bias = Ly->bias && k != 0;
+        break;
+    case BLOCK: /* its projections' biases: rank 0's */
+        Ly->heads /= t;
+        Ly->tp_ranks = t;
+        Ly->tp_skip_bias = k != 0;
+        break;
+    case VOCAB:
+        Ly->vocab = n;
+        Ly->tp_vocab = V, Ly->tp_vocab_first = lo;
+        Ly->tp_reduce |= RP_TP_REDUCE_OUTPUT;
+        break;
+    case VOCAB_HEAD:
+        Ly->units = n;
+        Ly->out.dim[last] = n;
+        break;
+    case VOCAB_LOSS:
+        Ly->in.dim[in_last] = n;
+        Ly->tp_vocab = V, Ly->tp_vocab_first = lo;
+        Ly->tp_ranks = t;
+        break;
+    }
+    if ((c->role[l] == COLUMNS || c->role[l] == QKV || c->role[l] == VOCAB_HEAD) &&
+        Ly->inputs[0] >= 0)
+        lm->layers[Ly->inputs[0]].tp_reduce |= RP_TP_REDUCE_GRAD;
+    return RP_OK;
+}
+
+/* The map of the rank's variable v into m's parameters; whether it is a
+** slice. */
+static bool map_var(const split_ctx *c, const rp_model *lm, int v, int k, size_t *p) {
+    const rp_model *m = c->m;
+    const rp_variable *lv = &lm->vars[v], *mv = &m->vars[v];
+    const rp_layer *Ly = &lm->layers[lv->layer];
+    int role = c->role[lv->layer], t = c->t;
+    bool weight = v == Ly->first_var;
+    size_t D = weight ? (size_t)(Ly->type == RP_LAYER_EMBEDDING ? Ly->dim
+                                                                : Ly->in.dim[Ly->in.ndim - 1])
+                      : 1;
+    if (role == COLUMNS || role == QKV) {
+        const rp_layer *A = role == QKV ? &m->layers[only_reader(c, lv->layer)] : NULL;
+        rows_of o = {.N = (size_t)Ly->units, .D = D, .heads = A ? A->heads : 0,
+                     .kv_heads = A ? A->kv_heads : 0, .by_heads = true};
+        map_rows(p, mv->offset, &o, (size_t)m->layers[lv->layer].units, t, k);
+        return true;
+    }
+    if (role == ROWS && weight) {
+        map_cols(p, mv->offset, (size_t)Ly->units, D, t, k);
+        return true;
+    }
+    if (role == BLOCK)
+        return map_block(p, mv, &m->layers[lv->layer], v - Ly->first_var, t, k);
+    if (role == VOCAB || role == VOCAB_HEAD) {
+        int V = role == VOCAB ? m->layers[lv->layer].vocab : m->layers[lv->layer].units;
+        rows_of o = {.N = role == VOCAB ? (size_t)Ly->vocab : (size_t)Ly->units, .D = D,
+                     .first = (size_t)rp_tensor_share_first(V, t, k)};
+        map_rows(p, mv->offset, &o, (size_t)V, t, k);
+        return true;
+    }
+    for (size_t e = 0; e < lv->count; e++)
+        p[e] = mv->offset + e;
+    return false;
+}
+
+rp_status rp_model_tensor_split(const rp_model *m, int t, int k, unsigned flags, rp_model **out,
+                                size_t **map, rp_error *err) {
     *out = NULL, *map = NULL;
     int L = m->num_layers;
-    split_ctx c = {m, t, calloc(L, sizeof(int)), calloc(L + 1, sizeof(int)), err};
+    split_ctx c = {m, t, flags, calloc(L, sizeof(int)), calloc(L + 1, sizeof(int)), err};
     rp_model *lm = calloc(1, sizeof *lm);
     rp_status st = RP_OK;
     if (!c.role || !c.readers || !lm) {
-        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory for a tensor split of %d layers", L);
         goto done;
     }
     for (int l = 0; l < L; l++)
@@ -163,20 +348,11 @@ rp_status rp_model_tensor_split(const rp_model *m, int t, int k, rp_model **out,
     int nsplit = 0;
     for (int l = 0; l < L; l++)
         nsplit += c.role[l] != WHOLE;
-    for (int l = 0; l < L && t > 1; l++) {
-        const rp_layer *Ly = &m->layers[l];
-        if (Ly->type == RP_LAYER_TRANSFORMER_BLOCK && !nsplit) {
-            st = rp_fail(err, RP_ERR_INVALID,
-                         "tensor_parallel %d: line %d (transformer_block) is one fused layer; "
-                         "write its block as a graph (layernorm, linear, attention, linear, "
-                         "add, ...; docs/training.md) to split it", t, Ly->line);
-            goto done;
-        }
-    }
     if (t > 1 && !nsplit) {
         st = rp_fail(err, RP_ERR_INVALID,
-                     "tensor_parallel %d: the model has no attention or MLP to split (a "
-                     "linear, an activation or gate, and a linear)", t);
+                     "tensor_parallel %d: the model has nothing to split (an attention, an MLP "
+                     "of a linear, an activation or gate and a linear, a transformer_block, or "
+                     "a vocabulary)", t);
         goto done;
     }
     /* the split linears' input: every reader of it split too, or its
@@ -203,76 +379,22 @@ rp_status rp_model_tensor_split(const rp_model *m, int t, int k, rp_model **out,
     lm->last_reader = malloc(sizeof(int) * (L + 1));
     lm->vars = NULL, lm->num_vars = 0;
     if (!lm->layers || !lm->last_reader) {
-        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory for a tensor split of %d layers", L);
         goto done;
     }
     memcpy(lm->layers, m->layers, sizeof(rp_layer) * L);
     memcpy(lm->last_reader, m->last_reader, sizeof(int) * (L + 1));
-    for (int l = 0; l < L && t > 1; l++) {
-        rp_layer *Ly = &lm->layers[l];
-        int last = Ly->out.ndim - 1, in_last = Ly->in.ndim - 1;
-        switch (c.role[l]) {
-        case COLUMNS:
-        case QKV:
-            Ly->units /= t;
-            Ly->out.dim[last] /= t;
-            break;
-        case HEADS:
-            if (Ly->p > 0) {
-                st = rp_fail(err, RP_ERR_INVALID, "tensor_parallel %d: line %d (attention): "
-                             "dropout inside a split attention is not supported", t, Ly->line);
-                goto done;
-            }
-            Ly->heads /= t, Ly->kv_heads /= t;
-            Ly->in.dim[in_last] /= t;
-            Ly->out.dim[last] /= t;
-            break;
-        case SPLIT:
-            Ly->in.dim[in_last] /= t;
-            Ly->out.dim[last] /= t;
-            break;
-        case ROWS:
-            Ly->in.dim[in_last] /= t;
-            Ly->tp_reduce = RP_TP_REDUCE_OUTPUT;
-            Ly->tp_skip_bias = Ly->bias && k != 0;
-            break;
-        }
-        if ((c.role[l] == COLUMNS || c.role[l] == QKV) && Ly->inputs[0] >= 0)
-            lm->layers[Ly->inputs[0]].tp_reduce = RP_TP_REDUCE_GRAD;
-    }
-    if ((st = rpi_spec_layout(lm, err)))
+    for (int l = 0; l < L && t > 1 && !st; l++)
+        st = narrow(&c, lm, l, k);
+    if (st || (st = rpi_spec_layout(lm, err)))
         goto done;
     if (!(*map = malloc(sizeof(size_t) * (lm->num_params ? lm->num_params : 1)))) {
-        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the map of %zu parameters",
+                     lm->num_params);
         goto done;
     }
-    for (int v = 0; v < lm->num_vars; v++) {
-        rp_variable *lv = &lm->vars[v];
-        const rp_variable *mv = &m->vars[v];
-        const rp_layer *Ly = &lm->layers[lv->layer];
-        int role = c.role[lv->layer];
-        bool weight = v == Ly->first_var;
-        size_t *p = *map + lv->offset;
-        if (role == COLUMNS || role == QKV) {
-            const rp_layer *A = role == QKV ? &m->layers[only_reader(&c, lv->layer)] : NULL;
-            size_t N = (size_t)m->layers[lv->layer].units;
-            size_t D = weight ? (size_t)Ly->in.dim[Ly->in.ndim - 1] : 1;
-            for (size_t r = 0; r < (size_t)Ly->units; r++)
-                for (size_t e = 0; e < D; e++)
-                    p[r * D + e] = mv->offset +
-                                   whole_row(N, A ? A->heads : 0, A ? A->kv_heads : 0, t, k, r) * D +
-                                   e;
-        } else if (role == ROWS && weight) {
-            size_t N = (size_t)Ly->units, Dl = (size_t)Ly->in.dim[Ly->in.ndim - 1];
-            for (size_t r = 0; r < N; r++)
-                for (size_t e = 0; e < Dl; e++)
-                    p[r * Dl + e] = mv->offset + r * Dl * t + (size_t)k * Dl + e;
-        } else {
-            for (size_t e = 0; e < lv->count; e++)
-                p[e] = mv->offset + e;
-        }
-        lv->split = t > 1 && (role == COLUMNS || role == QKV || (role == ROWS && weight));
-    }
+    for (int v = 0; v < lm->num_vars; v++)
+        lm->vars[v].split = map_var(&c, lm, v, k, *map + lm->vars[v].offset) && t > 1;
     *out = lm;
     lm = NULL;
 done:
