@@ -301,6 +301,29 @@ static void consider(const search *S, rp_autoplan_entry *e, const rp_config *cfg
     e->worker_bytes = bytes;
 }
 
+/* Pipeline k of cfg under zb-h1, zb-h2, then zb-auto on the busiest
+** stage's pass times at zb-h1's memory, at about zb-h2's and at room for
+** 3 P micro-batches (where the passes differ, more room lets it fill the
+** bubble; the memory limit decides whether it fits), each considered for
+** `into` and `best`. Returns how many were simulated. */
+static int zero_bubble(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into,
+                       rp_autoplan_entry *best) {
+    int n = 0;
+    for (int z = 0; z < 5; z++) {
+        double t, bytes;
+        cfg.schedule = z == 0 ? RP_SCHEDULE_ZB_H1 : z == 1 ? RP_SCHEDULE_ZB_H2 : RP_SCHEDULE_ZB_AUTO;
+        if (z >= 2)
+            pass_times(S, k, cfg.zb_pass_times);
+        cfg.zb_max_in_flight = z == 3 ? 2 * k->P - 1 : z == 4 ? 3 * k->P : 0;
+        if (!simulate(S, &cfg, &t, &bytes))
+            continue;
+        n++;
+        consider(S, into, &cfg, t, bytes);
+        consider(S, best, &cfg, t, bytes);
+    }
+    return n;
+}
+
 rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *batches,
                               int num_profiles, const rp_config *base, const rp_plan *pipedream,
                               const rp_autoplan_options *o, rp_autoplan *out, rp_error *err) {
@@ -474,27 +497,12 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
         /* a pipeline: the zero-bubble schedules too, which fill its bubble
         ** with the weights' halves at more activation memory */
         consider(&S, &out->pipeline_1f1b, &cfg, t, bytes);
-        /* zb-h1, zb-h2, then zb-auto on the busiest stage's pass times at
-        ** zb-h1's memory, at about zb-h2's and at room for 3 P micro-batches
-        ** (where the passes differ, more room lets it fill the bubble; the
-        ** memory limit decides whether it fits) */
-        for (int z = 0; z < 5; z++) {
-            cfg.schedule = z == 0 ? RP_SCHEDULE_ZB_H1 : z == 1 ? RP_SCHEDULE_ZB_H2
-                                                               : RP_SCHEDULE_ZB_AUTO;
-            if (z >= 2)
-                pass_times(&S, k, cfg.zb_pass_times);
-            cfg.zb_max_in_flight = z == 3 ? 2 * k->P - 1 : z == 4 ? 3 * k->P : 0;
-            if (!simulate(&S, &cfg, &t, &bytes))
-                continue;
-            out->simulated++;
-            consider(&S, &out->pipeline_zero_bubble, &cfg, t, bytes);
-            consider(&S, &out->best, &cfg, t, bytes);
-        }
+        out->simulated += zero_bubble(&S, k, cfg, &out->pipeline_zero_bubble, &out->best);
     }
     /* A third axis: the shapes of W / t workers, each split over tensor
     ** groups of t inside a unit of the innermost level (Megatron-LM's
     ** placement), the best estimates of each t simulated exactly under
-    ** 1f1b and, for a pipeline, zb-h1 and zb-h2 */
+    ** 1f1b and, for a pipeline, the zero-bubble schedules */
     for (int t = 2; t <= 8 && o->tensor_split && o->num_levels > 0; t *= 2) {
         if (!(o->tensor_degrees & (1u << t)) || o->machines[0] % t)
             continue;
@@ -507,15 +515,13 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
             double sec, bytes;
             make_config(&S, k, &cfg);
             cfg.tensor_parallel = t;
-            for (int z = 0; z < (k->P > 1 ? 3 : 1); z++) {
-                cfg.schedule = z == 0 ? RP_SCHEDULE_1F1B : z == 1 ? RP_SCHEDULE_ZB_H1
-                                                                  : RP_SCHEDULE_ZB_H2;
-                if (!simulate(&S, &cfg, &sec, &bytes))
-                    continue;
+            if (simulate(&S, &cfg, &sec, &bytes)) {
                 out->simulated++;
                 consider(&S, &out->tensor_parallel, &cfg, sec, bytes);
                 consider(&S, &out->best, &cfg, sec, bytes);
             }
+            if (k->P > 1)
+                out->simulated += zero_bubble(&S, k, cfg, &out->tensor_parallel, &out->best);
         }
     }
     /* PipeDream's plan, run synchronously at each accumulation that fits */
