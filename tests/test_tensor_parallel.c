@@ -23,6 +23,7 @@
 #include "repipe/checkpoint.h"
 #include "repipe/data.h"
 #include "repipe/session.h"
+#include "engine/session_impl.h"
 #include "support.h"
 #include "test.h"
 
@@ -125,13 +126,35 @@ static rp_weights *run(rp_session *s, int from, int calls) {
     return w;
 }
 
-static rp_weights *train(const rp_model *m, const rp_config *c, bool use_mpi) {
+/* Every worker's slice against every other copy of it (the workers of
+** one stage and tensor rank, across replicas and stage replicas): the
+** same bits, read from the workers themselves. The pairs compared. */
+static int shards_agree(const rp_session *s, const char *what) {
+    int pairs = 0;
+    for (int i = 0; i < s->nlocal; i++)
+        for (int j = i + 1; j < s->nlocal; j++) {
+            const worker *a = &s->w[i], *b = &s->w[j];
+            if (a->stage != b->stage || a->tensor_rank != b->tensor_rank)
+                continue;
+            size_t n = rp_net_num_params(a->net);
+            CHECKF(n == rp_net_num_params(b->net) &&
+                   !memcmp(rp_net_params(a->net), rp_net_params(b->net), sizeof(float) * n),
+                   "%s: workers %d and %d (stage %d, tensor rank %d) hold different slices",
+                   what, a->id, b->id, a->stage, a->tensor_rank);
+            pairs++;
+        }
+    return pairs;
+}
+
+static rp_weights *train(const rp_model *m, const rp_config *c, bool use_mpi, int *pairs) {
     rp_session *s = test_session(m, c, use_mpi ? mpi : NULL);
     if (!s) {
         test_failures++;
         return NULL;
     }
     rp_weights *w = run(s, 0, 3);
+    if (pairs && !use_mpi)
+        *pairs += shards_agree(s, "layout");
     rp_session_free(s);
     return w;
 }
@@ -163,7 +186,7 @@ static rp_weights *first_replica(const rp_weights *w) {
 }
 
 static void layouts(bool use_mpi, int only_workers) {
-    int runs = 0;
+    int runs = 0, pairs = 0;
     for (int mi = 0; mi < NMODELS; mi++) {
         rp_model *m = test_model(MODELS[mi]);
         sgd = mi > 0;
@@ -179,9 +202,9 @@ static void layouts(bool use_mpi, int only_workers) {
             rp_config c1 = config(1, 1, 1, one, tc->GA * tc->R,
                                   strstr(tc->extra, "clipping") ? ", \"gradient_clipping\": 0.05"
                                                                 : "");
-            rp_weights *want = train(m, &c1, false);
+            rp_weights *want = train(m, &c1, false, NULL);
             rp_config c = config(tc->T, tc->P, tc->R, tc->r, tc->GA, tc->extra);
-            rp_weights *got = train(m, &c, use_mpi);
+            rp_weights *got = train(m, &c, use_mpi, &pairs);
             rp_weights *got1 = got ? first_replica(got) : NULL;
             double d = want && got1 ? test_weights_diff(want, got1) : INFINITY;
             CHECKF(d <= 1e-5, "%s t=%d P=%d R=%d r=[%d,%d] GA=%d%s: weights %g from one "
@@ -195,7 +218,9 @@ static void layouts(bool use_mpi, int only_workers) {
         rp_model_free(m);
     }
     CHECK(runs > 0);
-    printf("%d tensor-parallel layouts within 1e-5 of one worker\n", runs);
+    CHECK(use_mpi || pairs > 0);
+    printf("%d tensor-parallel layouts within 1e-5 of one worker; %d pairs of a slice's copies "
+           "the same bits\n", runs, pairs);
 }
 
 /* A state of 2 updates at t = 2 (R 2, P 2, sharded optimizer state where
