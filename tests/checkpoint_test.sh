@@ -52,6 +52,14 @@ out=$("$bin" checkpoint show "$tmp/a")
 if grep -q "update              30 (30 optimizer steps, 0 skipped)" <<<"$out" &&
    grep -q "optimizer state     4 tensors, 2410 values" <<<"$out"; then ok; else bad "checkpoint show: $out"; fi
 if "$bin" weights show "$tmp/a/ckpt-000000000030.rpc" | grep -q "^1.weight "; then ok; else bad "weights show checkpoint"; fi
+# a checkpoint of tensor groups names them
+printf 'input 8 8\nflatten\nlinear 32\nrelu\nlinear 10\nsoftmax_cross_entropy\n' > "$tmp/tp.model"
+printf '{"micro_batch_size": 8, "tensor_parallel": 2, %s}\n' "$opt" > "$tmp/tp.json"
+"$bin" train --model "$tmp/tp.model" --data "$tmp/idx" --config "$tmp/tp.json" --updates 4 \
+  --checkpoint-dir "$tmp/tp" --log-every 1000000 >/dev/null 2>&1
+out=$("$bin" checkpoint show "$tmp/tp" 2>&1)
+if grep -q "written from        2 workers, 1 stage, 1 replica, tensor groups of 2, local backend" <<<"$out"
+then ok; else bad "checkpoint show, tensor groups: $out"; fi
 
 # A checkpoint directory holds one run. A new run where an earlier, longer
 # run left its checkpoints is refused before any work, and none of them is

@@ -60,8 +60,13 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     printf("  loss scale          %.10g (%d clean updates since it last changed)\n",
            c.state.loss_scale, c.state.clean);
     printf("  run                 %s\n", c.run[0] ? c.run : "(not named: an older file)");
-    printf("  written from        %d worker%s, %d stage%s, %s backend\n", c.workers,
-           c.workers == 1 ? "" : "s", c.stages, c.stages == 1 ? "" : "s", c.backend);
+    printf("  written from        %d worker%s, %d stage%s, %d replica%s", c.workers,
+           c.workers == 1 ? "" : "s", c.stages, c.stages == 1 ? "" : "s",
+           c.config.replication_factor, c.config.replication_factor == 1 ? "" : "s");
+    if (c.config.tensor_parallel > 1) /* the state is whole: it resumes at any t */
+        printf(", tensor groups of %d%s", c.config.tensor_parallel,
+               c.config.vocab_parallel ? "" : " (vocabulary whole)");
+    printf(", %s backend\n", c.backend);
     printf("  model               fingerprint %08x\n", c.model);
     printf("  training set        %lld samples\n", c.samples);
     printf("  samples per update  %lld, seed %llu, optimizer %s (lr %g)\n",
