@@ -7,18 +7,19 @@
 
 #include "layers.h"
 
-/* One row r of C scores: its probabilities into prob, and its loss,
-** -log softmax(z)[label] (0 without labels). */
-static rp_status softmax_ce_row(const layer_args *a, int r, int C, float *prob, double *loss,
-                                rp_error *err) {
-    const float *z = a->in + (size_t)r * C;
-    float *p = prob + (size_t)r * C;
-    int y = a->ctx->labels ? a->ctx->labels[r] : -1;
-    if (a->ctx->labels && (y < 0 || y >= C))
+/* Row r's label, checked to be one of V classes (-1 without labels). */
+static rp_status label_of(const layer_args *a, int r, int V, int *y, rp_error *err) {
+    *y = a->ctx->labels ? a->ctx->labels[r] : -1;
+    if (a->ctx->labels && (*y < 0 || *y >= V))
         return rp_fail(err, RP_ERR_INVALID,
                        "layer %d (softmax_cross_entropy): label %d of row %d is not a class in "
                        "[0, %d)",
-                       a->index, y, r, C);
+                       a->index, *y, r, V);
+    return RP_OK;
+}
+
+/* p = e^(z - m) for C scores z, m their maximum; their sum. */
+static double exp_row(const float *z, int C, float *p, float *m_out) {
     float m = z[0];
     for (int c = 1; c < C; c++)
         m = z[c] > m ? z[c] : m;
@@ -27,6 +28,21 @@ static rp_status softmax_ce_row(const layer_args *a, int r, int C, float *prob, 
         p[c] = expf(z[c] - m);
         sum += p[c];
     }
+    *m_out = m;
+    return sum;
+}
+
+/* One row r of C scores: its probabilities into prob, and its loss,
+** -log softmax(z)[label] (0 without labels). */
+static rp_status softmax_ce_row(const layer_args *a, int r, int C, float *prob, double *loss,
+                                rp_error *err) {
+    const float *z = a->in + (size_t)r * C;
+    float *p = prob + (size_t)r * C, m;
+    int y;
+    rp_status st = label_of(a, r, C, &y, err);
+    if (st)
+        return st;
+    double sum = exp_row(z, C, p, &m);
     float inv = (float)(1.0 / sum);
     for (int c = 0; c < C; c++)
         p[c] *= inv;
@@ -58,20 +74,12 @@ static rp_status softmax_ce_split(const layer_args *a, int rows, rp_error *err) 
     for (int r = 0; r < rows; r++) {
         const float *z = a->in + (size_t)r * C;
         float *p = (float *)a->aux + (size_t)r * C;
-        int y = a->ctx->labels ? a->ctx->labels[r] : -1;
-        if (a->ctx->labels && (y < 0 || y >= V))
-            return rp_fail(err, RP_ERR_INVALID,
-                           "layer %d (softmax_cross_entropy): label %d of row %d is not a class "
-                           "in [0, %d)",
-                           a->index, y, r, V);
-        float m = z[0];
-        for (int c = 1; c < C; c++)
-            m = z[c] > m ? z[c] : m;
-        double sum = 0;
-        for (int c = 0; c < C; c++) {
-            p[c] = expf(z[c] - m);
-            sum += p[c];
-        }
+        int y;
+        rp_status st = label_of(a, r, V, &y, err);
+        if (st)
+            return st;
+        float m;
+        double sum = exp_row(z, C, p, &m);
         mine[3 * r] = m, mine[3 * r + 1] = (float)sum;
         mine[3 * r + 2] = y >= first && y < first + C ? z[y - first] : 0.0f;
     }
