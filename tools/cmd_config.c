@@ -86,8 +86,9 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
         rp_grouping tg, dg;
         rp_error gerr;
         rp_grouping_init(&tg, W, T, 1, &gerr);
-        printf("  tensor parallel            %d: attention and MLP split over workers %d..%d, "
-               "%d..%d, ...\n", T, 0, T - 1, T, 2 * T - 1);
+        printf("  tensor parallel            %d: attention, MLP%s split over workers %d..%d, "
+               "%d..%d, ...\n", T, cfg->vocab_parallel ? ", embedding and head" : " (the "
+               "vocabulary whole)", 0, T - 1, T, 2 * T - 1);
         printf("    tensor groups            %s over the %d workers\n",
                rp_grouping_to_string(&tg, gbuf, sizeof gbuf), W);
         if (rp_grouping_transpose(&tg, &dg, &gerr) == RP_OK)
