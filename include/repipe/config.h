@@ -47,6 +47,7 @@ typedef enum rp_schedule {
     RP_SCHEDULE_ZB_H1, /* zero bubble (schedule.h), at 1f1b's activation memory */
     RP_SCHEDULE_ZB_H2, /* zero bubble, about twice 1f1b's activation memory */
     RP_SCHEDULE_ZB_AUTO, /* zero bubble ordered by the passes' times, under a limit */
+    RP_SCHEDULE_INTERLEAVED, /* Megatron-LM's interleaved 1F1B: virtual_stages chunks a worker */
     RP_SCHEDULE_PIPEDREAM, /* the asynchronous ones last: >= PIPEDREAM tests for them */
     RP_SCHEDULE_PIPEDREAM_2BW
 } rp_schedule;
@@ -112,6 +113,10 @@ typedef struct rp_config {
     ** stage replica holds from F to W [0: 1f1b's most on one worker] */
     double zb_pass_times[3];
     int zb_max_in_flight;
+    /* schedule interleaved-1f1b: the model chunks (stages of
+    ** layers_per_stage) each pipeline worker holds, v: worker r of P holds
+    ** stages r, P + r, ..., (v - 1) P + r [1] */
+    int virtual_stages;
     /* Megatron-LM's tensor parallelism: every attention and MLP of the model
     ** split over this many workers of each (replica, stage, stage replica),
     ** its tensor group [1: none] */

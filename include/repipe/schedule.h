@@ -81,9 +81,19 @@ typedef struct rp_worker_ops {
     int slots; /* activation sets the worker needs: its in-flight bound */
 } rp_worker_ops;
 
+/* A device runs the operations of several workers on one thread, one after
+** another in this order (interleaved-1f1b: a pipeline worker's chunks). */
+typedef struct rp_device_ops {
+    int num;          /* operations */
+    int *worker, *op; /* the i-th is operation op[i] of worker worker[i] */
+} rp_device_ops;
+
 typedef struct rp_workplan {
     int workers, stages;
     rp_worker_ops *w;
+    int devices;          /* 0: every worker runs alone, on a thread or rank of its own */
+    rp_device_ops *dev;
+    int *device_of;       /* each worker's device, when devices > 0 */
 } rp_workplan;
 
 /* The worker running stage s of replica c as stage replica j; with
@@ -96,6 +106,18 @@ int rp_workplan_worker(const rp_config *cfg, int c, int s, int j);
 ** 1f1b the workers of stages s..P-1 of one replica (P - s without stage
 ** replication), under gpipe all of them; never more than GA. */
 int rp_workplan_in_flight(const rp_config *cfg, int s);
+
+/* Interleaved 1F1B (Megatron-LM): the passes of pipeline worker r of P
+** holding v chunks, over m micro-batches (a multiple of P), in the order it
+** runs them: 2 m v of them, the i-th the forward (fwd[i]) or backward of
+** micro-batch mb[i] at stage stage[i] = chunk P + r. The micro-batches go
+** through the chunks in groups of P: the k-th forward is of chunk (k / P)
+** mod v and micro-batch (k / (P v)) P + k mod P, the k-th backward the same
+** with the chunks in reverse; the worker runs (P - r - 1) 2 + (v - 1) P
+** forwards first (all of them when m = P), then a forward and a backward in
+** turn, then the backwards left. Each chunk thus runs its forwards and its
+** backwards in micro-batch order, as 1f1b does. */
+void rp_interleaved_order(int P, int v, int m, int r, int *stage, bool *fwd, int *mb);
 
 rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *err);
 void rp_workplan_free(rp_workplan *s);

@@ -27,6 +27,7 @@ void rp_config_default(rp_config *cfg) {
     cfg->zb_pass_times[0] = cfg->zb_pass_times[1] = cfg->zb_pass_times[2] = 1.0;
     cfg->tensor_parallel = 1;
     cfg->vocab_parallel = true;
+    cfg->virtual_stages = 1;
     cfg->replica_grouping = rp_grouping_all(1);
     cfg->embedding_serialization_factor = 1;
     cfg->inference_embedding_serialization_factor = 1;
@@ -76,6 +77,7 @@ const char *rp_schedule_name(rp_schedule s) {
            : s == RP_SCHEDULE_ZB_H1         ? "zb-h1"
            : s == RP_SCHEDULE_ZB_H2         ? "zb-h2"
            : s == RP_SCHEDULE_ZB_AUTO       ? "zb-auto"
+           : s == RP_SCHEDULE_INTERLEAVED   ? "interleaved-1f1b"
            : s == RP_SCHEDULE_PIPEDREAM     ? "pipedream"
            : s == RP_SCHEDULE_PIPEDREAM_2BW ? "pipedream_2bw"
                                             : "1f1b";
@@ -139,6 +141,8 @@ rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
             cJSON_AddItemToArray(t, cJSON_CreateNumber(cfg->zb_pass_times[k]));
         cJSON_AddNumberToObject(r, "zb_max_in_flight", cfg->zb_max_in_flight);
     }
+    if (cfg->schedule == RP_SCHEDULE_INTERLEAVED)
+        cJSON_AddNumberToObject(r, "virtual_stages", cfg->virtual_stages);
     if (cfg->tensor_parallel > 1)
         cJSON_AddNumberToObject(r, "tensor_parallel", cfg->tensor_parallel);
     if (!cfg->vocab_parallel)
@@ -271,7 +275,7 @@ bool rp_config_equal(const rp_config *a, const rp_config *b) {
            a->gradient_clipping == b->gradient_clipping &&
            a->pipedream_vertical_sync == b->pipedream_vertical_sync &&
            memcmp(a->zb_pass_times, b->zb_pass_times, sizeof a->zb_pass_times) == 0 &&
-           a->zb_max_in_flight == b->zb_max_in_flight &&
+           a->zb_max_in_flight == b->zb_max_in_flight && a->virtual_stages == b->virtual_stages &&
            a->tensor_parallel == b->tensor_parallel && a->vocab_parallel == b->vocab_parallel &&
            a->sequential_data == b->sequential_data &&
            oa->type == ob->type && oa->lr == ob->lr && oa->momentum == ob->momentum &&

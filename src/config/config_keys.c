@@ -137,6 +137,11 @@ static rp_status k_tensor_parallel(rp_config *cfg, rpi_load *c, const char *key,
     return rpi_get_int(c, key, v, 1, &cfg->tensor_parallel);
 }
 
+static rp_status k_virtual_stages(rp_config *cfg, rpi_load *c, const char *key,
+                                  const cJSON *v) {
+    return rpi_get_int(c, key, v, 1, &cfg->virtual_stages);
+}
+
 static rp_status k_vocab_parallel(rp_config *cfg, rpi_load *c, const char *key,
                                   const cJSON *v) {
     return rpi_get_bool(c, key, v, &cfg->vocab_parallel);
@@ -367,6 +372,8 @@ static rp_status k_schedule(rp_config *cfg, rpi_load *c, const char *key, const 
         cfg->schedule = RP_SCHEDULE_ZB_H2;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "zb-auto") == 0)
         cfg->schedule = RP_SCHEDULE_ZB_AUTO;
+    else if (cJSON_IsString(v) && strcmp(v->valuestring, "interleaved-1f1b") == 0)
+        cfg->schedule = RP_SCHEDULE_INTERLEAVED;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "pipedream") == 0)
         cfg->schedule = RP_SCHEDULE_PIPEDREAM;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "pipedream_2bw") == 0)
@@ -374,7 +381,7 @@ static rp_status k_schedule(rp_config *cfg, rpi_load *c, const char *key, const 
     else
         return rpi_bad_value(c, key, v,
                          "must be \"gpipe\", \"1f1b\", \"zb-h1\", \"zb-h2\", \"zb-auto\", "
-                         "\"pipedream\" or \"pipedream_2bw\"");
+                         "\"interleaved-1f1b\", \"pipedream\" or \"pipedream_2bw\"");
     return RP_OK;
 }
 
@@ -437,6 +444,7 @@ static const struct key_def {
     {"zb_max_in_flight", k_zb_limit, cJSON_Number},
     {"tensor_parallel", k_tensor_parallel, cJSON_Number},
     {"vocab_parallel", k_vocab_parallel, cJSON_True | cJSON_False},
+    {"virtual_stages", k_virtual_stages, cJSON_Number},
     {"fp16_exchange", k_fp16, cJSON_True | cJSON_False},
     {"loss_scaling", k_loss_scaling, cJSON_Number},
     {"loss_scaling_growth_interval", k_growth, cJSON_Number},

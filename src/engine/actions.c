@@ -435,14 +435,10 @@ rp_status rp_schedule_csv(const rp_config *cfg, char **out, rp_error *err) {
     return RP_OK;
 }
 
-/* Megatron-LM's interleaved 1F1B (Narayanan et al., SC'21): rank r holds
-** chunks c = 0 .. v-1 as stages c P + r. The micro-batches go through the
-** chunks in groups of P: the k-th forward of a rank is chunk (k / P) mod v
-** of micro-batch (k / (P v)) P + k mod P, the k-th backward the same with
-** the chunks in reverse. A rank runs (P - r - 1) 2 + (v - 1) P forwards
-** first (every forward when m = P), then one forward and one backward in
-** turn, then the backwards left. Its bubble is (P - 1) / v of one
-** micro-batch's forward and backward through the rank's chunks. As
+/* Megatron-LM's interleaved 1F1B (Narayanan et al., SC'21), in the order of
+** rp_interleaved_order (schedule.h): rank r holds chunks c = 0 .. v-1 as
+** stages c P + r. Its bubble is (P - 1) / v of one micro-batch's forward
+** and backward through the rank's chunks. As
 ** forward_backward_pipelining_with_interleaving in Megatron-LM's
 ** megatron/core/pipeline_parallel/schedules.py orders them. */
 rp_status rp_schedule_csv_interleaved(int P, int v, int m, char **out, rp_error *err) {
@@ -451,27 +447,23 @@ rp_status rp_schedule_csv_interleaved(int P, int v, int m, char **out, rp_error 
         return rp_fail(err, RP_ERR_INVALID, "interleaved 1F1B: %d ranks, %d chunks a rank, %d "
                        "micro-batches: needs 2 chunks or more, at most %d stages, and "
                        "micro-batches a multiple of the ranks", P, v, m, RP_MAX_STAGES);
-    int total = m * v;
-    size_t cap = (size_t)P * total * 2 * 16 + 2 * (size_t)P + 1, n = 0;
+    int total = 2 * m * v;
+    size_t cap = (size_t)P * total * 16 + 2 * (size_t)P + 1, n = 0;
     char *s = malloc(cap);
-    if (!s)
+    int *stage = malloc(sizeof(int) * total), *mb = malloc(sizeof(int) * total);
+    bool *fwd = malloc(sizeof(bool) * total);
+    if (!s || !stage || !mb || !fwd) {
+        free(s), free(stage), free(mb), free(fwd);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
     for (int r = 0; r < P; r++) {
-        int warmup = m == P ? total : (P - r - 1) * 2 + (v - 1) * P;
-        warmup = warmup < total ? warmup : total;
-        int f = 0, b = 0; /* forwards and backwards written */
-        for (int step = 0; f < total || b < total; step++) {
-            /* warm-up forwards, then a forward whenever the backwards have caught up */
-            bool fwd = f < total && (f < warmup || f - warmup == b);
-            int k = fwd ? f++ : b++;
-            int chunk = (k / P) % v, mb = (k / (P * v)) * P + k % P;
-            if (!fwd)
-                chunk = v - 1 - chunk;
-            n += (size_t)snprintf(s + n, cap - n, "%s%d%c%d", step ? "," : "", chunk * P + r,
-                                  fwd ? 'F' : 'B', mb);
-        }
+        rp_interleaved_order(P, v, m, r, stage, fwd, mb);
+        for (int i = 0; i < total; i++)
+            n += (size_t)snprintf(s + n, cap - n, "%s%d%c%d", i ? "," : "", stage[i],
+                                  fwd[i] ? 'F' : 'B', mb[i]);
         s[n++] = '\n';
     }
+    free(stage), free(mb), free(fwd);
     s[n] = '\0';
     *out = s;
     return RP_OK;

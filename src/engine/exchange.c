@@ -132,11 +132,13 @@ static rp_status tie_sum(worker *w) {
                 gh[e] = ge[e] = ge[e] + gh[e];
             continue;
         }
-        if (!v->split) {
+        if (!v->split) { /* a device's workers: the tie's own, those of its stages */
+            rp_comm *c = s->plan->devices ? w->tie_comm[i] : w->comm;
             float *buf = ge ? ge : gh ? gh : w->tie_buf;
             if (w->id != t->emb_rep && w->id != t->head_rep)
                 memset(buf, 0, sizeof(float) * n);
-            st = rp_comm_allreduce(w->comm, NULL, buf, n, &w->err);
+            if (c)
+                st = rp_comm_allreduce(c, NULL, buf, n, &w->err);
             continue;
         }
         int group = w->id - w->tensor_rank; /* rank 0 of the worker's tensor group */

@@ -21,6 +21,10 @@ bool rp_schedule_splits_backward(rp_schedule s) {
     return s == RP_SCHEDULE_ZB_H1 || s == RP_SCHEDULE_ZB_H2 || s == RP_SCHEDULE_ZB_AUTO;
 }
 
+/* A stage order's passes: a forward, a backward (whole, or its input's
+** half) and a backward's weights' half. */
+enum { PASS_F, PASS_B, PASS_W };
+
 /* The worker of (c, s, j) as if there were no tensor groups. */
 static int base_worker(const rp_config *cfg, int c, int s, int j) {
     int P = cfg->layers_per_stage.count, per = 0, before = 0;
@@ -80,17 +84,112 @@ void rp_workplan_free(rp_workplan *s) {
         return;
     for (int i = 0; i < s->workers; i++)
         free(s->w[i].ops);
-    free(s->w);
+    for (int d = 0; d < s->devices; d++)
+        free(s->dev[d].worker), free(s->dev[d].op);
+    free(s->w), free(s->dev), free(s->device_of);
     free(s);
+}
+
+void rp_interleaved_order(int P, int v, int m, int r, int *stage, bool *fwd, int *mb) {
+    int total = m * v, warmup = m == P ? total : (P - r - 1) * 2 + (v - 1) * P;
+    warmup = warmup < total ? warmup : total;
+    for (int i = 0, f = 0, b = 0; f < total || b < total; i++) {
+        /* warm-up forwards, then a forward whenever the backwards have caught up */
+        bool F = f < total && (f < warmup || f - warmup == b);
+        int k = F ? f++ : b++, chunk = (k / P) % v;
+        stage[i] = (F ? chunk : v - 1 - chunk) * P + r;
+        fwd[i] = F;
+        mb[i] = (k / (P * v)) * P + k % P;
+    }
+}
+
+/* interleaved-1f1b: each stage's order, from its device's (pass, mb pairs,
+** 2 GA a stage, into kind and mbs at 3 GA s as zb_orders writes them). */
+static rp_status interleaved_orders(const rp_config *cfg, int *kind, int *mbs, rp_error *err) {
+    int S = cfg->layers_per_stage.count, v = cfg->virtual_stages, P = S / v;
+    int GA = cfg->gradient_accumulation_steps, n = 2 * GA * v;
+    int *stage = malloc(sizeof(int) * n), *mb = malloc(sizeof(int) * n), *at = calloc(S, sizeof(int));
+    bool *fwd = malloc(sizeof(bool) * n);
+    if (!stage || !mb || !at || !fwd) {
+        free(stage), free(mb), free(at), free(fwd);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a schedule of %d micro-batches", GA);
+    }
+    for (int r = 0; r < P; r++) {
+        rp_interleaved_order(P, v, GA, r, stage, fwd, mb);
+        for (int i = 0; i < n; i++) {
+            int s = stage[i], k = 3 * GA * s + at[s]++;
+            kind[k] = fwd[i] ? PASS_F : PASS_B;
+            mbs[k] = mb[i];
+        }
+    }
+    free(stage), free(mb), free(at), free(fwd);
+    return RP_OK;
+}
+
+/* interleaved-1f1b: each replica's pipeline worker r is a device running
+** the workers of its chunks, stages r, P + r, ...: their passes in its
+** order (each pass: its receive, compute and send), then each chunk's
+** closing operations (WAIT_SENDS, REDUCE, STEP), chunk by chunk, so that
+** the replicas' devices meet in every chunk's reduction in the same order. */
+static rp_status make_devices(const rp_config *cfg, rp_workplan *sc, rp_error *err) {
+    int S = sc->stages, v = cfg->virtual_stages, P = S / v, R = cfg->replication_factor;
+    int GA = cfg->gradient_accumulation_steps, n = 2 * GA * v;
+    int *stage = malloc(sizeof(int) * n), *mb = malloc(sizeof(int) * n);
+    int *cursor = calloc(sc->workers, sizeof(int));
+    bool *fwd = malloc(sizeof(bool) * n);
+    sc->devices = R * P;
+    sc->dev = calloc(sc->devices, sizeof(rp_device_ops));
+    sc->device_of = malloc(sizeof(int) * sc->workers);
+    rp_status st = RP_OK;
+    if (!stage || !mb || !cursor || !fwd || !sc->dev || !sc->device_of) {
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the devices of interleaved-1f1b");
+        goto done;
+    }
+    for (int c = 0; c < R && !st; c++)
+        for (int r = 0; r < P && !st; r++) {
+            rp_device_ops *d = &sc->dev[c * P + r];
+            int total = 0;
+            for (int k = 0; k < v; k++) {
+                int w = base_worker(cfg, c, k * P + r, 0);
+                sc->device_of[w] = c * P + r;
+                total += sc->w[w].num_ops;
+            }
+            d->worker = malloc(sizeof(int) * total);
+            d->op = malloc(sizeof(int) * total);
+            if (!d->worker || !d->op) {
+                st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the devices of "
+                             "interleaved-1f1b");
+                break;
+            }
+            rp_interleaved_order(P, v, GA, r, stage, fwd, mb);
+            for (int i = 0; i < n; i++) { /* a pass ends at its compute, or at the send after */
+                int w = base_worker(cfg, c, stage[i], 0);
+                const rp_worker_ops *wo = &sc->w[w];
+                for (bool computed = false; cursor[w] < wo->num_ops;) {
+                    rp_op_kind kd = wo->ops[cursor[w]].kind;
+                    if (computed && kd != RP_OP_SEND_ACT && kd != RP_OP_SEND_GRAD)
+                        break;
+                    computed = computed || kd == RP_OP_FORWARD || kd == RP_OP_BACKWARD;
+                    d->worker[d->num] = w, d->op[d->num++] = cursor[w]++;
+                    if (kd == RP_OP_SEND_ACT || kd == RP_OP_SEND_GRAD)
+                        break;
+                }
+            }
+            for (int k = 0; k < v; k++) {
+                int w = base_worker(cfg, c, k * P + r, 0);
+                while (cursor[w] < sc->w[w].num_ops)
+                    d->worker[d->num] = w, d->op[d->num++] = cursor[w]++;
+            }
+        }
+done:
+    free(stage), free(mb), free(cursor), free(fwd);
+    return st;
 }
 
 static void push(rp_worker_ops *w, rp_op_kind k, int mb, int peer) {
     w->ops[w->num_ops++] = (rp_op){k, mb, peer, -1};
 }
 
-/* A stage order's passes: a forward, a backward (whole, or its input's
-** half) and a backward's weights' half. */
-enum { PASS_F, PASS_B, PASS_W };
 
 /* A micro-batch's forward (with its receive and send), backward or W. */
 static void add_pass(const rp_config *cfg, rp_worker_ops *w, int pass, int mb) {
@@ -239,7 +338,9 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
                        ? rp_fail(err, RP_ERR_NOMEM,
                                  "out of memory for a schedule of %d micro-batches", GA)
                    : split ? zb_orders(cfg, order_k, order_m, err)
-                           : RP_OK;
+                   : cfg->schedule == RP_SCHEDULE_INTERLEAVED
+                       ? interleaved_orders(cfg, order_k, order_m, err)
+                       : RP_OK;
     if (st) {
         free(order_k), free(order_m), free(slot_of), free(free_slots);
         rp_workplan_free(sc);
@@ -250,6 +351,8 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
             int n = 0, *order_fw = order_k + 3 * GA * s, *order_mb = order_m + 3 * GA * s;
             if (split) {
                 n = 3 * GA;
+            } else if (cfg->schedule == RP_SCHEDULE_INTERLEAVED) {
+                n = 2 * GA;
             } else if (cfg->schedule == RP_SCHEDULE_GPIPE) {
                 for (int m = 0; m < GA; m++)
                     order_fw[n] = PASS_F, order_mb[n++] = m;
@@ -311,6 +414,10 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
             }
         }
     free(order_k), free(order_m), free(slot_of), free(free_slots);
+    if (cfg->schedule == RP_SCHEDULE_INTERLEAVED && (st = make_devices(cfg, sc, err))) {
+        rp_workplan_free(sc);
+        return st;
+    }
     if ((st = expand_tensor_groups(cfg, sc, err))) {
         rp_workplan_free(sc);
         return st;
@@ -329,6 +436,39 @@ static int cmp_int(const void *a, const void *b) {
 /* A split backward's halves on one worker: each W after its B, the Ws in
 ** micro-batch order (the order 1f1b sums the weights' gradients in), and
 ** no B without its W before the reduction. */
+/* Every backward (or half) on the worker that ran its forward, after it,
+** on the activation slot that forward filled. */
+static rp_status check_passes(const rp_workplan *s, rp_error *err) {
+    for (int w = 0; w < s->workers; w++) {
+        const rp_worker_ops *wo = &s->w[w];
+        int most = 0;
+        for (int i = 0; i < wo->num_ops; i++)
+            most = wo->ops[i].mb > most ? wo->ops[i].mb : most;
+        int *slot_of = malloc(sizeof(int) * (most + 1));
+        if (!slot_of)
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory to check a schedule");
+        for (int m = 0; m <= most; m++)
+            slot_of[m] = -1;
+        for (int i = 0; i < wo->num_ops; i++) {
+            const rp_op *op = &wo->ops[i];
+            bool bwd = op->kind == RP_OP_BACKWARD || op->kind == RP_OP_BACKWARD_INPUT ||
+                       op->kind == RP_OP_BACKWARD_WEIGHT;
+            if (op->kind == RP_OP_FORWARD && op->slot >= 0 && op->slot < wo->slots)
+                slot_of[op->mb] = op->slot;
+            else if ((op->kind == RP_OP_FORWARD || bwd) && op->slot != slot_of[op->mb]) {
+                free(slot_of);
+                return rp_fail(err, RP_ERR_INVALID,
+                               "schedule: worker %d runs the %s of micro-batch %d (operation %d) "
+                               "%s", w, bwd ? "backward" : "forward", op->mb, i,
+                               bwd ? "before its forward, or on another activation slot"
+                                   : "on no activation slot of its own");
+            }
+        }
+        free(slot_of);
+    }
+    return RP_OK;
+}
+
 static rp_status check_halves(const rp_workplan *s, rp_error *err) {
     for (int w = 0; w < s->workers; w++) {
         const rp_worker_ops *wo = &s->w[w];
@@ -363,141 +503,172 @@ static rp_status check_halves(const rp_workplan *s, rp_error *err) {
     return RP_OK;
 }
 
+/* The checker's state: each worker's next operation, its messages sent and
+** received, its reductions; the messages in flight, matched by (from, to,
+** kind, mb), those to each worker not yet received forming a list, so
+** that a receive looks at its own messages only. */
+typedef struct check_msg {
+    int from, to, kind, mb, next;
+} check_msg;
+
+typedef struct checker {
+    const rp_workplan *s;
+    int *pc, *sent, *received, *waiting_reduce, *rounds;
+    int *group, *members, *arrived; /* reduction groups 0..G-1: members, and arrived */
+    check_msg *msgs;
+    int cap, nmsg, *head, *tail;
+} checker;
+
+/* Runs worker w's next operation if it can: 1 if it ran, 0 if it waits. */
+static int check_op(checker *k, int w, rp_status *st, rp_error *err) {
+    const rp_op *op = &k->s->w[w].ops[k->pc[w]];
+    int W = k->s->workers;
+    if (op->kind == RP_OP_SEND_ACT || op->kind == RP_OP_SEND_GRAD) {
+        if (op->peer < 0 || op->peer >= W) {
+            *st = rp_fail(err, RP_ERR_INVALID,
+                          "schedule: worker %d sends micro-batch %d to worker %d, which does "
+                          "not exist", w, op->mb, op->peer);
+            return 0;
+        }
+        if (k->nmsg == k->cap) {
+            check_msg *nm = realloc(k->msgs, sizeof(check_msg) * k->cap * 2);
+            if (!nm) {
+                *st = rp_fail(err, RP_ERR_NOMEM,
+                              "out of memory for the %d messages of the schedule check",
+                              k->cap * 2);
+                return 0;
+            }
+            k->msgs = nm;
+            k->cap *= 2;
+        }
+        k->msgs[k->nmsg] = (check_msg){w, op->peer, op->kind == RP_OP_SEND_ACT, op->mb, -1};
+        if (k->tail[op->peer] >= 0)
+            k->msgs[k->tail[op->peer]].next = k->nmsg;
+        else
+            k->head[op->peer] = k->nmsg;
+        k->tail[op->peer] = k->nmsg++;
+        k->sent[w]++;
+    } else if (op->kind == RP_OP_RECV_ACT || op->kind == RP_OP_RECV_GRAD) {
+        int found = k->head[w], before = -1;
+        while (found >= 0 && !(k->msgs[found].from == op->peer &&
+                               k->msgs[found].kind == (op->kind == RP_OP_RECV_ACT) &&
+                               k->msgs[found].mb == op->mb))
+            before = found, found = k->msgs[found].next;
+        if (found < 0)
+            return 0; /* blocked */
+        if (before >= 0) /* out of the list */
+            k->msgs[before].next = k->msgs[found].next;
+        else
+            k->head[w] = k->msgs[found].next;
+        if (k->tail[w] == found)
+            k->tail[w] = before;
+        k->received[k->msgs[found].from]++;
+    } else if (op->kind == RP_OP_WAIT_SENDS) {
+        if (k->received[w] < k->sent[w])
+            return 0;
+    } else if (op->kind == RP_OP_REDUCE) {
+        /* the k-th passes once every member of its group has arrived at its
+        ** k-th: no member reaches its k+1-th before all reach the k-th, so
+        ** the arrivals can be counted together */
+        int g = k->group[w];
+        if (!k->waiting_reduce[w]) {
+            k->waiting_reduce[w] = 1;
+            k->arrived[g]++;
+            k->rounds[w]++;
+        }
+        if (k->arrived[g] < k->members[g] * k->rounds[w])
+            return 0;
+        k->waiting_reduce[w] = 0;
+    }
+    k->pc[w]++;
+    return 1;
+}
+
+/* Workers alone run their operations in order; a device's workers run
+** theirs in the device's order, one at a time. */
 rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_error *err) {
-    rp_status halves = check_halves(s, err);
-    if (halves)
+    rp_status halves = check_passes(s, err);
+    if (halves || (halves = check_halves(s, err)))
         return halves;
-    int W = s->workers;
-    int *pc = calloc(W, sizeof(int));
-    int *sent = calloc(W, sizeof(int)), *received = calloc(W, sizeof(int));
-    int *waiting_reduce = calloc(W, sizeof(int)), *rounds = calloc(W, sizeof(int));
-    /* reduction groups, numbered 0..G-1: members, and members arrived */
-    int *group = malloc(sizeof(int) * W), *ids = malloc(sizeof(int) * W);
-    int *members = calloc(W, sizeof(int)), *arrived = calloc(W, sizeof(int));
-    /* messages in flight: (from, to, kind, mb), matched by count; those to
-    ** each worker not yet received form a list, so that a receive looks at
-    ** its own messages only */
-    typedef struct msg {
-        int from, to, kind, mb, next;
-    } msg;
-    int cap = 1024, nmsg = 0;
-    msg *msgs = malloc(sizeof(msg) * cap);
-    int *head = malloc(sizeof(int) * W), *tail = malloc(sizeof(int) * W);
+    int W = s->workers, D = s->devices;
+    checker k = {.s = s, .cap = 1024};
+    k.pc = calloc(W, sizeof(int));
+    k.sent = calloc(W, sizeof(int)), k.received = calloc(W, sizeof(int));
+    k.waiting_reduce = calloc(W, sizeof(int)), k.rounds = calloc(W, sizeof(int));
+    k.group = malloc(sizeof(int) * W);
+    k.members = calloc(W, sizeof(int)), k.arrived = calloc(W, sizeof(int));
+    k.msgs = malloc(sizeof(check_msg) * k.cap);
+    k.head = malloc(sizeof(int) * W), k.tail = malloc(sizeof(int) * W);
+    int *ids = malloc(sizeof(int) * W), *dpc = calloc(D ? D : 1, sizeof(int));
     rp_status st = RP_OK;
-    if (!pc || !sent || !received || !waiting_reduce || !rounds || !group || !ids || !members ||
-        !arrived || !msgs || !head || !tail) {
+    if (!k.pc || !k.sent || !k.received || !k.waiting_reduce || !k.rounds || !k.group || !ids ||
+        !k.members || !k.arrived || !k.msgs || !k.head || !k.tail || !dpc) {
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory to check the schedules of %d workers", W);
         goto done;
     }
     for (int w = 0; w < W; w++) {
         ids[w] = reduce_group ? reduce_group[w] : s->w[w].stage;
-        head[w] = tail[w] = -1;
+        k.head[w] = k.tail[w] = -1;
     }
-    memcpy(group, ids, sizeof(int) * W);
+    memcpy(k.group, ids, sizeof(int) * W);
     qsort(ids, W, sizeof(int), cmp_int);
     int G = 0; /* the distinct ids */
     for (int w = 0; w < W; w++)
         if (G == 0 || ids[w] != ids[G - 1])
             ids[G++] = ids[w];
     for (int w = 0; w < W; w++) {
-        group[w] = (int)((int *)bsearch(&group[w], ids, G, sizeof(int), cmp_int) - ids);
-        members[group[w]]++;
+        k.group[w] = (int)((int *)bsearch(&k.group[w], ids, G, sizeof(int), cmp_int) - ids);
+        k.members[k.group[w]]++;
     }
-    for (bool progress = true; progress;) {
+    for (bool progress = true; progress && !st;) {
         progress = false;
-        for (int w = 0; w < W; w++) {
-            const rp_worker_ops *wo = &s->w[w];
-            while (pc[w] < wo->num_ops) {
-                const rp_op *op = &wo->ops[pc[w]];
-                if (op->kind == RP_OP_SEND_ACT || op->kind == RP_OP_SEND_GRAD) {
-                    if (op->peer < 0 || op->peer >= W) {
-                        st = rp_fail(err, RP_ERR_INVALID,
-                                     "schedule: worker %d sends micro-batch %d to worker %d, "
-                                     "which does not exist",
-                                     w, op->mb, op->peer);
-                        goto done;
-                    }
-                    if (nmsg == cap) {
-                        msg *nm = realloc(msgs, sizeof(msg) * cap * 2);
-                        if (!nm) {
-                            st = rp_fail(err, RP_ERR_NOMEM,
-                                         "out of memory for the %d messages of the schedule "
-                                         "check",
-                                         cap * 2);
-                            goto done;
-                        }
-                        msgs = nm;
-                        cap *= 2;
-                    }
-                    msgs[nmsg] = (msg){w, op->peer, op->kind == RP_OP_SEND_ACT, op->mb, -1};
-                    if (tail[op->peer] >= 0)
-                        msgs[tail[op->peer]].next = nmsg;
-                    else
-                        head[op->peer] = nmsg;
-                    tail[op->peer] = nmsg++;
-                    sent[w]++;
-                } else if (op->kind == RP_OP_RECV_ACT || op->kind == RP_OP_RECV_GRAD) {
-                    int found = head[w], before = -1;
-                    while (found >= 0 && !(msgs[found].from == op->peer &&
-                                           msgs[found].kind == (op->kind == RP_OP_RECV_ACT) &&
-                                           msgs[found].mb == op->mb))
-                        before = found, found = msgs[found].next;
-                    if (found < 0)
-                        break; /* blocked */
-                    if (before >= 0) /* out of the list */
-                        msgs[before].next = msgs[found].next;
-                    else
-                        head[w] = msgs[found].next;
-                    if (tail[w] == found)
-                        tail[w] = before;
-                    received[msgs[found].from]++;
-                } else if (op->kind == RP_OP_WAIT_SENDS) {
-                    if (received[w] < sent[w])
-                        break;
-                } else if (op->kind == RP_OP_REDUCE) {
-                    /* the k-th passes once every member of its group has arrived at
-                    ** its k-th: no member reaches its k+1-th before all reach the k-th,
-                    ** so the arrivals can be counted together */
-                    if (!waiting_reduce[w]) {
-                        waiting_reduce[w] = 1;
-                        arrived[group[w]]++;
-                        rounds[w]++;
-                    }
-                    if (arrived[group[w]] < members[group[w]] * rounds[w])
-                        break;
-                    waiting_reduce[w] = 0;
+        for (int w = 0; w < W && !st; w++)
+            while (!(D && s->device_of) && k.pc[w] < s->w[w].num_ops && check_op(&k, w, &st, err))
+                progress = true;
+        for (int d = 0; d < D && !st; d++) {
+            const rp_device_ops *dv = &s->dev[d];
+            while (dpc[d] < dv->num) {
+                int w = dv->worker[dpc[d]];
+                if (k.pc[w] != dv->op[dpc[d]]) {
+                    st = rp_fail(err, RP_ERR_INVALID,
+                                 "schedule: device %d runs operation %d of worker %d out of "
+                                 "that worker's order (its next is %d)",
+                                 d, dv->op[dpc[d]], w, k.pc[w]);
+                    break;
                 }
-                pc[w]++;
+                if (!check_op(&k, w, &st, err))
+                    break;
+                dpc[d]++;
                 progress = true;
             }
         }
     }
-    for (int w = 0; w < W; w++)
-        if (pc[w] < s->w[w].num_ops) {
-            const rp_op *op = &s->w[w].ops[pc[w]];
+    for (int w = 0; w < W && !st; w++)
+        if (k.pc[w] < s->w[w].num_ops) {
+            const rp_op *op = &s->w[w].ops[k.pc[w]];
             if (op->mb >= 0)
                 st = rp_fail(err, RP_ERR_INVALID,
                              "schedule would hang: worker %d (stage %d, replica %d) waits forever "
                              "at operation %d, %s of micro-batch %d from worker %d",
-                             w, s->w[w].stage, s->w[w].replica, pc[w], rp_op_name(op->kind),
+                             w, s->w[w].stage, s->w[w].replica, k.pc[w], rp_op_name(op->kind),
                              op->mb, op->peer);
             else
                 st = rp_fail(err, RP_ERR_INVALID,
                              "schedule would hang: worker %d (stage %d, replica %d) waits forever "
                              "at operation %d, %s",
-                             w, s->w[w].stage, s->w[w].replica, pc[w], rp_op_name(op->kind));
-            break;
+                             w, s->w[w].stage, s->w[w].replica, k.pc[w], rp_op_name(op->kind));
         }
     for (int w = 0; !st && w < W; w++)
-        if (head[w] >= 0) {
-            const msg *m = &msgs[head[w]];
+        if (k.head[w] >= 0) {
+            const check_msg *m = &k.msgs[k.head[w]];
             st = rp_fail(err, RP_ERR_INVALID,
                          "schedule: the %s of micro-batch %d from worker %d to worker %d is "
                          "never received",
                          m->kind ? "activation" : "gradient", m->mb, m->from, m->to);
         }
 done:
-    free(pc), free(sent), free(received), free(waiting_reduce), free(rounds), free(msgs);
-    free(group), free(ids), free(members), free(arrived), free(head), free(tail);
+    free(k.pc), free(k.sent), free(k.received), free(k.waiting_reduce), free(k.rounds);
+    free(k.msgs), free(k.group), free(k.members), free(k.arrived), free(k.head), free(k.tail);
+    free(ids), free(dpc);
     return st;
 }

@@ -55,8 +55,9 @@ void rp_session_free(rp_session *s) {
         s->quit = true;
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
-        for (int i = 1; i <= s->started; i++)
-            pthread_join(s->w[i].thread, NULL);
+        for (int i = 1; i < s->nlocal; i++)
+            if (s->w[i].threaded)
+                pthread_join(s->w[i].thread, NULL);
     }
     for (int i = 0; s->w && i < s->nlocal; i++) {
         worker *w = &s->w[i];
@@ -65,6 +66,8 @@ void rp_session_free(rp_session *s) {
         for (int q = 0; q < s->ngroupings; q++)
             rp_comm_free(w->reduce[q]);
         rp_comm_free(w->tp);
+        for (int i = 0; i < MAX_TIES; i++)
+            rp_comm_free(w->tie_comm[i]);
         if (w->net && w->own) /* a pass that failed may have left another version in */
             rp_net_use_params(w->net, w->own);
         rp_net_free(w->net);
@@ -353,6 +356,32 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
                        "zb_pass_times and zb_max_in_flight go with schedule \"zb-auto\", not "
                        "\"%s\"",
                        rp_schedule_name(cfg->schedule));
+    if ((cfg->virtual_stages != 1) != (cfg->schedule == RP_SCHEDULE_INTERLEAVED))
+        return rp_fail(err, RP_ERR_INVALID,
+                       "schedule \"interleaved-1f1b\" takes virtual_stages of 2 or more, and "
+                       "virtual_stages goes with it alone (schedule \"%s\", virtual_stages %d)",
+                       rp_schedule_name(cfg->schedule), cfg->virtual_stages);
+    if (cfg->schedule == RP_SCHEDULE_INTERLEAVED) {
+        int S = rp_config_num_stages(cfg, false), v = cfg->virtual_stages, P = S / v;
+        const char *why = S % v ? "layers_per_stage must list virtual_stages chunks per worker"
+                          : cfg->gradient_accumulation_steps % P
+                              ? "gradient_accumulation_steps must be a multiple of the pipeline's "
+                                "workers (micro-batches go through the chunks in groups of them)"
+                          : cfg->stage_replication_count ? "stage_replication is not supported "
+                                                           "with it yet"
+                          : rp_config_tensor_parallel(cfg) > 1 ? "tensor_parallel is not "
+                                                                 "supported with it yet"
+                          : cfg->gradient_clipping > 0 || cfg->auto_loss_scaling
+                              ? "gradient_clipping and auto_loss_scaling are not supported "
+                                "with it yet (their sums over every worker)"
+                          : P < 2 ? "it needs 2 pipeline workers or more"
+                                  : NULL;
+        if (why)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "schedule \"interleaved-1f1b\" with virtual_stages %d, %d stages "
+                           "and gradient_accumulation_steps %d: %s",
+                           v, S, cfg->gradient_accumulation_steps, why);
+    }
     if (rp_config_tensor_parallel(cfg) > 1 && cfg->schedule >= RP_SCHEDULE_PIPEDREAM)
         return rp_fail(err, RP_ERR_INVALID,
                        "tensor_parallel goes with the synchronous schedules, not \"%s\"",
@@ -456,6 +485,9 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     rp_derived der;
     rp_config_derive(cfg, &der);
     int P = der.stages, W = der.workers, R = cfg->replication_factor;
+    if (comm && cfg->schedule == RP_SCHEDULE_INTERLEAVED)
+        return rp_fail(err, RP_ERR_INVALID, "schedule \"interleaved-1f1b\" runs on the local "
+                       "backend for now: under MPI each rank holds one stage");
     if (comm && rp_comm_size(comm) != W)
         return rp_fail(err, RP_ERR_INVALID,
                        "the configuration needs %d workers (replication_factor %d x %d per "
@@ -671,6 +703,18 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             }
         }
     }
+    for (int i = 0; i < s->nties && s->plan->devices; i++) { /* the ties' own workers */
+        const tie *t = &s->ties[i];
+        int members[RP_MAX_WORKERS], nm = 0;
+        for (int k = 0; k < W && t->emb_stage != t->head_stage; k++)
+            if (s->plan->w[k].stage == t->emb_stage || s->plan->w[k].stage == t->head_stage)
+                members[nm++] = k;
+        for (int j = 0; j < nm; j++)
+            if (!(s->w[members[j]].tie_comm[i] = rp_world_subcomm(s->world, members, nm, j))) {
+                st = rp_fail(err, RP_ERR_NOMEM, "out of memory for a tie's workers");
+                goto fail;
+            }
+    }
     for (int i = 0; i < s->nlocal && s->T > 1; i++) { /* the tensor groups */
         worker *w = &s->w[i];
         int first = w->id - w->tensor_rank, members[RP_MAX_WORKERS];
@@ -717,13 +761,20 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             snprintf(s->cache_note, sizeof s->cache_note,
                      "executable cache: not stored (%s); the run goes on without it", why.msg);
     }
-    /* worker 0 runs on the calling thread, the others on threads of their own */
+    /* worker 0 runs on the calling thread, the others on threads of their
+    ** own; a device's workers on its first one's */
+    const rp_workplan *pl = s->plan;
+    if (pl->devices)
+        s->spin = pl->devices <= sysconf(_SC_NPROCESSORS_ONLN);
     for (int i = 1; i < s->nlocal; i++) {
+        if (pl->devices && pl->dev[pl->device_of[i]].worker[0] != i)
+            continue;
         if (pthread_create(&s->w[i].thread, NULL, rpi_worker_thread, &s->w[i]) != 0) {
             st = rp_fail(err, RP_ERR_NOMEM, "cannot start worker thread %d", i);
             goto fail; /* those started are stopped by free */
         }
-        s->started = i;
+        s->w[i].threaded = true;
+        s->started++;
     }
     *out = s;
     return RP_OK;

@@ -88,6 +88,12 @@ typedef struct worker {
     rp_status status;
     rp_error err;
     pthread_t thread;
+    /* interleaved-1f1b: each tie's sum among the workers of its two stages
+    ** (NULL: not one of them), as a device cannot join a world sum once
+    ** for each of its workers */
+    rp_comm *tie_comm[MAX_TIES];
+    bool threaded; /* a thread of its own (worker 0 is the caller's; interleaved-1f1b:
+                   ** a device's first worker runs its others) */
     trace_event *trace;
     int ntrace, trace_cap;
     long long trace_dropped; /* operations past trace_cap, not recorded */
@@ -131,7 +137,7 @@ struct rp_session {
     unsigned long gen;
     int done;
     bool quit;
-    int started; /* worker threads running: workers 1..started */
+    int started; /* worker threads running (those with `threaded`) */
     bool spin;   /* every worker has a core: hand-overs spin before sleeping */
     const float *x;         /* the call's rows, or NULL: */
     const rp_dataset *data; /* rp_session_run_samples: workers copy their own rows */
