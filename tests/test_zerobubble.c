@@ -516,6 +516,31 @@ static void interleaved(void) {
     CHECK(rp_workplan_check(p, NULL, &err) == RP_ERR_INVALID);
     CHECK_STR_HAS(err.msg, "would hang");
     rp_workplan_free(p);
+    /* simulated on unit chunks (F 1, B 2 ms) and free transfers: Megatron's
+    ** bubble, (P - 1) of a micro-batch's F + B through one chunk, against
+    ** 1f1b's (P - 1) through a device's v chunks on the same P workers */
+    static const int PVM[][3] = {{4, 2, 8}, {2, 2, 4}, {2, 4, 8}, {4, 4, 8}, {3, 2, 6}};
+    for (int i = 0; i < 5; i++) {
+        int P = PVM[i][0], v = PVM[i][1], mb = PVM[i][2], S = P * v;
+        double fw[16], bw[16], out[16], par[16];
+        for (int l = 0; l < S; l++)
+            fw[l] = 1, bw[l] = 2, out[l] = 0, par[l] = 0;
+        char layers[64] = "[1", json[512];
+        for (int l = 1; l < S; l++)
+            strcat(layers, ", 1");
+        snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": "
+                 "%s], \"schedule\": \"interleaved-1f1b\", \"virtual_stages\": %d}", mb, layers, v);
+        rp_config ic2 = test_config(json);
+        rp_sim_options so;
+        rp_sim_options_default(&so);
+        so.latency = 0;
+        rp_sim_result r;
+        CHECK_OK(rp_simulate(&ic2, fw, bw, out, par, S, &so, &r, &err), err);
+        double want = 3.0 * mb * v + 3.0 * (P - 1);
+        CHECKF(fabs(r.update_time * 1e3 - want) < 1e-6, "interleaved P=%d v=%d m=%d: %.4f ms, "
+               "Megatron's %.0f", P, v, mb, r.update_time * 1e3, want);
+        rp_sim_result_free(&r);
+    }
     /* what it does not take yet, named */
     rp_model *m = test_model(MLP);
     static const char *const bad[][2] = {

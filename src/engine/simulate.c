@@ -153,7 +153,8 @@ typedef struct red_group {
 ** predicted when each had the link to itself.) Sets every active flow's
 ** share and its members' projected end; count and seen hold levels x W. */
 static void links_shared(const rpi_cluster *net, red_group *rg, int n, const int *gid,
-                         sim_worker *sw, int W, int *count, int *seen, double now) {
+                         const int *pos, sim_worker *sw, int W, int *count, int *seen,
+                         double now) {
     int active = 0;
     for (int k = 0; k < n; k++)
         if (rg[k].active)
@@ -169,7 +170,7 @@ static void links_shared(const rpi_cluster *net, red_group *rg, int n, const int
                 for (int w = 0; w < W; w++) {
                     if (gid[w] != k)
                         continue;
-                    size_t at = (size_t)rg[k].top * W + (size_t)(w / net->span[rg[k].top - 1]);
+                    size_t at = (size_t)rg[k].top * W + (size_t)(pos[w] / net->span[rg[k].top - 1]);
                     if (pass == 0 && seen[at] != k + 1)
                         seen[at] = k + 1, count[at]++;
                     else if (pass == 1 && count[at] > rg[k].share)
@@ -186,6 +187,24 @@ static void links_shared(const rpi_cluster *net, red_group *rg, int n, const int
 ** micro-batches of update d numbered from d GA, so that a worker goes on
 ** to the next update while others finish this one, as the engine's do. */
 static rp_status repeat_updates(rp_workplan *p, int D, int GA, rp_error *err) {
+    for (int v = 0; D > 1 && v < p->devices; v++) { /* a device's order, D times */
+        rp_device_ops *dv = &p->dev[v];
+        int *wk = malloc(sizeof(int) * ((size_t)dv->num * D + 1));
+        int *op = malloc(sizeof(int) * ((size_t)dv->num * D + 1));
+        if (!wk || !op) {
+            free(wk), free(op);
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory for the simulation of %d updates",
+                           D);
+        }
+        for (int d = 0; d < D; d++)
+            for (int j = 0; j < dv->num; j++) {
+                wk[(size_t)d * dv->num + j] = dv->worker[j];
+                op[(size_t)d * dv->num + j] = dv->op[j] + d * p->w[dv->worker[j]].num_ops;
+            }
+        free(dv->worker), free(dv->op);
+        dv->worker = wk, dv->op = op;
+        dv->num *= D;
+    }
     for (int w = 0; D > 1 && w < p->workers; w++) {
         rp_worker_ops *wo = &p->w[w];
         rp_op *ops = malloc(sizeof(rp_op) * ((size_t)wo->num_ops * D + 1));
@@ -275,7 +294,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     int D = cfg->device_iterations > 1 ? cfg->device_iterations : 1;
     if ((st = rp_workplan_check(plan, NULL, err)) ||
         (st = repeat_updates(plan, D, cfg->gradient_accumulation_steps, err)) ||
-        (st = rpi_cluster_make(opt, plan->workers, &net, err))) {
+        (st = rpi_cluster_make(opt, plan->devices ? plan->devices : plan->workers, &net, err))) {
         rp_workplan_free(plan);
         return st;
     }
@@ -303,6 +322,10 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     res->stage_of = malloc(sizeof(int) * W);
     int GA = cfg->gradient_accumulation_steps * D; /* micro-batch numbers of the call */
     sim_worker *sw = calloc(W, sizeof(sim_worker));
+    int *dpc = calloc(plan->devices ? plan->devices : 1, sizeof(int)); /* each device's next */
+    int *pos = malloc(sizeof(int) * W); /* where each worker runs: its device, or itself */
+    for (int w = 0; pos && w < W; w++)
+        pos[w] = plan->devices ? plan->device_of[w] : w;
     /* when each message is available: per (to, kind, mb) */
     double *avail = malloc(sizeof(double) * (size_t)W * 2 * GA);
     /* a message's copy left to its receiver: the sender did not wait */
@@ -330,9 +353,10 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     red_group *rg = calloc((size_t)P * G, sizeof(red_group));
     double *lasts = calloc((size_t)P * G * rounds, sizeof(double));
     int *shared = malloc(sizeof(int) * 2 * (size_t)net.levels * W); /* links_shared's counts */
-    if (!res->events || !res->busy || !res->in_flight || !res->stage_of || !sw || !avail ||
+    if (!res->events || !res->busy || !res->in_flight || !res->stage_of || !sw || !dpc || !pos ||
+        !avail ||
         !copy || !gid || !rg || !lasts || !shared) {
-        free(sw), free(avail), free(copy), free(gid), free(rg), free(lasts), free(shared);
+        free(sw), free(dpc), free(pos), free(avail), free(copy), free(gid), free(rg), free(lasts), free(shared);
         rp_workplan_free(plan);
         rp_sim_result_free(res);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for the simulation of %d workers", W);
@@ -355,7 +379,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         red_group *g = &rg[gid[v]];
         if (g->first < 0)
             g->first = v;
-        int l = rpi_level_of(&net, g->first, v);
+        int l = rpi_level_of(&net, pos[g->first], pos[v]);
         g->top = l > g->top ? l : g->top;
         g->n++;
     }
@@ -374,6 +398,12 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                 int s = wo->stage;
                 while (x->pc < wo->num_ops && x->work < 0 && x->until < 0) {
                     const rp_op *op = &wo->ops[x->pc];
+                    if (plan->devices) { /* a device runs one of its workers' at a time */
+                        const rp_device_ops *dv = &plan->dev[plan->device_of[w]];
+                        int j = dpc[plan->device_of[w]];
+                        if (j >= dv->num || dv->worker[j] != w || dv->op[j] != x->pc)
+                            goto blocked;
+                    }
                     if (!x->started)
                         x->started = true, x->t0 = now;
                     switch (op->kind) {
@@ -391,7 +421,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                     case RP_OP_SEND_ACT:
                     case RP_OP_SEND_GRAD: {
                         double bytes = op->kind == RP_OP_SEND_ACT ? act[s] : act[s - 1];
-                        int l = rpi_level_of(&net, w, op->peer);
+                        int l = rpi_level_of(&net, pos[w], pos[op->peer]);
                         double cost = net.latency + bytes / net.bw[l];
                         size_t k = ((size_t)op->peer * 2 + (op->kind == RP_OP_SEND_GRAD)) * GA +
                                    op->mb;
@@ -472,6 +502,8 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                             (rp_sim_event){w, op->kind, op->mb, x->t0, now};
                         x->until = -1;
                         x->started = false;
+                        if (plan->devices)
+                            dpc[plan->device_of[w]]++;
                         if (++x->pc == wo->num_ops)
                             done++;
                     }
@@ -482,7 +514,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         if (done == W)
             break;
         if (!cpu) /* network reductions at the same time share their links */
-            links_shared(&net, rg, P * G, gid, sw, W, shared, shared + (size_t)net.levels * W, now);
+            links_shared(&net, rg, P * G, gid, pos, sw, W, shared, shared + (size_t)net.levels * W, now);
         /* the workers that want a core: those computing, and under
         ** polling those waiting too */
         int computing = 0;
@@ -496,7 +528,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                 next = t;
         }
         if (next < 0) { /* cannot happen after rp_workplan_check */
-            free(sw), free(avail), free(copy), free(gid), free(rg), free(lasts), free(shared);
+            free(sw), free(dpc), free(pos), free(avail), free(copy), free(gid), free(rg), free(lasts), free(shared);
             rp_workplan_free(plan);
             rp_sim_result_free(res);
             return rp_fail(err, RP_ERR_INVALID, "simulate: every worker waits at %g s", now);
@@ -525,6 +557,8 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                 x->work = x->until = -1;
                 x->flow = -1;
                 x->started = false;
+                if (plan->devices)
+                    dpc[plan->device_of[w]]++;
                 if (++x->pc == plan->w[w].num_ops)
                     done++;
             }
@@ -548,7 +582,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         res->stage_bytes[s] = rpi_stage_bytes(cfg, out_bytes, param_bytes, l, counts[s],
                                               rp_config_stage_replicas(cfg, s), slots, per_mb);
     }
-    free(sw), free(avail), free(copy), free(gid), free(rg), free(lasts), free(shared);
+    free(sw), free(dpc), free(pos), free(avail), free(copy), free(gid), free(rg), free(lasts), free(shared);
     rp_workplan_free(plan);
     return RP_OK;
 }
