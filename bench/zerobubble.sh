@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Zero-bubble schedules against 1f1b on this machine, in one run: two stages
-# of balanced halves (an MLP of six 768-wide layers, and the example GPT with
+# Zero-bubble and interleaved schedules against 1f1b on this machine, in one
+# run: two stages of balanced halves (an MLP of six 768-wide layers, and the example GPT with
 # its blocks two and two), GA 4 and 8 with one update a host call, and GA 8
 # with 4 (device_iterations: a worker starts the next update while the other
 # finishes this one), one worker per core. Each
-# configuration runs 1f1b, zb-h1 and zb-h2 in turn, ROUNDS times (the three
+# configuration runs 1f1b, zb-h1, zb-h2 and interleaved-1f1b (the same two
+# workers holding two chunks each: the MLP's pairs of layers 2, 1, 1, 2 and
+# the GPT's blocks 1 each) in turn, ROUNDS times (the four
 # interleaved, so that the machine's drift falls on all alike); prints the
 # median time per update of each, its ratio to 1f1b's, and what
 # 'repipe simulate --cores N' predicts from a profile measured in the same
@@ -25,11 +27,13 @@ cat docs/*.md README.md > "$tmp/text.txt"
 "$build/repipe" profile --model "$tmp/mlp.model" --micro-batch 64 --out "$tmp/mlp.txt" >/dev/null
 "$build/repipe" profile --model examples/gpt-kjv.model --micro-batch 8 --out "$tmp/gpt.txt" >/dev/null
 med() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-printf '%-4s %3s %2s %-6s %12s %9s %12s %9s\n' model GA D schedule "measured ms" "vs 1f1b" "predicted ms" error
+printf '%-4s %3s %2s %-11s %12s %9s %12s %9s\n' model GA D schedule "measured ms" "vs 1f1b" "predicted ms" error
 # model file B layers_per_stage steps data
-for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 -" "gpt examples/gpt-kjv.model 8 [4,-1] 8 $tmp/text.txt"; do
+# model file B layers_per_stage steps data chunks (interleaved-1f1b's layers_per_stage)
+for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 - [5,2,2,-1]" \
+            "gpt examples/gpt-kjv.model 8 [4,-1] 8 $tmp/text.txt [3,1,1,-1]"; do
   set -- $spec
-  model=$1 file=$2 B=$3 layers=$4 steps=$5 text=$6
+  model=$1 file=$2 B=$3 layers=$4 steps=$5 text=$6 chunks=$7
   data=()
   [ "$text" != - ] && data=(--text "$text")
   for gad in "4 1" "8 1" "8 4"; do
@@ -40,21 +44,24 @@ for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 -" "gpt examples/gpt-kjv.model 8 [4
         "$B" "$layers" "$ga" "$D" "$s" > "$tmp/$s.json"
       : > "$tmp/$s.runs"
     done
+    printf '{"micro_batch_size": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "device_iterations": %s, "schedule": "interleaved-1f1b", "virtual_stages": 2}\n' \
+      "$B" "$chunks" "$ga" "$D" > "$tmp/interleaved.json"
+    : > "$tmp/interleaved.runs"
     for _ in $(seq "$rounds"); do
-      for s in 1f1b zb-h1 zb-h2; do
+      for s in 1f1b zb-h1 zb-h2 interleaved; do
         "$build/bench/bench_train" "$file" "$tmp/$s.json" $((steps / D + 1)) "${data[@]}" </dev/null |
           sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' >> "$tmp/$s.runs"
       done
     done
     base=""
-    for s in 1f1b zb-h1 zb-h2; do
+    for s in 1f1b zb-h1 zb-h2 interleaved; do
       rate=$(med < "$tmp/$s.runs")
       pred=$("$build/repipe" simulate --config "$tmp/$s.json" --profile "$tmp/$model.txt" --cores "$cores" \
              --json - 2>/dev/null | sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p')
       ms=$(awk -v r="$rate" -v n=$((B * ga)) 'BEGIN { printf "%.3f", 1e3 * n / r }')
       [ -z "$base" ] && base=$ms
       awk -v m="$model" -v g="$ga" -v d="$D" -v s="$s" -v t="$ms" -v b="$base" -v p="$pred" 'BEGIN {
-        printf "%-4s %3s %2s %-6s %12.3f %9.3f %12.3f %+8.1f%%\n", m, g, d, s, t, t / b, p * 1e3, 100 * (p * 1e3 - t) / t }'
+        printf "%-4s %3s %2s %-11s %12.3f %9.3f %12.3f %+8.1f%%\n", m, g, d, s, t, t / b, p * 1e3, 100 * (p * 1e3 - t) / t }'
     done
   done
 done

@@ -541,6 +541,37 @@ static void interleaved(void) {
                "Megatron's %.0f", P, v, mb, r.update_time * 1e3, want);
         rp_sim_result_free(&r);
     }
+    /* the trace: each device's chunks on its own track, named with its stages */
+    {
+        icase tc = {2, 2, 1, 4, ""};
+        rp_config cc = iconfig(&tc, true, true);
+        rp_model *mm = test_model(MLP);
+        rp_session *ts = test_session(mm, &cc, NULL);
+        static char text[1 << 20];
+        size_t len = 0;
+        if (ts) {
+            long long per = rp_session_samples_per_call(ts);
+            int64_t ids[64];
+            for (long long i = 0; i < per && i < 64; i++)
+                ids[i] = i;
+            rp_result res;
+            CHECK_OK(rp_session_trace(ts, true, &err), err);
+            CHECK_OK(rp_session_run_samples(ts, data, ids, &res, &err), err);
+            CHECK_OK(rp_session_write_trace(ts, "test_zerobubble.trace.json", &err), err);
+            FILE *f = fopen("test_zerobubble.trace.json", "r");
+            len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+            if (f)
+                fclose(f);
+            remove("test_zerobubble.trace.json");
+        }
+        text[len] = 0;
+        CHECK_STR_HAS(text, "\"worker 1: replica 0, stages 1, 3 (interleaved)\"");
+        CHECK_STR_HAS(text, "\"name\":\"backward 3 (stage 3)\",\"cat\":\"backward\",\"ph\":\"X\","
+                            "\"pid\":0,\"tid\":1,");
+        CHECK(strstr(text, "\"tid\":1,") && !strstr(text, "\"tid\":2,"));
+        rp_session_free(ts);
+        rp_model_free(mm);
+    }
     /* what it does not take yet, named */
     rp_model *m = test_model(MLP);
     static const char *const bad[][2] = {

@@ -75,7 +75,12 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
     for (int s = 0; s < d.stages; s++)
         printf("%s%d", s ? ", " : "", rp_config_stage_replicas(cfg, s));
     printf("\n  replication factor         %d\n", cfg->replication_factor);
-    printf("  workers needed             %d\n", d.workers);
+    if (cfg->schedule == RP_SCHEDULE_INTERLEAVED)
+        printf("  workers needed             %d  (each holds %d of the %d stages: "
+               "interleaved-1f1b)\n", d.workers / cfg->virtual_stages, cfg->virtual_stages,
+               d.stages);
+    else
+        printf("  workers needed             %d\n", d.workers);
     printf("  replica grouping           %s\n",
            rp_grouping_to_string(&cfg->replica_grouping, gbuf, sizeof gbuf));
     if (rp_config_tensor_parallel(cfg) > 1) {

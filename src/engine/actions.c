@@ -399,6 +399,10 @@ rp_status rp_schedule_csv(const rp_config *cfg, char **out, rp_error *err) {
     if (cfg->schedule >= RP_SCHEDULE_PIPEDREAM)
         return rp_fail(err, RP_ERR_INVALID, "a schedule CSV holds the schedules that end an "
                        "update with every backward done: gpipe, 1f1b, zb-h1, zb-h2, zb-auto");
+    if (cfg->schedule == RP_SCHEDULE_INTERLEAVED) /* a rank a device, its chunks' passes */
+        return rp_schedule_csv_interleaved(cfg->layers_per_stage.count / cfg->virtual_stages,
+                                           cfg->virtual_stages,
+                                           cfg->gradient_accumulation_steps, out, err);
     rp_workplan *plan;
     rp_status st = rp_workplan_build(cfg, &plan, err);
     if (st)

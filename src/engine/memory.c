@@ -130,19 +130,35 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
         return rp_fail(err, RP_ERR_IO, "%s: cannot write the trace", path);
     fprintf(f, "{\"traceEvents\":[\n");
     bool first = true;
+    const rp_workplan *pl = s->plan;
     for (int i = 0; i < s->nlocal; i++) {
         const worker *w = &s->w[i];
-        char rank[32] = "";
+        /* interleaved-1f1b: a device's chunks on its track, each event naming its stage */
+        int tid = pl->devices ? pl->device_of[w->id] : w->id;
+        char rank[32] = "", chunk[24] = "";
         if (s->T > 1)
             snprintf(rank, sizeof rank, ", tensor rank %d", w->tensor_rank);
-        fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":"
-                   "{\"name\":\"worker %d: replica %d, stage %d.%d%s\"}}",
-                first ? "" : ",\n", w->id, w->id, w->replica, w->stage, w->stage_replica, rank);
+        if (pl->devices)
+            snprintf(chunk, sizeof chunk, " (stage %d)", w->stage);
+        if (pl->devices && pl->dev[tid].worker[0] == w->id) {
+            char stages[128] = "";
+            for (int k = 0, n = 0; k < s->cfg.virtual_stages && n < (int)sizeof stages; k++)
+                n += snprintf(stages + n, sizeof stages - n, "%s%d", k ? ", " : "",
+                              w->stage + k * (s->P / s->cfg.virtual_stages));
+            fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+                       "\"args\":{\"name\":\"worker %d: replica %d, stages %s "
+                       "(interleaved)\"}}",
+                    first ? "" : ",\n", tid, tid, w->replica, stages);
+        }
+        else if (!pl->devices) /* (worker 0 leads device 0: the file opens with a name) */
+            fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+                       "\"args\":{\"name\":\"worker %d: replica %d, stage %d.%d%s\"}}",
+                    first ? "" : ",\n", tid, w->id, w->replica, w->stage, w->stage_replica, rank);
         first = false;
         if (w->trace_dropped) /* said where the reader looks: on the worker's track */
             fprintf(f, ",\n{\"name\":\"%lld later operations not recorded (the first %d are)\","
                        "\"ph\":\"i\",\"s\":\"t\",\"pid\":0,\"tid\":%d,\"ts\":%.3f}",
-                    w->trace_dropped, w->trace_cap, w->id,
+                    w->trace_dropped, w->trace_cap, tid,
                     w->ntrace ? (w->trace[w->ntrace - 1].t1 - s->t_origin) * 1e6 : 0.0);
         for (int e = 0; e < w->ntrace; e++) {
             const trace_event *ev = &w->trace[e];
@@ -152,13 +168,13 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
                                : ev->kind == RPI_TRACE_TP_GATHER   ? "tensor all-gather (loss)"
                                                                    : rp_op_name((rp_op_kind)ev->kind);
             if (ev->mb >= 0)
-                snprintf(name, sizeof name, "%s %d", kind, ev->mb);
+                snprintf(name, sizeof name, "%s %d%s", kind, ev->mb, chunk);
             else
-                snprintf(name, sizeof name, "%s", kind);
+                snprintf(name, sizeof name, "%s%s", kind, chunk);
             fprintf(f,
                     ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
                     "\"ts\":%.3f,\"dur\":%.3f}",
-                    name, kind, w->id,
+                    name, kind, tid,
                     (ev->t0 - s->t_origin) * 1e6, (ev->t1 - ev->t0) * 1e6);
         }
     }
