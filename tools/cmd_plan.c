@@ -148,7 +148,8 @@ static void print_row(const char *what, const rp_autoplan_entry *e) {
     }
     rp_derived d;
     rp_config_derive(&e->cfg, &d);
-    printf("  %-34s %7d %7d %9d %5d %-8s %11.4f s %11.0f", what, d.workers, d.stages,
+    int v = e->cfg.schedule == RP_SCHEDULE_INTERLEAVED ? e->cfg.virtual_stages : 1;
+    printf("  %-34s %7d %7d %9d %5d %-16s %11.4f s %11.0f", what, d.workers / v, d.stages,
            e->cfg.micro_batch_size, e->cfg.gradient_accumulation_steps,
            rp_schedule_name(e->cfg.schedule), e->seconds, d.samples_per_update / e->seconds);
     if (e->cfg.tensor_parallel > 1) /* the third axis: workers = replicas x stages' x t */
@@ -295,13 +296,14 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
     for (int k = 0; k < np; k++)
         printf("%s%.0f", k ? ", " : "", batches[k]);
     printf("), %d configurations simulated:\n", r.simulated);
-    printf("  %-34s %7s %7s %9s %5s %-8s %13s %11s\n", "", "workers", "stages", "micro-b", "GA",
+    printf("  %-34s %7s %7s %9s %5s %-16s %13s %11s\n", "", "workers", "stages", "micro-b", "GA",
            "schedule", "per update", "samples/s");
     print_row("one worker", &r.single);
     print_row("data parallel", &r.data_parallel);
     print_row("PipeDream's plan, synchronous", &r.pipedream);
     print_row("fastest pipeline under 1f1b", &r.pipeline_1f1b);
     print_row("fastest pipeline, zero bubble", &r.pipeline_zero_bubble);
+    print_row("interleaved 1f1b (threads only)", &r.pipeline_interleaved);
     if (split)
         print_row("fastest with tensor groups", &r.tensor_parallel);
     print_row("fastest for the engine", &r.best);

@@ -168,6 +168,9 @@ typedef struct rp_autoplan {
     ** zero-bubble schedule (zb-h1, zb-h2 or zb-auto), side by side */
     rp_autoplan_entry pipeline_1f1b, pipeline_zero_bubble;
     rp_autoplan_entry tensor_parallel; /* the fastest with tensor groups (t > 1) */
+    /* the fastest interleaved-1f1b on a pipeline's workers (2 chunks each):
+    ** shown, not chosen, as the engine runs it on threads alone */
+    rp_autoplan_entry pipeline_interleaved;
     int simulated;                   /* configurations simulated exactly */
 } rp_autoplan;
 
@@ -187,7 +190,7 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
 
 /* The engine objective's comparison as JSON: {"global_batch", "simulated",
 ** "best", "single", "data_parallel", "pipedream", "pipeline_1f1b",
-** "pipeline_zero_bubble"}, each row {"found",
+** "pipeline_zero_bubble", "tensor_parallel", "pipeline_interleaved"}, each row {"found",
 ** "workers", "stages", "seconds_per_update", "samples_per_second",
 ** "worker_bytes", "config"} with the whole configuration. With a plan (may
 ** be NULL), the object is the "engine" key of rp_plan_to_json's. The

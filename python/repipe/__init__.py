@@ -376,7 +376,7 @@ class Plan:
         update, beside one worker, data parallelism, this plan run synchronously and the
         fastest pipelines under 1f1b and a zero-bubble schedule. Returns {"global_batch",
         "simulated", "best", "single", "data_parallel", "pipedream", "pipeline_1f1b",
-        "pipeline_zero_bubble", "tensor_parallel"}; each row
+        "pipeline_zero_bubble", "tensor_parallel", "pipeline_interleaved"}; each row
         has "found", "workers", "stages", "seconds_per_update", "samples_per_second",
         "worker_bytes" and "config", a Config (base's other keys kept) ready to save and run.
 
@@ -420,7 +420,7 @@ class Plan:
                                  ctypes.byref(err)), err)
         result = json.loads(_take_string(text))
         for row in ("best", "single", "data_parallel", "pipedream", "pipeline_1f1b",
-                    "pipeline_zero_bubble"):
+                    "pipeline_zero_bubble", "tensor_parallel", "pipeline_interleaved"):
             if result[row]["found"]:
                 result[row]["config"] = Config(**result[row]["config"])
         return result

@@ -104,7 +104,7 @@ class Plans(unittest.TestCase):
                 self.assertEqual({k: v for k, v in want.items() if k != "engine"}, p.json)
                 got = p.engine(**kwargs)
                 for row in ("best", "single", "data_parallel", "pipedream", "pipeline_1f1b",
-                            "pipeline_zero_bubble"):
+                            "pipeline_zero_bubble", "tensor_parallel", "pipeline_interleaved"):
                     if got[row]["found"]:
                         got[row]["config"] = got[row]["config"].to_dict()
                 self.assertEqual(got, want["engine"], extra)

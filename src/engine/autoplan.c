@@ -301,6 +301,45 @@ static void consider(const search *S, rp_autoplan_entry *e, const rp_config *cfg
     e->worker_bytes = bytes;
 }
 
+/* Interleaved 1F1B on pipeline k's workers (one a stage, GA a multiple of
+** P): the model cut into 2 P chunks of about equal forward and backward
+** time by the profile, chunk c on worker c mod P. Considered for `into`
+** alone: the engine runs it on threads, not on MPI ranks, so the plan does
+** not choose it. Returns how many were simulated. */
+static int interleaved(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into) {
+    int P = k->P, C = 2 * P;
+    if (P < 2 || k->GA % P || C > RP_MAX_STAGES || S->L < C || cfg.gradient_clipping > 0 ||
+        cfg.auto_loss_scaling || rp_config_tensor_parallel(&cfg) > 1)
+        return 0;
+    for (int s = 0; s < P; s++)
+        if (k->reps[s] != 1)
+            return 0;
+    const measured *m = &S->m[k->prof];
+    double total = 0, acc = 0;
+    for (int l = 0; l < S->L; l++)
+        total += m->fw[l] + m->bw[l];
+    int l = 0;
+    for (int c = 0; c < C - 1; c++) { /* to the layer nearest its share, leaving one a chunk */
+        int n = 0;
+        double goal = total * (c + 1) / C;
+        do {
+            acc += m->fw[l] + m->bw[l];
+            l++, n++;
+        } while (l < S->L - (C - 1 - c) && acc + (m->fw[l] + m->bw[l]) / 2 < goal);
+        cfg.layers_per_stage.layers[c] = n;
+    }
+    cfg.layers_per_stage.layers[C - 1] = S->L - l;
+    cfg.layers_per_stage.count = C;
+    cfg.stage_replication_count = 0;
+    cfg.schedule = RP_SCHEDULE_INTERLEAVED;
+    cfg.virtual_stages = 2;
+    double t, bytes;
+    if (!simulate(S, &cfg, &t, &bytes))
+        return 0;
+    consider(S, into, &cfg, t, bytes);
+    return 1;
+}
+
 /* Pipeline k of cfg under zb-h1, zb-h2, then zb-auto on the busiest
 ** stage's pass times at zb-h1's memory, at about zb-h2's and at room for
 ** 3 P micro-batches (where the passes differ, more room lets it fill the
@@ -498,6 +537,7 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
         ** with the weights' halves at more activation memory */
         consider(&S, &out->pipeline_1f1b, &cfg, t, bytes);
         out->simulated += zero_bubble(&S, k, cfg, &out->pipeline_zero_bubble, &out->best);
+        out->simulated += interleaved(&S, k, cfg, &out->pipeline_interleaved);
     }
     /* A third axis: the shapes of W / t workers, each split over tensor
     ** groups of t inside a unit of the innermost level (Megatron-LM's
