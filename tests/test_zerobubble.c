@@ -539,6 +539,10 @@ static void interleaved(void) {
         double want = 3.0 * mb * v + 3.0 * (P - 1);
         CHECKF(fabs(r.update_time * 1e3 - want) < 1e-6, "interleaved P=%d v=%d m=%d: %.4f ms, "
                "Megatron's %.0f", P, v, mb, r.update_time * 1e3, want);
+        /* the bubble of the P workers (not of the P v chunks' workers) */
+        CHECKF(fabs(r.bubble_fraction - 3.0 * (P - 1) / want) < 1e-9, "interleaved P=%d v=%d "
+               "m=%d: bubble %.4f, Megatron's %.4f", P, v, mb, r.bubble_fraction,
+               3.0 * (P - 1) / want);
         rp_sim_result_free(&r);
     }
     /* the trace: each device's chunks on its own track, named with its stages */

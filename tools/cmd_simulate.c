@@ -304,6 +304,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     rp_derived d;
     rp_config_derive(&cfg, &d);
+    /* interleaved-1f1b: a worker holds virtual_stages of the stages */
+    int v = cfg.schedule == RP_SCHEDULE_INTERLEAVED ? cfg.virtual_stages : 1, nw = d.workers / v;
     if (!opt.num_levels && nbw) { /* --bandwidth alone: one level of every worker */
         opt.num_levels = 1;
         opt.machines[0] = d.workers;
@@ -365,7 +367,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     /* with the JSON on standard output, the words go to standard error */
     FILE *txt = json && strcmp(json, "-") == 0 ? stderr : stdout;
     fprintf(txt, "%s: %d workers, %d stages, %d micro-batches of %d per replica\n", config_path,
-           d.workers, d.stages, cfg.gradient_accumulation_steps, cfg.micro_batch_size);
+           nw, d.stages, cfg.gradient_accumulation_steps, cfg.micro_batch_size);
     if (!opt.profile_batch) /* the simulator prices the profile's rows as one micro-batch */
         fprintf(txt, "note: %s does not say the micro-batch it was measured on; taken to be the "
                      "configuration's %d (--profile-batch B says otherwise)\n",
@@ -376,10 +378,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         fprintf(txt, "machines one, every worker on it (shared memory at 10 GB/s)\n");
     fprintf(txt, "predicted time per update   %.3f ms  (%.0f samples/s)", res.update_time * 1e3,
            d.samples_per_update / res.update_time);
-    if (cores > 0 && cores < d.workers)
-        fprintf(txt, "  (%d workers share %lld cores)", d.workers, cores);
+    if (cores > 0 && cores < nw)
+        fprintf(txt, "  (%d workers share %lld cores)", nw, cores);
     fprintf(txt, "\n");
-    if (cores > 0 && cores < d.workers)
+    if (cores > 0 && cores < nw)
         fprintf(txt, "note: the operating system's time slicing, and the caches and memory bus "
                      "that cores share, are not modelled; they made oversubscribed pipelines run "
                      "up to 25 %% slower than predicted (docs/simulate.md)\n");
@@ -387,7 +389,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     for (int w = 0; w < res.workers; w++)
         busy += res.busy[w];
     fprintf(txt, "workers compute %.0f %% of the time, wait in the pipeline's bubble %.0f %%",
-           100 * busy / res.workers, 100 * res.bubble_fraction);
+           100 * busy / nw, 100 * res.bubble_fraction);
     for (int l = 0; l < res.num_levels; l++)
         if (res.comm_seconds[l] > 0)
             fprintf(txt, "; level %d carries data %.3f ms", l + 1, res.comm_seconds[l] * 1e3);
@@ -404,9 +406,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     double t = 0;
     if (!rc && model) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        if (!cores && cpus > 0 && d.workers > cpus)
+        if (!cores && cpus > 0 && nw > cpus)
             fprintf(txt, "note: %d workers share this machine's %ld cores; --cores %ld predicts that\n",
-                   d.workers, cpus, cpus);
+                   nw, cpus, cpus);
         if (measure(model, &cfg, &t, &err)) {
             cli_error(cmd, "%s", err.msg);
             rc = 1;

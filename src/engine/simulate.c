@@ -566,12 +566,14 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         now = next;
     }
     res->update_time = now / D; /* the call's time, per update */
-    double idle = 0;
+    /* idle time of the threads or ranks: a device's workers share its time */
+    int units = plan->devices ? plan->devices : W;
+    double idle = units * now;
     for (int w = 0; w < W; w++) {
-        idle += now - res->busy[w] - sw[w].reducing - sw[w].copying;
+        idle -= res->busy[w] + sw[w].reducing + sw[w].copying;
         res->busy[w] = now > 0 ? res->busy[w] / now : 0;
     }
-    res->bubble_fraction = now > 0 && idle > 0 ? idle / (W * now) : 0;
+    res->bubble_fraction = now > 0 && idle > 0 ? idle / (units * now) : 0;
     res->workers = W;
     res->stages = P;
     for (int s = 0, l = 0; s < P; l += counts[s], s++) {
