@@ -77,7 +77,7 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
     printf("\n  replication factor         %d\n", cfg->replication_factor);
     if (cfg->schedule == RP_SCHEDULE_INTERLEAVED)
         printf("  workers needed             %d  (each holds %d of the %d stages: "
-               "interleaved-1f1b)\n", d.workers / cfg->virtual_stages, cfg->virtual_stages,
+               "interleaved-1f1b)\n", rp_config_devices(cfg, &d), cfg->virtual_stages,
                d.stages);
     else
         printf("  workers needed             %d\n", d.workers);

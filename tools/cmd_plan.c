@@ -148,8 +148,8 @@ static void print_row(const char *what, const rp_autoplan_entry *e) {
     }
     rp_derived d;
     rp_config_derive(&e->cfg, &d);
-    int v = e->cfg.schedule == RP_SCHEDULE_INTERLEAVED ? e->cfg.virtual_stages : 1;
-    printf("  %-34s %7d %7d %9d %5d %-16s %11.4f s %11.0f", what, d.workers / v, d.stages,
+    printf("  %-34s %7d %7d %9d %5d %-16s %11.4f s %11.0f", what,
+           rp_config_devices(&e->cfg, &d), d.stages,
            e->cfg.micro_batch_size, e->cfg.gradient_accumulation_steps,
            rp_schedule_name(e->cfg.schedule), e->seconds, d.samples_per_update / e->seconds);
     if (e->cfg.tensor_parallel > 1) /* the third axis: workers = replicas x stages' x t */

@@ -304,8 +304,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     rp_derived d;
     rp_config_derive(&cfg, &d);
-    /* interleaved-1f1b: a worker holds virtual_stages of the stages */
-    int v = cfg.schedule == RP_SCHEDULE_INTERLEAVED ? cfg.virtual_stages : 1, nw = d.workers / v;
+    int nw = rp_config_devices(&cfg, &d); /* interleaved-1f1b: each holds several stages */
     if (!opt.num_levels && nbw) { /* --bandwidth alone: one level of every worker */
         opt.num_levels = 1;
         opt.machines[0] = d.workers;

@@ -247,6 +247,12 @@ static inline int rp_config_tensor_parallel(const rp_config *cfg) {
 static inline unsigned rp_config_tp_flags(const rp_config *cfg) {
     return cfg->vocab_parallel ? 1u /* RP_TP_VOCAB */ : 0u;
 }
+/* The threads or ranks a training run of d's workers takes: under
+** interleaved-1f1b each runs virtual_stages of them. */
+static inline int rp_config_devices(const rp_config *cfg, const rp_derived *d) {
+    return cfg->schedule == RP_SCHEDULE_INTERLEAVED ? d->workers / cfg->virtual_stages
+                                                    : d->workers;
+}
 int rp_config_stage_replicas(const rp_config *cfg, int s);
 
 void rp_config_derive(const rp_config *cfg, rp_derived *out);
