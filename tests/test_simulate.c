@@ -142,6 +142,35 @@ static void reductions(void) {
                 3e-3 + tree + 40 / 1e12, 1e-12);
 }
 
+/* Buckets (reduction_bucket_mb 1.5) on two replicas a server apart: forward
+** 3 ms; the backward runs layer 2 (5 ms, 2 MB), layer 1 (3 ms, none), layer
+** 0 (2 ms, 1 MB). Layer 2's 2 MB are ready at 8 ms and go as pieces of 1.5
+** and 0.5 MB, each a ring of two (2 latencies + its bytes at 1e9 B/s): over
+** at 9.52 and 10.04 ms; layer 0's 1 MB is ready at 13 ms, over at 14.02;
+** then the step. One reduction after the backward ends at 16.02 ms. On one
+** machine nothing overlaps (the local backend sums each bucket where it is
+** announced). */
+static void buckets(void) {
+    double fw[] = {1, 1, 1}, bw[] = {2, 3, 5}, out[] = {10, 10, 10}, par[] = {1e6, 0, 2e6};
+    rp_sim_options o = two_servers();
+    o.machines[0] = 1;
+    double step = 3e6 / 1e12;
+    CHECK_CLOSE(sim("{\"replication_factor\": 2, \"reduction_bucket_mb\": 1.5}", fw, bw, out,
+                    par, 3, &o, NULL),
+                14.02e-3 + step, 1e-12);
+    CHECK_CLOSE(sim("{\"replication_factor\": 2}", fw, bw, out, par, 3, &o, NULL),
+                16.02e-3 + step, 1e-12);
+    /* buckets of 4 MB: one, started when layer 0 is done, as without */
+    CHECK_CLOSE(sim("{\"replication_factor\": 2, \"reduction_bucket_mb\": 4}", fw, bw, out,
+                    par, 3, &o, NULL),
+                16.02e-3 + step, 1e-12);
+    rp_sim_options one;
+    rp_sim_options_default(&one);
+    CHECK_CLOSE(sim("{\"replication_factor\": 2, \"reduction_bucket_mb\": 1.5}", fw, bw, out,
+                    par, 3, &one, NULL),
+                sim("{\"replication_factor\": 2}", fw, bw, out, par, 3, &one, NULL), 1e-15);
+}
+
 /* Reductions that cross one link at the same time share it. R = 2 x 2
 ** stages, one replica a server: both stages' allreduces (1e8 bytes, 1 s
 ** each alone at 1e8 B/s) cross the link between the two servers from t = 0
@@ -268,6 +297,7 @@ int main(void) {
     graph_cuts();
     transfers();
     reductions();
+    buckets();
     replication();
     shared_links();
     seed();

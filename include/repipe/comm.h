@@ -96,6 +96,20 @@ rp_status rp_comm_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t
                             rp_error *err); /* root: index in the group */
 rp_status rp_comm_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n,
                             rp_error *err); /* sum, in place */
+/* The allreduce over all ranks of c, started without waiting: the sum is
+** in buf once rp_comm_wait (or an rp_comm_test that says done) returns for
+** req; until then neither buf nor scratch (n floats; MPI with 2 ranks
+** receives the other's values there) may be touched. Every rank starts its
+** non-blocking collectives on c in the same order. Each element's sum is
+** rp_comm_allreduce's: the local backend sums at once, in member order;
+** under MPI two ranks exchange their values and each adds the pair (one
+** round, so the bytes move while the caller computes, as far as calls to
+** rp_comm_test let Open MPI progress them), more ranks use MPI_Iallreduce. */
+rp_status rp_comm_iallreduce(rp_comm *c, float *buf, size_t n, float *scratch, rp_request *req,
+                             rp_error *err);
+/* Whether a started request has finished (*done); lets MPI progress it. A
+** request found done is over: it is not waited for again. */
+rp_status rp_comm_test(rp_comm *c, rp_request *req, bool *done, rp_error *err);
 /* The allreduce with values exchanged in half precision (half the bytes):
 ** each member's values are rounded to fp16 and the sum, taken in fp32, is
 ** rounded to fp16 again, so buf ends with fp16 values. `stage` is the

@@ -130,6 +130,12 @@ typedef struct rp_config {
     bool enable_half_partials;
     /* activations and their gradients cross stage boundaries in fp16 */
     bool fp16_exchange;
+    /* > 0: each worker starts reducing its gradients during the update's
+    ** last backward, a bucket of about this many MB at a time from the last
+    ** layer down, while the layers below compute (PyTorch DDP's buckets);
+    ** the same sums as one reduction after it. 0: one reduction after the
+    ** last backward [0] */
+    double reduction_bucket_mb;
     /* The loss scale (a power of two): fixed, or the first of auto_loss_scaling.
     ** 0: the default, 2^16 with auto_loss_scaling and 1 without. */
     double loss_scaling;

@@ -225,6 +225,13 @@ typedef struct rp_step_ctx {
     ** micro-batch records into (its number in the update, replica-major);
     ** 0: records nothing */
     int stat_slot;
+    /* Called in a backward, from the last layer down, once each layer's
+    ** weight gradient is as this call leaves it (after a whole backward of
+    ** the layer, or its weights' half; never after an input half): the
+    ** caller may start reducing [the layer's first parameter, the net's
+    ** last) while the layers below compute. NULL: not called. */
+    void (*grads_done)(void *arg, int layer);
+    void *grads_arg;
 } rp_step_ctx;
 
 /* A worker's executor for the layers [first, last) of a model. It owns the

@@ -28,6 +28,8 @@ rp_status rpi_local_isend(rp_comm *c, int dst, int tag, const void *buf, size_t 
 rp_status rpi_local_irecv(rp_comm *c, int src, int tag, void *buf, size_t bytes, rp_request *req,
                       rp_error *err);
 rp_status rpi_local_wait(rp_comm *c, rp_request *req, rp_error *err);
+rp_status rpi_local_test(rp_comm *c, rp_request *req, bool *done, rp_error *err);
+void rpi_local_done(rp_request *req);
 
 const char *rp_backend_name(rp_backend b) { return b == RP_BACKEND_MPI ? "mpi" : "local"; }
 
@@ -102,6 +104,19 @@ rp_status rp_comm_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t
     if (s)
         return s;
     return LOCAL(c) ? rpi_local_allreduce(c, g, buf, n, err) : rpi_mpi_allreduce(c, g, buf, n, err);
+}
+
+rp_status rp_comm_iallreduce(rp_comm *c, float *buf, size_t n, float *scratch, rp_request *req,
+                             rp_error *err) {
+    if (!LOCAL(c))
+        return rpi_mpi_iallreduce(c, buf, n, scratch, req, err);
+    /* shared memory: the sum costs what its wait would; done at once */
+    rpi_local_done(req);
+    return rpi_local_allreduce(c, NULL, buf, n, err);
+}
+
+rp_status rp_comm_test(rp_comm *c, rp_request *req, bool *done, rp_error *err) {
+    return LOCAL(c) ? rpi_local_test(c, req, done, err) : rpi_mpi_test(c, req, done, err);
 }
 
 rp_status rp_comm_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,

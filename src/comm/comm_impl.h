@@ -41,10 +41,13 @@ rp_status rpi_mpi_send(rp_comm *c, int dst, int tag, const void *buf, size_t byt
 rp_status rpi_mpi_recv(rp_comm *c, int src, int tag, void *buf, size_t bytes, bool wait,
                    rp_request *req, rp_error *err);
 rp_status rpi_mpi_wait(rp_comm *c, rp_request *req, rp_error *err);
+rp_status rpi_mpi_test(rp_comm *c, rp_request *req, bool *done, rp_error *err);
 rp_status rpi_mpi_barrier(rp_comm *c, rp_error *err);
 rp_status rpi_mpi_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
                         rp_error *err);
 rp_status rpi_mpi_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n, rp_error *err);
+rp_status rpi_mpi_iallreduce(rp_comm *c, float *buf, size_t n, float *scratch, rp_request *req,
+                             rp_error *err);
 rp_status rpi_mpi_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
                              size_t n, rp_error *err);
 rp_status rpi_mpi_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,

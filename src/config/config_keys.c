@@ -335,6 +335,15 @@ static rp_status k_clipping(rp_config *cfg, rpi_load *c, const char *key, const 
     return RP_OK;
 }
 
+static rp_status k_bucket(rp_config *cfg, rpi_load *c, const char *key, const cJSON *v) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || !(v->valuedouble <= 1e6))
+        return rpi_bad_value(c, key, v,
+                             "must be a number of MB from 0 to 1e6 (0: one reduction after the "
+                             "last backward)");
+    cfg->reduction_bucket_mb = v->valuedouble;
+    return RP_OK;
+}
+
 static rp_status k_grouping(rp_config *cfg, rpi_load *c, const char *key, const cJSON *v) {
     const char *rule = "must be an object {\"group_size\": g, \"stride\": s} with integers >= 1";
     if (!cJSON_IsObject(v))
@@ -452,6 +461,7 @@ static const struct key_def {
     {"optimizer", k_optimizer, cJSON_Object},
     {"lr_schedule", k_lr_schedule, cJSON_Object},
     {"gradient_clipping", k_clipping, cJSON_Number},
+    {"reduction_bucket_mb", k_bucket, cJSON_Number},
     {"data_order", k_data_order, cJSON_String},
 };
 #define NUM_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))

@@ -48,6 +48,7 @@ int rpi_reduce_members(const rp_session *s, const rp_grouping *g, int c, int sta
 ** (streamed a chunk at a time). */
 bool rpi_fused_run(const rp_session *s, int k, bool sharded) {
     if (k < 2 || s->cfg.auto_loss_scaling || s->cfg.fp16_exchange ||
+        s->cfg.reduction_bucket_mb > 0 || /* (summed in buckets before the update) */
         s->cfg.gradient_clipping > 0 || s->nties || /* (the update waits for the norm, the tie) */
         s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW) /* (it updates the other version) */
         return false;

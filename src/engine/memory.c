@@ -155,6 +155,10 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
                        "\"args\":{\"name\":\"worker %d: replica %d, stage %d.%d%s\"}}",
                     first ? "" : ",\n", tid, w->id, w->replica, w->stage, w->stage_replica, rank);
         first = false;
+        if (w->last_back >= 0 && !pl->devices)
+            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+                       "\"args\":{\"name\":\"worker %d: its gradients' buckets\"}}",
+                    tid + RPI_BUCKET_TRACK, w->id);
         if (w->trace_dropped) /* said where the reader looks: on the worker's track */
             fprintf(f, ",\n{\"name\":\"%lld later operations not recorded (the first %d are)\","
                        "\"ph\":\"i\",\"s\":\"t\",\"pid\":0,\"tid\":%d,\"ts\":%.3f}",
@@ -166,6 +170,7 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
             const char *kind = ev->kind == RPI_TRACE_TP_FORWARD    ? "tensor all-reduce (forward)"
                                : ev->kind == RPI_TRACE_TP_BACKWARD ? "tensor all-reduce (backward)"
                                : ev->kind == RPI_TRACE_TP_GATHER   ? "tensor all-gather (loss)"
+                               : ev->kind == RPI_TRACE_BUCKET      ? "reduce bucket"
                                                                    : rp_op_name((rp_op_kind)ev->kind);
             if (ev->mb >= 0)
                 snprintf(name, sizeof name, "%s %d%s", kind, ev->mb, chunk);
@@ -174,7 +179,7 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
             fprintf(f,
                     ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,"
                     "\"ts\":%.3f,\"dur\":%.3f}",
-                    name, kind, tid,
+                    name, kind, ev->kind == RPI_TRACE_BUCKET ? tid + RPI_BUCKET_TRACK : tid,
                     (ev->t0 - s->t_origin) * 1e6, (ev->t1 - ev->t0) * 1e6);
         }
     }

@@ -73,6 +73,7 @@ void rp_session_free(rp_session *s) {
         rp_net_free(w->net);
         free(w->acts), free(w->out), free(w->opt), free(w->losses), free(w->grad_in);
         free(w->grad_out), free(w->req), free(w->req_live), free(w->runs), free(w->trace);
+        free(w->breq), free(w->breq_comm), free(w->bstart), free(w->bscratch);
         free(w->shard_g), free(w->shard_p), free(w->tail), free(w->chunk);
         free(w->h_act), free(w->h_grad), free(w->h_recv), free(w->h_stage), free(w->tie_buf);
         free(w->stash), free(w->stale), free(w->history), free(w->version_of), free(w->slot_ver);
@@ -285,6 +286,29 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
             maxk = (size_t)k > maxk ? (size_t)k : maxk;
         }
     }
+    /* reduction_bucket_mb: the last backward of the list (a whole one, or
+    ** the weights' half of the last micro-batch) starts the buckets; room
+    ** for one a layer and run, the most its announcements can start */
+    w->last_back = -1;
+    for (int i = 0; s->cfg.reduction_bucket_mb > 0 && i < w->plan->num_ops; i++)
+        if (w->plan->ops[i].kind == RP_OP_BACKWARD ||
+            w->plan->ops[i].kind == RP_OP_BACKWARD_WEIGHT)
+            w->last_back = i;
+    if (w->last_back >= 0) {
+        double floats = s->cfg.reduction_bucket_mb * 1e6 / sizeof(float);
+        w->bucket = floats < 1 ? 1 : floats > 1e15 ? (size_t)1e15 : (size_t)floats;
+        /* a bucket starts at a layer's end, a run's start, or every
+        ** `bucket` floats of a range */
+        w->breq_cap = (int)(rp_net_num_params(w->net) / w->bucket) + (l1 - l0) + 2 * w->nruns + 1;
+        w->breq = malloc(sizeof(rp_request) * w->breq_cap);
+        w->breq_comm = malloc(sizeof(rp_comm *) * w->breq_cap);
+        w->bstart = malloc(sizeof(double) * w->breq_cap);
+        if (s->backend == RP_BACKEND_MPI) /* (rp_comm_iallreduce's scratch) */
+            w->bscratch = malloc(sizeof(float) * (rp_net_num_params(w->net) + 1));
+        if (!w->breq || !w->breq_comm || !w->bstart ||
+            (s->backend == RP_BACKEND_MPI && !w->bscratch))
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's buckets", id);
+    }
     if (s->cfg.fp16_exchange) { /* gradients reduced in fp16: the largest unsharded run */
         size_t most = 0;
         for (int r = 0; r < w->nruns; r++)
@@ -381,6 +405,19 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
                            "schedule \"interleaved-1f1b\" with virtual_stages %d, %d stages "
                            "and gradient_accumulation_steps %d: %s",
                            v, S, cfg->gradient_accumulation_steps, why);
+    }
+    if (cfg->reduction_bucket_mb > 0) {
+        const char *why = cfg->schedule >= RP_SCHEDULE_PIPEDREAM
+                              ? "the PipeDream schedules (a stage's versions update apart)"
+                          : cfg->schedule == RP_SCHEDULE_INTERLEAVED
+                              ? "schedule \"interleaved-1f1b\""
+                          : cfg->replicated_tensor_sharding
+                              ? "replicated_tensor_sharding (its reduction is a reduce-scatter)"
+                          : cfg->fp16_exchange ? "fp16_exchange (its reduction is in fp16)"
+                                               : NULL;
+        if (why)
+            return rp_fail(err, RP_ERR_INVALID, "reduction_bucket_mb does not go with %s yet",
+                           why);
     }
     if (rp_config_tensor_parallel(cfg) > 1 && cfg->schedule >= RP_SCHEDULE_PIPEDREAM)
         return rp_fail(err, RP_ERR_INVALID,

@@ -44,7 +44,11 @@ typedef struct trace_event {
 /* Trace events of a tensor group's all-reduces, in a forward or a
 ** backward, and of its all-gathers (a vocabulary-split loss's), beside the
 ** operations' kinds. */
-enum { RPI_TRACE_TP_FORWARD = RP_OP_COUNT, RPI_TRACE_TP_BACKWARD, RPI_TRACE_TP_GATHER };
+enum { RPI_TRACE_TP_FORWARD = RP_OP_COUNT, RPI_TRACE_TP_BACKWARD, RPI_TRACE_TP_GATHER,
+       RPI_TRACE_BUCKET /* a bucket's sum, from its start until it was seen done */ };
+/* A worker's buckets are drawn on a track of their own, this far from its
+** own: they run beside its operations, not inside them. */
+#define RPI_BUCKET_TRACK 1000
 
 typedef struct worker {
     struct rp_session *s;
@@ -106,6 +110,17 @@ typedef struct worker {
     float *stale;            /* pipedream_2bw: the version the passes use, one update older */
     float *own;              /* the net's own parameters: the newest version */
     float mean;              /* pipedream: 1 / the micro-batches an update of this stage sums */
+    /* reduction_bucket_mb: the update's last backward starts each bucket's
+    ** sum as its layers finish (rpi_bucket_ready); REDUCE waits for them */
+    int last_back;           /* that operation's index in the list; -1: no buckets */
+    size_t bucket;           /* floats a bucket holds at least (a run's last may hold fewer) */
+    size_t bucket_lo;        /* gradients from here up are summing or summed */
+    rp_request *breq;        /* the buckets started this update, breq_cap at most */
+    rp_comm **breq_comm;
+    double *bstart;          /* when each began (tracing) */
+    float *bscratch;         /* MPI: the other rank's gradients of a 2-rank sum */
+    int nbreq, breq_cap, bdone; /* started, room, known finished */
+    rp_status bucket_status; /* the first failure of a start or a test */
 } worker;
 
 struct rp_session {
@@ -168,6 +183,8 @@ void rpi_tp_allgather(void *worker, const float *in, size_t n, float *out);
 void *rpi_worker_thread(void *arg);
 /* The gradient exchange and step of an update (exchange.c). */
 rp_status rpi_reduce(worker *w);
+void rpi_bucket_ready(void *arg, int layer);
+void rpi_bucket_begin(worker *w);
 rp_status rpi_reduce_stats(worker *w);
 rp_status rpi_opt_step(worker *w, long long step, float *p, const float *g, size_t state_offset,
                        size_t count);

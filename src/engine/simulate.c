@@ -132,6 +132,7 @@ typedef struct sim_worker {
     int rounds;      /* reductions passed */
     int flow;        /* the group whose reduction it waits for on the network; -1: none */
     long long delivers; /* a send being copied: the message it makes available */
+    double lb0, lb1;    /* its last backward (or weights' half): when it ran */
 } sim_worker;
 
 /* A reduction group: a stage's workers in one replica group. */
@@ -310,6 +311,18 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                          &c);
     const double *tf = c.f, *tb = c.b, *ti = c.bi, *tw = c.bw, *act = c.act, *par = c.par;
     double per_mb = c.per_mb;
+    /* reduction_bucket_mb: across machines the buckets move while the last
+    ** backward computes (on one machine the local backend sums each where
+    ** it is announced: nothing to overlap) */
+    rpi_buckets bk = {0};
+    bool buckets = cfg->reduction_bucket_mb > 0 && opt->num_levels > 0;
+    double *mt0 = malloc(sizeof(double) * W * 2), *mt1 = mt0 ? mt0 + W : NULL;
+    if (!mt0 || (buckets && (st = rpi_buckets_make(cfg, counts, P, bwd_ms, param_bytes, opt,
+                                                    &bk, err)))) {
+        free(mt0);
+        rp_workplan_free(plan);
+        return st ? st : rp_fail(err, RP_ERR_NOMEM, "out of memory for %d workers", W);
+    }
     double membw = opt->memory_bandwidth > 0 ? opt->memory_bandwidth : 1e10;
     /* fp16 exchange halves the replicas' sums too (a sharded reduction stays fp32) */
     double wire_sum = cfg->fp16_exchange && !cfg->replicated_tensor_sharding ? 0.5 : 1.0;
@@ -357,6 +370,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         !avail ||
         !copy || !gid || !rg || !lasts || !shared) {
         free(sw), free(dpc), free(pos), free(avail), free(copy), free(gid), free(rg), free(lasts), free(shared);
+        free(mt0), rpi_buckets_free(&bk);
         rp_workplan_free(plan);
         rp_sim_result_free(res);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for the simulation of %d workers", W);
@@ -482,6 +496,16 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                         int n = g->n, first = g->first, top = g->top;
                         double cost =
                             rpi_allreduce_time(n, par[s] * wire_sum, net.bw[top], net.latency);
+                        double full = cost;
+                        if (buckets) { /* what is left of the buckets when the last arrives */
+                            int k = 0;
+                            for (int v = 0; v < W; v++)
+                                if (gid[v] == gid[w])
+                                    mt0[k] = sw[v].lb0, mt1[k++] = sw[v].lb1;
+                            double end = rpi_buckets_end(&bk, s, mt0, mt1, k, net.bw[top],
+                                                         net.latency, wire_sum);
+                            cost = end > last ? end - last : 0;
+                        }
                         if (cpu) { /* the workers sum in their own cores */
                             x->work = cost;
                         } else { /* a flow on the network, ended in links_shared */
@@ -492,7 +516,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                         }
                         x->reducing += cost;
                         if (w == first)
-                            res->comm_seconds[top] += cost;
+                            res->comm_seconds[top] += full;
                         break;
                     }
                     }
@@ -529,6 +553,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         }
         if (next < 0) { /* cannot happen after rp_workplan_check */
             free(sw), free(dpc), free(pos), free(avail), free(copy), free(gid), free(rg), free(lasts), free(shared);
+        free(mt0), rpi_buckets_free(&bk);
             rp_workplan_free(plan);
             rp_sim_result_free(res);
             return rp_fail(err, RP_ERR_INVALID, "simulate: every worker waits at %g s", now);
@@ -551,6 +576,8 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                 over = x->until >= 0 && x->until <= next;
             }
             if (over) {
+                if (op->kind == RP_OP_BACKWARD || op->kind == RP_OP_BACKWARD_WEIGHT)
+                    x->lb0 = x->t0, x->lb1 = next;
                 if (x->delivers >= 0)
                     avail[x->delivers] = next, x->delivers = -1;
                 res->events[res->num_events++] = (rp_sim_event){w, op->kind, op->mb, x->t0, next};
@@ -585,6 +612,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                                               rp_config_stage_replicas(cfg, s), slots, per_mb);
     }
     free(sw), free(dpc), free(pos), free(avail), free(copy), free(gid), free(rg), free(lasts), free(shared);
+        free(mt0), rpi_buckets_free(&bk);
     rp_workplan_free(plan);
     return RP_OK;
 }

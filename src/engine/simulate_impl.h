@@ -48,4 +48,23 @@ double rpi_allreduce_time(int n, double bytes, double bw, double latency);
 double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const double *param_bytes,
                        int first, int count, int r, int slots, double per_mb);
 
+/* reduction_bucket_mb: each stage's buckets, from its last layer down, as
+** the engine starts them: the bytes of each and the fraction of the
+** stage's last backward (its weights' half under the zero-bubble
+** schedules) done when its lowest layer is, by the profile's times. */
+typedef struct rpi_buckets {
+    int first[RP_MAX_STAGES + 1]; /* stage s holds buckets [first[s], first[s + 1]) */
+    double *bytes, *frac;
+} rpi_buckets;
+rp_status rpi_buckets_make(const rp_config *cfg, const int *counts, int P, const double *bwd_ms,
+                           const double *param_bytes, const rp_sim_options *opt, rpi_buckets *b,
+                           rp_error *err);
+void rpi_buckets_free(rpi_buckets *b);
+/* When the last of stage s's buckets is summed, its group's n members
+** having run their last backward over [t0[i], t1[i]): a bucket starts once
+** every member has it and the one before is over, and takes a ring's time
+** of its bytes x wire over links of bw. */
+double rpi_buckets_end(const rpi_buckets *b, int s, const double *t0, const double *t1, int n,
+                       double bw, double latency, double wire);
+
 #endif /* REPIPE_SIMULATE_IMPL_H */

@@ -182,12 +182,16 @@ static bool run_op(worker *w, int d, int i) {
         }
         break;
     case RP_OP_BACKWARD_WEIGHT:
+        if (i == w->last_back)
+            rpi_bucket_begin(w), ctx.grads_done = rpi_bucket_ready, ctx.grads_arg = w;
         rp_net_backward_weight(w->net, w->acts[op->slot], &ctx);
         break;
     case RP_OP_BACKWARD_INPUT:
     case RP_OP_BACKWARD: {
         float *own = w->slot_ver ? rp_net_use_params(w->net, (float *)w->slot_ver[op->slot])
                                  : NULL;
+        if (i == w->last_back)
+            rpi_bucket_begin(w), ctx.grads_done = rpi_bucket_ready, ctx.grads_arg = w;
         const float *din =
             (op->kind == RP_OP_BACKWARD ? rp_net_backward : rp_net_backward_input)(
                 w->net, w->acts[op->slot], last ? NULL : w->grad_in, &ctx, w->stage > 0);
@@ -254,6 +258,8 @@ static bool run_op(worker *w, int d, int i) {
         memcpy(w->history + (size_t)++w->versions * n, w->own, sizeof(float) * n);
     if (!st && w->tp_status)
         st = w->tp_status;
+    if (!st && i == w->last_back)
+        st = w->bucket_status;
     if (comm_failed(w, st))
         return false;
     if (s->tracing && w->ntrace < w->trace_cap)

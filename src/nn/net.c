@@ -344,6 +344,8 @@ static const float *backward(rp_net *n, rp_acts *a, const float *dout, const rp_
         bool want = l > stop || need_input_grad;
         float *din = want ? n->g[buf] : NULL;
         rpi_net_layer_backward(n, &x, g, din, part);
+        if (ctx->grads_done && part != RPI_BACK_INPUT)
+            ctx->grads_done(ctx->grads_arg, l);
         if (din && l > n->first)
             rpi_net_reduce_grad(n, l - 1, din, a->rows);
         g = din;
@@ -382,6 +384,8 @@ void rp_net_backward_weight(rp_net *n, rp_acts *a, const rp_step_ctx *ctx) {
         x.part = RPI_BACK_WEIGHT;
         rpi_layer_backward(&x, a->ws[i], NULL);
         n->dirty[i] = true;
+        if (ctx->grads_done)
+            ctx->grads_done(ctx->grads_arg, l);
     }
 }
 

@@ -159,6 +159,8 @@ const float *rpi_net_graph_backward(rp_net *n, rp_acts *a, const float *dout,
                     give_grad(n, t, din, rows);
             }
         }
+        if (ctx->grads_done && part != RPI_BACK_INPUT)
+            ctx->grads_done(ctx->grads_arg, l);
     }
     if (!need_input_grad)
         return NULL;

@@ -1,0 +1,269 @@
+/*
+** A reduction in buckets (reduction_bucket_mb): the sums start during the
+** update's last backward, a bucket at a time from the last layer down, and
+** end as the one reduction after it would. Each element is summed by the
+** same members in the same order whatever bucket carries it, so every
+** configuration's weights and losses equal those of reduction_bucket_mb 0
+** bit for bit: data parallelism, pipelines with stage replication,
+** zero-bubble, tensor groups, clipping, accumulation, recomputation and
+** device iterations; MLP, CNN, a GPT with dropout and a tied head, a LLaMA
+** block; buckets smaller than a layer (a layer in pieces) and holding
+** several. A trace shows the buckets: as many as the layers' sizes give,
+** the first started before the last backward ends.
+**
+**   test_buckets          local backend: everything
+**   test_buckets --mpi    under mpirun -np W: the cases of W workers (two
+**                         ranks exchange and add; more, MPI_Iallreduce)
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+
+#include "repipe/data.h"
+#include "repipe/session.h"
+#include "support.h"
+#include "test.h"
+
+static const char *MLP = "input 1 28 28\nflatten\nlinear 64\nrelu\nlinear 32\nrelu\n"
+                         "linear 10\nsoftmax_cross_entropy\n";
+static const char *CNN = "input 1 28 28\nconv2d 4 kernel=3 pad=1\nrelu\nmaxpool2d 2\n"
+                         "conv2d 8 kernel=3 pad=1\nlayernorm\nrelu\nmaxpool2d 2\nflatten\n"
+                         "dropout 0.2\nlinear 10\nsoftmax_cross_entropy\n";
+static const char *GPT = "input 8\nembedding 13 8 std=0.3\nposition_embedding\n"
+                         "transformer_block heads=2 dropout=0.1\n"
+                         "transformer_block heads=2 mlp=2 dropout=0.1\nlayernorm\n"
+                         "linear 13 bias=false tie=0\nsoftmax_cross_entropy\n";
+static const char *LLAMA = "input 8\nx = embedding 13 8\nrmsnorm\nlinear 24 bias=false\n"
+                           "attention heads=2 kv_heads=2 rope_theta=10000\n"
+                           "o = linear 8 bias=false\nx1 = add < o x\nn2 = rmsnorm\n"
+                           "linear 12 bias=false\ng = silu\nu = linear 12 bias=false < n2\n"
+                           "mul < g u\nd = linear 8 bias=false\nadd < d x1\n"
+                           "linear 13 bias=false\nsoftmax_cross_entropy\n";
+
+static rp_dataset *data;
+static rp_comm *mpi;
+
+typedef struct bcase {
+    int P, R, r[3], GA, T; /* T: tensor_parallel (LLaMA and GPT only) */
+    const char *extra;
+} bcase;
+
+static const bcase CASES[] = {
+    {1, 2, {1}, 1, 1, ""},
+    {1, 4, {1}, 3, 1, ""},
+    {1, 2, {1}, 2, 1, ", \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.05}"}, /* (fused without) */
+    {2, 2, {1, 1}, 4, 1, ""},
+    {2, 1, {2, 1}, 4, 1, ", \"schedule\": \"zb-h1\""},
+    {2, 2, {1, 1}, 4, 1, ", \"gradient_clipping\": 0.5, \"schedule\": \"zb-h2\""},
+    {2, 1, {1, 2}, 4, 1, ", \"auto_loss_scaling\": true"},
+    {2, 2, {1, 1}, 4, 1, ", \"device_iterations\": 2, \"recompute_checkpoint_every_layer\": true"},
+    {1, 2, {1}, 2, 2, ""},
+};
+
+static rp_config config(const bcase *bc, double bucket_mb, bool adam) {
+    char layers[64] = "[-1", reps[64];
+    for (int s = 1; s < bc->P; s++)
+        strcat(layers, ", -1");
+    snprintf(reps, sizeof reps, "[%d", bc->r[0]);
+    for (int s = 1; s < bc->P; s++)
+        snprintf(reps + strlen(reps), sizeof reps - strlen(reps), ", %d", bc->r[s]);
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"seed\": 3, \"micro_batch_size\": 3, \"gradient_accumulation_steps\": %d, "
+             "\"replication_factor\": %d, \"layers_per_stage\": %s], \"stage_replication\": %s], "
+             "\"tensor_parallel\": %d, \"output_mode\": \"all\", \"reduction_bucket_mb\": %g, "
+             "\"optimizer\": %s%s}",
+             bc->GA, bc->R, layers, reps, bc->T, bucket_mb,
+             adam ? "{\"type\": \"adam\", \"lr\": 0.01}"
+                  : "{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}",
+             bc->extra);
+    return test_config(json);
+}
+
+/* Two calls on other samples; the weights, and every loss, come back. */
+static rp_weights *train(const rp_model *m, const rp_config *c, bool tokens, float *losses) {
+    rp_error err;
+    rp_session *s = test_session(m, c, mpi);
+    if (!s) {
+        test_failures++;
+        return NULL;
+    }
+    long long per = rp_session_samples_per_call(s);
+    size_t in = tokens ? 8 : 784, k = tokens ? 8 : 1;
+    int64_t *ids = malloc(sizeof(int64_t) * per);
+    float *x = malloc(sizeof(float) * per * in);
+    int32_t *y = malloc(sizeof(int32_t) * per * k);
+    for (int call = 0; call < 2; call++) {
+        for (long long i = 0; i < per; i++) {
+            ids[i] = (i * 5 + call * per) % data->n;
+            for (size_t t = 0; tokens && t < 8; t++) {
+                int tok = (int)((ids[i] * 3 + (long long)t * 5) % 13);
+                x[i * 8 + t] = (float)tok;
+                y[i * 8 + t] = (tok * 7 + 2) % 13;
+            }
+        }
+        if (!tokens)
+            rp_dataset_gather(data, ids, (int)per, x, y);
+        rp_result r;
+        CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
+        CHECK(r.count <= 64);
+        memcpy(losses + call * r.count, r.losses, sizeof(float) * (r.count <= 64 ? r.count : 64));
+    }
+    rp_weights *w = NULL;
+    CHECK_OK(rp_session_get_weights(s, RP_ALL_REPLICAS, &w, &err), err);
+    free(ids), free(x), free(y);
+    rp_session_free(s);
+    return w;
+}
+
+static bool same_bits(const rp_weights *a, const rp_weights *b) {
+    if (!a || !b || a->num_tensors != b->num_tensors)
+        return false;
+    for (int t = 0; t < a->num_tensors; t++) {
+        size_t n = rp_shape_size(&a->tensors[t].shape) * a->tensors[t].groups;
+        if (memcmp(a->tensors[t].data, b->tensors[t].data, sizeof(float) * n) != 0)
+            return false;
+    }
+    return true;
+}
+
+static int workers(const bcase *bc) { return test_workers(bc->P, bc->r, bc->R) * bc->T; }
+
+static void exact(int only_workers) {
+    static const char *const models[] = {"mlp", "cnn", "gpt", "llama"};
+    /* 100 bytes: every layer in pieces of 25 floats; 4 kB: several small layers a bucket */
+    static const double sizes[] = {1e-4, 4e-3};
+    int run = 0;
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+        const bcase *bc = &CASES[k];
+        if (only_workers && workers(bc) != only_workers)
+            continue;
+        for (int mi = 0; mi < 4; mi++) {
+            if (bc->T > 1 && mi < 2) /* tensor groups split attention and MLP blocks */
+                continue;
+            if (mi == 3 && bc->P > 2)
+                continue;
+            bool tokens = mi >= 2;
+            rp_model *m = test_model(mi == 0 ? MLP : mi == 1 ? CNN : mi == 2 ? GPT : LLAMA);
+            rp_config base = config(bc, 0, mi != 2);
+            float l0[128] = {0}, l1[128];
+            rp_weights *want = train(m, &base, tokens, l0);
+            for (int si = 0; si < 2; si++) {
+                rp_config c = config(bc, sizes[si], mi != 2);
+                memset(l1, 0, sizeof l1);
+                rp_weights *got = train(m, &c, tokens, l1);
+                CHECKF(same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0,
+                       "%s, buckets of %g MB, P=%d R=%d r=[%d,%d,%d] GA=%d T=%d%s: not the "
+                       "bits of one reduction (weights differ by %g)",
+                       models[mi], sizes[si], bc->P, bc->R, bc->r[0], bc->r[1], bc->r[2], bc->GA,
+                       bc->T, bc->extra, want && got ? test_weights_diff(want, got) : -1.0);
+                rp_weights_free(got);
+                run++;
+            }
+            rp_weights_free(want);
+            rp_model_free(m);
+        }
+    }
+    CHECK(run > 0);
+    printf("%d runs in buckets equal to one reduction bit for bit\n", run);
+}
+
+/* Two replicas of the MLP, GA 2, buckets of 1000 floats: the last backward
+** holds 330 (linear 10), then 2080 (linear 32: 2410 held, 3 pieces), then
+** 50240 (linear 64: 51 pieces), 54 buckets an update; the first starts while
+** that backward runs. */
+static void traced(void) {
+    rp_model *m = test_model(MLP);
+    bcase bc = {1, 2, {1}, 2, 1, ""};
+    rp_config c = config(&bc, 4e-3, true);
+    rp_error err;
+    rp_session *s = test_session(m, &c, NULL);
+    CHECK(s != NULL);
+    if (!s) {
+        rp_model_free(m);
+        return;
+    }
+    CHECK_OK(rp_session_trace(s, true, &err), err);
+    long long per = rp_session_samples_per_call(s);
+    float *x = malloc(sizeof(float) * per * 784);
+    int32_t *y = malloc(sizeof(int32_t) * per);
+    int64_t *ids = malloc(sizeof(int64_t) * per);
+    for (long long i = 0; i < per; i++)
+        ids[i] = i;
+    rp_dataset_gather(data, ids, (int)per, x, y);
+    rp_result r;
+    CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
+    const char *path = "test_buckets.trace.json";
+    CHECK_OK(rp_session_write_trace(s, path, &err), err);
+    rp_session_free(s);
+    free(x), free(y), free(ids);
+    rp_model_free(m);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    static char text[1 << 20];
+    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    text[len] = 0;
+    if (f)
+        fclose(f);
+    remove(path);
+    /* worker 0: its buckets on track 1000, its last backward (micro-batch 1) on 0 */
+    int buckets = 0;
+    double first = -1, back_end = -1;
+    for (char *p = text; (p = strstr(p, "{\"name\":\"")); p++) {
+        char *tid = strstr(p, "\"tid\":"), *ts = strstr(p, "\"ts\":"), *dur = strstr(p, "\"dur\":");
+        if (!tid || !ts || !dur)
+            break;
+        int t = atoi(tid + 6);
+        double t0 = atof(ts + 5), t1 = t0 + atof(dur + 6);
+        if (t == 1000 && strncmp(p + 9, "reduce bucket ", 14) == 0) {
+            buckets++;
+            if (first < 0 || t0 < first)
+                first = t0;
+        } else if (t == 0 && strncmp(p + 9, "backward 1\"", 11) == 0) {
+            back_end = t1;
+        }
+    }
+    CHECKF(buckets == 54, "%d buckets in an update, not 54", buckets);
+    CHECKF(first >= 0 && back_end > 0 && first < back_end,
+           "the first bucket (at %g us) did not start inside the last backward (ending %g us)",
+           first, back_end);
+    CHECK_STR_HAS(text, "worker 0: its gradients' buckets");
+}
+
+/* What cannot go with buckets yet is refused, naming it. */
+static void refused(void) {
+    rp_model *m = test_model(MLP);
+    static const char *const why[][2] = {
+        {"\"replicated_tensor_sharding\": true", "replicated_tensor_sharding"},
+        {"\"fp16_exchange\": true, \"layers_per_stage\": [3, -1]", "fp16_exchange"},
+        {"\"schedule\": \"pipedream\", \"layers_per_stage\": [3, -1]", "PipeDream"},
+    };
+    for (int i = 0; i < 3; i++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"replication_factor\": 2, \"reduction_bucket_mb\": 1, %s}", why[i][0]);
+        rp_config c = test_config(json);
+        rp_error err;
+        CHECK(rp_session_check(m, &c, &err) == RP_ERR_INVALID);
+        CHECK_STR_HAS(err.msg, "reduction_bucket_mb does not go with");
+        CHECK_STR_HAS(err.msg, why[i][1]);
+    }
+    rp_config c;
+    rp_error err;
+    const char *bad = "{\"reduction_bucket_mb\": -1}";
+    CHECK(rp_config_load_string(&c, bad, strlen(bad), "bad.json", &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "reduction_bucket_mb");
+    rp_model_free(m);
+}
+
+static void with_mpi(int ranks) { exact(ranks); }
+
+static void local(void) {
+    refused();
+    traced();
+    exact(0);
+}
+
+int main(int argc, char **argv) {
+    test_start(argc, argv, 512, 11, &data, &mpi);
+    return test_main("test_buckets", mpi, data, with_mpi, local);
+}
