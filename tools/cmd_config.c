@@ -124,6 +124,10 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
         printf("  gradient clipping          global norm %g\n", cfg->gradient_clipping);
     if (cfg->sequential_data)
         printf("  data order                 sequential\n");
+    if (cfg->reduction_bucket_mb > 0)
+        printf("  gradient reduction         in buckets of %g MB, started during the last "
+               "backward\n",
+               cfg->reduction_bucket_mb);
     /* the memory features that are on, one line each */
     bool any = cfg->replicated_tensor_sharding || cfg->optimizer_state_offchip ||
                cfg->recompute_checkpoint_every_layer || cfg->auto_loss_scaling ||

@@ -88,6 +88,8 @@ rp_status rpi_plan_memory(const rp_session *s, int stage, rp_memory *out, rp_err
     size_t shards = 0;
     out->optimizer = sizeof(float) * stage_state_floats(s, stage, &shards);
     out->grads += sizeof(float) * shards;
+    if (s->cfg.reduction_bucket_mb > 0 && s->backend == RP_BACKEND_MPI) /* an exchange's copy */
+        out->grads += sizeof(float) * n;
     if (s->cfg.optimizer_state_offchip && out->optimizer) { /* one chunk in memory */
         size_t chunk = sizeof(float) * RP_OFFCHIP_CHUNK * s->state_per_param;
         out->optimizer = out->optimizer < chunk ? out->optimizer : chunk;

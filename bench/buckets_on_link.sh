@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Data parallelism over a real link, with and without reduction_bucket_mb:
+# two ranks in network namespaces (scripts/cluster, root needed), one a
+# core, on a shaped 100 Mbit and 1 Gbit link. Each model is profiled here
+# ('repipe profile'); each configuration is predicted ('repipe simulate
+# --machines 1 2 --bandwidth 2e9 RATE --backend mpi', with the rate a
+# ping-pong measured first, bench_comm sweep) and measured (bench_train
+# across the namespaces). The runs with and without buckets alternate,
+# ROUNDS of each; the medians give the time per update and the fraction
+# the buckets saved, beside the fraction the simulator predicts.
+#  - a CNN whose convolutions hold little and compute much, under a dense
+#    layer that holds most of the parameters: its gradient is ready first and
+#    crosses while the convolutions' backward runs;
+#  - an MLP of three 1024-wide layers: little to compute behind its sums.
+# Usage: bench/buckets_on_link.sh BUILD_DIR [ROUNDS] [BUCKET_MB]
+default_rounds=3
+. "$(dirname "$0")/common.sh"
+bucket=${3:-1}
+if [ "$(id -u)" != 0 ]; then
+  echo "bench/buckets_on_link.sh: needs root (scripts/cluster makes network namespaces)" >&2
+  exit 1
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+printf 'input 1 28 28\nconv2d 32 kernel=3 pad=1\nrelu\nconv2d 32 kernel=3 pad=1\nrelu\nmaxpool2d 2\nconv2d 64 kernel=3 pad=1\nrelu\nmaxpool2d 2\nflatten\nlinear 512\nrelu\nlinear 10\nsoftmax_cross_entropy\n' > "$tmp/cnn.model"
+printf 'input 1 28 28\nflatten\nlinear 1024\nrelu\nlinear 1024\nrelu\nlinear 1024\nrelu\nlinear 10\nsoftmax_cross_entropy\n' > "$tmp/mlp.model"
+med() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+declare -A fit_bw fit_lat
+for r in 1gbit 100mbit; do
+  fit=$(scripts/cluster --rate "$r" --timeout 300 -- -np 2 "$build/bench/bench_comm" sweep \
+        2>/dev/null </dev/null | sed -n 's/^fit latency \([^ ]*\) bandwidth \([^ ]*\)$/\1 \2/p')
+  read -r fit_lat[$r] fit_bw[$r] <<<"$fit"
+  echo "$r link: ping-pong fit latency ${fit_lat[$r]} s, bandwidth ${fit_bw[$r]} B/s"
+done
+echo "buckets of $bucket MB; medians of $rounds interleaved runs"
+printf '%-4s %-8s %4s %10s %10s %9s %10s %10s %9s\n' model link B "pred 0" "pred bkt" "pred cut" \
+  "meas 0" "meas bkt" "meas cut"
+# model, link, micro-batch, updates a run
+cases="cnn 100mbit 128 8
+cnn 1gbit 128 16
+mlp 100mbit 512 8
+mlp 1gbit 512 16"
+while read -r model rate B steps; do
+  "$build/repipe" profile --model "$tmp/$model.model" --micro-batch "$B" \
+    --out "$tmp/$model-$B.txt" >/dev/null
+  for b in 0 "$bucket"; do
+    printf '{"micro_batch_size": %s, "replication_factor": 2, "reduction_bucket_mb": %s}\n' \
+      "$B" "$b" > "$tmp/c$b.json"
+  done
+  pred() {
+    "$build/repipe" simulate --config "$tmp/c$1.json" --profile "$tmp/$model-$B.txt" \
+      --machines 1 2 --bandwidth 2e9 "${fit_bw[$rate]}" --latency "${fit_lat[$rate]}" \
+      --backend mpi --json - 2>/dev/null |
+      sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p'
+  }
+  p0=$(pred 0) pb=$(pred "$bucket")
+  : > "$tmp/runs0"; : > "$tmp/runsb"
+  for _ in $(seq "$rounds"); do
+    for b in 0 "$bucket"; do
+      out=$tmp/runs0; [ "$b" = 0 ] || out=$tmp/runsb
+      scripts/cluster --rate "$rate" --machines 2 --timeout 600 -- -np 2 \
+        "$build/bench/bench_train" "$tmp/$model.model" "$tmp/c$b.json" "$steps" --mpi \
+        2>/dev/null </dev/null | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' >> "$out"
+    done
+  done
+  awk -v m="$model" -v r="$rate" -v B="$B" -v p0="$p0" -v pb="$pb" -v s0="$(med < "$tmp/runs0")" \
+      -v sb="$(med < "$tmp/runsb")" 'BEGIN {
+    m0 = 2 * B / s0; mb = 2 * B / sb
+    printf "%-4s %-8s %4d %8.1fms %8.1fms %8.1f%% %8.1fms %8.1fms %8.1f%%\n", m, r, B, p0 * 1e3,
+           pb * 1e3, 100 * (p0 - pb) / p0, m0 * 1e3, mb * 1e3, 100 * (m0 - mb) / m0 }'
+done <<<"$cases"
