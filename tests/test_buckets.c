@@ -13,7 +13,9 @@
 **
 **   test_buckets          local backend: everything
 **   test_buckets --mpi    under mpirun -np W: the cases of W workers (two
-**                         ranks exchange and add; more, MPI_Iallreduce)
+**                         ranks exchange and add; more, MPI_Iallreduce);
+**                         with 4, servers of 2 (workers_per_server) give
+**                         the threads' bits
 */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -255,7 +257,47 @@ static void refused(void) {
     rp_model_free(m);
 }
 
-static void with_mpi(int ranks) { exact(ranks); }
+/* workers_per_server 2 on 4 ranks: data parallelism's sums go inside each
+** server of two, across, and back, in worker order: the bits of the same
+** run on threads (whose sums are in member order), with and without
+** buckets. The flat MPI allreduce of 4 ranks groups its sums its own way. */
+static void servers(void) {
+    static const char *const models[] = {"mlp", "cnn", "gpt"};
+    int equal = 0, flat_equal = 0;
+    for (int mi = 0; mi < 3; mi++) {
+        rp_model *m = test_model(mi == 0 ? MLP : mi == 1 ? CNN : GPT);
+        bool tokens = mi == 2;
+        for (int bi = 0; bi < 2; bi++) {
+            bcase bc = {1, 4, {1}, 2, 1, ", \"workers_per_server\": 2"};
+            rp_config c = config(&bc, bi ? 4e-3 : 0, mi != 2);
+            bcase flat = {1, 4, {1}, 2, 1, ""};
+            rp_config cf = config(&flat, bi ? 4e-3 : 0, mi != 2);
+            float l0[128] = {0}, l1[128] = {0}, l2[128] = {0};
+            rp_comm *keep = mpi;
+            mpi = NULL; /* the same run on threads, in this process */
+            rp_weights *want = train(m, &c, tokens, l0);
+            mpi = keep;
+            rp_weights *got = train(m, &c, tokens, l1);
+            rp_weights *flat_got = train(m, &cf, tokens, l2);
+            CHECKF(same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0,
+                   "%s, workers_per_server 2%s: MPI's sums not the threads' bits (weights differ "
+                   "by %g)",
+                   models[mi], bi ? ", buckets" : "", want && got ? test_weights_diff(want, got) : -1.0);
+            equal += same_bits(want, got);
+            flat_equal += same_bits(want, flat_got);
+            rp_weights_free(want), rp_weights_free(got), rp_weights_free(flat_got);
+        }
+        rp_model_free(m);
+    }
+    printf("4 ranks on 2 servers: %d of 6 runs the threads' bits (flat MPI: %d of 6)\n", equal,
+           flat_equal);
+}
+
+static void with_mpi(int ranks) {
+    exact(ranks);
+    if (ranks == 4)
+        servers();
+}
 
 static void local(void) {
     refused();

@@ -242,6 +242,48 @@ static void check_split(rp_comm *c, bool exact) {
     rp_comm_free(half);
 }
 
+/* Servers of k ranks (each k that divides the size): the allreduce, and the
+** non-blocking one, sum in rank order: the reference's bits, under MPI too;
+** sizes from none to several of the chain's pieces (16384 floats) a chunk,
+** not a multiple of k. */
+static void check_servers(rp_comm *c) {
+    rp_error err;
+    int n = rp_comm_size(c), r = rp_comm_rank(c), all[64];
+    for (int i = 0; i < n; i++)
+        all[i] = i;
+    static const size_t sizes[] = {0, 1, 5, 1001, 100003};
+    float *x = malloc(sizeof(float) * 100003), *scratch = malloc(sizeof(float) * 100003);
+    for (int k = 2; k < n; k++) {
+        if (n % k)
+            continue;
+        rp_comm *sc;
+        TCHECK(rp_comm_split(c, 0, r, &sc, &err) == RP_OK);
+        TCHECK(rp_comm_set_servers(sc, k, &err) == RP_OK);
+        for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+            for (int nb = 0; nb < 2; nb++) {
+                size_t m = sizes[t], bad = 0;
+                for (size_t i = 0; i < m; i++)
+                    x[i] = val(r, i);
+                if (nb) {
+                    rp_request q;
+                    TCHECK(rp_comm_iallreduce(sc, x, m, scratch, &q, &err) == RP_OK);
+                    TCHECK(rp_comm_wait(sc, &q, &err) == RP_OK);
+                } else {
+                    TCHECK(rp_comm_allreduce(sc, NULL, x, m, &err) == RP_OK);
+                }
+                for (size_t i = 0; i < m; i++)
+                    bad += checked(i, m) && x[i] != ref_sum(all, n, i);
+                if (bad)
+                    fprintf(stderr, "servers of %d of %d ranks, %s%zu floats: %zu sums not in "
+                            "rank order\n", k, n, nb ? "non-blocking, " : "", m, bad);
+                TCHECK(bad == 0);
+            }
+        }
+        rp_comm_free(sc);
+    }
+    free(x), free(scratch);
+}
+
 static void run_body(rp_comm *c, bool exact) {
     int n = rp_comm_size(c);
     /* the comm issue's groupings, (stride, group size), where they fit */
@@ -258,6 +300,7 @@ static void run_body(rp_comm *c, bool exact) {
     }
     check_p2p(c);
     check_split(c, exact);
+    check_servers(c);
     /* a grouping over the wrong number of replicas is refused */
     rp_grouping bad = rp_grouping_all(n + 1);
     float x = 1;

@@ -134,6 +134,19 @@ static void reductions(void) {
     CHECK_CLOSE(sim("{\"replication_factor\": 2}", fw, bw, out, par, 1, &o, NULL),
                 2 * 3e-3 + ring + 2 * step, 1e-12);
     o.cores = 0;
+    /* servers of 2 (workers_per_server): each member sends and receives its
+    ** 2e8-byte chunk inside its server twice (1e-5 + 2e8 / 1e10 each), the
+    ** whole 4e8 crosses between the servers once (4e8 / 1e9) with the totals a
+    ** piece behind (16384 floats for each of the 2 owners), 2 latencies */
+    double servers = 2 * (1e-5 + 2e8 / 1e10) + 2 * 1e-5 + 4e8 / 1e9 + 16384.0 * 4 * 2 / 1e9;
+    rp_sim_options o2 = two_servers();
+    CHECK_CLOSE(sim("{\"replication_factor\": 4, \"workers_per_server\": 2}", fw, bw, out, par,
+                    1, &o2, NULL),
+                3e-3 + servers + step, 1e-12);
+    /* servers that are not the hierarchy's (one member each): the flat ring */
+    CHECK_CLOSE(sim("{\"replication_factor\": 4, \"workers_per_server\": 1}", fw, bw, out, par,
+                    1, &o2, NULL),
+                3e-3 + 6 * 1e-5 + 1.5 * 4e8 / 1e9 + step, 1e-12);
     /* a small tensor among many: the tree's 2 log2 n steps beat the ring's 2 (n - 1) */
     double tiny[] = {40};
     o.machines[0] = 16, o.machines[1] = 1;

@@ -151,6 +151,16 @@ rp_status rp_comm_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, 
 rp_status rp_comm_agree(rp_comm *c, const char *const *what, const uint32_t *digest, int n,
                         rp_error *err);
 
+/* The servers c's ranks are on: consecutive runs of k ranks share one (its
+** fast links), and the links between servers are slower. An allreduce of a
+** communicator that spans servers then sums inside each server, crosses
+** between servers once each way along a chain of them, and shares the
+** sums inside each server again, in rank order: the local backend's sums
+** (a flat MPI_Allreduce of more than two ranks groups them its own way).
+** Collective over c. k of 0 or 1, one that does not divide the size, or a
+** single server: flat. The local backend's ranks share memory: no effect. */
+rp_status rp_comm_set_servers(rp_comm *c, int k, rp_error *err);
+
 /* Ranks with the same color form a new communicator, ordered by (key, rank).
 ** Collective over c. The result is freed with rp_comm_free. */
 rp_status rp_comm_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err);

@@ -136,6 +136,11 @@ typedef struct rp_config {
     ** the same sums as one reduction after it. 0: one reduction after the
     ** last backward [0] */
     double reduction_bucket_mb;
+    /* Consecutive workers (MPI ranks) that share a server: a reduction whose
+    ** group spans servers sums inside each over its fast links and crosses
+    ** between them once each way, in worker order (rp_comm_set_servers); the
+    ** local backend's workers share memory and ignore it. 0: flat [0] */
+    int workers_per_server;
     /* The loss scale (a power of two): fixed, or the first of auto_loss_scaling.
     ** 0: the default, 2^16 with auto_loss_scaling and 1 without. */
     double loss_scaling;

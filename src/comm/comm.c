@@ -115,6 +115,12 @@ rp_status rp_comm_iallreduce(rp_comm *c, float *buf, size_t n, float *scratch, r
     return rpi_local_allreduce(c, NULL, buf, n, err);
 }
 
+rp_status rp_comm_set_servers(rp_comm *c, int k, rp_error *err) {
+    if (k < 0)
+        return rp_fail(err, RP_ERR_INVALID, "servers of %d ranks", k);
+    return LOCAL(c) ? RP_OK : rpi_mpi_set_servers(c, k, err);
+}
+
 rp_status rp_comm_test(rp_comm *c, rp_request *req, bool *done, rp_error *err) {
     return LOCAL(c) ? rpi_local_test(c, req, done, err) : rpi_mpi_test(c, req, done, err);
 }

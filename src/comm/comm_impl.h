@@ -42,6 +42,7 @@ rp_status rpi_mpi_recv(rp_comm *c, int src, int tag, void *buf, size_t bytes, bo
                    rp_request *req, rp_error *err);
 rp_status rpi_mpi_wait(rp_comm *c, rp_request *req, rp_error *err);
 rp_status rpi_mpi_test(rp_comm *c, rp_request *req, bool *done, rp_error *err);
+rp_status rpi_mpi_set_servers(rp_comm *c, int k, rp_error *err);
 rp_status rpi_mpi_barrier(rp_comm *c, rp_error *err);
 rp_status rpi_mpi_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
                         rp_error *err);

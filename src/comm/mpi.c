@@ -3,13 +3,12 @@
 ** groups are communicators made once with MPI_Comm_split and cached.
 */
 #define _POSIX_C_SOURCE 200809L
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "comm_impl.h"
+#include "mpi_impl.h"
 
 #define MAX_CACHED 16
 
@@ -24,7 +23,8 @@ typedef struct mpi_state {
     int num_groups;
     float *pad; /* reduce-scatter input padded to g * k */
     size_t pad_n;
-    MPI_Comm xcomm; /* a copy of comm for rp_comm_iallreduce's exchanges, made at the first */
+    MPI_Comm xcomm; /* a copy of comm for point-to-point collectives, made at the first */
+    mpi_servers servers;
 } mpi_state;
 
 /* A request: one MPI request (a send, a receive, MPI_Iallreduce), or a
@@ -41,7 +41,7 @@ _Static_assert(sizeof(mreq) <= sizeof(rp_request), "rp_request too small");
 
 static mpi_state *S(rp_comm *c) { return c->mpi; }
 
-static rp_status mpi_error(int code, const char *what, rp_error *err) {
+rp_status rpi_mpi_error(int code, const char *what, rp_error *err) {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(code, text, &len);
@@ -120,7 +120,7 @@ rp_status rp_comm_mpi_init(int *argc, char ***argv, rp_comm **out, rp_error *err
         int provided;
         int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
         if (rc != MPI_SUCCESS)
-            return mpi_error(rc, "initialisation", err);
+            return rpi_mpi_error(rc, "initialisation", err);
     }
     /* errors come back as codes, so that they can be reported */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -144,6 +144,7 @@ void rpi_mpi_free(rp_comm *c) {
             MPI_Comm_free(&s->groups[i].comm);
     if (s->xcomm != MPI_COMM_NULL)
         MPI_Comm_free(&s->xcomm);
+    free(s->servers.buf), free(s->servers.req);
     if (s->owns)
         MPI_Comm_free(&s->comm);
     free(s->pad);
@@ -180,7 +181,7 @@ static rp_status group_comm(rp_comm *c, const rp_grouping *g, MPI_Comm *out, rp_
     int rc = MPI_Comm_split(s->comm, rp_grouping_group_of(g, c->rank),
                             rp_grouping_index_in_group(g, c->rank), &nc);
     if (rc != MPI_SUCCESS)
-        return mpi_error(rc, "Comm_split", err);
+        return rpi_mpi_error(rc, "Comm_split", err);
     s->groups[s->num_groups].g = g->group_size;
     s->groups[s->num_groups].s = g->stride;
     s->groups[s->num_groups++].comm = nc;
@@ -205,7 +206,7 @@ rp_status rpi_mpi_send(rp_comm *c, int dst, int tag, const void *buf, size_t byt
     int rc = wait ? MPI_Send(buf, (int)bytes, MPI_BYTE, dst, tag, S(c)->comm)
                   : MPI_Isend(buf, (int)bytes, MPI_BYTE, dst, tag, S(c)->comm,
                               ((mreq *)req->opaque)->r);
-    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "send", err);
+    return rc == MPI_SUCCESS ? RP_OK : rpi_mpi_error(rc, "send", err);
 }
 
 rp_status rpi_mpi_recv(rp_comm *c, int src, int tag, void *buf, size_t bytes, bool wait,
@@ -218,7 +219,7 @@ rp_status rpi_mpi_recv(rp_comm *c, int src, int tag, void *buf, size_t bytes, bo
     int rc = wait ? MPI_Recv(buf, (int)bytes, MPI_BYTE, src, tag, S(c)->comm, MPI_STATUS_IGNORE)
                   : MPI_Irecv(buf, (int)bytes, MPI_BYTE, src, tag, S(c)->comm,
                               ((mreq *)req->opaque)->r);
-    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "receive", err);
+    return rc == MPI_SUCCESS ? RP_OK : rpi_mpi_error(rc, "receive", err);
 }
 
 /* An exchange is over: the pair's sum, the lower rank's values first (two
@@ -233,7 +234,7 @@ rp_status rpi_mpi_wait(rp_comm *c, rp_request *req, rp_error *err) {
     mreq *q = (mreq *)req->opaque;
     int rc = MPI_Waitall(q->kind ? 2 : 1, q->r, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS)
-        return mpi_error(rc, "wait", err);
+        return rpi_mpi_error(rc, "wait", err);
     if (q->kind == 1)
         exchange_sum(q), q->kind = 0; /* (r[0] is MPI_REQUEST_NULL now: a second wait returns) */
     return RP_OK;
@@ -244,7 +245,7 @@ rp_status rpi_mpi_test(rp_comm *c, rp_request *req, bool *done, rp_error *err) {
     mreq *q = (mreq *)req->opaque;
     int flag = 0, rc = MPI_Testall(q->kind ? 2 : 1, q->r, &flag, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS)
-        return mpi_error(rc, "test", err);
+        return rpi_mpi_error(rc, "test", err);
     if (flag && q->kind == 1)
         exchange_sum(q), q->kind = 0;
     *done = flag != 0;
@@ -253,7 +254,7 @@ rp_status rpi_mpi_test(rp_comm *c, rp_request *req, bool *done, rp_error *err) {
 
 rp_status rpi_mpi_barrier(rp_comm *c, rp_error *err) {
     int rc = MPI_Barrier(S(c)->comm);
-    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "barrier", err);
+    return rc == MPI_SUCCESS ? RP_OK : rpi_mpi_error(rc, "barrier", err);
 }
 
 rp_status rpi_mpi_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
@@ -263,7 +264,7 @@ rp_status rpi_mpi_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t
     if (st || (st = group_comm(c, g, &gc, err)))
         return st;
     int rc = MPI_Bcast(buf, (int)n, MPI_FLOAT, root, gc);
-    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "Bcast", err);
+    return rc == MPI_SUCCESS ? RP_OK : rpi_mpi_error(rc, "Bcast", err);
 }
 
 rp_status rpi_mpi_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n, rp_error *err) {
@@ -273,8 +274,25 @@ rp_status rpi_mpi_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t
         return st;
     if (n == 0)
         return RP_OK;
+    if (gc == S(c)->comm && S(c)->servers.per_server)
+        return rpi_mpi_servers_allreduce(S(c)->xcomm, c->size, c->rank, &S(c)->servers, buf, n,
+                                         err);
     int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, gc);
-    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "Allreduce", err);
+    return rc == MPI_SUCCESS ? RP_OK : rpi_mpi_error(rc, "Allreduce", err);
+}
+
+/* The copy of the communicator that point-to-point collectives use, so
+** that their messages meet no one else's; made by the first (collective:
+** every rank makes its first such call in the same order). */
+static rp_status xcomm(mpi_state *s, rp_error *err) {
+    int rc = s->xcomm == MPI_COMM_NULL ? MPI_Comm_dup(s->comm, &s->xcomm) : MPI_SUCCESS;
+    return rc == MPI_SUCCESS ? RP_OK : rpi_mpi_error(rc, "Comm_dup", err);
+}
+
+rp_status rpi_mpi_set_servers(rp_comm *c, int k, rp_error *err) {
+    mpi_state *s = S(c);
+    s->servers.per_server = k > 1 && k < c->size && c->size % k == 0 ? k : 0;
+    return s->servers.per_server ? xcomm(s, err) : RP_OK;
 }
 
 rp_status rpi_mpi_iallreduce(rp_comm *c, float *buf, size_t n, float *scratch, rp_request *req,
@@ -285,10 +303,14 @@ rp_status rpi_mpi_iallreduce(rp_comm *c, float *buf, size_t n, float *scratch, r
     if (st)
         return st;
     int rc;
+    if (s->servers.per_server) { /* summed now, in rank order, as the blocking one sums */
+        q->kind = 0, q->r[0] = MPI_REQUEST_NULL;
+        return rpi_mpi_servers_allreduce(s->xcomm, c->size, c->rank, &s->servers, buf, n, err);
+    }
     if (c->size != 2) { /* Open MPI's: its rounds move on inside MPI calls only */
         q->kind = 0;
         rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, s->comm, q->r);
-        return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "Iallreduce", err);
+        return rc == MPI_SUCCESS ? RP_OK : rpi_mpi_error(rc, "Iallreduce", err);
     }
     /* Two ranks: each sends its values whole and adds the other's, one
     ** round in which the kernel moves the bytes between calls. Open MPI's
@@ -297,14 +319,14 @@ rp_status rpi_mpi_iallreduce(rp_comm *c, float *buf, size_t n, float *scratch, r
     ** way as a ring's halves), and 0.56 with 0.4 s of computing between
     ** tests every 50 ms. On a copy of the communicator: its messages meet
     ** no one else's. */
-    if (s->xcomm == MPI_COMM_NULL && (rc = MPI_Comm_dup(s->comm, &s->xcomm)) != MPI_SUCCESS)
-        return mpi_error(rc, "Comm_dup", err);
+    if ((st = xcomm(s, err)))
+        return st;
     *q = (mreq){.kind = 1, .rank = c->rank, .buf = buf, .other = scratch, .n = n};
     int peer = 1 - c->rank;
     rc = MPI_Irecv(scratch, (int)n, MPI_FLOAT, peer, 0, s->xcomm, &q->r[0]);
     if (rc == MPI_SUCCESS)
         rc = MPI_Isend(buf, (int)n, MPI_FLOAT, peer, 0, s->xcomm, &q->r[1]);
-    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "Isend", err);
+    return rc == MPI_SUCCESS ? RP_OK : rpi_mpi_error(rc, "Isend", err);
 }
 
 /* Sum of two vectors of halves, in fp32, rounded to half. */
@@ -329,7 +351,7 @@ rp_status rpi_mpi_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, u
     if (n) {
         int rc = MPI_Allreduce(MPI_IN_PLACE, stage, (int)n, MPI_UINT16_T, op, gc);
         if (rc != MPI_SUCCESS)
-            return mpi_error(rc, "Allreduce", err);
+            return rpi_mpi_error(rc, "Allreduce", err);
     }
     rp_half_decode(stage, buf, n);
     return RP_OK;
@@ -362,7 +384,7 @@ rp_status rpi_mpi_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *
         src = s->pad;
     }
     int rc = MPI_Reduce_scatter_block(src, out, (int)k, MPI_FLOAT, MPI_SUM, gc);
-    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "Reduce_scatter_block", err);
+    return rc == MPI_SUCCESS ? RP_OK : rpi_mpi_error(rc, "Reduce_scatter_block", err);
 }
 
 rp_status rpi_mpi_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k, float *out,
@@ -377,7 +399,7 @@ rp_status rpi_mpi_allgather(rp_comm *c, const rp_grouping *g, const float *in, s
     MPI_Comm_rank(gc, &me);
     const void *send = in == out + (size_t)me * k ? MPI_IN_PLACE : (const void *)in;
     int rc = MPI_Allgather(send, (int)k, MPI_FLOAT, out, (int)k, MPI_FLOAT, gc);
-    return rc == MPI_SUCCESS ? RP_OK : mpi_error(rc, "Allgather", err);
+    return rc == MPI_SUCCESS ? RP_OK : rpi_mpi_error(rc, "Allgather", err);
 }
 
 /* Open MPI's reduce-scatter and all-gather together take longer than its
@@ -396,7 +418,7 @@ rp_status rpi_mpi_split(rp_comm *c, int color, int key, rp_comm **out, rp_error 
     MPI_Comm nc;
     int rc = MPI_Comm_split(S(c)->comm, color, key, &nc);
     if (rc != MPI_SUCCESS)
-        return mpi_error(rc, "Comm_split", err);
+        return rpi_mpi_error(rc, "Comm_split", err);
     *out = wrap(nc, true, false, err);
     return *out ? RP_OK : RP_ERR_NOMEM;
 }

@@ -151,6 +151,8 @@ rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
     cJSON_AddBoolToObject(r, "fp16_exchange", cfg->fp16_exchange);
     if (cfg->reduction_bucket_mb > 0)
         cJSON_AddNumberToObject(r, "reduction_bucket_mb", cfg->reduction_bucket_mb);
+    if (cfg->workers_per_server > 0)
+        cJSON_AddNumberToObject(r, "workers_per_server", cfg->workers_per_server);
     if (cfg->loss_scaling > 0)
         cJSON_AddNumberToObject(r, "loss_scaling", cfg->loss_scaling);
     cJSON_AddNumberToObject(r, "loss_scaling_growth_interval", cfg->loss_scaling_growth_interval);
@@ -254,6 +256,7 @@ bool rp_config_equal(const rp_config *a, const rp_config *b) {
            a->auto_loss_scaling == b->auto_loss_scaling &&
            a->fp16_exchange == b->fp16_exchange &&
            a->reduction_bucket_mb == b->reduction_bucket_mb &&
+           a->workers_per_server == b->workers_per_server &&
            a->loss_scaling == b->loss_scaling &&
            a->loss_scaling_growth_interval == b->loss_scaling_growth_interval &&
            a->embedding_serialization_factor == b->embedding_serialization_factor &&

@@ -344,6 +344,10 @@ static rp_status k_bucket(rp_config *cfg, rpi_load *c, const char *key, const cJ
     return RP_OK;
 }
 
+static rp_status k_per_server(rp_config *cfg, rpi_load *c, const char *key, const cJSON *v) {
+    return rpi_get_int(c, key, v, 0, &cfg->workers_per_server);
+}
+
 static rp_status k_grouping(rp_config *cfg, rpi_load *c, const char *key, const cJSON *v) {
     const char *rule = "must be an object {\"group_size\": g, \"stride\": s} with integers >= 1";
     if (!cJSON_IsObject(v))
@@ -462,6 +466,7 @@ static const struct key_def {
     {"lr_schedule", k_lr_schedule, cJSON_Object},
     {"gradient_clipping", k_clipping, cJSON_Number},
     {"reduction_bucket_mb", k_bucket, cJSON_Number},
+    {"workers_per_server", k_per_server, cJSON_Number},
     {"data_order", k_data_order, cJSON_String},
 };
 #define NUM_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))

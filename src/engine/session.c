@@ -43,6 +43,7 @@
 #include "../core/util.h"
 #include "cache.h"
 #include "session_impl.h"
+#include "servers.h"
 #include "sharding.h"
 
 /* ---- creation ---------------------------------------------------------------- */
@@ -716,19 +717,22 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             int members[RP_MAX_WORKERS];
             int nm = rpi_reduce_members(s, &s->groupings[q], w->replica, w->stage,
                                         w->tensor_rank, members);
+            /* members come out ascending by worker id: the split's order */
+            for (int a = 1; a < nm; a++)
+                for (int b = a; b > 0 && members[b - 1] > members[b]; b--) {
+                    int t = members[b];
+                    members[b] = members[b - 1];
+                    members[b - 1] = t;
+                }
             if (comm) {
                 int color = (w->stage * R + rp_grouping_group_of(&s->groupings[q], w->replica)) *
                                 s->T + w->tensor_rank;
-                if ((st = rp_comm_split(comm, color, id, &w->reduce[q], err)))
+                if ((st = rp_comm_split(comm, color, id, &w->reduce[q], err)) ||
+                    (st = rp_comm_set_servers(w->reduce[q],
+                                              rpi_per_server(members, nm, cfg->workers_per_server),
+                                              err)))
                     goto fail;
             } else {
-                /* members come out ascending by worker id: the split's order */
-                for (int a = 1; a < nm; a++)
-                    for (int b = a; b > 0 && members[b - 1] > members[b]; b--) {
-                        int t = members[b];
-                        members[b] = members[b - 1];
-                        members[b - 1] = t;
-                    }
                 int me = 0;
                 while (members[me] != id)
                     me++;

@@ -42,6 +42,11 @@ void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const 
 /* Seconds to allreduce `bytes` among n workers over links of bw bytes/s. */
 double rpi_allreduce_time(int n, double bytes, double bw, double latency);
 
+/* Seconds of the allreduce over servers of k workers (rp_comm_set_servers)
+** among n, inside a server over links of bw_in, between over bw_out. */
+double rpi_servers_allreduce_time(int n, int k, double bytes, double bw_in, double bw_out,
+                                  double latency);
+
 /* Bytes a worker of a stage holds: layers [first, first + count) on r stage
 ** replicas, `slots` micro-batches in flight, per_mb = micro-batch / profile
 ** batch: parameters, gradients, optimizer state, activations. */

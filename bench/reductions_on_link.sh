@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Data parallelism over a real link, with and without reduction_bucket_mb:
-# two ranks in network namespaces (scripts/cluster, root needed), one a
-# core, on a shaped 100 Mbit and 1 Gbit link. Each model is profiled here
+# Data parallelism's reductions over real links, each beside the simulator:
+#  1. reduction_bucket_mb (sums during the last backward) against one
+#     reduction after it: two ranks in network namespaces (scripts/cluster,
+#     root needed), one a core, on a shaped 100 Mbit and 1 Gbit link;
+#  2. workers_per_server 2 (sums inside each server, across once, back)
+#     against Open MPI's flat allreduce: 4 ranks on 2 servers of 2 machines,
+#     1 Gbit inside a server and 100 Mbit between (the 4 ranks share the 2
+#     cores: predicted with --cores 2). Each model is profiled here
 # ('repipe profile'); each configuration is predicted ('repipe simulate
 # --machines 1 2 --bandwidth 2e9 RATE --backend mpi', with the rate a
 # ping-pong measured first, bench_comm sweep) and measured (bench_train
@@ -12,12 +17,12 @@
 #    layer that holds most of the parameters: its gradient is ready first and
 #    crosses while the convolutions' backward runs;
 #  - an MLP of three 1024-wide layers: little to compute behind its sums.
-# Usage: bench/buckets_on_link.sh BUILD_DIR [ROUNDS] [BUCKET_MB]
+# Usage: bench/reductions_on_link.sh BUILD_DIR [ROUNDS] [BUCKET_MB]
 default_rounds=3
 . "$(dirname "$0")/common.sh"
 bucket=${3:-1}
 if [ "$(id -u)" != 0 ]; then
-  echo "bench/buckets_on_link.sh: needs root (scripts/cluster makes network namespaces)" >&2
+  echo "bench/reductions_on_link.sh: needs root (scripts/cluster makes network namespaces)" >&2
   exit 1
 fi
 tmp=$(mktemp -d)
@@ -32,7 +37,7 @@ for r in 1gbit 100mbit; do
   read -r fit_lat[$r] fit_bw[$r] <<<"$fit"
   echo "$r link: ping-pong fit latency ${fit_lat[$r]} s, bandwidth ${fit_bw[$r]} B/s"
 done
-echo "buckets of $bucket MB; medians of $rounds interleaved runs"
+echo "== 1. buckets of $bucket MB against one reduction; medians of $rounds interleaved runs"
 printf '%-4s %-8s %4s %10s %10s %9s %10s %10s %9s\n' model link B "pred 0" "pred bkt" "pred cut" \
   "meas 0" "meas bkt" "meas cut"
 # model, link, micro-batch, updates a run
@@ -68,4 +73,40 @@ while read -r model rate B steps; do
     m0 = 2 * B / s0; mb = 2 * B / sb
     printf "%-4s %-8s %4d %8.1fms %8.1fms %8.1f%% %8.1fms %8.1fms %8.1f%%\n", m, r, B, p0 * 1e3,
            pb * 1e3, 100 * (p0 - pb) / p0, m0 * 1e3, mb * 1e3, 100 * (m0 - mb) / m0 }'
+done <<<"$cases"
+
+echo
+echo "== 2. workers_per_server 2 against the flat allreduce, 2 servers x 2 at 1gbit, 100mbit between;"
+echo "   medians of $rounds interleaved runs"
+printf '%-4s %4s %10s %10s %9s %10s %10s %9s\n' model B "pred flat" "pred srv" "pred cut" \
+  "meas flat" "meas srv" "meas cut"
+cases="mlp 64 6
+cnn 32 6"
+while read -r model B steps; do
+  "$build/repipe" profile --model "$tmp/$model.model" --micro-batch "$B" \
+    --out "$tmp/$model-$B.txt" >/dev/null
+  for k in 0 2; do
+    printf '{"micro_batch_size": %s, "replication_factor": 4, "workers_per_server": %s}\n' \
+      "$B" "$k" > "$tmp/s$k.json"
+  done
+  pred() {
+    "$build/repipe" simulate --config "$tmp/s$1.json" --profile "$tmp/$model-$B.txt" \
+      --machines 1 2 2 --bandwidth 2e9 "${fit_bw[1gbit]}" "${fit_bw[100mbit]}" \
+      --latency "${fit_lat[1gbit]}" --cores "$(nproc)" --backend mpi --json - 2>/dev/null |
+      sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p'
+  }
+  p0=$(pred 0) p2=$(pred 2)
+  : > "$tmp/runs0"; : > "$tmp/runs2"
+  for _ in $(seq "$rounds"); do
+    for k in 0 2; do
+      scripts/cluster --rate 1gbit --servers 2 --machines 2 --link-rate 100mbit --timeout 600 \
+        -- -np 4 "$build/bench/bench_train" "$tmp/$model.model" "$tmp/s$k.json" "$steps" --mpi \
+        2>/dev/null </dev/null | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' >> "$tmp/runs$k"
+    done
+  done
+  awk -v m="$model" -v B="$B" -v p0="$p0" -v p2="$p2" -v s0="$(med < "$tmp/runs0")" \
+      -v s2="$(med < "$tmp/runs2")" 'BEGIN {
+    m0 = 4 * B / s0; m2 = 4 * B / s2
+    printf "%-4s %4d %8.1fms %8.1fms %8.1f%% %8.1fms %8.1fms %8.1f%%\n", m, B, p0 * 1e3,
+           p2 * 1e3, 100 * (p0 - p2) / p0, m0 * 1e3, m2 * 1e3, 100 * (m0 - m2) / m0 }'
 done <<<"$cases"
