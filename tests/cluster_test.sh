@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Over real links: ranks in network namespaces on shaped veth links
 # (scripts/cluster) train to the same bytes as the same ranks over shared
-# memory: a pipeline, data parallelism, a zero-bubble pipeline, and
-# R = 2 x 2 stages on 2 servers with a slower link between them; a
+# memory: a pipeline, data parallelism, a zero-bubble pipeline,
+# R = 2 x 2 stages on 2 servers with a slower link between them, and
+# data parallelism's sums in buckets during backward and over servers
+# (the latter also the threads' bytes); a
 # checkpoint written there resumes here to the uninterrupted run's bytes;
 # a machine whose link goes down mid-run, a failing job and a job past
 # --timeout end; and nothing the fixture made
@@ -34,6 +36,10 @@ printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_st
 printf '{"micro_batch_size": 8, "replication_factor": 2, %s}\n' "$adam" > "$tmp/dp.json"
 printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [2, -1], "schedule": "zb-h1", %s}\n' "$adam" > "$tmp/zb.json"
 printf '{"micro_batch_size": 4, "gradient_accumulation_steps": 4, "replication_factor": 2, "layers_per_stage": [2, -1], %s}\n' "$adam" > "$tmp/r2p2.json"
+# data parallelism's sums in buckets during backward (two ranks exchange), and over
+# servers of 2 (4 ranks: inside, across, back), with buckets too
+printf '{"micro_batch_size": 8, "replication_factor": 2, "reduction_bucket_mb": 0.01, %s}\n' "$adam" > "$tmp/bkt.json"
+printf '{"micro_batch_size": 4, "replication_factor": 4, "workers_per_server": 2, "reduction_bucket_mb": 0.01, %s}\n' "$adam" > "$tmp/srv.json"
 train() { # where (ns ARGS... | local), ranks, config, more arguments
   local where=$1; shift
   local opts=()
@@ -51,7 +57,8 @@ train() { # where (ns ARGS... | local), ranks, config, more arguments
   fi
 }
 for c in "pipe 2 --rate 1gbit" "dp 2 --rate 100mbit" "zb 2 --rate 1gbit" \
-         "r2p2 4 --servers 2 --machines 2 --rate 1gbit --link-rate 100mbit"; do
+         "r2p2 4 --servers 2 --machines 2 --rate 1gbit --link-rate 100mbit" \
+         "bkt 2 --rate 100mbit" "srv 4 --servers 2 --machines 2 --rate 1gbit --link-rate 100mbit"; do
   set -- $c
   name=$1 np=$2; shift 2
   out=$(train ns "$@" -- "$np" "$tmp/$name.json" --updates 12 --save "$tmp/$name-ns.rpw")
@@ -60,6 +67,11 @@ for c in "pipe 2 --rate 1gbit" "dp 2 --rate 100mbit" "zb 2 --rate 1gbit" \
   if [ -s "$tmp/$name-ns.rpw" ] && cmp -s "$tmp/$name-ns.rpw" "$tmp/$name-local.rpw"; then ok
   else bad "$name over namespaces ($*) is not the shared-memory run's bytes: $out"; fi
 done
+# over servers, the sums are in worker order: the bytes of the same run on threads
+"$bin" train --model "$tmp/lm.model" --config "$tmp/srv.json" --text "$tmp/text.txt" \
+  --log-every 100000 --updates 12 --save "$tmp/srv-threads.rpw" >/dev/null 2>&1
+if cmp -s "$tmp/srv-ns.rpw" "$tmp/srv-threads.rpw"; then ok
+else bad "4 ranks on servers of 2 are not the threads' bytes"; fi
 # a checkpoint written by namespaced ranks, resumed on this machine
 out=$(train ns --rate 1gbit -- 2 "$tmp/pipe.json" --updates 6 --checkpoint-dir "$tmp/ck" --checkpoint-every 6)
 prefixes+=" $(sed -n 's/^cluster: \(rp[0-9]*\):.*/\1/p' <<<"$out")"

@@ -254,6 +254,9 @@ static void refused(void) {
     const char *bad = "{\"reduction_bucket_mb\": -1}";
     CHECK(rp_config_load_string(&c, bad, strlen(bad), "bad.json", &err) == RP_ERR_INVALID);
     CHECK_STR_HAS(err.msg, "reduction_bucket_mb");
+    bad = "{\"workers_per_server\": -2}";
+    CHECK(rp_config_load_string(&c, bad, strlen(bad), "bad.json", &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "workers_per_server");
     rp_model_free(m);
 }
 
