@@ -16,6 +16,21 @@
 #include "repipe/session.h"
 #include "test.h"
 
+/* The small models the schedule and reduction tests train every layout of
+** (784-pixel images, or 8 tokens of 13 symbols): an MLP; a CNN with a
+** layernorm and dropout; a GPT of two blocks with dropout and a head tied
+** to its embedding. */
+#define TEST_SPEC_MLP                                                                             \
+    "input 1 28 28\nflatten\nlinear 64\nrelu\nlinear 32\nrelu\nlinear 10\n"                   \
+    "softmax_cross_entropy\n"
+#define TEST_SPEC_CNN                                                                             \
+    "input 1 28 28\nconv2d 4 kernel=3 pad=1\nrelu\nmaxpool2d 2\nconv2d 8 kernel=3 pad=1\n"      \
+    "layernorm\nrelu\nmaxpool2d 2\nflatten\ndropout 0.2\nlinear 10\nsoftmax_cross_entropy\n"
+#define TEST_SPEC_GPT                                                                             \
+    "input 8\nembedding 13 8 std=0.3\nposition_embedding\n"                                     \
+    "transformer_block heads=2 dropout=0.1\ntransformer_block heads=2 mlp=2 dropout=0.1\n"      \
+    "layernorm\nlinear 13 bias=false tie=0\nsoftmax_cross_entropy\n"
+
 /* Parses a model spec or ends the test with the parser's message. */
 static inline rp_model *test_model(const char *spec) {
     rp_model *m;
@@ -92,6 +107,70 @@ static inline rp_session *test_session(const rp_model *m, const rp_config *c, rp
         return NULL;
     }
     return s;
+}
+
+/* Whether two weight sets hold the same bits, tensor by tensor. */
+static inline bool test_same_bits(const rp_weights *a, const rp_weights *b) {
+    if (!a || !b || a->num_tensors != b->num_tensors)
+        return false;
+    for (int t = 0; t < a->num_tensors; t++) {
+        size_t n = rp_shape_size(&a->tensors[t].shape) * a->tensors[t].groups;
+        if (memcmp(a->tensors[t].data, b->tensors[t].data, sizeof(float) * n) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* Two host calls of a new session (threads, or the MPI world mpi) on other
+** samples of data, or for a token model (tokens) on a text of 13 symbols
+** (8 a sample); the weights of every replica come back, and every loss in
+** losses (room for two calls of 64). */
+static inline rp_weights *test_two_calls(const rp_model *m, const rp_config *c, bool tokens,
+                                         rp_comm *mpi, const rp_dataset *data, float *losses) {
+    rp_error err;
+    rp_session *s = test_session(m, c, mpi);
+    if (!s) {
+        test_failures++;
+        return NULL;
+    }
+    long long per = rp_session_samples_per_call(s);
+    size_t in = tokens ? 8 : rp_shape_size(&m->input), k = tokens ? 8 : 1;
+    int64_t *ids = malloc(sizeof(int64_t) * per);
+    float *x = malloc(sizeof(float) * per * in);
+    int32_t *y = malloc(sizeof(int32_t) * per * k);
+    for (int call = 0; call < 2; call++) {
+        for (long long i = 0; i < per; i++) {
+            ids[i] = (i * 7 + call * per) % data->n;
+            for (size_t t = 0; tokens && t < 8; t++) {
+                int tok = (int)((ids[i] * 5 + (long long)t * 3) % 13);
+                x[i * 8 + t] = (float)tok;
+                y[i * 8 + t] = (tok * 7 + 2) % 13;
+            }
+        }
+        if (!tokens)
+            rp_dataset_gather(data, ids, (int)per, x, y);
+        rp_result r;
+        CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
+        CHECK(r.count <= 64);
+        memcpy(losses + call * r.count, r.losses, sizeof(float) * (r.count <= 64 ? r.count : 64));
+    }
+    rp_weights *w = NULL;
+    CHECK_OK(rp_session_get_weights(s, RP_ALL_REPLICAS, &w, &err), err);
+    free(ids), free(x), free(y);
+    rp_session_free(s);
+    return w;
+}
+
+/* A file's text (a trace the test wrote) into buf of cap bytes, and the
+** file removed; its length, 0 when it could not be read. */
+static inline size_t test_take_file(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "r");
+    size_t len = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[len] = 0;
+    if (f)
+        fclose(f);
+    remove(path);
+    return len;
 }
 
 /* The start of an engine test: n synthetic samples shaped like

@@ -25,15 +25,9 @@
 #include "support.h"
 #include "test.h"
 
-static const char *MLP = "input 1 28 28\nflatten\nlinear 64\nrelu\nlinear 32\nrelu\n"
-                         "linear 10\nsoftmax_cross_entropy\n";
-static const char *CNN = "input 1 28 28\nconv2d 4 kernel=3 pad=1\nrelu\nmaxpool2d 2\n"
-                         "conv2d 8 kernel=3 pad=1\nlayernorm\nrelu\nmaxpool2d 2\nflatten\n"
-                         "dropout 0.2\nlinear 10\nsoftmax_cross_entropy\n";
-static const char *GPT = "input 8\nembedding 13 8 std=0.3\nposition_embedding\n"
-                         "transformer_block heads=2 dropout=0.1\n"
-                         "transformer_block heads=2 mlp=2 dropout=0.1\nlayernorm\n"
-                         "linear 13 bias=false tie=0\nsoftmax_cross_entropy\n";
+static const char *MLP = TEST_SPEC_MLP;
+static const char *CNN = TEST_SPEC_CNN;
+static const char *GPT = TEST_SPEC_GPT;
 static const char *LLAMA = "input 8\nx = embedding 13 8\nrmsnorm\nlinear 24 bias=false\n"
                            "attention heads=2 kv_heads=2 rope_theta=10000\n"
                            "o = linear 8 bias=false\nx1 = add < o x\nn2 = rmsnorm\n"
@@ -83,49 +77,7 @@ static rp_config config(const bcase *bc, double bucket_mb, bool adam) {
 
 /* Two calls on other samples; the weights, and every loss, come back. */
 static rp_weights *train(const rp_model *m, const rp_config *c, bool tokens, float *losses) {
-    rp_error err;
-    rp_session *s = test_session(m, c, mpi);
-    if (!s) {
-        test_failures++;
-        return NULL;
-    }
-    long long per = rp_session_samples_per_call(s);
-    size_t in = tokens ? 8 : 784, k = tokens ? 8 : 1;
-    int64_t *ids = malloc(sizeof(int64_t) * per);
-    float *x = malloc(sizeof(float) * per * in);
-    int32_t *y = malloc(sizeof(int32_t) * per * k);
-    for (int call = 0; call < 2; call++) {
-        for (long long i = 0; i < per; i++) {
-            ids[i] = (i * 5 + call * per) % data->n;
-            for (size_t t = 0; tokens && t < 8; t++) {
-                int tok = (int)((ids[i] * 3 + (long long)t * 5) % 13);
-                x[i * 8 + t] = (float)tok;
-                y[i * 8 + t] = (tok * 7 + 2) % 13;
-            }
-        }
-        if (!tokens)
-            rp_dataset_gather(data, ids, (int)per, x, y);
-        rp_result r;
-        CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
-        CHECK(r.count <= 64);
-        memcpy(losses + call * r.count, r.losses, sizeof(float) * (r.count <= 64 ? r.count : 64));
-    }
-    rp_weights *w = NULL;
-    CHECK_OK(rp_session_get_weights(s, RP_ALL_REPLICAS, &w, &err), err);
-    free(ids), free(x), free(y);
-    rp_session_free(s);
-    return w;
-}
-
-static bool same_bits(const rp_weights *a, const rp_weights *b) {
-    if (!a || !b || a->num_tensors != b->num_tensors)
-        return false;
-    for (int t = 0; t < a->num_tensors; t++) {
-        size_t n = rp_shape_size(&a->tensors[t].shape) * a->tensors[t].groups;
-        if (memcmp(a->tensors[t].data, b->tensors[t].data, sizeof(float) * n) != 0)
-            return false;
-    }
-    return true;
+    return test_two_calls(m, c, tokens, mpi, data, losses);
 }
 
 static int workers(const bcase *bc) { return test_workers(bc->P, bc->r, bc->R) * bc->T; }
@@ -153,7 +105,7 @@ static void exact(int only_workers) {
                 rp_config c = config(bc, sizes[si], mi != 2);
                 memset(l1, 0, sizeof l1);
                 rp_weights *got = train(m, &c, tokens, l1);
-                CHECKF(same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0,
+                CHECKF(test_same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0,
                        "%s, buckets of %g MB, P=%d R=%d r=[%d,%d,%d] GA=%d T=%d%s: not the "
                        "bits of one reduction (weights differ by %g)",
                        models[mi], sizes[si], bc->P, bc->R, bc->r[0], bc->r[1], bc->r[2], bc->GA,
@@ -199,14 +151,8 @@ static void traced(void) {
     rp_session_free(s);
     free(x), free(y), free(ids);
     rp_model_free(m);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL);
     static char text[1 << 20];
-    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    text[len] = 0;
-    if (f)
-        fclose(f);
-    remove(path);
+    CHECK(test_take_file(path, text, sizeof text) > 0);
     /* worker 0: its buckets on track 1000, its last backward (micro-batch 1) on 0 */
     int buckets = 0;
     double first = -1, back_end = -1;
@@ -282,12 +228,12 @@ static void servers(void) {
             mpi = keep;
             rp_weights *got = train(m, &c, tokens, l1);
             rp_weights *flat_got = train(m, &cf, tokens, l2);
-            CHECKF(same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0,
+            CHECKF(test_same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0,
                    "%s, workers_per_server 2%s: MPI's sums not the threads' bits (weights differ "
                    "by %g)",
                    models[mi], bi ? ", buckets" : "", want && got ? test_weights_diff(want, got) : -1.0);
-            equal += same_bits(want, got);
-            flat_equal += same_bits(want, flat_got);
+            equal += test_same_bits(want, got);
+            flat_equal += test_same_bits(want, flat_got);
             rp_weights_free(want), rp_weights_free(got), rp_weights_free(flat_got);
         }
         rp_model_free(m);

@@ -288,14 +288,8 @@ static void traced_update(const rp_model *m, const rp_config *c, tp_counts *n) {
     const char *path = "test_tensor_parallel.trace.json";
     CHECK_OK(rp_session_write_trace(s, path, &err), err);
     rp_session_free(s);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL);
     static char text[1 << 20];
-    size_t len = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    text[len] = 0;
-    if (f)
-        fclose(f);
-    remove(path);
+    CHECK(test_take_file(path, text, sizeof text) > 0);
     static const char *const KIND = "\"name\":\"tensor all-";
     for (char *p = text; (p = strstr(p, KIND)); p++) {
         char *q = p + strlen(KIND); /* "reduce (forward) 3" or "gather (loss) 3" */

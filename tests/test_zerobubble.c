@@ -23,15 +23,9 @@
 #include "support.h"
 #include "test.h"
 
-static const char *MLP = "input 1 28 28\nflatten\nlinear 64\nrelu\nlinear 32\nrelu\n"
-                         "linear 10\nsoftmax_cross_entropy\n";
-static const char *CNN = "input 1 28 28\nconv2d 4 kernel=3 pad=1\nrelu\nmaxpool2d 2\n"
-                         "conv2d 8 kernel=3 pad=1\nlayernorm\nrelu\nmaxpool2d 2\nflatten\n"
-                         "dropout 0.2\nlinear 10\nsoftmax_cross_entropy\n";
-static const char *GPT = "input 8\nembedding 13 8 std=0.3\nposition_embedding\n"
-                         "transformer_block heads=2 dropout=0.1\n"
-                         "transformer_block heads=2 mlp=2 dropout=0.1\nlayernorm\n"
-                         "linear 13 bias=false tie=0\nsoftmax_cross_entropy\n";
+static const char *MLP = TEST_SPEC_MLP;
+static const char *CNN = TEST_SPEC_CNN;
+static const char *GPT = TEST_SPEC_GPT;
 /* a LLaMA-family block as a graph: RMSNorm, grouped-query attention with
 ** rotary embeddings, a SwiGLU MLP, two residuals */
 static const char *LLAMA = "input 8\nx = embedding 13 8\nrmsnorm\nlinear 16 bias=false\n"
@@ -96,52 +90,10 @@ static rp_config config(const zcase *zc, const char *schedule, bool adam) {
 }
 
 /* Two updates (two host calls on other samples); the weights, and every
-** loss, come back. Token models read a text of 13 symbols. */
+** loss, come back. */
 static rp_weights *train(const rp_model *m, const rp_config *c, bool tokens, bool use_mpi,
                          float *losses) {
-    rp_error err;
-    rp_session *s = test_session(m, c, use_mpi ? mpi : NULL);
-    if (!s) {
-        test_failures++;
-        return NULL;
-    }
-    long long per = rp_session_samples_per_call(s);
-    size_t in = tokens ? 8 : 784, k = tokens ? 8 : 1;
-    int64_t *ids = malloc(sizeof(int64_t) * per);
-    float *x = malloc(sizeof(float) * per * in);
-    int32_t *y = malloc(sizeof(int32_t) * per * k);
-    for (int call = 0; call < 2; call++) {
-        for (long long i = 0; i < per; i++) {
-            ids[i] = (i * 7 + call * per) % data->n;
-            for (size_t t = 0; tokens && t < 8; t++) {
-                int tok = (int)((ids[i] * 5 + (long long)t * 3) % 13);
-                x[i * 8 + t] = (float)tok;
-                y[i * 8 + t] = (tok * 7 + 2) % 13;
-            }
-        }
-        if (!tokens)
-            rp_dataset_gather(data, ids, (int)per, x, y);
-        rp_result r;
-        CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
-        CHECK(r.count <= 64); /* the callers' arrays hold two calls of 64 */
-        memcpy(losses + call * r.count, r.losses, sizeof(float) * (r.count <= 64 ? r.count : 64));
-    }
-    rp_weights *w = NULL;
-    CHECK_OK(rp_session_get_weights(s, RP_ALL_REPLICAS, &w, &err), err);
-    free(ids), free(x), free(y);
-    rp_session_free(s);
-    return w;
-}
-
-static bool same_bits(const rp_weights *a, const rp_weights *b) {
-    if (!a || !b || a->num_tensors != b->num_tensors)
-        return false;
-    for (int t = 0; t < a->num_tensors; t++) {
-        size_t n = rp_shape_size(&a->tensors[t].shape) * a->tensors[t].groups;
-        if (memcmp(a->tensors[t].data, b->tensors[t].data, sizeof(float) * n) != 0)
-            return false;
-    }
-    return true;
+    return test_two_calls(m, c, tokens, use_mpi ? mpi : NULL, data, losses);
 }
 
 static void exact(bool use_mpi, int only_workers) {
@@ -167,7 +119,7 @@ static void exact(bool use_mpi, int only_workers) {
                 rp_config c = config(zc, schedules[si], mi != 2);
                 memset(l1, 0, sizeof l1);
                 rp_weights *got = train(m, &c, tokens, use_mpi, l1);
-                CHECKF(same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0,
+                CHECKF(test_same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0,
                        "%s %s P=%d R=%d r=[%d,%d,%d] GA=%d%s: not 1f1b's bits (weights differ "
                        "by %g)",
                        models[mi], schedules[si], zc->P, zc->R, zc->r[0], zc->r[1], zc->r[2],
@@ -466,7 +418,7 @@ static void interleaved(void) {
             float l0[128] = {0}, l1[128] = {0};
             rp_weights *want = train(m, &base, mi == 2, false, l0);
             rp_weights *got = train(m, &c, mi == 2, false, l1);
-            CHECKF(same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0,
+            CHECKF(test_same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0,
                    "%s interleaved P=%d v=%d R=%d GA=%d%s: not 1f1b's bits (weights differ by "
                    "%g)", models[mi], ic->P, ic->v, ic->R, ic->GA, ic->extra,
                    want && got ? test_weights_diff(want, got) : -1.0);
