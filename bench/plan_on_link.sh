@@ -13,14 +13,21 @@
 # (1f1b; zb-h2 at GA 4 and 8).
 # Prints each measured, the plan against the grid's fastest, and the spread
 # of repeated runs of one configuration (the noise).
-# Usage: bench/plan_on_link.sh BUILD_DIR [ROUNDS]
+# With SERVERS 3: three servers of one machine for 384 samples an update,
+# the three ranks on this machine's cores (planned with --cores), and a grid
+# that adds data parallelism of 3, 3-stage pipelines and stage replication
+# [2, 1] at GA 4-16.
+# Usage: bench/plan_on_link.sh BUILD_DIR [ROUNDS] [SERVERS]
 default_rounds=3
 . "$(dirname "$0")/common.sh"
 if [ "$(id -u)" != 0 ]; then
   echo "bench/plan_on_link.sh: needs root (scripts/cluster makes network namespaces)" >&2
   exit 1
 fi
-N=256
+servers=${3:-2}
+N=$((servers == 3 ? 384 : 256))
+cores=()
+[ "$servers" -le "$(nproc)" ] || cores=(--cores "$(nproc)")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf 'input 1 28 28\nflatten\nlinear 2048\nrelu\nlinear 2048\nrelu\nlinear 2048\nrelu\nlinear 10\nsoftmax_cross_entropy\n' > "$tmp/mlp.model"
@@ -31,7 +38,7 @@ for model in mlp cnn; do
   done
 done
 profiles() { for b in 64 8 16 32 128; do printf -- '--profile %s ' "$tmp/$1-$b.txt"; done; }
-net=(--servers 2 --machines 1 --rate 1gbit --link-rate 100mbit)
+net=(--servers "$servers" --machines 1 --rate 1gbit --link-rate 100mbit)
 fit() { # the fitted latency and bandwidth of the link between the servers
   scripts/cluster "${net[@]}" --timeout 300 -- -np 2 "$build/bench/bench_comm" sweep 2>/dev/null </dev/null |
     sed -n 's/^fit latency \([^ ]*\) bandwidth \([^ ]*\)$/\1 \2/p'
@@ -54,27 +61,38 @@ config() { # R, stage replication, layers, GA, schedule
     $((N / $1 / $4)) "$1" "$2" "$3" "$4" "$5"
 }
 for model in mlp cnn; do
-  if [ $model = mlp ]; then two='[5,-1]'; else two='[4,-1]'; fi
-  grid="1 [1] [-1] 1 1f1b"$'\n'
-  for ga in 1 4 16; do grid+="2 [1] [-1] $ga 1f1b"$'\n'; done
-  for ga in 2 4 8 16; do grid+="1 [1,1] $two $ga 1f1b"$'\n'; done
-  for ga in 4 8; do grid+="1 [1,1] $two $ga zb-h2"$'\n'; done
-  echo "== $model, 2 servers of one worker, 100 Mbit between them, $N samples an update (samples/s, median of $rounds)"
+  if [ $model = mlp ]; then two='[5,-1]' three='[3,2,-1]'; else two='[4,-1]' three='[2,2,-1]'; fi
+  if [ "$servers" = 3 ]; then
+    grid="1 [1] [-1] 3 1f1b"$'\n'
+    for ga in 1 16; do grid+="2 [1] [-1] $ga 1f1b"$'\n'; done
+    for ga in 1 4 16; do grid+="3 [1] [-1] $ga 1f1b"$'\n'; done
+    for ga in 8 16; do grid+="1 [1,1] $two $ga 1f1b"$'\n'; done
+    for ga in 4 8 16; do grid+="1 [1,1,1] $three $ga 1f1b"$'\n'; done
+    grid+="1 [1,1,1] $three 8 zb-h2"$'\n'
+    for ga in 4 8 16; do grid+="1 [2,1] $two $ga 1f1b"$'\n'; done
+  else
+    grid="1 [1] [-1] 1 1f1b"$'\n'
+    for ga in 1 4 16; do grid+="2 [1] [-1] $ga 1f1b"$'\n'; done
+    for ga in 2 4 8 16; do grid+="1 [1,1] $two $ga 1f1b"$'\n'; done
+    for ga in 4 8; do grid+="1 [1,1] $two $ga zb-h2"$'\n'; done
+  fi
+  echo "== $model, $servers servers of one worker, 100 Mbit between them, $N samples an update (samples/s, median of $rounds)"
   best=0 bestname="" spread=0
   while read -r R reps layers ga sched; do
     [ -n "$R" ] || continue
     config "$R" "$reps" "$layers" "$ga" "$sched" > "$tmp/g.json"
     read -r med lo hi <<<"$(measure "$tmp/g.json" "$model")"
     if [ "$layers" = "[-1]" ] && [ "$R" = 1 ]; then name="one worker"
-    elif [ "$layers" = "[-1]" ]; then name="data parallel R=2 GA $ga"
+    elif [ "$layers" = "[-1]" ]; then name="data parallel R=$R GA $ga"
+    elif [ "$reps" = "[2,1]" ]; then name="replicated [2,1] $layers GA $ga"
     else name="pipeline $layers GA $ga $sched"; fi
     printf '  %-30s %9.0f   (%.0f-%.0f)\n' "$name" "$med" "$lo" "$hi"
     if awk -v a="$med" -v b="$best" 'BEGIN { exit !(a > b) }'; then best=$med bestname=$name; fi
     spread=$(awk -v s="$spread" -v lo="$lo" -v hi="$hi" 'BEGIN { d = (hi - lo) / hi; print (d > s ? d : s) }')
   done <<<"$grid"
   # shellcheck disable=SC2046
-  "$build/repipe" plan $(profiles $model) --machines 1 1 2 --bandwidth 2e9 1.2e8 "$bw" \
-    --latency "$lat" --backend mpi --objective engine --global-batch $N \
+  "$build/repipe" plan $(profiles $model) --machines 1 1 "$servers" --bandwidth 2e9 1.2e8 "$bw" \
+    --latency "$lat" --backend mpi --objective engine --global-batch $N "${cores[@]}" \
     --config-out "$tmp/plan.json" | grep -E "^  (one worker|data parallel|fastest)" | sed 's/^ */  planner: /'
   read -r pm lo hi <<<"$(measure "$tmp/plan.json" "$model")"
   keys=$(tr -d '\n\t ' < "$tmp/plan.json" | grep -o '"\(micro_batch_size\|replication_factor\|gradient_accumulation_steps\|layers_per_stage\|stage_replication\|schedule\)":\(\[[^]]*\]\|[^,]*\)' | tr '\n' ' ')
