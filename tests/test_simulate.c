@@ -76,6 +76,15 @@ static void transfers(void) {
     CHECK_CLOSE(r.bubble_fraction, (2 * link + 7e-3 + 2 * link + 3e-3) / (2 * r.update_time),
                 1e-12);
     rp_sim_result_free(&r);
+    /* three micro-batches under gpipe: a worker's messages leave over its one
+    ** link one after another (a link is 10.1 ms, longer than any pass): the
+    ** activations arrive at 1 + L, 1 + 2L, 1 + 3L; stage 1's last forward and
+    ** first backward end at 8 + 3L; the gradients arrive at 8 + 4L, 8 + 5L,
+    ** 8 + 6L; the last backward of stage 0 ends 2 ms later */
+    CHECK_CLOSE(sim("{\"layers_per_stage\": [1, 1], \"gradient_accumulation_steps\": 3, "
+                    "\"schedule\": \"gpipe\"}",
+                    fw, bw, out, par, 2, &o, NULL),
+                10e-3 + 6 * link, 1e-12);
     /* a profile measured on 4 rows, run on micro-batches of 2: half of everything */
     o.profile_batch = 4;
     link = 1e-4 + 0.5e6 / 1e8;
