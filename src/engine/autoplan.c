@@ -487,8 +487,9 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
                         break;
                     if ((rc && base->recompute_checkpoint_every_layer) ||
                         (sh && (base->replicated_tensor_sharding || W == 1 ||
-                                rp_optimizer_state_per_param(&base->optimizer) == 0)))
-                        continue; /* already on, or saves nothing */
+                                rp_optimizer_state_per_param(&base->optimizer) == 0 ||
+                                base->reduction_bucket_mb > 0)))
+                        continue; /* already on, saves nothing, or (buckets) refused */
                     if (!programme(&S, R, per, GA, rc, sh)) {
                         st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner");
                         goto done;
