@@ -14,7 +14,6 @@
 #include "repipe/session.h"
 #include "repipe/simulate.h"
 #include "simulate_impl.h"
-#include "servers.h"
 #include "sharding.h"
 
 void rp_sim_options_default(rp_sim_options *o) {
@@ -65,57 +64,6 @@ int rpi_level_of(const rpi_cluster *c, int a, int b) {
     while (l < c->levels - 1 && a / c->span[l] != b / c->span[l])
         l++;
     return l;
-}
-
-/* An allreduce of `bytes` among n workers whose links are no faster than bw:
-** a ring moves 2 (n - 1) / n of the bytes through every worker in 2 (n - 1)
-** steps; a binary tree reduces and broadcasts the whole in 2 log2 n steps. */
-double rpi_allreduce_time(int n, double bytes, double bw, double latency) {
-    if (n <= 1)
-        return 0;
-    int depth = 0;
-    while ((1 << depth) < n)
-        depth++;
-    double ring = 2.0 * (n - 1) * latency + 2.0 * (n - 1) / n * bytes / bw;
-    double tree = 2.0 * depth * (latency + bytes / bw);
-    return ring < tree ? ring : tree;
-}
-
-/* Open MPI 4.1's allreduce of a sum among 4 or more ranks, a power of two
-** (coll/tuned's fixed rules): from 8 KB, Rabenseifner's, a reduce-scatter
-** by recursive halving (step i: half of what is left, N / 2^(i+1), to the
-** partner 2^i away) and an all-gather by recursive doubling, the same steps
-** back; below, recursive doubling (the whole N at each step). Ranks that
-** fill servers in order meet their near partners with the most bytes: a
-** flat ring's 2 (n - 1) / n N across the slow link becomes N / 2 x the
-** crossing steps' shares (4 ranks on 2 servers of 2 at 100 Mbit: the ring
-** predicted 0.97 s for 7.6 MB, this 0.67 s; measured 0.80 s). */
-enum { RP_SIM_MAX_STEPS = 24 };
-
-static double mpi_allreduce_time(int steps, const int *lvl, const int *crossing, double bytes,
-                                 const rpi_cluster *net) {
-    double t = 0, part = bytes;
-    for (int i = 0; i < steps; i++) {
-        part = bytes < 8192 ? bytes : part / 2;
-        double step = net->latency + crossing[i] * part / net->bw[lvl[i]];
-        t += bytes < 8192 ? step : 2 * step;
-    }
-    return t;
-}
-
-/* The allreduce over servers (rp_comm_set_servers) of n workers, k a
-** server, q = n / k servers: inside each, every member sends and receives
-** k - 1 chunks of bytes / k over links of bw_in, twice (to the chunks'
-** owners, and their sums back); between them the k owners' chunks, the
-** whole buffer, cross each link once forward while the totals go back the
-** other way a piece (16384 floats an owner) behind, along 2 (q - 1) hops. */
-double rpi_servers_allreduce_time(int n, int k, double bytes, double bw_in, double bw_out,
-                                  double latency) {
-    int q = n / k;
-    double chunk = bytes / k, piece = 16384.0 * sizeof(float) * k;
-    double inside = (k - 1) * latency + (k - 1) * chunk / bw_in;
-    double fill = (2 * q - 3) * (piece < bytes ? piece : bytes) / bw_out;
-    return 2 * inside + 2 * (q - 1) * latency + bytes / bw_out + (fill > 0 ? fill : 0);
 }
 
 double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const double *param_bytes,
@@ -176,11 +124,7 @@ typedef struct sim_worker {
 /* A reduction group: a stage's workers in one replica group. */
 typedef struct red_group {
     int n, first, top, arrived;
-    int per_server, inner; /* workers_per_server: members a server and the level inside one */
-    /* Open MPI's recursive halving and doubling (--backend mpi, a power of
-    ** two of members): at step i the partners 2^i apart meet over level
-    ** lvl[i], crossing[i] of a unit's members through its link at once */
-    int steps, lvl[RP_SIM_MAX_STEPS], crossing[RP_SIM_MAX_STEPS];
+    rpi_reduction how; /* the algorithm its allreduce runs */
     double *last; /* per round of reductions, its last arrival */
     int round;    /* the round of its reduction on the network, if active */
     bool active;
@@ -444,44 +388,13 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         g->top = l > g->top ? l : g->top;
         g->n++;
     }
-    for (int k = 0; k < P * G && opt->polling; k++) { /* Open MPI's steps */
-        int m = 0, *members = shared;
-        for (int v = 0; v < W; v++)
-            if (gid[v] == k)
-                members[m++] = v;
-        red_group *g = &rg[k];
-        if (m < 4 || (m & (m - 1)))
-            continue;
-        for (int d = 1; d < m; d *= 2, g->steps++) {
-            int l = 0, most = 0;
-            for (int a = 0; a < m; a++) {
-                int la = rpi_level_of(&net, pos[members[a]], pos[members[a ^ d]]);
-                l = la > l ? la : l;
-            }
-            for (int a = 0; a < m; a++) { /* a unit's members whose partners are a level-l hop away */
-                int n = 0;
-                for (int b = 0; b < m; b++)
-                    n += rpi_level_of(&net, pos[members[a]], pos[members[b]]) < l &&
-                         rpi_level_of(&net, pos[members[b]], pos[members[b ^ d]]) == l;
-                most = n > most ? n : most;
-            }
-            g->lvl[g->steps] = l, g->crossing[g->steps] = most > 0 ? most : 1;
-        }
-    }
-    for (int k = 0; k < P * G && cfg->workers_per_server > 0; k++) { /* sums over servers */
+    for (int k = 0; k < P * G; k++) { /* each group's allreduce: its members decide */
         int m = 0, *members = shared; /* (a scratch of W ints here) */
-        for (int v = 0; v < W; v++)
+        for (int v = 0; (opt->polling || cfg->workers_per_server > 0) && v < W; v++)
             if (gid[v] == k)
                 members[m++] = v;
-        red_group *g = &rg[k];
-        g->per_server = rpi_per_server(members, m, cfg->workers_per_server);
-        for (int i = 1; g->per_server && i < m; i++)
-            if (i % g->per_server) { /* the same server as the one before */
-                int l = rpi_level_of(&net, pos[members[i - 1]], pos[members[i]]);
-                g->inner = l > g->inner ? l : g->inner;
-            }
-        if (g->per_server && g->inner >= g->top) /* one level: nothing to gain */
-            g->per_server = 0;
+        rpi_reduction_make(&rg[k].how, &net, members, rg[k].n, pos, rg[k].top, opt->polling,
+                           cfg->workers_per_server);
     }
     double now = 0;
     /* Global time: start every operation that can start now (sends and
@@ -580,17 +493,10 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                             goto blocked;
                         double last = g->last[x->rounds++];
                         x->arrive = -1; /* for the next round */
-                        int n = g->n, first = g->first, top = g->top;
-                        double cost =
-                            g->per_server && !cpu
-                                ? rpi_servers_allreduce_time(n, g->per_server, par[s] * wire_sum,
-                                                             net.bw[g->inner], net.bw[top],
-                                                             net.latency)
-                            : g->steps ? mpi_allreduce_time(g->steps, g->lvl, g->crossing, par[s] * wire_sum, &net)
-                                : rpi_allreduce_time(n, par[s] * wire_sum, net.bw[top],
-                                                     net.latency);
+                        int first = g->first, top = g->top;
+                        double cost = rpi_reduction_time(&g->how, par[s] * wire_sum, &net, !cpu);
                         double full = cost;
-                        if (buckets && !g->per_server) { /* what is left of the buckets when the last arrives */
+                        if (buckets && !g->how.per_server) { /* what is left of the buckets when the last arrives */
                             int k = 0;
                             for (int v = 0; v < W; v++)
                                 if (gid[v] == gid[w])

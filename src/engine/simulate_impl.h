@@ -42,10 +42,26 @@ void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const 
 /* Seconds to allreduce `bytes` among n workers over links of bw bytes/s. */
 double rpi_allreduce_time(int n, double bytes, double bw, double latency);
 
-/* Seconds of the allreduce over servers of k workers (rp_comm_set_servers)
-** among n, inside a server over links of bw_in, between over bw_out. */
-double rpi_servers_allreduce_time(int n, int k, double bytes, double bw_in, double bw_out,
-                                  double latency);
+/* How a group of n workers all-reduces (sim_reduce.c): over the slowest
+** level it spans, top; with open_mpi (--backend mpi) and 4 or more, a power
+** of two, as Open MPI's recursive halving and doubling, at step i partners
+** 2^i apart meeting over level lvl[i], crossing[i] of a unit's members
+** through its link at once; with workers_per_server, when the group is
+** laid out a server at a time, per_server members a server meeting inside
+** one over level inner (0: flat). */
+enum { RP_SIM_MAX_STEPS = 24 };
+typedef struct rpi_reduction {
+    int n, top, per_server, inner;
+    int steps, lvl[RP_SIM_MAX_STEPS], crossing[RP_SIM_MAX_STEPS];
+} rpi_reduction;
+/* members: the group's m worker ids, ascending (read only with open_mpi or
+** workers_per_server); pos: where each worker runs. */
+void rpi_reduction_make(rpi_reduction *r, const rpi_cluster *net, const int *members, int m,
+                        const int *pos, int top, bool open_mpi, int workers_per_server);
+/* Seconds to all-reduce `bytes`; network: across machines (the chain over
+** servers runs there only). */
+double rpi_reduction_time(const rpi_reduction *r, double bytes, const rpi_cluster *net,
+                          bool network);
 
 /* Bytes a worker of a stage holds: layers [first, first + count) on r stage
 ** replicas, `slots` micro-batches in flight, per_mb = micro-batch / profile
