@@ -9,6 +9,11 @@
 # Each prediction is made twice: with the links' nominal rates, and with the
 # latency and bandwidth that a ping-pong over each link measured first
 # (bench_comm sweep; TCP/IP's headers and the token bucket's rate in it).
+# Rows with a latency (US, 'links' 100mbit+US) add that many microseconds to
+# each way of each machine's link (scripts/cluster --latency: a delay line,
+# this kernel has no netem); a message crosses two such links, so the nominal
+# prediction adds 2 x US to simulate's --latency. They run at 100 Mbit: on
+# this machine's two cores the delay line's copies carry about 470 Mbit/s.
 # Three sets:
 #  1. two ranks, one a core, with Open MPI's TCP default flags (PUT on);
 #  2. the same with repipe's (PUT off, what rp_comm_mpi_init sets unless the
@@ -33,16 +38,18 @@ printf 'input 1 28 28\nflatten\nlinear 1024\nrelu\nlinear 1024\nrelu\nlinear 102
 med() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 bytes_of() { case $1 in 1gbit) echo 1.25e8 ;; 100mbit) echo 1.25e7 ;; esac; }
 declare -A fit_bw fit_lat
-for r in 1gbit 100mbit; do
-  fit=$(scripts/cluster --rate "$r" --timeout 300 -- -np 2 "$build/bench/bench_comm" sweep \
-        2>/dev/null </dev/null | tee "$tmp/sweep-$r" | sed -n 's/^fit latency \([^ ]*\) bandwidth \([^ ]*\)$/\1 \2/p')
-  read -r fit_lat[$r] fit_bw[$r] <<<"$fit"
-  echo "== ping-pong and allreduce over a $r link (bench_comm sweep)"
-  cat "$tmp/sweep-$r"
+for link in 1gbit:0 100mbit:0 100mbit:1000; do
+  r=${link%:*} us=${link#*:}
+  fit=$(scripts/cluster --rate "$r" --latency "$us" --timeout 300 -- -np 2 \
+        "$build/bench/bench_comm" sweep 2>/dev/null </dev/null | tee "$tmp/sweep-$link" |
+        sed -n 's/^fit latency \([^ ]*\) bandwidth \([^ ]*\)$/\1 \2/p')
+  read -r fit_lat[$link] fit_bw[$link] <<<"$fit"
+  echo "== ping-pong and allreduce over a $r link, $us us added each way (bench_comm sweep)"
+  cat "$tmp/sweep-$link"
   echo
 done
-# name, servers x machines, machine link, link between servers, R, stage
-# replication, layers, GA, schedule, steps
+# name, servers x machines, machine link (RATE or RATE+US), link between
+# servers, R, stage replication, layers, GA, schedule, steps
 two="dp 1x2 1gbit - 2 [1] [-1] 1 1f1b 20
 dp 1x2 1gbit - 2 [1] [-1] 4 1f1b 10
 pipe 1x2 1gbit - 1 [1,1] [5,-1] 4 1f1b 20
@@ -52,7 +59,11 @@ dp 1x2 100mbit - 2 [1] [-1] 1 1f1b 6
 pipe 1x2 100mbit - 1 [1,1] [5,-1] 4 1f1b 10
 pipe 1x2 100mbit - 1 [1,1] [5,-1] 8 1f1b 8
 pipe 1x2 100mbit - 1 [1,1] [5,-1] 8 zb-h1 8
-pipe 1x2 100mbit - 1 [1,1] [5,-1] 8 zb-h2 8"
+pipe 1x2 100mbit - 1 [1,1] [5,-1] 8 zb-h2 8
+dp 1x2 100mbit+1000 - 2 [1] [-1] 1 1f1b 6
+pipe 1x2 100mbit+1000 - 1 [1,1] [5,-1] 4 1f1b 10
+pipe 1x2 100mbit+1000 - 1 [1,1] [5,-1] 8 1f1b 8
+pipe 1x2 100mbit+1000 - 1 [1,1] [5,-1] 8 zb-h1 8"
 shared="uneven 1x3 1gbit - 1 [2,1] [5,-1] 8 1f1b 8
 uneven 1x3 100mbit - 1 [2,1] [5,-1] 8 1f1b 6
 dp 2x2 1gbit 100mbit 4 [1] [-1] 1 1f1b 6
@@ -64,17 +75,22 @@ run_set() { # title, cases, extra mpirun arguments...
   printf '%-6s %-4s %-15s %3s %-6s %9s %9s %9s %8s %8s\n' run net links GA sched nominal fitted \
     measured error "error (fitted)"
   local errors="" errors_fit=""
-  while read -r name shape rate link R sr layers ga sched steps; do
+  while read -r name shape links link R sr layers ga sched steps; do
     local servers=${shape%x*} machines=${shape#*x} cfg="$tmp/c.json"
+    local rate=${links%+*} us=0
+    [ "$rate" != "$links" ] && us=${links#*+}
     local np=$((servers * machines))
     printf '{"micro_batch_size": 64, "replication_factor": %s, "stage_replication": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "schedule": "%s"}\n' \
       "$R" "$sr" "$layers" "$ga" "$sched" > "$cfg"
-    local hier=(--machines 1 "$machines" --bandwidth 2e9 "$(bytes_of "$rate")") net=(--rate "$rate")
-    local fitted=(--machines 1 "$machines" --bandwidth 2e9 "${fit_bw[$rate]}" --latency "${fit_lat[$rate]}")
+    local hier=(--machines 1 "$machines" --bandwidth 2e9 "$(bytes_of "$rate")"
+                --latency "$(awk -v u="$us" 'BEGIN { print 2e-5 + 2 * u * 1e-6 }')")
+    local net=(--rate "$rate" --latency "$us")
+    local fitted=(--machines 1 "$machines" --bandwidth 2e9 "${fit_bw[$rate:$us]}"
+                  --latency "${fit_lat[$rate:$us]}")
     if [ "$servers" -gt 1 ]; then
       hier=(--machines 1 "$machines" "$servers" --bandwidth 2e9 "$(bytes_of "$rate")" "$(bytes_of "$link")")
-      fitted=(--machines 1 "$machines" "$servers" --bandwidth 2e9 "${fit_bw[$rate]}" "${fit_bw[$link]}"
-              --latency "${fit_lat[$link]}")
+      fitted=(--machines 1 "$machines" "$servers" --bandwidth 2e9 "${fit_bw[$rate:0]}" "${fit_bw[$link:0]}"
+              --latency "${fit_lat[$link:0]}")
       net+=(--servers "$servers" --machines "$machines" --link-rate "$link")
     else
       net+=(--machines "$machines")
@@ -100,7 +116,7 @@ run_set() { # title, cases, extra mpirun arguments...
     line=$(awk -v p="$pred" -v f="$pfit" -v r="$(med < "$tmp/runs")" -v s=$((64 * ga * R)) 'BEGIN {
       m = s / r; printf "%9.1f %9.1f %9.1f %+7.1f%% %+7.1f%%", p * 1e3, f * 1e3, m * 1e3,
                         100 * (p - m) / m, 100 * (f - m) / m }')
-    printf '%-6s %-4s %-15s %3s %-6s %s\n' "$name" "$shape" "$rate${link#-}" "$ga" "$sched" "$line"
+    printf '%-6s %-4s %-15s %3s %-6s %s\n' "$name" "$shape" "$links${link#-}" "$ga" "$sched" "$line"
     errors+=$(awk '{ e = $(NF - 1); sub(/%/, "", e); e += 0; print (e < 0 ? -e : e) }' <<<"$line")$'\n'
     errors_fit+=$(awk '{ e = $NF; sub(/%/, "", e); e += 0; print (e < 0 ? -e : e) }' <<<"$line")$'\n'
   done <<<"$cases"

@@ -7,6 +7,9 @@
 **                        ranks 0 and 1 from 1 KB to 4 MB and the fit of its
 **                        one-way time to latency + bytes / bandwidth, then
 **                        allreduces from 64 KB to 16 MB over every rank
+**   bench_comm pingpong  under mpirun, 2 ranks: the ping-pong of 1 KB alone
+**                        (a link's latency, as scripts/cluster --latency
+**                        adds it)
 ** Prints one line per case: backend, workers, bytes, best time, and the bus
 ** bandwidth 2(n-1)/n * bytes / time (the figure NCCL reports); the sweep
 ** ends with "fit latency S bandwidth B/s", what 'repipe simulate --latency
@@ -185,21 +188,35 @@ static int run_sweep(rp_comm *c) {
     return 0;
 }
 
+static int run_pingpong(rp_comm *c) {
+    char buf[1024] = {0};
+    if (rp_comm_size(c) != 2) {
+        fprintf(stderr, "bench_comm pingpong: needs 2 ranks\n");
+        return 2;
+    }
+    double t = pingpong(c, rp_comm_rank(c), buf, sizeof buf, 31);
+    if (rp_comm_rank(c) == 0)
+        printf("pingpong %8zu bytes  one way %9.3f ms\n", sizeof buf, t * 1e3);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "local") == 0)
         return run_local(atoi(argv[2]));
     bool sweep = argc >= 2 && strcmp(argv[1], "sweep") == 0;
-    if (sweep || (argc >= 2 && strcmp(argv[1], "mpi") == 0)) {
+    bool ping = argc >= 2 && strcmp(argv[1], "pingpong") == 0;
+    if (sweep || ping || (argc >= 2 && strcmp(argv[1], "mpi") == 0)) {
         rp_comm *c;
         rp_error err;
         if (rp_comm_mpi_init(&argc, &argv, &c, &err)) {
             fprintf(stderr, "%s\n", err.msg);
             return 1;
         }
-        int rc = sweep ? run_sweep(c) : run_mpi(c);
+        int rc = sweep ? run_sweep(c) : ping ? run_pingpong(c) : run_mpi(c);
         rp_comm_mpi_finalize(c);
         return rc;
     }
-    fprintf(stderr, "usage: bench_comm local W | bench_comm mpi | bench_comm sweep (under mpirun)\n");
+    fprintf(stderr, "usage: bench_comm local W | bench_comm mpi | bench_comm sweep | "
+                    "bench_comm pingpong (the last three under mpirun)\n");
     return 2;
 }

@@ -4,17 +4,20 @@
 # memory: a pipeline, data parallelism, a zero-bubble pipeline,
 # R = 2 x 2 stages on 2 servers with a slower link between them, and
 # data parallelism's sums in buckets during backward and over servers
-# (the latter also the threads' bytes); a
+# (the latter also the threads' bytes), a pipeline over links with added
+# latency and lost frames (the delay line: a 1 KB message takes at least
+# the latency its links add); a
 # checkpoint written there resumes here to the uninterrupted run's bytes;
 # a machine whose link goes down mid-run, a failing job and a job past
 # --timeout end; and nothing the fixture made
 # (namespace, veth, bridge, process) is left. Skipped, with the reason,
 # where the fixture cannot run (not root, no ip netns).
-# Usage: cluster_test.sh REPIPE CLUSTER MPIRUN
+# Usage: cluster_test.sh REPIPE CLUSTER MPIRUN BENCH_COMM
 . "$(dirname "$0")/lib.sh"
 bin=$1
 cluster=$2
 mpirun=$3
+bench_comm=$4
 probe=$("$cluster" -- -np 1 true 2>&1)
 rc=$?
 if [ $rc = 77 ]; then
@@ -29,6 +32,11 @@ prefixes+=" $(sed -n 's/^cluster: \(rp[0-9]*\):.*/\1/p' <<<"$out")"
 names=$(grep -c "^rp[0-9]*m[01] 1$" <<<"$out")
 if [ "$names" = 2 ] && [ "$(grep "^rp[0-9]*m[01] 1$" <<<"$out" | sort -u | wc -l)" = 2 ]; then ok
 else bad "two ranks, two machines: $out"; fi
+# the delay line: each of the two links a message crosses adds 2 ms, at least
+out=$("$cluster" --latency 2000 --timeout 60 -- -np 2 "$bench_comm" pingpong 2>&1)
+prefixes+=" $(sed -n 's/^cluster: \(rp[0-9]*\):.*/\1/p' <<<"$out")"
+if awk '/^pingpong/ { t = $6 } END { exit !(t >= 4.0) }' <<<"$out"; then ok
+else bad "--latency 2000: a 1 KB message one way should take 4 ms or more: $out"; fi
 for i in $(seq 300); do printf 'the quick brown fox jumps over the lazy dog. '; done > "$tmp/text.txt"
 printf 'input 16\nembedding 256 16\nposition_embedding\ngelu\nlinear 256\nsoftmax_cross_entropy\n' > "$tmp/lm.model"
 adam='"optimizer": {"type": "adam", "lr": 0.01}'
@@ -36,6 +44,7 @@ printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_st
 printf '{"micro_batch_size": 8, "replication_factor": 2, %s}\n' "$adam" > "$tmp/dp.json"
 printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [2, -1], "schedule": "zb-h1", %s}\n' "$adam" > "$tmp/zb.json"
 printf '{"micro_batch_size": 4, "gradient_accumulation_steps": 4, "replication_factor": 2, "layers_per_stage": [2, -1], %s}\n' "$adam" > "$tmp/r2p2.json"
+cp "$tmp/pipe.json" "$tmp/late.json"
 # data parallelism's sums in buckets during backward (two ranks exchange), and over
 # servers of 2 (4 ranks: inside, across, back), with buckets too
 printf '{"micro_batch_size": 8, "replication_factor": 2, "reduction_bucket_mb": 0.01, %s}\n' "$adam" > "$tmp/bkt.json"
@@ -57,7 +66,8 @@ train() { # where (ns ARGS... | local), ranks, config, more arguments
   fi
 }
 for c in "pipe 2 --rate 1gbit" "dp 2 --rate 100mbit" "zb 2 --rate 1gbit" \
-         "r2p2 4 --servers 2 --machines 2 --rate 1gbit --link-rate 100mbit" \
+         "r2p2 4 --servers 2 --machines 2 --rate 1gbit --link-rate 100mbit --link-latency 500" \
+         "late 2 --rate 100mbit --latency 1000 --loss 0.5" \
          "bkt 2 --rate 100mbit" "srv 4 --servers 2 --machines 2 --rate 1gbit --link-rate 100mbit"; do
   set -- $c
   name=$1 np=$2; shift 2
