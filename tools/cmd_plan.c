@@ -154,6 +154,10 @@ static void print_row(const char *what, const rp_autoplan_entry *e) {
            rp_schedule_name(e->cfg.schedule), e->seconds, d.samples_per_update / e->seconds);
     if (e->cfg.tensor_parallel > 1) /* the third axis: workers = replicas x stages' x t */
         printf("  tensor groups of %d", e->cfg.tensor_parallel);
+    if (e->cfg.workers_per_server > 0)
+        printf("  summed per server of %d", e->cfg.workers_per_server);
+    if (e->cfg.reduction_bucket_mb > 0)
+        printf("  reduced in %g MB buckets", e->cfg.reduction_bucket_mb);
     printf("\n");
 }
 
@@ -173,6 +177,10 @@ static void print_keys(const rp_config *c) {
            c->replicated_tensor_sharding ? "true" : "false");
     if (c->tensor_parallel > 1)
         printf(", tensor_parallel %d", c->tensor_parallel);
+    if (c->workers_per_server > 0)
+        printf(", workers_per_server %d", c->workers_per_server);
+    if (c->reduction_bucket_mb > 0)
+        printf(", reduction_bucket_mb %g", c->reduction_bucket_mb);
     if (c->schedule == RP_SCHEDULE_ZB_AUTO)
         printf(", zb_pass_times [%.4g, %.4g, %.4g], zb_max_in_flight %d", c->zb_pass_times[0],
                c->zb_pass_times[1], c->zb_pass_times[2], c->zb_max_in_flight);

@@ -23,6 +23,9 @@
 ** estimates, single-worker and data-parallel runs, and PipeDream's plan at
 ** every accumulation are then simulated exactly, and the fastest wins —
 ** the simplest, with the micro-batch nearest the profile's, within 1 %.
+** Where reductions leave a machine, each simulation also tries the
+** reductions that pay on a slow link (workers_per_server, then
+** reduction_bucket_mb) and keeps them where they are faster.
 */
 #include <float.h>
 #include <limits.h>
@@ -131,9 +134,11 @@ static void pass_times(const search *S, const cand *k, double out[3]) {
         out[0] = out[1] = out[2] = 1;
 }
 
-/* Simulates a configuration: seconds per update, and the most a worker
-** holds; false when it cannot run on these machines. */
-static bool simulate(const search *S, const rp_config *cfg, double *t, double *bytes) {
+/* Simulates a configuration as it is: seconds per update, the most a
+** worker holds, and (far) the seconds its messages and reductions spend
+** beyond the innermost level; false when it cannot run on these machines. */
+static bool simulate_as_is(const search *S, const rp_config *cfg, double *t, double *bytes,
+                           double *far) {
     rp_sim_result r;
     rp_error err;
     const measured *m = &S->m[nearest(S, cfg->micro_batch_size)];
@@ -147,8 +152,54 @@ static bool simulate(const search *S, const rp_config *cfg, double *t, double *b
     *bytes = 0;
     for (int s = 0; s < r.stages; s++)
         *bytes = r.stage_bytes[s] > *bytes ? r.stage_bytes[s] : *bytes;
+    *far = 0;
+    for (int l = 1; l < r.num_levels; l++)
+        *far += r.comm_seconds[l];
     rp_sim_result_free(&r);
     return !(S->o->memory_size > 0 && *bytes > S->o->memory_size);
+}
+
+/* Simulates a configuration with the reductions that pay on these
+** machines, where the base configuration left them to the planner:
+** across servers on MPI ranks, the sum inside each server first
+** (workers_per_server: one server's workers of every level below the
+** outermost); then the reduction in buckets during the last backward, at
+** PyTorch DDP's two sizes (its first bucket's 1 MB, its 25 MB). A key is
+** set only where the simulation is faster with it: off is the simpler
+** run. cfg's two keys are the base's again first, then the choice. */
+static bool simulate(const search *S, rp_config *cfg, double *t, double *bytes) {
+    double far;
+    cfg->workers_per_server = S->base->workers_per_server;
+    cfg->reduction_bucket_mb = S->base->reduction_bucket_mb;
+    if (!simulate_as_is(S, cfg, t, bytes, &far))
+        return false;
+    int levels = S->o->num_levels, servers = levels > 1 ? S->o->machines[levels - 1] : 1;
+    if (far <= 0 || servers < 2)
+        return true; /* nothing leaves a machine */
+    rp_config c = *cfg;
+    double t2, b2, f2;
+    if (S->o->polling && cfg->workers_per_server == 0) {
+        int W = 1;
+        for (int l = 0; l < levels; l++)
+            W *= S->o->machines[l];
+        c.workers_per_server = W / servers;
+        if (c.workers_per_server > 1 && simulate_as_is(S, &c, &t2, &b2, &f2) && t2 < *t * 0.999)
+            *cfg = c, *t = t2, *bytes = b2;
+        c = *cfg;
+    }
+    bool buckets_go = cfg->schedule < RP_SCHEDULE_PIPEDREAM &&
+                      cfg->schedule != RP_SCHEDULE_INTERLEAVED &&
+                      !cfg->replicated_tensor_sharding && !cfg->fp16_exchange;
+    static const double sizes[] = {1, 25};
+    rp_config keep = *cfg;
+    for (int i = 0; i < 2 && buckets_go && cfg->reduction_bucket_mb == 0; i++) {
+        c = *cfg;
+        c.reduction_bucket_mb = sizes[i];
+        if (simulate_as_is(S, &c, &t2, &b2, &f2) && t2 < *t * 0.999)
+            keep = c, *t = t2, *bytes = b2;
+    }
+    *cfg = keep;
+    return true;
 }
 
 static bool push(search *S, const cand *k) {
@@ -213,7 +264,7 @@ static bool programme(search *S, int R, int per, int GA, bool recompute, bool sh
                         if (S->o->memory_size > 0) {
                             int inflight = k < GA ? k : GA, slots = (inflight + r - 1) / r;
                             if (rpi_stage_bytes(&cfg, M->out, M->par, i, j - i, r, slots,
-                                                scale) > S->o->memory_size)
+                                                scale, S->o->polling) > S->o->memory_size)
                                 continue;
                         }
                         *b = m;

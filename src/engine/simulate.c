@@ -67,7 +67,7 @@ int rpi_level_of(const rpi_cluster *c, int a, int b) {
 }
 
 double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const double *param_bytes,
-                       int first, int count, int r, int slots, double per_mb) {
+                       int first, int count, int r, int slots, double per_mb, bool mpi) {
     /* activations a micro-batch keeps: every output, or with recomputation
     ** the outputs that end a segment (the next layer has parameters, or
     ** the stage ends) and one segment's worth of the others, shared */
@@ -95,7 +95,8 @@ double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const doub
                    rp_optimizer_state_per_param(&cfg->optimizer);
     if (cfg->optimizer_state_offchip && state > chunk)
         state = chunk;
-    return 2 * par + state + (slots * acts + most) * per_mb;
+    double copy = cfg->reduction_bucket_mb > 0 && mpi ? par : 0; /* (as the engine's plan) */
+    return 2 * par + copy + state + (slots * acts + most) * per_mb;
 }
 
 /* The operations that compute (the rest move messages or wait). */
@@ -608,7 +609,8 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
             if (plan->w[w].stage == s && plan->w[w].slots > slots)
                 slots = plan->w[w].slots;
         res->stage_bytes[s] = rpi_stage_bytes(cfg, out_bytes, param_bytes, l, counts[s],
-                                              rp_config_stage_replicas(cfg, s), slots, per_mb);
+                                              rp_config_stage_replicas(cfg, s), slots, per_mb,
+                                              opt->polling);
     }
     free(sw), free(dpc), free(pos), free(avail), free(copy), free(gid), free(rg), free(lasts), free(shared);
         free(mt0), rpi_buckets_free(&bk), free(link_free);

@@ -65,9 +65,11 @@ double rpi_reduction_time(const rpi_reduction *r, double bytes, const rpi_cluste
 
 /* Bytes a worker of a stage holds: layers [first, first + count) on r stage
 ** replicas, `slots` micro-batches in flight, per_mb = micro-batch / profile
-** batch: parameters, gradients, optimizer state, activations. */
+** batch: parameters, gradients, optimizer state, activations; mpi: on MPI
+** ranks, where reduction_bucket_mb keeps an exchange's copy of the
+** gradients. */
 double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const double *param_bytes,
-                       int first, int count, int r, int slots, double per_mb);
+                       int first, int count, int r, int slots, double per_mb, bool mpi);
 
 /* reduction_bucket_mb: each stage's buckets, from its last layer down, as
 ** the engine starts them: the bytes of each and the fraction of the
