@@ -4,10 +4,12 @@
 # its blocks two and two), GA 4 and 8 with one update a host call, and GA 8
 # with 4 (device_iterations: a worker starts the next update while the other
 # finishes this one), one worker per core. Each
-# configuration runs 1f1b, zb-h1, zb-h2 and interleaved-1f1b (the same two
+# configuration runs 1f1b, zb-h1, zb-h2, interleaved-1f1b (the same two
 # workers holding two chunks each: the MLP's pairs of layers 2, 1, 1, 2 and
-# the GPT's blocks 1 each) in turn, ROUNDS times (the four
-# interleaved, so that the machine's drift falls on all alike); prints the
+# the GPT's blocks 1 each) and zb-v (two chunks each in a V, worker 0 holding
+# the first and the last: the MLP's pairs 1, 2, 2, 1 with the flattening
+# and the head at the ends, the GPT's blocks 1 each) in turn, ROUNDS times
+# (the five interleaved, so that the machine's drift falls on all alike); prints the
 # median time per update of each, its ratio to 1f1b's, and what
 # 'repipe simulate --cores N' predicts from a profile measured in the same
 # run, with the error of each prediction.
@@ -28,12 +30,12 @@ cat docs/*.md README.md > "$tmp/text.txt"
 "$build/repipe" profile --model examples/gpt-kjv.model --micro-batch 8 --out "$tmp/gpt.txt" >/dev/null
 med() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 printf '%-4s %3s %2s %-11s %12s %9s %12s %9s\n' model GA D schedule "measured ms" "vs 1f1b" "predicted ms" error
-# model file B layers_per_stage steps data
-# model file B layers_per_stage steps data chunks (interleaved-1f1b's layers_per_stage)
-for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 - [5,2,2,-1]" \
-            "gpt examples/gpt-kjv.model 8 [4,-1] 8 $tmp/text.txt [3,1,1,-1]"; do
+# model file B layers_per_stage steps data chunks (interleaved-1f1b's
+# layers_per_stage) vchunks (zb-v's)
+for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 - [5,2,2,-1] [3,4,4,-1]" \
+            "gpt examples/gpt-kjv.model 8 [4,-1] 8 $tmp/text.txt [3,1,1,-1] [3,1,1,-1]"; do
   set -- $spec
-  model=$1 file=$2 B=$3 layers=$4 steps=$5 text=$6 chunks=$7
+  model=$1 file=$2 B=$3 layers=$4 steps=$5 text=$6 chunks=$7 vchunks=$8
   data=()
   [ "$text" != - ] && data=(--text "$text")
   for gad in "4 1" "8 1" "8 4"; do
@@ -47,14 +49,17 @@ for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 - [5,2,2,-1]" \
     printf '{"micro_batch_size": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "device_iterations": %s, "schedule": "interleaved-1f1b", "virtual_stages": 2}\n' \
       "$B" "$chunks" "$ga" "$D" > "$tmp/interleaved.json"
     : > "$tmp/interleaved.runs"
+    printf '{"micro_batch_size": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "device_iterations": %s, "schedule": "zb-v"}\n' \
+      "$B" "$vchunks" "$ga" "$D" > "$tmp/zb-v.json"
+    : > "$tmp/zb-v.runs"
     for _ in $(seq "$rounds"); do
-      for s in 1f1b zb-h1 zb-h2 interleaved; do
+      for s in 1f1b zb-h1 zb-h2 interleaved zb-v; do
         "$build/bench/bench_train" "$file" "$tmp/$s.json" $((steps / D + 1)) "${data[@]}" </dev/null |
           sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' >> "$tmp/$s.runs"
       done
     done
     base=""
-    for s in 1f1b zb-h1 zb-h2 interleaved; do
+    for s in 1f1b zb-h1 zb-h2 interleaved zb-v; do
       rate=$(med < "$tmp/$s.runs")
       pred=$("$build/repipe" simulate --config "$tmp/$s.json" --profile "$tmp/$model.txt" --cores "$cores" \
              --json - 2>/dev/null | sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p')

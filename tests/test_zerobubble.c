@@ -532,7 +532,7 @@ static void interleaved(void) {
     rp_model *m = test_model(MLP);
     static const char *const bad[][2] = {
         {"\"schedule\": \"interleaved-1f1b\"", "virtual_stages of 2 or more"},
-        {"\"virtual_stages\": 2", "virtual_stages goes with it alone"},
+        {"\"virtual_stages\": 2", "virtual_stages goes with them alone"},
         {"\"schedule\": \"interleaved-1f1b\", \"virtual_stages\": 3", "chunks per worker"},
         {"\"schedule\": \"interleaved-1f1b\", \"virtual_stages\": 2, "
          "\"gradient_accumulation_steps\": 3", "a multiple of the pipeline's workers"},

@@ -75,10 +75,10 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
     for (int s = 0; s < d.stages; s++)
         printf("%s%d", s ? ", " : "", rp_config_stage_replicas(cfg, s));
     printf("\n  replication factor         %d\n", cfg->replication_factor);
-    if (cfg->schedule == RP_SCHEDULE_INTERLEAVED)
+    if (rp_config_chunked(cfg))
         printf("  workers needed             %d  (each holds %d of the %d stages: "
-               "interleaved-1f1b)\n", rp_config_devices(cfg, &d), cfg->virtual_stages,
-               d.stages);
+               "%s)\n", rp_config_devices(cfg, &d), cfg->virtual_stages,
+               d.stages, rp_schedule_name(cfg->schedule));
     else
         printf("  workers needed             %d\n", d.workers);
     printf("  replica grouping           %s\n",

@@ -311,7 +311,7 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
     print_row("PipeDream's plan, synchronous", &r.pipedream);
     print_row("fastest pipeline under 1f1b", &r.pipeline_1f1b);
     print_row("fastest pipeline, zero bubble", &r.pipeline_zero_bubble);
-    print_row("interleaved 1f1b (threads only)", &r.pipeline_interleaved);
+    print_row("two chunks a worker (threads only)", &r.pipeline_interleaved);
     if (split)
         print_row("fastest with tensor groups", &r.tensor_parallel);
     print_row("fastest for the engine", &r.best);

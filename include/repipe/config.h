@@ -48,6 +48,7 @@ typedef enum rp_schedule {
     RP_SCHEDULE_ZB_H2, /* zero bubble, about twice 1f1b's activation memory */
     RP_SCHEDULE_ZB_AUTO, /* zero bubble ordered by the passes' times, under a limit */
     RP_SCHEDULE_INTERLEAVED, /* Megatron-LM's interleaved 1F1B: virtual_stages chunks a worker */
+    RP_SCHEDULE_ZB_V, /* zero bubble in a V: worker r holds chunks r and 2P - 1 - r */
     RP_SCHEDULE_PIPEDREAM, /* the asynchronous ones last: >= PIPEDREAM tests for them */
     RP_SCHEDULE_PIPEDREAM_2BW
 } rp_schedule;
@@ -258,11 +259,15 @@ static inline int rp_config_tensor_parallel(const rp_config *cfg) {
 static inline unsigned rp_config_tp_flags(const rp_config *cfg) {
     return cfg->vocab_parallel ? 1u /* RP_TP_VOCAB */ : 0u;
 }
+/* The schedules whose workers each hold virtual_stages chunks of the model
+** (a device each runs them): interleaved-1f1b and zb-v. */
+static inline bool rp_config_chunked(const rp_config *cfg) {
+    return cfg->schedule == RP_SCHEDULE_INTERLEAVED || cfg->schedule == RP_SCHEDULE_ZB_V;
+}
 /* The threads or ranks a training run of d's workers takes: under
-** interleaved-1f1b each runs virtual_stages of them. */
+** interleaved-1f1b and zb-v each runs virtual_stages of them. */
 static inline int rp_config_devices(const rp_config *cfg, const rp_derived *d) {
-    return cfg->schedule == RP_SCHEDULE_INTERLEAVED ? d->workers / cfg->virtual_stages
-                                                    : d->workers;
+    return rp_config_chunked(cfg) ? d->workers / cfg->virtual_stages : d->workers;
 }
 int rp_config_stage_replicas(const rp_config *cfg, int s);
 

@@ -78,6 +78,7 @@ const char *rp_schedule_name(rp_schedule s) {
            : s == RP_SCHEDULE_ZB_H2         ? "zb-h2"
            : s == RP_SCHEDULE_ZB_AUTO       ? "zb-auto"
            : s == RP_SCHEDULE_INTERLEAVED   ? "interleaved-1f1b"
+           : s == RP_SCHEDULE_ZB_V          ? "zb-v"
            : s == RP_SCHEDULE_PIPEDREAM     ? "pipedream"
            : s == RP_SCHEDULE_PIPEDREAM_2BW ? "pipedream_2bw"
                                             : "1f1b";
@@ -141,7 +142,7 @@ rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
             cJSON_AddItemToArray(t, cJSON_CreateNumber(cfg->zb_pass_times[k]));
         cJSON_AddNumberToObject(r, "zb_max_in_flight", cfg->zb_max_in_flight);
     }
-    if (cfg->schedule == RP_SCHEDULE_INTERLEAVED)
+    if (rp_config_chunked(cfg))
         cJSON_AddNumberToObject(r, "virtual_stages", cfg->virtual_stages);
     if (cfg->tensor_parallel > 1)
         cJSON_AddNumberToObject(r, "tensor_parallel", cfg->tensor_parallel);

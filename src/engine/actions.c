@@ -415,10 +415,15 @@ rp_status rp_schedule_csv(const rp_config *cfg, char **out, rp_error *err) {
         rp_workplan_free(plan);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
-    for (int w = 0; w < plan->workers; w++) {
-        const rp_worker_ops *wo = &plan->w[w];
+    /* a row a rank: a worker's operations, or a device's (zb-v) */
+    int rows = plan->devices ? plan->devices : plan->workers;
+    for (int row = 0; row < rows; row++) {
+        const rp_device_ops *dv = plan->devices ? &plan->dev[row] : NULL;
+        int num = dv ? dv->num : plan->w[row].num_ops;
         bool first = true;
-        for (int i = 0; i < wo->num_ops; i++) {
+        for (int j = 0; j < num; j++) {
+            const rp_worker_ops *wo = &plan->w[dv ? dv->worker[j] : row];
+            int i = dv ? dv->op[j] : j;
             char k;
             switch (wo->ops[i].kind) {
             case RP_OP_FORWARD: k = 'F'; break;

@@ -188,7 +188,7 @@ static bool simulate(const search *S, rp_config *cfg, double *t, double *bytes) 
         c = *cfg;
     }
     bool buckets_go = cfg->schedule < RP_SCHEDULE_PIPEDREAM &&
-                      cfg->schedule != RP_SCHEDULE_INTERLEAVED &&
+                      !rp_config_chunked(cfg) &&
                       !cfg->replicated_tensor_sharding && !cfg->fp16_exchange;
     static const double sizes[] = {1, 25};
     rp_config keep = *cfg;
@@ -352,14 +352,16 @@ static void consider(const search *S, rp_autoplan_entry *e, const rp_config *cfg
     e->worker_bytes = bytes;
 }
 
-/* Interleaved 1F1B on pipeline k's workers (one a stage, GA a multiple of
-** P): the model cut into 2 P chunks of about equal forward and backward
-** time by the profile, chunk c on worker c mod P. Considered for `into`
-** alone: the engine runs it on threads, not on MPI ranks, so the plan does
-** not choose it. Returns how many were simulated. */
+/* Two chunks a worker on pipeline k's workers (one a stage): the model cut
+** into 2 P chunks of about equal forward and backward time by the
+** profile, under interleaved-1f1b (chunk c on worker c mod P; GA a
+** multiple of P) and under zb-v (chunks r and 2 P - 1 - r on worker r).
+** Considered for `into` alone: the engine runs them on threads, not on MPI
+** ranks, so the plan does not choose them. Returns how many were
+** simulated. */
 static int interleaved(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into) {
     int P = k->P, C = 2 * P;
-    if (P < 2 || k->GA % P || C > RP_MAX_STAGES || S->L < C || cfg.gradient_clipping > 0 ||
+    if (P < 2 || C > RP_MAX_STAGES || S->L < C || cfg.gradient_clipping > 0 ||
         cfg.auto_loss_scaling || rp_config_tensor_parallel(&cfg) > 1)
         return 0;
     for (int s = 0; s < P; s++)
@@ -382,13 +384,17 @@ static int interleaved(const search *S, const cand *k, rp_config cfg, rp_autopla
     cfg.layers_per_stage.layers[C - 1] = S->L - l;
     cfg.layers_per_stage.count = C;
     cfg.stage_replication_count = 0;
-    cfg.schedule = RP_SCHEDULE_INTERLEAVED;
     cfg.virtual_stages = 2;
-    double t, bytes;
-    if (!simulate(S, &cfg, &t, &bytes))
-        return 0;
-    consider(S, into, &cfg, t, bytes);
-    return 1;
+    int n = 0;
+    for (int z = 0; z < 2; z++) {
+        cfg.schedule = z == 0 ? RP_SCHEDULE_INTERLEAVED : RP_SCHEDULE_ZB_V;
+        double t, bytes;
+        if ((z == 0 && k->GA % P) || !simulate(S, &cfg, &t, &bytes))
+            continue;
+        consider(S, into, &cfg, t, bytes);
+        n++;
+    }
+    return n;
 }
 
 /* Pipeline k of cfg under zb-h1, zb-h2, then zb-auto on the busiest

@@ -133,6 +133,26 @@ static rp_status tie_sum(worker *w) {
                 gh[e] = ge[e] = ge[e] + gh[e];
             continue;
         }
+        if (s->plan->devices && !v->split) {
+            /* zb-v's V puts both copies on one device: its second reduction
+            ** sums them, for both (every replica's device alike: their
+            ** halves are the replicas' sums) */
+            const rp_config *cfg = &s->cfg;
+            int other = rp_workplan_worker(cfg, w->replica, w->stage == t->emb_stage
+                                                                ? t->head_stage : t->emb_stage, 0);
+            if (s->plan->device_of[other] == s->plan->device_of[w->id]) {
+                worker *o = &s->w[other];
+                if (!o->tie_half[i]) {
+                    w->tie_half[i] = true;
+                    continue;
+                }
+                o->tie_half[i] = false;
+                float *e = ge ? ge : var_grad(o, t->emb_var), *h = gh ? gh : var_grad(o, t->head_var);
+                for (size_t k = 0; k < n; k++)
+                    e[k] = h[k] = e[k] + h[k];
+                continue;
+            }
+        }
         if (!v->split) { /* a device's workers: the tie's own, those of its stages */
             rp_comm *c = s->plan->devices ? w->tie_comm[i] : w->comm;
             float *buf = ge ? ge : gh ? gh : w->tie_buf;

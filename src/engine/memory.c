@@ -135,7 +135,7 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
     const rp_workplan *pl = s->plan;
     for (int i = 0; i < s->nlocal; i++) {
         const worker *w = &s->w[i];
-        /* interleaved-1f1b: a device's chunks on its track, each event naming its stage */
+        /* the chunked schedules: a device's chunks on its track, each event naming its stage */
         int tid = pl->devices ? pl->device_of[w->id] : w->id;
         char rank[32] = "", chunk[24] = "";
         if (s->T > 1)
@@ -144,13 +144,15 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
             snprintf(chunk, sizeof chunk, " (stage %d)", w->stage);
         if (pl->devices && pl->dev[tid].worker[0] == w->id) {
             char stages[128] = "";
-            for (int k = 0, n = 0; k < s->cfg.virtual_stages && n < (int)sizeof stages; k++)
-                n += snprintf(stages + n, sizeof stages - n, "%s%d", k ? ", " : "",
-                              w->stage + k * (s->P / s->cfg.virtual_stages));
+            for (int x = 0, n = 0; x < pl->workers && n < (int)sizeof stages - 8; x++)
+                if (pl->device_of[x] == tid)
+                    n += snprintf(stages + n, sizeof stages - n, "%s%d", n ? ", " : "",
+                                  pl->w[x].stage);
             fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
                        "\"args\":{\"name\":\"worker %d: replica %d, stages %s "
-                       "(interleaved)\"}}",
-                    first ? "" : ",\n", tid, tid, w->replica, stages);
+                       "(%s)\"}}",
+                    first ? "" : ",\n", tid, tid, w->replica, stages,
+                    s->cfg.schedule == RP_SCHEDULE_ZB_V ? "zb-v" : "interleaved");
         }
         else if (!pl->devices) /* (worker 0 leads device 0: the file opens with a name) */
             fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"

@@ -18,7 +18,8 @@ const char *rp_op_name(rp_op_kind k) {
 }
 
 bool rp_schedule_splits_backward(rp_schedule s) {
-    return s == RP_SCHEDULE_ZB_H1 || s == RP_SCHEDULE_ZB_H2 || s == RP_SCHEDULE_ZB_AUTO;
+    return s == RP_SCHEDULE_ZB_H1 || s == RP_SCHEDULE_ZB_H2 || s == RP_SCHEDULE_ZB_AUTO ||
+           s == RP_SCHEDULE_ZB_V;
 }
 
 /* A stage order's passes: a forward, a backward (whole, or its input's
@@ -103,46 +104,156 @@ void rp_interleaved_order(int P, int v, int m, int r, int *stage, bool *fwd, int
     }
 }
 
-/* interleaved-1f1b: each stage's order, from its device's (pass, mb pairs,
-** 2 GA a stage, into kind and mbs at 3 GA s as zb_orders writes them). */
-static rp_status interleaved_orders(const rp_config *cfg, int *kind, int *mbs, rp_error *err) {
-    int S = cfg->layers_per_stage.count, v = cfg->virtual_stages, P = S / v;
-    int GA = cfg->gradient_accumulation_steps, n = 2 * GA * v;
-    int *stage = malloc(sizeof(int) * n), *mb = malloc(sizeof(int) * n), *at = calloc(S, sizeof(int));
-    bool *fwd = malloc(sizeof(bool) * n);
-    if (!stage || !mb || !at || !fwd) {
-        free(stage), free(mb), free(at), free(fwd);
+/* The chunks of a device's pipeline worker r of P: interleaved-1f1b's
+** r, P + r, ..., zb-v's V, r on the way down and 2 P - 1 - r on the way up
+** (so that the first and the last chunk share worker 0). */
+static int chunk_of(const rp_config *cfg, int P, int r, int k) {
+    if (cfg->schedule == RP_SCHEDULE_ZB_V)
+        return k == 0 ? r : 2 * P - 1 - r;
+    return k * P + r;
+}
+
+/* zb-v: each device's passes in order, 6 GA of them (its two chunks' F, B
+** and W of every micro-batch) at 6 GA r as (stage, pass, mb), by a list
+** schedule on unit pass times, as zb_orders orders the others: the device
+** that can start soonest runs next; of what it can start then, a B first
+** (the chunks before it wait for it), the way down's (its micro-batch is
+** nearly through) before the way up's, then an F, the way up's first (the
+** way down's first can fill the device's room with micro-batches that
+** never come back: no pass could start), and a W only where nothing else
+** can start (W fills what would be a bubble). On unit times this is the
+** least bubble a V allows, P - 1 (worker P - 1 waits for the first
+** micro-batch's way down; test_zbv.c). A chunk's
+** passes of each kind go in micro-batch order, so its Ws sum the gradients
+** in 1f1b's order. A device holds at most 2 P micro-batches' chunk
+** activations from F to W: a 1F1B worker's P micro-batches of a stage twice
+** as deep. */
+static rp_status zbv_orders(const rp_config *cfg, int *seq_stage, int *seq_pass, int *seq_mb,
+                            rp_error *err) {
+    int S = cfg->layers_per_stage.count, P = S / 2, GA = cfg->gradient_accumulation_steps;
+    int *done = calloc((size_t)S * 3, sizeof(int)), *at = calloc((size_t)P, sizeof(int));
+    double *tf = malloc(sizeof(double) * S * GA), *tb = malloc(sizeof(double) * S * GA);
+    double *free_at = calloc((size_t)P, sizeof(double));
+    if (!done || !at || !tf || !tb || !free_at) {
+        free(done), free(at), free(tf), free(tb), free(free_at);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a schedule of %d micro-batches", GA);
     }
-    for (int r = 0; r < P; r++) {
-        rp_interleaved_order(P, v, GA, r, stage, fwd, mb);
-        for (int i = 0; i < n; i++) {
-            int s = stage[i], k = 3 * GA * s + at[s]++;
-            kind[k] = fwd[i] ? PASS_F : PASS_B;
-            mbs[k] = mb[i];
+    const double never = 1e300;
+    for (int i = 0; i < S * GA; i++)
+        tf[i] = tb[i] = never;
+    for (int left = 3 * S * GA; left > 0; left--) {
+        int best_d = -1, best_s = 0, best_pass = 0;
+        double best_at = never;
+        for (int d = 0; d < P; d++) {
+            int up = 2 * P - 1 - d, down = d, held = 0;
+            for (int k = 0; k < 2; k++) {
+                int c = k ? up : down;
+                held += done[3 * c + PASS_F] - done[3 * c + PASS_W];
+            }
+            /* candidates in priority order: B down, B up, F up, F down */
+            int cs[4] = {down, up, up, down}, ps[4] = {PASS_B, PASS_B, PASS_F, PASS_F};
+            double ready[4];
+            for (int q = 0; q < 4; q++) {
+                int c = cs[q], nf = done[3 * c + PASS_F], nb = done[3 * c + PASS_B];
+                if (ps[q] == PASS_F)
+                    ready[q] = nf < GA && held < 2 * P ? (c == 0 ? 0 : tf[(c - 1) * GA + nf])
+                                                       : never;
+                else
+                    ready[q] = nb < nf ? (c == S - 1 ? tf[c * GA + nb] : tb[(c + 1) * GA + nb])
+                                       : never;
+            }
+            int pick = -1, pass = 0;
+            double start = never;
+            for (int q = 0; q < 4 && pick < 0; q++)
+                if (ready[q] <= free_at[d])
+                    pick = cs[q], pass = ps[q], start = free_at[d];
+            for (int k = 0; k < 2 && pick < 0; k++) { /* a W, rather than wait */
+                int c = k ? down : up;
+                if (done[3 * c + PASS_W] < done[3 * c + PASS_B])
+                    pick = c, pass = PASS_W, start = free_at[d];
+            }
+            if (pick < 0) /* else wait for the first that will be ready */
+                for (int q = 0; q < 4; q++)
+                    if (ready[q] < start)
+                        start = ready[q], pick = cs[q], pass = ps[q];
+            if (pick < 0)
+                continue;
+            if (start < best_at)
+                best_d = d, best_s = pick, best_pass = pass, best_at = start;
         }
+        if (best_d < 0) { /* (a device can always move: the last chunk's B needs its own F) */
+            free(done), free(at), free(tf), free(tb), free(free_at);
+            return rp_fail(err, RP_ERR_INVALID, "zb-v: no pass can start (%d left)", left);
+        }
+        int d = best_d, c = best_s, mb = done[3 * c + best_pass];
+        int i = 6 * GA * d + at[d]++;
+        seq_stage[i] = c, seq_pass[i] = best_pass, seq_mb[i] = mb;
+        if (best_pass == PASS_F)
+            tf[c * GA + mb] = best_at + 1;
+        else if (best_pass == PASS_B)
+            tb[c * GA + mb] = best_at + 1;
+        done[3 * c + best_pass]++;
+        free_at[d] = best_at + 1;
     }
-    free(stage), free(mb), free(at), free(fwd);
+    free(done), free(at), free(tf), free(tb), free(free_at);
     return RP_OK;
 }
 
-/* interleaved-1f1b: each replica's pipeline worker r is a device running
-** the workers of its chunks, stages r, P + r, ...: their passes in its
-** order (each pass: its receive, compute and send), then each chunk's
-** closing operations (WAIT_SENDS, REDUCE, STEP), chunk by chunk, so that
-** the replicas' devices meet in every chunk's reduction in the same order. */
-static rp_status make_devices(const rp_config *cfg, rp_workplan *sc, rp_error *err) {
+/* Each device's passes in order as (stage, pass, mb) at 6 GA r (zb-v) or
+** 2 GA v r (interleaved-1f1b), and each stage's from them, into kind and
+** mbs at 3 GA s as zb_orders writes them. */
+static rp_status device_orders(const rp_config *cfg, int *seq_stage, int *seq_pass, int *seq_mb,
+                               int *kind, int *mbs, rp_error *err) {
+    int S = cfg->layers_per_stage.count, v = cfg->virtual_stages, P = S / v;
+    int GA = cfg->gradient_accumulation_steps, n = (cfg->schedule == RP_SCHEDULE_ZB_V ? 3 : 2) * GA * v;
+    if (cfg->schedule == RP_SCHEDULE_ZB_V) {
+        rp_status st = zbv_orders(cfg, seq_stage, seq_pass, seq_mb, err);
+        if (st)
+            return st;
+    } else {
+        bool *fwd = malloc(sizeof(bool) * n);
+        if (!fwd)
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory for a schedule of %d micro-batches",
+                           GA);
+        for (int r = 0; r < P; r++) {
+            rp_interleaved_order(P, v, GA, r, seq_stage + n * r, fwd, seq_mb + n * r);
+            for (int i = 0; i < n; i++)
+                seq_pass[n * r + i] = fwd[i] ? PASS_F : PASS_B;
+        }
+        free(fwd);
+    }
+    int *at = calloc(S, sizeof(int));
+    if (!at)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a schedule of %d micro-batches", GA);
+    for (int i = 0; i < n * P; i++) {
+        int s = seq_stage[i], k = 3 * GA * s + at[s]++;
+        kind[k] = seq_pass[i];
+        mbs[k] = seq_mb[i];
+    }
+    free(at);
+    return RP_OK;
+}
+
+/* The chunked schedules: each replica's pipeline worker r is a device
+** running the workers of its chunks (chunk_of): their passes in its order
+** (each pass: its receive, compute and send), then the chunks' closing
+** operations (WAIT_SENDS, REDUCE, STEP) in turns, every chunk's reduction
+** before any step (zb-v's tie of the first and last chunk is then summed on
+** the device, before either steps), and the replicas' devices meet in
+** every chunk's reduction in the same order. */
+static rp_status make_devices(const rp_config *cfg, rp_workplan *sc, const int *seq_stage,
+                              rp_error *err) {
     int S = sc->stages, v = cfg->virtual_stages, P = S / v, R = cfg->replication_factor;
-    int GA = cfg->gradient_accumulation_steps, n = 2 * GA * v;
-    int *stage = malloc(sizeof(int) * n), *mb = malloc(sizeof(int) * n);
+    int GA = cfg->gradient_accumulation_steps;
+    int n = (cfg->schedule == RP_SCHEDULE_ZB_V ? 3 : 2) * GA * v;
     int *cursor = calloc(sc->workers, sizeof(int));
-    bool *fwd = malloc(sizeof(bool) * n);
     sc->devices = R * P;
     sc->dev = calloc(sc->devices, sizeof(rp_device_ops));
     sc->device_of = malloc(sizeof(int) * sc->workers);
     rp_status st = RP_OK;
-    if (!stage || !mb || !cursor || !fwd || !sc->dev || !sc->device_of) {
-        st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the devices of interleaved-1f1b");
+    if (!cursor || !sc->dev || !sc->device_of) {
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the devices of %s",
+                     rp_schedule_name(cfg->schedule));
         goto done;
     }
     for (int c = 0; c < R && !st; c++)
@@ -150,39 +261,42 @@ static rp_status make_devices(const rp_config *cfg, rp_workplan *sc, rp_error *e
             rp_device_ops *d = &sc->dev[c * P + r];
             int total = 0;
             for (int k = 0; k < v; k++) {
-                int w = base_worker(cfg, c, k * P + r, 0);
+                int w = base_worker(cfg, c, chunk_of(cfg, P, r, k), 0);
                 sc->device_of[w] = c * P + r;
                 total += sc->w[w].num_ops;
             }
             d->worker = malloc(sizeof(int) * total);
             d->op = malloc(sizeof(int) * total);
             if (!d->worker || !d->op) {
-                st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the devices of "
-                             "interleaved-1f1b");
+                st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the devices of %s",
+                             rp_schedule_name(cfg->schedule));
                 break;
             }
-            rp_interleaved_order(P, v, GA, r, stage, fwd, mb);
             for (int i = 0; i < n; i++) { /* a pass ends at its compute, or at the send after */
-                int w = base_worker(cfg, c, stage[i], 0);
+                int w = base_worker(cfg, c, seq_stage[n * r + i], 0);
                 const rp_worker_ops *wo = &sc->w[w];
                 for (bool computed = false; cursor[w] < wo->num_ops;) {
                     rp_op_kind kd = wo->ops[cursor[w]].kind;
                     if (computed && kd != RP_OP_SEND_ACT && kd != RP_OP_SEND_GRAD)
                         break;
-                    computed = computed || kd == RP_OP_FORWARD || kd == RP_OP_BACKWARD;
+                    computed = computed || kd == RP_OP_FORWARD || kd == RP_OP_BACKWARD ||
+                               kd == RP_OP_BACKWARD_INPUT || kd == RP_OP_BACKWARD_WEIGHT;
                     d->worker[d->num] = w, d->op[d->num++] = cursor[w]++;
                     if (kd == RP_OP_SEND_ACT || kd == RP_OP_SEND_GRAD)
                         break;
                 }
             }
-            for (int k = 0; k < v; k++) {
-                int w = base_worker(cfg, c, k * P + r, 0);
-                while (cursor[w] < sc->w[w].num_ops)
-                    d->worker[d->num] = w, d->op[d->num++] = cursor[w]++;
+            for (bool more = true; more;) { /* the closing operations, in turns */
+                more = false;
+                for (int k = 0; k < v; k++) {
+                    int w = base_worker(cfg, c, chunk_of(cfg, P, r, k), 0);
+                    if (cursor[w] < sc->w[w].num_ops)
+                        d->worker[d->num] = w, d->op[d->num++] = cursor[w]++, more = true;
+                }
             }
         }
 done:
-    free(stage), free(mb), free(cursor), free(fwd);
+    free(cursor);
     return st;
 }
 
@@ -334,15 +448,19 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
     bool split = rp_schedule_splits_backward(cfg->schedule);
     int *order_k = malloc(sizeof(int) * 3 * GA * P), *order_m = malloc(sizeof(int) * 3 * GA * P);
     int *slot_of = malloc(sizeof(int) * GA), *free_slots = malloc(sizeof(int) * GA);
-    rp_status st = !order_k || !order_m || !slot_of || !free_slots
+    /* the chunked schedules: each device's order, (stage, pass, mb) */
+    bool chunked = rp_config_chunked(cfg);
+    size_t nseq = chunked ? (size_t)3 * GA * P : 1;
+    int *seq = malloc(sizeof(int) * 3 * nseq);
+    rp_status st = !order_k || !order_m || !slot_of || !free_slots || !seq
                        ? rp_fail(err, RP_ERR_NOMEM,
                                  "out of memory for a schedule of %d micro-batches", GA)
+                   : chunked ? device_orders(cfg, seq, seq + nseq, seq + 2 * nseq, order_k,
+                                             order_m, err)
                    : split ? zb_orders(cfg, order_k, order_m, err)
-                   : cfg->schedule == RP_SCHEDULE_INTERLEAVED
-                       ? interleaved_orders(cfg, order_k, order_m, err)
-                       : RP_OK;
+                           : RP_OK;
     if (st) {
-        free(order_k), free(order_m), free(slot_of), free(free_slots);
+        free(order_k), free(order_m), free(slot_of), free(free_slots), free(seq);
         rp_workplan_free(sc);
         return st;
     }
@@ -351,7 +469,7 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
             int n = 0, *order_fw = order_k + 3 * GA * s, *order_mb = order_m + 3 * GA * s;
             if (split) {
                 n = 3 * GA;
-            } else if (cfg->schedule == RP_SCHEDULE_INTERLEAVED) {
+            } else if (chunked) {
                 n = 2 * GA;
             } else if (cfg->schedule == RP_SCHEDULE_GPIPE) {
                 for (int m = 0; m < GA; m++)
@@ -375,7 +493,7 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
                 w->stage_replica = j;
                 w->ops = malloc(sizeof(rp_op) * (8 * (size_t)GA + 3));
                 if (!w->ops) {
-                    free(order_k), free(order_m), free(slot_of), free(free_slots);
+                    free(order_k), free(order_m), free(slot_of), free(free_slots), free(seq);
                     rp_workplan_free(sc);
                     return rp_fail(err, RP_ERR_NOMEM,
                                    "out of memory for the operations of worker %d",
@@ -414,7 +532,9 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
             }
         }
     free(order_k), free(order_m), free(slot_of), free(free_slots);
-    if (cfg->schedule == RP_SCHEDULE_INTERLEAVED && (st = make_devices(cfg, sc, err))) {
+    st = chunked ? make_devices(cfg, sc, seq, err) : RP_OK;
+    free(seq);
+    if (st) {
         rp_workplan_free(sc);
         return st;
     }

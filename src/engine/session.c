@@ -381,15 +381,18 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
                        "zb_pass_times and zb_max_in_flight go with schedule \"zb-auto\", not "
                        "\"%s\"",
                        rp_schedule_name(cfg->schedule));
-    if ((cfg->virtual_stages != 1) != (cfg->schedule == RP_SCHEDULE_INTERLEAVED))
+    bool interleaved = cfg->schedule == RP_SCHEDULE_INTERLEAVED;
+    if (interleaved ? cfg->virtual_stages < 2
+        : cfg->schedule == RP_SCHEDULE_ZB_V ? cfg->virtual_stages != 2 : cfg->virtual_stages != 1)
         return rp_fail(err, RP_ERR_INVALID,
-                       "schedule \"interleaved-1f1b\" takes virtual_stages of 2 or more, and "
-                       "virtual_stages goes with it alone (schedule \"%s\", virtual_stages %d)",
+                       "schedule \"interleaved-1f1b\" takes virtual_stages of 2 or more, \"zb-v\" "
+                       "2 (its V), and virtual_stages goes with them alone (schedule \"%s\", "
+                       "virtual_stages %d)",
                        rp_schedule_name(cfg->schedule), cfg->virtual_stages);
-    if (cfg->schedule == RP_SCHEDULE_INTERLEAVED) {
+    if (rp_config_chunked(cfg)) {
         int S = rp_config_num_stages(cfg, false), v = cfg->virtual_stages, P = S / v;
         const char *why = S % v ? "layers_per_stage must list virtual_stages chunks per worker"
-                          : cfg->gradient_accumulation_steps % P
+                          : interleaved && cfg->gradient_accumulation_steps % P
                               ? "gradient_accumulation_steps must be a multiple of the pipeline's "
                                 "workers (micro-batches go through the chunks in groups of them)"
                           : cfg->stage_replication_count ? "stage_replication is not supported "
@@ -403,15 +406,16 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
                                   : NULL;
         if (why)
             return rp_fail(err, RP_ERR_INVALID,
-                           "schedule \"interleaved-1f1b\" with virtual_stages %d, %d stages "
+                           "schedule \"%s\" with virtual_stages %d, %d stages "
                            "and gradient_accumulation_steps %d: %s",
-                           v, S, cfg->gradient_accumulation_steps, why);
+                           rp_schedule_name(cfg->schedule), v, S,
+                           cfg->gradient_accumulation_steps, why);
     }
     if (cfg->reduction_bucket_mb > 0) {
         const char *why = cfg->schedule >= RP_SCHEDULE_PIPEDREAM
                               ? "the PipeDream schedules (a stage's versions update apart)"
-                          : cfg->schedule == RP_SCHEDULE_INTERLEAVED
-                              ? "schedule \"interleaved-1f1b\""
+                          : rp_config_chunked(cfg)
+                              ? (interleaved ? "schedule \"interleaved-1f1b\"" : "schedule \"zb-v\"")
                           : cfg->replicated_tensor_sharding
                               ? "replicated_tensor_sharding (its reduction is a reduce-scatter)"
                           : cfg->fp16_exchange ? "fp16_exchange (its reduction is in fp16)"
@@ -523,9 +527,9 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     rp_derived der;
     rp_config_derive(cfg, &der);
     int P = der.stages, W = der.workers, R = cfg->replication_factor;
-    if (comm && cfg->schedule == RP_SCHEDULE_INTERLEAVED)
-        return rp_fail(err, RP_ERR_INVALID, "schedule \"interleaved-1f1b\" runs on the local "
-                       "backend for now: under MPI each rank holds one stage");
+    if (comm && rp_config_chunked(cfg))
+        return rp_fail(err, RP_ERR_INVALID, "schedule \"%s\" runs on the local backend for "
+                       "now: under MPI each rank holds one stage", rp_schedule_name(cfg->schedule));
     if (comm && rp_comm_size(comm) != W)
         return rp_fail(err, RP_ERR_INVALID,
                        "the configuration needs %d workers (replication_factor %d x %d per "
@@ -747,6 +751,10 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     for (int i = 0; i < s->nties && s->plan->devices; i++) { /* the ties' own workers */
         const tie *t = &s->ties[i];
         int members[RP_MAX_WORKERS], nm = 0;
+        int emb = rp_workplan_worker(cfg, 0, t->emb_stage, 0);
+        int head = rp_workplan_worker(cfg, 0, t->head_stage, 0);
+        if (s->plan->device_of[emb] == s->plan->device_of[head])
+            continue; /* summed on the device (exchange.c) */
         for (int k = 0; k < W && t->emb_stage != t->head_stage; k++)
             if (s->plan->w[k].stage == t->emb_stage || s->plan->w[k].stage == t->head_stage)
                 members[nm++] = k;

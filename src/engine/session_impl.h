@@ -96,6 +96,7 @@ typedef struct worker {
     ** (NULL: not one of them), as a device cannot join a world sum once
     ** for each of its workers */
     rp_comm *tie_comm[MAX_TIES];
+    bool tie_half[MAX_TIES]; /* a tie on this worker's device: its half reduced, the sum not */
     bool threaded; /* a thread of its own (worker 0 is the caller's; interleaved-1f1b:
                    ** a device's first worker runs its others) */
     trace_event *trace;

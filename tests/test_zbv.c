@@ -1,0 +1,243 @@
+/*
+** zb-v: P pipeline workers each run two chunks of a 2 P-stage pipeline in a
+** V (worker r holds chunk r on the way down and 2 P - 1 - r on the way up),
+** each chunk's F, B and W in micro-batch order, so the weights and losses
+** are 1f1b's on those 2 P stages bit for bit (MLP, CNN, a GPT with dropout
+** whose tied embedding and head share worker 0, or, on 6 chunks, lie on
+** two workers); the plan's devices and orders; the checker refuses a W
+** moved before its B; on unit pass times the simulator's bubble is below
+** zb-h1's and 1f1b's on the same P workers; what it does not take, named.
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+
+#include "repipe/data.h"
+#include "repipe/schedule.h"
+#include "repipe/session.h"
+#include "repipe/simulate.h"
+#include "support.h"
+#include "test.h"
+
+static const char *MLP = TEST_SPEC_MLP;
+static const char *CNN = TEST_SPEC_CNN;
+static const char *GPT = TEST_SPEC_GPT;
+
+static rp_dataset *data;
+static rp_comm *mpi;
+
+typedef struct vcase {
+    int P, R, GA;
+    const char *extra;
+} vcase;
+
+static const vcase CASES[] = {
+    {2, 1, 4, ""},
+    {2, 1, 8, ""},
+    {2, 2, 4, ""},
+    {2, 2, 8, ""},
+    {3, 1, 6, ""},
+    {3, 2, 4, ""},
+    {2, 2, 4, ", \"replicated_tensor_sharding\": true"},
+    {2, 1, 4, ", \"recompute_checkpoint_every_layer\": true, \"device_iterations\": 2"},
+    {2, 1, 8, ", \"fp16_exchange\": true"},
+};
+
+/* The case on 2 P stages under zb-v, or under 1f1b. */
+static rp_config vconfig(const vcase *vc, bool zbv, bool adam) {
+    char layers[64] = "[-1", json[1024];
+    for (int s = 1; s < 2 * vc->P; s++)
+        strcat(layers, ", -1");
+    snprintf(json, sizeof json,
+             "{\"seed\": 5, \"micro_batch_size\": 3, \"gradient_accumulation_steps\": %d, "
+             "\"replication_factor\": %d, \"layers_per_stage\": %s], \"schedule\": \"%s\", "
+             "\"output_mode\": \"all\", \"optimizer\": %s%s}",
+             vc->GA, vc->R, layers, zbv ? "zb-v" : "1f1b",
+             adam ? "{\"type\": \"adam\", \"lr\": 0.01}"
+                  : "{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}",
+             vc->extra);
+    return test_config(json);
+}
+
+static void exact(void) {
+    static const char *const models[] = {"mlp", "cnn", "gpt"};
+    int run = 0, equal = 0;
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+        const vcase *vc = &CASES[k];
+        for (int mi = 0; mi < 3; mi++) {
+            if (mi == 2 && strstr(vc->extra, "sharding")) /* a tie is never sharded */
+                continue;
+            rp_model *m = test_model(mi == 0 ? MLP : mi == 1 ? CNN : GPT);
+            rp_config base = vconfig(vc, false, mi != 2), c = vconfig(vc, true, mi != 2);
+            float l0[128] = {0}, l1[128] = {0};
+            rp_weights *want = test_two_calls(m, &base, mi == 2, NULL, data, l0);
+            rp_weights *got = test_two_calls(m, &c, mi == 2, NULL, data, l1);
+            bool same = test_same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0;
+            equal += same;
+            CHECKF(same, "%s zb-v P=%d R=%d GA=%d%s: not 1f1b's bits (weights differ by %g)",
+                   models[mi], vc->P, vc->R, vc->GA, vc->extra,
+                   want && got ? test_weights_diff(want, got) : -1.0);
+            rp_weights_free(want), rp_weights_free(got);
+            rp_model_free(m);
+            run++;
+        }
+    }
+    printf("%d of %d zb-v runs equal to 1f1b bit for bit\n", equal, run);
+}
+
+/* Finds device d's first operation of `kind` on worker w (-1: none). */
+static int find_op(const rp_workplan *p, int d, int w, rp_op_kind kind) {
+    const rp_device_ops *dv = &p->dev[d];
+    for (int j = 0; j < dv->num; j++)
+        if (dv->worker[j] == w && p->w[w].ops[dv->op[j]].kind == kind)
+            return j;
+    return -1;
+}
+
+static void plan(void) {
+    vcase vc = {3, 2, 8, ""};
+    rp_config c = vconfig(&vc, true, false);
+    rp_workplan *p;
+    rp_error err;
+    CHECK_OK(rp_workplan_build(&c, &p, &err), err);
+    CHECK(p->devices == 6 && p->workers == 12);
+    CHECK_OK(rp_workplan_check(p, NULL, &err), err);
+    /* replica c's chunk s (worker 6 c + s) on device 3 c + min(s, 5 - s) */
+    for (int w = 0; w < p->workers; w++) {
+        int s = w % 6, at = (w / 6) * 3 + (s < 3 ? s : 5 - s);
+        CHECKF(p->device_of[w] == at, "worker %d on device %d, the V's %d", w, p->device_of[w],
+               at);
+        int last[3] = {-1, -1, -1};
+        for (int i = 0; i < p->w[w].num_ops; i++) {
+            const rp_op *op = &p->w[w].ops[i];
+            int k = op->kind == RP_OP_FORWARD          ? 0
+                    : op->kind == RP_OP_BACKWARD_INPUT  ? 1
+                    : op->kind == RP_OP_BACKWARD_WEIGHT ? 2
+                                                        : -1;
+            CHECK(op->kind != RP_OP_BACKWARD);
+            if (k >= 0)
+                CHECK(op->mb == ++last[k]);
+        }
+        CHECK(last[0] == 7 && last[1] == 7 && last[2] == 7);
+    }
+    /* every device's reductions before its steps */
+    for (int d = 0; d < p->devices; d++) {
+        const rp_device_ops *dv = &p->dev[d];
+        int last_reduce = -1, first_step = dv->num;
+        for (int j = 0; j < dv->num; j++) {
+            rp_op_kind k = p->w[dv->worker[j]].ops[dv->op[j]].kind;
+            if (k == RP_OP_REDUCE)
+                last_reduce = j;
+            if (k == RP_OP_STEP && j < first_step)
+                first_step = j;
+        }
+        CHECK(last_reduce >= 0 && last_reduce < first_step);
+    }
+    /* device 0 (chunks 0 and 5): chunk 5's first W moved before its first
+    ** B, whose output gradient it needs */
+    int wi = find_op(p, 0, 5, RP_OP_BACKWARD_WEIGHT), bi = find_op(p, 0, 5, RP_OP_BACKWARD_INPUT);
+    CHECK(wi > bi && bi >= 0);
+    rp_device_ops *d = &p->dev[0];
+    int ow = d->op[wi];
+    memmove(d->worker + bi + 1, d->worker + bi, sizeof(int) * (wi - bi));
+    memmove(d->op + bi + 1, d->op + bi, sizeof(int) * (wi - bi));
+    d->worker[bi] = 5, d->op[bi] = ow;
+    CHECK(rp_workplan_check(p, NULL, &err) == RP_ERR_INVALID);
+    rp_workplan_free(p);
+    /* the CSV: a row a device, the V's stages on it */
+    vcase one = {2, 1, 4, ""};
+    c = vconfig(&one, true, false);
+    char *csv;
+    CHECK_OK(rp_schedule_csv(&c, &csv, &err), err);
+    CHECK(csv && strncmp(csv, "0F0,", 4) == 0 && strstr(csv, "3F0") && strstr(csv, "3I0") &&
+          strstr(csv, "0W3") && strchr(csv, '\n') && !strstr(strchr(csv, '\n') + 1, "0F0"));
+    free(csv);
+}
+
+/* On unit chunks (F = B = W = 1 ms) and free transfers, each of P workers
+** computes 6 m ms an update. 1f1b's and zb-h1's bubbles on the same P
+** workers (stages twice as deep) are 6 (P - 1) and 2 (P - 1) ms (Qi et
+** al.); no V can do with less than P - 1 (worker P - 1 cannot start before
+** the first micro-batch's way down reaches it, and then has 6 m to do), and
+** zb-v's order has exactly that. Every shape to P 6 and 24 micro-batches
+** orders without a wait that never ends. */
+static void bubbles(void) {
+    static const int PM[][2] = {{2, 4}, {2, 8}, {3, 6}, {4, 8}, {4, 16}};
+    rp_error err;
+    for (int i = 0; i < 5; i++) {
+        int P = PM[i][0], m = PM[i][1], S = 2 * P;
+        double fw[16], bw[16], bi[16], bwt[16], out[16], par[16];
+        for (int l = 0; l < S; l++)
+            fw[l] = 1, bw[l] = 2, bi[l] = 1, bwt[l] = 1, out[l] = 0, par[l] = 0;
+        char layers[64] = "[1", json[512];
+        for (int l = 1; l < S; l++)
+            strcat(layers, ", 1");
+        snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": "
+                 "%s], \"schedule\": \"zb-v\"}", m, layers);
+        rp_config c = test_config(json);
+        rp_sim_options so;
+        rp_sim_options_default(&so);
+        so.latency = 0;
+        so.bwd_input_ms = bi, so.bwd_weight_ms = bwt;
+        rp_sim_result r;
+        CHECK_OK(rp_simulate(&c, fw, bw, out, par, S, &so, &r, &err), err);
+        double ideal = 6.0 * m, t = r.update_time * 1e3;
+        printf("zb-v P=%d m=%d: %.1f ms, %.1f ms of bubble (1f1b %d, zb-h1 %d)\n", P, m, t,
+               t - ideal, 6 * (P - 1), 2 * (P - 1));
+        CHECKF(fabs(t - ideal - (P - 1)) < 1e-9, "zb-v P=%d m=%d: %.3f ms, the work %.0f and "
+               "the V's least bubble %d", P, m, t, ideal, P - 1);
+        rp_sim_result_free(&r);
+    }
+    for (int P = 2; P <= 6; P++)
+        for (int m = 1; m <= 24; m++) {
+            char layers[64] = "[1", json[512];
+            for (int l = 1; l < 2 * P; l++)
+                strcat(layers, ", 1");
+            snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, "
+                     "\"layers_per_stage\": %s], \"schedule\": \"zb-v\"}", m, layers);
+            rp_config c = test_config(json);
+            rp_workplan *p;
+            rp_status st = rp_workplan_build(&c, &p, &err);
+            CHECKF(!st && rp_workplan_check(p, NULL, &err) == RP_OK, "zb-v P=%d m=%d: %s", P, m,
+                   err.msg);
+            if (!st)
+                rp_workplan_free(p);
+        }
+}
+
+static void refused(void) {
+    rp_model *m = test_model(MLP);
+    rp_error err;
+    static const char *const bad[][2] = {
+        {"\"schedule\": \"zb-v\", \"virtual_stages\": 3", "\"zb-v\" 2 (its V)"},
+        {"\"schedule\": \"zb-v\", \"stage_replication\": [2, 1, 1, 1]", "stage_replication"},
+        {"\"schedule\": \"zb-v\", \"gradient_clipping\": 1", "gradient_clipping"},
+        {"\"schedule\": \"zb-v\", \"reduction_bucket_mb\": 1", "schedule \"zb-v\""}};
+    for (int i = 0; i < 4; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": 4, \"layers_per_stage\": "
+                 "[-1, -1, -1, -1], %s}", bad[i][0]);
+        rp_config bc = test_config(json);
+        CHECK(rp_session_check(m, &bc, &err) == RP_ERR_INVALID);
+        CHECK_STR_HAS(err.msg, bad[i][1]);
+    }
+    /* three chunks do not make a V */
+    rp_config odd = test_config("{\"layers_per_stage\": [-1, -1, -1], \"schedule\": \"zb-v\"}");
+    CHECK(rp_session_check(m, &odd, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "chunks per worker");
+    rp_model_free(m);
+}
+
+static void local(void) {
+    plan();
+    bubbles();
+    refused();
+    exact();
+}
+
+static void with_mpi(int ranks) { (void)ranks; }
+
+int main(int argc, char **argv) {
+    test_start(argc, argv, 512, 9, &data, &mpi);
+    return test_main("test_zbv", mpi, data, with_mpi, local);
+}
