@@ -7,7 +7,7 @@
 # configuration runs 1f1b, zb-h1, zb-h2, interleaved-1f1b (the same two
 # workers holding two chunks each: the MLP's pairs of layers 2, 1, 1, 2 and
 # the GPT's blocks 1 each) and zb-v (two chunks each in a V, worker 0 holding
-# the first and the last: the MLP's pairs 1, 2, 2, 1 with the flattening
+# the first and the last: the MLP's pairs 1, 2, 1, 2 with the flattening
 # and the head at the ends, the GPT's blocks 1 each) in turn, ROUNDS times
 # (the five interleaved, so that the machine's drift falls on all alike); prints the
 # median time per update of each, its ratio to 1f1b's, and what
@@ -32,7 +32,7 @@ med() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 printf '%-4s %3s %2s %-11s %12s %9s %12s %9s\n' model GA D schedule "measured ms" "vs 1f1b" "predicted ms" error
 # model file B layers_per_stage steps data chunks (interleaved-1f1b's
 # layers_per_stage) vchunks (zb-v's)
-for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 - [5,2,2,-1] [3,4,4,-1]" \
+for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 - [5,2,2,-1] [3,4,2,-1]" \
             "gpt examples/gpt-kjv.model 8 [4,-1] 8 $tmp/text.txt [3,1,1,-1] [3,1,1,-1]"; do
   set -- $spec
   model=$1 file=$2 B=$3 layers=$4 steps=$5 text=$6 chunks=$7 vchunks=$8

@@ -161,6 +161,42 @@ static inline rp_weights *test_two_calls(const rp_model *m, const rp_config *c, 
     return w;
 }
 
+/* A pipeline test's configuration: `stages` stages split evenly ([-1,
+** ...]), seed 5, micro-batches of 3, GA and R as given, every loss out,
+** `schedule` (the schedule's keys, "\"schedule\": \"1f1b\""), Adam or SGD
+** with momentum, then the keys in extra (", \"key\": value"). */
+static inline rp_config test_stages_config(int stages, int GA, int R, const char *schedule,
+                                           bool adam, const char *extra) {
+    char layers[128] = "[-1", json[1024];
+    for (int s = 1; s < stages; s++)
+        strcat(layers, ", -1");
+    snprintf(json, sizeof json,
+             "{\"seed\": 5, \"micro_batch_size\": 3, \"gradient_accumulation_steps\": %d, "
+             "\"replication_factor\": %d, \"layers_per_stage\": %s], %s, "
+             "\"output_mode\": \"all\", \"optimizer\": %s%s}",
+             GA, R, layers, schedule,
+             adam ? "{\"type\": \"adam\", \"lr\": 0.01}"
+                  : "{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}",
+             extra);
+    return test_config(json);
+}
+
+/* Whether a model (spec; a token model: tokens) trains to the same bits,
+** weights and every loss, under configurations a and b (two host calls on
+** threads); the weights' largest difference in *diff (-1 when a run failed). */
+static inline bool test_same_training(const char *spec, bool tokens, const rp_config *a,
+                                      const rp_config *b, const rp_dataset *data, double *diff) {
+    rp_model *m = test_model(spec);
+    float l0[128] = {0}, l1[128] = {0};
+    rp_weights *want = test_two_calls(m, a, tokens, NULL, data, l0);
+    rp_weights *got = test_two_calls(m, b, tokens, NULL, data, l1);
+    bool same = test_same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0;
+    *diff = want && got ? test_weights_diff(want, got) : -1.0;
+    rp_weights_free(want), rp_weights_free(got);
+    rp_model_free(m);
+    return same;
+}
+
 /* A file's text (a trace the test wrote) into buf of cap bytes, and the
 ** file removed; its length, 0 when it could not be read. */
 static inline size_t test_take_file(const char *path, char *buf, size_t cap) {

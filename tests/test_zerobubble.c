@@ -390,40 +390,26 @@ static const icase ICASES[] = {
 };
 
 static rp_config iconfig(const icase *ic, bool interleaved, bool adam) {
-    char layers[64] = "[-1", json[1024];
-    for (int s = 1; s < ic->P * ic->v; s++)
-        strcat(layers, ", -1");
-    snprintf(json, sizeof json,
-             "{\"seed\": 5, \"micro_batch_size\": 3, \"gradient_accumulation_steps\": %d, "
-             "\"replication_factor\": %d, \"layers_per_stage\": %s], \"schedule\": \"%s\"%s, "
-             "\"output_mode\": \"all\", \"optimizer\": %s%s}",
-             ic->GA, ic->R, layers, interleaved ? "interleaved-1f1b" : "1f1b",
-             interleaved ? (ic->v == 2 ? ", \"virtual_stages\": 2" : ", \"virtual_stages\": 3") : "",
-             adam ? "{\"type\": \"adam\", \"lr\": 0.01}"
-                  : "{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}",
-             ic->extra);
-    return test_config(json);
+    const char *sched = !interleaved ? "\"schedule\": \"1f1b\""
+                        : ic->v == 2 ? "\"schedule\": \"interleaved-1f1b\", \"virtual_stages\": 2"
+                                     : "\"schedule\": \"interleaved-1f1b\", \"virtual_stages\": 3";
+    return test_stages_config(ic->P * ic->v, ic->GA, ic->R, sched, adam, ic->extra);
 }
 
 static void interleaved(void) {
     static const char *const models[] = {"mlp", "cnn", "gpt"};
+    const char *const specs[] = {MLP, CNN, GPT};
     int run = 0;
     for (size_t k = 0; k < sizeof ICASES / sizeof ICASES[0]; k++) {
         const icase *ic = &ICASES[k];
         for (int mi = 0; mi < 3; mi++) {
             if (mi == 2 && strstr(ic->extra, "sharding")) /* a tie is never sharded */
                 continue;
-            rp_model *m = test_model(mi == 0 ? MLP : mi == 1 ? CNN : GPT);
             rp_config base = iconfig(ic, false, mi != 2), c = iconfig(ic, true, mi != 2);
-            float l0[128] = {0}, l1[128] = {0};
-            rp_weights *want = train(m, &base, mi == 2, false, l0);
-            rp_weights *got = train(m, &c, mi == 2, false, l1);
-            CHECKF(test_same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0,
+            double diff;
+            CHECKF(test_same_training(specs[mi], mi == 2, &base, &c, data, &diff),
                    "%s interleaved P=%d v=%d R=%d GA=%d%s: not 1f1b's bits (weights differ by "
-                   "%g)", models[mi], ic->P, ic->v, ic->R, ic->GA, ic->extra,
-                   want && got ? test_weights_diff(want, got) : -1.0);
-            rp_weights_free(want), rp_weights_free(got);
-            rp_model_free(m);
+                   "%g)", models[mi], ic->P, ic->v, ic->R, ic->GA, ic->extra, diff);
             run++;
         }
     }
