@@ -70,3 +70,39 @@ for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 - [5,2,2,-1] [3,4,2,-1]" \
     done
   done
 done
+# The norm's wait: gradient clipping sums a norm over every worker after the
+# reductions, so no stage steps before all have reduced (auto loss scaling's
+# overflow check the same); a zero-bubble schedule's last Ws then hold the
+# other stage's step. The MLP at GA 8, D 1 and 4, with and without
+# "gradient_clipping", under 1f1b and zb-h2, interleaved as above.
+echo
+echo "the norm's wait (gradient_clipping 1): time per update, clipped / unclipped"
+printf '%-4s %3s %2s %-11s %12s %12s %9s %12s %9s\n' model GA D schedule "plain ms" "clipped ms" ratio \
+  "predicted" "(pred.)"
+for D in 1 4; do
+  for s in 1f1b zb-h2; do
+    for clip in 0 1; do
+      extra=""
+      [ $clip = 1 ] && extra=', "gradient_clipping": 1'
+      printf '{"micro_batch_size": 64, "layers_per_stage": [7,-1], "gradient_accumulation_steps": 8, "device_iterations": %s, "schedule": "%s"%s}\n' \
+        "$D" "$s" "$extra" > "$tmp/$s-$clip.json"
+      : > "$tmp/$s-$clip.runs"
+    done
+  done
+  for _ in $(seq "$rounds"); do
+    for c in 1f1b-0 1f1b-1 zb-h2-0 zb-h2-1; do
+      "$build/bench/bench_train" "$tmp/mlp.model" "$tmp/$c.json" $((30 / D + 1)) </dev/null |
+        sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' >> "$tmp/$c.runs"
+    done
+  done
+  for s in 1f1b zb-h2; do
+    ms0=$(awk -v r="$(med < "$tmp/$s-0.runs")" 'BEGIN { printf "%.3f", 1e3 * 512 / r }')
+    ms1=$(awk -v r="$(med < "$tmp/$s-1.runs")" 'BEGIN { printf "%.3f", 1e3 * 512 / r }')
+    p0=$("$build/repipe" simulate --config "$tmp/$s-0.json" --profile "$tmp/mlp.txt" --cores "$cores" \
+         --json - 2>/dev/null | sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p')
+    p1=$("$build/repipe" simulate --config "$tmp/$s-1.json" --profile "$tmp/mlp.txt" --cores "$cores" \
+         --json - 2>/dev/null | sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p')
+    awk -v s="$s" -v d="$D" -v a="$ms0" -v b="$ms1" -v p="$p0" -v q="$p1" 'BEGIN {
+      printf "%-4s %3s %2s %-11s %12.3f %12.3f %9.3f %12.3f %9.3f\n", "mlp", 8, d, s, a, b, b / a, q * 1e3, q / p }'
+  done
+done

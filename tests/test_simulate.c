@@ -193,6 +193,29 @@ static void buckets(void) {
                 sim("{\"replication_factor\": 2}", fw, bw, out, par, 3, &one, NULL), 1e-15);
 }
 
+/* Gradient clipping (and loss scaling) sum a norm over every worker after
+** the reductions: no stage steps before every stage has reduced. Two
+** stages, F 1 and B 2 ms each, stage 1 a 3 ms step (3e9 bytes at 1e12 B/s),
+** stage 0 none, two updates a call, copies free. Without the norm stage 1
+** steps at 4-7 and 10-13 ms (the call ends at 13); with it at 6-9, so its
+** second forward waits until 9, its backward ends at 12, stage 0's at 14,
+** and its step runs 14-17: 6.5 and 8.5 ms an update. */
+static void norm_sync(void) {
+    double fw[] = {1, 1}, bw[] = {2, 2}, out[] = {0, 0}, par[] = {0, 3e9};
+    rp_sim_options o;
+    rp_sim_options_default(&o);
+    o.latency = 0;
+    o.memory_bandwidth = 1e12;
+    const char *plain = "{\"layers_per_stage\": [1, 1], \"device_iterations\": 2}";
+    const char *clip = "{\"layers_per_stage\": [1, 1], \"device_iterations\": 2, "
+                       "\"gradient_clipping\": 1}";
+    const char *als = "{\"layers_per_stage\": [1, 1], \"device_iterations\": 2, "
+                      "\"auto_loss_scaling\": true}";
+    CHECK_CLOSE(sim(plain, fw, bw, out, par, 2, &o, NULL), 6.5e-3, 1e-12);
+    CHECK_CLOSE(sim(clip, fw, bw, out, par, 2, &o, NULL), 8.5e-3, 1e-12);
+    CHECK_CLOSE(sim(als, fw, bw, out, par, 2, &o, NULL), 8.5e-3, 1e-12);
+}
+
 /* Reductions that cross one link at the same time share it. R = 2 x 2
 ** stages, one replica a server: both stages' allreduces (1e8 bytes, 1 s
 ** each alone at 1e8 B/s) cross the link between the two servers from t = 0
@@ -315,6 +338,7 @@ static void tensor_groups(void) {
 }
 
 int main(void) {
+    norm_sync();
     tensor_groups();
     graph_cuts();
     transfers();

@@ -117,6 +117,8 @@ typedef struct sim_worker {
     double reducing; /* the allreduce's own time, for the bubble */
     double copying;  /* time spent copying messages */
     int rounds;      /* reductions passed */
+    bool at_norm;    /* waiting at its step for every worker's norm (clipping, loss scaling) */
+    int steps;       /* such waits passed */
     int flow;        /* the group whose reduction it waits for on the network; -1: none */
     long long delivers; /* a send being copied: the message it makes available */
     double lb0, lb1;    /* its last backward (or weights' half): when it ran */
@@ -397,6 +399,9 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         rpi_reduction_make(&rg[k].how, &net, members, rg[k].n, pos, rg[k].top, opt->polling,
                            cfg->workers_per_server);
     }
+    bool norm_sync = (cfg->gradient_clipping > 0 || cfg->auto_loss_scaling) &&
+                     cfg->schedule < RP_SCHEDULE_PIPEDREAM;
+    int normed = 0; /* workers that reached their step's norm, over every update */
     double now = 0;
     /* Global time: start every operation that can start now (sends and
     ** receives of arrived messages finish at once), then move to the next
@@ -476,6 +481,18 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                         x->held--;
                         break;
                     case RP_OP_STEP:
+                        /* gradient clipping's norm and loss scaling's overflow
+                        ** are sums over every worker of their reduced
+                        ** gradients (exchange.c): no worker steps before all
+                        ** have reduced (the sum of one float itself: its
+                        ** latency, left out) */
+                        if (norm_sync) {
+                            if (!x->at_norm)
+                                x->at_norm = true, normed++;
+                            if (normed < W * (x->steps + 1))
+                                goto blocked;
+                            x->at_norm = false, x->steps++, x->t0 = now;
+                        }
                         x->work = par[s] / membw; /* one pass over the parameters */
                         break;
                     case RP_OP_WAIT_SENDS:
