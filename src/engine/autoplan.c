@@ -83,6 +83,7 @@ typedef struct search {
     int *cut, *rep;
     cand *c;
     int n, cap;
+    double *fastest; /* the fastest simulation so far (the keys are tried near it) */
 } search;
 
 /* The profile measured nearest B rows (by ratio): the fewer rows its times
@@ -164,9 +165,17 @@ static bool simulate_as_is(const search *S, const rp_config *cfg, double *t, dou
 ** across servers on MPI ranks, the sum inside each server first
 ** (workers_per_server: one server's workers of every level below the
 ** outermost); then the reduction in buckets during the last backward, at
-** PyTorch DDP's two sizes (its first bucket's 1 MB, its 25 MB). A key is
+** PyTorch DDP's two sizes (its first bucket's 1 MB, its 25 MB), each where
+** the model makes at most RP_AUTOPLAN_BUCKETS of them (the simulation
+** plays every bucket of every reduction: a fuzzed 1e12-byte profile in
+** 1 MB buckets took seconds a candidate). A key is
 ** set only where the simulation is faster with it: off is the simpler
-** run. cfg's two keys are the base's again first, then the choice. */
+** run. Tried on up to RP_AUTOPLAN_KEY_WORKERS workers, and only within 1.5 times the fastest simulation so far (the
+** keys save at most the reductions' time; a 2 916-worker plan tried them
+** on every candidate for seconds). cfg's two keys are the base's again
+** first, then the choice. */
+#define RP_AUTOPLAN_BUCKETS 1024
+#define RP_AUTOPLAN_KEY_WORKERS 64
 static bool simulate(const search *S, rp_config *cfg, double *t, double *bytes) {
     double far;
     cfg->workers_per_server = S->base->workers_per_server;
@@ -174,8 +183,17 @@ static bool simulate(const search *S, rp_config *cfg, double *t, double *bytes) 
     if (!simulate_as_is(S, cfg, t, bytes, &far))
         return false;
     int levels = S->o->num_levels, servers = levels > 1 ? S->o->machines[levels - 1] : 1;
-    if (far <= 0 || servers < 2)
-        return true; /* nothing leaves a machine */
+    rp_derived der;
+    rp_config_derive(cfg, &der);
+    if (der.workers > RP_AUTOPLAN_KEY_WORKERS)
+        return true; /* (each try plays every worker again: seconds on thousands) */
+    bool reduces = cfg->replication_factor > 1; /* some stage's gradients summed over workers */
+    for (int st = 0; st < cfg->layers_per_stage.count && !reduces; st++)
+        reduces = rp_config_stage_replicas(cfg, st) > 1;
+    if (*t < *S->fastest)
+        *S->fastest = *t;
+    if (far <= 0 || servers < 2 || !reduces || *t > 1.5 * *S->fastest)
+        return true; /* nothing leaves a machine, nothing is reduced, or far from the best */
     rp_config c = *cfg;
     double t2, b2, f2;
     if (S->o->polling && cfg->workers_per_server == 0) {
@@ -192,13 +210,18 @@ static bool simulate(const search *S, rp_config *cfg, double *t, double *bytes) 
                       !cfg->replicated_tensor_sharding && !cfg->fp16_exchange;
     static const double sizes[] = {1, 25};
     rp_config keep = *cfg;
+    double bytes_all = S->m[0].cp[S->L]; /* the model's parameters */
     for (int i = 0; i < 2 && buckets_go && cfg->reduction_bucket_mb == 0; i++) {
+        if (bytes_all / (sizes[i] * 1e6) > RP_AUTOPLAN_BUCKETS)
+            continue; /* the simulation plays every bucket: too many to try */
         c = *cfg;
         c.reduction_bucket_mb = sizes[i];
         if (simulate_as_is(S, &c, &t2, &b2, &f2) && t2 < *t * 0.999)
             keep = c, *t = t2, *bytes = b2;
     }
     *cfg = keep;
+    if (*t < *S->fastest)
+        *S->fastest = *t;
     return true;
 }
 
@@ -446,7 +469,8 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
     if (num_profiles < 1 || num_profiles > RP_AUTOPLAN_MAX_PROFILES)
         return rp_fail(err, RP_ERR_INVALID, "plan: %d profiles (1 to %d)", num_profiles,
                        RP_AUTOPLAN_MAX_PROFILES);
-    search S = {.base = base, .o = o};
+    double fastest = DBL_MAX;
+    search S = {.base = base, .o = o, .fastest = &fastest};
     rp_status st = RP_OK;
     int W = 1;
     for (int l = 0; l < o->num_levels; l++)

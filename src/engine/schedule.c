@@ -181,7 +181,7 @@ static rp_status zbv_orders(const rp_config *cfg, int *seq_stage, int *seq_pass,
             if (start < best_at)
                 best_d = d, best_s = pick, best_pass = pass, best_at = start;
         }
-        if (best_d < 0) { /* (a device can always move: the last chunk's B needs its own F) */
+        if (best_d < 0) { /* never met for P <= 6, m <= 24 (test_zbv); F down first met it */
             free(done), free(at), free(tf), free(tb), free(free_at);
             return rp_fail(err, RP_ERR_INVALID, "zb-v: no pass can start (%d left)", left);
         }

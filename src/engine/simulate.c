@@ -133,6 +133,8 @@ typedef struct red_group {
     bool active;
     double left;  /* seconds of it left at the link's full rate */
     double share; /* the flows it shares its busiest link with, itself too */
+    int bucket_round; /* the round whose buckets' time is in bucket_cost (0: none yet) */
+    double bucket_cost;
 } red_group;
 
 /* Reductions on the network at the same time share the links they cross. A
@@ -515,13 +517,17 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                         double cost = rpi_reduction_time(&g->how, par[s] * wire_sum, &net, !cpu);
                         double full = cost;
                         if (buckets && !g->how.per_server) { /* what is left of the buckets when the last arrives */
-                            int k = 0;
-                            for (int v = 0; v < W; v++)
-                                if (gid[v] == gid[w])
-                                    mt0[k] = sw[v].lb0, mt1[k++] = sw[v].lb1;
-                            double end = rpi_buckets_end(&bk, s, mt0, mt1, k, net.bw[top],
-                                                         net.latency, wire_sum);
-                            cost = end > last ? end - last : 0;
+                            if (g->bucket_round != x->rounds) { /* once a group and round */
+                                int k = 0;
+                                for (int v = 0; v < W; v++)
+                                    if (gid[v] == gid[w])
+                                        mt0[k] = sw[v].lb0, mt1[k++] = sw[v].lb1;
+                                double end = rpi_buckets_end(&bk, s, mt0, mt1, k, net.bw[top],
+                                                             net.latency, wire_sum);
+                                g->bucket_round = x->rounds;
+                                g->bucket_cost = end > last ? end - last : 0;
+                            }
+                            cost = g->bucket_cost;
                         }
                         if (cpu) { /* the workers sum in their own cores */
                             x->work = cost;
