@@ -13,6 +13,7 @@
 #include "repipe/config.h"
 #include "repipe/data.h"
 #include "repipe/model.h"
+#include "repipe/schedule.h"
 #include "repipe/session.h"
 #include "test.h"
 
@@ -195,6 +196,15 @@ static inline bool test_same_training(const char *spec, bool tokens, const rp_co
     rp_weights_free(want), rp_weights_free(got);
     rp_model_free(m);
     return same;
+}
+
+/* A planted mistake in a device's order: its operation at `from` moved back
+** to `to` (< from), those between one later. */
+static inline void test_move_device_op(rp_device_ops *d, int from, int to) {
+    int w = d->worker[from], op = d->op[from];
+    memmove(d->worker + to + 1, d->worker + to, sizeof(int) * (from - to));
+    memmove(d->op + to + 1, d->op + to, sizeof(int) * (from - to));
+    d->worker[to] = w, d->op[to] = op;
 }
 
 /* A file's text (a trace the test wrote) into buf of cap bytes, and the

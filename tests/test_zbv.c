@@ -123,11 +123,7 @@ static void plan(void) {
     ** B, whose output gradient it needs */
     int wi = find_op(p, 0, 5, RP_OP_BACKWARD_WEIGHT), bi = find_op(p, 0, 5, RP_OP_BACKWARD_INPUT);
     CHECK(wi > bi && bi >= 0);
-    rp_device_ops *d = &p->dev[0];
-    int ow = d->op[wi];
-    memmove(d->worker + bi + 1, d->worker + bi, sizeof(int) * (wi - bi));
-    memmove(d->op + bi + 1, d->op + bi, sizeof(int) * (wi - bi));
-    d->worker[bi] = 5, d->op[bi] = ow;
+    test_move_device_op(&p->dev[0], wi, bi);
     CHECK(rp_workplan_check(p, NULL, &err) == RP_ERR_INVALID);
     rp_workplan_free(p);
     /* the CSV: a row a device, the V's stages on it */

@@ -447,10 +447,7 @@ static void interleaved(void) {
             b = j;
     }
     CHECK(a >= 0 && b > a && d->worker[a] == 1);
-    int wb = d->worker[b], ob = d->op[b];
-    memmove(d->worker + a + 1, d->worker + a, sizeof(int) * (b - a));
-    memmove(d->op + a + 1, d->op + a, sizeof(int) * (b - a));
-    d->worker[a] = wb, d->op[a] = ob;
+    test_move_device_op(d, b, a);
     CHECK(rp_workplan_check(p, NULL, &err) == RP_ERR_INVALID);
     CHECK_STR_HAS(err.msg, "would hang");
     rp_workplan_free(p);
