@@ -183,14 +183,16 @@ static inline rp_config test_stages_config(int stages, int GA, int R, const char
 }
 
 /* Whether a model (spec; a token model: tokens) trains to the same bits,
-** weights and every loss, under configurations a and b (two host calls on
-** threads); the weights' largest difference in *diff (-1 when a run failed). */
+** weights and every loss, under configurations a on threads and b on the
+** MPI world mpi (NULL: on threads too), two host calls each; the weights'
+** largest difference in *diff (-1 when a run failed). */
 static inline bool test_same_training(const char *spec, bool tokens, const rp_config *a,
-                                      const rp_config *b, const rp_dataset *data, double *diff) {
+                                      const rp_config *b, rp_comm *mpi, const rp_dataset *data,
+                                      double *diff) {
     rp_model *m = test_model(spec);
     float l0[128] = {0}, l1[128] = {0};
     rp_weights *want = test_two_calls(m, a, tokens, NULL, data, l0);
-    rp_weights *got = test_two_calls(m, b, tokens, NULL, data, l1);
+    rp_weights *got = test_two_calls(m, b, tokens, mpi, data, l1);
     bool same = test_same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0;
     *diff = want && got ? test_weights_diff(want, got) : -1.0;
     rp_weights_free(want), rp_weights_free(got);

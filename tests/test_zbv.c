@@ -50,25 +50,85 @@ static rp_config vconfig(const vcase *vc, bool zbv, bool adam) {
                               vc->extra);
 }
 
-static void exact(void) {
+/* Each case against 1f1b on threads; with ranks, on as many MPI ranks (a
+** rank a device: P R of them) where the case has that many devices. */
+static void exact(int ranks) {
     static const char *const models[] = {"mlp", "cnn", "gpt"};
     const char *const specs[] = {MLP, CNN, GPT};
     int run = 0, equal = 0;
     for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
         const vcase *vc = &CASES[k];
+        if (ranks && vc->P * vc->R != ranks)
+            continue;
         for (int mi = 0; mi < 3; mi++) {
             if (mi == 2 && strstr(vc->extra, "sharding")) /* a tie is never sharded */
                 continue;
             rp_config base = vconfig(vc, false, mi != 2), c = vconfig(vc, true, mi != 2);
             double diff;
-            bool same = test_same_training(specs[mi], mi == 2, &base, &c, data, &diff);
+            bool same = test_same_training(specs[mi], mi == 2, &base, &c, ranks ? mpi : NULL,
+                                           data, &diff);
             equal += same;
             CHECKF(same, "%s zb-v P=%d R=%d GA=%d%s: not 1f1b's bits (weights differ by %g)",
                    models[mi], vc->P, vc->R, vc->GA, vc->extra, diff);
             run++;
         }
     }
-    printf("%d of %d zb-v runs equal to 1f1b bit for bit\n", equal, run);
+    CHECK(run > 0);
+    printf("%d of %d zb-v runs%s equal to 1f1b bit for bit\n", equal, run,
+           ranks ? " on MPI ranks" : "");
+}
+
+/* Host call `call` of the MLP on session s, on test_two_calls's samples. */
+static void mlp_call(rp_session *s, const rp_model *m, int call) {
+    long long per = rp_session_samples_per_call(s);
+    int64_t *ids = malloc(sizeof(int64_t) * per);
+    float *x = malloc(sizeof(float) * per * rp_shape_size(&m->input));
+    int32_t *y = malloc(sizeof(int32_t) * per);
+    for (long long i = 0; i < per; i++)
+        ids[i] = (i * 7 + call * per) % data->n;
+    rp_dataset_gather(data, ids, (int)per, x, y);
+    rp_result r;
+    rp_error err;
+    CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
+    free(ids), free(x), free(y);
+}
+
+/* One call, its training state (Adam's moments too) into another
+** session, a second call there: the weights of two calls straight. */
+static bool resumed_same(const rp_model *m, const rp_config *first, rp_comm *on_first,
+                         const rp_config *second, rp_comm *on_second,
+                         const rp_weights *straight) {
+    rp_error err;
+    rp_train_state half = {0};
+    rp_weights *w = NULL;
+    rp_session *a = test_session(m, first, on_first), *b = test_session(m, second, on_second);
+    if (a && b) {
+        mlp_call(a, m, 0);
+        CHECK_OK(rp_session_get_state(a, &half, &err), err);
+        CHECK_OK(rp_session_set_state(b, &half, &err), err);
+        mlp_call(b, m, 1);
+        CHECK_OK(rp_session_get_weights(b, RP_ALL_REPLICAS, &w, &err), err);
+    }
+    bool same = w && test_same_bits(straight, w);
+    rp_weights_free(w);
+    rp_train_state_free(&half);
+    rp_session_free(a), rp_session_free(b);
+    return same;
+}
+
+/* A checkpoint moves between zb-v on MPI ranks (or threads) and 1f1b on
+** threads, either way, and the run goes on as if never stopped. */
+static void resume(int ranks) {
+    vcase vc = {2, ranks ? ranks / 2 : 2, 4, ""};
+    rp_model *m = test_model(MLP);
+    rp_config one = vconfig(&vc, false, true), v = vconfig(&vc, true, true);
+    float losses[128];
+    rp_weights *straight = test_two_calls(m, &one, false, NULL, data, losses);
+    rp_comm *on = ranks ? mpi : NULL;
+    CHECK(straight && resumed_same(m, &v, on, &one, NULL, straight));
+    CHECK(straight && resumed_same(m, &one, NULL, &v, on, straight));
+    rp_weights_free(straight);
+    rp_model_free(m);
 }
 
 /* Finds device d's first operation of `kind` on worker w (-1: none). */
@@ -214,10 +274,14 @@ static void local(void) {
     plan();
     bubbles();
     refused();
-    exact();
+    exact(0);
+    resume(0);
 }
 
-static void with_mpi(int ranks) { (void)ranks; }
+static void with_mpi(int ranks) {
+    exact(ranks);
+    resume(ranks);
+}
 
 int main(int argc, char **argv) {
     test_start(argc, argv, 512, 9, &data, &mpi);

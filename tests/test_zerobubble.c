@@ -396,24 +396,35 @@ static rp_config iconfig(const icase *ic, bool interleaved, bool adam) {
     return test_stages_config(ic->P * ic->v, ic->GA, ic->R, sched, adam, ic->extra);
 }
 
-static void interleaved(void) {
+/* Each case against 1f1b on threads; with ranks, on as many MPI ranks (a
+** rank a device) where the case has that many devices. */
+static void interleaved_exact(int ranks) {
     static const char *const models[] = {"mlp", "cnn", "gpt"};
     const char *const specs[] = {MLP, CNN, GPT};
     int run = 0;
     for (size_t k = 0; k < sizeof ICASES / sizeof ICASES[0]; k++) {
         const icase *ic = &ICASES[k];
+        if (ranks && ic->P * ic->R != ranks)
+            continue;
         for (int mi = 0; mi < 3; mi++) {
             if (mi == 2 && strstr(ic->extra, "sharding")) /* a tie is never sharded */
                 continue;
             rp_config base = iconfig(ic, false, mi != 2), c = iconfig(ic, true, mi != 2);
             double diff;
-            CHECKF(test_same_training(specs[mi], mi == 2, &base, &c, data, &diff),
+            CHECKF(test_same_training(specs[mi], mi == 2, &base, &c, ranks ? mpi : NULL, data,
+                                      &diff),
                    "%s interleaved P=%d v=%d R=%d GA=%d%s: not 1f1b's bits (weights differ by "
                    "%g)", models[mi], ic->P, ic->v, ic->R, ic->GA, ic->extra, diff);
             run++;
         }
     }
-    printf("%d interleaved runs equal to 1f1b bit for bit\n", run);
+    CHECK(run > 0);
+    printf("%d interleaved runs%s equal to 1f1b bit for bit\n", run,
+           ranks ? " on MPI ranks" : "");
+}
+
+static void interleaved(void) {
+    interleaved_exact(0);
     /* the plan: P devices a replica, each running its v chunks' workers;
     ** every chunk's forwards, and its backwards, in micro-batch order */
     icase ic = {2, 2, 2, 8, ""};
@@ -536,6 +547,7 @@ static void interleaved(void) {
 
 static void with_mpi(int ranks) {
     exact(true, ranks);
+    interleaved_exact(ranks);
 }
 
 static void local(void) {

@@ -181,6 +181,8 @@ static void print_keys(const rp_config *c) {
         printf(", workers_per_server %d", c->workers_per_server);
     if (c->reduction_bucket_mb > 0)
         printf(", reduction_bucket_mb %g", c->reduction_bucket_mb);
+    if (rp_config_chunked(c))
+        printf(", virtual_stages %d", c->virtual_stages);
     if (c->schedule == RP_SCHEDULE_ZB_AUTO)
         printf(", zb_pass_times [%.4g, %.4g, %.4g], zb_max_in_flight %d", c->zb_pass_times[0],
                c->zb_pass_times[1], c->zb_pass_times[2], c->zb_max_in_flight);
@@ -194,12 +196,13 @@ static void print_keys(const rp_config *c) {
 static void print_launch(const rp_config *c, const rp_plan_options *o, const char *config) {
     rp_derived d;
     rp_config_derive(c, &d);
-    printf("\nlaunch it on MPI ranks (docs/cluster.md):\n  mpirun -np %d", d.workers);
+    int ranks = rp_config_devices(c, &d); /* a rank holds a device's chunks */
+    printf("\nlaunch it on MPI ranks (docs/cluster.md):\n  mpirun -np %d", ranks);
     if (o->num_levels > 1)
         printf(" --hostfile HOSTS --map-by ppr:%d:node", o->machines[0]);
     printf(" --bind-to core repipe train --model MODEL --config %s --backend mpi\n", config);
     if (o->num_levels > 1) {
-        int hosts = (d.workers + o->machines[0] - 1) / o->machines[0];
+        int hosts = (ranks + o->machines[0] - 1) / o->machines[0];
         printf("  HOSTS: the %d server%s in order, %d slots each; the same paths on each\n", hosts,
                hosts == 1 ? "" : "s", o->machines[0]);
     }
@@ -311,7 +314,7 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
     print_row("PipeDream's plan, synchronous", &r.pipedream);
     print_row("fastest pipeline under 1f1b", &r.pipeline_1f1b);
     print_row("fastest pipeline, zero bubble", &r.pipeline_zero_bubble);
-    print_row("two chunks a worker (threads only)", &r.pipeline_interleaved);
+    print_row("two chunks a worker", &r.pipeline_interleaved);
     if (split)
         print_row("fastest with tensor groups", &r.tensor_parallel);
     print_row("fastest for the engine", &r.best);
@@ -320,6 +323,13 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
         printf("data parallelism on %d of the %d workers is predicted fastest: every worker holds "
                "the whole model\n",
                d.workers, plan->machines_available);
+    else if (rp_config_chunked(c))
+        printf("a pipeline of %d chunks, %d on each of %d of the %d workers (%s), %d replica%s "
+               "of it, is predicted fastest: %.2fx data parallelism\n",
+               d.stages, c->virtual_stages, rp_config_devices(c, &d), plan->machines_available,
+               rp_schedule_name(c->schedule), c->replication_factor,
+               c->replication_factor == 1 ? "" : "s",
+               r.data_parallel.found ? r.data_parallel.seconds / r.best.seconds : 0);
     else
         printf("a pipeline of %d stages on %d of the %d workers, %d replica%s of it, is predicted "
                "fastest: %.2fx data parallelism\n",
@@ -332,10 +342,17 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
         for (int s = 0, l = 0; s < c->layers_per_stage.count; l += c->layers_per_stage.layers[s++]) {
             const char *a = prof->nodes[node[l]].desc;
             const char *b = prof->nodes[node[l + c->layers_per_stage.layers[s] - 1]].desc;
-            printf("  stage %d: layers %d-%d (%.*s ... %.*s) on %d worker%s per replica\n", s, l,
-                   l + c->layers_per_stage.layers[s] - 1, plan_node_name_len(a), a,
-                   plan_node_name_len(b), b, rp_config_stage_replicas(c, s),
-                   rp_config_stage_replicas(c, s) == 1 ? "" : "s");
+            int P = d.stages / c->virtual_stages; /* chunked: the worker that holds chunk s */
+            int at = c->schedule == RP_SCHEDULE_ZB_V ? (s < P ? s : 2 * P - 1 - s) : s % P;
+            if (rp_config_chunked(c))
+                printf("  chunk %d: layers %d-%d (%.*s ... %.*s) on worker %d of each replica\n",
+                       s, l, l + c->layers_per_stage.layers[s] - 1, plan_node_name_len(a), a,
+                       plan_node_name_len(b), b, at);
+            else
+                printf("  stage %d: layers %d-%d (%.*s ... %.*s) on %d worker%s per replica\n",
+                       s, l, l + c->layers_per_stage.layers[s] - 1, plan_node_name_len(a), a,
+                       plan_node_name_len(b), b, rp_config_stage_replicas(c, s),
+                       rp_config_stage_replicas(c, s) == 1 ? "" : "s");
         }
         free(fw), free(bw), free(ob), free(pb), free(node);
     }

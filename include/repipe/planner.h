@@ -168,8 +168,8 @@ typedef struct rp_autoplan {
     ** zero-bubble schedule (zb-h1, zb-h2 or zb-auto), side by side */
     rp_autoplan_entry pipeline_1f1b, pipeline_zero_bubble;
     rp_autoplan_entry tensor_parallel; /* the fastest with tensor groups (t > 1) */
-    /* the fastest interleaved-1f1b on a pipeline's workers (2 chunks each):
-    ** shown, not chosen, as the engine runs it on threads alone */
+    /* the fastest of interleaved-1f1b and zb-v on a pipeline's workers (2
+    ** chunks each) */
     rp_autoplan_entry pipeline_interleaved;
     int simulated;                   /* configurations simulated exactly */
 } rp_autoplan;

@@ -378,11 +378,10 @@ static void consider(const search *S, rp_autoplan_entry *e, const rp_config *cfg
 /* Two chunks a worker on pipeline k's workers (one a stage): the model cut
 ** into 2 P chunks of about equal forward and backward time by the
 ** profile, under interleaved-1f1b (chunk c on worker c mod P; GA a
-** multiple of P) and under zb-v (chunks r and 2 P - 1 - r on worker r).
-** Considered for `into` alone: the engine runs them on threads, not on MPI
-** ranks, so the plan does not choose them. Returns how many were
-** simulated. */
-static int interleaved(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into) {
+** multiple of P) and under zb-v (chunks r and 2 P - 1 - r on worker r),
+** each considered for `into` and `best`. Returns how many were simulated. */
+static int interleaved(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into,
+                       rp_autoplan_entry *best) {
     int P = k->P, C = 2 * P;
     if (P < 2 || C > RP_MAX_STAGES || S->L < C || cfg.gradient_clipping > 0 ||
         cfg.auto_loss_scaling || rp_config_tensor_parallel(&cfg) > 1)
@@ -415,6 +414,7 @@ static int interleaved(const search *S, const cand *k, rp_config cfg, rp_autopla
         if ((z == 0 && k->GA % P) || !simulate(S, &cfg, &t, &bytes))
             continue;
         consider(S, into, &cfg, t, bytes);
+        consider(S, best, &cfg, t, bytes);
         n++;
     }
     return n;
@@ -619,7 +619,7 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
         ** with the weights' halves at more activation memory */
         consider(&S, &out->pipeline_1f1b, &cfg, t, bytes);
         out->simulated += zero_bubble(&S, k, cfg, &out->pipeline_zero_bubble, &out->best);
-        out->simulated += interleaved(&S, k, cfg, &out->pipeline_interleaved);
+        out->simulated += interleaved(&S, k, cfg, &out->pipeline_interleaved, &out->best);
     }
     /* A third axis: the shapes of W / t workers, each split over tensor
     ** groups of t inside a unit of the innermost level (Megatron-LM's

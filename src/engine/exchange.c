@@ -141,7 +141,7 @@ static rp_status tie_sum(worker *w) {
             int other = rp_workplan_worker(cfg, w->replica, w->stage == t->emb_stage
                                                                 ? t->head_stage : t->emb_stage, 0);
             if (s->plan->device_of[other] == s->plan->device_of[w->id]) {
-                worker *o = &s->w[other];
+                worker *o = rpi_worker_of(s, other);
                 if (!o->tie_half[i]) {
                     w->tie_half[i] = true;
                     continue;

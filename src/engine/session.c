@@ -97,7 +97,7 @@ void rp_session_free(rp_session *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s->w), free(s->var_group), free(s->all), free(s->gather), free(s->reduced);
-    free(s->labels);
+    free(s->labels), free(s->rank_of), free(s->lidx);
     free(s);
 }
 
@@ -527,14 +527,13 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     rp_derived der;
     rp_config_derive(cfg, &der);
     int P = der.stages, W = der.workers, R = cfg->replication_factor;
-    if (comm && rp_config_chunked(cfg))
-        return rp_fail(err, RP_ERR_INVALID, "schedule \"%s\" runs on the local backend for "
-                       "now: under MPI each rank holds one stage", rp_schedule_name(cfg->schedule));
-    if (comm && rp_comm_size(comm) != W)
+    int v = rp_config_chunked(cfg) ? cfg->virtual_stages : 1; /* workers a rank holds */
+    if (comm && rp_comm_size(comm) != W / v)
         return rp_fail(err, RP_ERR_INVALID,
-                       "the configuration needs %d workers (replication_factor %d x %d per "
+                       "the configuration needs %d %s (replication_factor %d x %d per "
                        "replica) but %d MPI ranks were started: run 'mpirun -np %d ...'",
-                       W, R, W / R, rp_comm_size(comm), W);
+                       W / v, v > 1 ? "devices" : "workers", R, W / v / R, rp_comm_size(comm),
+                       W / v);
     rp_session *s = calloc(1, sizeof *s);
     if (!s)
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a session of %d workers", W);
@@ -565,7 +564,7 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
         s->first[t + 1] = s->first[t] + counts[t];
     s->backend = comm ? RP_BACKEND_MPI : RP_BACKEND_LOCAL;
     s->comm = comm;
-    s->nlocal = comm ? 1 : W;
+    s->nlocal = comm ? v : W;
     s->spin = s->nlocal <= sysconf(_SC_NPROCESSORS_ONLN);
     s->var_group = calloc(m->num_vars ? m->num_vars : 1, sizeof(rp_grouping));
     s->w = calloc(s->nlocal, sizeof(worker));
@@ -709,10 +708,28 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     openblas_set_num_threads(1); /* one BLAS thread per worker */
     if (!comm && (st = rp_world_create(W, &s->world, err)))
         goto fail;
+    if (comm && v > 1) { /* this rank is device rp_comm_rank(comm) */
+        s->rank_of = malloc(sizeof(int) * W);
+        s->lidx = calloc(W, sizeof(int));
+        int *seen = calloc(W / v, sizeof(int));
+        if (!s->rank_of || !s->lidx || !seen) {
+            free(seen);
+            st = rp_fail(err, RP_ERR_NOMEM, "out of memory for a session of %d workers", W);
+            goto fail;
+        }
+        for (int k = 0; k < W; k++) {
+            s->rank_of[k] = s->plan->device_of[k];
+            s->lidx[k] = seen[s->rank_of[k]]++;
+        }
+        free(seen);
+    }
     s->state_per_param = (size_t)rp_optimizer_state_per_param(&cfg->optimizer);
     for (int i = 0; i < s->nlocal; i++) {
         worker *w = &s->w[i];
         int id = comm ? rp_comm_rank(comm) : i;
+        for (int k = 0; s->lidx && k < W; k++) /* its i-th worker */
+            if (s->rank_of[k] == id && s->lidx[k] == i)
+                id = k, k = W;
         w->comm = comm ? comm : rp_world_comm(s->world, i);
         if ((st = setup_worker(s, w, id, err)))
             goto fail;
@@ -731,6 +748,8 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
             if (comm) {
                 int color = (w->stage * R + rp_grouping_group_of(&s->groupings[q], w->replica)) *
                                 s->T + w->tensor_rank;
+                for (int j = 0; j < nm; j++) /* servers hold ranks */
+                    members[j] = rpi_rank_of(s, members[j]);
                 if ((st = rp_comm_split(comm, color, id, &w->reduce[q], err)) ||
                     (st = rp_comm_set_servers(w->reduce[q],
                                               rpi_per_server(members, nm, cfg->workers_per_server),
@@ -758,6 +777,21 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
         for (int k = 0; k < W && t->emb_stage != t->head_stage; k++)
             if (s->plan->w[k].stage == t->emb_stage || s->plan->w[k].stage == t->head_stage)
                 members[nm++] = k;
+        if (comm) { /* one split a tie on every rank: its workers, and each other rank alone */
+            worker *in = NULL;
+            for (int j = 0; j < nm; j++)
+                if (rpi_rank_of(s, members[j]) == rp_comm_rank(comm))
+                    in = rpi_worker_of(s, members[j]);
+            rp_comm *c;
+            if ((st = rp_comm_split(comm, in ? 0 : 1 + rp_comm_rank(comm), in ? in->id : 0, &c,
+                                    err)))
+                goto fail;
+            if (in)
+                in->tie_comm[i] = c;
+            else
+                rp_comm_free(c);
+            continue;
+        }
         for (int j = 0; j < nm; j++)
             if (!(s->w[members[j]].tie_comm[i] = rp_world_subcomm(s->world, members, nm, j))) {
                 st = rp_fail(err, RP_ERR_NOMEM, "out of memory for a tie's workers");
@@ -815,7 +849,7 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     const rp_workplan *pl = s->plan;
     if (pl->devices)
         s->spin = pl->devices <= sysconf(_SC_NPROCESSORS_ONLN);
-    for (int i = 1; i < s->nlocal; i++) {
+    for (int i = 1; i < s->nlocal && !comm; i++) {
         if (pl->devices && pl->dev[pl->device_of[i]].worker[0] != i)
             continue;
         if (pthread_create(&s->w[i].thread, NULL, rpi_worker_thread, &s->w[i]) != 0) {
@@ -946,7 +980,11 @@ static rp_status run_call(rp_session *s, rp_result *res, rp_error *err) {
     int R = s->R, D = s->D, GA = s->GA, P = s->P;
     int rl = rp_config_stage_replicas(&s->cfg, P - 1);
     if (s->backend == RP_BACKEND_MPI) {
-        rp_status st = rp_comm_allgather(s->comm, NULL, s->w[0].losses, (size_t)D * GA, s->gather,
+        const worker *last = &s->w[0]; /* the rank's worker of the last stage, if it has one */
+        for (int i = 1; i < s->nlocal; i++)
+            if (s->w[i].stage == P - 1)
+                last = &s->w[i];
+        rp_status st = rp_comm_allgather(s->comm, NULL, last->losses, (size_t)D * GA, s->gather,
                                          err);
         if (st)
             return st;
@@ -956,7 +994,8 @@ static rp_status run_call(rp_session *s, rp_result *res, rp_error *err) {
     for (int c = 0; c < R; c++)
         for (int mb = 0; mb < GA; mb++) {
             int id = rp_workplan_worker(&s->cfg, c, P - 1, mb % rl);
-            const float *src = s->backend == RP_BACKEND_MPI ? s->gather + (size_t)id * D * GA
+            const float *src = s->backend == RP_BACKEND_MPI
+                                   ? s->gather + (size_t)rpi_rank_of(s, id) * D * GA
                                                             : s->w[id].losses;
             for (int d = 0; d < D; d++)
                 s->all[((size_t)d * R + c) * GA + mb] = src[(size_t)d * GA + mb];

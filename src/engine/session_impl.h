@@ -138,6 +138,11 @@ struct rp_session {
     rp_comm *comm; /* MPI: the world communicator (not owned) */
     int nlocal;
     worker *w;
+    /* MPI under a chunked schedule: a rank is a device and holds its chunks'
+    ** workers. rank_of[id] is the rank of worker id, lidx[id] its place among
+    ** that rank's workers (ascending id), which also tells its messages apart
+    ** from its device's other chunks'. NULL otherwise: a rank is a worker. */
+    int *rank_of, *lidx;
     rp_grouping *var_group;
     rp_grouping groupings[MAX_GROUPINGS];
     int ngroupings;
@@ -168,6 +173,15 @@ struct rp_session {
     char cache_note[RP_PATH_MAX + 512];
     char run_dir[RP_PATH_MAX]; /* optimizer_state_offchip: this process's state files */
 };
+
+static inline int rpi_rank_of(const rp_session *s, int id) {
+    return s->rank_of ? s->rank_of[id] : id;
+}
+
+/* This process's worker of id (one of its own). */
+static inline worker *rpi_worker_of(rp_session *s, int id) {
+    return s->lidx ? &s->w[s->lidx[id]] : &s->w[id];
+}
 
 /* How the nets of a stage trade memory for compute (layout.c). */
 rp_net_options rpi_net_options(const rp_config *cfg, int stage, bool inference);

@@ -69,14 +69,15 @@ rp_status rpi_all_params(rp_session *s, float **out, rp_error *err) {
     if (!mine || !every) {
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
     } else {
-        worker *w = &s->w[0];
-        scatter_params(s, w, rp_net_params(w->net), mine);
+        for (int i = 0; i < s->nlocal; i++) /* (a device's chunks hold different layers) */
+            scatter_params(s, &s->w[i], rp_net_params(s->w[i].net), mine);
         st = rp_comm_allgather(s->comm, NULL, mine, n, every, err);
         for (int c = 0; !st && c < s->R; c++)
             for (int t = 0; t < s->P; t++)
                 for (int k = s->T - 1; k >= 0; k--) {
                     size_t lo, hi;
-                    const float *src = every + (size_t)(rp_workplan_worker(&s->cfg, c, t, 0) + k) * n;
+                    int id = rp_workplan_worker(&s->cfg, c, t, 0) + k;
+                    const float *src = every + (size_t)rpi_rank_of(s, id) * n;
                     rank_range(s, k, t, &lo, &hi);
                     for (size_t i = lo; i < hi; i++) {
                         size_t e = whole_index(s, k, i);
@@ -302,11 +303,20 @@ static rp_status gather_state(rp_session *s, float **out, rp_error *err) {
         for (int i = 0; i < s->W && !st; i++)
             st = move_state(&s->w[i], every + (size_t)i * len, false, err);
     } else {
+        /* a rank's workers (a device's chunks) pack their layers into one row */
         float *mine = calloc(len ? len : 1, sizeof(float));
-        if (!mine)
+        float *rows = s->rank_of ? malloc(sizeof(float) * (len ? len * s->W : 1)) : every;
+        if (!mine || !rows)
             st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the optimizer state");
-        else if (!(st = move_state(&s->w[0], mine, false, err)))
-            st = rp_comm_allgather(s->comm, NULL, mine, len, every, err);
+        for (int i = 0; i < s->nlocal && !st; i++)
+            st = move_state(&s->w[i], mine, false, err);
+        if (!st)
+            st = rp_comm_allgather(s->comm, NULL, mine, len, rows, err);
+        for (int i = 0; i < s->W && !st && rows != every; i++) /* then a row a worker */
+            memcpy(every + (size_t)i * len, rows + (size_t)s->rank_of[i] * len,
+                   sizeof(float) * len);
+        if (rows != every)
+            free(rows);
         free(mine);
     }
     if (st) {

@@ -105,7 +105,12 @@ static bool run_op(worker *w, int d, int i) {
     float *stats = rp_net_stats(w->net, &nstats);
     const rp_op *op = &w->plan->ops[i];
     size_t row = op->mb >= 0 ? d * S + ((size_t)c * GA + op->mb) * B : 0;
-    int tag = op->mb * 2;
+    /* a message's tag: its micro-batch, and where a rank holds a device's
+    ** chunks, which of them it goes to (two may hear from one rank) */
+    bool sends = op->kind == RP_OP_SEND_ACT || op->kind == RP_OP_SEND_GRAD;
+    bool talks = sends || op->kind == RP_OP_RECV_ACT || op->kind == RP_OP_RECV_GRAD;
+    int peer = talks ? rpi_rank_of(s, op->peer) : -1;
+    int tag = ((talks && s->lidx ? s->lidx[sends ? op->peer : w->id] * GA : 0) + op->mb) * 2;
     rp_step_ctx ctx = {.training = true,
                        .seed = s->cfg.seed,
                        .update = (uint64_t)(s->updates + d),
@@ -121,8 +126,8 @@ static bool run_op(worker *w, int d, int i) {
     case RP_OP_RECV_ACT: { /* straight into the slot the forward will use */
         float *dst = rp_acts_input(w->acts[w->plan->ops[i + 1].slot]);
         if (!half) {
-            st = rp_comm_recv(w->comm, op->peer, tag, dst, sizeof(float) * in * B, &w->err);
-        } else if (!(st = rp_comm_recv(w->comm, op->peer, tag, w->h_recv,
+            st = rp_comm_recv(w->comm, peer, tag, dst, sizeof(float) * in * B, &w->err);
+        } else if (!(st = rp_comm_recv(w->comm, peer, tag, w->h_recv,
                                        sizeof(uint16_t) * in * B, &w->err))) {
             rp_half_decode(w->h_recv, dst, in * B);
         }
@@ -168,15 +173,15 @@ static bool run_op(worker *w, int d, int i) {
             rp_half_encode(src, h, out * B);
             src = h, bytes /= 2;
         }
-        st = rp_comm_isend(w->comm, op->peer, tag, src, bytes, &w->req[op->mb], &w->err);
+        st = rp_comm_isend(w->comm, peer, tag, src, bytes, &w->req[op->mb], &w->err);
         w->req_live[op->mb] = !st;
         break;
     }
     case RP_OP_RECV_GRAD:
         if (!half) {
-            st = rp_comm_recv(w->comm, op->peer, tag + 1, w->grad_in,
+            st = rp_comm_recv(w->comm, peer, tag + 1, w->grad_in,
                               sizeof(float) * out * B, &w->err);
-        } else if (!(st = rp_comm_recv(w->comm, op->peer, tag + 1, w->h_recv,
+        } else if (!(st = rp_comm_recv(w->comm, peer, tag + 1, w->h_recv,
                                        sizeof(uint16_t) * out * B, &w->err))) {
             rp_half_decode(w->h_recv, w->grad_in, out * B);
         }
@@ -208,7 +213,7 @@ static bool run_op(worker *w, int d, int i) {
         size_t bytes = sizeof(float) * in * B;
         if (half)
             src = w->h_grad + (size_t)op->mb * in * B, bytes /= 2;
-        st = rp_comm_isend(w->comm, op->peer, tag + 1, src, bytes, &w->req[GA + op->mb],
+        st = rp_comm_isend(w->comm, peer, tag + 1, src, bytes, &w->req[GA + op->mb],
                            &w->err);
         w->req_live[GA + op->mb] = !st;
         break;
@@ -269,19 +274,20 @@ static bool run_op(worker *w, int d, int i) {
     return true;
 }
 
-/* A device (interleaved-1f1b) runs its workers' operations in its order. */
+/* A device (the chunked schedules) runs its workers' operations in its
+** order: on a thread of the local backend, or as an MPI rank. */
 static void device_run(rp_session *s, const rp_device_ops *dv) {
     for (int j = 0; j < dv->num; j++) {
-        worker *x = &s->w[dv->worker[j]];
+        worker *x = rpi_worker_of(s, dv->worker[j]);
         x->status = RP_OK;
         x->tp_status = RP_OK;
     }
     for (int d = 0; d < s->D; d++) {
         for (int j = 0; j < dv->num; j++)
             if (dv->op[j] == 0)
-                update_begin(&s->w[dv->worker[j]], d);
+                update_begin(rpi_worker_of(s, dv->worker[j]), d);
         for (int j = 0; j < dv->num; j++)
-            if (!run_op(&s->w[dv->worker[j]], d, dv->op[j]))
+            if (!run_op(rpi_worker_of(s, dv->worker[j]), d, dv->op[j]))
                 return;
     }
 }
