@@ -244,6 +244,13 @@ static inline int test_workers(int P, const int *r, int R) {
     return w * R;
 }
 
+/* The threads or MPI ranks a configuration trains on. */
+static inline int test_devices(rp_config c) {
+    rp_derived d;
+    rp_config_derive(&c, &d);
+    return rp_config_devices(&c, &d);
+}
+
 /* An engine test's main after test_start: under MPI the part for as many
 ** workers as there are ranks, else the local part; then the tally (named
 ** after the test and the rank) and the data freed. */

@@ -124,6 +124,47 @@ static void dualpipev(void) {
     free(text);
 }
 
+/* PyTorch's own 4-rank schedules, from its generators (the fixtures'
+** README): Schedule1F1B's order is refused, its last rank running the
+** forwards of micro-batches 1 to 8 (line 4 lacks 3F0); interleaved 1F1B
+** (2 stages a rank, 8 micro-batches) plays to Megatron's formula, each rank
+** 2 x 8 x 3 ms of work and a bubble of (P - 1) stage passes of F + B, 9 ms;
+** ZBV (F = I = W = 1 ms) to the V's least, 6 m ms of work and P - 1 ms of
+** bubble (test_zbv's bound), as repipe's own zb-v plays. */
+static void pytorch_four_ranks(void) {
+    char path[1024], *text = NULL;
+    size_t len;
+    rp_error err;
+    rp_sim_actions *a = NULL;
+    snprintf(path, sizeof path, "%s/1f1b_4rank_8mb.csv", REPIPE_FIXTURES_PYTORCH);
+    CHECK_OK(rp_read_file(path, &text, &len, &err), err);
+    if (text) {
+        CHECK(rp_sim_actions_parse(text, len, "1f1b_4rank_8mb.csv", &a, &err) == RP_ERR_INVALID);
+        CHECK_STR_HAS(err.msg, "line 4: stage 3's micro-batch 0 has no forward (F)");
+        free(text);
+    }
+    static const char *const files[] = {"interleaved1f1b_4rank_2stagep_8mb.csv",
+                                        "zbv_4rank_8mb.csv"};
+    const double want[] = {57e-3, 51e-3}, work[] = {48e-3, 48e-3};
+    rp_config c = test_config("{\"micro_batch_size\": 1, \"layers_per_stage\": [1, 1, 1, 1, 1, "
+                              "1, 1, 1]}");
+    for (int i = 0; i < 2; i++) {
+        if (!(a = load(files[i], 4, 8, 8, &text)))
+            continue;
+        rp_sim_options o = unit_options();
+        rp_sim_result r;
+        CHECK_OK(rp_simulate_actions(&c, a, FW, BW, OUT, OUT, 8, &o, &r, &err), err);
+        printf("%s: %.3f ms, bubble %.4f\n", files[i], r.update_time * 1e3, r.bubble_fraction);
+        CHECK_CLOSE(r.update_time, want[i], 1e-12);
+        CHECK_CLOSE(r.bubble_fraction, 1 - work[i] / want[i], 1e-12);
+        for (int w = 0; w < 4; w++) /* interleaved: w and 4 + w; the V: w and 7 - w */
+            CHECK_INT(r.stage_of[w], w);
+        rp_sim_result_free(&r);
+        rp_sim_actions_free(a);
+        free(text);
+    }
+}
+
 /* repipe's schedules written as CSV and read back play to rp_simulate's
 ** time (no parameters: no reduction, no step), and 1F1B's is the formula's
 ** 3m + 3(P - 1) units, zb-h1's 3m + (P - 1); zb-auto's too, ordered for
@@ -272,6 +313,7 @@ static void refused(void) {
 int main(void) {
     zb1p();
     dualpipev();
+    pytorch_four_ranks();
     round_trip();
     interleaved();
     refused();

@@ -387,6 +387,15 @@ static const icase ICASES[] = {
     {2, 2, 2, 4, ", \"replicated_tensor_sharding\": true"},
     {2, 2, 1, 4, ", \"recompute_checkpoint_every_layer\": true, \"device_iterations\": 2"},
     {2, 2, 1, 8, ", \"fp16_exchange\": true"},
+    {2, 2, 1, 4, ", \"gradient_clipping\": 0.05"},
+    {2, 2, 2, 4, ", \"auto_loss_scaling\": true, \"fp16_exchange\": true, "
+                 "\"loss_scaling\": 1152921504606846976, \"gradient_clipping\": 0.05"},
+    {2, 2, 2, 8, ", \"auto_loss_scaling\": true, \"gradient_clipping\": 0.05"},
+    /* stage replication: a worker's chunks replicated together */
+    {2, 2, 1, 4, ", \"stage_replication\": [2, 1, 2, 1]"},
+    {2, 2, 1, 8, ", \"stage_replication\": [1, 2, 1, 2], \"gradient_clipping\": 0.05"},
+    {2, 2, 2, 4, ", \"stage_replication\": [1, 2, 1, 2]"},
+    {3, 2, 1, 6, ", \"stage_replication\": [1, 1, 2, 1, 1, 2]"},
 };
 
 static rp_config iconfig(const icase *ic, bool interleaved, bool adam) {
@@ -404,7 +413,7 @@ static void interleaved_exact(int ranks) {
     int run = 0;
     for (size_t k = 0; k < sizeof ICASES / sizeof ICASES[0]; k++) {
         const icase *ic = &ICASES[k];
-        if (ranks && ic->P * ic->R != ranks)
+        if (ranks && test_devices(iconfig(ic, true, false)) != ranks)
             continue;
         for (int mi = 0; mi < 3; mi++) {
             if (mi == 2 && strstr(ic->extra, "sharding")) /* a tie is never sharded */
@@ -533,7 +542,7 @@ static void interleaved(void) {
         {"\"schedule\": \"interleaved-1f1b\", \"virtual_stages\": 2, "
          "\"stage_replication\": [2, 1, 1, 1]", "stage_replication"},
         {"\"schedule\": \"interleaved-1f1b\", \"virtual_stages\": 2, "
-         "\"gradient_clipping\": 1", "gradient_clipping and auto_loss_scaling"}};
+         "\"tensor_parallel\": 2", "tensor_parallel"}};
     for (int i = 0; i < 6; i++) {
         char json[512];
         snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": 4, \"layers_per_stage\": "

@@ -342,8 +342,11 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
         for (int s = 0, l = 0; s < c->layers_per_stage.count; l += c->layers_per_stage.layers[s++]) {
             const char *a = prof->nodes[node[l]].desc;
             const char *b = prof->nodes[node[l + c->layers_per_stage.layers[s] - 1]].desc;
-            int P = d.stages / c->virtual_stages; /* chunked: the worker that holds chunk s */
-            int at = c->schedule == RP_SCHEDULE_ZB_V ? (s < P ? s : 2 * P - 1 - s) : s % P;
+            int P = d.stages / c->virtual_stages, at = 0; /* chunked: the worker of chunk s */
+            for (int r = 0; r < P; r++)
+                for (int k = 0; k < c->virtual_stages; k++)
+                    if (rp_config_chunk(c, P, r, k) == s)
+                        at = r;
             if (rp_config_chunked(c))
                 printf("  chunk %d: layers %d-%d (%.*s ... %.*s) on worker %d of each replica\n",
                        s, l, l + c->layers_per_stage.layers[s] - 1, plan_node_name_len(a), a,

@@ -264,6 +264,14 @@ static inline unsigned rp_config_tp_flags(const rp_config *cfg) {
 static inline bool rp_config_chunked(const rp_config *cfg) {
     return cfg->schedule == RP_SCHEDULE_INTERLEAVED || cfg->schedule == RP_SCHEDULE_ZB_V;
 }
+/* Chunk k (of virtual_stages) of pipeline worker r of P under a chunked
+** schedule: interleaved-1f1b's r, P + r, ..., zb-v's V, r on the way down
+** and 2 P - 1 - r on the way up (the first and the last chunk on worker 0). */
+static inline int rp_config_chunk(const rp_config *cfg, int P, int r, int k) {
+    if (cfg->schedule == RP_SCHEDULE_ZB_V)
+        return k == 0 ? r : 2 * P - 1 - r;
+    return k * P + r;
+}
 /* The threads or ranks a training run of d's workers takes: under
 ** interleaved-1f1b and zb-v each runs virtual_stages of them. */
 static inline int rp_config_devices(const rp_config *cfg, const rp_derived *d) {

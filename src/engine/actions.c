@@ -132,36 +132,40 @@ static rp_status check(rp_sim_actions *a, const char *name, rp_error *err) {
             a->rank_of[x.stage] = r;
             *k = i + 1;
         }
-    for (int s = 0; s < S && !st; s++) {
-        if (a->rank_of[s] < 0) {
+    for (int s = 0; s < S && !st; s++)
+        if (a->rank_of[s] < 0)
             st = rp_fail(err, RP_ERR_INVALID, "%s: stage %d has no actions (stages 0 to %d "
                          "appear)", name, s, S - 1);
-            break;
-        }
-        for (int m = 0; m < M && !st; m++) {
-            const int *k = &seen[((size_t)s * M + m) * 4];
-            int line = a->rank_of[s] + 1;
-            int back = k[ACT_B] ? k[ACT_B] : k[ACT_I]; /* its place + 1, or 0 */
-            if (!k[ACT_F] || !back)
-                st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: stage %d's micro-batch %d has "
-                             "no %s (micro-batches 0 to %d appear)", name, line, s, m,
-                             k[ACT_F] ? "backward (B or I)" : "forward (F)", M - 1);
-            else if (k[ACT_B] && k[ACT_I])
-                st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dB%d and %dI%d: one backward "
-                             "a micro-batch", name, line, s, m, s, m);
-            else if (k[ACT_I] && !k[ACT_W])
-                st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dI%d has no %dW%d", name, line,
-                             s, m, s, m);
-            else if (k[ACT_F] > back)
-                st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dF%d comes after its "
-                             "backward", name, line, s, m);
-            else if (k[ACT_W] && k[ACT_W] < back)
-                st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dW%d comes before its B "
-                             "(or I)", name, line, s, m);
-            /* a B with a W beside it is the input half (PyTorch's older name for I) */
-            a->split[(size_t)s * M + m] = k[ACT_W] > 0;
-        }
-    }
+    /* first a micro-batch that a stage's line holds in part (a forward
+    ** without its backward, or the other way): that line is the wrong one;
+    ** then one that a line lacks altogether */
+    for (int pass = 0; pass < 2 && !st; pass++)
+        for (int s = 0; s < S && !st; s++)
+            for (int m = 0; m < M && !st; m++) {
+                const int *k = &seen[((size_t)s * M + m) * 4];
+                int line = a->rank_of[s] + 1;
+                int back = k[ACT_B] ? k[ACT_B] : k[ACT_I]; /* its place + 1, or 0 */
+                if (pass == 0 && !k[ACT_F] && !k[ACT_B] && !k[ACT_I] && !k[ACT_W])
+                    continue;
+                if (!k[ACT_F] || !back)
+                    st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: stage %d's micro-batch %d "
+                                 "has no %s (micro-batches 0 to %d appear)", name, line, s, m,
+                                 k[ACT_F] ? "backward (B or I)" : "forward (F)", M - 1);
+                else if (k[ACT_B] && k[ACT_I])
+                    st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dB%d and %dI%d: one "
+                                 "backward a micro-batch", name, line, s, m, s, m);
+                else if (k[ACT_I] && !k[ACT_W])
+                    st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dI%d has no %dW%d", name,
+                                 line, s, m, s, m);
+                else if (k[ACT_F] > back)
+                    st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dF%d comes after its "
+                                 "backward", name, line, s, m);
+                else if (k[ACT_W] && k[ACT_W] < back)
+                    st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dW%d comes before its B "
+                                 "(or I)", name, line, s, m);
+                /* a B with a W beside it is the input half (PyTorch's older name for I) */
+                a->split[(size_t)s * M + m] = k[ACT_W] > 0;
+            }
     free(seen);
     return st;
 }

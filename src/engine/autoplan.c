@@ -383,8 +383,7 @@ static void consider(const search *S, rp_autoplan_entry *e, const rp_config *cfg
 static int interleaved(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into,
                        rp_autoplan_entry *best) {
     int P = k->P, C = 2 * P;
-    if (P < 2 || C > RP_MAX_STAGES || S->L < C || cfg.gradient_clipping > 0 ||
-        cfg.auto_loss_scaling || rp_config_tensor_parallel(&cfg) > 1)
+    if (P < 2 || C > RP_MAX_STAGES || S->L < C || rp_config_tensor_parallel(&cfg) > 1)
         return 0;
     for (int s = 0; s < P; s++)
         if (k->reps[s] != 1)

@@ -138,8 +138,9 @@ static rp_status tie_sum(worker *w) {
             ** sums them, for both (every replica's device alike: their
             ** halves are the replicas' sums) */
             const rp_config *cfg = &s->cfg;
-            int other = rp_workplan_worker(cfg, w->replica, w->stage == t->emb_stage
-                                                                ? t->head_stage : t->emb_stage, 0);
+            int other = rp_workplan_worker(cfg, w->replica,
+                                           w->stage == t->emb_stage ? t->head_stage : t->emb_stage,
+                                           w->stage_replica);
             if (s->plan->device_of[other] == s->plan->device_of[w->id]) {
                 worker *o = rpi_worker_of(s, other);
                 if (!o->tie_half[i]) {
@@ -180,12 +181,12 @@ static rp_status tie_sum(worker *w) {
 /* Gradient clipping: every worker scales its reduced gradients by
 ** min(1, C / (norm + 1e-6)), norm the L2 norm over every variable of every
 ** stage and replica group. Each group's copy of a run counts once: its
-** shards, or for an unsharded run the first member of its reduction; their
-** squares are summed over the world. A tensor group's ranks each count
-** their slices of its split variables, and rank 0 alone the whole ones. */
-static rp_status clip(worker *w) {
-    rp_session *s = w->s;
-    float *g = rp_net_grads(w->net);
+** shards, or for an unsharded run the first member of its reduction. A
+** tensor group's ranks each count their slices of its split variables, and
+** rank 0 alone the whole ones. This is the worker's part of the squares. */
+static float norm_part(const worker *w) {
+    const rp_session *s = w->s;
+    const float *g = rp_net_grads(w->net);
     double sum = 0;
     for (int r = 0; r < w->nruns; r++) {
         const var_run *vr = &w->runs[r];
@@ -207,7 +208,7 @@ static rp_status clip(worker *w) {
     for (int i = 0; i < s->nties; i++) {
         if (w->tensor_rank != 0 && !w->lm->vars[s->ties[i].head_var].split)
             continue;
-        const float *gh = var_grad(w, s->ties[i].head_var);
+        const float *gh = var_grad((worker *)w, s->ties[i].head_var);
         size_t n = w->lm->vars[s->ties[i].head_var].count;
         size_t at = gh ? (size_t)(gh - g) : 0;
         for (int r = 0; gh && r < w->nruns; r++) {
@@ -218,14 +219,26 @@ static rp_status clip(worker *w) {
                     sum -= (double)gh[e] * gh[e];
         }
     }
-    float total = (float)sum;
-    rp_status st = RP_OK;
-    if (rp_comm_size(w->comm) > 1 && (st = rp_comm_allreduce(w->comm, NULL, &total, 1, &w->err)))
-        return st;
+    return (float)sum;
+}
+
+/* The workers' parts, one slot each, summed in worker order: the same
+** bits whoever adds them up (threads, ranks, devices). */
+static float sum_parts(const worker *w) {
+    float total = 0;
+    for (int k = 0; k < w->s->W; k++)
+        total += w->parts[k];
+    return total;
+}
+
+/* Scales the worker's reduced gradients by the clipping coefficient of
+** the world's sum of squares. */
+static void clip_scale(worker *w, float total) {
+    float *g = rp_net_grads(w->net);
     w->grad_norm = sqrt((double)total);
-    double coef = s->cfg.gradient_clipping / (w->grad_norm + 1e-6);
+    double coef = w->s->cfg.gradient_clipping / (w->grad_norm + 1e-6);
     if (coef >= 1)
-        return RP_OK;
+        return;
     float f = (float)coef;
     for (int r = 0; r < w->nruns; r++) {
         const var_run *vr = &w->runs[r];
@@ -234,7 +247,30 @@ static rp_status clip(worker *w) {
         for (size_t e = 0; e < k; e++)
             x[e] *= f;
     }
+}
+
+static rp_status clip(worker *w) {
+    memset(w->parts, 0, sizeof(float) * w->s->W);
+    w->parts[w->id] = norm_part(w);
+    rp_status st = RP_OK;
+    if (rp_comm_size(w->comm) > 1 &&
+        (st = rp_comm_allreduce(w->comm, NULL, w->parts, (size_t)w->s->W, &w->err)))
+        return st;
+    clip_scale(w, sum_parts(w));
     return RP_OK;
+}
+
+/* Whether any of the worker's reduced gradients is not finite: 1 or 0. */
+static float not_finite(const worker *w) {
+    const float *g = rp_net_grads(w->net);
+    for (int r = 0; r < w->nruns; r++) {
+        const var_run *vr = &w->runs[r];
+        bool ok = vr->sharded ? all_finite(w->shard_g + vr->shard_offset, vr->shard)
+                              : all_finite(g + vr->offset, vr->count);
+        if (!ok)
+            return 1.0f;
+    }
+    return 0.0f;
 }
 
 /* Batchnorm's statistics slots of the update, summed over the workers that
@@ -365,6 +401,8 @@ static rp_status bucket_wait(worker *w) {
 ** Sharded runs are reduce-scattered, then (unless skipped) their shard is
 ** updated and the parameters all-gathered (ZeRO stage 1). Fused runs are
 ** summed and updated here too (rp_comm_reduce_update). */
+static rp_status update_sharded(worker *w);
+
 rp_status rpi_reduce(worker *w) {
     rp_session *s = w->s;
     float *g = rp_net_grads(w->net), *prm = rp_net_params(w->net);
@@ -400,17 +438,11 @@ rp_status rpi_reduce(worker *w) {
     }
     if (!st && s->nties)
         st = tie_sum(w);
-    if (st)
+    if (st || rpi_verdict_at_step(s)) /* (a device's: rpi_step_verdict) */
         return st;
     w->skip = false;
     if (s->cfg.auto_loss_scaling) {
-        float bad = 0;
-        for (int r = 0; r < w->nruns; r++) {
-            const var_run *vr = &w->runs[r];
-            bool ok = vr->sharded ? all_finite(w->shard_g + vr->shard_offset, vr->shard)
-                                  : all_finite(g + vr->offset, vr->count);
-            bad += ok ? 0.0f : 1.0f;
-        }
+        float bad = not_finite(w);
         if (rp_comm_size(w->comm) > 1 && (st = rp_comm_allreduce(w->comm, NULL, &bad, 1, &w->err)))
             return st;
         w->skip = bad > 0;
@@ -420,6 +452,14 @@ rp_status rpi_reduce(worker *w) {
         return RP_OK;
     if (s->cfg.gradient_clipping > 0 && (st = clip(w)))
         return st;
+    return update_sharded(w);
+}
+
+/* The update's reduced gradients stepped where they are sharded, each
+** shard on its worker and the parameters all-gathered (ZeRO stage 1). */
+static rp_status update_sharded(worker *w) {
+    float *prm = rp_net_params(w->net);
+    rp_status st = RP_OK;
     if (!w->any_fused)
         w->applied++;
     for (int r = 0; r < w->nruns && !st; r++) {
@@ -451,3 +491,45 @@ rp_status rpi_reduce(worker *w) {
     return st;
 }
 
+
+/* A device runs its chunks' workers on one thread (ranks under MPI), so
+** it cannot join a sum over every worker once for each: its first step of
+** an update, after all its chunks have reduced, takes the overflow count
+** and every chunk's part of the squares for them all in one sum over the
+** devices (parts in slots: the same bits as a sum over workers), and sets
+** each chunk's verdict; then each chunk's step goes on as rpi_reduce does. */
+rp_status rpi_step_verdict(worker *w, uint64_t update) {
+    rp_session *s = w->s;
+    const rp_workplan *pl = s->plan;
+    int d = pl->device_of[w->id], W = s->W;
+    worker *lead = rpi_worker_of(s, pl->dev[d].worker[0]);
+    rp_status st = RP_OK;
+    if (lead->verdict != update + 1) {
+        lead->verdict = update + 1;
+        float *v = lead->parts; /* W parts, then the overflows */
+        memset(v, 0, sizeof(float) * (W + 1));
+        for (int k = 0; k < W; k++)
+            if (pl->device_of[k] == d) {
+                const worker *x = rpi_worker_of(s, k);
+                v[W] += s->cfg.auto_loss_scaling ? not_finite(x) : 0.0f;
+                v[k] = s->cfg.gradient_clipping > 0 ? norm_part(x) : 0.0f;
+            }
+        rp_comm *c = s->comm ? s->comm : lead->dcomm;
+        if (rp_comm_size(c) > 1 && (st = rp_comm_allreduce(c, NULL, v, (size_t)W + 1, &w->err)))
+            return st;
+        for (int k = 0; k < W; k++)
+            if (pl->device_of[k] == d) {
+                worker *x = rpi_worker_of(s, k);
+                x->skip = s->cfg.auto_loss_scaling && v[W] > 0;
+                if (s->cfg.auto_loss_scaling)
+                    next_scale(x, &s->cfg);
+                if (x != lead)
+                    memcpy(x->parts, v, sizeof(float) * W);
+            }
+    }
+    if (w->skip)
+        return RP_OK;
+    if (s->cfg.gradient_clipping > 0)
+        clip_scale(w, sum_parts(w));
+    return update_sharded(w);
+}

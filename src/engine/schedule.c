@@ -104,13 +104,8 @@ void rp_interleaved_order(int P, int v, int m, int r, int *stage, bool *fwd, int
     }
 }
 
-/* The chunks of a device's pipeline worker r of P: interleaved-1f1b's
-** r, P + r, ..., zb-v's V, r on the way down and 2 P - 1 - r on the way up
-** (so that the first and the last chunk share worker 0). */
 static int chunk_of(const rp_config *cfg, int P, int r, int k) {
-    if (cfg->schedule == RP_SCHEDULE_ZB_V)
-        return k == 0 ? r : 2 * P - 1 - r;
-    return k * P + r;
+    return rp_config_chunk(cfg, P, r, k);
 }
 
 /* zb-v: each device's passes in order, 6 GA of them (its two chunks' F, B
@@ -234,20 +229,31 @@ static rp_status device_orders(const rp_config *cfg, int *seq_stage, int *seq_pa
     return RP_OK;
 }
 
-/* The chunked schedules: each replica's pipeline worker r is a device
-** running the workers of its chunks (chunk_of): their passes in its order
-** (each pass: its receive, compute and send), then the chunks' closing
-** operations (WAIT_SENDS, REDUCE, STEP) in turns, every chunk's reduction
-** before any step (zb-v's tie of the first and last chunk is then summed on
-** the device, before either steps), and the replicas' devices meet in
-** every chunk's reduction in the same order. */
+/* The stage replicas of worker r's chunks: one count for all of them
+** (rp_session_check), so that worker r is that many devices. */
+static int device_replicas(const rp_config *cfg, int P, int r) {
+    return rp_config_stage_replicas(cfg, chunk_of(cfg, P, r, 0));
+}
+
+/* The chunked schedules: each replica's pipeline worker r is a device, or
+** with stage replication k of them, device j taking the micro-batches of
+** its chunks' stage replica j (mb mod k = j), as a stage replica does. A
+** device runs the workers of its chunks (chunk_of): their passes in its
+** order, the worker's order filtered (each pass: its receive, compute and
+** send), then the chunks' closing operations (WAIT_SENDS, REDUCE, STEP) in
+** turns, every chunk's reduction before any step (zb-v's tie of the first
+** and last chunk is then summed on the device, before either steps), and
+** the devices meet in every chunk's reduction in the same order. Devices
+** are numbered by replica, then worker, then stage replica. */
 static rp_status make_devices(const rp_config *cfg, rp_workplan *sc, const int *seq_stage,
-                              rp_error *err) {
+                              const int *seq_mb, rp_error *err) {
     int S = sc->stages, v = cfg->virtual_stages, P = S / v, R = cfg->replication_factor;
     int GA = cfg->gradient_accumulation_steps;
-    int n = (cfg->schedule == RP_SCHEDULE_ZB_V ? 3 : 2) * GA * v;
+    int n = (cfg->schedule == RP_SCHEDULE_ZB_V ? 3 : 2) * GA * v, per = 0;
+    for (int r = 0; r < P; r++)
+        per += device_replicas(cfg, P, r);
     int *cursor = calloc(sc->workers, sizeof(int));
-    sc->devices = R * P;
+    sc->devices = R * per;
     sc->dev = calloc(sc->devices, sizeof(rp_device_ops));
     sc->device_of = malloc(sizeof(int) * sc->workers);
     rp_status st = RP_OK;
@@ -256,45 +262,48 @@ static rp_status make_devices(const rp_config *cfg, rp_workplan *sc, const int *
                      rp_schedule_name(cfg->schedule));
         goto done;
     }
-    for (int c = 0; c < R && !st; c++)
-        for (int r = 0; r < P && !st; r++) {
-            rp_device_ops *d = &sc->dev[c * P + r];
-            int total = 0;
-            for (int k = 0; k < v; k++) {
-                int w = base_worker(cfg, c, chunk_of(cfg, P, r, k), 0);
-                sc->device_of[w] = c * P + r;
-                total += sc->w[w].num_ops;
-            }
-            d->worker = malloc(sizeof(int) * total);
-            d->op = malloc(sizeof(int) * total);
-            if (!d->worker || !d->op) {
-                st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the devices of %s",
-                             rp_schedule_name(cfg->schedule));
-                break;
-            }
-            for (int i = 0; i < n; i++) { /* a pass ends at its compute, or at the send after */
-                int w = base_worker(cfg, c, seq_stage[n * r + i], 0);
-                const rp_worker_ops *wo = &sc->w[w];
-                for (bool computed = false; cursor[w] < wo->num_ops;) {
-                    rp_op_kind kd = wo->ops[cursor[w]].kind;
-                    if (computed && kd != RP_OP_SEND_ACT && kd != RP_OP_SEND_GRAD)
-                        break;
-                    computed = computed || kd == RP_OP_FORWARD || kd == RP_OP_BACKWARD ||
-                               kd == RP_OP_BACKWARD_INPUT || kd == RP_OP_BACKWARD_WEIGHT;
-                    d->worker[d->num] = w, d->op[d->num++] = cursor[w]++;
-                    if (kd == RP_OP_SEND_ACT || kd == RP_OP_SEND_GRAD)
-                        break;
-                }
-            }
-            for (bool more = true; more;) { /* the closing operations, in turns */
-                more = false;
+    for (int c = 0, at = 0; c < R && !st; c++)
+        for (int r = 0; r < P && !st; r++)
+            for (int j = 0; j < device_replicas(cfg, P, r) && !st; j++, at++) {
+                rp_device_ops *d = &sc->dev[at];
+                int total = 0, k_r = device_replicas(cfg, P, r);
                 for (int k = 0; k < v; k++) {
-                    int w = base_worker(cfg, c, chunk_of(cfg, P, r, k), 0);
-                    if (cursor[w] < sc->w[w].num_ops)
-                        d->worker[d->num] = w, d->op[d->num++] = cursor[w]++, more = true;
+                    int w = base_worker(cfg, c, chunk_of(cfg, P, r, k), j);
+                    sc->device_of[w] = at;
+                    total += sc->w[w].num_ops;
+                }
+                d->worker = malloc(sizeof(int) * total);
+                d->op = malloc(sizeof(int) * total);
+                if (!d->worker || !d->op) {
+                    st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the devices of %s",
+                                 rp_schedule_name(cfg->schedule));
+                    break;
+                }
+                for (int i = 0; i < n; i++) { /* a pass ends at its compute, or at the send after */
+                    if (seq_mb[n * r + i] % k_r != j)
+                        continue;
+                    int w = base_worker(cfg, c, seq_stage[n * r + i], j);
+                    const rp_worker_ops *wo = &sc->w[w];
+                    for (bool computed = false; cursor[w] < wo->num_ops;) {
+                        rp_op_kind kd = wo->ops[cursor[w]].kind;
+                        if (computed && kd != RP_OP_SEND_ACT && kd != RP_OP_SEND_GRAD)
+                            break;
+                        computed = computed || kd == RP_OP_FORWARD || kd == RP_OP_BACKWARD ||
+                                   kd == RP_OP_BACKWARD_INPUT || kd == RP_OP_BACKWARD_WEIGHT;
+                        d->worker[d->num] = w, d->op[d->num++] = cursor[w]++;
+                        if (kd == RP_OP_SEND_ACT || kd == RP_OP_SEND_GRAD)
+                            break;
+                    }
+                }
+                for (bool more = true; more;) { /* the closing operations, in turns */
+                    more = false;
+                    for (int k = 0; k < v; k++) {
+                        int w = base_worker(cfg, c, chunk_of(cfg, P, r, k), j);
+                        if (cursor[w] < sc->w[w].num_ops)
+                            d->worker[d->num] = w, d->op[d->num++] = cursor[w]++, more = true;
+                    }
                 }
             }
-        }
 done:
     free(cursor);
     return st;
@@ -532,7 +541,7 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
             }
         }
     free(order_k), free(order_m), free(slot_of), free(free_slots);
-    st = chunked ? make_devices(cfg, sc, seq, err) : RP_OK;
+    st = chunked ? make_devices(cfg, sc, seq, seq + 2 * nseq, err) : RP_OK;
     free(seq);
     if (st) {
         rp_workplan_free(sc);

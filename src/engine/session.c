@@ -77,6 +77,8 @@ void rp_session_free(rp_session *s) {
         free(w->breq), free(w->breq_comm), free(w->bstart), free(w->bscratch);
         free(w->shard_g), free(w->shard_p), free(w->tail), free(w->chunk);
         free(w->h_act), free(w->h_grad), free(w->h_recv), free(w->h_stage), free(w->tie_buf);
+        free(w->parts);
+        rp_comm_free(w->dcomm);
         free(w->stash), free(w->stale), free(w->history), free(w->version_of), free(w->slot_ver);
         if (w->state_fd >= 0) {
             char path[RP_PATH_MAX + 32];
@@ -187,6 +189,9 @@ static rp_status setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     w->req_live = calloc(2 * (size_t)s->GA, sizeof(bool));
     w->runs = calloc(m->num_vars ? m->num_vars : 1, sizeof(var_run));
     w->scale = rp_config_loss_scale(&s->cfg);
+    if ((s->cfg.gradient_clipping > 0 || s->cfg.auto_loss_scaling) &&
+        !(w->parts = calloc((size_t)s->W + 1, sizeof(float))))
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's norm", id);
     w->opt_now = s->cfg.optimizer;
     w->grad_norm = -1;
     if (s->cfg.fp16_exchange) {
@@ -395,13 +400,8 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
                           : interleaved && cfg->gradient_accumulation_steps % P
                               ? "gradient_accumulation_steps must be a multiple of the pipeline's "
                                 "workers (micro-batches go through the chunks in groups of them)"
-                          : cfg->stage_replication_count ? "stage_replication is not supported "
-                                                           "with it yet"
                           : rp_config_tensor_parallel(cfg) > 1 ? "tensor_parallel is not "
                                                                  "supported with it yet"
-                          : cfg->gradient_clipping > 0 || cfg->auto_loss_scaling
-                              ? "gradient_clipping and auto_loss_scaling are not supported "
-                                "with it yet (their sums over every worker)"
                           : P < 2 ? "it needs 2 pipeline workers or more"
                                   : NULL;
         if (why)
@@ -410,6 +410,18 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
                            "and gradient_accumulation_steps %d: %s",
                            rp_schedule_name(cfg->schedule), v, S,
                            cfg->gradient_accumulation_steps, why);
+        for (int r = 0; r < P; r++) /* a worker's chunks are replicated together */
+            for (int k = 1; k < v; k++) {
+                int a = rp_config_chunk(cfg, P, r, 0), b = rp_config_chunk(cfg, P, r, k);
+                if (rp_config_stage_replicas(cfg, a) != rp_config_stage_replicas(cfg, b))
+                    return rp_fail(err, RP_ERR_INVALID,
+                                   "stage_replication: under schedule \"%s\" stages %d and %d "
+                                   "are chunks of pipeline worker %d, which is replicated as a "
+                                   "whole: give them as many replicas (%d and %d)",
+                                   rp_schedule_name(cfg->schedule), a, b, r,
+                                   rp_config_stage_replicas(cfg, a),
+                                   rp_config_stage_replicas(cfg, b));
+            }
     }
     if (cfg->reduction_bucket_mb > 0) {
         const char *why = cfg->schedule >= RP_SCHEDULE_PIPEDREAM
@@ -795,6 +807,21 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
         for (int j = 0; j < nm; j++)
             if (!(s->w[members[j]].tie_comm[i] = rp_world_subcomm(s->world, members, nm, j))) {
                 st = rp_fail(err, RP_ERR_NOMEM, "out of memory for a tie's workers");
+                goto fail;
+            }
+    }
+    if (!comm && s->plan->devices && rpi_verdict_at_step(s)) { /* the devices' first workers */
+        int leads[RP_MAX_WORKERS], nd = s->plan->devices;
+        for (int d = 0; d < nd; d++) /* ascending, as a subcommunicator lists them */
+            for (int b = d; b >= 0; b--)
+                if (b == 0 || leads[b - 1] < s->plan->dev[d].worker[0]) {
+                    memmove(leads + b + 1, leads + b, sizeof(int) * (d - b));
+                    leads[b] = s->plan->dev[d].worker[0];
+                    break;
+                }
+        for (int d = 0; d < nd; d++)
+            if (!(s->w[leads[d]].dcomm = rp_world_subcomm(s->world, leads, nd, d))) {
+                st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the devices' sums");
                 goto fail;
             }
     }

@@ -96,6 +96,12 @@ typedef struct worker {
     ** (NULL: not one of them), as a device cannot join a world sum once
     ** for each of its workers */
     rp_comm *tie_comm[MAX_TIES];
+    /* clipping's squares (and loss scaling's overflows): a slot a worker,
+    ** W + 1 floats; a device's first worker also holds its devices' sum
+    ** (dcomm, on threads) and the update it last took them for, + 1 */
+    float *parts;
+    rp_comm *dcomm;
+    uint64_t verdict;
     bool tie_half[MAX_TIES]; /* a tie on this worker's device: its half reduced, the sum not */
     bool threaded; /* a thread of its own (worker 0 is the caller's; interleaved-1f1b:
                    ** a device's first worker runs its others) */
@@ -201,6 +207,12 @@ rp_status rpi_reduce(worker *w);
 void rpi_bucket_ready(void *arg, int layer);
 void rpi_bucket_begin(worker *w);
 rp_status rpi_reduce_stats(worker *w);
+/* Whether loss scaling's overflow and clipping's norm wait for a device's
+** step (its chunks all reduced), and that step's verdicts. */
+static inline bool rpi_verdict_at_step(const rp_session *s) {
+    return s->plan->devices && (s->cfg.auto_loss_scaling || s->cfg.gradient_clipping > 0);
+}
+rp_status rpi_step_verdict(worker *w, uint64_t update);
 rp_status rpi_opt_step(worker *w, long long step, float *p, const float *g, size_t state_offset,
                        size_t count);
 /* Every replica's parameters, [R][num_params]; under MPI collective (state.c). */

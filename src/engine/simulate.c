@@ -491,6 +491,12 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                         if (norm_sync) {
                             if (!x->at_norm)
                                 x->at_norm = true, normed++;
+                            /* a device's chunks have all reduced by its
+                            ** first step, which takes the sums for them all */
+                            for (int y = 0; plan->devices && y < W; y++)
+                                if (plan->device_of[y] == plan->device_of[w] && !sw[y].at_norm &&
+                                    sw[y].steps == x->steps)
+                                    sw[y].at_norm = true, normed++;
                             if (normed < W * (x->steps + 1))
                                 goto blocked;
                             x->at_norm = false, x->steps++, x->t0 = now;

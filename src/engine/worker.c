@@ -232,6 +232,8 @@ static bool run_op(worker *w, int d, int i) {
             st = rpi_reduce(w);
         break;
     case RP_OP_STEP:
+        if (rpi_verdict_at_step(s) && (st = rpi_step_verdict(w, ctx.update)))
+            break;
         if (w->stale) /* 2BW: the older version becomes this one; this one steps */
             rp_net_use_params(w->net, w->own);
         if (w->skip)
