@@ -138,10 +138,11 @@ static rp_status tie_sum(worker *w) {
             ** sums them, for both (every replica's device alike: their
             ** halves are the replicas' sums) */
             const rp_config *cfg = &s->cfg;
-            int other = rp_workplan_worker(cfg, w->replica,
-                                           w->stage == t->emb_stage ? t->head_stage : t->emb_stage,
-                                           w->stage_replica);
-            if (s->plan->device_of[other] == s->plan->device_of[w->id]) {
+            int ostage = w->stage == t->emb_stage ? t->head_stage : t->emb_stage;
+            int other = w->stage_replica < rp_config_stage_replicas(cfg, ostage)
+                            ? rp_workplan_worker(cfg, w->replica, ostage, w->stage_replica)
+                            : -1; /* (a stage replicated more than the other: another device) */
+            if (other >= 0 && s->plan->device_of[other] == s->plan->device_of[w->id]) {
                 worker *o = rpi_worker_of(s, other);
                 if (!o->tie_half[i]) {
                     w->tie_half[i] = true;

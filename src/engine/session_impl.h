@@ -189,6 +189,9 @@ static inline worker *rpi_worker_of(rp_session *s, int id) {
     return s->lidx ? &s->w[s->lidx[id]] : &s->w[id];
 }
 
+/* Worker id's net, buffers, state and first weights (setup.c). */
+rp_status rpi_setup_worker(rp_session *s, worker *w, int id, rp_error *err);
+
 /* How the nets of a stage trade memory for compute (layout.c). */
 rp_net_options rpi_net_options(const rp_config *cfg, int stage, bool inference);
 /* Whether a run reduced over k workers is summed and updated by one

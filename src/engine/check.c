@@ -1,0 +1,172 @@
+/*
+** What a configuration may ask of a model, checked before a session is made
+** (rp_session_check): every refusal names the key, the layer and its line,
+** or the schedule, so that nothing starts that could not run. The session
+** (session.c) makes nothing this has not passed.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "session_impl.h"
+
+rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *err) {
+    if (m->num_classes == 0 || m->layers[m->num_layers - 1].type != RP_LAYER_SOFTMAX_CE)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "the model must end with softmax_cross_entropy to be trained");
+    int counts[RP_MAX_STAGES];
+    rp_status st = rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
+    if (st)
+        return st;
+    if (cfg->pipedream_vertical_sync && cfg->schedule != RP_SCHEDULE_PIPEDREAM)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "pipedream_vertical_sync goes with schedule \"pipedream\", not \"%s\"",
+                       rp_schedule_name(cfg->schedule));
+    if (cfg->schedule != RP_SCHEDULE_ZB_AUTO &&
+        (cfg->zb_max_in_flight != 0 || cfg->zb_pass_times[0] != 1 ||
+         cfg->zb_pass_times[1] != 1 || cfg->zb_pass_times[2] != 1))
+        return rp_fail(err, RP_ERR_INVALID,
+                       "zb_pass_times and zb_max_in_flight go with schedule \"zb-auto\", not "
+                       "\"%s\"",
+                       rp_schedule_name(cfg->schedule));
+    bool interleaved = cfg->schedule == RP_SCHEDULE_INTERLEAVED;
+    if (interleaved ? cfg->virtual_stages < 2
+        : cfg->schedule == RP_SCHEDULE_ZB_V ? cfg->virtual_stages != 2 : cfg->virtual_stages != 1)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "schedule \"interleaved-1f1b\" takes virtual_stages of 2 or more, \"zb-v\" "
+                       "2 (its V), and virtual_stages goes with them alone (schedule \"%s\", "
+                       "virtual_stages %d)",
+                       rp_schedule_name(cfg->schedule), cfg->virtual_stages);
+    if (rp_config_chunked(cfg)) {
+        int S = rp_config_num_stages(cfg, false), v = cfg->virtual_stages, P = S / v;
+        const char *why = S % v ? "layers_per_stage must list virtual_stages chunks per worker"
+                          : interleaved && cfg->gradient_accumulation_steps % P
+                              ? "gradient_accumulation_steps must be a multiple of the pipeline's "
+                                "workers (micro-batches go through the chunks in groups of them)"
+                          : rp_config_tensor_parallel(cfg) > 1 ? "tensor_parallel is not "
+                                                                 "supported with it yet"
+                          : P < 2 ? "it needs 2 pipeline workers or more"
+                                  : NULL;
+        if (why)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "schedule \"%s\" with virtual_stages %d, %d stages "
+                           "and gradient_accumulation_steps %d: %s",
+                           rp_schedule_name(cfg->schedule), v, S,
+                           cfg->gradient_accumulation_steps, why);
+        for (int r = 0; r < P; r++) /* a worker's chunks are replicated together */
+            for (int k = 1; k < v; k++) {
+                int a = rp_config_chunk(cfg, P, r, 0), b = rp_config_chunk(cfg, P, r, k);
+                if (rp_config_stage_replicas(cfg, a) != rp_config_stage_replicas(cfg, b))
+                    return rp_fail(err, RP_ERR_INVALID,
+                                   "stage_replication: under schedule \"%s\" stages %d and %d "
+                                   "are chunks of pipeline worker %d, which is replicated as a "
+                                   "whole: give them as many replicas (%d and %d)",
+                                   rp_schedule_name(cfg->schedule), a, b, r,
+                                   rp_config_stage_replicas(cfg, a),
+                                   rp_config_stage_replicas(cfg, b));
+            }
+    }
+    if (cfg->reduction_bucket_mb > 0) {
+        const char *why = cfg->schedule >= RP_SCHEDULE_PIPEDREAM
+                              ? "the PipeDream schedules (a stage's versions update apart)"
+                          : rp_config_chunked(cfg)
+                              ? (interleaved ? "schedule \"interleaved-1f1b\"" : "schedule \"zb-v\"")
+                          : cfg->replicated_tensor_sharding
+                              ? "replicated_tensor_sharding (its reduction is a reduce-scatter)"
+                          : cfg->fp16_exchange ? "fp16_exchange (its reduction is in fp16)"
+                                               : NULL;
+        if (why)
+            return rp_fail(err, RP_ERR_INVALID, "reduction_bucket_mb does not go with %s yet",
+                           why);
+    }
+    if (rp_config_tensor_parallel(cfg) > 1 && cfg->schedule >= RP_SCHEDULE_PIPEDREAM)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "tensor_parallel goes with the synchronous schedules, not \"%s\"",
+                       rp_schedule_name(cfg->schedule));
+    if (rp_config_tensor_parallel(cfg) > 1) { /* the split must exist: its error names the line */
+        rp_model *lm;
+        size_t *map;
+        rp_status st = rp_model_tensor_split(m, cfg->tensor_parallel, 0, rp_config_tp_flags(cfg),
+                                             &lm, &map, err);
+        if (st)
+            return st;
+        rp_model_free(lm);
+        free(map);
+    }
+    if (cfg->schedule == RP_SCHEDULE_PIPEDREAM_2BW &&
+        (cfg->replicated_tensor_sharding || cfg->optimizer_state_offchip))
+        return rp_fail(err, RP_ERR_INVALID,
+                       "schedule \"pipedream_2bw\" does not go with %s",
+                       cfg->replicated_tensor_sharding ? "replicated_tensor_sharding"
+                                                       : "optimizer_state_offchip");
+    for (int l = 0; l < m->num_layers && (cfg->schedule == RP_SCHEDULE_PIPEDREAM ||
+                                           cfg->schedule == RP_SCHEDULE_PIPEDREAM_2BW); l++)
+        if (m->layers[l].type == RP_LAYER_BATCHNORM2D ||
+            m->layers[l].type == RP_LAYER_BATCHNORM1D)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "schedule \"%s\" does not go with %s (line %d): its running "
+                           "statistics follow the updates of one synchronous pipeline",
+                           rp_schedule_name(cfg->schedule), rp_layer_name(m->layers[l].type),
+                           m->layers[l].line);
+    if (cfg->schedule == RP_SCHEDULE_PIPEDREAM) {
+        const char *why = cfg->replicated_tensor_sharding ? "replicated_tensor_sharding"
+                          : cfg->optimizer_state_offchip  ? "optimizer_state_offchip"
+                          : cfg->gradient_clipping > 0    ? "gradient_clipping (a global norm "
+                                                            "over stages that update apart)"
+                          : cfg->auto_loss_scaling        ? "auto_loss_scaling"
+                          : cfg->fp16_exchange     ? "fp16_exchange"
+                          : cfg->replica_grouping.group_size != cfg->replication_factor
+                              ? "replica groupings"
+                              : NULL;
+        for (int l = 0; !why && l < m->num_layers; l++)
+            if (m->layers[l].tie || m->layers[l].group_size)
+                why = m->layers[l].tie ? "tied layers" : "per-layer replica groupings";
+        if (why)
+            return rp_fail(err, RP_ERR_INVALID, "schedule \"pipedream\" does not go with %s",
+                           why);
+        for (int t = 0; t < cfg->layers_per_stage.count; t++) {
+            int r = rp_config_stage_replicas(cfg, t);
+            if (cfg->gradient_accumulation_steps % r)
+                return rp_fail(err, RP_ERR_INVALID,
+                               "schedule \"pipedream\": stage %d's %d replicas update together, "
+                               "so gradient_accumulation_steps (%d) must be a multiple of %d",
+                               t, r, cfg->gradient_accumulation_steps, r);
+        }
+    }
+    int nties = 0;
+    for (int l = 0; l < m->num_layers; l++) {
+        const rp_layer *L = &m->layers[l];
+        if (L->tie) {
+            const rp_layer *E = &m->layers[L->tie - 1];
+            const char *why = ++nties > MAX_TIES ? "more ties than the engine holds"
+                              : cfg->replicated_tensor_sharding
+                                  ? "replicated_tensor_sharding would shard the two copies apart"
+                              : L->group_size || E->group_size ||
+                                      cfg->replica_grouping.group_size != cfg->replication_factor
+                                  ? "its copies must be shared by every replica (no replica "
+                                    "grouping)"
+                                  : NULL;
+            if (why)
+                return rp_fail(err, RP_ERR_INVALID, "layer %d (linear, line %d) tie=%d: %s", l,
+                               L->line, L->tie - 1, why);
+        }
+        int f[2] = {cfg->embedding_serialization_factor,
+                    cfg->inference_embedding_serialization_factor};
+        for (int k = 0; k < 2 && L->type == RP_LAYER_EMBEDDING; k++)
+            if (L->vocab % f[k] != 0)
+                return rp_fail(err, RP_ERR_INVALID,
+                               "%sembedding_serialization_factor %d: the vocabulary of layer %d "
+                               "(embedding, line %d) has %d rows, not a multiple of %d",
+                               k ? "inference_" : "", f[k], l, L->line, L->vocab, f[k]);
+    }
+    rp_derived der;
+    rp_config_derive(cfg, &der);
+    for (int t = 0; t < der.stages; t++)
+        if (counts[t] == 0)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "layers_per_stage: stage %d has no layers; every stage of a training "
+                           "pipeline needs at least one",
+                           t);
+    /* inference runs stage after stage: an empty one is allowed */
+    return rp_config_stage_layers(cfg, true, m->num_layers, counts, err);
+}
