@@ -465,6 +465,12 @@ printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_st
 out=$("$bin" simulate --config "$tmp/p2.json" --profile "$tmp/mlp.txt" --svg "$tmp/t.svg" 2>&1)
 if grep -qE "^predicted time per update +[0-9.]+ ms" <<<"$out" && grep -q "<svg" "$tmp/t.svg" &&
    [ "$(grep -c 'fill="#4e79a7"' "$tmp/t.svg")" = 8 ]; then ok; else bad "simulate: $out"; fi
+# The drawing's title is the configuration's name, escaped: a name with '&' or '<' in
+# it still makes a drawing an XML reader takes.
+cp "$tmp/p2.json" "$tmp/a&b<c.json"
+out=$("$bin" simulate --config "$tmp/a&b<c.json" --profile "$tmp/mlp.txt" --svg "$tmp/t2.svg" 2>&1)
+if grep -q 'a&amp;b&lt;c.json: ' "$tmp/t2.svg" && ! grep -q 'a&b' "$tmp/t2.svg" &&
+   [ "$(tail -n 1 "$tmp/t2.svg")" = "</svg>" ]; then ok; else bad "simulate: title: $out"; fi
 
 # The simulation knows the memory features: recomputation adds a forward pass to every
 # backward, fp16 exchange halves the bytes between workers.
