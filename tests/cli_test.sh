@@ -460,11 +460,38 @@ if [ "$(head -c 1 <<<"$out")" = "{" ] && [ "$(tail -n 1 <<<"$out")" = "}" ] &&
    grep -q '"stage_to_rank_map":' <<<"$out" && ! grep -q "repipe's engine" <<<"$out"; then ok
 else bad "engine objective --json -: $out"; fi
 
+# Two chunks a worker on 2 pipeline workers, the first of 2 devices (test_autoplan.c's
+# twelve layers, parameters on layers 4, 5, 10 and 11): 3 machines in the words, the
+# row and the JSON, and the launch line's ranks.
+{
+  echo "node0 -- Input0 -- forward_compute_time=0, backward_compute_time=0, activation_size=1000, parameter_size=0"
+  for l in $(seq 0 11); do
+    case $l in 4|5|10|11) par=4e6 ;; *) par=0 ;; esac
+    echo "node$((l + 1)) -- layer$l backward_input_time=1.96 backward_weight_time=0.04 -- forward_compute_time=1, backward_compute_time=2, activation_size=1000, parameter_size=$par"
+  done
+  for l in $(seq 0 11); do printf '\tnode%d -- node%d\n' "$l" $((l + 1)); done
+} > "$tmp/chunks12.txt"
+out=$("$bin" plan --profile "$tmp/chunks12.txt" --machines 3 --bandwidth 1e8 --objective engine \
+      --global-batch 8 --profile-batch 16 --json "$tmp/chunks12.json" \
+      --config-out "$tmp/chunks12.cfg.json" 2>&1)
+if grep -q "a pipeline of 4 chunks, 2 on each of its 2 workers (interleaved-1f1b) on 3 of the 3 machines" <<<"$out" &&
+   grep -q "chunk 2: layers 6-9 (layer6 ... layer9) on worker 0 of each replica, a worker of 2 devices" <<<"$out" &&
+   grep -q "mpirun -np 3 " <<<"$out" && ! grep -q "0.00x" <<<"$out" &&
+   [ "$(grep -A3 '"best":' "$tmp/chunks12.json" | tr -d ' \t\n')" = '"best":{"found":true,"workers":3,"stages":4,' ]
+then ok; else bad "plan: replicated chunks: $out"; fi
+
 # Simulation of a 2-stage pipeline from a profile: a time and a timeline.
 printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [3, -1]}\n' > "$tmp/p2.json"
 out=$("$bin" simulate --config "$tmp/p2.json" --profile "$tmp/mlp.txt" --svg "$tmp/t.svg" 2>&1)
 if grep -qE "^predicted time per update +[0-9.]+ ms" <<<"$out" && grep -q "<svg" "$tmp/t.svg" &&
    [ "$(grep -c 'fill="#4e79a7"' "$tmp/t.svg")" = 8 ]; then ok; else bad "simulate: $out"; fi
+# A chunked schedule's worker is replicated as a whole: simulate refuses what the engine
+# would, naming the stages, before it builds the plan.
+printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "schedule": "interleaved-1f1b", "virtual_stages": 2, "layers_per_stage": [1, 1, 1, -1], "stage_replication": [2, 1, 1, 1]}\n' > "$tmp/chunks.json"
+out=$("$bin" simulate --config "$tmp/chunks.json" --profile "$tmp/mlp.txt" 2>&1)
+if [ $? -ne 0 ] && grep -q "stages 0 and 2 are chunks of pipeline worker 0, which is replicated as a whole" <<<"$out"
+then ok; else bad "simulate: chunk replication: $out"; fi
+
 # The drawing's title is the configuration's name, escaped: a name with '&' or '<' in
 # it still makes a drawing an XML reader takes.
 cp "$tmp/p2.json" "$tmp/a&b<c.json"

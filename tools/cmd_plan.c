@@ -319,23 +319,26 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
         print_row("fastest with tensor groups", &r.tensor_parallel);
     print_row("fastest for the engine", &r.best);
     rp_config_derive(c, &d);
-    if (d.stages == 1)
+    if (d.stages == 1) {
         printf("data parallelism on %d of the %d workers is predicted fastest: every worker holds "
                "the whole model\n",
                d.workers, plan->machines_available);
-    else if (rp_config_chunked(c))
-        printf("a pipeline of %d chunks, %d on each of %d of the %d workers (%s), %d replica%s "
-               "of it, is predicted fastest: %.2fx data parallelism\n",
-               d.stages, c->virtual_stages, rp_config_devices(c, &d), plan->machines_available,
-               rp_schedule_name(c->schedule), c->replication_factor,
-               c->replication_factor == 1 ? "" : "s",
-               r.data_parallel.found ? r.data_parallel.seconds / r.best.seconds : 0);
-    else
-        printf("a pipeline of %d stages on %d of the %d workers, %d replica%s of it, is predicted "
-               "fastest: %.2fx data parallelism\n",
-               d.stages, d.workers, plan->machines_available, c->replication_factor,
-               c->replication_factor == 1 ? "" : "s",
-               r.data_parallel.found ? r.data_parallel.seconds / r.best.seconds : 0);
+    } else {
+        if (rp_config_chunked(c))
+            printf("a pipeline of %d chunks, %d on each of its %d workers (%s) on %d of the %d "
+                   "machines",
+                   d.stages, c->virtual_stages, d.stages / c->virtual_stages,
+                   rp_schedule_name(c->schedule), rp_config_devices(c, &d),
+                   plan->machines_available);
+        else
+            printf("a pipeline of %d stages on %d of the %d workers", d.stages, d.workers,
+                   plan->machines_available);
+        printf(", %d replica%s of it, is predicted fastest", c->replication_factor,
+               c->replication_factor == 1 ? "" : "s");
+        if (r.data_parallel.found) /* (data parallelism may not fit) */
+            printf(": %.2fx data parallelism", r.data_parallel.seconds / r.best.seconds);
+        printf("\n");
+    }
     double *fw, *bw, *ob, *pb;
     int *node, L;
     if (!rp_profile_layers(prof, &fw, &bw, &ob, &pb, &node, &L, &err)) {
@@ -347,15 +350,18 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
                 for (int k = 0; k < c->virtual_stages; k++)
                     if (rp_config_chunk(c, P, r, k) == s)
                         at = r;
-            if (rp_config_chunked(c))
-                printf("  chunk %d: layers %d-%d (%.*s ... %.*s) on worker %d of each replica\n",
+            int reps = rp_config_stage_replicas(c, s);
+            if (rp_config_chunked(c)) {
+                printf("  chunk %d: layers %d-%d (%.*s ... %.*s) on worker %d of each replica",
                        s, l, l + c->layers_per_stage.layers[s] - 1, plan_node_name_len(a), a,
                        plan_node_name_len(b), b, at);
-            else
+                if (reps > 1) /* (its stage replicas: a device each, the micro-batches in turns) */
+                    printf(", a worker of %d devices", reps);
+                printf("\n");
+            } else
                 printf("  stage %d: layers %d-%d (%.*s ... %.*s) on %d worker%s per replica\n",
                        s, l, l + c->layers_per_stage.layers[s] - 1, plan_node_name_len(a), a,
-                       plan_node_name_len(b), b, rp_config_stage_replicas(c, s),
-                       rp_config_stage_replicas(c, s) == 1 ? "" : "s");
+                       plan_node_name_len(b), b, reps, reps == 1 ? "" : "s");
         }
         free(fw), free(bw), free(ob), free(pb), free(node);
     }

@@ -129,6 +129,14 @@ void rp_workplan_free(rp_workplan *s);
 ** (NULL: the workers of a stage across all replicas). */
 rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_error *err);
 
+/* What the configuration asks of its schedule, refused with the key that
+** asks it where no model is needed to tell: virtual_stages and the
+** chunked schedules' rules (a worker's chunks replicated together, GA a
+** multiple of the workers under interleaved-1f1b), zb-auto's keys, the
+** keys that do not go with a schedule. rp_session_check and rp_simulate
+** both run it before building a plan. */
+rp_status rp_schedule_check_config(const rp_config *cfg, rp_error *err);
+
 const char *rp_op_name(rp_op_kind k);
 
 #ifdef __cplusplus

@@ -375,42 +375,57 @@ static void consider(const search *S, rp_autoplan_entry *e, const rp_config *cfg
     e->worker_bytes = bytes;
 }
 
-/* Two chunks a worker on pipeline k's workers (one a stage): the model cut
-** into 2 P chunks of about equal forward and backward time by the
-** profile, under interleaved-1f1b (chunk c on worker c mod P; GA a
-** multiple of P) and under zb-v (chunks r and 2 P - 1 - r on worker r),
-** each considered for `into` and `best`. Returns how many were simulated. */
+/* Two chunks a worker on pipeline k's workers, each worker replicated as
+** the pipeline's stage on it is: the model cut into 2 P chunks by the
+** profile, each worker's two of about equal forward and backward time and
+** the workers' shares in proportion to their replicas (a stage's
+** replicas take its micro-batches in turns), under interleaved-1f1b
+** (chunk c on worker c mod P; GA a multiple of P) and under zb-v (chunks r
+** and 2 P - 1 - r on worker r), each considered for `into` and `best`.
+** Returns how many were simulated. */
 static int interleaved(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into,
                        rp_autoplan_entry *best) {
     int P = k->P, C = 2 * P;
     if (P < 2 || C > RP_MAX_STAGES || S->L < C || rp_config_tensor_parallel(&cfg) > 1)
         return 0;
-    for (int s = 0; s < P; s++)
-        if (k->reps[s] != 1)
-            return 0;
     const measured *m = &S->m[k->prof];
-    double total = 0, acc = 0;
+    double total = 0;
     for (int l = 0; l < S->L; l++)
         total += m->fw[l] + m->bw[l];
-    int l = 0;
-    for (int c = 0; c < C - 1; c++) { /* to the layer nearest its share, leaving one a chunk */
-        int n = 0;
-        double goal = total * (c + 1) / C;
-        do {
-            acc += m->fw[l] + m->bw[l];
-            l++, n++;
-        } while (l < S->L - (C - 1 - c) && acc + (m->fw[l] + m->bw[l]) / 2 < goal);
-        cfg.layers_per_stage.layers[c] = n;
-    }
-    cfg.layers_per_stage.layers[C - 1] = S->L - l;
-    cfg.layers_per_stage.count = C;
-    cfg.stage_replication_count = 0;
     cfg.virtual_stages = 2;
+    cfg.stage_replication_count = 0; /* (none written where every worker is one device) */
+    for (int r = 0; r < P; r++)
+        cfg.stage_replication_count = k->reps[r] > 1 ? C : cfg.stage_replication_count;
     int n = 0;
     for (int z = 0; z < 2; z++) {
         cfg.schedule = z == 0 ? RP_SCHEDULE_INTERLEAVED : RP_SCHEDULE_ZB_V;
+        if (z == 0 && k->GA % P)
+            continue;
+        int dev[RP_MAX_STAGES], weights = 0;
+        for (int r = 0; r < P; r++)
+            for (int j = 0; j < 2; j++)
+                dev[rp_config_chunk(&cfg, P, r, j)] = r;
+        for (int c = 0; c < C; c++)
+            weights += k->reps[dev[c]];
+        double acc = 0;
+        for (int c = 0, l = 0, upto = 0; c < C; c++) {
+            cfg.stage_replication[c] = k->reps[dev[c]];
+            upto += k->reps[dev[c]];
+            if (c == C - 1) {
+                cfg.layers_per_stage.layers[c] = S->L - l;
+                break;
+            }
+            int layers = 0; /* to the layer nearest its share, leaving one a chunk */
+            double goal = total * upto / weights;
+            do {
+                acc += m->fw[l] + m->bw[l];
+                l++, layers++;
+            } while (l < S->L - (C - 1 - c) && acc + (m->fw[l] + m->bw[l]) / 2 < goal);
+            cfg.layers_per_stage.layers[c] = layers;
+        }
+        cfg.layers_per_stage.count = C;
         double t, bytes;
-        if ((z == 0 && k->GA % P) || !simulate(S, &cfg, &t, &bytes))
+        if (!simulate(S, &cfg, &t, &bytes))
             continue;
         consider(S, into, &cfg, t, bytes);
         consider(S, best, &cfg, t, bytes);

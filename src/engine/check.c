@@ -10,14 +10,8 @@
 
 #include "session_impl.h"
 
-rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *err) {
-    if (m->num_classes == 0 || m->layers[m->num_layers - 1].type != RP_LAYER_SOFTMAX_CE)
-        return rp_fail(err, RP_ERR_INVALID,
-                       "the model must end with softmax_cross_entropy to be trained");
-    int counts[RP_MAX_STAGES];
-    rp_status st = rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
-    if (st)
-        return st;
+/* The schedule's keys, which need no model (rp_simulate checks them too). */
+rp_status rp_schedule_check_config(const rp_config *cfg, rp_error *err) {
     if (cfg->pipedream_vertical_sync && cfg->schedule != RP_SCHEDULE_PIPEDREAM)
         return rp_fail(err, RP_ERR_INVALID,
                        "pipedream_vertical_sync goes with schedule \"pipedream\", not \"%s\"",
@@ -83,6 +77,19 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
         return rp_fail(err, RP_ERR_INVALID,
                        "tensor_parallel goes with the synchronous schedules, not \"%s\"",
                        rp_schedule_name(cfg->schedule));
+    return RP_OK;
+}
+
+rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *err) {
+    if (m->num_classes == 0 || m->layers[m->num_layers - 1].type != RP_LAYER_SOFTMAX_CE)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "the model must end with softmax_cross_entropy to be trained");
+    int counts[RP_MAX_STAGES];
+    rp_status st = rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
+    if (st)
+        return st;
+    if ((st = rp_schedule_check_config(cfg, err)))
+        return st;
     if (rp_config_tensor_parallel(cfg) > 1) { /* the split must exist: its error names the line */
         rp_model *lm;
         size_t *map;

@@ -276,7 +276,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     memset(res, 0, sizeof *res);
     int counts[RP_MAX_STAGES];
     rp_status st = rp_config_stage_layers(cfg, false, num_layers, counts, err);
-    if (st)
+    if (st || (st = rp_schedule_check_config(cfg, err)))
         return st;
     rp_workplan *plan;
     if ((st = rp_workplan_build(cfg, &plan, err)))

@@ -167,7 +167,9 @@ static cJSON *autoplan_entry(const rp_autoplan_entry *e, rp_error *err) {
         return j;
     rp_derived d;
     rp_config_derive(&e->cfg, &d);
-    cJSON_AddNumberToObject(j, "workers", d.workers);
+    /* workers: the machines it takes (a chunked schedule's device holds
+    ** virtual_stages of the plan's workers), as the table says */
+    cJSON_AddNumberToObject(j, "workers", rp_config_devices(&e->cfg, &d));
     cJSON_AddNumberToObject(j, "stages", d.stages);
     cJSON_AddNumberToObject(j, "seconds_per_update", e->seconds);
     cJSON_AddNumberToObject(j, "samples_per_second", (double)d.samples_per_update / e->seconds);
