@@ -1,0 +1,66 @@
+/*
+** The engine's planner's parts (autoplan.c searches the shapes,
+** autoplan_try.c prices and chooses them): its candidates, its profiles
+** and its search state. Not part of the API.
+*/
+#ifndef REPIPE_AUTOPLAN_IMPL_H
+#define REPIPE_AUTOPLAN_IMPL_H
+
+#include <stdbool.h>
+
+#include "repipe/planner.h"
+#include "repipe/simulate.h"
+#include "simulate_impl.h"
+
+/* A shape whose stages the programme chose, with its estimate. */
+typedef struct cand {
+    int R, per, GA, B, P, prof; /* prof: the profile its times come from */
+    bool recompute, shard; /* recomputation, replicated tensor sharding */
+    int layers[RP_MAX_STAGES], reps[RP_MAX_STAGES];
+    double estimate;
+} cand;
+
+/* One profile of the model: its layers, measured on `batch` rows, and
+** prefix sums of forward and backward seconds and parameter bytes. */
+typedef struct measured {
+    double batch;
+    double *fw, *bw, *out, *par;
+    double *bi, *bwt; /* a split backward's halves */
+    double *cut; /* bytes crossing the cut before each layer */
+    double *cf, *cb, *cp;
+} measured;
+
+typedef struct search {
+    const rp_config *base;
+    const rp_autoplan_options *o;
+    int L;
+    measured m[RP_AUTOPLAN_MAX_PROFILES];
+    int nm;
+    rpi_cluster net;
+    rp_sim_options sim;
+    /* the programme's tables, stages x (L + 1) x (per + 1) */
+    double *best;
+    int *cut, *rep;
+    cand *c;
+    int n, cap;
+    double *fastest; /* the fastest simulation so far (the keys are tried near it) */
+} search;
+
+/* The profile measured nearest B rows (by ratio). */
+int rpi_plan_nearest(const search *S, double B);
+/* Candidate k as a configuration of 1f1b over the base's other keys. */
+void rpi_plan_config(const search *S, const cand *k, rp_config *cfg);
+/* Seconds per update and the most a worker holds, with the reductions'
+** keys that pay; false where it cannot run or does not fit. */
+bool rpi_plan_simulate(const search *S, rp_config *cfg, double *t, double *bytes);
+/* Keeps cfg in e where it is faster, or as fast and simpler. */
+void rpi_plan_consider(const search *S, rp_autoplan_entry *e, const rp_config *cfg, double t,
+                       double bytes);
+/* Pipeline k under the zero-bubble schedules, and with two chunks a
+** worker; each returns how many it simulated. */
+int rpi_plan_zero_bubble(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into,
+                         rp_autoplan_entry *best);
+int rpi_plan_interleaved(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into,
+                         rp_autoplan_entry *best);
+
+#endif
