@@ -39,7 +39,7 @@ static rp_dataset *data;
 static rp_comm *mpi;
 
 typedef struct bcase {
-    int P, R, r[3], GA, T; /* T: tensor_parallel (LLaMA and GPT only) */
+    int P, R, r[4], GA, T; /* T: tensor_parallel (LLaMA and GPT only) */
     const char *extra;
 } bcase;
 
@@ -53,6 +53,14 @@ static const bcase CASES[] = {
     {2, 1, {1, 2}, 4, 1, ", \"auto_loss_scaling\": true"},
     {2, 2, {1, 1}, 4, 1, ", \"device_iterations\": 2, \"recompute_checkpoint_every_layer\": true"},
     {1, 2, {1}, 2, 2, ""},
+    /* two chunks a worker: each chunk's replicas sum its buckets, a device
+    ** holding two chunks' requests at once (a worker's chunks are
+    ** replicated together) */
+    {4, 2, {1, 1, 1, 1}, 4, 1, ", \"schedule\": \"interleaved-1f1b\", \"virtual_stages\": 2"},
+    {4, 1, {2, 1, 2, 1}, 4, 1, ", \"schedule\": \"interleaved-1f1b\", \"virtual_stages\": 2"},
+    {4, 2, {1, 1, 1, 1}, 4, 1, ", \"schedule\": \"zb-v\", \"virtual_stages\": 2"},
+    {4, 1, {1, 2, 2, 1}, 8, 1, ", \"schedule\": \"zb-v\", \"virtual_stages\": 2, "
+                               "\"gradient_clipping\": 0.5"},
 };
 
 static rp_config config(const bcase *bc, double bucket_mb, bool adam) {
@@ -80,7 +88,9 @@ static rp_weights *train(const rp_model *m, const rp_config *c, bool tokens, flo
     return test_two_calls(m, c, tokens, mpi, data, losses);
 }
 
-static int workers(const bcase *bc) { return test_workers(bc->P, bc->r, bc->R) * bc->T; }
+/* The threads or ranks a case takes (a chunked schedule's device holds two
+** of its workers). */
+static int workers(const bcase *bc) { return test_devices(config(bc, 0, false)); }
 
 static void exact(int only_workers) {
     static const char *const models[] = {"mlp", "cnn", "gpt", "llama"};
@@ -106,9 +116,10 @@ static void exact(int only_workers) {
                 memset(l1, 0, sizeof l1);
                 rp_weights *got = train(m, &c, tokens, l1);
                 CHECKF(test_same_bits(want, got) && memcmp(l0, l1, sizeof l0) == 0,
-                       "%s, buckets of %g MB, P=%d R=%d r=[%d,%d,%d] GA=%d T=%d%s: not the "
+                       "%s, buckets of %g MB, P=%d R=%d r=[%d,%d,%d,%d] GA=%d T=%d%s: not the "
                        "bits of one reduction (weights differ by %g)",
-                       models[mi], sizes[si], bc->P, bc->R, bc->r[0], bc->r[1], bc->r[2], bc->GA,
+                       models[mi], sizes[si], bc->P, bc->R, bc->r[0], bc->r[1], bc->r[2], bc->r[3],
+                       bc->GA,
                        bc->T, bc->extra, want && got ? test_weights_diff(want, got) : -1.0);
                 rp_weights_free(got);
                 run++;
@@ -125,16 +136,16 @@ static void exact(int only_workers) {
 ** holds 330 (linear 10), then 2080 (linear 32: 2410 held, 3 pieces), then
 ** 50240 (linear 64: 51 pieces), 54 buckets an update; the first starts while
 ** that backward runs. */
-static void traced(void) {
+/* One call of case bc in buckets of mb MB, traced: the trace's text. */
+static bool trace_of(const bcase *bc, double mb, char *text, size_t cap) {
     rp_model *m = test_model(MLP);
-    bcase bc = {1, 2, {1}, 2, 1, ""};
-    rp_config c = config(&bc, 4e-3, true);
+    rp_config c = config(bc, mb, true);
     rp_error err;
     rp_session *s = test_session(m, &c, NULL);
     CHECK(s != NULL);
     if (!s) {
         rp_model_free(m);
-        return;
+        return false;
     }
     CHECK_OK(rp_session_trace(s, true, &err), err);
     long long per = rp_session_samples_per_call(s);
@@ -151,8 +162,13 @@ static void traced(void) {
     rp_session_free(s);
     free(x), free(y), free(ids);
     rp_model_free(m);
+    return test_take_file(path, text, cap) > 0;
+}
+
+static void traced(void) {
     static char text[1 << 20];
-    CHECK(test_take_file(path, text, sizeof text) > 0);
+    bcase bc = {1, 2, {1}, 2, 1, ""};
+    CHECK(trace_of(&bc, 4e-3, text, sizeof text));
     /* worker 0: its buckets on track 1000, its last backward (micro-batch 1) on 0 */
     int buckets = 0;
     double first = -1, back_end = -1;
@@ -175,6 +191,23 @@ static void traced(void) {
            "the first bucket (at %g us) did not start inside the last backward (ending %g us)",
            first, back_end);
     CHECK_STR_HAS(text, "worker 0: its gradients' buckets");
+    /* zb-v on 2 devices a replica: device 0 runs chunks 0 and 3, device 1
+    ** chunks 1 and 2; their buckets (of 1000 floats) on the devices' bucket
+    ** tracks, named after their stages */
+    bcase v = {4, 2, {1, 1, 1, 1}, 4, 1, ", \"schedule\": \"zb-v\", \"virtual_stages\": 2"};
+    CHECK(trace_of(&v, 4e-3, text, sizeof text));
+    CHECK_STR_HAS(text, "\"tid\":1000,\"args\":{\"name\":\"worker 0: its chunks' gradients' buckets\"}");
+    int on[2][4] = {{0}};
+    for (char *p = text; (p = strstr(p, "{\"name\":\"reduce bucket ")); p++) {
+        char *tid = strstr(p, "\"tid\":"), *st = strstr(p, " (stage "); /* "reduce bucket K (stage S)" */
+        int stage = st && tid && st < tid ? atoi(st + 8) : -1, t = tid ? atoi(tid + 6) - 1000 : -1;
+        if (t >= 0 && t < 2 && stage >= 0 && stage < 4)
+            on[t][stage]++;
+    }
+    CHECKF(on[0][0] + on[0][3] > 0 && on[1][1] + on[1][2] > 0 && on[0][1] + on[0][2] == 0 &&
+               on[1][0] + on[1][3] == 0,
+           "bucket tracks: device 0's stages 0-3 %d, %d, %d, %d; device 1's %d, %d, %d, %d",
+           on[0][0], on[0][1], on[0][2], on[0][3], on[1][0], on[1][1], on[1][2], on[1][3]);
 }
 
 /* What cannot go with buckets yet is refused, naming it. */

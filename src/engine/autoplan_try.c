@@ -131,7 +131,6 @@ bool rpi_plan_simulate(const search *S, rp_config *cfg, double *t, double *bytes
         c = *cfg;
     }
     bool buckets_go = cfg->schedule < RP_SCHEDULE_PIPEDREAM &&
-                      !rp_config_chunked(cfg) &&
                       !cfg->replicated_tensor_sharding && !cfg->fp16_exchange;
     static const double sizes[] = {1, 25};
     rp_config keep = *cfg;

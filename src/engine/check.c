@@ -63,8 +63,6 @@ rp_status rp_schedule_check_config(const rp_config *cfg, rp_error *err) {
     if (cfg->reduction_bucket_mb > 0) {
         const char *why = cfg->schedule >= RP_SCHEDULE_PIPEDREAM
                               ? "the PipeDream schedules (a stage's versions update apart)"
-                          : rp_config_chunked(cfg)
-                              ? (interleaved ? "schedule \"interleaved-1f1b\"" : "schedule \"zb-v\"")
                           : cfg->replicated_tensor_sharding
                               ? "replicated_tensor_sharding (its reduction is a reduce-scatter)"
                           : cfg->fp16_exchange ? "fp16_exchange (its reduction is in fp16)"

@@ -126,10 +126,14 @@ long long rp_session_trace_dropped(const rp_session *s) {
     return n;
 }
 
+/* The trace is built in memory and renamed into place: a run stopped while
+** writing it leaves the last trace whole. */
 rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error *err) {
-    FILE *f = fopen(path, "w");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
     if (!f)
-        return rp_fail(err, RP_ERR_IO, "%s: cannot write the trace", path);
+        return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory for the trace", path);
     fprintf(f, "{\"traceEvents\":[\n");
     bool first = true;
     const rp_workplan *pl = s->plan;
@@ -153,6 +157,10 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
                        "(%s)\"}}",
                     first ? "" : ",\n", tid, tid, w->replica, stages,
                     s->cfg.schedule == RP_SCHEDULE_ZB_V ? "zb-v" : "interleaved");
+            if (w->last_back >= 0) /* (a device's chunks all sum in buckets, or none) */
+                fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
+                           "\"args\":{\"name\":\"worker %d: its chunks' gradients' buckets\"}}",
+                        tid + RPI_BUCKET_TRACK, tid);
         }
         else if (!pl->devices) /* (worker 0 leads device 0: the file opens with a name) */
             fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
@@ -188,7 +196,9 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
         }
     }
     fprintf(f, "\n]}\n");
-    if (fclose(f) != 0)
-        return rp_fail(err, RP_ERR_IO, "%s: write failed", path);
-    return RP_OK;
+    rp_status st = fclose(f) != 0 || !text
+                       ? rp_fail(err, RP_ERR_NOMEM, "%s: out of memory for the trace", path)
+                       : rp_write_file_atomic(path, text, len, err);
+    free(text);
+    return st;
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "repipe/schedule.h"
 #include "servers.h"
 #include "simulate_impl.h"
 
@@ -106,10 +107,6 @@ double rpi_reduction_time(const rpi_reduction *r, double bytes, const rpi_cluste
 }
 
 
-static bool split_backward(rp_schedule s) {
-    return s == RP_SCHEDULE_ZB_H1 || s == RP_SCHEDULE_ZB_H2 || s == RP_SCHEDULE_ZB_AUTO;
-}
-
 rp_status rpi_buckets_make(const rp_config *cfg, const int *counts, int P, const double *bwd_ms,
                            const double *param_bytes, const rp_sim_options *opt, rpi_buckets *b,
                            rp_error *err) {
@@ -127,7 +124,7 @@ rp_status rpi_buckets_make(const rp_config *cfg, const int *counts, int P, const
         rpi_buckets_free(b);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for the reduction's buckets");
     }
-    bool split = split_backward(cfg->schedule);
+    bool split = rp_schedule_splits_backward(cfg->schedule); /* (zb-v too: its last is a W) */
     int T = rp_config_tensor_parallel(cfg);
     int k = 0;
     for (int s = 0, l0 = 0; s < P; l0 += counts[s], s++) {
