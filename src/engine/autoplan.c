@@ -343,7 +343,8 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
     /* A third axis: the shapes of W / t workers, each split over tensor
     ** groups of t inside a unit of the innermost level (Megatron-LM's
     ** placement), the best estimates of each t simulated exactly under
-    ** 1f1b and, for a pipeline, the zero-bubble schedules */
+    ** 1f1b and, for a pipeline, the zero-bubble schedules and two chunks a
+    ** worker */
     for (int t = 2; t <= 8 && o->tensor_split && o->num_levels > 0; t *= 2) {
         if (!(o->tensor_degrees & (1u << t)) || o->machines[0] % t)
             continue;
@@ -361,9 +362,12 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
                 rpi_plan_consider(&S, &out->tensor_parallel, &cfg, sec, bytes);
                 rpi_plan_consider(&S, &out->best, &cfg, sec, bytes);
             }
-            if (k->P > 1)
+            if (k->P > 1) {
                 out->simulated +=
                     rpi_plan_zero_bubble(&S, k, cfg, &out->tensor_parallel, &out->best);
+                out->simulated +=
+                    rpi_plan_interleaved(&S, k, cfg, &out->tensor_parallel, &out->best);
+            }
         }
     }
     /* PipeDream's plan, run synchronously at each accumulation that fits */

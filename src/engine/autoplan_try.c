@@ -199,7 +199,7 @@ void rpi_plan_consider(const search *S, rp_autoplan_entry *e, const rp_config *c
 int rpi_plan_interleaved(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into,
                          rp_autoplan_entry *best) {
     int P = k->P, C = 2 * P;
-    if (P < 2 || C > RP_MAX_STAGES || S->L < C || rp_config_tensor_parallel(&cfg) > 1)
+    if (P < 2 || C > RP_MAX_STAGES || S->L < C)
         return 0;
     const measured *m = &S->m[k->prof];
     double total = 0;

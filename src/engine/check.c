@@ -37,8 +37,6 @@ rp_status rp_schedule_check_config(const rp_config *cfg, rp_error *err) {
                           : interleaved && cfg->gradient_accumulation_steps % P
                               ? "gradient_accumulation_steps must be a multiple of the pipeline's "
                                 "workers (micro-batches go through the chunks in groups of them)"
-                          : rp_config_tensor_parallel(cfg) > 1 ? "tensor_parallel is not "
-                                                                 "supported with it yet"
                           : P < 2 ? "it needs 2 pipeline workers or more"
                                   : NULL;
         if (why)

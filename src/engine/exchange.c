@@ -133,14 +133,16 @@ static rp_status tie_sum(worker *w) {
                 gh[e] = ge[e] = ge[e] + gh[e];
             continue;
         }
-        if (s->plan->devices && !v->split) {
+        if (s->plan->devices) {
             /* zb-v's V puts both copies on one device: its second reduction
             ** sums them, for both (every replica's device alike: their
-            ** halves are the replicas' sums) */
+            ** halves are the replicas' sums; a tensor rank's two copies
+            ** split by vocabulary hold the same rows) */
             const rp_config *cfg = &s->cfg;
             int ostage = w->stage == t->emb_stage ? t->head_stage : t->emb_stage;
             int other = w->stage_replica < rp_config_stage_replicas(cfg, ostage)
-                            ? rp_workplan_worker(cfg, w->replica, ostage, w->stage_replica)
+                            ? rp_workplan_worker(cfg, w->replica, ostage, w->stage_replica) +
+                                  w->tensor_rank
                             : -1; /* (a stage replicated more than the other: another device) */
             if (other >= 0 && s->plan->device_of[other] == s->plan->device_of[w->id]) {
                 worker *o = rpi_worker_of(s, other);
@@ -164,6 +166,8 @@ static rp_status tie_sum(worker *w) {
                 st = rp_comm_allreduce(c, NULL, buf, n, &w->err);
             continue;
         }
+        if (s->plan->devices && !w->tie_comm[i])
+            continue; /* not one of the tie's workers */
         int group = w->id - w->tensor_rank; /* rank 0 of the worker's tensor group */
         bool speaks = group == t->emb_rep || group == t->head_rep;
         const rp_layer *E = &w->lm->layers[v->layer];
@@ -172,7 +176,9 @@ static rp_status tie_sum(worker *w) {
         memset(w->tie_buf, 0, sizeof(float) * whole);
         if (speaks)
             memcpy(w->tie_buf + at, mine, sizeof(float) * n);
-        st = rp_comm_allreduce(w->comm, NULL, w->tie_buf, whole, &w->err);
+        /* (a device's workers: the tie's own, as above) */
+        st = rp_comm_allreduce(s->plan->devices ? w->tie_comm[i] : w->comm, NULL, w->tie_buf,
+                               whole, &w->err);
         if (mine)
             memcpy(mine, w->tie_buf + at, sizeof(float) * n);
     }

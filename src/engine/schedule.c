@@ -45,7 +45,9 @@ int rp_workplan_worker(const rp_config *cfg, int c, int s, int j) {
 ** workers with the same operations, each exchanging with the rank of its
 ** own number in the other groups. The group's ranks meet in every forward
 ** and backward (their all-reduces), which a plan that cannot hang with
-** one worker a group cannot make hang: the ranks run in lockstep. */
+** one worker a group cannot make hang: the ranks run in lockstep. A
+** device of the chunked schedules becomes t devices the same way, device
+** d's rank k running the rank-k workers of d's chunks in d's order. */
 static rp_status expand_tensor_groups(const rp_config *cfg, rp_workplan *sc, rp_error *err) {
     int t = rp_config_tensor_parallel(cfg), W0 = sc->workers;
     if (t == 1)
@@ -77,6 +79,34 @@ static rp_status expand_tensor_groups(const rp_config *cfg, rp_workplan *sc, rp_
     free(sc->w);
     sc->w = w;
     sc->workers = W0 * t;
+    if (!sc->devices)
+        return RP_OK;
+    int D0 = sc->devices;
+    rp_device_ops *dev = calloc((size_t)D0 * t, sizeof(rp_device_ops));
+    int *device_of = malloc(sizeof(int) * W0 * t);
+    bool ok = dev && device_of;
+    for (int d = 0; d < D0 && ok; d++)
+        for (int k = 0; k < t && ok; k++) {
+            rp_device_ops *x = &dev[d * t + k];
+            int n = sc->dev[d].num;
+            x->worker = malloc(sizeof(int) * (n ? n : 1));
+            x->op = malloc(sizeof(int) * (n ? n : 1));
+            if (!(ok = x->worker && x->op))
+                break;
+            x->num = n;
+            for (int i = 0; i < n; i++)
+                x->worker[i] = sc->dev[d].worker[i] * t + k, x->op[i] = sc->dev[d].op[i];
+        }
+    for (int b = 0; b < W0 && ok; b++)
+        for (int k = 0; k < t; k++)
+            device_of[b * t + k] = sc->device_of[b] * t + k;
+    for (int d = 0; d < D0; d++) /* the old devices go either way */
+        free(sc->dev[d].worker), free(sc->dev[d].op);
+    free(sc->dev), free(sc->device_of);
+    sc->dev = dev, sc->device_of = device_of, sc->devices = dev ? D0 * t : 0;
+    if (!ok)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the devices of %d workers",
+                       W0 * t);
     return RP_OK;
 }
 
