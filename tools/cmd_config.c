@@ -87,16 +87,21 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
         /* PopXL's words, over the workers: the tensor group, and its
         ** transpose, the copies of one slice (PopXL's GPT-J shards a
         ** variable this way, all-reducing its gradient over the transpose) */
-        int T = cfg->tensor_parallel, W = d.workers;
+        /* (under the chunked schedules a worker runs the same rank of each of
+        ** its chunks' tensor groups: the groups over the workers, a slice's
+        ** copies then each chunk's replicas of that rank) */
+        bool chunked = rp_config_chunked(cfg);
+        int T = cfg->tensor_parallel, W = chunked ? rp_config_devices(cfg, &d) : d.workers;
         rp_grouping tg, dg;
         rp_error gerr;
         rp_grouping_init(&tg, W, T, 1, &gerr);
         printf("  tensor parallel            %d: attention, MLP%s split over workers %d..%d, "
                "%d..%d, ...\n", T, cfg->vocab_parallel ? ", embedding and head" : " (the "
                "vocabulary whole)", 0, T - 1, T, 2 * T - 1);
-        printf("    tensor groups            %s over the %d workers\n",
-               rp_grouping_to_string(&tg, gbuf, sizeof gbuf), W);
-        if (rp_grouping_transpose(&tg, &dg, &gerr) == RP_OK)
+        printf("    tensor groups            %s over the %d workers%s\n",
+               rp_grouping_to_string(&tg, gbuf, sizeof gbuf), W,
+               chunked ? ", each the same rank of its chunks' groups" : "");
+        if (!chunked && rp_grouping_transpose(&tg, &dg, &gerr) == RP_OK)
             printf("    a slice's copies         %s, the transpose: its gradient is all-reduced "
                    "over it%s\n", rp_grouping_to_string(&dg, gbuf, sizeof gbuf),
                    d.stages > 1 ? ", among the workers of its stage" : "");
