@@ -31,6 +31,16 @@ out=$(train --config "$tmp/r2.json" --updates 60 --resume "$tmp/a" --save "$tmp/
 if grep -q "^resuming from $tmp/a/ckpt-000000000030.rpc: update 30 (written by 2 workers, 1 stage, local backend)" <<<"$out" &&
    grep -q "(30 updates of 32 samples" <<<"$out"; then ok; else bad "resume: $out"; fi
 same "resumed = straight" "$tmp/straight.rpw" "$tmp/resumed.rpw" 0
+# written under zb-v (2 replicas of 4 chunks on 2 workers each: 4 workers), resumed under
+# 1f1b on 2 replicas of 4 stages: the bits, and the words name the workers launched
+printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 2, "replication_factor": 2, "layers_per_stage": [2, 1, 1, -1], "schedule": "zb-v", "virtual_stages": 2, %s}\n' "$opt" > "$tmp/zbv.json"
+printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 2, "replication_factor": 2, "layers_per_stage": [2, 1, 1, -1], %s}\n' "$opt" > "$tmp/p4.json"
+train --config "$tmp/zbv.json" --updates 30 --checkpoint-dir "$tmp/v" >/dev/null 2>&1
+out=$(train --config "$tmp/p4.json" --updates 60 --resume "$tmp/v" --save "$tmp/v.rpw" 2>&1)
+if grep -q "^resuming from $tmp/v/ckpt-000000000030.rpc: update 30 (written by 4 workers, 4 stages, local backend)" <<<"$out"
+then ok; else bad "resume zb-v: $out"; fi
+train --config "$tmp/p4.json" --updates 60 --save "$tmp/p4.rpw" >/dev/null 2>&1
+same "zb-v resumed under 1f1b = straight under 1f1b" "$tmp/p4.rpw" "$tmp/v.rpw" 0
 # on another layout: four replicas of half the micro-batch
 train --config "$tmp/r4.json" --updates 60 --resume "$tmp/a" --save "$tmp/r4.rpw" >/dev/null 2>&1
 same "resumed on R 4 = straight on R 2" "$tmp/straight.rpw" "$tmp/r4.rpw" 1e-5
