@@ -17,7 +17,8 @@
 # the three ranks on this machine's cores (planned with --cores), and a grid
 # that adds data parallelism of 3, 3-stage pipelines and stage replication
 # [2, 1] at GA 4-16.
-# Usage: bench/plan_on_link.sh BUILD_DIR [ROUNDS] [SERVERS]
+# MODELS ("mlp cnn" by default) picks the models.
+# Usage: bench/plan_on_link.sh BUILD_DIR [ROUNDS] [SERVERS] [MODELS]
 default_rounds=3
 . "$(dirname "$0")/common.sh"
 if [ "$(id -u)" != 0 ]; then
@@ -25,6 +26,7 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 servers=${3:-2}
+models=${4:-mlp cnn}
 N=$((servers == 3 ? 384 : 256))
 cores=()
 [ "$servers" -le "$(nproc)" ] || cores=(--cores "$(nproc)")
@@ -32,7 +34,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf 'input 1 28 28\nflatten\nlinear 2048\nrelu\nlinear 2048\nrelu\nlinear 2048\nrelu\nlinear 10\nsoftmax_cross_entropy\n' > "$tmp/mlp.model"
 cp examples/fmnist-cnn.model "$tmp/cnn.model"
-for model in mlp cnn; do
+for model in $models; do
   for b in 64 8 16 32 128; do
     "$build/repipe" profile --model "$tmp/$model.model" --micro-batch $b --out "$tmp/$model-$b.txt" >/dev/null
   done
@@ -60,7 +62,7 @@ config() { # R, stage replication, layers, GA, schedule
   printf '{"micro_batch_size": %d, "replication_factor": %s, "stage_replication": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "schedule": "%s"}\n' \
     $((N / $1 / $4)) "$1" "$2" "$3" "$4" "$5"
 }
-for model in mlp cnn; do
+for model in $models; do
   if [ $model = mlp ]; then two='[5,-1]' three='[3,2,-1]'; else two='[4,-1]' three='[2,2,-1]'; fi
   if [ "$servers" = 3 ]; then
     grid="1 [1] [-1] 3 1f1b"$'\n'
