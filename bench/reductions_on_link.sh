@@ -6,7 +6,10 @@
 #  2. workers_per_server 2 (sums inside each server, across once, back)
 #     against Open MPI's flat allreduce: 4 ranks on 2 servers of 2 machines,
 #     1 Gbit inside a server and 100 Mbit between (the 4 ranks share the 2
-#     cores: predicted with --cores 2). Each model is profiled here
+#     cores: predicted with --cores 2);
+#  3. reduction_bucket_mb under zb-v: 2 replicas of 2 workers holding two
+#     chunks each, a replica a server, each chunk's sum crossing the
+#     100 Mbit link (the CNN; predicted with --cores 2). Each model is profiled here
 # ('repipe profile'); each configuration is predicted ('repipe simulate
 # --machines 1 2 --bandwidth 2e9 RATE --backend mpi', with the rate a
 # ping-pong measured first, bench_comm sweep) and measured (bench_train
@@ -110,3 +113,36 @@ while read -r model B steps; do
     printf "%-4s %4d %8.1fms %8.1fms %8.1f%% %8.1fms %8.1fms %8.1f%%\n", m, B, p0 * 1e3,
            p2 * 1e3, 100 * (p0 - p2) / p0, m0 * 1e3, m2 * 1e3, 100 * (m0 - m2) / m0 }'
 done <<<"$cases"
+
+echo
+echo "== 3. buckets of $bucket MB under zb-v: 2 replicas of 2 workers holding two chunks each, a"
+echo "   replica a server (2 x 2 at 1gbit, 100mbit between: each chunk's sum crosses it);"
+echo "   medians of $rounds interleaved runs"
+printf '%-4s %4s %10s %10s %9s %10s %10s %9s\n' model B "pred 0" "pred bkt" "pred cut" \
+  "meas 0" "meas bkt" "meas cut"
+B=32
+"$build/repipe" profile --model "$tmp/cnn.model" --micro-batch "$B" --out "$tmp/cnn-v.txt" >/dev/null
+for b in 0 "$bucket"; do # chunk 3, with the dense layer, is summed first, under the others' backward
+  printf '{"micro_batch_size": %s, "gradient_accumulation_steps": 4, "replication_factor": 2, "layers_per_stage": [2, 3, 3, -1], "schedule": "zb-v", "virtual_stages": 2, "reduction_bucket_mb": %s}\n' \
+    "$B" "$b" > "$tmp/v$b.json"
+done
+predv() {
+  "$build/repipe" simulate --config "$tmp/v$1.json" --profile "$tmp/cnn-v.txt" \
+    --machines 1 2 2 --bandwidth 2e9 "${fit_bw[1gbit]}" "${fit_bw[100mbit]}" \
+    --latency "${fit_lat[1gbit]}" --cores "$(nproc)" --backend mpi --json - 2>/dev/null |
+    sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p'
+}
+p0=$(predv 0) pb=$(predv "$bucket")
+: > "$tmp/runs0"; : > "$tmp/runsb"
+for _ in $(seq "$rounds"); do
+  for b in 0 "$bucket"; do
+    out=$tmp/runs0; [ "$b" = 0 ] || out=$tmp/runsb
+    scripts/cluster --rate 1gbit --servers 2 --machines 2 --link-rate 100mbit --timeout 600 \
+      -- -np 4 "$build/bench/bench_train" "$tmp/cnn.model" "$tmp/v$b.json" 6 --mpi \
+      2>/dev/null </dev/null | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' >> "$out"
+  done
+done
+awk -v B="$B" -v p0="$p0" -v pb="$pb" -v s0="$(med < "$tmp/runs0")" -v sb="$(med < "$tmp/runsb")" 'BEGIN {
+  m0 = 8 * B / s0; mb = 8 * B / sb
+  printf "%-4s %4d %8.1fms %8.1fms %8.1f%% %8.1fms %8.1fms %8.1f%%\n", "cnn", B, p0 * 1e3,
+         pb * 1e3, 100 * (p0 - pb) / p0, m0 * 1e3, mb * 1e3, 100 * (m0 - mb) / m0 }'
