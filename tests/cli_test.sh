@@ -463,24 +463,32 @@ if [ "$(head -c 1 <<<"$out")" = "{" ] && [ "$(tail -n 1 <<<"$out")" = "}" ] &&
 else bad "engine objective --json -: $out"; fi
 
 # Two chunks a worker on 2 pipeline workers, the first of 2 devices (test_autoplan.c's
-# twelve layers, parameters on layers 4, 5, 10 and 11): 3 machines in the words, the
-# row and the JSON, and the launch line's ranks.
+# eight layers, parameters on layers 3 and 7): 3 machines in the words, the row and the
+# JSON, and the launch line's ranks.
 {
   echo "node0 -- Input0 -- forward_compute_time=0, backward_compute_time=0, activation_size=1000, parameter_size=0"
-  for l in $(seq 0 11); do
-    case $l in 4|5|10|11) par=4e6 ;; *) par=0 ;; esac
-    echo "node$((l + 1)) -- layer$l backward_input_time=1.96 backward_weight_time=0.04 -- forward_compute_time=1, backward_compute_time=2, activation_size=1000, parameter_size=$par"
+  l=0
+  for f in 1 2 3 2 3 1 1 2; do
+    case $l in 3|7) par=4e6 ;; *) par=0 ;; esac
+    echo "node$((l + 1)) -- layer$l backward_input_time=$(awk -v f=$f 'BEGIN { print 1.8 * f }') backward_weight_time=$(awk -v f=$f 'BEGIN { print 0.2 * f }') -- forward_compute_time=$f, backward_compute_time=$((2 * f)), activation_size=1000, parameter_size=$par"
+    l=$((l + 1))
   done
-  for l in $(seq 0 11); do printf '\tnode%d -- node%d\n' "$l" $((l + 1)); done
-} > "$tmp/chunks12.txt"
-out=$("$bin" plan --profile "$tmp/chunks12.txt" --machines 3 --bandwidth 1e8 --objective engine \
-      --global-batch 8 --profile-batch 16 --json "$tmp/chunks12.json" \
-      --config-out "$tmp/chunks12.cfg.json" 2>&1)
+  for l in $(seq 0 7); do printf '\tnode%d -- node%d\n' "$l" $((l + 1)); done
+} > "$tmp/chunks8.txt"
+out=$("$bin" plan --profile "$tmp/chunks8.txt" --machines 3 --bandwidth 1e8 --objective engine \
+      --global-batch 12 --profile-batch 16 --json "$tmp/chunks8.json" \
+      --config-out "$tmp/chunks8.cfg.json" 2>&1)
 if grep -q "a pipeline of 4 chunks, 2 on each of its 2 workers (interleaved-1f1b) on 3 of the 3 machines" <<<"$out" &&
-   grep -q "chunk 2: layers 6-9 (layer6 ... layer9) on worker 0 of each replica, a worker of 2 devices" <<<"$out" &&
-   grep -q "mpirun -np 3 " <<<"$out" && ! grep -q "0.00x" <<<"$out" &&
-   [ "$(grep -A3 '"best":' "$tmp/chunks12.json" | tr -d ' \t\n')" = '"best":{"found":true,"workers":3,"stages":4,' ]
+   grep -q "chunk 2: layers 4-5 (layer4 ... layer5) on worker 0 of each replica, a worker of 2 devices" <<<"$out" &&
+   grep -q "mpirun -np 3 " <<<"$out" &&
+   [ "$(grep -A3 '"best":' "$tmp/chunks8.json" | tr -d ' \t\n')" = '"best":{"found":true,"workers":3,"stages":4,' ]
 then ok; else bad "plan: replicated chunks: $out"; fi
+# at 8 samples data parallelism on the 3 does not fit: the words give no ratio to it
+out=$("$bin" plan --profile "$tmp/chunks8.txt" --machines 3 --bandwidth 1e8 --objective engine \
+      --global-batch 8 --profile-batch 16 2>&1)
+if grep -q "^  data parallel  *does not fit" <<<"$out" &&
+   grep -q "^a pipeline of 3 stages on 3 of the 3 workers, 1 replica of it, is predicted fastest$" <<<"$out"
+then ok; else bad "plan: no data parallelism: $out"; fi
 
 # Simulation of a 2-stage pipeline from a profile: a time and a timeline.
 printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [3, -1]}\n' > "$tmp/p2.json"

@@ -214,6 +214,21 @@ static void norm_sync(void) {
     CHECK_CLOSE(sim(plain, fw, bw, out, par, 2, &o, NULL), 6.5e-3, 1e-12);
     CHECK_CLOSE(sim(clip, fw, bw, out, par, 2, &o, NULL), 8.5e-3, 1e-12);
     CHECK_CLOSE(sim(als, fw, bw, out, par, 2, &o, NULL), 8.5e-3, 1e-12);
+    /* A reduction its buckets hid ends as it starts, and its stage still
+    ** waits for the norm and steps. R = 2, a replica a server (1e9 B/s
+    ** between), no latency, free messages, steps at 1e9 B/s. Stage 0: layer
+    ** 0 (F 1, B 1 ms, 1 MB); stage 1: layers 1 (F 1, B 5, nothing) and 2
+    ** (F 1, B 1, 2 MB). Stage 0 forwards 0-1, stage 1 1-3 and backwards 3-9,
+    ** its two 1 MB buckets crossing 4-6 under layer 1's backward: nothing
+    ** left at its reduction. Stage 0 backwards 9-10, its bucket crosses
+    ** 10-11; the norm at 11, the steps 1 and 2 ms: 13 ms. */
+    double fw3[] = {1, 1, 1}, bw3[] = {1, 5, 1}, out3[] = {0, 0, 0}, par3[] = {1e6, 0, 2e6};
+    rp_sim_options t = two_servers();
+    t.latency = 0, t.memory_bandwidth = 1e9;
+    CHECK_CLOSE(sim("{\"layers_per_stage\": [1, 2], \"replication_factor\": 2, "
+                    "\"reduction_bucket_mb\": 1, \"gradient_clipping\": 1}",
+                    fw3, bw3, out3, par3, 3, &t, NULL),
+                13e-3, 1e-12);
 }
 
 /* Reductions that cross one link at the same time share it. R = 2 x 2

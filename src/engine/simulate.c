@@ -552,6 +552,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                         res->events[res->num_events++] =
                             (rp_sim_event){w, op->kind, op->mb, x->t0, now};
                         x->until = -1;
+                        x->flow = -1; /* (else links_shared would end its next operation) */
                         x->started = false;
                         if (plan->devices)
                             dpc[plan->device_of[w]]++;
