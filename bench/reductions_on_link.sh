@@ -78,6 +78,27 @@ while read -r model rate B steps; do
            pb * 1e3, 100 * (p0 - pb) / p0, m0 * 1e3, mb * 1e3, 100 * (m0 - mb) / m0 }'
 done <<<"$cases"
 
+# 2 servers x 2 machines, 1 Gbit inside and 100 Mbit between: a configuration's predicted
+# seconds per update (the 4 ranks on this machine's cores), and samples/s of one run
+pred22() { # CONFIG PROFILE
+  "$build/repipe" simulate --config "$1" --profile "$2" \
+    --machines 1 2 2 --bandwidth 2e9 "${fit_bw[1gbit]}" "${fit_bw[100mbit]}" \
+    --latency "${fit_lat[1gbit]}" --cores "$(nproc)" --backend mpi --json - 2>/dev/null |
+    sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p'
+}
+run22() { # MODEL CONFIG STEPS
+  scripts/cluster --rate 1gbit --servers 2 --machines 2 --link-rate 100mbit --timeout 600 \
+    -- -np 4 "$build/bench/bench_train" "$tmp/$1.model" "$2" "$3" --mpi \
+    2>/dev/null </dev/null | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p'
+}
+alternate() { # MODEL STEPS CONFIG_A CONFIG_B: ROUNDS runs of each in turn, to $tmp/runsA, runsB
+  : > "$tmp/runsA"; : > "$tmp/runsB"
+  for _ in $(seq "$rounds"); do
+    run22 "$1" "$3" "$2" >> "$tmp/runsA"
+    run22 "$1" "$4" "$2" >> "$tmp/runsB"
+  done
+}
+
 echo
 echo "== 2. workers_per_server 2 against the flat allreduce, 2 servers x 2 at 1gbit, 100mbit between;"
 echo "   medians of $rounds interleaved runs"
@@ -92,23 +113,10 @@ while read -r model B steps; do
     printf '{"micro_batch_size": %s, "replication_factor": 4, "workers_per_server": %s}\n' \
       "$B" "$k" > "$tmp/s$k.json"
   done
-  pred() {
-    "$build/repipe" simulate --config "$tmp/s$1.json" --profile "$tmp/$model-$B.txt" \
-      --machines 1 2 2 --bandwidth 2e9 "${fit_bw[1gbit]}" "${fit_bw[100mbit]}" \
-      --latency "${fit_lat[1gbit]}" --cores "$(nproc)" --backend mpi --json - 2>/dev/null |
-      sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p'
-  }
-  p0=$(pred 0) p2=$(pred 2)
-  : > "$tmp/runs0"; : > "$tmp/runs2"
-  for _ in $(seq "$rounds"); do
-    for k in 0 2; do
-      scripts/cluster --rate 1gbit --servers 2 --machines 2 --link-rate 100mbit --timeout 600 \
-        -- -np 4 "$build/bench/bench_train" "$tmp/$model.model" "$tmp/s$k.json" "$steps" --mpi \
-        2>/dev/null </dev/null | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' >> "$tmp/runs$k"
-    done
-  done
-  awk -v m="$model" -v B="$B" -v p0="$p0" -v p2="$p2" -v s0="$(med < "$tmp/runs0")" \
-      -v s2="$(med < "$tmp/runs2")" 'BEGIN {
+  p0=$(pred22 "$tmp/s0.json" "$tmp/$model-$B.txt") p2=$(pred22 "$tmp/s2.json" "$tmp/$model-$B.txt")
+  alternate "$model" "$steps" "$tmp/s0.json" "$tmp/s2.json"
+  awk -v m="$model" -v B="$B" -v p0="$p0" -v p2="$p2" -v s0="$(med < "$tmp/runsA")" \
+      -v s2="$(med < "$tmp/runsB")" 'BEGIN {
     m0 = 4 * B / s0; m2 = 4 * B / s2
     printf "%-4s %4d %8.1fms %8.1fms %8.1f%% %8.1fms %8.1fms %8.1f%%\n", m, B, p0 * 1e3,
            p2 * 1e3, 100 * (p0 - p2) / p0, m0 * 1e3, m2 * 1e3, 100 * (m0 - m2) / m0 }'
@@ -126,23 +134,9 @@ for b in 0 "$bucket"; do # chunk 3, with the dense layer, is summed first, under
   printf '{"micro_batch_size": %s, "gradient_accumulation_steps": 4, "replication_factor": 2, "layers_per_stage": [2, 3, 3, -1], "schedule": "zb-v", "virtual_stages": 2, "reduction_bucket_mb": %s}\n' \
     "$B" "$b" > "$tmp/v$b.json"
 done
-predv() {
-  "$build/repipe" simulate --config "$tmp/v$1.json" --profile "$tmp/cnn-v.txt" \
-    --machines 1 2 2 --bandwidth 2e9 "${fit_bw[1gbit]}" "${fit_bw[100mbit]}" \
-    --latency "${fit_lat[1gbit]}" --cores "$(nproc)" --backend mpi --json - 2>/dev/null |
-    sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p'
-}
-p0=$(predv 0) pb=$(predv "$bucket")
-: > "$tmp/runs0"; : > "$tmp/runsb"
-for _ in $(seq "$rounds"); do
-  for b in 0 "$bucket"; do
-    out=$tmp/runs0; [ "$b" = 0 ] || out=$tmp/runsb
-    scripts/cluster --rate 1gbit --servers 2 --machines 2 --link-rate 100mbit --timeout 600 \
-      -- -np 4 "$build/bench/bench_train" "$tmp/cnn.model" "$tmp/v$b.json" 6 --mpi \
-      2>/dev/null </dev/null | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' >> "$out"
-  done
-done
-awk -v B="$B" -v p0="$p0" -v pb="$pb" -v s0="$(med < "$tmp/runs0")" -v sb="$(med < "$tmp/runsb")" 'BEGIN {
+p0=$(pred22 "$tmp/v0.json" "$tmp/cnn-v.txt") pb=$(pred22 "$tmp/v$bucket.json" "$tmp/cnn-v.txt")
+alternate cnn 6 "$tmp/v0.json" "$tmp/v$bucket.json"
+awk -v B="$B" -v p0="$p0" -v pb="$pb" -v s0="$(med < "$tmp/runsA")" -v sb="$(med < "$tmp/runsB")" 'BEGIN {
   m0 = 8 * B / s0; mb = 8 * B / sb
   printf "%-4s %4d %8.1fms %8.1fms %8.1f%% %8.1fms %8.1fms %8.1f%%\n", "cnn", B, p0 * 1e3,
          pb * 1e3, 100 * (p0 - pb) / p0, m0 * 1e3, mb * 1e3, 100 * (m0 - mb) / m0 }'

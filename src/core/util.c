@@ -203,6 +203,16 @@ rp_status rp_write_file_atomic(const char *path, const char *data, size_t len, r
     return RP_OK;
 }
 
+rp_status rp_write_memstream_atomic(FILE *f, char **text, size_t *len, const char *path,
+                                    const char *what, rp_error *err) {
+    rp_status st = fclose(f) != 0 || !*text
+                       ? rp_fail(err, RP_ERR_NOMEM, "%s: out of memory for %s", path, what)
+                       : rp_write_file_atomic(path, *text, *len, err);
+    free(*text);
+    *text = NULL;
+    return st;
+}
+
 void rp_text_position(const char *text, size_t at, int *line, int *col) {
     int l = 1, c = 1;
     for (size_t i = 0; i < at && text[i]; i++) {

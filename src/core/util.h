@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "repipe/core.h"
 
@@ -23,6 +24,11 @@ rp_status rp_check_regular(const char *path, rp_error *err);
 /* Writes len bytes to path through a temporary file that is fsynced and
 ** renamed over path, so a reader never sees a half-written file. */
 rp_status rp_write_file_atomic(const char *path, const char *data, size_t len, rp_error *err);
+/* Closes f, an open_memstream of *text and *len built for path, and writes
+** what it holds with rp_write_file_atomic; frees *text either way. `what`
+** names the contents in an out-of-memory error ("the trace"). */
+rp_status rp_write_memstream_atomic(FILE *f, char **text, size_t *len, const char *path,
+                                    const char *what, rp_error *err);
 
 /* Line and column (1-based) of byte offset `at` in text. */
 void rp_text_position(const char *text, size_t at, int *line, int *col);

@@ -89,9 +89,8 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
     if (rp_config_tensor_parallel(cfg) > 1) { /* the split must exist: its error names the line */
         rp_model *lm;
         size_t *map;
-        rp_status st = rp_model_tensor_split(m, cfg->tensor_parallel, 0, rp_config_tp_flags(cfg),
-                                             &lm, &map, err);
-        if (st)
+        if ((st = rp_model_tensor_split(m, cfg->tensor_parallel, 0, rp_config_tp_flags(cfg), &lm,
+                                        &map, err)))
             return st;
         rp_model_free(lm);
         free(map);

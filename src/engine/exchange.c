@@ -157,17 +157,18 @@ static rp_status tie_sum(worker *w) {
                 continue;
             }
         }
-        if (!v->split) { /* a device's workers: the tie's own, those of its stages */
-            rp_comm *c = s->plan->devices ? w->tie_comm[i] : w->comm;
+        /* a device's workers sum over the tie's own (none where this is not
+        ** one of them); else every worker, those of other stages with zeros */
+        rp_comm *c = s->plan->devices ? w->tie_comm[i] : w->comm;
+        if (!c)
+            continue;
+        if (!v->split) {
             float *buf = ge ? ge : gh ? gh : w->tie_buf;
             if (w->id != t->emb_rep && w->id != t->head_rep)
                 memset(buf, 0, sizeof(float) * n);
-            if (c)
-                st = rp_comm_allreduce(c, NULL, buf, n, &w->err);
+            st = rp_comm_allreduce(c, NULL, buf, n, &w->err);
             continue;
         }
-        if (s->plan->devices && !w->tie_comm[i])
-            continue; /* not one of the tie's workers */
         int group = w->id - w->tensor_rank; /* rank 0 of the worker's tensor group */
         bool speaks = group == t->emb_rep || group == t->head_rep;
         const rp_layer *E = &w->lm->layers[v->layer];
@@ -176,9 +177,7 @@ static rp_status tie_sum(worker *w) {
         memset(w->tie_buf, 0, sizeof(float) * whole);
         if (speaks)
             memcpy(w->tie_buf + at, mine, sizeof(float) * n);
-        /* (a device's workers: the tie's own, as above) */
-        st = rp_comm_allreduce(s->plan->devices ? w->tie_comm[i] : w->comm, NULL, w->tie_buf,
-                               whole, &w->err);
+        st = rp_comm_allreduce(c, NULL, w->tie_buf, whole, &w->err);
         if (mine)
             memcpy(mine, w->tie_buf + at, sizeof(float) * n);
     }

@@ -196,9 +196,5 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
         }
     }
     fprintf(f, "\n]}\n");
-    rp_status st = fclose(f) != 0 || !text
-                       ? rp_fail(err, RP_ERR_NOMEM, "%s: out of memory for the trace", path)
-                       : rp_write_file_atomic(path, text, len, err);
-    free(text);
-    return st;
+    return rp_write_memstream_atomic(f, &text, &len, path, "the trace", err);
 }

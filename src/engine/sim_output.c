@@ -100,11 +100,7 @@ rp_status rp_sim_svg(const rp_sim_result *r, const char *title, const char *path
             "half), purple: its weights' half, orange: reduce, brown: step; red line: "
             "micro-batches in flight (full height %d)</text>\n</svg>\n",
             left, top + row * r->workers + 20, most);
-    rp_status st = fclose(f) != 0 || !text
-                       ? rp_fail(err, RP_ERR_NOMEM, "%s: out of memory for the drawing", path)
-                       : rp_write_file_atomic(path, text, len, err);
-    free(text);
-    return st;
+    return rp_write_memstream_atomic(f, &text, &len, path, "the drawing", err);
 }
 
 rp_status rp_sim_to_json(const rp_sim_result *r, const rp_config *cfg, char **out,
