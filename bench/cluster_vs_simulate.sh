@@ -12,8 +12,10 @@
 # Rows with a latency (US, 'links' 100mbit+US) add that many microseconds to
 # each way of each machine's link (scripts/cluster --latency: a delay line,
 # this kernel has no netem); a message crosses two such links, so the nominal
-# prediction adds 2 x US to simulate's --latency. They run at 100 Mbit: on
-# this machine's two cores the delay line's copies carry about 470 Mbit/s.
+# prediction adds 2 x US to simulate's --latency. They run at 100 Mbit and
+# with an MTU of 9000 (scripts/cluster --mtu): the delay line's work is per
+# frame, and with 1500-byte frames it took 0.45 of one of this machine's two
+# cores, which the ranks then lacked.
 # Three sets:
 #  1. two ranks, one a core, with Open MPI's TCP default flags (PUT on);
 #  2. the same with repipe's (PUT off, what rp_comm_mpi_init sets unless the
@@ -38,13 +40,14 @@ printf 'input 1 28 28\nflatten\nlinear 1024\nrelu\nlinear 1024\nrelu\nlinear 102
 med() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 bytes_of() { case $1 in 1gbit) echo 1.25e8 ;; 100mbit) echo 1.25e7 ;; esac; }
 declare -A fit_bw fit_lat
+mtu_of() { if [ "$1" -gt 0 ]; then echo 9000; else echo 1500; fi; }
 for link in 1gbit:0 100mbit:0 100mbit:1000; do
   r=${link%:*} us=${link#*:}
-  fit=$(scripts/cluster --rate "$r" --latency "$us" --timeout 300 -- -np 2 \
+  fit=$(scripts/cluster --rate "$r" --latency "$us" --mtu "$(mtu_of "$us")" --timeout 300 -- -np 2 \
         "$build/bench/bench_comm" sweep 2>/dev/null </dev/null | tee "$tmp/sweep-$link" |
         sed -n 's/^fit latency \([^ ]*\) bandwidth \([^ ]*\)$/\1 \2/p')
   read -r fit_lat[$link] fit_bw[$link] <<<"$fit"
-  echo "== ping-pong and allreduce over a $r link, $us us added each way (bench_comm sweep)"
+  echo "== ping-pong and allreduce over a $r link, $us us added each way, MTU $(mtu_of "$us") (bench_comm sweep)"
   cat "$tmp/sweep-$link"
   echo
 done
@@ -84,7 +87,7 @@ run_set() { # title, cases, extra mpirun arguments...
       "$R" "$sr" "$layers" "$ga" "$sched" > "$cfg"
     local hier=(--machines 1 "$machines" --bandwidth 2e9 "$(bytes_of "$rate")"
                 --latency "$(awk -v u="$us" 'BEGIN { print 2e-5 + 2 * u * 1e-6 }')")
-    local net=(--rate "$rate" --latency "$us")
+    local net=(--rate "$rate" --latency "$us" --mtu "$(mtu_of "$us")")
     local fitted=(--machines 1 "$machines" --bandwidth 2e9 "${fit_bw[$rate:$us]}"
                   --latency "${fit_lat[$rate:$us]}")
     if [ "$servers" -gt 1 ]; then

@@ -5,7 +5,7 @@
 # R = 2 x 2 stages on 2 servers with a slower link between them, and
 # data parallelism's sums in buckets during backward and over servers
 # (the latter also the threads' bytes), a pipeline over links with added
-# latency and lost frames (the delay line: a 1 KB message takes at least
+# latency and lost frames, and one with jumbo frames (the delay line: a 1 KB message takes at least
 # the latency its links add); a
 # checkpoint written there resumes here to the uninterrupted run's bytes;
 # a machine whose link goes down mid-run, a failing job and a job past
@@ -37,6 +37,13 @@ out=$("$cluster" --latency 2000 --timeout 60 -- -np 2 "$bench_comm" pingpong 2>&
 prefixes+=" $(sed -n 's/^cluster: \(rp[0-9]*\):.*/\1/p' <<<"$out")"
 if awk '/^pingpong/ { t = $6 } END { exit !(t >= 4.0) }' <<<"$out"; then ok
 else bad "--latency 2000: a 1 KB message one way should take 4 ms or more: $out"; fi
+# --mtu: the machine's link carries frames of that size through the delay line
+out=$("$cluster" --mtu 9000 --latency 100 --timeout 60 -- -np 1 sh -c 'ip -o link show' 2>&1)
+prefixes+=" $(sed -n 's/^cluster: \(rp[0-9]*\):.*/\1/p' <<<"$out")"
+if grep -q "rp[0-9]*m0n.* mtu 9000 " <<<"$out"; then ok; else bad "--mtu 9000: $out"; fi
+out=$("$cluster" --mtu 100 -- -np 1 true 2>&1)
+if [ $? = 2 ] && grep -q "mtu takes a whole number of bytes, 576 to 65521, not '100'" <<<"$out"; then ok
+else bad "--mtu 100 should be refused: $out"; fi
 for i in $(seq 300); do printf 'the quick brown fox jumps over the lazy dog. '; done > "$tmp/text.txt"
 printf 'input 16\nembedding 256 16\nposition_embedding\ngelu\nlinear 256\nsoftmax_cross_entropy\n' > "$tmp/lm.model"
 adam='"optimizer": {"type": "adam", "lr": 0.01}'
@@ -45,6 +52,7 @@ printf '{"micro_batch_size": 8, "replication_factor": 2, %s}\n' "$adam" > "$tmp/
 printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_stage": [2, -1], "schedule": "zb-h1", %s}\n' "$adam" > "$tmp/zb.json"
 printf '{"micro_batch_size": 4, "gradient_accumulation_steps": 4, "replication_factor": 2, "layers_per_stage": [2, -1], %s}\n' "$adam" > "$tmp/r2p2.json"
 cp "$tmp/pipe.json" "$tmp/late.json"
+cp "$tmp/pipe.json" "$tmp/jumbo.json"
 # data parallelism's sums in buckets during backward (two ranks exchange), and over
 # servers of 2 (4 ranks: inside, across, back), with buckets too
 printf '{"micro_batch_size": 8, "replication_factor": 2, "reduction_bucket_mb": 0.01, %s}\n' "$adam" > "$tmp/bkt.json"
@@ -68,6 +76,7 @@ train() { # where (ns ARGS... | local), ranks, config, more arguments
 for c in "pipe 2 --rate 1gbit" "dp 2 --rate 100mbit" "zb 2 --rate 1gbit" \
          "r2p2 4 --servers 2 --machines 2 --rate 1gbit --link-rate 100mbit --link-latency 500" \
          "late 2 --rate 100mbit --latency 1000 --loss 0.5" \
+         "jumbo 2 --rate 100mbit --latency 1000 --mtu 9000" \
          "bkt 2 --rate 100mbit" "srv 4 --servers 2 --machines 2 --rate 1gbit --link-rate 100mbit"; do
   set -- $c
   name=$1 np=$2; shift 2
