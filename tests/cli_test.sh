@@ -495,6 +495,21 @@ printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "layers_per_st
 out=$("$bin" simulate --config "$tmp/p2.json" --profile "$tmp/mlp.txt" --svg "$tmp/t.svg" 2>&1)
 if grep -qE "^predicted time per update +[0-9.]+ ms" <<<"$out" && grep -q "<svg" "$tmp/t.svg" &&
    [ "$(grep -c 'fill="#4e79a7"' "$tmp/t.svg")" = 8 ]; then ok; else bad "simulate: $out"; fi
+# Updates that overlap: the Zero Bubble paper's 6.2B model on 8 stages, 24 micro-batches
+# (tests/fixtures/zero-bubble): zb-h2's update under way, its Table 5's 0.0698; 1f1b's
+# updates do not overlap and get no such line.
+{ echo "node0 -- Input0 -- forward_compute_time=0, backward_compute_time=0, activation_size=0, parameter_size=0"
+  for i in 1 2 3 4 5 6 7 8; do
+    echo "node$i -- s backward_input_time=29.444 backward_weight_time=19.927 -- forward_compute_time=29.718, backward_compute_time=49.371, activation_size=0, parameter_size=0"
+  done
+  for i in 0 1 2 3 4 5 6 7; do printf '\tnode%d -- node%d\n' "$i" $((i + 1)); done; } > "$tmp/zb8.txt"
+printf '{"micro_batch_size": 1, "gradient_accumulation_steps": 24, "schedule": "zb-h2", "layers_per_stage": [1, 1, 1, 1, 1, 1, 1, 1]}\n' > "$tmp/zb8.json"
+out=$("$bin" simulate --config "$tmp/zb8.json" --profile "$tmp/zb8.txt" --machines 8 --bandwidth 1e15 --latency 527e-6 --json "$tmp/zb8.out" 2>&1)
+if grep -q "^under way, an update adds 2040.6[0-9]* ms to a call (bubble 7.0 %)" <<<"$out" &&
+   grep -q '"steady_bubble_fraction":[[:space:]]*0.069[78]' "$tmp/zb8.out"; then ok; else bad "simulate under way: $out"; fi
+sed -i 's/zb-h2/1f1b/' "$tmp/zb8.json"
+out=$("$bin" simulate --config "$tmp/zb8.json" --profile "$tmp/zb8.txt" --machines 8 --bandwidth 1e15 --latency 527e-6 2>&1)
+if grep -q "^predicted time per update" <<<"$out" && ! grep -q "under way" <<<"$out"; then ok; else bad "simulate 1f1b under way: $out"; fi
 # A chunked schedule's worker is replicated as a whole: simulate refuses what the engine
 # would, naming the stages, before it builds the plan.
 printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 4, "schedule": "interleaved-1f1b", "virtual_stages": 2, "layers_per_stage": [1, 1, 1, -1], "stage_replication": [2, 1, 1, 1]}\n' > "$tmp/chunks.json"

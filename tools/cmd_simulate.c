@@ -363,6 +363,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
+    if (rp_simulate_steady(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        rp_sim_result_free(&res);
+        goto done;
+    }
     /* with the JSON on standard output, the words go to standard error */
     FILE *txt = json && strcmp(json, "-") == 0 ? stderr : stdout;
     fprintf(txt, "%s: %d workers, %d stages, %d micro-batches of %d per replica\n", config_path,
@@ -393,6 +398,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         if (res.comm_seconds[l] > 0)
             fprintf(txt, "; level %d carries data %.3f ms", l + 1, res.comm_seconds[l] * 1e3);
     fprintf(txt, "\n");
+    if (res.steady_update_time < res.update_time * (1 - 1e-6))
+        fprintf(txt, "under way, an update adds %.3f ms to a call (bubble %.1f %%): each worker "
+                     "starts the next update once it has stepped, while later stages finish this "
+                     "one (device_iterations over 1 runs them in one call)\n",
+                res.steady_update_time * 1e3, 100 * res.steady_bubble_fraction);
     rc = 0;
     if (svg) {
         if (rp_sim_svg(&res, config_path, svg, &err)) {
@@ -441,6 +451,9 @@ const cli_cmd cmd_simulate = {
     "tree) allreduce over the slowest level its group spans. Every worker's\n"
     "checked operation list is played on its own clock with the profile's\n"
     "compute times; each worker has a core of its own unless --cores is given.\n"
+    "Where updates overlap (zb-h2: the next one starts on the first stages while\n"
+    "the last finish), it also prints what one more update adds to a call of\n"
+    "several device iterations ('under way'; steady_* in the JSON).\n"
     "With --model the configuration also runs on Fashion-MNIST here and the\n"
     "measured time per update is printed beside the prediction. --schedule-csv F\n"
     "predicts a schedule given as each rank's actions instead, in PyTorch's\n"

@@ -83,6 +83,15 @@ typedef struct rp_sim_result {
     /* Worker time neither computing nor reducing, over workers x update:
     ** waits for the pipeline to fill and drain and for slower stages. */
     double bubble_fraction;
+    /* What one more update adds to the call once it is under way, and the
+    ** share of that time the workers idle (rp_simulate_steady; 0 until it
+    ** ran). A worker starts its next update as soon as it has stepped: under
+    ** zb-h2 the first stages start the next update while the last ones finish
+    ** this one, and a long call's update takes less than update_time; under
+    ** gpipe, 1f1b and zb-h1 the first stage finishes last and the two agree.
+    ** This is the update time and the bubble rate of the Zero Bubble paper's
+    ** tables (docs/pipelines.md). */
+    double steady_update_time, steady_bubble_fraction;
     /* Seconds the links of each level carry data: every transfer once,
     ** every group's allreduce once. */
     int num_levels;
@@ -97,6 +106,14 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                       const double *out_bytes, const double *param_bytes, int num_layers,
                       const rp_sim_options *opt, rp_sim_result *res, rp_error *err);
 void rp_sim_result_free(rp_sim_result *r);
+
+/* Fills res->steady_update_time and res->steady_bubble_fraction, res being
+** rp_simulate's result for the same arguments: the configuration is played
+** once more with one more device iteration, and the difference is the
+** update that call adds. */
+rp_status rp_simulate_steady(const rp_config *cfg, const double *fwd_ms, const double *bwd_ms,
+                             const double *out_bytes, const double *param_bytes, int num_layers,
+                             const rp_sim_options *opt, rp_sim_result *res, rp_error *err);
 
 /* A schedule given from outside as each rank's list of compute actions, in
 ** the CSV form of PyTorch's torch.distributed.pipelining: a line per rank,
@@ -143,7 +160,9 @@ rp_status rp_sim_svg(const rp_sim_result *r, const char *title, const char *path
                      rp_error *err);
 
 /* The result as JSON: seconds_per_update, samples_per_second (for the
-** configuration's samples per update), bubble_fraction, per worker its
+** configuration's samples per update), bubble_fraction (and
+** steady_seconds_per_update, steady_bubble_fraction where
+** rp_simulate_steady filled them), per worker its
 ** stage, busy fraction and in-flight maximum, and communication seconds by
 ** level. The caller frees *out with free(). */
 rp_status rp_sim_to_json(const rp_sim_result *r, const rp_config *cfg, char **out,

@@ -118,6 +118,10 @@ rp_status rp_sim_to_json(const rp_sim_result *r, const rp_config *cfg, char **ou
     cJSON_AddNumberToObject(root, "samples_per_second",
                             r->update_time > 0 ? d.samples_per_update / r->update_time : 0);
     cJSON_AddNumberToObject(root, "bubble_fraction", r->bubble_fraction);
+    if (r->steady_update_time > 0) {
+        cJSON_AddNumberToObject(root, "steady_seconds_per_update", r->steady_update_time);
+        cJSON_AddNumberToObject(root, "steady_bubble_fraction", r->steady_bubble_fraction);
+    }
     cJSON_AddNumberToObject(root, "workers", r->workers);
     cJSON_AddNumberToObject(root, "stages", r->stages);
     for (int l = 0; l < r->num_levels; l++) {
