@@ -1,0 +1,150 @@
+/*
+** The prices the simulator plays and the engine's planner reads: the
+** machine hierarchy (who shares which link), a stage's compute and message
+** costs per micro-batch from the profile, and the bytes a worker holds.
+*/
+#include <stdbool.h>
+
+#include "repipe/model.h"
+#include "repipe/schedule.h"
+#include "repipe/session.h"
+#include "repipe/simulate.h"
+#include "simulate_impl.h"
+#include "sharding.h"
+
+void rp_sim_options_default(rp_sim_options *o) {
+    *o = (rp_sim_options){
+        .profile_batch = 0,
+        .num_levels = 0,
+        .latency = 2e-5,
+        .memory_bandwidth = 1e10,
+        .cores = 0,
+    };
+}
+
+/* The machine hierarchy the workers are laid on: span[l] workers share a
+** unit of level l, and bw[l] is the slowest link up to it. */
+rp_status rpi_cluster_make(const rp_sim_options *o, int W, rpi_cluster *c, rp_error *err) {
+    c->latency = o->latency;
+    if (o->num_levels == 0) {
+        c->levels = 1;
+        c->span[0] = W;
+        c->bw[0] = 1e10;
+        return RP_OK;
+    }
+    if (o->num_levels < 0 || o->num_levels > RP_SIM_MAX_LEVELS)
+        return rp_fail(err, RP_ERR_INVALID, "simulate: %d levels of machines (1 to %d)",
+                       o->num_levels, RP_SIM_MAX_LEVELS);
+    c->levels = o->num_levels;
+    long long n = 1;
+    for (int l = 0; l < o->num_levels; l++) {
+        if (o->machines[l] < 1 || !(o->bandwidth[l] > 0))
+            return rp_fail(err, RP_ERR_INVALID,
+                           "simulate: level %d has %d machines at %g bytes/s (need at least 1 "
+                           "machine and a positive bandwidth)",
+                           l + 1, o->machines[l], o->bandwidth[l]);
+        n *= o->machines[l];
+        c->span[l] = n;
+        c->bw[l] = l == 0 || o->bandwidth[l] < c->bw[l - 1] ? o->bandwidth[l] : c->bw[l - 1];
+    }
+    if (n < W)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "simulate: the configuration needs %d workers but the machines hold %lld",
+                       W, n);
+    return RP_OK;
+}
+
+/* The innermost level whose units hold both workers. */
+int rpi_level_of(const rpi_cluster *c, int a, int b) {
+    int l = 0;
+    while (l < c->levels - 1 && a / c->span[l] != b / c->span[l])
+        l++;
+    return l;
+}
+
+double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const double *param_bytes,
+                       int first, int count, int r, int slots, double per_mb, bool mpi) {
+    /* activations a micro-batch keeps: every output, or with recomputation
+    ** the outputs that end a segment (the next layer has parameters, or
+    ** the stage ends) and one segment's worth of the others, shared */
+    double acts = 0, seg = 0, most = 0, par = 0;
+    bool split = rp_schedule_splits_backward(cfg->schedule);
+    for (int l = first; l < first + count; l++) {
+        bool end = l == first + count - 1 || param_bytes[l + 1] > 0;
+        par += param_bytes[l];
+        if (split && param_bytes[l] > 0) /* the output gradient waiting for its W */
+            acts += out_bytes[l];
+        if (!cfg->recompute_checkpoint_every_layer || end)
+            acts += out_bytes[l];
+        else
+            seg += out_bytes[l];
+        if (end)
+            most = seg > most ? seg : most, seg = 0;
+    }
+    /* optimizer state: per parameter, sharded over the workers that share
+    ** the stage's variables, streamed a chunk at a time when offchip */
+    double state = par * rp_optimizer_state_per_param(&cfg->optimizer);
+    int sharers = cfg->replica_grouping.group_size * r;
+    if (rpi_sharded(cfg, sharers, (size_t)rp_optimizer_state_per_param(&cfg->optimizer)))
+        state /= sharers;
+    double chunk = sizeof(float) * (double)RP_OFFCHIP_CHUNK *
+                   rp_optimizer_state_per_param(&cfg->optimizer);
+    if (cfg->optimizer_state_offchip && state > chunk)
+        state = chunk;
+    double copy = cfg->reduction_bucket_mb > 0 && mpi ? par : 0; /* (as the engine's plan) */
+    return 2 * par + copy + state + (slots * acts + most) * per_mb;
+}
+
+/* The link a tensor group of t consecutive workers all-reduces over: the
+** cluster's, of the innermost level that holds the group (one machine's
+** memory without levels). */
+static double tensor_bandwidth(const rp_sim_options *opt, int t) {
+    rpi_cluster c;
+    rp_error err;
+    if (rpi_cluster_make(opt, t, &c, &err)) /* the run itself fails with the machines' error */
+        return 1e10;
+    return c.bw[rpi_level_of(&c, 0, t - 1)];
+}
+
+void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const double *fwd_ms,
+                          const double *bwd_ms, const double *out_bytes,
+                          const double *param_bytes, int num_layers, const rp_sim_options *opt,
+                          rpi_stage_costs *c) {
+    double pbatch = opt->profile_batch > 0 ? opt->profile_batch : cfg->micro_batch_size;
+    double per_mb = c->per_mb = cfg->micro_batch_size / pbatch;
+    /* fp16 exchange halves what crosses between workers: activations and
+    ** their gradients */
+    double wire = cfg->fp16_exchange ? 0.5 : 1.0;
+    int T = rp_config_tensor_parallel(cfg);
+    double tbw = tensor_bandwidth(opt, T);
+    for (int s = 0, l = 0; s < P; s++) {
+        c->f[s] = c->b[s] = c->bi[s] = c->bw[s] = c->par[s] = c->tp_sums[s] = 0;
+        for (int k = 0; k < counts[s]; k++, l++) {
+            double w = opt->bwd_weight_ms ? opt->bwd_weight_ms[l]
+                       : param_bytes[l] > 0 ? 0.5 * bwd_ms[l]
+                                            : 0;
+            int tp = T > 1 && opt->tensor_split ? opt->tensor_split[l] : 0;
+            double part = tp & RP_SIM_TP_SPLIT ? 1.0 / T : 1.0;
+            double sum = out_bytes[l] * per_mb; /* a tensor group's all-reduce, when it has one */
+            double n = tp & RP_SIM_TP_TWICE ? 2 : 1;
+            double fsum = tp & RP_SIM_TP_REDUCE_OUTPUT
+                              ? n * rpi_allreduce_time(T, sum, tbw, opt->latency) : 0;
+            double bsum = tp & RP_SIM_TP_REDUCE_GRAD
+                              ? n * rpi_allreduce_time(T, sum, tbw, opt->latency) : 0;
+            c->f[s] += fwd_ms[l] * 1e-3 * per_mb * part + fsum;
+            c->b[s] += bwd_ms[l] * 1e-3 * per_mb * part + bsum;
+            c->bi[s] += (opt->bwd_input_ms ? opt->bwd_input_ms[l] : bwd_ms[l] - w) * 1e-3 * per_mb *
+                            part + bsum;
+            c->bw[s] += w * 1e-3 * per_mb * part;
+            c->par[s] += param_bytes[l] * part;
+            c->tp_sums[s] += fsum + bsum;
+        }
+        if (cfg->recompute_checkpoint_every_layer) /* backward runs the stage forward again */
+            c->b[s] += c->f[s], c->bi[s] += c->f[s];
+        /* what the stage sends, per micro-batch: a graph's cut may carry
+        ** several tensors */
+        c->act[s] = l > 0 ? (opt->cut_bytes && l < num_layers ? opt->cut_bytes[l] : out_bytes[l - 1]) *
+                                wire * per_mb
+                          : 0;
+    }
+}
