@@ -12,7 +12,10 @@
 # (the five interleaved, so that the machine's drift falls on all alike); prints the
 # median time per update of each, its ratio to 1f1b's, and what
 # 'repipe simulate --cores N' predicts from a profile measured in the same
-# run, with the error of each prediction.
+# run, with the error of each prediction, the predicted ratio to 1f1b's
+# prediction, and the floor: the busiest worker's own compute under that
+# schedule (split backwards cost a little more than whole ones) over 1f1b's
+# prediction, below which no order of these passes goes in the model.
 # Usage: bench/zerobubble.sh BUILD_DIR [ROUNDS]
 default_rounds=5
 . "$(dirname "$0")/common.sh"
@@ -29,7 +32,8 @@ cat docs/*.md README.md > "$tmp/text.txt"
 "$build/repipe" profile --model "$tmp/mlp.model" --micro-batch 64 --out "$tmp/mlp.txt" >/dev/null
 "$build/repipe" profile --model examples/gpt-kjv.model --micro-batch 8 --out "$tmp/gpt.txt" >/dev/null
 med() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-printf '%-4s %3s %2s %-11s %12s %9s %12s %9s\n' model GA D schedule "measured ms" "vs 1f1b" "predicted ms" error
+printf '%-4s %3s %2s %-11s %12s %9s %12s %9s %9s %9s\n' model GA D schedule "measured ms" "vs 1f1b" "predicted ms" error \
+  "pred. vs" floor
 # model file B layers_per_stage steps data chunks (interleaved-1f1b's
 # layers_per_stage) vchunks (zb-v's)
 for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 - [5,2,2,-1] [3,4,2,-1]" \
@@ -58,15 +62,28 @@ for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 - [5,2,2,-1] [3,4,2,-1]" \
           sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' >> "$tmp/$s.runs"
       done
     done
-    base=""
+    base="" pbase=""
     for s in 1f1b zb-h1 zb-h2 interleaved zb-v; do
       rate=$(med < "$tmp/$s.runs")
-      pred=$("$build/repipe" simulate --config "$tmp/$s.json" --profile "$tmp/$model.txt" --cores "$cores" \
-             --json - 2>/dev/null | sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p')
+      # the prediction, and its busiest worker's own compute: no order of
+      # these passes takes less (the floor; split backwards cost more)
+      # (a chunked schedule's workers are its chunks, two a device: interleaved
+      # puts stage s on device s mod P, zb-v on s or 2P - 1 - s)
+      read -r pred floor < <("$build/repipe" simulate --config "$tmp/$s.json" --profile "$tmp/$model.txt" \
+             --cores "$cores" --json - 2>/dev/null | awk -v s="$s" '
+        /"seconds_per_update"/ { gsub(/[^0-9.e+-]/, "", $2); t = $2 }
+        /"workers"/ { gsub(/[^0-9]/, "", $2); P = (s == "interleaved" || s == "zb-v") ? $2 / 2 : $2 }
+        /"stage"/ { gsub(/[^0-9]/, "", $2); st = $2 }
+        /"busy_fraction"/ { gsub(/[^0-9.e+-]/, "", $2)
+          d = s == "interleaved" ? st % P : s == "zb-v" && st >= P ? 2 * P - 1 - st : st
+          busy[d] += $2 }
+        END { for (d in busy) if (busy[d] > b) b = busy[d]; print t, t * b }')
       ms=$(awk -v r="$rate" -v n=$((B * ga)) 'BEGIN { printf "%.3f", 1e3 * n / r }')
-      [ -z "$base" ] && base=$ms
-      awk -v m="$model" -v g="$ga" -v d="$D" -v s="$s" -v t="$ms" -v b="$base" -v p="$pred" 'BEGIN {
-        printf "%-4s %3s %2s %-11s %12.3f %9.3f %12.3f %+8.1f%%\n", m, g, d, s, t, t / b, p * 1e3, 100 * (p * 1e3 - t) / t }'
+      [ -z "$base" ] && base=$ms pbase=$pred
+      awk -v m="$model" -v g="$ga" -v d="$D" -v s="$s" -v t="$ms" -v b="$base" -v p="$pred" \
+          -v pb="$pbase" -v f="$floor" 'BEGIN {
+        printf "%-4s %3s %2s %-11s %12.3f %9.3f %12.3f %+8.1f%% %9.3f %9.3f\n", m, g, d, s, t, t / b,
+               p * 1e3, 100 * (p * 1e3 - t) / t, p / pb, f / pb }'
     done
   done
 done
