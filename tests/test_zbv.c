@@ -61,6 +61,9 @@ static const vcase CASES[] = {
     {2, 2, 4, ", \"tensor_parallel\": 2, \"gradient_clipping\": 0.05"},
     {2, 1, 8, ", \"tensor_parallel\": 2, \"stage_replication\": [1, 2, 2, 1]"},
     {2, 1, 4, ", \"tensor_parallel\": 2, \"vocab_parallel\": false"},
+    /* ordered on the passes' times (1f1b takes none: its case is without) */
+    {3, 1, 6, ", \"zb_pass_times\": [1, 3, 1]"},
+    {2, 2, 8, ", \"zb_pass_times\": [3.05, 3.29, 2.43]"},
 };
 
 /* The case on 2 P stages under zb-v, or under 1f1b. */
@@ -85,7 +88,10 @@ static void exact(int ranks) {
                 continue;
             if (mi < 2 && strstr(vc->extra, "tensor_parallel"))
                 continue;
-            rp_config base = vconfig(vc, false, mi != 2), c = vconfig(vc, true, mi != 2);
+            vcase plain = *vc;
+            if (strstr(vc->extra, "zb_pass_times"))
+                plain.extra = "";
+            rp_config base = vconfig(&plain, false, mi != 2), c = vconfig(vc, true, mi != 2);
             double diff;
             bool same = test_same_training(specs[mi], mi == 2, &base, &c, ranks ? mpi : NULL,
                                            data, &diff);
@@ -256,21 +262,67 @@ static void bubbles(void) {
                "the V's least bubble %d", P, m, i < 5 ? "" : " with clipping", t, ideal, P - 1);
         rp_sim_result_free(&r);
     }
-    for (int P = 2; P <= 6; P++)
-        for (int m = 1; m <= 24; m++) {
-            char layers[64] = "[1", json[512];
-            for (int l = 1; l < 2 * P; l++)
+    /* Ordered on the passes' times where they differ: faster than the
+    ** unit order, and never below the work plus the last worker's wait
+    ** for the first micro-batch's way down, (P - 1) F (W the GPT's smaller
+    ** half; a stage that recomputes, B three times F) */
+    static const struct { int P, m; double f, b, w; } TIMED[] = {
+        {2, 8, 1, 1.08, 0.8}, {3, 6, 1, 3, 1}, {4, 16, 1, 1.08, 0.8}, {2, 8, 1, 1, 0.3}};
+    for (int i = 0; i < 4; i++) {
+        int P = TIMED[i].P, m = TIMED[i].m, S = 2 * P;
+        double fw[16], bw[16], bi[16], bwt[16], out[16], par[16], t[2];
+        for (int l = 0; l < S; l++)
+            fw[l] = TIMED[i].f, bi[l] = TIMED[i].b, bwt[l] = TIMED[i].w,
+            bw[l] = bi[l] + bwt[l], out[l] = 0, par[l] = 0;
+        for (int timed = 0; timed < 2; timed++) {
+            char layers[64] = "[1", json[512], times[128] = "";
+            for (int l = 1; l < S; l++)
                 strcat(layers, ", 1");
-            snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, "
-                     "\"layers_per_stage\": %s], \"schedule\": \"zb-v\"}", m, layers);
+            if (timed)
+                snprintf(times, sizeof times, ", \"zb_pass_times\": [%g, %g, %g]", TIMED[i].f,
+                         TIMED[i].b, TIMED[i].w);
+            snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": "
+                     "%s], \"schedule\": \"zb-v\"%s}", m, layers, times);
             rp_config c = test_config(json);
-            rp_workplan *p;
-            rp_status st = rp_workplan_build(&c, &p, &err);
-            CHECKF(!st && rp_workplan_check(p, NULL, &err) == RP_OK, "zb-v P=%d m=%d: %s", P, m,
-                   err.msg);
-            if (!st)
-                rp_workplan_free(p);
+            rp_sim_options so;
+            rp_sim_options_default(&so);
+            so.latency = 0;
+            so.bwd_input_ms = bi, so.bwd_weight_ms = bwt;
+            rp_sim_result r;
+            CHECK_OK(rp_simulate(&c, fw, bw, out, par, S, &so, &r, &err), err);
+            t[timed] = r.update_time * 1e3;
+            rp_sim_result_free(&r);
         }
+        double least = 2.0 * m * (TIMED[i].f + TIMED[i].b + TIMED[i].w) + (P - 1) * TIMED[i].f;
+        printf("zb-v P=%d m=%d, F %g B %g W %g: %.2f ms on unit times' order, %.2f on the "
+               "passes' (at least %.2f)\n", P, m, TIMED[i].f, TIMED[i].b, TIMED[i].w, t[0], t[1],
+               least);
+        CHECKF(t[1] < t[0] - 1e-9 && t[1] >= least - 1e-9, "zb-v P=%d m=%d: %.3f ms timed, %.3f "
+               "on unit times, the least %.3f", P, m, t[1], t[0], least);
+    }
+    /* on unit times, and on the passes' times of a GPT (W the smaller
+    ** half), of a stage that recomputes (B three times F), of W larger
+    ** than F and B, of a slow forward, and uneven ones */
+    static const char *TIMES[] = {"[1, 1, 1]",    "[3.05, 3.29, 2.43]", "[1, 3, 1]",
+                                  "[1, 0.5, 2]",  "[2, 1, 1]",          "[1, 1, 0.3]",
+                                  "[1, 2.7, 0.1]", "[0.2, 1, 1]"};
+    for (int t = 0; t < 8; t++)
+        for (int P = 2; P <= 6; P++)
+            for (int m = 1; m <= 24; m++) {
+                char layers[64] = "[1", json[512];
+                for (int l = 1; l < 2 * P; l++)
+                    strcat(layers, ", 1");
+                snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, "
+                         "\"layers_per_stage\": %s], \"schedule\": \"zb-v\", "
+                         "\"zb_pass_times\": %s}", m, layers, TIMES[t]);
+                rp_config c = test_config(json);
+                rp_workplan *p;
+                rp_status st = rp_workplan_build(&c, &p, &err);
+                CHECKF(!st && rp_workplan_check(p, NULL, &err) == RP_OK, "zb-v P=%d m=%d, %s: %s",
+                       P, m, TIMES[t], err.msg);
+                if (!st)
+                    rp_workplan_free(p);
+            }
 }
 
 static void refused(void) {

@@ -297,13 +297,22 @@ static void auto_bubbles(void) {
                "P=%d: bubbles zb-auto %.3f ms, zb-h2 %.3f", P, t[2], t[1]);
         CHECKF(fabs(t[3] - t[0]) < 1e-6, "P=%d: zb-auto on equal times %.3f, zb-h1 %.3f", P,
                t[3], t[0]);
-        if (P == 2) { /* zb-auto's keys belong to it */
+        if (P == 2) { /* zb-auto's keys belong to it (the pass times to zb-v too) */
             rp_model *m = test_model(MLP);
             rp_config c = test_config("{\"layers_per_stage\": [3, -1], \"schedule\": \"zb-h1\", "
                                       "\"zb_max_in_flight\": 3}");
             rp_error err;
             CHECK(rp_session_check(m, &c, &err) == RP_ERR_INVALID);
-            CHECK_STR_HAS(err.msg, "go with schedule \"zb-auto\", not \"zb-h1\"");
+            CHECK_STR_HAS(err.msg, "zb_max_in_flight goes with schedule \"zb-auto\", not \"zb-h1\"");
+            c = test_config("{\"layers_per_stage\": [3, -1], \"schedule\": \"1f1b\", "
+                            "\"zb_pass_times\": [1, 2, 1]}");
+            CHECK(rp_session_check(m, &c, &err) == RP_ERR_INVALID);
+            CHECK_STR_HAS(err.msg, "zb_pass_times goes with schedule \"zb-auto\" or \"zb-v\", "
+                                   "not \"1f1b\"");
+            c = test_config("{\"layers_per_stage\": [1, 1, 1, -1], \"schedule\": \"zb-v\", "
+                            "\"zb_max_in_flight\": 3}");
+            CHECK(rp_session_check(m, &c, &err) == RP_ERR_INVALID);
+            CHECK_STR_HAS(err.msg, "zb_max_in_flight goes with schedule \"zb-auto\", not \"zb-v\"");
             rp_model_free(m);
         }
         if (P == 4)

@@ -194,7 +194,8 @@ void rpi_plan_consider(const search *S, rp_autoplan_entry *e, const rp_config *c
 ** the workers' shares in proportion to their replicas (a stage's
 ** replicas take its micro-batches in turns), under interleaved-1f1b
 ** (chunk c on worker c mod P; GA a multiple of P) and under zb-v (chunks r
-** and 2 P - 1 - r on worker r), each considered for `into` and `best`.
+** and 2 P - 1 - r on worker r, ordered on the busiest stage's pass times),
+** each considered for `into` and `best`.
 ** Returns how many were simulated. */
 int rpi_plan_interleaved(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into,
                          rp_autoplan_entry *best) {
@@ -214,6 +215,11 @@ int rpi_plan_interleaved(const search *S, const cand *k, rp_config cfg, rp_autop
         cfg.schedule = z == 0 ? RP_SCHEDULE_INTERLEAVED : RP_SCHEDULE_ZB_V;
         if (z == 0 && k->GA % P)
             continue;
+        /* zb-v orders on the busiest stage's pass times, as zb-auto does */
+        if (z == 1)
+            pass_times(S, k, cfg.zb_pass_times);
+        else
+            cfg.zb_pass_times[0] = cfg.zb_pass_times[1] = cfg.zb_pass_times[2] = 1;
         int dev[RP_MAX_STAGES], weights = 0;
         for (int r = 0; r < P; r++)
             for (int j = 0; j < 2; j++)

@@ -16,12 +16,15 @@ rp_status rp_schedule_check_config(const rp_config *cfg, rp_error *err) {
         return rp_fail(err, RP_ERR_INVALID,
                        "pipedream_vertical_sync goes with schedule \"pipedream\", not \"%s\"",
                        rp_schedule_name(cfg->schedule));
-    if (cfg->schedule != RP_SCHEDULE_ZB_AUTO &&
-        (cfg->zb_max_in_flight != 0 || cfg->zb_pass_times[0] != 1 ||
-         cfg->zb_pass_times[1] != 1 || cfg->zb_pass_times[2] != 1))
+    bool timed = cfg->zb_pass_times[0] != 1 || cfg->zb_pass_times[1] != 1 ||
+                 cfg->zb_pass_times[2] != 1;
+    if (cfg->schedule != RP_SCHEDULE_ZB_AUTO && cfg->zb_max_in_flight != 0)
         return rp_fail(err, RP_ERR_INVALID,
-                       "zb_pass_times and zb_max_in_flight go with schedule \"zb-auto\", not "
-                       "\"%s\"",
+                       "zb_max_in_flight goes with schedule \"zb-auto\", not \"%s\"",
+                       rp_schedule_name(cfg->schedule));
+    if (cfg->schedule != RP_SCHEDULE_ZB_AUTO && cfg->schedule != RP_SCHEDULE_ZB_V && timed)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "zb_pass_times goes with schedule \"zb-auto\" or \"zb-v\", not \"%s\"",
                        rp_schedule_name(cfg->schedule));
     bool interleaved = cfg->schedule == RP_SCHEDULE_INTERLEAVED;
     if (interleaved ? cfg->virtual_stages < 2

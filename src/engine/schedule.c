@@ -140,17 +140,18 @@ static int chunk_of(const rp_config *cfg, int P, int r, int k) {
 
 /* zb-v: each device's passes in order, 6 GA of them (its two chunks' F, B
 ** and W of every micro-batch) at 6 GA r as (stage, pass, mb), by a list
-** schedule on unit pass times, as zb_orders orders the others: the device
-** that can start soonest runs next; of what it can start then, a B first
-** (the chunks before it wait for it), the way down's (its micro-batch is
-** nearly through) before the way up's, then an F, the way up's first (the
-** way down's first can fill the device's room with micro-batches that
-** never come back: no pass could start), and a W only where nothing else
-** can start (W fills what would be a bubble). On unit times this is the
-** least bubble a V allows, P - 1 (worker P - 1 waits for the first
-** micro-batch's way down; test_zbv.c). A chunk's
-** passes of each kind go in micro-batch order, so its Ws sum the gradients
-** in 1f1b's order. A device holds at most 2 P micro-batches' chunk
+** schedule on zb_pass_times (unit times unless set), as zb_orders orders
+** the others: the device that can start soonest runs next; of what it can
+** start then, a B first (the chunks before it wait for it), the way down's
+** (its micro-batch is nearly through) before the way up's, then an F, the
+** way up's first (the way down's first can fill the device's room with
+** micro-batches that never come back: no pass could start), and a W only
+** where nothing else can start (W fills what would be a bubble). On unit
+** times this is the least bubble a V allows, P - 1 (worker P - 1 waits for
+** the first micro-batch's way down; test_zbv.c); on the passes' own times
+** (a GPT's small W, a recomputing stage's large B) Ws land where the unit
+** order would idle. A chunk's passes of each kind go in micro-batch order,
+** so its Ws sum the gradients in 1f1b's order. A device holds at most 2 P micro-batches' chunk
 ** activations from F to W: a 1F1B worker's P micro-batches of a stage twice
 ** as deep. */
 static rp_status zbv_orders(const rp_config *cfg, int *seq_stage, int *seq_pass, int *seq_mb,
@@ -163,7 +164,7 @@ static rp_status zbv_orders(const rp_config *cfg, int *seq_stage, int *seq_pass,
         free(done), free(at), free(tf), free(tb), free(free_at);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a schedule of %d micro-batches", GA);
     }
-    const double never = 1e300;
+    const double never = 1e300, *dur = cfg->zb_pass_times;
     for (int i = 0; i < S * GA; i++)
         tf[i] = tb[i] = never;
     for (int left = 3 * S * GA; left > 0; left--) {
@@ -214,11 +215,11 @@ static rp_status zbv_orders(const rp_config *cfg, int *seq_stage, int *seq_pass,
         int i = 6 * GA * d + at[d]++;
         seq_stage[i] = c, seq_pass[i] = best_pass, seq_mb[i] = mb;
         if (best_pass == PASS_F)
-            tf[c * GA + mb] = best_at + 1;
+            tf[c * GA + mb] = best_at + dur[PASS_F];
         else if (best_pass == PASS_B)
-            tb[c * GA + mb] = best_at + 1;
+            tb[c * GA + mb] = best_at + dur[PASS_B];
         done[3 * c + best_pass]++;
-        free_at[d] = best_at + 1;
+        free_at[d] = best_at + dur[best_pass];
     }
     free(done), free(at), free(tf), free(tb), free(free_at);
     return RP_OK;
