@@ -8,7 +8,8 @@
 # workers holding two chunks each: the MLP's pairs of layers 2, 1, 1, 2 and
 # the GPT's blocks 1 each) and zb-v (two chunks each in a V, worker 0 holding
 # the first and the last: the MLP's pairs 1, 2, 1, 2 with the flattening
-# and the head at the ends, the GPT's blocks 1 each) in turn, ROUNDS times
+# and the head at the ends, the GPT's blocks 1 each; ordered on the
+# profile's pass times) in turn, ROUNDS times
 # (the five interleaved, so that the machine's drift falls on all alike); prints the
 # median time per update of each, its ratio to 1f1b's, and what
 # 'repipe simulate --cores N' predicts from a profile measured in the same
@@ -53,8 +54,18 @@ for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 - [5,2,2,-1] [3,4,2,-1]" \
     printf '{"micro_batch_size": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "device_iterations": %s, "schedule": "interleaved-1f1b", "virtual_stages": 2}\n' \
       "$B" "$chunks" "$ga" "$D" > "$tmp/interleaved.json"
     : > "$tmp/interleaved.runs"
-    printf '{"micro_batch_size": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "device_iterations": %s, "schedule": "zb-v"}\n' \
-      "$B" "$vchunks" "$ga" "$D" > "$tmp/zb-v.json"
+    # zb-v ordered on the model's pass times (its profile's F, B and W summed;
+    # a layer without parameters all B)
+    times=$(awk '/forward_compute_time/ {
+        f = b = w = 0
+        if (match($0, /forward_compute_time=[0-9.]+/)) f = substr($0, RSTART + 21, RLENGTH - 21)
+        if (match($0, /backward_compute_time=[0-9.]+/)) b = substr($0, RSTART + 22, RLENGTH - 22)
+        if (match($0, /backward_input_time=[0-9.]+/)) b = substr($0, RSTART + 20, RLENGTH - 20)
+        if (match($0, /backward_weight_time=[0-9.]+/)) w = substr($0, RSTART + 21, RLENGTH - 21)
+        F += f; B += b; W += w }
+      END { printf "[%.4g, %.4g, %.4g]", F, B, W }' "$tmp/$model.txt")
+    printf '{"micro_batch_size": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "device_iterations": %s, "schedule": "zb-v", "zb_pass_times": %s}\n' \
+      "$B" "$vchunks" "$ga" "$D" "$times" > "$tmp/zb-v.json"
     : > "$tmp/zb-v.runs"
     for _ in $(seq "$rounds"); do
       for s in 1f1b zb-h1 zb-h2 interleaved zb-v; do
