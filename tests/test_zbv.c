@@ -225,6 +225,32 @@ static void plan(void) {
     free(csv);
 }
 
+/* One update of zb-v on P workers of 2 P one-layer chunks, m micro-batches,
+** each chunk's forward f, input half bi and weight half bw (ms), no bytes
+** and free transfers; extra: more keys. Milliseconds. */
+static double v_update_ms(int P, int m, double f, double bi, double bw, const char *extra) {
+    int S = 2 * P;
+    double fw[16], b[16], in[16], wt[16], out[16], par[16];
+    for (int l = 0; l < S; l++)
+        fw[l] = f, in[l] = bi, wt[l] = bw, b[l] = bi + bw, out[l] = 0, par[l] = 0;
+    char layers[64] = "[1", json[512];
+    for (int l = 1; l < S; l++)
+        strcat(layers, ", 1");
+    snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": "
+             "%s], \"schedule\": \"zb-v\"%s}", m, layers, extra);
+    rp_config c = test_config(json);
+    rp_sim_options so;
+    rp_sim_options_default(&so);
+    so.latency = 0;
+    so.bwd_input_ms = in, so.bwd_weight_ms = wt;
+    rp_sim_result r;
+    rp_error err;
+    CHECK_OK(rp_simulate(&c, fw, b, out, par, S, &so, &r, &err), err);
+    double t = r.update_time * 1e3;
+    rp_sim_result_free(&r);
+    return t;
+}
+
 /* On unit chunks (F = B = W = 1 ms) and free transfers, each of P workers
 ** computes 6 m ms an update. 1f1b's and zb-h1's bubbles on the same P
 ** workers (stages twice as deep) are 6 (P - 1) and 2 (P - 1) ms (Qi et
@@ -236,31 +262,15 @@ static void bubbles(void) {
     static const int PM[][2] = {{2, 4}, {2, 8}, {3, 6}, {4, 8}, {4, 16}};
     rp_error err;
     for (int i = 0; i < 10; i++) { /* then with clipping: its norm waits for every device */
-        int P = PM[i % 5][0], m = PM[i % 5][1], S = 2 * P;
-        double fw[16], bw[16], bi[16], bwt[16], out[16], par[16];
-        for (int l = 0; l < S; l++)
-            fw[l] = 1, bw[l] = 2, bi[l] = 1, bwt[l] = 1, out[l] = 0, par[l] = 0;
-        char layers[64] = "[1", json[512];
-        for (int l = 1; l < S; l++)
-            strcat(layers, ", 1");
-        snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": "
-                 "%s], \"schedule\": \"zb-v\"%s}", m, layers,
-                 i < 5 ? "" : ", \"gradient_clipping\": 1");
-        rp_config c = test_config(json);
-        rp_sim_options so;
-        rp_sim_options_default(&so);
-        so.latency = 0;
-        so.bwd_input_ms = bi, so.bwd_weight_ms = bwt;
-        rp_sim_result r;
-        CHECK_OK(rp_simulate(&c, fw, bw, out, par, S, &so, &r, &err), err);
-        double ideal = 6.0 * m, t = r.update_time * 1e3;
+        int P = PM[i % 5][0], m = PM[i % 5][1];
+        double ideal = 6.0 * m,
+               t = v_update_ms(P, m, 1, 1, 1, i < 5 ? "" : ", \"gradient_clipping\": 1");
         if (i < 5)
             printf("zb-v P=%d m=%d: %.1f ms, %.1f ms of bubble (1f1b %d, zb-h1 %d)\n", P, m, t,
                    t - ideal, 6 * (P - 1), 2 * (P - 1));
         /* (no parameters: the steps after the norm take no time) */
         CHECKF(fabs(t - ideal - (P - 1)) < 1e-9, "zb-v P=%d m=%d%s: %.3f ms, the work %.0f and "
                "the V's least bubble %d", P, m, i < 5 ? "" : " with clipping", t, ideal, P - 1);
-        rp_sim_result_free(&r);
     }
     /* Ordered on the passes' times where they differ: faster than the
     ** unit order, and never below the work plus the last worker's wait
@@ -269,30 +279,12 @@ static void bubbles(void) {
     static const struct { int P, m; double f, b, w; } TIMED[] = {
         {2, 8, 1, 1.08, 0.8}, {3, 6, 1, 3, 1}, {4, 16, 1, 1.08, 0.8}, {2, 8, 1, 1, 0.3}};
     for (int i = 0; i < 4; i++) {
-        int P = TIMED[i].P, m = TIMED[i].m, S = 2 * P;
-        double fw[16], bw[16], bi[16], bwt[16], out[16], par[16], t[2];
-        for (int l = 0; l < S; l++)
-            fw[l] = TIMED[i].f, bi[l] = TIMED[i].b, bwt[l] = TIMED[i].w,
-            bw[l] = bi[l] + bwt[l], out[l] = 0, par[l] = 0;
-        for (int timed = 0; timed < 2; timed++) {
-            char layers[64] = "[1", json[512], times[128] = "";
-            for (int l = 1; l < S; l++)
-                strcat(layers, ", 1");
-            if (timed)
-                snprintf(times, sizeof times, ", \"zb_pass_times\": [%g, %g, %g]", TIMED[i].f,
-                         TIMED[i].b, TIMED[i].w);
-            snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": "
-                     "%s], \"schedule\": \"zb-v\"%s}", m, layers, times);
-            rp_config c = test_config(json);
-            rp_sim_options so;
-            rp_sim_options_default(&so);
-            so.latency = 0;
-            so.bwd_input_ms = bi, so.bwd_weight_ms = bwt;
-            rp_sim_result r;
-            CHECK_OK(rp_simulate(&c, fw, bw, out, par, S, &so, &r, &err), err);
-            t[timed] = r.update_time * 1e3;
-            rp_sim_result_free(&r);
-        }
+        int P = TIMED[i].P, m = TIMED[i].m;
+        char times[128];
+        snprintf(times, sizeof times, ", \"zb_pass_times\": [%g, %g, %g]", TIMED[i].f,
+                 TIMED[i].b, TIMED[i].w);
+        double t[2] = {v_update_ms(P, m, TIMED[i].f, TIMED[i].b, TIMED[i].w, ""),
+                       v_update_ms(P, m, TIMED[i].f, TIMED[i].b, TIMED[i].w, times)};
         double least = 2.0 * m * (TIMED[i].f + TIMED[i].b + TIMED[i].w) + (P - 1) * TIMED[i].f;
         printf("zb-v P=%d m=%d, F %g B %g W %g: %.2f ms on unit times' order, %.2f on the "
                "passes' (at least %.2f)\n", P, m, TIMED[i].f, TIMED[i].b, TIMED[i].w, t[0], t[1],
