@@ -72,6 +72,16 @@ static inline int test_read_windows(char *text, int T, int max, float *x, int32_
     return windows;
 }
 
+/* layers_per_stage of S one-layer stages, "[1, 1, ..., 1]", into buf. */
+static inline const char *test_ones(char *buf, size_t n, int S) {
+    int k = snprintf(buf, n, "[1");
+    for (int l = 1; l < S && k > 0 && (size_t)k < n; l++)
+        k += snprintf(buf + k, n - (size_t)k, ", 1");
+    if (k > 0 && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k, "]");
+    return buf;
+}
+
 static inline rp_config test_config(const char *json) {
     rp_config c;
     rp_error err;

@@ -233,11 +233,9 @@ static double v_update_ms(int P, int m, double f, double bi, double bw, const ch
     double fw[16], b[16], in[16], wt[16], out[16], par[16];
     for (int l = 0; l < S; l++)
         fw[l] = f, in[l] = bi, wt[l] = bw, b[l] = bi + bw, out[l] = 0, par[l] = 0;
-    char layers[64] = "[1", json[512];
-    for (int l = 1; l < S; l++)
-        strcat(layers, ", 1");
+    char layers[64], json[512];
     snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": "
-             "%s], \"schedule\": \"zb-v\"%s}", m, layers, extra);
+             "%s, \"schedule\": \"zb-v\"%s}", m, test_ones(layers, sizeof layers, S), extra);
     rp_config c = test_config(json);
     rp_sim_options so;
     rp_sim_options_default(&so);
@@ -301,12 +299,11 @@ static void bubbles(void) {
     for (int t = 0; t < 8; t++)
         for (int P = 2; P <= 6; P++)
             for (int m = 1; m <= 24; m++) {
-                char layers[64] = "[1", json[512];
-                for (int l = 1; l < 2 * P; l++)
-                    strcat(layers, ", 1");
+                char layers[64], json[512];
                 snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, "
-                         "\"layers_per_stage\": %s], \"schedule\": \"zb-v\", "
-                         "\"zb_pass_times\": %s}", m, layers, TIMES[t]);
+                         "\"layers_per_stage\": %s, \"schedule\": \"zb-v\", "
+                         "\"zb_pass_times\": %s}", m, test_ones(layers, sizeof layers, 2 * P),
+                         TIMES[t]);
                 rp_config c = test_config(json);
                 rp_workplan *p;
                 rp_status st = rp_workplan_build(&c, &p, &err);

@@ -231,14 +231,12 @@ static void bubbles(void) {
             double t[3];
             for (int si = 0; si < 3; si++) {
                 zcase zc = {P, 1, {1, 1, 1}, GA, ""};
-                char layers[64] = "[1";
-                for (int s = 1; s < P; s++)
-                    strcat(layers, ", 1");
-                char json[512];
+                char layers[64], json[512];
                 snprintf(json, sizeof json,
-                         "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": %s], "
+                         "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": %s, "
                          "\"schedule\": \"%s\"}",
-                         GA, layers, si == 0 ? "1f1b" : si == 1 ? "zb-h1" : "zb-h2");
+                         GA, test_ones(layers, sizeof layers, P),
+                         si == 0 ? "1f1b" : si == 1 ? "zb-h1" : "zb-h2");
                 (void)zc;
                 rp_config c = test_config(json);
                 rp_sim_result r;
@@ -279,13 +277,11 @@ static void auto_bubbles(void) {
             "\"schedule\": \"zb-auto\""};
         double t[4];
         for (int si = 0; si < 4; si++) {
-            char layers[64] = "[1", sched[160], json[512];
-            for (int s = 1; s < P; s++)
-                strcat(layers, ", 1");
+            char layers[64], sched[160], json[512];
             snprintf(sched, sizeof sched, keys[si], 3 * P);
             snprintf(json, sizeof json,
-                     "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": %s], %s}", GA,
-                     layers, sched);
+                     "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": %s, %s}", GA,
+                     test_ones(layers, sizeof layers, P), sched);
             rp_config c = test_config(json);
             rp_sim_result r;
             rp_error err;
@@ -496,11 +492,10 @@ static void interleaved(void) {
         double fw[16], bw[16], out[16], par[16];
         for (int l = 0; l < S; l++)
             fw[l] = 1, bw[l] = 2, out[l] = 0, par[l] = 0;
-        char layers[64] = "[1", json[512];
-        for (int l = 1; l < S; l++)
-            strcat(layers, ", 1");
+        char layers[64], json[512];
         snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": "
-                 "%s], \"schedule\": \"interleaved-1f1b\", \"virtual_stages\": %d}", mb, layers, v);
+                 "%s, \"schedule\": \"interleaved-1f1b\", \"virtual_stages\": %d}", mb,
+                 test_ones(layers, sizeof layers, S), v);
         rp_config ic2 = test_config(json);
         rp_sim_options so;
         rp_sim_options_default(&so);
