@@ -14,7 +14,7 @@
 # median time per update of each, its ratio to 1f1b's, and what
 # 'repipe simulate --cores N' predicts from a profile measured in the same
 # run, with the error of each prediction, the predicted ratio to 1f1b's
-# prediction, and the floor: the busiest worker's own compute under that
+# prediction, and the floor: the busiest device's own compute under that
 # schedule (split backwards cost a little more than whole ones) over 1f1b's
 # prediction, below which no order of these passes goes in the model.
 # Usage: bench/zerobubble.sh BUILD_DIR [ROUNDS]
@@ -43,6 +43,16 @@ for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 - [5,2,2,-1] [3,4,2,-1]" \
   model=$1 file=$2 B=$3 layers=$4 steps=$5 text=$6 chunks=$7 vchunks=$8
   data=()
   [ "$text" != - ] && data=(--text "$text")
+  # zb-v ordered on the model's pass times (its profile's F, B and W summed;
+  # a layer without parameters all B)
+  times=$(awk '/forward_compute_time/ {
+      f = b = w = 0
+      if (match($0, /forward_compute_time=[0-9.]+/)) f = substr($0, RSTART + 21, RLENGTH - 21)
+      if (match($0, /backward_compute_time=[0-9.]+/)) b = substr($0, RSTART + 22, RLENGTH - 22)
+      if (match($0, /backward_input_time=[0-9.]+/)) b = substr($0, RSTART + 20, RLENGTH - 20)
+      if (match($0, /backward_weight_time=[0-9.]+/)) w = substr($0, RSTART + 21, RLENGTH - 21)
+      F += f; B += b; W += w }
+    END { printf "[%.4g, %.4g, %.4g]", F, B, W }' "$tmp/$model.txt")
   for gad in "4 1" "8 1" "8 4"; do
     set -- $gad
     ga=$1 D=$2
@@ -54,16 +64,6 @@ for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 - [5,2,2,-1] [3,4,2,-1]" \
     printf '{"micro_batch_size": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "device_iterations": %s, "schedule": "interleaved-1f1b", "virtual_stages": 2}\n' \
       "$B" "$chunks" "$ga" "$D" > "$tmp/interleaved.json"
     : > "$tmp/interleaved.runs"
-    # zb-v ordered on the model's pass times (its profile's F, B and W summed;
-    # a layer without parameters all B)
-    times=$(awk '/forward_compute_time/ {
-        f = b = w = 0
-        if (match($0, /forward_compute_time=[0-9.]+/)) f = substr($0, RSTART + 21, RLENGTH - 21)
-        if (match($0, /backward_compute_time=[0-9.]+/)) b = substr($0, RSTART + 22, RLENGTH - 22)
-        if (match($0, /backward_input_time=[0-9.]+/)) b = substr($0, RSTART + 20, RLENGTH - 20)
-        if (match($0, /backward_weight_time=[0-9.]+/)) w = substr($0, RSTART + 21, RLENGTH - 21)
-        F += f; B += b; W += w }
-      END { printf "[%.4g, %.4g, %.4g]", F, B, W }' "$tmp/$model.txt")
     printf '{"micro_batch_size": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "device_iterations": %s, "schedule": "zb-v", "zb_pass_times": %s}\n' \
       "$B" "$vchunks" "$ga" "$D" "$times" > "$tmp/zb-v.json"
     : > "$tmp/zb-v.runs"

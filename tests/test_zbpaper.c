@@ -77,13 +77,11 @@ int main(int argc, char **argv) {
         o.num_levels = 1, o.machines[0] = p, o.bandwidth[0] = 1e15, o.latency = c * 1e-6;
         o.bwd_input_ms = b, o.bwd_weight_ms = w;
         for (int k = 0; k < 3; k++) {
-            char json[512];
-            int n = snprintf(json, sizeof json,
-                             "{\"micro_batch_size\": 1, \"gradient_accumulation_steps\": %d, "
-                             "\"schedule\": \"%s\", \"layers_per_stage\": [", m, schedules[k]);
-            for (int s = 0; s < p; s++)
-                n += snprintf(json + n, sizeof json - (size_t)n, s ? ", 1" : "1");
-            snprintf(json + n, sizeof json - (size_t)n, "]}");
+            char json[512], layers[128];
+            snprintf(json, sizeof json,
+                     "{\"micro_batch_size\": 1, \"gradient_accumulation_steps\": %d, "
+                     "\"schedule\": \"%s\", \"layers_per_stage\": %s}", m, schedules[k],
+                     test_ones(layers, sizeof layers, p));
             rp_config cfg = test_config(json);
             rp_sim_result r;
             CHECK_OK(rp_simulate(&cfg, fw, bw, ob, pb, L, &o, &r, &err), err);

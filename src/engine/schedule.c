@@ -151,9 +151,9 @@ static int chunk_of(const rp_config *cfg, int P, int r, int k) {
 ** the first micro-batch's way down; test_zbv.c); on the passes' own times
 ** (a GPT's small W, a recomputing stage's large B) Ws land where the unit
 ** order would idle. A chunk's passes of each kind go in micro-batch order,
-** so its Ws sum the gradients in 1f1b's order. A device holds at most 2 P micro-batches' chunk
-** activations from F to W: a 1F1B worker's P micro-batches of a stage twice
-** as deep. */
+** so its Ws sum the gradients in 1f1b's order. A device holds at most 2 P
+** micro-batches' chunk activations from F to W: a 1F1B worker's P
+** micro-batches of a stage twice as deep. */
 static rp_status zbv_orders(const rp_config *cfg, int *seq_stage, int *seq_pass, int *seq_mb,
                             rp_error *err) {
     int S = cfg->layers_per_stage.count, P = S / 2, GA = cfg->gradient_accumulation_steps;
