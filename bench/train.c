@@ -2,7 +2,9 @@
 ** bench/train: repipe's training throughput on one worker, measured the way
 ** ../shared/bench/torch_peer.py measures PyTorch's: 20 warm-up updates (or
 ** --warmup N),
-** then `steps` timed updates of one micro-batch, samples per second. The
+** then `steps` timed updates of one micro-batch, samples per second, and
+** the median call's time (a call is device_iterations updates): one that a
+** neighbour on a shared machine slowed moves the mean, not the median. The
 ** workers copy their rows from the dataset (rp_session_run_samples);
 ** PyTorch's loop takes contiguous slices of its tensors and copies none.
 ** Prints one JSON line (rank 0 under MPI). With --text FILE a token model
@@ -39,6 +41,10 @@ int main(int argc, char **argv) {
         }
     }
     int steps = atoi(argv[3]);
+    if (steps < 1) {
+        fprintf(stderr, "bench_train: STEPS must be at least 1\n");
+        return 2;
+    }
     rp_error err;
     rp_model *m;
     rp_config cfg;
@@ -65,10 +71,16 @@ int main(int argc, char **argv) {
     int64_t *ids = malloc(sizeof(int64_t) * per);
     rp_stream st;
     rp_stream_init(&st, cfg.seed, d->n, (int)(per / cfg.device_iterations), &err);
+    double *call = malloc(sizeof(double) * steps);
+    if (!call) {
+        fprintf(stderr, "bench_train: out of memory\n");
+        return 1;
+    }
     double t0 = 0, loss = 0;
     for (int k = 0; k < warmup + steps; k++) {
         if (k == warmup)
             t0 = rp_now();
+        double tk = rp_now();
         for (int i = 0; i < cfg.device_iterations; i++)
             rp_stream_update(&st, (long long)k * cfg.device_iterations + i,
                              ids + i * (per / cfg.device_iterations), &err);
@@ -78,15 +90,18 @@ int main(int argc, char **argv) {
             return 1;
         }
         loss = r.losses[r.count - 1];
+        if (k >= warmup)
+            call[k - warmup] = rp_now() - tk;
     }
     double dt = rp_now() - t0;
+    qsort(call, steps, sizeof(double), rp_cmp_double);
     if (!comm || rp_comm_rank(comm) == 0)
         printf("{\"model\": \"%s\", \"mode\": \"repipe-%s%d\", \"batch\": %d, "
-               "\"samples_per_s\": %.1f, \"final_loss\": %.4f}\n",
+               "\"samples_per_s\": %.1f, \"median_call_ms\": %.3f, \"final_loss\": %.4f}\n",
                argv[1], comm ? "mpi" : "local", cfg.replication_factor, cfg.micro_batch_size,
-               steps * per / dt, loss);
+               steps * per / dt, 1e3 * call[steps / 2], loss);
     rp_stream_free(&st);
-    free(ids), free(tokens);
+    free(ids), free(tokens), free(call);
     rp_session_free(s);
     rp_dataset_free(d);
     rp_model_free(m);

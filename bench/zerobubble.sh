@@ -10,13 +10,20 @@
 # the first and the last: the MLP's pairs 1, 2, 1, 2 with the flattening
 # and the head at the ends, the GPT's blocks 1 each; ordered on the
 # profile's pass times) in turn, ROUNDS times
-# (the five interleaved, so that the machine's drift falls on all alike); prints the
+# (the five interleaved, so that the machine's drift falls on all alike), a
+# run being 5 warm-up calls and then its median call's time: a call that a
+# neighbour on this shared machine slowed moves a run's mean, not its
+# median. Prints the
 # median time per update of each, its ratio to 1f1b's, and what
 # 'repipe simulate --cores N' predicts from a profile measured in the same
 # run, with the error of each prediction, the predicted ratio to 1f1b's
-# prediction, and the floor: the busiest device's own compute under that
+# prediction, the floor: the busiest device's own compute under that
 # schedule (split backwards cost a little more than whole ones) over 1f1b's
-# prediction, below which no order of these passes goes in the model.
+# prediction, below which no order of these passes goes in the model; and,
+# for one update a call, the bound: a call starts with the second device
+# waiting for the first's forward of micro-batch 0 (the first chunk's), so
+# no order of these passes on these stages beats that device's own compute
+# plus the wait (nor the first device's compute).
 # Usage: bench/zerobubble.sh BUILD_DIR [ROUNDS]
 default_rounds=5
 . "$(dirname "$0")/common.sh"
@@ -33,12 +40,12 @@ cat docs/*.md README.md > "$tmp/text.txt"
 "$build/repipe" profile --model "$tmp/mlp.model" --micro-batch 64 --out "$tmp/mlp.txt" >/dev/null
 "$build/repipe" profile --model examples/gpt-kjv.model --micro-batch 8 --out "$tmp/gpt.txt" >/dev/null
 med() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-printf '%-4s %3s %2s %-11s %12s %9s %12s %9s %9s %9s\n' model GA D schedule "measured ms" "vs 1f1b" "predicted ms" error \
-  "pred. vs" floor
-# model file B layers_per_stage steps data chunks (interleaved-1f1b's
-# layers_per_stage) vchunks (zb-v's)
-for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 - [5,2,2,-1] [3,4,2,-1]" \
-            "gpt examples/gpt-kjv.model 8 [4,-1] 8 $tmp/text.txt [3,1,1,-1] [3,1,1,-1]"; do
+printf '%-4s %3s %2s %-11s %12s %9s %12s %9s %9s %9s %9s\n' model GA D schedule "measured ms" "vs 1f1b" "predicted ms" \
+  error "pred. vs" floor bound
+# model file B layers_per_stage updates data chunks (interleaved-1f1b's
+# layers_per_stage) vchunks (zb-v's); a run times updates / D calls
+for spec in "mlp $tmp/mlp.model 64 [7,-1] 32 - [5,2,2,-1] [3,4,2,-1]" \
+            "gpt examples/gpt-kjv.model 8 [4,-1] 24 $tmp/text.txt [3,1,1,-1] [3,1,1,-1]"; do
   set -- $spec
   model=$1 file=$2 B=$3 layers=$4 steps=$5 text=$6 chunks=$7 vchunks=$8
   data=()
@@ -69,32 +76,49 @@ for spec in "mlp $tmp/mlp.model 64 [7,-1] 30 - [5,2,2,-1] [3,4,2,-1]" \
     : > "$tmp/zb-v.runs"
     for _ in $(seq "$rounds"); do
       for s in 1f1b zb-h1 zb-h2 interleaved zb-v; do
-        "$build/bench/bench_train" "$file" "$tmp/$s.json" $((steps / D + 1)) "${data[@]}" </dev/null |
-          sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' >> "$tmp/$s.runs"
+        "$build/bench/bench_train" "$file" "$tmp/$s.json" $((steps / D)) "${data[@]}" --warmup 5 \
+          </dev/null | sed -n 's/.*"median_call_ms": \([0-9.]*\).*/\1/p' >> "$tmp/$s.runs"
       done
     done
     base="" pbase=""
     for s in 1f1b zb-h1 zb-h2 interleaved zb-v; do
-      rate=$(med < "$tmp/$s.runs")
+      call=$(med < "$tmp/$s.runs")
       # the prediction, and its busiest worker's own compute: no order of
       # these passes takes less (the floor; split backwards cost more)
       # (a chunked schedule's workers are its chunks, two a device: interleaved
       # puts stage s on device s mod P, zb-v on s or 2P - 1 - s)
-      read -r pred floor < <("$build/repipe" simulate --config "$tmp/$s.json" --profile "$tmp/$model.txt" \
-             --cores "$cores" --json - 2>/dev/null | awk -v s="$s" '
+      # (the bound: device d > 0 waits for the forwards of micro-batch 0
+      # on chunks 0 .. d - 1, F summed from the profile, seconds)
+      split=$layers
+      [ "$s" = interleaved ] && split=$chunks
+      [ "$s" = zb-v ] && split=$vchunks
+      waits=$(awk -v sizes="$split" '
+        BEGIN { gsub(/[][ ]/, "", sizes); k = split(sizes, n, ","); c = 1; left = n[1] }
+        /forward_compute_time/ && !/Input/ {
+          if (left == 0 && c < k) { c++; left = n[c] }
+          match($0, /forward_compute_time=[0-9.]+/)
+          f[c] += substr($0, RSTART + 21, RLENGTH - 21) / 1e3; left-- }
+        END { w = 0; for (i = 1; i <= k; i++) { printf "%s%.6g", (i > 1 ? " " : ""), w; w += f[i] } }' \
+        "$tmp/$model.txt")
+      read -r pred floor bound < <("$build/repipe" simulate --config "$tmp/$s.json" --profile "$tmp/$model.txt" \
+             --cores "$cores" --json - 2>/dev/null | awk -v s="$s" -v waits="$waits" '
         /"seconds_per_update"/ { gsub(/[^0-9.e+-]/, "", $2); t = $2 }
         /"workers"/ { gsub(/[^0-9]/, "", $2); P = (s == "interleaved" || s == "zb-v") ? $2 / 2 : $2 }
         /"stage"/ { gsub(/[^0-9]/, "", $2); st = $2 }
         /"busy_fraction"/ { gsub(/[^0-9.e+-]/, "", $2)
           d = s == "interleaved" ? st % P : s == "zb-v" && st >= P ? 2 * P - 1 - st : st
           busy[d] += $2 }
-        END { for (d in busy) if (busy[d] > b) b = busy[d]; print t, t * b }')
-      ms=$(awk -v r="$rate" -v n=$((B * ga)) 'BEGIN { printf "%.3f", 1e3 * n / r }')
+        END { split(waits, w, " ")
+          for (d in busy) { if (busy[d] > b) b = busy[d]
+                            if (t * busy[d] + w[d + 1] > x) x = t * busy[d] + w[d + 1] }
+          print t, t * b, x }')
+      ms=$(awk -v c="$call" -v d="$D" 'BEGIN { printf "%.3f", c / d }')
       [ -z "$base" ] && base=$ms pbase=$pred
       awk -v m="$model" -v g="$ga" -v d="$D" -v s="$s" -v t="$ms" -v b="$base" -v p="$pred" \
-          -v pb="$pbase" -v f="$floor" 'BEGIN {
-        printf "%-4s %3s %2s %-11s %12.3f %9.3f %12.3f %+8.1f%% %9.3f %9.3f\n", m, g, d, s, t, t / b,
-               p * 1e3, 100 * (p * 1e3 - t) / t, p / pb, f / pb }'
+          -v pb="$pbase" -v f="$floor" -v x="$bound" 'BEGIN {
+        printf "%-4s %3s %2s %-11s %12.3f %9.3f %12.3f %+8.1f%% %9.3f %9.3f %9s\n", m, g, d, s, t, t / b,
+               p * 1e3, 100 * (p * 1e3 - t) / t, p / pb, f / pb,
+               d == 1 ? sprintf("%.3f", x / pb) : "-" }'
     done
   done
 done
@@ -119,13 +143,13 @@ for D in 1 4; do
   done
   for _ in $(seq "$rounds"); do
     for c in 1f1b-0 1f1b-1 zb-h2-0 zb-h2-1; do
-      "$build/bench/bench_train" "$tmp/mlp.model" "$tmp/$c.json" $((30 / D + 1)) </dev/null |
-        sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' >> "$tmp/$c.runs"
+      "$build/bench/bench_train" "$tmp/mlp.model" "$tmp/$c.json" $((32 / D)) --warmup 5 </dev/null |
+        sed -n 's/.*"median_call_ms": \([0-9.]*\).*/\1/p' >> "$tmp/$c.runs"
     done
   done
   for s in 1f1b zb-h2; do
-    ms0=$(awk -v r="$(med < "$tmp/$s-0.runs")" 'BEGIN { printf "%.3f", 1e3 * 512 / r }')
-    ms1=$(awk -v r="$(med < "$tmp/$s-1.runs")" 'BEGIN { printf "%.3f", 1e3 * 512 / r }')
+    ms0=$(awk -v c="$(med < "$tmp/$s-0.runs")" -v d="$D" 'BEGIN { printf "%.3f", c / d }')
+    ms1=$(awk -v c="$(med < "$tmp/$s-1.runs")" -v d="$D" 'BEGIN { printf "%.3f", c / d }')
     p0=$("$build/repipe" simulate --config "$tmp/$s-0.json" --profile "$tmp/mlp.txt" --cores "$cores" \
          --json - 2>/dev/null | sed -n 's/.*"seconds_per_update":[[:space:]]*\([0-9.e+-]*\).*/\1/p')
     p1=$("$build/repipe" simulate --config "$tmp/$s-1.json" --profile "$tmp/mlp.txt" --cores "$cores" \
