@@ -10,7 +10,8 @@
 # the first and the last: the MLP's pairs 1, 2, 1, 2 with the flattening
 # and the head at the ends, the GPT's blocks 1 each; ordered on the
 # profile's pass times) in turn, ROUNDS times
-# (the five interleaved, so that the machine's drift falls on all alike), a
+# (the five interleaved, each round starting at the next of them, so that
+# the machine's drift falls on all alike), a
 # run being 5 warm-up calls and then its median call's time: a call that a
 # neighbour on this shared machine slowed moves a run's mean, not its
 # median. Prints the
@@ -74,8 +75,10 @@ for spec in "mlp $tmp/mlp.model 64 [7,-1] 32 - [5,2,2,-1] [3,4,2,-1]" \
     printf '{"micro_batch_size": %s, "layers_per_stage": %s, "gradient_accumulation_steps": %s, "device_iterations": %s, "schedule": "zb-v", "zb_pass_times": %s}\n' \
       "$B" "$vchunks" "$ga" "$D" "$times" > "$tmp/zb-v.json"
     : > "$tmp/zb-v.runs"
-    for _ in $(seq "$rounds"); do
-      for s in 1f1b zb-h1 zb-h2 interleaved zb-v; do
+    order=(1f1b zb-h1 zb-h2 interleaved zb-v)
+    for r in $(seq "$rounds"); do
+      for i in 0 1 2 3 4; do # round r starts at the r-th: no schedule always runs first
+        s=${order[$(((i + r) % 5))]}
         "$build/bench/bench_train" "$file" "$tmp/$s.json" $((steps / D)) "${data[@]}" --warmup 5 \
           </dev/null | sed -n 's/.*"median_call_ms": \([0-9.]*\).*/\1/p' >> "$tmp/$s.runs"
       done
@@ -141,8 +144,10 @@ for D in 1 4; do
       : > "$tmp/$s-$clip.runs"
     done
   done
-  for _ in $(seq "$rounds"); do
-    for c in 1f1b-0 1f1b-1 zb-h2-0 zb-h2-1; do
+  order=(1f1b-0 1f1b-1 zb-h2-0 zb-h2-1)
+  for r in $(seq "$rounds"); do
+    for i in 0 1 2 3; do
+      c=${order[$(((i + r) % 4))]}
       "$build/bench/bench_train" "$tmp/mlp.model" "$tmp/$c.json" $((32 / D)) --warmup 5 </dev/null |
         sed -n 's/.*"median_call_ms": \([0-9.]*\).*/\1/p' >> "$tmp/$c.runs"
     done
