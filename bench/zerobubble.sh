@@ -61,6 +61,19 @@ for spec in "mlp $tmp/mlp.model 64 [7,-1] 32 - [5,2,2,-1] [3,4,2,-1]" \
       if (match($0, /backward_weight_time=[0-9.]+/)) w = substr($0, RSTART + 21, RLENGTH - 21)
       F += f; B += b; W += w }
     END { printf "[%.4g, %.4g, %.4g]", F, B, W }' "$tmp/$model.txt")
+  # each schedule's waits: before chunk d, the forwards of chunks 0 .. d - 1
+  # of one micro-batch (seconds, from the profile; chunk sizes in layers)
+  waits() { awk -v sizes="$1" '
+      BEGIN { gsub(/[][ ]/, "", sizes); k = split(sizes, n, ","); c = 1; left = n[1] }
+      /forward_compute_time/ && !/Input/ {
+        if (left == 0 && c < k) { c++; left = n[c] }
+        match($0, /forward_compute_time=[0-9.]+/)
+        f[c] += substr($0, RSTART + 21, RLENGTH - 21) / 1e3; left-- }
+      END { w = 0; for (i = 1; i <= k; i++) { printf "%s%.6g", (i > 1 ? " " : ""), w; w += f[i] } }' \
+      "$tmp/$model.txt"; }
+  declare -A wait_of
+  wait_of[1f1b]=$(waits "$layers") wait_of[interleaved]=$(waits "$chunks") wait_of[zb-v]=$(waits "$vchunks")
+  wait_of[zb-h1]=${wait_of[1f1b]} wait_of[zb-h2]=${wait_of[1f1b]}
   for gad in "4 1" "8 1" "8 4"; do
     set -- $gad
     ga=$1 D=$2
@@ -90,19 +103,9 @@ for spec in "mlp $tmp/mlp.model 64 [7,-1] 32 - [5,2,2,-1] [3,4,2,-1]" \
       # these passes takes less (the floor; split backwards cost more)
       # (a chunked schedule's workers are its chunks, two a device: interleaved
       # puts stage s on device s mod P, zb-v on s or 2P - 1 - s)
-      # (the bound: device d > 0 waits for the forwards of micro-batch 0
-      # on chunks 0 .. d - 1, F summed from the profile, seconds)
-      split=$layers
-      [ "$s" = interleaved ] && split=$chunks
-      [ "$s" = zb-v ] && split=$vchunks
-      waits=$(awk -v sizes="$split" '
-        BEGIN { gsub(/[][ ]/, "", sizes); k = split(sizes, n, ","); c = 1; left = n[1] }
-        /forward_compute_time/ && !/Input/ {
-          if (left == 0 && c < k) { c++; left = n[c] }
-          match($0, /forward_compute_time=[0-9.]+/)
-          f[c] += substr($0, RSTART + 21, RLENGTH - 21) / 1e3; left-- }
-        END { w = 0; for (i = 1; i <= k; i++) { printf "%s%.6g", (i > 1 ? " " : ""), w; w += f[i] } }' \
-        "$tmp/$model.txt")
+      # (the bound: device d > 0 waits for micro-batch 0's forwards on
+      # chunks 0 .. d - 1)
+      waits=${wait_of[$s]}
       read -r pred floor bound < <("$build/repipe" simulate --config "$tmp/$s.json" --profile "$tmp/$model.txt" \
              --cores "$cores" --json - 2>/dev/null | awk -v s="$s" -v waits="$waits" '
         /"seconds_per_update"/ { gsub(/[^0-9.e+-]/, "", $2); t = $2 }

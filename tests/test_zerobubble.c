@@ -230,14 +230,12 @@ static void bubbles(void) {
             so.latency = 0;
             double t[3];
             for (int si = 0; si < 3; si++) {
-                zcase zc = {P, 1, {1, 1, 1}, GA, ""};
                 char layers[64], json[512];
                 snprintf(json, sizeof json,
                          "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": %s, "
                          "\"schedule\": \"%s\"}",
                          GA, test_ones(layers, sizeof layers, P),
                          si == 0 ? "1f1b" : si == 1 ? "zb-h1" : "zb-h2");
-                (void)zc;
                 rp_config c = test_config(json);
                 rp_sim_result r;
                 rp_error err;
