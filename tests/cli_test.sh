@@ -404,7 +404,7 @@ expect_fail "not llm.c tokens" 1 "not an llm.c token file \(magic" -- "$bin" tra
 
 # Workflow: profile a repipe model, plan it, turn the plan into a configuration.
 "$bin" profile --model "$src/examples/fmnist-mlp.model" --micro-batch 8 --repeats 3 --out "$tmp/mlp.txt" >/dev/null 2>&1
-if [ "$(grep -c ' -- ' "$tmp/mlp.txt")" -ge 15 ] && grep -q "^node0 -- Input0 micro_batch=8 -- " "$tmp/mlp.txt" &&
+if [ "$(grep -c ' -- ' "$tmp/mlp.txt")" -ge 15 ] && grep -q "^node0 -- Input0 micro_batch=8 timed_in=whole_passes -- " "$tmp/mlp.txt" &&
    grep -q "^node2 -- linear (layer 1, line 4) backward_input_time=[0-9.]* backward_weight_time=[0-9.]* -- .*parameter_size=1607680.000$" "$tmp/mlp.txt"; then ok; else bad "profile: $(head -3 "$tmp/mlp.txt")"; fi
 out=$("$bin" plan --profile "$tmp/mlp.txt" --machines 2 --straight --config-out "$tmp/mlp-plan.json" \
       --base-config "$src/examples/fmnist.json" 2>&1)

@@ -1,8 +1,10 @@
 /*
-** Model specs, optimizers, weight files, IDX files and the sample stream.
+** Model specs, optimizers, weight files, IDX files, the sample stream and a
+** net's layer clock.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
+#include <time.h>
 
 #include "repipe/data.h"
 #include "repipe/model.h"
@@ -383,6 +385,63 @@ static void test_generate(void) {
     rp_model_free(m);
 }
 
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+/* rp_net_time_layers: each layer's time lands in its own slot and pass,
+** the slots add up to no more than the passes took, and nothing is counted
+** once the clock is off. */
+static void test_layer_clock(void) {
+    rp_model *m;
+    rp_error err;
+    CHECK(parse("input 1 8 8\nflatten\nlinear 256\nrelu\nlinear 256\nrelu\nlinear 10\n"
+                "softmax_cross_entropy\n", &m, &err) == RP_OK);
+    int B = 32, L = m->num_layers;
+    rp_net_options o = {.split_backward = true};
+    rp_net *net;
+    rp_acts *acts;
+    CHECK(rp_net_create_with(m, 0, L, B, &o, &net, &err) == RP_OK);
+    CHECK(rp_acts_create(net, B, &acts, &err) == RP_OK);
+    rp_model_init_params(m, 0, L, 1, NULL, rp_net_params(net));
+    float *x = calloc((size_t)B * 64, sizeof(float));
+    int32_t labels[32] = {0};
+    int64_t ids[32] = {0};
+    double *ms = calloc(3 * (size_t)L, sizeof(double));
+    rp_step_ctx ctx = {.training = true, .sample_id = ids, .labels = labels, .loss_scale = 1.0};
+    rp_net_time_layers(net, ms);
+    double t0 = now();
+    CHECK(rp_net_forward(net, acts, x, B, &ctx, NULL) != NULL);
+    double t1 = now();
+    double fsum = 0;
+    for (int l = 0; l < L; l++) {
+        fsum += ms[3 * l];
+        CHECK(ms[3 * l + 1] == 0 && ms[3 * l + 2] == 0); /* no backward yet */
+    }
+    CHECK(ms[0] == 0); /* the flatten is its input, read in place: no pass */
+    for (int l = 1; l < L; l++)
+        CHECK(ms[3 * l] > 0);
+    CHECK(fsum <= t1 - t0);
+    rp_net_backward_input(net, acts, NULL, &ctx, false);
+    for (int l = 1; l < L; l++)
+        CHECK(ms[3 * l + 1] > 0 && ms[3 * l + 2] == 0);
+    rp_net_backward_weight(net, acts, &ctx);
+    for (int l = 1; l < L; l++) /* the linears have a weights' half, the rest none */
+        CHECK((ms[3 * l + 2] > 0) == (m->layers[l].param_count > 0));
+    double before[24];
+    memcpy(before, ms, sizeof(double) * 3 * L);
+    rp_net_time_layers(net, NULL);
+    CHECK(rp_net_forward(net, acts, x, B, &ctx, NULL) != NULL);
+    rp_net_backward(net, acts, NULL, &ctx, false);
+    CHECK(memcmp(before, ms, sizeof(double) * 3 * L) == 0);
+    free(x), free(ms);
+    rp_acts_free(acts);
+    rp_net_free(net);
+    rp_model_free(m);
+}
+
 int main(void) {
     test_examples();
     test_spec_errors();
@@ -391,5 +450,6 @@ int main(void) {
     test_idx();
     test_stream();
     test_generate();
+    test_layer_clock();
     return test_finish("test_model");
 }

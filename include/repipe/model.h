@@ -333,6 +333,13 @@ const float *rp_net_backward_input(rp_net *net, rp_acts *acts, const float *dout
                                    const rp_step_ctx *ctx, bool need_input_grad);
 void rp_net_backward_weight(rp_net *net, rp_acts *acts, const rp_step_ctx *ctx);
 
+/* Times every layer of the net as it runs in the net's passes: from now on
+** each layer l adds the seconds of its forward to ms[3 (l - first)], of its
+** backward (or a split backward's input half) to ms[3 (l - first) + 1] and
+** of its weights' half to ms[3 (l - first) + 2] (NULL: stops). Recomputed
+** forwards count as forwards. ms is the caller's, 3 x layers doubles. */
+void rp_net_time_layers(rp_net *net, double *ms);
+
 /* Batchnorm's running statistics (docs/training.md). In training, each
 ** batchnorm layer normalises with its micro-batch's statistics and records
 ** them (each channel's mean and unbiased variance, and a 1 that marks the

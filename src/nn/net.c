@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/util.h"
 #include "net_impl.h"
 
 
@@ -382,12 +383,17 @@ void rp_net_backward_weight(rp_net *n, rp_acts *a, const rp_step_ctx *ctx) {
         if (!n->keep_aux[i] && rpi_layer_aux_bytes(L, 1))
             rpi_layer_forward(&x, &n->err); /* it succeeded on these rows before */
         x.part = RPI_BACK_WEIGHT;
+        double t0 = n->clock ? rp_now() : 0;
         rpi_layer_backward(&x, a->ws[i], NULL);
+        if (n->clock)
+            n->clock[3 * i + 2] += rp_now() - t0;
         n->dirty[i] = true;
         if (ctx->grads_done)
             ctx->grads_done(ctx->grads_arg, l);
     }
 }
+
+void rp_net_time_layers(rp_net *n, double *ms) { n->clock = ms; }
 
 void rp_net_predictions(const rp_net *n, const rp_acts *a, int32_t *out) {
     const rp_layer *L = &n->m->layers[n->last - 1];

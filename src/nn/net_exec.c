@@ -5,6 +5,7 @@
 */
 #include <string.h>
 
+#include "../core/util.h"
 #include "net_impl.h"
 
 bool rpi_net_is_checkpoint(const rp_net *n, int l) {
@@ -75,7 +76,10 @@ void rpi_net_layer_backward(rp_net *n, layer_args *x, const float *dout, float *
     if (split && !rpi_layer_stashes_itself(L))
         memcpy(x->wstash, dout, sizeof(float) * out_size(L) * x->B);
     x->part = split ? RPI_BACK_INPUT : RPI_BACK_BOTH;
+    double t0 = n->clock ? rp_now() : 0;
     rpi_layer_backward(x, dout, din);
+    if (n->clock)
+        n->clock[3 * (x->index - n->first) + 1] += rp_now() - t0;
     if (!split && L->num_vars)
         n->dirty[x->index - n->first] = true;
 }
@@ -83,7 +87,10 @@ void rpi_net_layer_backward(rp_net *n, layer_args *x, const float *dout, float *
 /* A layer's forward; a row-split linear's partial sums are then summed over
 ** the tensor group (tensor parallelism). */
 rp_status rpi_net_layer_forward(rp_net *n, const layer_args *x) {
+    double t0 = n->clock ? rp_now() : 0;
     rp_status st = rpi_layer_forward(x, &n->err);
+    if (n->clock)
+        n->clock[3 * (x->index - n->first)] += rp_now() - t0;
     if (!st && (x->L->tp_reduce & RP_TP_REDUCE_OUTPUT) && n->opt.tp_allreduce)
         n->opt.tp_allreduce(n->opt.tp_ctx, x->out, out_size(x->L) * x->B);
     return st;

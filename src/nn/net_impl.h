@@ -44,6 +44,10 @@ struct rp_net {
     size_t *stat_at;
     float *stats, *running;
     size_t stats_n, running_n;
+    /* rp_net_time_layers: per layer of the net, seconds spent forward, in
+    ** the whole backward or its input half, and in the weights' half (NULL:
+    ** not timed) */
+    double *clock;
     rp_error err;
 };
 
