@@ -9,7 +9,7 @@
 static const cli_opt OPTS[] = {
     {"model", 'm', "FILE", "model spec (required)"},
     {"micro-batch", 'b', "B", "rows per forward and backward [64]"},
-    {"repeats", 'r', "N", "timed runs per layer; the median is kept [20]"},
+    {"repeats", 'r', "N", "timed runs per layer and whole passes; the median is kept [20]"},
     {"out", 'o', "FILE", "where to write the profile (required)"},
     {NULL, 0, NULL, NULL},
 };
@@ -65,8 +65,11 @@ const cli_cmd cmd_profile = {
     "--model FILE --out graph.txt [--micro-batch B] [--repeats N]",
     "The profile is PipeDream's graph.txt: an Input source, then one node per\n"
     "layer with its median forward and backward time (ms), output bytes and\n"
-    "parameter bytes, chained in order. 'repipe plan --profile graph.txt\n"
-    "--config-out exec.json' turns it into an execution configuration.",
+    "parameter bytes, chained in order. Each layer is timed inside whole\n"
+    "passes of the model, as a stage runs it (or alone, where the whole model\n"
+    "would take over a quarter of the memory; the Input's description says\n"
+    "which). 'repipe plan --profile graph.txt --config-out exec.json' turns it\n"
+    "into an execution configuration.",
     OPTS,
     run,
 };
