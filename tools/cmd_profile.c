@@ -11,13 +11,14 @@ static const cli_opt OPTS[] = {
     {"micro-batch", 'b', "B", "rows per forward and backward [64]"},
     {"repeats", 'r', "N", "timed runs per layer and whole passes; the median is kept [20]"},
     {"out", 'o', "FILE", "where to write the profile (required)"},
+    {"alone", 0, NULL, "time each layer alone on what it reads, not inside whole passes"},
     {NULL, 0, NULL, NULL},
 };
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *model_path = NULL, *out = NULL;
     long long batch = 64, repeats = 20;
-    bool help;
+    bool help, alone = false;
     const char *arg;
     for (int o; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
         if (o == -2)
@@ -29,6 +30,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             model_path = arg;
         if (o == 3)
             out = arg;
+        if (o == 4)
+            alone = true;
     }
     if (!model_path || !out) {
         cli_error(cmd, "--model and --out are required (see 'repipe profile --help')");
@@ -42,7 +45,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         return 1;
     }
     int rc = 0;
-    if (rp_profile_measure(m, (int)batch, (int)repeats, &p, &err) ||
+    if ((alone ? rp_profile_measure_alone : rp_profile_measure)(m, (int)batch, (int)repeats, &p,
+                                                                 &err) ||
         rp_profile_write(p, NULL, out, &err)) {
         cli_error(cmd, "%s", err.msg);
         rc = 1;
@@ -62,14 +66,14 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
 const cli_cmd cmd_profile = {
     "profile",
     "measure a model's layers and write a profile for the planner",
-    "--model FILE --out graph.txt [--micro-batch B] [--repeats N]",
+    "--model FILE --out graph.txt [--micro-batch B] [--repeats N] [--alone]",
     "The profile is PipeDream's graph.txt: an Input source, then one node per\n"
     "layer with its median forward and backward time (ms), output bytes and\n"
     "parameter bytes, chained in order. Each layer is timed inside whole\n"
     "passes of the model, as a stage runs it (or alone, where the whole model\n"
-    "would take over a quarter of the memory; the Input's description says\n"
-    "which). 'repipe plan --profile graph.txt --config-out exec.json' turns it\n"
-    "into an execution configuration.",
+    "would take over a quarter of the memory, or with --alone; the Input's\n"
+    "description says which). 'repipe plan --profile graph.txt --config-out\n"
+    "exec.json' turns it into an execution configuration.",
     OPTS,
     run,
 };

@@ -180,6 +180,7 @@ _model_check_tokens = _sig("rp_model_check_tokens", _int, _P, _c, _E)
 _model_generate = _sig("rp_model_generate", _int, _P, _F, _I32, _int, _int, ctypes.c_double, _int,
                        ctypes.c_uint64, _E)
 _profile_measure = _sig("rp_profile_measure", _int, _P, _int, _int, _PP, _E)
+_profile_measure_alone = _sig("rp_profile_measure_alone", _int, _P, _int, _int, _PP, _E)
 _profile_write = _sig("rp_profile_write", _int, _P, ctypes.POINTER(ctypes.c_int), _c, _E)
 _plan_options_size = _sig("rp_plan_options_size", _size)
 _plan_options_default = _sig("rp_plan_options_default", None, _P)
@@ -581,12 +582,13 @@ class Model:
                                   ctypes.byref(err)), err)
         return params
 
-    def profile(self, out="graph.txt", micro_batch=64, repeats=20):
-        """Measures each layer on micro_batch rows (the median of `repeats` runs) and writes
-        the planner's graph.txt to `out`, as `repipe profile` does. Returns the path."""
+    def profile(self, out="graph.txt", micro_batch=64, repeats=20, alone=False):
+        """Measures each layer on micro_batch rows (the median of `repeats` runs; inside whole
+        passes of the model, or each alone with alone=True) and writes the planner's graph.txt
+        to `out`, as `repipe profile` does. Returns the path."""
         p, err = ctypes.c_void_p(), _Err()
-        _check(_profile_measure(self._h, micro_batch, repeats, ctypes.byref(p),
-                                ctypes.byref(err)), err)
+        measure = _profile_measure_alone if alone else _profile_measure
+        _check(measure(self._h, micro_batch, repeats, ctypes.byref(p), ctypes.byref(err)), err)
         try:
             _check(_profile_write(p, None, os.fsencode(out), ctypes.byref(err)), err)
         finally:

@@ -136,6 +136,15 @@ class Plans(unittest.TestCase):
             self.assertEqual(shape(ours), shape(theirs))
             self.assertGreater(len(shape(ours)), 5)
             self.assertEqual(repipe.plan(ours, [2]).engine()["global_batch"], 16)
+            # alone=True is `repipe profile --alone`, and says so in the Input's description
+            alone = repipe.Model.load(model_path).profile(os.path.join(tmp, "alone.txt"),
+                                                          micro_batch=8, repeats=2, alone=True)
+            subprocess.run([CLI, "profile", "--model", model_path, "--micro-batch", "8",
+                            "--repeats", "2", "--alone", "--out", theirs], check=True,
+                           capture_output=True)
+            self.assertEqual(shape(alone), shape(theirs))
+            self.assertIn("timed_in=layers_alone", shape(alone)[0])
+            self.assertIn("timed_in=whole_passes", shape(ours)[0])
         with self.assertRaisesRegex(repipe.Error, "batch and repeats must be >= 1"):
             repipe.Model.load(model_path).profile(os.path.join("nope", "x.txt"), micro_batch=0)
 

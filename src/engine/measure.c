@@ -1,6 +1,6 @@
 /*
 ** Profiles of repipe models, measured on this machine: every layer timed
-** alone, then inside whole passes of the model.
+** inside whole passes of the model, or alone where the whole is too big.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -26,7 +26,7 @@ static double median(double *v, int n) {
     return v[n / 2];
 }
 
-/* Every layer timed again inside whole passes of the model, as a stage runs
+/* Every layer timed inside whole passes of the model, as a stage runs
 ** it (PipeDream's profiler times layers so). Why: a layer timed alone keeps
 ** its weights and their gradients in the caches from one run to the next,
 ** while in a pass the other layers' take their place. An MLP of six
@@ -35,9 +35,10 @@ static double median(double *v, int n) {
 ** a 32 MB cache), as it does in the engine; a GPT of four blocks, whose
 ** products reuse each weight over many more rows, moved less. ms receives
 ** per layer its median forward, backward, backward's input half and
-** weights' half. *done stays false, and ms untouched, where twice the
-** parameters (their gradients) would take more than a quarter of the
-** memory: the alone times stand. */
+** weights' half. *done stays false, and ms untouched, where the
+** parameters, their gradients and a micro-batch's activations would take
+** more than a quarter of the memory, or cannot be had: the layers are then
+** timed alone. */
 static rp_status whole_passes(const rp_model *m, int batch, int repeats, double *ms, bool *done,
                               rp_error *err) {
     *done = false;
@@ -53,9 +54,13 @@ static rp_status whole_passes(const rp_model *m, int batch, int repeats, double 
     rp_net *net = NULL;
     rp_acts *acts = NULL;
     rp_status st = rp_net_create_with(m, 0, L, batch, &o, &net, err);
-    if (st || (st = rp_acts_create(net, batch, &acts, err))) {
+    if (st) /* too big a net is no error: its layers are timed alone */
+        return st == RP_ERR_NOMEM ? RP_OK : st;
+    double bytes = 2 * sizeof(float) * params + (double)rp_acts_bytes(net, batch);
+    if ((pages > 0 && page > 0 && bytes > (double)pages * page / 4) ||
+        (st = rp_acts_create(net, batch, &acts, err))) {
         rp_net_free(net);
-        return st;
+        return st == RP_ERR_NOMEM ? RP_OK : st;
     }
     rp_model_init_params(m, 0, L, 1, NULL, rp_net_params(net));
     size_t ni = rp_net_in_size(net) * batch, no = rp_net_out_size(net) * batch;
@@ -113,8 +118,68 @@ done:
     return st;
 }
 
-static rp_status measure(const rp_model *m, int batch, int repeats, rp_profile **out,
-                         rp_error *err) {
+/* Layer l timed alone, on what it reads: a[0..3] its median forward,
+** backward and, for a layer with parameters, a split backward's input and
+** weights' halves. below: a layer below it has parameters (then its
+** backward computes its input's gradient, as on a later stage). fw, bw,
+** bi, bwt: repeats doubles each; labels and ids: a micro-batch's. */
+static rp_status time_alone(const rp_model *m, int l, int batch, int repeats, bool below,
+                            double *fw, double *bw, double *bi, double *bwt,
+                            const int32_t *labels, const int64_t *ids, double *a, rp_error *err) {
+    const rp_layer *L = &m->layers[l];
+    rp_net *net = NULL;
+    rp_acts *acts = NULL;
+    /* its inputs in, its output out; a layer with parameters also timed
+    ** in a split backward's two halves */
+    rp_net_options one = {.alone = true, .split_backward = L->param_count > 0};
+    rp_status st = rp_net_create_with(m, l, l + 1, batch, &one, &net, err);
+    if (st || (st = rp_acts_create(net, batch, &acts, err))) {
+        rp_net_free(net);
+        return st;
+    }
+    rp_model_init_params(m, l, l + 1, 1, NULL, rp_net_params(net));
+    size_t ni = rp_net_in_size(net) * batch, no = rp_net_out_size(net) * batch;
+    float *x = malloc(sizeof(float) * ni), *dy = malloc(sizeof(float) * no);
+    if (!x || !dy) {
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < ni; i++) /* token ids for embeddings, values otherwise */
+        x[i] = L->type == RP_LAYER_EMBEDDING ? (float)(i % L->vocab) : (float)((i % 17) * 0.1);
+    for (size_t i = 0; i < no; i++)
+        dy[i] = 1e-3f;
+    rp_step_ctx ctx = {.training = true, .sample_id = ids, .labels = labels,
+                       .loss_scale = 1.0 / batch};
+    rp_net_forward(net, acts, x, batch, &ctx, NULL); /* warm up */
+    for (int r = 0; r < repeats; r++) {
+        double t = rp_now();
+        rp_net_forward(net, acts, x, batch, &ctx, NULL);
+        fw[r] = rp_now() - t;
+        t = rp_now();
+        rp_net_backward(net, acts, dy, &ctx, below);
+        bw[r] = rp_now() - t;
+        if (!one.split_backward)
+            continue;
+        rp_net_forward(net, acts, x, batch, &ctx, NULL);
+        t = rp_now();
+        rp_net_backward_input(net, acts, dy, &ctx, below);
+        bi[r] = rp_now() - t;
+        t = rp_now();
+        rp_net_backward_weight(net, acts, &ctx);
+        bwt[r] = rp_now() - t;
+    }
+    a[0] = 1e3 * median(fw, repeats), a[1] = 1e3 * median(bw, repeats);
+    if (one.split_backward)
+        a[2] = 1e3 * median(bi, repeats), a[3] = 1e3 * median(bwt, repeats);
+done:
+    free(x), free(dy);
+    rp_acts_free(acts);
+    rp_net_free(net);
+    return st;
+}
+
+static rp_status measure(const rp_model *m, int batch, int repeats, bool alone,
+                         rp_profile **out, rp_error *err) {
     *out = NULL;
     if (batch < 1 || repeats < 1)
         return rp_fail(err, RP_ERR_INVALID, "profile: batch and repeats must be >= 1");
@@ -127,12 +192,12 @@ static rp_status measure(const rp_model *m, int batch, int repeats, rp_profile *
     double *fw = malloc(sizeof(double) * repeats), *bw = malloc(sizeof(double) * repeats);
     double *bi = calloc(repeats, sizeof(double)), *bwt = calloc(repeats, sizeof(double));
     /* per layer: forward, backward, and the split backward's two halves */
-    double *alone = calloc(4 * (size_t)m->num_layers + 1, sizeof(double));
-    double *whole = calloc(4 * (size_t)m->num_layers + 1, sizeof(double));
+    double *t = calloc(4 * (size_t)m->num_layers + 1, sizeof(double));
     int32_t *labels = calloc((size_t)batch * m->num_targets, sizeof(int32_t)); /* a row each */
     int64_t *ids = calloc(batch, sizeof(int64_t));
     rp_status st = RP_OK;
-    if (!fw || !bw || !bi || !bwt || !alone || !whole || !labels || !ids) {
+    bool in_passes = false;
+    if (!fw || !bw || !bi || !bwt || !t || !labels || !ids) {
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -142,70 +207,32 @@ static rp_status measure(const rp_model *m, int batch, int repeats, rp_profile *
     in->activation_bytes = sizeof(float) * rp_shape_size(&m->input) * (double)batch;
     in->stage_id = -1;
     openblas_set_num_threads(1); /* as a worker of the engine runs them */
+    if (!alone && (st = whole_passes(m, batch, repeats, t, &in_passes, err)))
+        goto done;
     /* A layer's backward computes its input's gradient only when a layer
     ** below it has parameters, as the engine's first stage does: the first
     ** linear of an MLP skips a product as large as its weight gradient. */
     bool below = false;
     for (int l = 0; l < m->num_layers && !st; l++) {
         const rp_layer *L = &m->layers[l];
-        rp_net *net = NULL;
-        rp_acts *acts = NULL;
-        /* its inputs in, its output out; a layer with parameters also timed
-        ** in a split backward's two halves */
-        rp_net_options one = {.alone = true, .split_backward = L->param_count > 0};
-        if ((st = rp_net_create_with(m, l, l + 1, batch, &one, &net, err)) ||
-            (st = rp_acts_create(net, batch, &acts, err))) {
-            rp_net_free(net);
+        if (!in_passes && (st = time_alone(m, l, batch, repeats, below, fw, bw, bi, bwt, labels,
+                                           ids, t + 4 * l, err)))
             break;
-        }
-        rp_model_init_params(m, l, l + 1, 1, NULL, rp_net_params(net));
-        size_t ni = rp_net_in_size(net) * batch, no = rp_net_out_size(net) * batch;
-        float *x = malloc(sizeof(float) * ni), *dy = malloc(sizeof(float) * no);
-        if (!x || !dy) {
-            free(x), free(dy);
-            rp_acts_free(acts);
-            rp_net_free(net);
-            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-            break;
-        }
-        for (size_t i = 0; i < ni; i++) /* token ids for embeddings, values otherwise */
-            x[i] = L->type == RP_LAYER_EMBEDDING ? (float)(i % L->vocab) : (float)((i % 17) * 0.1);
-        for (size_t i = 0; i < no; i++)
-            dy[i] = 1e-3f;
-        rp_step_ctx ctx = {.training = true, .sample_id = ids, .labels = labels,
-                           .loss_scale = 1.0 / batch};
-        rp_net_forward(net, acts, x, batch, &ctx, NULL); /* warm up */
-        for (int r = 0; r < repeats; r++) {
-            double t = rp_now();
-            rp_net_forward(net, acts, x, batch, &ctx, NULL);
-            fw[r] = rp_now() - t;
-            t = rp_now();
-            rp_net_backward(net, acts, dy, &ctx, below);
-            bw[r] = rp_now() - t;
-            if (!one.split_backward)
-                continue;
-            rp_net_forward(net, acts, x, batch, &ctx, NULL);
-            t = rp_now();
-            rp_net_backward_input(net, acts, dy, &ctx, below);
-            bi[r] = rp_now() - t;
-            t = rp_now();
-            rp_net_backward_weight(net, acts, &ctx);
-            bwt[r] = rp_now() - t;
-        }
-        qsort(fw, repeats, sizeof(double), rp_cmp_double);
-        qsort(bw, repeats, sizeof(double), rp_cmp_double);
-        qsort(bi, repeats, sizeof(double), rp_cmp_double);
-        qsort(bwt, repeats, sizeof(double), rp_cmp_double);
         below = below || L->param_count > 0;
-        double *a = alone + 4 * l;
-        a[0] = fw[repeats / 2] * 1e3, a[1] = bw[repeats / 2] * 1e3;
-        if (one.split_backward)
-            a[2] = bi[repeats / 2] * 1e3, a[3] = bwt[repeats / 2] * 1e3;
         rp_profile_node *n = &p->nodes[p->num_nodes];
-        char id[32];
+        char id[32], desc[160];
         snprintf(id, sizeof id, "node%d", l + 1);
+        int dl = snprintf(desc, sizeof desc, "%s (layer %d, line %d)", rp_layer_name(L->type), l,
+                          L->line);
+        if (L->param_count > 0) /* the halves as they run: their sum is the whole's and the split's copies */
+            snprintf(desc + dl, sizeof desc - dl,
+                     " backward_input_time=%.3f backward_weight_time=%.3f", t[4 * l + 2],
+                     t[4 * l + 3]);
         n->id = dupstr(id);
-        n->activation_bytes = sizeof(float) * (double)no;
+        n->desc = dupstr(desc);
+        n->forward_ms = t[4 * l];
+        n->backward_ms = t[4 * l + 1];
+        n->activation_bytes = sizeof(float) * rp_shape_size(&L->out) * (double)batch;
         n->parameter_bytes = sizeof(float) * (double)L->param_count;
         n->stage_id = -1;
         n->line = L->line;
@@ -217,28 +244,7 @@ static rp_status measure(const rp_model *m, int batch, int repeats, rp_profile *
             if (!seen)
                 p->edges[p->num_edges++] = (rp_profile_edge){L->inputs[i] + 1, l + 1, 0};
         }
-        free(x), free(dy);
-        rp_acts_free(acts);
-        rp_net_free(net);
-        if (!n->id)
-            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    }
-    bool in_passes = false;
-    if (!st)
-        st = whole_passes(m, batch, repeats, whole, &in_passes, err);
-    for (int l = 0; l < m->num_layers && !st; l++) {
-        const rp_layer *L = &m->layers[l];
-        const double *t = in_passes ? whole + 4 * l : alone + 4 * l;
-        rp_profile_node *n = &p->nodes[l + 1];
-        char desc[160];
-        int dl = snprintf(desc, sizeof desc, "%s (layer %d, line %d)", rp_layer_name(L->type), l,
-                          L->line);
-        if (L->param_count > 0) /* the halves as they run: their sum is the whole's and the split's copies */
-            snprintf(desc + dl, sizeof desc - dl,
-                     " backward_input_time=%.3f backward_weight_time=%.3f", t[2], t[3]);
-        n->forward_ms = t[0];
-        n->backward_ms = t[1];
-        if (!(n->desc = dupstr(desc)))
+        if (!n->id || !n->desc)
             st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
     /* the micro-batch rides in the description, where PipeDream's reader
@@ -246,10 +252,10 @@ static rp_status measure(const rp_model *m, int batch, int repeats, rp_profile *
     char desc0[80];
     snprintf(desc0, sizeof desc0, "Input0 micro_batch=%d %s", batch,
              in_passes ? "timed_in=whole_passes" : "timed_in=layers_alone");
-    if (!st && !(p->nodes[0].desc = dupstr(desc0)))
+    if (!st && !(in->desc = dupstr(desc0)))
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
 done:
-    free(fw), free(bw), free(bi), free(bwt), free(alone), free(whole), free(labels), free(ids);
+    free(fw), free(bw), free(bi), free(bwt), free(t), free(labels), free(ids);
     if (st) {
         rp_profile_free(p);
         return st;
@@ -262,7 +268,15 @@ done:
 rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profile **out,
                              rp_error *err) {
     unsigned fpu = rpi_fpu_enter();
-    rp_status st = measure(m, batch, repeats, out, err);
+    rp_status st = measure(m, batch, repeats, false, out, err);
+    rpi_fpu_leave(fpu);
+    return st;
+}
+
+rp_status rp_profile_measure_alone(const rp_model *m, int batch, int repeats, rp_profile **out,
+                                   rp_error *err) {
+    unsigned fpu = rpi_fpu_enter();
+    rp_status st = measure(m, batch, repeats, true, out, err);
     rpi_fpu_leave(fpu);
     return st;
 }
