@@ -265,18 +265,20 @@ done:
 }
 
 /* Times as the engine's workers see them: denormals flushed. */
-rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profile **out,
-                             rp_error *err) {
+static rp_status measure_flushed(const rp_model *m, int batch, int repeats, bool alone,
+                                 rp_profile **out, rp_error *err) {
     unsigned fpu = rpi_fpu_enter();
-    rp_status st = measure(m, batch, repeats, false, out, err);
+    rp_status st = measure(m, batch, repeats, alone, out, err);
     rpi_fpu_leave(fpu);
     return st;
 }
 
+rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profile **out,
+                             rp_error *err) {
+    return measure_flushed(m, batch, repeats, false, out, err);
+}
+
 rp_status rp_profile_measure_alone(const rp_model *m, int batch, int repeats, rp_profile **out,
                                    rp_error *err) {
-    unsigned fpu = rpi_fpu_enter();
-    rp_status st = measure(m, batch, repeats, true, out, err);
-    rpi_fpu_leave(fpu);
-    return st;
+    return measure_flushed(m, batch, repeats, true, out, err);
 }
