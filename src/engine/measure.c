@@ -35,11 +35,12 @@ static double median(double *v, int n) {
 ** a 32 MB cache), as it does in the engine; a GPT of four blocks, whose
 ** products reuse each weight over many more rows, moved less. ms receives
 ** per layer its median forward, backward, backward's input half and
-** weights' half. *done stays false, and ms untouched, where the
-** parameters, their gradients and a micro-batch's activations would take
-** more than a quarter of the memory, or cannot be had: the layers are then
-** timed alone. */
-static rp_status whole_passes(const rp_model *m, int batch, int repeats, double *ms, bool *done,
+** weights' half (labels and ids: a micro-batch's). *done stays false, and
+** ms untouched, where the parameters, their gradients and a micro-batch's
+** activations would take more than a quarter of the memory, or cannot be
+** had: the layers are then timed alone. */
+static rp_status whole_passes(const rp_model *m, int batch, int repeats,
+                              const int32_t *labels, const int64_t *ids, double *ms, bool *done,
                               rp_error *err) {
     *done = false;
     int L = m->num_layers;
@@ -48,7 +49,8 @@ static rp_status whole_passes(const rp_model *m, int batch, int repeats, double 
     for (int l = 0; l < L; l++)
         params += m->layers[l].param_count, any = any || m->layers[l].param_count > 0;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0 && 2 * sizeof(float) * params > (double)pages * page / 4)
+    double room = pages > 0 && page > 0 ? (double)pages * page / 4 : 1e300;
+    if (2 * sizeof(float) * params > room) /* not even the net: no need to try */
         return RP_OK;
     rp_net_options o = {.split_backward = any};
     rp_net *net = NULL;
@@ -57,18 +59,15 @@ static rp_status whole_passes(const rp_model *m, int batch, int repeats, double 
     if (st) /* too big a net is no error: its layers are timed alone */
         return st == RP_ERR_NOMEM ? RP_OK : st;
     double bytes = 2 * sizeof(float) * params + (double)rp_acts_bytes(net, batch);
-    if ((pages > 0 && page > 0 && bytes > (double)pages * page / 4) ||
-        (st = rp_acts_create(net, batch, &acts, err))) {
+    if (bytes > room || (st = rp_acts_create(net, batch, &acts, err))) {
         rp_net_free(net);
         return st == RP_ERR_NOMEM ? RP_OK : st;
     }
     rp_model_init_params(m, 0, L, 1, NULL, rp_net_params(net));
     size_t ni = rp_net_in_size(net) * batch, no = rp_net_out_size(net) * batch;
     float *x = malloc(sizeof(float) * ni), *dy = malloc(sizeof(float) * no);
-    int32_t *labels = calloc((size_t)batch * m->num_targets, sizeof(int32_t));
-    int64_t *ids = calloc(batch, sizeof(int64_t));
     double *clk = malloc(sizeof(double) * 3 * L), *t = malloc(sizeof(double) * 4 * L * repeats);
-    if (!x || !dy || !labels || !ids || !clk || !t) {
+    if (!x || !dy || !clk || !t) {
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -112,7 +111,7 @@ static rp_status whole_passes(const rp_model *m, int batch, int repeats, double 
             ms[4 * l + k] = 1e3 * median(t + (k * L + l) * repeats, repeats);
     *done = true;
 done:
-    free(x), free(dy), free(labels), free(ids), free(clk), free(t);
+    free(x), free(dy), free(clk), free(t);
     rp_acts_free(acts);
     rp_net_free(net);
     return st;
@@ -207,7 +206,7 @@ static rp_status measure(const rp_model *m, int batch, int repeats, bool alone,
     in->activation_bytes = sizeof(float) * rp_shape_size(&m->input) * (double)batch;
     in->stage_id = -1;
     openblas_set_num_threads(1); /* as a worker of the engine runs them */
-    if (!alone && (st = whole_passes(m, batch, repeats, t, &in_passes, err)))
+    if (!alone && (st = whole_passes(m, batch, repeats, labels, ids, t, &in_passes, err)))
         goto done;
     /* A layer's backward computes its input's gradient only when a layer
     ** below it has parameters, as the engine's first stage does: the first
