@@ -1,6 +1,7 @@
 # The two commands of the quick start:
 #   make demo   installs what is missing, builds, runs the main job
-#   make test   installs what is missing, builds, runs every test, then runs
+#   make test   installs what is missing (PyTorch 2 into the project's Python
+#               environment, scripts/python-env), builds, runs every test, then runs
 #               them again in an AddressSanitizer + UBSan build, the threaded
 #               ones in a ThreadSanitizer build, and where clang is installed
 #               runs every libFuzzer target for a while
@@ -34,7 +35,11 @@ demo: build
 
 test: test-release test-asan test-tsan test-fuzz
 
+# The release build's tests, the PyTorch ones included: their environment
+# (PyTorch 2 from PyPI) is made once by scripts/python-env and reused.
 test-release: build
+	@py=$$(sh scripts/python-env) && \
+	  cmake -S . -B $(BUILD) -DREPIPE_TORCH_PYTHON="$$py" >/dev/null
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-asan: build-asan

@@ -41,7 +41,20 @@ py=$(command -v /usr/bin/python3 || command -v python3)
 out=$(cd "$tmp" && env -u REPIPE_LIBRARY PYTHONPATH="$lib/python3/dist-packages" "$py" -c \
       'import repipe; print(repipe.groups(4, 2))' 2>&1)
 [ "$out" = "[0, 0, 1, 1]" ] || bad "installed Python package: $out"
-[ -f "$lib/python3/dist-packages/repipe/torch.py" ] || bad "repipe.torch not installed"
+# every module of the package is installed: the same files as the source's
+for f in "$src"/python/repipe/*.py; do
+  [ -f "$lib/python3/dist-packages/repipe/$(basename "$f")" ] ||
+    bad "python/repipe/$(basename "$f") not installed"
+done
+if [ -n "${REPIPE_TORCH_PYTHON:-}" ]; then  # and each imports from there, with PyTorch
+  mods=$(cd "$src/python" && ls repipe/*.py | sed 's,/__init__.py,,; s,\.py$,,; s,/,.,' | tr '\n' ' ')
+  out=$(cd "$tmp" && env -u REPIPE_LIBRARY PYTHONPATH="$lib/python3/dist-packages" \
+        "$REPIPE_TORCH_PYTHON" -c "import importlib, sys
+for m in sys.argv[1:]:
+    assert importlib.import_module(m).__file__.startswith('$lib'), m
+print('ok')" $mods 2>&1)
+  [ "$out" = "ok" ] || bad "installed Python modules: $out"
+fi
 # where the built and installed programs look for libraries: never the
 # current directory (an empty entry), which a padded build RPATH once held
 for f in "$build/repipe" "$build/librepipe.so" "$tmp/inst/bin/repipe" "$lib/librepipe.so"; do

@@ -17,7 +17,14 @@ import torch
 
 from .torch_export import export, load  # noqa: F401 (repipe.torch.export, .load)
 
-__all__ = ["profile", "export", "load", "HostClock", "CudaClock"]
+__all__ = ["profile", "export", "load", "Pipeline", "HostClock", "CudaClock"]
+
+
+def __getattr__(name):  # rt.Pipeline: torch.distributed is loaded when it is used
+    if name == "Pipeline":
+        from .torch_pipeline import Pipeline
+        return Pipeline
+    raise AttributeError(name)
 
 
 def _bytes(x):
@@ -77,7 +84,7 @@ def _clock_for(module, example_input):
     return CudaClock() if on_cuda else HostClock()
 
 
-def _time_modules(module, example_input, repeat, clock=None):
+def _time_modules(module, example_input, repeat, clock=None, units=None):
     """Forward and backward seconds of each call of a leaf module, the best of `repeat` runs,
     and the order of the calls. A call is (module name, k): a module called twice in a pass
     (torchvision's ResNet blocks call one ReLU twice) is timed call by call.
@@ -91,7 +98,8 @@ def _time_modules(module, example_input, repeat, clock=None):
     The marks come from `clock` (HostClock, or CudaClock for a module on a GPU) and are read
     after each run, once it has synchronised."""
     clock = clock or _clock_for(module, example_input)
-    leaves = _leaves(module)
+    named = dict(module.named_modules())
+    leaves = [(u, named[u]) for u in units] if units is not None else _leaves(module)
     fw, bw, out_bytes, order = {}, {}, {}, []
     calls, t_fw, f_end, before, owner = {}, {}, {}, {}, {}
     t_begin, t_end = {}, {}
@@ -165,85 +173,55 @@ def _time_modules(module, example_input, repeat, clock=None):
     return fw, bw, out_bytes, order
 
 
-def _graph(module, example_input, order):
-    """Nodes (name, description, the leaf module's call (name, k) or None) and edges, from
-    torch.fx, or the order of the calls when the model does not trace."""
-    try:
-        import torch.fx
-        from torch.fx.passes.shape_prop import ShapeProp
-        class Leaves(torch.fx.Tracer):  # every module without children is a node, as timed
-            def is_leaf_module(self, m, qualname):
-                return not list(m.children())
-
-        gm = torch.fx.GraphModule(module, Leaves().trace(module))
-        ShapeProp(gm).propagate(example_input)
-    except Exception:  # not traceable: a chain in the order the leaves ran
-        named = dict(module.named_modules())
-        nodes = [(key[0], str(named[key[0]]).replace("\n", " "), key) for key in order]
-        return nodes, [(i, i + 1) for i in range(len(nodes) - 1)], None
-    nodes, index, edges, sizes, seen = [], {}, [], {}, {}
-    for n in gm.graph.nodes:
-        if n.op == "placeholder":  # the input: node0
-            index[n.name] = -1
-        if n.op in ("placeholder", "output", "get_attr"):
-            continue
-        meta = n.meta.get("tensor_meta")
-        sizes[len(nodes)] = (_meta_bytes(meta))
-        leaf = None
-        if n.op == "call_module":  # its k-th call, in the order of the trace
-            leaf = (n.target, seen.get(n.target, 0))
-            seen[n.target] = leaf[1] + 1
-        desc = str(gm.get_submodule(n.target)) if leaf else "%s(%s)" % (
-            getattr(n.target, "__name__", str(n.target)), n.op)
-        index[n.name] = len(nodes)
-        nodes.append((n.name, desc.replace("\n", " "), leaf))
-        for a in n.all_input_nodes:
-            if a.name in index:
-                edges.append((index[a.name], index[n.name]))
-    return nodes, edges, sizes
-
-
-def _meta_bytes(meta):
-    if meta is None:
-        return 0
-    if hasattr(meta, "shape"):
-        n = 1
-        for d in meta.shape:
-            n *= d
-        return n * torch.tensor([], dtype=meta.dtype).element_size()
-    if isinstance(meta, (tuple, list)):
-        return sum(_meta_bytes(m) for m in meta)
-    return 0
-
-
 def profile(module, example_input, *, batch_size=None, repeat=3, out="graph.txt", clock=None):
-    """Profiles module on example_input (a batch) and writes PipeDream's graph.txt to `out`.
-    batch_size, when given, is written for the planner (default: the input's first
+    """Profiles module on example_input (a micro-batch) and writes PipeDream's graph.txt to
+    `out`. batch_size, when given, is written for the planner (default: the input's first
     dimension). clock: where the times come from (default: CudaClock when the module or
-    the input is on a CUDA device, else HostClock). Returns the path."""
+    the input is on a CUDA device, else HostClock). Returns the path.
+
+    The nodes are torch_graph's: every parameter and every call of the module is in one
+    node, or the call fails naming the module it cannot see into."""
+    from .torch_graph import Graph
     batch = batch_size or int(example_input.shape[0])
     module.train()
-    fw, bw, out_bytes, order = _time_modules(module, example_input, repeat, clock)
-    nodes, edges, sizes = _graph(module, example_input, order)
-    # a module's parameters count once, at its first call
-    params = {(name, 0): sum(p.numel() * p.element_size() for p in m.parameters(recurse=False))
-              for name, m in _leaves(module)}
+    graph = Graph(module, example_input)
+    units = sorted({g.unit for g in graph.groups if g.unit is not None})
+    fw, bw, _, _ = _time_modules(module, example_input, repeat, clock, units)
+    # the k-th call of a unit is its k-th node (consecutive calls with nothing between
+    # them are one node: their times add up)
+    nodes_of = {}
+    for i, g in enumerate(graph.groups):
+        if g.unit is not None:
+            nodes_of.setdefault(g.unit, []).append(i)
+    t_fw, t_bw = [0.0] * len(graph.groups), [0.0] * len(graph.groups)
+    for (name, k), t in fw.items():
+        idx = nodes_of[name]
+        t_fw[idx[min(k, len(idx) - 1)]] += t
+    for (name, k), t in bw.items():
+        idx = nodes_of[name]
+        t_bw[idx[min(k, len(idx) - 1)]] += t
+    params = graph.parameter_bytes()
+    sizes = graph.crossing_bytes()
+    unused = graph.unused_parameters()
     lines = ["node0 -- Input0 micro_batch=%d -- forward_compute_time=0.000, "
              "backward_compute_time=0.000, activation_size=%.1f, parameter_size=0.000"
              % (batch, float(_bytes(example_input)))]
-    for i, (name, desc, leaf) in enumerate(nodes):
-        act = out_bytes.get(leaf, 0) if sizes is None else sizes[i]
+    for i, g in enumerate(graph.groups):
         lines.append("node%d -- %s -- forward_compute_time=%.6f, backward_compute_time=%.6f, "
                      "activation_size=%.1f, parameter_size=%.1f"
-                     % (i + 1, desc, fw.get(leaf, 0.0) * 1e3 if leaf else 0.0,
-                        bw.get(leaf, 0.0) * 1e3 if leaf else 0.0, float(act),
-                        float(params.get(leaf, 0)) if leaf else 0.0))
+                     % (i + 1, graph.describe(g), t_fw[i] * 1e3, t_bw[i] * 1e3,
+                        float(sizes[i]), float(params[i])))
+    edges = graph.edges()
     fed = {j for _, j in edges}
-    for i in range(len(nodes)):  # what nothing feeds reads the input
+    for i in range(len(graph.groups)):  # what nothing feeds reads the input
         if i not in fed:
             edges.append((-1, i))
     for i, j in sorted(set(edges)):  # -1: the input, node0
         lines.append("\tnode%d -- node%d" % (i + 1, j + 1))
+    if unused:
+        import warnings
+        warnings.warn("repipe.torch.profile: parameters the forward never reads are in no node: "
+                      + ", ".join(unused))
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
     return out

@@ -1,0 +1,484 @@
+"""A repipe plan run on torch.distributed: rt.Pipeline, inside a torchrun script.
+
+    import repipe.torch as rt
+    pipe = rt.Pipeline(module, "plan.json", loss_fn=torch.nn.functional.cross_entropy,
+                       optimizer=lambda params: torch.optim.SGD(params, lr=0.1))
+    loss = pipe.step(inputs, targets)   # one update on the global batch; its mean loss, everywhere
+    pipe.state_dict()                   # the whole module's weights, on rank 0
+
+The plan is an execution configuration (`repipe plan --config-out`, a repipe.Config or a
+repipe.Plan) over the nodes of `repipe.torch.profile`'s profile of the same module. Every rank
+passes the same global batch, micro_batch_size x gradient_accumulation_steps x
+replication_factor samples; replica c takes the c-th run of gradient_accumulation_steps
+micro-batches of it, as repipe's engine does. Each rank builds only its stage's part of the
+module (torch_graph.Split), on the first step, from the first micro-batch.
+
+Two runners, one result (the gradient of the batch's mean loss, then the optimizer's step):
+- every stage on one worker a pipeline (R whole pipelines): PyTorch's own PipelineStage and
+  schedule classes (gpipe, 1f1b, interleaved-1f1b; zb-h1, zb-h2, zb-auto and zb-v as the CSV
+  repipe writes, through PyTorch's CSV runtime), the R pipelines' gradients averaged;
+- a stage on several workers (PipeDream's [7, 1]): each worker plays its list of operations
+  from repipe's schedule builder (the C library's, the one its engine runs), micro-batch m of
+  a replica on stage replica m mod r_s, activations and gradients sent point to point and each
+  stage's gradients summed over its workers.
+A parameter that two stages read (an embedding tied to the head) is a copy on each, its
+gradient summed over all of them before the step, so the copies stay equal.
+"""
+import ctypes
+import json
+import os
+import tempfile
+
+import torch
+import torch.distributed as dist
+
+import repipe
+from repipe import _Err, _check, _lib
+from .torch_graph import Graph, Split
+
+__all__ = ["Pipeline"]
+
+
+class _Op(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("mb", ctypes.c_int), ("peer", ctypes.c_int),
+                ("slot", ctypes.c_int)]
+
+
+class _WorkerOps(ctypes.Structure):
+    _fields_ = [("stage", ctypes.c_int), ("replica", ctypes.c_int),
+                ("stage_replica", ctypes.c_int), ("tensor_rank", ctypes.c_int),
+                ("num_ops", ctypes.c_int), ("ops", ctypes.POINTER(_Op)), ("slots", ctypes.c_int)]
+
+
+class _Workplan(ctypes.Structure):
+    _fields_ = [("workers", ctypes.c_int), ("stages", ctypes.c_int),
+                ("w", ctypes.POINTER(_WorkerOps)), ("devices", ctypes.c_int),
+                ("dev", ctypes.c_void_p), ("device_of", ctypes.c_void_p)]
+
+
+def _fn(name, res, *args):
+    f = getattr(_lib, name)
+    f.restype, f.argtypes = res, list(args)
+    return f
+
+
+_P, _E = ctypes.c_void_p, ctypes.POINTER(_Err)
+_workplan_build = _fn("rp_workplan_build", ctypes.c_int, _P,
+                      ctypes.POINTER(ctypes.POINTER(_Workplan)), _E)
+_workplan_check = _fn("rp_workplan_check", ctypes.c_int, ctypes.POINTER(_Workplan), _P, _E)
+_workplan_free = _fn("rp_workplan_free", None, ctypes.POINTER(_Workplan))
+_stage_layers = _fn("rp_config_stage_layers", ctypes.c_int, _P, ctypes.c_bool, ctypes.c_int,
+                    ctypes.POINTER(ctypes.c_int), _E)
+_schedule_csv = _fn("rp_schedule_csv", ctypes.c_int, _P, ctypes.POINTER(ctypes.c_void_p), _E)
+_free = _fn("free", None, ctypes.c_void_p)
+
+# rp_op_kind, in schedule.h's order
+(RECV_ACT, FORWARD, SEND_ACT, RECV_GRAD, BACKWARD, SEND_GRAD, WAIT_SENDS, REDUCE, STEP,
+ BACKWARD_INPUT, BACKWARD_WEIGHT) = range(11)
+
+_TORCH_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-auto", "zb-v")
+
+
+def _config(plan):
+    if isinstance(plan, repipe.Config):
+        return plan
+    if isinstance(plan, repipe.Plan):
+        return plan.config()
+    if isinstance(plan, dict):
+        return repipe.Config(**plan)
+    return repipe.Config.load(plan)
+
+
+def _ops(cfg):
+    """Each worker's operations for one update: [(stage, replica, stage replica, [(kind, mb,
+    peer)])], built and checked by the C library."""
+    wp, err = ctypes.POINTER(_Workplan)(), _Err()
+    _check(_workplan_build(cfg._buf, ctypes.byref(wp), ctypes.byref(err)), err)
+    try:
+        _check(_workplan_check(wp, None, ctypes.byref(err)), err)
+        if wp.contents.devices:
+            raise repipe.Error("rt.Pipeline runs chunked schedules (interleaved-1f1b, zb-v) "
+                               "only where every stage has one worker a pipeline")
+        out = []
+        for i in range(wp.contents.workers):
+            w = wp.contents.w[i]
+            out.append((w.stage, w.replica, w.stage_replica,
+                        [(w.ops[k].kind, w.ops[k].mb, w.ops[k].peer) for k in range(w.num_ops)]))
+        return out
+    finally:
+        _workplan_free(wp)
+
+
+def _csv(cfg):
+    out, err = ctypes.c_void_p(), _Err()
+    _check(_schedule_csv(cfg._buf, ctypes.byref(out), ctypes.byref(err)), err)
+    text = ctypes.string_at(out.value).decode()
+    _free(out)
+    return text
+
+
+class Pipeline:
+    """One update a step() on every rank of `group` (default: the whole world), which has
+    as many ranks as the plan has workers. `device`: where this rank's stage runs (default:
+    the CPU on gloo, cuda:LOCAL_RANK on NCCL). runner="repipe" runs repipe's own operation
+    lists where PyTorch's schedule classes would run (the same result: the tests compare
+    them)."""
+
+    def __init__(self, module, plan, *, loss_fn, optimizer, group=None, device=None,
+                 runner="auto"):
+        if not dist.is_initialized():
+            raise repipe.Error("rt.Pipeline: call torch.distributed.init_process_group first "
+                               "(torchrun sets the rank and world size)")
+        self.module, self.loss_fn, self.make_optimizer = module, loss_fn, optimizer
+        self.cfg = _config(plan)
+        c = self.cfg.to_dict()
+        self.B = c["micro_batch_size"]
+        self.GA = c["gradient_accumulation_steps"]
+        self.R = c["replication_factor"]
+        self.schedule = c["schedule"]
+        self.v = c.get("virtual_stages", 1) or 1
+        if c.get("tensor_parallel", 1) not in (0, 1):
+            raise repipe.Error("rt.Pipeline: tensor_parallel is repipe's engine's; run it there")
+        self.group = group or dist.group.WORLD
+        self.ranks = dist.get_process_group_ranks(self.group)
+        self.me = dist.get_rank(self.group)
+        reps = c.get("stage_replication") or []
+        self.uniform = all(r == 1 for r in reps) and runner != "repipe"
+        d = self.cfg.derived
+        workers = self.R * d["stages"] // self.v if self.uniform else d["workers"]
+        if len(self.ranks) != workers:
+            raise repipe.Error("rt.Pipeline: the plan needs %d ranks (replication_factor %d, "
+                               "stage_replication %s%s) and the group has %d"
+                               % (workers, self.R, c.get("stage_replication") or "all 1",
+                                  ", virtual_stages %d" % self.v if self.v > 1 else "",
+                                  len(self.ranks)))
+        if device is None:
+            if dist.get_backend(self.group) == "nccl":
+                device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+            else:
+                device = torch.device("cpu")
+        self.device = torch.device(device)
+        if self.uniform and self.schedule not in _TORCH_SCHEDULES:
+            raise repipe.Error("rt.Pipeline: schedule %s is not one of %s"
+                               % (self.schedule, ", ".join(_TORCH_SCHEDULES)))
+        self.built = False
+
+    # ---- building this rank's part --------------------------------------------------------
+
+    def _build(self, example):
+        self.graph = Graph(self.module, example)
+        L, err = len(self.graph.groups), _Err()
+        S = self.cfg.derived["stages"]
+        counts = (ctypes.c_int * S)()
+        _check(_stage_layers(self.cfg._buf, False, L, counts, ctypes.byref(err)), err)
+        self.split = Split(self.graph, list(counts))
+        self.S = S
+        if self.uniform:
+            self._build_uniform()
+        else:
+            self._build_runner()
+        self._tie()
+        params = []
+        for m in self.stage_mods:
+            params += [p for p in m.parameters() if all(p is not q for q in params)]
+        self.params = params
+        self.optimizer = self.make_optimizer(params)
+        self.built = True
+
+    def _new_group(self, ranks):
+        """A group of these ranks of the pipeline's group. Over the whole world every rank
+        makes every group, in one order, as torch.distributed asks; inside a smaller group
+        only its members do (use_local_synchronization)."""
+        ranks = [self.ranks[r] for r in ranks]
+        if len(self.ranks) == dist.get_world_size():
+            g = dist.new_group(ranks)
+            return g if self.ranks[self.me] in ranks else None
+        if self.ranks[self.me] not in ranks:
+            return None
+        return dist.new_group(ranks, use_local_synchronization=True)
+
+    def _stage_module(self, s):
+        return self.split.stage(s).to(self.device)
+
+    def _build_uniform(self):
+        from torch.distributed.pipelining import PipelineStage
+        P = self.S // self.v  # ranks a pipeline
+        self.P = P
+        self.replica, r = divmod(self.me, P)
+        pp = [self._new_group([c * P + k for k in range(P)]) for c in range(self.R)]
+        self.dp = [self._new_group([c * P + k for c in range(self.R)]) for k in range(P)]
+        self.dp_mine = self.dp[r] if self.R > 1 else None
+        self.my_stages = [s for s in range(self.S) if self._rank_in_pipeline(s) == r]
+        self.stage_mods = [self._stage_module(s) for s in self.my_stages]
+        pg = pp[self.replica]
+        stages = [PipelineStage(m, s, self.S, self.device, group=pg)
+                  for m, s in zip(self.stage_mods, self.my_stages)]
+        loss = self._loss
+        from torch.distributed.pipelining import schedules as sch
+        # the gradients are divided by the micro-batches here, once a parameter: PyTorch's
+        # scale_grads divides a stage's, twice a weight that two chunks of a rank share
+        kw = {"loss_fn": loss, "scale_grads": False}
+        if self.schedule == "gpipe":
+            self.runner = sch.ScheduleGPipe(stages[0], self.GA, **kw)
+        elif self.schedule == "1f1b":
+            self.runner = sch.Schedule1F1B(stages[0], self.GA, **kw)
+        elif self.schedule == "interleaved-1f1b":
+            self.runner = sch.ScheduleInterleaved1F1B(stages, self.GA, **kw)
+        else:  # repipe's zero-bubble order, as PyTorch's CSV
+            self.runner = sch._PipelineScheduleRuntime(stages, self.GA, **kw)
+            fd, path = tempfile.mkstemp(suffix=".csv")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(_csv(self.cfg.replace(replication_factor=1)))  # one pipeline
+                self.runner._load_csv(path, format="compute_only")
+            finally:
+                os.unlink(path)
+        self.first = 0 in self.my_stages
+        self.last = self.S - 1 in self.my_stages
+
+    def _build_runner(self):
+        ops = _ops(self.cfg)
+        self.stage_of_worker = [w[0] for w in ops]
+        s, self.replica, self.stage_replica, self.my_ops = ops[self.me]
+        self.my_stages = [s]
+        self.stage_mods = [self._stage_module(s)]
+        self.reduce = [self._new_group([w for w, o in enumerate(ops) if o[0] == k])
+                       for k in range(self.S)]
+        self.first, self.last = s == 0, s == self.S - 1
+        self.recv_meta = self.split.values_meta(self.split.recv[s])
+        self.send_meta = self.split.values_meta(self.split.send[s])
+
+    def _tie(self):
+        """Parameters read by several stages: a group of the ranks holding a copy each."""
+        holders = {}
+        stage_rank = self._stage_ranks()
+        for s in range(self.S):
+            names = [c for c, _, t in self.split.params(s) if isinstance(t, torch.nn.Parameter)]
+            for n in names:
+                holders.setdefault(n, set()).add(s)
+        self.tied = []
+        for name in sorted(holders):
+            stages = holders[name]
+            if len(stages) < 2:
+                continue
+            ranks = sorted({r for s in stages for r in stage_rank[s]})
+            if len(ranks) == 1:  # the chunks of one rank: one copy, its gradient summed
+                continue
+            g = self._new_group(ranks)
+            if g is not None:  # the copy this rank holds, under the name its stage reads
+                local = next(t for s in self.my_stages for c, t, _ in self.split.params(s)
+                             if c == name)
+                p = next(self._param(m, local) for m in self.stage_mods
+                         if self._param(m, local) is not None)
+                self.tied.append((p, g))
+        self.tied_ids = {id(p) for p, _ in self.tied}
+
+    def _rank_in_pipeline(self, s):
+        """The rank of a pipeline that holds stage s: chunk k of rank r is stage k P + r, or
+        under zb-v, r and 2 P - 1 - r (a V)."""
+        if self.schedule == "zb-v" and s >= self.P:
+            return 2 * self.P - 1 - s
+        return s % self.P
+
+    def _stage_ranks(self):
+        if self.uniform:
+            return {s: [c * self.P + self._rank_in_pipeline(s) for c in range(self.R)]
+                    for s in range(self.S)}
+        out = {}
+        for w, s in enumerate(self.stage_of_worker):
+            out.setdefault(s, []).append(w)
+        return out
+
+    def _param(self, mod, name):
+        obj = mod
+        for part in name.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                return None
+        return obj
+
+    # ---- one update -----------------------------------------------------------------------
+
+    def _loss(self, out, target):
+        return self.loss_fn(out, target)
+
+    def step(self, inputs, targets):
+        """One update on the global batch (every rank passes all of it); returns its mean
+        loss, on every rank."""
+        n = self.B * self.GA * self.R
+        if inputs.shape[0] != n or targets.shape[0] % n:
+            raise repipe.Error("rt.Pipeline.step: the plan's update takes %d samples "
+                               "(micro_batch_size %d x gradient_accumulation_steps %d x "
+                               "replication_factor %d); got %d inputs and %d targets"
+                               % (n, self.B, self.GA, self.R, inputs.shape[0], targets.shape[0]))
+        if not self.built:
+            self._build(inputs[:self.B].to(self.device))
+        k = targets.shape[0] // n  # targets a sample (a GPT's: one a position)
+        lo = self.replica * self.B * self.GA
+        x = inputs[lo:lo + self.B * self.GA].to(self.device)
+        y = targets[lo * k:(lo + self.B * self.GA) * k].to(self.device)
+        if self.uniform:
+            total = self._step_uniform(x, y)
+        else:
+            total = self._step_runner(x, y)
+        self._reduce_tied()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        t = torch.tensor([total], dtype=torch.float64)
+        dist.all_reduce(t, group=self.group)
+        return t.item() / (self.R * self.GA)
+
+    def _step_uniform(self, x, y):
+        losses = []
+        args = (x,) if self.first else ()
+        kw = {"target": y, "losses": losses} if self.last else {}
+        self.runner.step(*args, **kw)
+        for p in self.params:  # the micro-batches' mean
+            if p.grad is not None:
+                p.grad.div_(self.GA)
+        if self.dp_mine is not None:  # the pipelines' mean
+            for p in self.params:
+                if p.grad is not None and id(p) not in self.tied_ids:
+                    dist.all_reduce(p.grad, group=self.dp_mine)
+                    p.grad.div_(self.R)
+        return float(sum(l_.item() for l_ in losses))
+
+    def _is_tied(self, mod, p):
+        return id(p) in self.tied_ids
+
+    def _reduce_tied(self):
+        """A tied parameter's gradient: the sum over its copies, which each hold their
+        stage's share (under PyTorch's schedules already a mean over micro-batches, so the
+        sum over the R pipelines is divided by R, as the other gradients are)."""
+        for p, g in self.tied:  # a rank's chunks share one copy
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(p.grad, group=g)
+            if self.uniform:
+                p.grad.div_(self.R)
+
+    # ---- repipe's runner --------------------------------------------------------------------
+
+    def _tag(self, mb, kind, i):
+        return ((mb * 2 + kind) * 64 + i) % (1 << 30)
+
+    def _step_runner(self, x, y):
+        mod = self.stage_mods[0]
+        scale = 1.0 / (self.R * self.GA)
+        held, pending, total = {}, [], 0.0
+        peer = lambda w: self.ranks[w]  # noqa: E731
+        for kind, mb, w in self.my_ops:
+            if kind == RECV_ACT:
+                ins = []
+                for i, (shape, dtype) in enumerate(self.recv_meta):
+                    t = torch.empty(shape, dtype=dtype, device=self.device)
+                    dist.recv(t, peer(w), group=self.group, tag=self._tag(mb, 0, i))
+                    ins.append(t.requires_grad_(t.is_floating_point()))
+                held[mb] = [ins]
+            elif kind == FORWARD:
+                if self.first:
+                    ins = [x[mb * self.B:(mb + 1) * self.B]]
+                    held[mb] = [ins]
+                ins = held[mb][0]
+                out = mod(*ins)
+                if self.last:
+                    k = y.shape[0] // x.shape[0]
+                    loss = self.loss_fn(out, y[mb * self.B * k:(mb + 1) * self.B * k])
+                    total += loss.item()
+                    held[mb].append([loss * scale])
+                else:
+                    held[mb].append(list(out))
+            elif kind == SEND_ACT:
+                for i, t in enumerate(held[mb][1]):
+                    pending.append(dist.isend(t.detach(), peer(w), group=self.group,
+                                              tag=self._tag(mb, 0, i)))
+            elif kind == RECV_GRAD:
+                grads = []
+                for i, (shape, dtype) in enumerate(self.send_meta):
+                    if dtype.is_floating_point:
+                        t = torch.empty(shape, dtype=dtype, device=self.device)
+                        dist.recv(t, peer(w), group=self.group, tag=self._tag(mb, 1, i))
+                        grads.append(t)
+                    else:
+                        grads.append(None)
+                held[mb].append(grads)
+            elif kind in (BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT):
+                ins, outs = held[mb][0], held[mb][1]
+                grads = held[mb][2] if not self.last else [None]
+                pairs = [(o, g) for o, g in zip(outs, grads)
+                         if o.requires_grad and (g is not None or self.last)]
+                if not pairs:
+                    continue
+                o, g = zip(*pairs)
+                g = None if self.last else list(g)
+                wants = [t for t in ins if t.requires_grad]
+                params = [p for p in mod.parameters() if p.requires_grad]
+                if kind == BACKWARD:
+                    torch.autograd.backward(list(o), g)
+                elif kind == BACKWARD_INPUT and wants:  # B: the inputs' gradient only
+                    got = torch.autograd.grad(list(o), wants, g, retain_graph=True,
+                                              allow_unused=True)
+                    for t, gr in zip(wants, got):
+                        t.grad = gr
+                elif kind == BACKWARD_WEIGHT:  # W: the weights'
+                    torch.autograd.backward(list(o), g, inputs=params)
+            elif kind == SEND_GRAD:
+                ins = held[mb][0]
+                for i, t in enumerate(ins):
+                    if t.is_floating_point():
+                        gr = t.grad if t.grad is not None else torch.zeros_like(t)
+                        pending.append(dist.isend(gr, peer(w), group=self.group,
+                                                  tag=self._tag(mb, 1, i)))
+            elif kind == WAIT_SENDS:
+                for h in pending:
+                    h.wait()
+                pending = []
+                held.clear()
+            elif kind == REDUCE:
+                g = self.reduce[self.my_stages[0]]
+                for p in mod.parameters():
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                    if not self._is_tied(mod, p) and g is not None:
+                        dist.all_reduce(p.grad, group=g)
+        for h in pending:
+            h.wait()
+        return total
+
+    # ---- the weights ------------------------------------------------------------------------
+
+    def state_dict(self):
+        """The whole module's state_dict, its trained parameters and buffers gathered on
+        rank 0 of the group (from the first worker of the first stage holding each); other
+        ranks get None."""
+        owner = {}
+        for s in range(self.S):
+            for c, _, _ in self.split.params(s):
+                owner.setdefault(c, s)
+        first = self._stage_ranks()
+        mine = {}
+        for m, s in zip(self.stage_mods, self.my_stages):
+            for c, local, _ in self.split.params(s):
+                mine[c] = self._param(m, local)
+        out = {}
+        names = sorted(owner)
+        for n in names:
+            src = first[owner[n]][0]
+            t = mine.get(n) if self.me == src else None
+            if src == 0 and self.me == 0:
+                out[n] = t.detach().clone()
+                continue
+            if self.me == src:
+                dist.send(t.detach().contiguous(), self.ranks[0], group=self.group)
+            elif self.me == 0:
+                ref = self.graph._attr(n)
+                buf = torch.empty_like(ref, device=self.device)
+                dist.recv(buf, self.ranks[src], group=self.group)
+                out[n] = buf
+        if self.me != 0:
+            return None
+        full = {}
+        for k, v in self.module.state_dict(keep_vars=True).items():
+            hit = next((n for n in names if self.graph._attr(n) is v), None)
+            full[k] = out[hit].cpu() if hit is not None else v.detach().clone()
+        return full

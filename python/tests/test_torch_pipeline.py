@@ -1,0 +1,191 @@
+"""rt.Pipeline on torch.distributed (gloo, torchrun): every plan's updates equal the same
+module trained in one process on the same micro-batches.
+
+Each launch runs torch_pipeline_run.py under torchrun on all its ranks, case after case; rank
+0 trains the reference (the update's micro-batches in turn, gradients accumulated, one SGD
+step) and writes both runs' losses and the largest relative difference of any parameter.
+float32 cases are held to 1e-5, float64 ones to 1e-9 (relative, losses and weights).
+
+The ResNet's cases with a replicated stage run in float64: its batchnorm over micro-batches
+of 2 makes float32 rounding chaotic (with the gradients summed in another order, [2, 1] at
+float32 drifts to 0.3 relative in a batchnorm bias after 10 updates, where float64 stays at
+1e-14), so float32 there would test rounding, not the pipeline.
+
+Needs PyTorch 2 (make test runs it in the project's environment, scripts/python-env)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+try:
+    import torch
+    import torch.distributed.pipelining  # noqa: F401
+    HAVE = True
+except ImportError:
+    HAVE = False
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLI = os.environ.get("REPIPE_CLI") or os.path.join(HERE, "..", "..", "build", "repipe")
+NEEDS = "needs PyTorch 2 with torch.distributed.pipelining (make test's environment)"
+
+GPT_11 = {"micro_batch_size": 2, "gradient_accumulation_steps": 4, "layers_per_stage": [4, 5]}
+
+
+def plan(**keys):
+    return dict(GPT_11, **keys)
+
+
+def launch(world, cases, tmp):
+    out = os.path.join(tmp, "result-%d.json" % world)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc-per-node", str(world), os.path.join(HERE, "torch_pipeline_run.py"),
+           "--out", out]
+    for c in cases:
+        cmd += ["--case", json.dumps(c)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    if p.returncode:
+        raise AssertionError("torchrun failed (%d):\n%s" % (p.returncode, p.stderr[-6000:]))
+    with open(out) as f:
+        return json.load(f)
+
+
+@unittest.skipUnless(HAVE, NEEDS)
+class PipelineEqualsOneProcess(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.profile_and_plan()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    @classmethod
+    def profile_and_plan(cls):
+        """The GPT profiled by repipe.torch.profile and planned by repipe plan, as a user
+        does: plans for 2 and 4 machines, written by --config-out."""
+        import repipe.torch as rt
+        import torch_models
+        torch.manual_seed(1)
+        x, _ = torch_models.gpt_batch(4)
+        cls.profile = os.path.join(cls.tmp.name, "gpt.txt")
+        rt.profile(torch_models.GPT(), x, out=cls.profile, repeat=2)
+        cls.plans = {}
+        for m in (2, 4):
+            path = os.path.join(cls.tmp.name, "plan%d.json" % m)
+            subprocess.run([CLI, "plan", "--profile", cls.profile, "--machines", str(m),
+                            "--bandwidth", "1e8", "--global-batch", "32", "--config-out", path],
+                           check=True, capture_output=True)
+            cls.plans[m] = path
+
+    def check(self, results, name, tol):
+        r = results[name]
+        self.assertEqual(len(r["losses"]), len(r["ref_losses"]))
+        for a, b in zip(r["losses"], r["ref_losses"]):
+            self.assertLessEqual(abs(a - b), tol * abs(b), (name, r["losses"], r["ref_losses"]))
+        self.assertLessEqual(r["weights_rel"], tol, (name, r["worst"], r["weights_rel"]))
+        return r
+
+    def test_two_ranks(self):
+        """[1, 1] 1f1b, interleaved 1f1b with 2 chunks a rank, zb-h1 through PyTorch's CSV
+        runtime, the plan repipe plan chose for 2 machines; both GPTs and the ResNet."""
+        mha = {"model": "gpt-mha", "dtype": "float64"}
+        cases = [
+            {"name": "gpt 1f1b", "model": "gpt", "plan": plan()},
+            {"name": "gpt interleaved", "model": "gpt",
+             "plan": plan(layers_per_stage=[2, 2, 2, 3], schedule="interleaved-1f1b",
+                          virtual_stages=2)},
+            {"name": "gpt zb-h1 csv", "model": "gpt", "plan": plan(schedule="zb-h1")},
+            {"name": "gpt zb-v csv", "model": "gpt",
+             "plan": plan(layers_per_stage=[2, 2, 2, 3], schedule="zb-v")},
+            {"name": "gpt repipe's runner", "model": "gpt", "plan": plan(), "runner": "repipe"},
+            {"name": "gpt as planned", "model": "gpt", "plan": "file:" + self.plans[2]},
+            dict(mha, name="mha 1f1b", plan=plan()),
+            dict(mha, name="mha interleaved", plan=plan(layers_per_stage=[2, 2, 2, 3],
+                                                        schedule="interleaved-1f1b",
+                                                        virtual_stages=2)),
+            dict(mha, name="mha zb-h1 csv", plan=plan(schedule="zb-h1")),
+            {"name": "resnet 1f1b", "model": "resnet18", "lr": 0.01,
+             "plan": plan(layers_per_stage=[6, -1])},
+        ]
+        res = launch(2, cases, self.tmp.name)
+        for c in cases:
+            r = self.check(res, c["name"], 1e-9 if c.get("dtype") == "float64" else 1e-5)
+            self.assertEqual(r["uniform"], c.get("runner") != "repipe")
+        self.assertEqual(res["gpt interleaved"]["stages"], 4)
+
+    def test_replicated_stages(self):
+        """[2, 1] and [3, 1] on repipe's runner, 2 x [1, 1] on PyTorch's classes with the
+        pipelines' gradients averaged, the plan repipe plan chose for 4 machines."""
+        f64 = {"dtype": "float64"}
+        r21 = plan(stage_replication=[2, 1])
+        r31 = plan(stage_replication=[3, 1], gradient_accumulation_steps=6)
+        cases3 = [
+            {"name": "gpt [2,1]", "model": "gpt", "plan": r21},
+            dict(f64, name="mha [2,1]", model="gpt-mha", plan=r21),
+            dict(f64, name="resnet [2,1]", model="resnet18", lr=0.01,
+                 plan=dict(r21, layers_per_stage=[6, -1])),
+            {"name": "skip [2,1]", "model": "skip", "plan": dict(r21, layers_per_stage=[2, 2])},
+        ]
+        res = launch(3, cases3, self.tmp.name)
+        cases4 = [
+            {"name": "gpt 2x2", "model": "gpt", "plan": plan(replication_factor=2)},
+            {"name": "gpt [3,1]", "model": "gpt", "plan": r31},
+            dict(f64, name="mha [3,1]", model="gpt-mha", plan=r31),
+            dict(f64, name="resnet [3,1]", model="resnet18", lr=0.01, updates=4,
+                 plan=dict(r31, layers_per_stage=[8, -1])),
+            {"name": "gpt as planned", "model": "gpt", "plan": "file:" + self.plans[4]},
+        ]
+        res.update(launch(4, cases4, self.tmp.name))
+        for c in cases3 + cases4:
+            self.check(res, c["name"], 1e-9 if c.get("dtype") == "float64" else 1e-5)
+        self.assertFalse(res["gpt [3,1]"]["uniform"])
+        self.assertEqual(res["gpt [3,1]"]["stage_replication"], [3, 1])
+        self.assertTrue(res["gpt 2x2"]["uniform"])
+        self.assertEqual(res["gpt 2x2"]["replication_factor"], 2)
+
+    def test_planted_faults_are_caught(self):
+        """The same [2, 1] layout of a model whose cut crosses two tensors (a residual
+        branch), with a fault planted in each run: each moves the weights past the bound."""
+        base = {"model": "skip", "updates": 4,
+                "plan": plan(layers_per_stage=[2, 2], stage_replication=[2, 1])}
+        cases = [dict(base, name="clean")] + [
+            dict(base, name=m, mutate=m) for m in ("wrong-replica", "no-average",
+                                                   "drop-crossing")]
+        res = launch(3, cases, self.tmp.name)
+        self.check(res, "clean", 1e-5)
+        for m in ("wrong-replica", "no-average", "drop-crossing"):
+            self.assertGreater(res[m]["weights_rel"], 1e-3, m)
+
+    def test_the_seed_layout(self):
+        """VGG-16's plan for 2 servers x 8 devices from PipeDream's profile, as repipe plan
+        prints it (stage replication [7, 1], twice), on a VGG-16 narrowed 16-fold: 16 ranks,
+        3 updates, equal to one process."""
+        fixture = os.path.join(HERE, "..", "..", "tests", "fixtures", "pipedream", "profiles",
+                               "vgg16", "graph.txt")
+        path = os.path.join(self.tmp.name, "vgg.json")
+        subprocess.run([CLI, "plan", "--profile", fixture, "--machines", "8", "2",
+                        "--bandwidth", "4294967296", "2147483648", "--activation-compression",
+                        "1", "--objective", "pipedream", "--profile-batch", "1",
+                        "--config-out", path], check=True, capture_output=True)
+        with open(path) as f:
+            cfg = json.load(f)
+        self.assertEqual((cfg["replication_factor"], cfg["stage_replication"]), (2, [7, 1]))
+        # PipeDream's VGG-16 has Size and View where torchvision's has an average pool and
+        # a flatten; the cut, after the fourth max-pool, is the same
+        self.assertEqual(cfg["layers_per_stage"][0], 24)
+        cfg.update(layers_per_stage=[24, -1], micro_batch_size=1, gradient_accumulation_steps=7)
+        res = launch(16, [{"name": "vgg", "model": "vgg16", "updates": 3, "lr": 0.01,
+                           "plan": cfg}], self.tmp.name)
+        r = self.check(res, "vgg", 1e-5)
+        self.assertEqual((r["replication_factor"], r["stage_replication"]), (2, [7, 1]))
+
+
+if __name__ == "__main__":
+    unittest.main()

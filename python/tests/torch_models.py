@@ -1,0 +1,118 @@
+"""Models the PyTorch tests train: ordinary PyTorch, written as their users write them."""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class SelfAttention(nn.Module):
+    """nanoGPT's: one Linear for q, k and v, F.scaled_dot_product_attention, causal."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.c_attn, self.c_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = q.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        k = k.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        v = v.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class MHA(nn.Module):
+    """nn.MultiheadAttention with a causal mask."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+
+    def forward(self, x):
+        T = x.size(1)
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), 1)
+        return self.attn(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, mha):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = MHA(d, heads) if mha else SelfAttention(d, heads)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """A nanoGPT-style GPT: positions from torch.arange, the head tied to the embedding,
+    logits as (batch x positions, vocabulary) for cross_entropy."""
+
+    def __init__(self, vocab=64, seq=16, d=32, heads=4, layers=4, mha=False, dropout=0.0):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(seq, d)
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList([Block(d, heads, mha) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, idx):
+        b, t = idx.size()
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x)).view(b * t, -1)
+
+
+def gpt_batch(n, vocab=64, seq=16, seed=0):
+    """n sequences and their next tokens, flattened as GPT's logits are."""
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, vocab, (n, seq + 1), generator=g)
+    return idx[:, :-1].contiguous(), idx[:, 1:].reshape(-1).contiguous()
+
+
+def resnet18():
+    """torchvision's resnet18 for one input channel and 10 classes."""
+    import torchvision
+    m = torchvision.models.resnet18(num_classes=10)
+    m.conv1 = nn.Conv2d(1, 64, 7, 2, 3, bias=False)
+    return m
+
+
+def vgg16(div=16):
+    """torchvision's VGG-16 with every width divided by div, for 32 x 32 images."""
+    import torchvision
+    m = torchvision.models.vgg16(num_classes=10)
+    feats = []
+    for layer in m.features:
+        if isinstance(layer, nn.Conv2d):
+            cin = 3 if layer.in_channels == 3 else layer.in_channels // div
+            feats.append(nn.Conv2d(cin, layer.out_channels // div, 3, padding=1))
+        else:
+            feats.append(layer)
+    m.features = nn.Sequential(*feats)
+    m.avgpool = nn.AdaptiveAvgPool2d(1)
+    w = 4096 // div
+    m.classifier = nn.Sequential(nn.Linear(512 // div, w), nn.ReLU(True), nn.Dropout(0.0),
+                                 nn.Linear(w, w), nn.ReLU(True), nn.Dropout(0.0),
+                                 nn.Linear(w, 10))
+    return m
+
+
+class Skip(nn.Module):
+    """An MLP whose residual branch crosses a cut after `b`: two tensors cross it."""
+
+    def __init__(self, d=16, classes=5):
+        super().__init__()
+        self.a, self.b = nn.Linear(d, d), nn.Linear(d, d)
+        self.c, self.head = nn.Linear(d, d), nn.Linear(d, classes)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        g = self.b(h)
+        return self.head(torch.relu(self.c(h + g)))

@@ -1,0 +1,160 @@
+"""Runs under torchrun: trains a model with rt.Pipeline on one or more plans, each on the
+whole world, and (rank 0) the same module in one process on the same global
+batches. Writes, per case, both runs' losses and the final weights' largest relative
+difference to --out (JSON).
+
+    torchrun --nproc-per-node 4 torch_pipeline_run.py --out r.json \\
+        --case '{"name": "2x2", "model": "gpt", "plan": {...}}' ...
+
+A case's plan is an execution configuration: a dict, or "file:PATH" for one `repipe plan
+--config-out` wrote. --mutate NAME plants a fault in the runner (the tests show it is caught).
+"""
+import argparse
+import faulthandler
+import copy
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import repipe.torch as rt  # noqa: E402
+import torch_models  # noqa: E402
+
+
+def make(model):
+    torch.manual_seed(1)
+    if model == "gpt":
+        return torch_models.GPT()
+    if model == "gpt-mha":
+        return torch_models.GPT(mha=True)
+    if model == "resnet18":
+        return torch_models.resnet18()
+    if model == "vgg16":
+        return torch_models.vgg16()
+    if model == "skip":
+        return torch_models.Skip()
+    raise SystemExit("unknown model " + model)
+
+
+def batch(model, n, k):
+    if model.startswith("gpt"):
+        return torch_models.gpt_batch(n, seed=100 + k)
+    g = torch.Generator().manual_seed(100 + k)
+    if model == "skip":
+        return torch.randn(n, 16, generator=g), torch.randint(0, 5, (n,), generator=g)
+    size = 64 if model == "resnet18" else 32
+    ch = 3 if model == "vgg16" else 1
+    return torch.randn(n, ch, size, size, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+def loss_fn(out, y):
+    return torch.nn.functional.cross_entropy(out, y)
+
+
+def mutate(pipe, how):
+    """Planted faults, each of which the tests expect to be caught."""
+    if how == "wrong-replica":  # each first-stage replica reads its neighbour's micro-batch
+        orig = pipe._step_runner
+
+        def step(x, y):
+            if not pipe.first:
+                return orig(x, y)
+            B = pipe.B
+            swapped = torch.cat([x[(j ^ 1) * B:((j ^ 1) + 1) * B] for j in range(x.shape[0] // B)])
+            return orig(swapped, y)
+        pipe._step_runner = step
+    elif how == "no-average":  # a stage's gradients left unsummed over its replicas
+        pipe.reduce = [None] * len(pipe.reduce)
+    elif how == "drop-crossing":  # the gradient of the second crossing tensor dropped
+        real = dist.isend
+
+        def isend(t, *a, **kw):
+            tag = kw.get("tag", 0)
+            if tag % 64 == 1 and (tag // 64) % 2 == 1:
+                t = torch.zeros_like(t)
+            return real(t, *a, **kw)
+        dist.isend = isend
+    else:
+        raise SystemExit("unknown mutation " + how)
+
+
+def run_case(case, rank, results):
+    """One case: {"name", "model", "plan", "world"; optional "dtype" [float32], "updates" [10],
+    "lr" [0.1], "runner" [auto], "mutate"}. Every rank of the world takes part."""
+    real_isend = dist.isend
+    model, dtype = case["model"], getattr(torch, case.get("dtype", "float32"))
+    updates, lr = case.get("updates", 10), case.get("lr", 0.1)
+    plan = case["plan"]
+    if isinstance(plan, str) and plan.startswith("file:"):
+        plan = plan[5:]
+    module = make(model).to(dtype)
+    ref = copy.deepcopy(module)
+    pipe = rt.Pipeline(module, plan, loss_fn=loss_fn, runner=case.get("runner", "auto"),
+                       optimizer=lambda ps: torch.optim.SGD(ps, lr=lr))
+    n = pipe.B * pipe.GA * pipe.R
+    ours, theirs = [], []
+    opt = torch.optim.SGD(ref.parameters(), lr=lr)
+    try:
+        for k in range(updates):
+            x, y = batch(model, n, k)
+            if x.is_floating_point():
+                x = x.to(dtype)
+            if k == 0 and case.get("mutate"):
+                pipe._build(x[:pipe.B])
+                mutate(pipe, case["mutate"])
+            ours.append(pipe.step(x, y))
+            if rank == 0:  # one process, the update's micro-batches in turn
+                m, total = n // pipe.B, 0.0
+                per = y.shape[0] // n
+                for j in range(m):
+                    xs = x[j * pipe.B:(j + 1) * pipe.B]
+                    ys = y[j * pipe.B * per:(j + 1) * pipe.B * per]
+                    loss = loss_fn(ref(xs), ys) / m
+                    loss.backward()
+                    total += loss.item()
+                opt.step()
+                opt.zero_grad()
+                theirs.append(total)
+    finally:
+        dist.isend = real_isend
+    sd = pipe.state_dict()
+    if rank == 0:
+        worst, worst_key = 0.0, None
+        for key, t in ref.named_parameters(remove_duplicate=False):
+            t = t.detach()
+            d = (sd[key].to(t.dtype) - t).abs().max().item()
+            rel = d / max(t.abs().max().item(), 1e-30)
+            if rel > worst:
+                worst, worst_key = rel, key
+        results[case["name"]] = {"losses": ours, "ref_losses": theirs, "weights_rel": worst,
+                                 "worst": worst_key, "schedule": pipe.schedule,
+                                 "uniform": pipe.uniform, "stages": pipe.S,
+                                 "stage_replication": pipe.cfg.to_dict().get("stage_replication"),
+                                 "replication_factor": pipe.R}
+    dist.barrier()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", action="append", required=True, help="a case, as JSON")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    if os.environ.get("REPIPE_TEST_STACKS"):  # a hang's stacks, after that many seconds
+        faulthandler.dump_traceback_later(int(os.environ["REPIPE_TEST_STACKS"]), exit=True)
+    dist.init_process_group("gloo")
+    rank, results = dist.get_rank(), {}
+    for text in a.case:
+        run_case(json.loads(text), rank, results)
+    if rank == 0:
+        with open(a.out, "w") as f:
+            json.dump(results, f, indent=1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
