@@ -206,6 +206,15 @@ static void print_launch(const rp_config *c, const rp_plan_options *o, const cha
         printf("  HOSTS: the %d server%s in order, %d slots each; the same paths on each\n", hosts,
                hosts == 1 ? "" : "s", o->machines[0]);
     }
+    /* the same ranks under torchrun: a server a node, the innermost level's
+    ** machines its processes (rt.Pipeline numbers them as the engine does) */
+    int nodes = o->num_levels > 1 ? (ranks + o->machines[0] - 1) / o->machines[0] : 1;
+    int per = nodes > 1 ? o->machines[0] : ranks;
+    printf("or with PyTorch (docs/python.md): rt.Pipeline(module, \"%s\", ...) in your "
+           "script, over the module the profile came from, then\n  torchrun", config);
+    if (nodes > 1)
+        printf(" --nnodes %d --node-rank N --master-addr HOST0", nodes);
+    printf(" --nproc-per-node %d YOUR_SCRIPT.py\n", per);
 }
 
 /* The engine objective: the fastest synchronous configuration beside one
