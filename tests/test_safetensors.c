@@ -18,6 +18,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "../src/core/util.h"
 #include "repipe/session.h"
@@ -327,6 +329,61 @@ static void llama(void) {
     rp_model_free(m);
 }
 
+static double seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A header of 100 000 one-value tensors (7 MB, as the format allows far
+** more): read, and refused when its last key repeats the first, in about
+** half a second each here. Comparing each key with every earlier one took
+** 52 s at 80 000; the 5 s bound leaves room for a loaded machine and
+** sanitizers. */
+static void many_tensors(void) {
+    enum { N = 100000 };
+    size_t cap = (size_t)N * 80 + 64, at = 0;
+    char *header = malloc(cap);
+    float *data = calloc(N, sizeof *data);
+    unsigned char *buf = malloc(cap + 8 + sizeof(float) * N);
+    CHECK(header && data && buf);
+    if (!header || !data || !buf) {
+        free(header), free(data), free(buf);
+        return;
+    }
+    for (int twice = 0; twice < 2; twice++) {
+        at = (size_t)snprintf(header, cap, "{");
+        for (int i = 0; i < N; i++) {
+            int name = twice && i == N - 1 ? 0 : i;
+            data[i] = (float)i;
+            at += (size_t)snprintf(header + at, cap - at,
+                                   "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[1],"
+                                   "\"data_offsets\":[%d,%d]}",
+                                   i ? "," : "", name, 4 * i, 4 * i + 4);
+        }
+        snprintf(header + at, cap - at, "}");
+        size_t n = build(buf, header, data, sizeof(float) * N);
+        rp_weights *w = NULL;
+        rp_error err;
+        double t0 = seconds();
+        rp_status st = rp_safetensors_parse(&w, buf, n, "many.safetensors", &err);
+        double took = seconds() - t0;
+        if (!twice) {
+            CHECK_OK(st, err);
+            CHECK(w && w->num_tensors == N);
+            if (w)
+                rp_weights_free(w);
+        } else {
+            CHECK(st == RP_ERR_PARSE && strstr(err.msg, "key 't0' appears twice"));
+        }
+        CHECK(took < 5.0); /* minutes when pairwise; room for a loaded machine */
+        if (took >= 5.0)
+            fprintf(stderr, "  %s 100 000 tensors in %.2f s\n", twice ? "refusing" : "reading",
+                    took);
+    }
+    free(header), free(data), free(buf);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_safetensors FIXTURES_DIR\n");
@@ -335,6 +392,7 @@ int main(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s", argv[1]);
     samples();
     built();
+    many_tensors();
     llama();
     return test_finish("test_safetensors");
 }

@@ -126,13 +126,15 @@ static rp_status scan(rpi_load *c, const cJSON *root, og_file *f) {
         } else if (rpi_og_pretrained(key)) {
             if (f->num_inherited < 64)
                 f->inherited[f->num_inherited++] = item;
-        } else {
+        } else if (f->num_unknown < 64) {
+            /* a hint costs an edit distance to every known name: past 64
+            ** unknown keys the file is no configuration with a typo, and
+            ** 100 000 of them would take seconds */
             const char *hint = rpi_closest_key(key);
             if (hint)
                 return rp_fail(c->err, RP_ERR_INVALID, "%s: unknown key '%s' (did you mean '%s'?)",
                                c->name, key, hint);
-            if (f->num_unknown < 64)
-                f->unknown[f->num_unknown++] = item;
+            f->unknown[f->num_unknown++] = item;
         }
     }
     if (f->raw[K_TRANSFORMERS] && !f->raw[K_OPTIMUM])

@@ -329,12 +329,58 @@ int rp_list_dir(const char *dir, const char *suffix, char **names, int max) {
     return n;
 }
 
-/* The first key given twice in an object of the tree, its path in `path`. */
-static bool duplicate_key(const cJSON *v, char *path, size_t cap, size_t at) {
+/* Keys given twice in one object, found by sorting its keys rather than
+** comparing each with every earlier one: a safetensors header may hold
+** 100 000 tensors and 100 MB, where pairs would take hours. */
+typedef struct key_at {
+    const char *key;
+    int index;
+} key_at;
+
+static int cmp_key_at(const void *a, const void *b) {
+    const key_at *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+/* mark[i]: whether the object's i-th item shares its key with an earlier
+** item (later = false) or with a later one (later = true). NULL when out of
+** memory, or when the object has no items (*n = 0). */
+static bool *sibling_marks(const cJSON *obj, bool later, int *n) {
+    *n = 0;
+    for (const cJSON *c = obj->child; c; c = c->next)
+        (*n)++;
+    if (*n == 0)
+        return NULL;
+    key_at *keys = malloc(sizeof *keys * (size_t)*n);
+    bool *mark = calloc((size_t)*n, sizeof *mark);
+    if (!keys || !mark) {
+        free(keys), free(mark);
+        *n = -1;
+        return NULL;
+    }
+    int i = 0;
+    for (const cJSON *c = obj->child; c; c = c->next, i++)
+        keys[i] = (key_at){c->string ? c->string : "", i};
+    qsort(keys, (size_t)*n, sizeof *keys, cmp_key_at);
+    for (i = 0; i + 1 < *n; i++)
+        if (strcmp(keys[i].key, keys[i + 1].key) == 0)
+            mark[later ? keys[i].index : keys[i + 1].index] = true;
+    free(keys);
+    return mark;
+}
+
+/* The first key given twice in an object of the tree, its path in `path`:
+** 1, or 0 when none is, or -1 out of memory. */
+static int duplicate_key(const cJSON *v, char *path, size_t cap, size_t at) {
     if (!cJSON_IsObject(v) && !cJSON_IsArray(v))
-        return false;
-    int index = 0;
-    for (const cJSON *c = v->child; c; c = c->next, index++) {
+        return 0;
+    int count = 0;
+    bool *again = cJSON_IsObject(v) ? sibling_marks(v, false, &count) : NULL;
+    if (count < 0)
+        return -1;
+    int index = 0, found = 0;
+    for (const cJSON *c = v->child; c && !found; c = c->next, index++) {
         size_t n = at;
         if (cJSON_IsObject(v))
             n += (size_t)snprintf(path + at, cap - at, "%s%s", at ? "." : "", c->string);
@@ -342,15 +388,13 @@ static bool duplicate_key(const cJSON *v, char *path, size_t cap, size_t at) {
             n += (size_t)snprintf(path + at, cap - at, "[%d]", index);
         if (n >= cap)
             n = cap - 1;
-        if (cJSON_IsObject(v))
-            for (const cJSON *o = v->child; o != c; o = o->next)
-                if (strcmp(o->string, c->string) == 0)
-                    return true;
-        if (duplicate_key(c, path, cap, n))
-            return true;
-        path[at] = '\0';
+        if (again && again[index])
+            found = 1;
+        else if ((found = duplicate_key(c, path, cap, n)) == 0)
+            path[at] = '\0';
     }
-    return false;
+    free(again);
+    return found;
 }
 
 /* A syntax error or trailing text, with the line and column. */
@@ -387,9 +431,11 @@ rp_status rp_json_parse(const char *text, size_t len, const char *name, cJSON **
     if (s)
         return s;
     char path[256] = "";
-    if (duplicate_key(root, path, sizeof path, 0)) {
+    int dup = duplicate_key(root, path, sizeof path, 0);
+    if (dup) {
         cJSON_Delete(root);
-        return rp_fail(err, RP_ERR_PARSE, "%s: key '%s' appears twice", name, path);
+        return dup < 0 ? rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", name)
+                       : rp_fail(err, RP_ERR_PARSE, "%s: key '%s' appears twice", name, path);
     }
     *out = root;
     return RP_OK;
@@ -427,28 +473,32 @@ static const char *mark_numbers(cJSON *v, const char *p, const char *end) {
 }
 
 /* Removes, in the whole tree, every item of an object that a later item of
-** the same key replaces. */
-static void drop_replaced(cJSON *v, int *count, char *first, size_t cap, const char *at) {
-    for (cJSON *c = v->child; c;) {
+** the same key replaces; false when out of memory. */
+static bool drop_replaced(cJSON *v, int *count, char *first, size_t cap, const char *at) {
+    int n = 0;
+    bool *replaced = cJSON_IsObject(v) ? sibling_marks(v, true, &n) : NULL;
+    if (n < 0)
+        return false;
+    bool ok = true;
+    int index = 0;
+    for (cJSON *c = v->child; c && ok; index++) {
         cJSON *next = c->next;
         char path[256];
         if (cJSON_IsObject(v))
             snprintf(path, sizeof path, "%s%s%s", at, at[0] ? "." : "", c->string);
         else
             snprintf(path, sizeof path, "%s", at);
-        bool replaced = false;
-        if (cJSON_IsObject(v))
-            for (const cJSON *o = next; o && !replaced; o = o->next)
-                replaced = strcmp(o->string, c->string) == 0;
-        if (replaced) {
+        if (replaced && replaced[index]) {
             if ((*count)++ == 0 && cap)
                 snprintf(first, cap, "%s", path);
             cJSON_Delete(cJSON_DetachItemViaPointer(v, c));
         } else {
-            drop_replaced(c, count, first, cap, path);
+            ok = drop_replaced(c, count, first, cap, path);
         }
         c = next;
     }
+    free(replaced);
+    return ok;
 }
 
 rp_status rp_json_parse_config(const char *text, size_t len, const char *name, cJSON **out,
@@ -461,7 +511,11 @@ rp_status rp_json_parse_config(const char *text, size_t len, const char *name, c
     if (s)
         return s;
     mark_numbers(*out, text, text + len);
-    drop_replaced(*out, duplicates, first_duplicate, cap, "");
+    if (!drop_replaced(*out, duplicates, first_duplicate, cap, "")) {
+        cJSON_Delete(*out);
+        *out = NULL;
+        return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", name);
+    }
     return RP_OK;
 }
 
