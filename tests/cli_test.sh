@@ -88,6 +88,14 @@ if grep -q "'parallelize_kwargs': keyword arguments of a PyTorch model's paralle
   ok; else bad "ipu warnings: $(cat "$tmp/warn")"; fi
 echo '{"replication_factor": 2, "layers_per_stage": [2, 3]}' > "$tmp/c.json"
 expect_fail "config check sum" 1 "hold 5 layers in all but the model has 7" -- "$bin" config check "$tmp/c.json" --layers 7
+# what train refuses without the model, config check and show refuse by the same
+# rule: 4 stages are no whole number of workers at 3 chunks each, and 10^9 chunks
+for v in 3 1000000000; do
+  printf '{"layers_per_stage": [1, 2, 2, 2], "schedule": "interleaved-1f1b", "virtual_stages": %s, "gradient_accumulation_steps": 4}' \
+    "$v" > "$tmp/il.json"
+  expect_fail "config check interleaved v $v" 1 "virtual_stages" -- "$bin" config check "$tmp/il.json" --layers 7
+  expect_fail "config show interleaved v $v" 1 "virtual_stages" -- "$bin" config show "$tmp/il.json" --layers 7
+done
 echo '{"replicaton_factor": 2}' > "$tmp/typo.json"
 expect_fail "config typo" 1 "unknown key 'replicaton_factor' \(did you mean 'replication_factor'\?\)" -- "$bin" config check "$tmp/typo.json"
 expect_fail "config missing" 1 "cannot open" -- "$bin" config show "$tmp/none.json"

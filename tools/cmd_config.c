@@ -275,6 +275,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     for (int i = 0; i < cfg.num_warnings; i++)
         fprintf(stderr, "warning: %s\n", cfg.warnings[i]);
+    /* what train refuses before it reads the model, refused here by the same rule */
+    if (rp_schedule_check_config(&cfg, &err)) {
+        cli_error(cmd, "%s: %s", pos[1], err.msg);
+        return 1;
+    }
     rp_model *m = NULL;
     if (model) { /* what a session would refuse, before any worker starts */
         if (rp_model_load(&m, model, &err)) {
