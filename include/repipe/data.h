@@ -84,7 +84,10 @@ typedef struct rp_stream {
 rp_status rp_stream_init(rp_stream *s, uint64_t seed, int n, int per_update, rp_error *err);
 void rp_stream_free(rp_stream *s);
 long long rp_stream_updates_per_epoch(const rp_stream *s);
-/* Dataset indices of the samples of update u >= 0 (per_update of them). */
+/* Dataset indices of the samples of update u >= 0 (per_update of them).
+** It reshuffles s->perm in place when u is of another epoch than the last
+** call's, so a stream is one thread's at a time: callers that share one
+** take turns (repipe.Stream holds a lock). */
 rp_status rp_stream_update(rp_stream *s, long long u, int64_t *idx, rp_error *err);
 
 #ifdef __cplusplus

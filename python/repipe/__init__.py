@@ -877,11 +877,15 @@ class Stream:
         _check(_stream_init(ctypes.byref(self._s), seed, n, per_update, ctypes.byref(err)), err)
         self._s.sequential = sequential
         self.per_update = per_update
+        # the C stream reshuffles its permutation in place when the epoch changes: calls
+        # from several threads take turns, or one would read another's half-made epoch
+        self._lock = threading.Lock()
 
     def update(self, u):
         idx, err = np.empty(self.per_update, dtype=np.int64), _Err()
-        _check(_stream_update(ctypes.byref(self._s), u, _ptr(idx, ctypes.c_int64),
-                              ctypes.byref(err)), err)
+        with self._lock:
+            _check(_stream_update(ctypes.byref(self._s), u, _ptr(idx, ctypes.c_int64),
+                                  ctypes.byref(err)), err)
         return idx
 
     def __del__(self):

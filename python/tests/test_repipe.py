@@ -395,6 +395,28 @@ class Arrays(unittest.TestCase):
         self.assertFalse(t.is_alive())
         self.assertEqual(raised, ["the session is closed"])
 
+    def test_stream_from_threads(self):
+        """Two threads on one Stream, each asking for updates of alternate epochs (so that
+        each call reshuffles): every list is the one a Stream of its own gives."""
+        per, n = 20000, 40000  # 2 updates an epoch: thread k takes epochs k, k + 2, ...
+        solo = repipe.Stream(7, n, per)
+        want = {u: solo.update(u).tolist() for u in range(0, 240, 2)}
+        shared, got, errors = repipe.Stream(7, n, per), {}, []
+
+        def ask(us):
+            try:
+                for u in us:
+                    got[u] = shared.update(u).tolist()
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+        threads = [threading.Thread(target=ask, args=(range(2 * k, 240, 4),)) for k in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertEqual(errors, [])
+        self.assertEqual(sum(got[u] != want[u] for u in want), 0)
+
     def test_stream_before_the_first_update(self):
         st = repipe.Stream(7, 100, 30)
         self.assertEqual(sorted(st.update(0)), sorted(set(st.update(0))))
