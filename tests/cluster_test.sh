@@ -44,6 +44,20 @@ if grep -q "rp[0-9]*m0n.* mtu 9000 " <<<"$out"; then ok; else bad "--mtu 9000: $
 out=$("$cluster" --mtu 100 -- -np 1 true 2>&1)
 if [ $? = 2 ] && grep -q "mtu takes a whole number of bytes, 576 to 65521, not '100'" <<<"$out"; then ok
 else bad "--mtu 100 should be refused: $out"; fi
+# numbers bash would misread (08 is octal to it; 2^64 + 10 wraps to 10, past the
+# cap of 9 servers) are refused with the usage, before anything is made
+for a in "--machines 08" "--servers 18446744073709551626" "--timeout 99999999999999999999" \
+         "--cut 0:08"; do
+  # shellcheck disable=SC2086
+  "$cluster" $a -- -np 1 true > "$tmp/refused" 2>&1 &
+  pid=$!
+  wait $pid
+  rc=$?
+  out=$(cat "$tmp/refused")
+  if [ $rc = 2 ] && grep -q "usage: scripts/cluster" <<<"$out" &&
+     ! ip netns list | grep -q "^rp${pid}m"; then ok
+  else bad "$a should be refused with the usage, leaving nothing: $out"; fi
+done
 for i in $(seq 300); do printf 'the quick brown fox jumps over the lazy dog. '; done > "$tmp/text.txt"
 printf 'input 16\nembedding 256 16\nposition_embedding\ngelu\nlinear 256\nsoftmax_cross_entropy\n' > "$tmp/lm.model"
 adam='"optimizer": {"type": "adam", "lr": 0.01}'
