@@ -88,6 +88,13 @@ if grep -q "'parallelize_kwargs': keyword arguments of a PyTorch model's paralle
   ok; else bad "ipu warnings: $(cat "$tmp/warn")"; fi
 echo '{"replication_factor": 2, "layers_per_stage": [2, 3]}' > "$tmp/c.json"
 expect_fail "config check sum" 1 "hold 5 layers in all but the model has 7" -- "$bin" config check "$tmp/c.json" --layers 7
+# a profile with batch normalisation plans micro-batches of 2 or more: one sample
+# a micro-batch has no variance where a plane is one value, and train refuses it
+"$bin" plan --profile "$src/tests/fixtures/pipedream/profiles/resnet18/graph.txt" --machines 2 2 \
+  --profile-batch 1 --global-batch 4 --config-out "$tmp/bn.json" > "$tmp/bn.out" 2>&1
+if grep -q "normalises by a micro-batch's statistics" "$tmp/bn.out" &&
+   grep -q '"micro_batch_size":[[:space:]]*[2-9]' "$tmp/bn.json"; then ok
+else bad "a batchnorm profile planned micro-batches of 1: $(cat "$tmp/bn.out")"; fi
 # what train refuses without the model, config check and show refuse by the same
 # rule: 4 stages are no whole number of workers at 3 chunks each, and 10^9 chunks
 for v in 3 1000000000; do

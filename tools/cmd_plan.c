@@ -67,6 +67,18 @@ static const cli_opt OPTS[] = {
     {NULL, 0, NULL, NULL},
 };
 
+/* Whether hay holds needle (lower case), letters of either case alike. */
+static bool holds_nocase(const char *hay, const char *needle) {
+    for (; *hay; hay++) {
+        size_t i = 0;
+        while (needle[i] && hay[i] && tolower((unsigned char)hay[i]) == needle[i])
+            i++;
+        if (!needle[i])
+            return true;
+    }
+    return false;
+}
+
 static bool write_text(const cli_cmd *cmd, const char *path, const char *text) {
     if (strcmp(path, "-") == 0) {
         fputs(text, stdout);
@@ -260,6 +272,16 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
     ao.latency = latency;
     ao.polling = polling;
     ao.min_micro_batch = (int)min_micro;
+    /* batch normalisation of a micro-batch of one sample has nothing to
+    ** normalise by where a plane is one value (train refuses it): a profile
+    ** that names one plans micro-batches of 2 or more */
+    for (int i = 0; i < prof->num_nodes && ao.min_micro_batch < 2; i++)
+        if (prof->nodes[i].desc && holds_nocase(prof->nodes[i].desc, "batchnorm")) {
+            ao.min_micro_batch = 2;
+            printf("%s (line %d of the profile) normalises by a micro-batch's statistics: micro-batches "
+                   "of 2 or more (--min-micro-batch)\n",
+                   prof->nodes[i].id, prof->nodes[i].line);
+        }
     unsigned char *split = NULL;
     if (split_model) {
         double *fw, *bw, *ob, *pb;
