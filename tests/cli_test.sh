@@ -88,6 +88,17 @@ if grep -q "'parallelize_kwargs': keyword arguments of a PyTorch model's paralle
   ok; else bad "ipu warnings: $(cat "$tmp/warn")"; fi
 echo '{"replication_factor": 2, "layers_per_stage": [2, 3]}' > "$tmp/c.json"
 expect_fail "config check sum" 1 "hold 5 layers in all but the model has 7" -- "$bin" config check "$tmp/c.json" --layers 7
+# docs/planner.md's first command prints the tables the page shows under it
+out=$(cd "$src" && "$bin" plan --profile tests/fixtures/pipedream/profiles/vgg16/graph.txt \
+        --machines 8 2 --bandwidth 4294967296 2147483648 --activation-compression 1 2>&1 |
+      sed 's/[[:space:]]*$//')
+shown=$(sed -n '/^The command above prints:/,/^- `states a-b`/p' "$src/docs/planner.md" |
+        grep -E '^      (stage|[0-9])' | sed 's/^    //')
+missing=$(while IFS= read -r line; do
+            grep -qxF -- "$line" <<<"$out" || echo "$line"
+          done <<<"$shown")
+if [ -n "$shown" ] && [ -z "$missing" ]; then ok
+else bad "docs/planner.md's first output is not what its command prints: $missing"; fi
 # a profile with batch normalisation plans micro-batches of 2 or more: one sample
 # a micro-batch has no variance where a plane is one value, and train refuses it
 "$bin" plan --profile "$src/tests/fixtures/pipedream/profiles/resnet18/graph.txt" --machines 2 2 \
