@@ -23,6 +23,7 @@ graph takes, in order, every value that an earlier stage made and it or a later 
 import contextlib
 import logging
 import operator
+import warnings
 
 import torch
 import torch.fx
@@ -79,7 +80,9 @@ def _quiet():
     level = log.level
     log.setLevel(logging.CRITICAL)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
     finally:
         log.setLevel(level)
 

@@ -345,6 +345,40 @@ class Export(unittest.TestCase):
         with open(self.model) as f:
             self.assertIn("= mul < ", f.read())
 
+    def test_gpts_reach_repipes_engine(self):
+        """nanoGPT-style GPTs (F.scaled_dot_product_attention, and nn.MultiheadAttention),
+        which torch.fx cannot read, export from torch.export's graph as repipe's embedding,
+        position_embedding, transformer_block, layernorm and tied head: repipe's loss on the
+        export is PyTorch's, and a changed weight file loads back into the module."""
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import torch_models
+        for mha in (False, True):
+            torch.manual_seed(3)
+            net = torch_models.GPT(mha=mha)
+            x, y = torch_models.gpt_batch(4, seed=5)
+            text = rtorch.export(net, x, model=self.model, weights=self.weights)
+            self.assertEqual(text.count("transformer_block heads=4 mlp=4 gelu=erf"), 4, text)
+            self.assertIn("position_embedding", text)
+            self.assertIn("linear 64 bias=false tie=0", text)
+            with repipe.Session(repipe.Model.load(self.model),
+                                repipe.Config(micro_batch_size=4)) as s:
+                s.set_weights(repipe.load_weights(self.weights))
+                ours = s.loss(np.ascontiguousarray(x.numpy().astype(np.float32)),
+                              y.numpy().astype(np.int32).reshape(4, -1))
+            with torch.no_grad():
+                theirs = nn.functional.cross_entropy(net(x), y).item()
+            self.assertAlmostEqual(ours, theirs, delta=1e-5 * abs(theirs))
+            w = repipe.load_weights(self.weights)
+            w["1.weight"] = w["1.weight"] * 0.5  # the positions' table, halved
+            repipe.save_weights(self.weights, w)
+            rtorch.load(net, self.weights, x)
+            self.assertTrue(torch.equal(net.wpe.weight, torch.from_numpy(w["1.weight"])))
+        # a post-norm encoder layer is not GPT-2's block: refused with the node's name
+        enc = nn.Sequential(nn.Linear(8, 16), nn.TransformerEncoderLayer(16, 2, 32, 0.0,
+                                                                        batch_first=True))
+        with self.assertRaisesRegex(repipe.Error, r"module '1' \(TransformerEncoderLayer\)"):
+            rtorch.export(enc, torch.zeros(2, 5, 8), model=self.model, weights=self.weights)
+
     def test_refusals_name_the_module(self):
         net = nn.Sequential(nn.Flatten(), nn.Linear(4, 4), nn.LSTM(4, 4))
         with self.assertRaisesRegex(repipe.Error, r"module '2' \(LSTM\): has no repipe layer"):
