@@ -133,8 +133,8 @@ class Graph:
 
     def __init__(self, module, example):
         if not hasattr(torch, "export"):
-            raise ValueError("repipe.torch needs PyTorch 2.6 or later (torch.export); this is %s"
-                             % torch.__version__)
+            raise ValueError("repipe.torch needs PyTorch 2 (torch.export; tested with 2.15); "
+                             "this is %s" % torch.__version__)
         self.module = module
         self.example = example if isinstance(example, tuple) else (example,)
         self.gm = _export(module, self.example)
