@@ -2,17 +2,14 @@
 # torchvision's resnet18 for Fashion-MNIST, exported to repipe (repipe.torch.export), beside
 # PyTorch training the same module: one thread each, batch 64, SGD, the same number of
 # updates, in one run. Each side runs ROUNDS times, alternating; the best samples/s of each
-# is compared. Needs Debian's python3-torch and python3-torchvision.
+# is compared. PyTorch and torchvision: PyPI's, the project's environment (scripts/python-env).
 # Usage: bench/resnet_vs_torch.sh BUILD_DIR [ROUNDS] [STEPS]
 set -eu
 build=${1:-build}
 rounds=${2:-3}
 steps=${3:-30}
 cd "$(dirname "$0")/.."
-py=/usr/bin/python3
-if ! "$py" -c "import torch, torchvision" 2>/dev/null; then
-  echo "resnet_vs_torch: needs python3-torch and python3-torchvision (apt-get install them)"; exit 0
-fi
+py=$(sh scripts/python-env)
 export OPENBLAS_NUM_THREADS=1 PYTHONPATH=python REPIPE_LIBRARY=$build/librepipe.so
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -1,6 +1,6 @@
 """repipe.torch.profile on VGG-16 against torch.profiler and against the shipped profile.
 
-    PYTHONPATH=python python3 bench/torch_profile.py [--batch 64] [--repeat 2] [--threads 2]
+    PYTHONPATH=python $(sh scripts/python-env) bench/torch_profile.py [--batch 64] [--repeat 2] [--threads 2]
 
 1. Profiles a VGG-16 written here (torchvision's layers; no download) at --batch samples with
    repipe.torch.profile, and times the same passes with torch.profiler: the forward op each
@@ -10,7 +10,7 @@
    replication per level, and each stage boundary counted in layers. The plan depends on the
    ratio of compute to communication, so the profile is also planned with its times scaled to
    the shipped profile's total (a device as fast as the one it was measured on).
-Needs Debian's python3-torch; takes about 4 minutes at batch 64 on 2 cores.
+Needs PyTorch 2 (the project's environment, scripts/python-env); takes about 4 minutes at batch 64 on 2 cores.
 """
 import argparse
 import os
@@ -27,7 +27,7 @@ try:
     from torch import nn
     import repipe.torch as rtorch
 except ImportError:
-    sys.exit("torch_profile: needs PyTorch (Debian's python3-torch), which is not installed")
+    sys.exit("torch_profile: needs PyTorch 2: run it with scripts/python-env's python")
 
 SHIPPED = os.path.join(HERE, "..", "tests", "fixtures", "pipedream", "profiles", "vgg16",
                        "graph.txt")

@@ -1,7 +1,8 @@
 #!/bin/sh
 # torchvision's resnet18 for Fashion-MNIST (docs/python.md): exported from PyTorch, profiled,
 # planned for 2 servers of 2 workers, trained by repipe on the plan, and its trained weights
-# put back into the PyTorch module. Needs Debian's python3-torch and python3-torchvision.
+# put back into the PyTorch module. PyTorch and torchvision come from the project's
+# environment (scripts/python-env makes it once).
 # Usage: examples/resnet18.sh [BUILD_DIR] [EPOCHS] (in a scratch directory of your choice:
 # it writes its files into the current one)
 set -eu
@@ -10,7 +11,7 @@ build=$(cd "${1:-$src/build}" && pwd)
 epochs=${2:-1}
 repipe=$build/repipe
 export PYTHONPATH=$src/python REPIPE_LIBRARY=$build/librepipe.so
-py=/usr/bin/python3
+py=$(sh "$src/scripts/python-env")
 cat > resnet18.py <<'PY'
 import sys, torch, torchvision, repipe.torch
 def resnet18():

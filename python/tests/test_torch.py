@@ -1,6 +1,7 @@
 """repipe.torch.profile on models written here (no downloads): a VGG-style chain, a
 ResNet-style block with its residual addition, and a transformer that torch.fx cannot trace.
-These need PyTorch: without Debian's python3-torch they are skipped, saying so."""
+These need PyTorch 2 (make test runs them in the project's environment, scripts/python-env);
+under a Python without it they are skipped, saying so."""
 import os
 import sys
 import tempfile
@@ -19,7 +20,7 @@ try:
 except ImportError:
     torch = None
 
-NEEDS_TORCH = "needs PyTorch (Debian's python3-torch), which is not installed"
+NEEDS_TORCH = "needs PyTorch 2 (scripts/python-env's environment), which this Python lacks"
 
 
 def read_graph(path):
