@@ -79,14 +79,13 @@ void rp_session_loss_scale(const rp_session *s, double *scale, long long *skippe
 ** their labels (the model's num_targets per sample) and global sample ids.
 ** Under MPI every rank passes the same data and receives the same result.
 **
-** Labels are checked before any work: one that is no class of the loss fails
-** the call alone, and the session goes on as if it had not been made. If a
-** worker fails once the call is under way, the call returns that worker's
+** If a worker fails (a label that is no class of the loss, found by the
+** worker whose micro-batch holds it), the call returns that worker's
 ** message; the local backend's other workers stop, the update is left half
-** done, and every later run is refused with that message (close the session
-** and open another; weights and predictions can still be read). Under MPI
-** the other ranks are left waiting: the caller reports the message and calls
-** rp_comm_fail, which ends the job. */
+** done, and every later run is refused, naming that failure: close the
+** session and open another (weights and predictions can still be read).
+** Under MPI the other ranks are left waiting: the caller reports the
+** message and calls rp_comm_fail, which ends the job. */
 rp_status rp_session_run(rp_session *s, const float *x, const int32_t *labels,
                          const int64_t *sample_ids, rp_result *res, rp_error *err);
 

@@ -549,31 +549,13 @@ rp_status rp_session_run_samples(rp_session *s, const rp_dataset *d, const int64
 
 static rp_status run_call(rp_session *s, rp_result *res, rp_error *err);
 
-/* The call's labels, before any worker starts: one that is no class of
-** the loss fails the call alone and leaves the session as it was. */
-static rp_status check_labels(const rp_session *s, rp_error *err) {
-    int V = s->m->num_classes;
-    if (!s->y || V <= 0)
-        return RP_OK;
-    size_t K = (size_t)s->m->num_targets, n = (size_t)s->D * s->R * s->GA * s->B * K;
-    for (size_t i = 0; i < n; i++)
-        if (s->y[i] < 0 || s->y[i] >= V)
-            return rp_fail(err, RP_ERR_INVALID, "label %d of sample %zu%s is not a class in "
-                           "[0, %d); the session did no work and can go on",
-                           (int)s->y[i], i / K, K > 1 ? " (one of its targets)" : "", V);
-    return RP_OK;
-}
-
 static rp_status run(rp_session *s, rp_result *res, rp_error *err) {
     if (s->failed)
         return rp_fail(err, RP_ERR_ABORTED, "the session failed in an earlier call (%s): its "
                        "update was left half done; close it and open another",
                        s->failed_msg);
-    rp_status st = check_labels(s, err);
-    if (st)
-        return st;
     unsigned fpu = rpi_fpu_enter();
-    st = run_call(s, res, err);
+    rp_status st = run_call(s, res, err);
     rpi_fpu_leave(fpu);
     if (st && !s->failed) {
         s->failed = true;

@@ -165,10 +165,9 @@ struct rp_session {
     int done;
     bool quit;
     int started; /* worker threads running (those with `threaded`) */
-    /* A training call that failed part-way (a worker's error after the first
-    ** operation) leaves the update half done: later calls are refused with
-    ** its message. Inputs are checked before any work, so a bad label fails
-    ** its call and no other. */
+    /* A training call that failed once its workers started (a bad label
+    ** found by the loss layer of one of them) leaves the update half done:
+    ** later calls are refused with its message. */
     bool failed;
     char failed_msg[RP_ERROR_MAX];
     bool spin;   /* every worker has a core: hand-overs spin before sleeping */
