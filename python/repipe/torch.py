@@ -27,12 +27,7 @@ def __getattr__(name):  # rt.Pipeline: torch.distributed is loaded when it is us
     raise AttributeError(name)
 
 
-def _bytes(x):
-    if isinstance(x, torch.Tensor):
-        return x.numel() * x.element_size()
-    if isinstance(x, (tuple, list)):
-        return sum(_bytes(t) for t in x)
-    return 0
+from .torch_graph import _val_bytes as _bytes  # noqa: E402 (a value's bytes, as the graph counts)
 
 
 def _leaves(module):
