@@ -88,6 +88,10 @@ if grep -q "'parallelize_kwargs': keyword arguments of a PyTorch model's paralle
   ok; else bad "ipu warnings: $(cat "$tmp/warn")"; fi
 echo '{"replication_factor": 2, "layers_per_stage": [2, 3]}' > "$tmp/c.json"
 expect_fail "config check sum" 1 "hold 5 layers in all but the model has 7" -- "$bin" config check "$tmp/c.json" --layers 7
+# PipeDream's -n/-a: the profile's file name for a local graph.txt, or --arch's
+cp "$src/tests/fixtures/pipedream/profiles/vgg16/graph.txt" "$tmp/graph.txt"
+expect_grep "plan -a from the file" "-n GraphPartitioned -a graph " -- env --chdir="$tmp" "$bin" plan --profile graph.txt --machines 2
+expect_grep "plan --arch" "-n Vgg16Partitioned -a vgg16 " -- "$bin" plan --profile "$tmp/graph.txt" --machines 2 --arch vgg16
 # docs/planner.md's first command prints the tables the page shows under it
 out=$(cd "$src" && "$bin" plan --profile tests/fixtures/pipedream/profiles/vgg16/graph.txt \
         --machines 8 2 --bandwidth 4294967296 2147483648 --activation-compression 1 2>&1 |

@@ -37,6 +37,7 @@ enum {
     OPT_BACKEND,
     OPT_MIN_MICRO_BATCH,
     OPT_TENSOR_SPLIT,
+    OPT_ARCH,
 };
 
 static const cli_opt OPTS[] = {
@@ -64,6 +65,7 @@ static const cli_opt OPTS[] = {
     [OPT_BACKEND] = {"backend", 0, "local|mpi", "engine objective: mpi ranks poll while they wait, as 'repipe simulate --backend' [local]"},
     [OPT_MIN_MICRO_BATCH] = {"min-micro-batch", 0, "B", "engine objective: micro-batches of at least B samples (batchnorm normalises by a micro-batch's statistics) [1]"},
     [OPT_TENSOR_SPLIT] = {"tensor-split", 0, "MODEL", "engine objective: the profiled model; also try its attention and MLP split over tensor groups of 2, 4 and 8 workers inside a machine of the innermost level (tensor_parallel)"},
+    [OPT_ARCH] = {"arch", 0, "NAME", "the architecture's name in PipeDream's commands (-a NAME, -n NamePartitioned) [the profile's directory for .../graph.txt, else its file name]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -435,6 +437,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *profile = NULL, *json = NULL, *graph_out = NULL, *conf = NULL;
     const char *config_out = NULL, *base_config = NULL, *schedule = NULL;
     const char *objective = NULL, *more[RP_AUTOPLAN_MAX_PROFILES], *split_model = NULL;
+    const char *arch = NULL;
     int num_more = 0;
     long long micro_batches = 8, global_batch = 0, profile_batch = 0, cores = 0, min_micro = 1;
     double latency = 2e-5;
@@ -530,6 +533,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         case OPT_TENSOR_SPLIT:
             split_model = arg;
             break;
+        case OPT_ARCH:
+            arch = arg;
+            break;
         case OPT_LATENCY:
             if (!cli_double(name, arg, &latency))
                 return 2;
@@ -595,7 +601,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         const char *g = graph_out && realpath(graph_out, gpath) ? gpath : graph_out;
         const char *cf = conf && realpath(conf, cpath) ? cpath : conf;
         plan_print(plan, profile, prof);
-        plan_print_pipedream(plan, profile, g, cf,
+        plan_print_pipedream(plan, arch ? arch : profile, g, cf,
                         profile_batch ? profile_batch : rp_profile_micro_batch(prof));
     }
     if (schedule && rc == 0)

@@ -101,11 +101,13 @@ static const char *shell_word(const char *path, char *buf, size_t cap) {
 }
 
 /* PipeDream's own commands for the plan: its code generator, with the stage
-** map in the form it parses, and its runtime on every rank. */
-void plan_print_pipedream(const rp_plan *p, const char *profile_path, const char *graph_out,
+** map in the form it parses, and its runtime on every rank. The names -n and
+** -a come from `name`: --arch's, or the profile's path (its directory for a
+** .../graph.txt, as PipeDream's profiles are laid out, else its file name). */
+void plan_print_pipedream(const rp_plan *p, const char *name, const char *graph_out,
                             const char *conf, long long batch) {
     char arch[64], map[4096], gq[2 * PATH_MAX], cq[2 * PATH_MAX];
-    arch_name(profile_path, arch, sizeof arch);
+    arch_name(name, arch, sizeof arch);
     if (graph_out)
         graph_out = shell_word(graph_out, gq, sizeof gq);
     if (conf)

@@ -17,7 +17,7 @@ void plan_print(const rp_plan *p, const char *profile_path, const rp_profile *pr
 
 /* PipeDream's own commands for the plan: its code generator, with the stage
 ** map in the form it parses, and its runtime on every rank. */
-void plan_print_pipedream(const rp_plan *p, const char *profile_path, const char *graph_out,
+void plan_print_pipedream(const rp_plan *p, const char *name, const char *graph_out,
                           const char *conf, long long batch);
 
 #endif /* REPIPE_TOOLS_PLAN_PRINT_H */
