@@ -154,11 +154,12 @@ done:
     return rc;
 }
 
-/* Prints one configuration's row of the comparison. */
-static void print_row(const char *what, const rp_autoplan_entry *e) {
+/* Prints one configuration's row of the comparison; false for a kind with no
+** configuration (the legend under the table says why there can be none). */
+static bool print_row(const char *what, const rp_autoplan_entry *e) {
     if (!e->found) {
-        printf("  %-34s %s\n", what, "does not fit");
-        return;
+        printf("  %-34s %s\n", what, "none (below)");
+        return false;
     }
     rp_derived d;
     rp_config_derive(&e->cfg, &d);
@@ -173,6 +174,7 @@ static void print_row(const char *what, const rp_autoplan_entry *e) {
     if (e->cfg.reduction_bucket_mb > 0)
         printf("  reduced in %g MB buckets", e->cfg.reduction_bucket_mb);
     printf("\n");
+    return true;
 }
 
 /* The keys a plan sets, in words: what --config-out writes. */
@@ -342,15 +344,24 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
     printf("), %d configurations simulated:\n", r.simulated);
     printf("  %-34s %7s %7s %9s %5s %-16s %13s %11s\n", "", "workers", "stages", "micro-b", "GA",
            "schedule", "per update", "samples/s");
-    print_row("one worker", &r.single);
-    print_row("data parallel", &r.data_parallel);
-    print_row("PipeDream's plan, synchronous", &r.pipedream);
-    print_row("fastest pipeline under 1f1b", &r.pipeline_1f1b);
-    print_row("fastest pipeline, zero bubble", &r.pipeline_zero_bubble);
-    print_row("two chunks a worker", &r.pipeline_interleaved);
+    bool all = print_row("one worker", &r.single);
+    all &= print_row("data parallel", &r.data_parallel);
+    all &= print_row("PipeDream's plan, synchronous", &r.pipedream);
+    all &= print_row("fastest pipeline under 1f1b", &r.pipeline_1f1b);
+    all &= print_row("fastest pipeline, zero bubble", &r.pipeline_zero_bubble);
+    all &= print_row("two chunks a worker", &r.pipeline_interleaved);
     if (split)
-        print_row("fastest with tensor groups", &r.tensor_parallel);
-    print_row("fastest for the engine", &r.best);
+        all &= print_row("fastest with tensor groups", &r.tensor_parallel);
+    all &= print_row("fastest for the engine", &r.best);
+    if (!all) {
+        printf("  none: no configuration of that kind runs here: each needs the workers and "
+               "stages of its kind, and its replicas' micro-batches must split %lld samples an "
+               "update evenly (1 to %d micro-batches a replica, of %d samples or more)",
+               ao.global_batch, ao.max_accumulation, ao.min_micro_batch);
+        if (ao.memory_size > 0)
+            printf(", within --memory-size %.0f bytes a worker", ao.memory_size);
+        printf("\n");
+    }
     rp_config_derive(c, &d);
     if (d.stages == 1) {
         printf("data parallelism on %d of the %d workers is predicted fastest: every worker holds "
