@@ -152,14 +152,21 @@ class PipelineEqualsOneProcess(unittest.TestCase):
 
     def test_planted_faults_are_caught(self):
         """The same [2, 1] layout of a model whose cut crosses two tensors (a residual
-        branch), with a fault planted in each run: each moves the weights past the bound."""
+        branch), with a fault planted in each run: each moves the weights past the bound.
+        Beside them, a pipeline in a group of 2 of the 3 ranks (group=)."""
         base = {"model": "skip", "updates": 4,
                 "plan": plan(layers_per_stage=[2, 2], stage_replication=[2, 1])}
         cases = [dict(base, name="clean")] + [
             dict(base, name=m, mutate=m) for m in ("wrong-replica", "no-average",
                                                    "drop-crossing")]
+        # and a pipeline in a group smaller than the world (2 of the 3 ranks), on each runner
+        cases += [{"name": "in a group", "model": "gpt", "ranks": 2, "updates": 3, "plan": plan()},
+                  {"name": "in a group, repipe's runner", "model": "gpt", "ranks": 2,
+                   "updates": 3, "runner": "repipe", "plan": plan()}]
         res = launch(3, cases, self.tmp.name)
         self.check(res, "clean", 1e-5)
+        self.check(res, "in a group", 1e-5)
+        self.check(res, "in a group, repipe's runner", 1e-5)
         for m in ("wrong-replica", "no-average", "drop-crossing"):
             self.assertGreater(res[m]["weights_rel"], 1e-3, m)
 

@@ -83,18 +83,25 @@ def mutate(pipe, how):
 
 
 def run_case(case, rank, results):
-    """One case: {"name", "model", "plan", "world"; optional "dtype" [float32], "updates" [10],
-    "lr" [0.1], "runner" [auto], "mutate"}. Every rank of the world takes part."""
+    """One case: {"name", "model", "plan"; optional "dtype" [float32], "updates" [10], "lr"
+    [0.1], "runner" [auto], "mutate", "ranks" [all]}. Every rank of the world takes part, or
+    with "ranks" k, the first k, in a group of their own."""
     real_isend = dist.isend
     model, dtype = case["model"], getattr(torch, case.get("dtype", "float32"))
     updates, lr = case.get("updates", 10), case.get("lr", 0.1)
     plan = case["plan"]
     if isinstance(plan, str) and plan.startswith("file:"):
         plan = plan[5:]
+    group = None
+    if case.get("ranks"):  # a pipeline on the first ranks of the world only
+        group = dist.new_group(list(range(case["ranks"])))
+        if rank >= case["ranks"]:
+            dist.barrier()
+            return
     module = make(model).to(dtype)
     ref = copy.deepcopy(module)
     pipe = rt.Pipeline(module, plan, loss_fn=loss_fn, runner=case.get("runner", "auto"),
-                       optimizer=lambda ps: torch.optim.SGD(ps, lr=lr))
+                       group=group, optimizer=lambda ps: torch.optim.SGD(ps, lr=lr))
     n = pipe.B * pipe.GA * pipe.R
     ours, theirs = [], []
     opt = torch.optim.SGD(ref.parameters(), lr=lr)
