@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 import repipe
+from .torch_graph import _opname as _op  # an ATen call's name, as the grouping reads it
 
 __all__ = ["export", "load"]
 
@@ -185,12 +186,6 @@ def _convert(module):
 _VIEWS = {"view", "reshape", "transpose", "permute", "getitem", "split", "unsqueeze", "squeeze",
           "contiguous", "expand", "select", "slice", "t", "unflatten", "chunk", "detach", "alias",
           "_assert_tensor_metadata", "unbind", "clone"}
-
-
-def _op(n):
-    if n.target is operator.getitem:
-        return "getitem"
-    return getattr(n.target, "__name__", str(n.target)).split(".")[0]
 
 
 def _of_input(graph):

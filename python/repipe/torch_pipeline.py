@@ -25,7 +25,6 @@ A parameter that two stages read (an embedding tied to the head) is a copy on ea
 gradient summed over all of them before the step, so the copies stay equal.
 """
 import ctypes
-import json
 import os
 import tempfile
 
@@ -33,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 import repipe
-from repipe import _Err, _check, _lib
+from repipe import _Err, _check, _lib, _sig as _fn
 from .torch_graph import Graph, Split
 
 __all__ = ["Pipeline"]
@@ -54,12 +53,6 @@ class _Workplan(ctypes.Structure):
     _fields_ = [("workers", ctypes.c_int), ("stages", ctypes.c_int),
                 ("w", ctypes.POINTER(_WorkerOps)), ("devices", ctypes.c_int),
                 ("dev", ctypes.c_void_p), ("device_of", ctypes.c_void_p)]
-
-
-def _fn(name, res, *args):
-    f = getattr(_lib, name)
-    f.restype, f.argtypes = res, list(args)
-    return f
 
 
 _P, _E = ctypes.c_void_p, ctypes.POINTER(_Err)
@@ -245,6 +238,7 @@ class Pipeline:
         self.reduce = [self._new_group([w for w, o in enumerate(ops) if o[0] == k])
                        for k in range(self.S)]
         self.first, self.last = s == 0, s == self.S - 1
+        self.stage_params = [p for p in self.stage_mods[0].parameters() if p.requires_grad]
         self.recv_meta = self.split.values_meta(self.split.recv[s])
         self.send_meta = self.split.values_meta(self.split.send[s])
 
@@ -411,17 +405,16 @@ class Pipeline:
                     continue
                 o, g = zip(*pairs)
                 g = None if self.last else list(g)
-                wants = [t for t in ins if t.requires_grad]
-                params = [p for p in mod.parameters() if p.requires_grad]
                 if kind == BACKWARD:
                     torch.autograd.backward(list(o), g)
-                elif kind == BACKWARD_INPUT and wants:  # B: the inputs' gradient only
+                elif kind == BACKWARD_INPUT:  # B: the inputs' gradient only
+                    wants = [t for t in ins if t.requires_grad]
                     got = torch.autograd.grad(list(o), wants, g, retain_graph=True,
-                                              allow_unused=True)
+                                              allow_unused=True) if wants else []
                     for t, gr in zip(wants, got):
                         t.grad = gr
-                elif kind == BACKWARD_WEIGHT:  # W: the weights'
-                    torch.autograd.backward(list(o), g, inputs=params)
+                else:  # W: the weights'
+                    torch.autograd.backward(list(o), g, inputs=self.stage_params)
             elif kind == SEND_GRAD:
                 ins = held[mb][0]
                 for i, t in enumerate(ins):
