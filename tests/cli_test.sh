@@ -92,6 +92,11 @@ expect_fail "config check sum" 1 "hold 5 layers in all but the model has 7" -- "
 cp "$src/tests/fixtures/pipedream/profiles/vgg16/graph.txt" "$tmp/graph.txt"
 expect_grep "plan -a from the file" "-n GraphPartitioned -a graph " -- env --chdir="$tmp" "$bin" plan --profile graph.txt --machines 2
 expect_grep "plan --arch" "-n Vgg16Partitioned -a vgg16 " -- "$bin" plan --profile "$tmp/graph.txt" --machines 2 --arch vgg16
+# --emit: a trainer it knows, --emit-out only with it, schedules by repipe's names, --pp 1 to 8
+expect_fail "plan --emit unknown" 2 "--emit: 'deepspeed' is not 'torchtitan' or 'megatron'" -- "$bin" plan --profile "$tmp/graph.txt" --machines 2 --emit deepspeed
+expect_fail "plan --emit-out alone" 2 "--emit-out needs --emit torchtitan\|megatron" -- "$bin" plan --profile "$tmp/graph.txt" --machines 2 --emit-out "$tmp/x.args"
+expect_fail "plan --schedules unknown" 2 "--schedules: '1F1B' is not one of 1f1b" -- "$bin" plan --profile "$tmp/graph.txt" --machines 2 --schedules zb-h1,1F1B
+expect_fail "plan --pp 9" 2 "pp" -- "$bin" plan --profile "$tmp/graph.txt" --machines 2 --pp 9
 # docs/planner.md's first command prints the tables the page shows under it
 out=$(cd "$src" && "$bin" plan --profile tests/fixtures/pipedream/profiles/vgg16/graph.txt \
         --machines 8 2 --bandwidth 4294967296 2147483648 --activation-compression 1 2>&1 |

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "plan_print.h"
+#include "plan_trainers.h"
 #include "repipe/repipe.h"
 
 enum {
@@ -38,6 +39,10 @@ enum {
     OPT_MIN_MICRO_BATCH,
     OPT_TENSOR_SPLIT,
     OPT_ARCH,
+    OPT_EMIT,
+    OPT_EMIT_OUT,
+    OPT_PP,
+    OPT_SCHEDULES,
 };
 
 static const cli_opt OPTS[] = {
@@ -66,6 +71,10 @@ static const cli_opt OPTS[] = {
     [OPT_MIN_MICRO_BATCH] = {"min-micro-batch", 0, "B", "engine objective: micro-batches of at least B samples (batchnorm normalises by a micro-batch's statistics) [1]"},
     [OPT_TENSOR_SPLIT] = {"tensor-split", 0, "MODEL", "engine objective: the profiled model; also try its attention and MLP split over tensor groups of 2, 4 and 8 workers inside a machine of the innermost level (tensor_parallel)"},
     [OPT_ARCH] = {"arch", 0, "NAME", "the architecture's name in PipeDream's commands (-a NAME, -n NamePartitioned) [the profile's directory for .../graph.txt, else its file name]"},
+    [OPT_EMIT] = {"emit", 0, "torchtitan|megatron", "engine objective: the plan as that trainer's settings (a profile of repipe.torch.profile names its modules), or the best plan it can run, with both times"},
+    [OPT_EMIT_OUT] = {"emit-out", 0, "FILE", "with --emit: also write the settings to FILE, one option a line (a schedule torchtitan reads from a CSV goes to FILE.schedule.csv)"},
+    [OPT_PP] = {"pp", 0, "N", "engine objective: pipelines of N stages, or of N workers with two chunks each (the pipeline-parallel size, at most 8) [any]"},
+    [OPT_SCHEDULES] = {"schedules", 0, "S1,S2,...", "engine objective: choose among these schedules only (1f1b, gpipe, zb-h1, zb-h2, zb-auto, interleaved-1f1b, zb-v) [all]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -79,6 +88,29 @@ static bool holds_nocase(const char *hay, const char *needle) {
             return true;
     }
     return false;
+}
+
+/* "1f1b,zb-h1": bit s set for each schedule named (the synchronous ones). */
+static bool parse_schedules(const cli_cmd *cmd, const char *list, unsigned *out) {
+    *out = 0;
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        int s = 0;
+        while (s < RP_SCHEDULE_PIPEDREAM &&
+               !(strlen(rp_schedule_name((rp_schedule)s)) == n &&
+                 strncmp(rp_schedule_name((rp_schedule)s), p, n) == 0))
+            s++;
+        if (s == RP_SCHEDULE_PIPEDREAM) {
+            cli_error(cmd, "--schedules: '%.*s' is not one of 1f1b, gpipe, zb-h1, zb-h2, zb-auto, "
+                           "interleaved-1f1b, zb-v", (int)n, p);
+            return false;
+        }
+        *out |= 1u << s;
+        p += n + (p[n] == ',');
+    }
+    if (!*out)
+        cli_error(cmd, "--schedules: name one schedule or more");
+    return *out != 0;
 }
 
 static bool write_text(const cli_cmd *cmd, const char *path, const char *text) {
@@ -243,7 +275,8 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
                             long long global_batch, long long profile_batch, double memory,
                             int cores, double latency, bool polling, long long min_micro,
                             const char *split_model, const char *config_out,
-                            bool pipedream_out, const char *json) {
+                            bool pipedream_out, const char *json, const plan_emit *emit,
+                            int pp, unsigned schedules) {
     bool quiet = json && strcmp(json, "-") == 0; /* standard output carries the JSON */
     rp_config base;
     rp_error err;
@@ -276,6 +309,8 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
     ao.latency = latency;
     ao.polling = polling;
     ao.min_micro_batch = (int)min_micro;
+    ao.pipeline_stages = pp;
+    ao.schedules = schedules;
     /* batch normalisation of a micro-batch of one sample has nothing to
     ** normalise by where a plane is one value (train refuses it): a profile
     ** that names one plans micro-batches of 2 or more */
@@ -410,6 +445,9 @@ static int engine_objective(const cli_cmd *cmd, const rp_profile *prof, const ch
         free(fw), free(bw), free(ob), free(pb), free(node);
     }
     print_keys(c);
+    if (emit->on && plan_emit_trainer(cmd, emit, prof, profs, batches, np, &base, ao,
+                                      pipedream_out ? &r.pipedream : &r.best, &r))
+        goto done;
 write_config:
     rc = 0;
     if (!config_out)
@@ -450,6 +488,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *objective = NULL, *more[RP_AUTOPLAN_MAX_PROFILES], *split_model = NULL;
     const char *arch = NULL;
     int num_more = 0;
+    plan_emit emit = {0};
+    long long pp = 0;
+    unsigned schedules = 0;
     long long micro_batches = 8, global_batch = 0, profile_batch = 0, cores = 0, min_micro = 1;
     double latency = 2e-5;
     bool memory_given = false, polling = false;
@@ -547,6 +588,23 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         case OPT_ARCH:
             arch = arg;
             break;
+        case OPT_EMIT:
+            if (strcmp(arg, "torchtitan") != 0 && strcmp(arg, "megatron") != 0) {
+                cli_error(cmd, "--emit: '%s' is not 'torchtitan' or 'megatron'", arg);
+                return 2;
+            }
+            emit.on = true;
+            emit.trainer = arg[0] == 't' ? RP_TRAINER_TORCHTITAN : RP_TRAINER_MEGATRON;
+            break;
+        case OPT_EMIT_OUT: emit.out = arg; break;
+        case OPT_SCHEDULES:
+            if (!parse_schedules(cmd, arg, &schedules))
+                return 2;
+            break;
+        case OPT_PP:
+            if (!cli_int(name, arg, 1, 8, &pp))
+                return 2;
+            break;
         case OPT_LATENCY:
             if (!cli_double(name, arg, &latency))
                 return 2;
@@ -581,7 +639,15 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     int rc = 0;
     char *text;
-    bool engine = objective ? strcmp(objective, "engine") == 0 : config_out != NULL;
+    if (emit.out && !emit.on) {
+        cli_error(cmd, "--emit-out needs --emit torchtitan|megatron");
+        rp_plan_free(plan);
+        rp_profile_free(prof);
+        return 2;
+    }
+    /* --emit and --pp are the engine objective's */
+    bool engine = objective ? strcmp(objective, "engine") == 0
+                            : config_out != NULL || emit.on || pp > 0 || schedules;
     if (json && !engine) { /* with the engine objective, written with its rows */
         if (rp_plan_to_json(plan, prof, &text, &err) == RP_OK) {
             rc |= !write_text(cmd, json, text);
@@ -618,7 +684,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (schedule && rc == 0)
         rc = engine_mode(cmd, plan, prof, base_config, schedule, (int)micro_batches,
                          device_memory, text_out);
-    if (rc == 0 && (engine || config_out)) {
+    if (rc == 0 && (engine || config_out || emit.on)) {
         bool written = false;
         if (config_out && !engine) { /* PipeDream's stages: how they map onto the config */
             rp_config cfg;
@@ -656,7 +722,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                                   profile_batch,
                                   memory_given ? o.memory_size : 0, (int)cores, latency, polling,
                                   min_micro, split_model, config_out, !engine,
-                                  engine ? json : NULL);
+                                  engine ? json : NULL, &emit, (int)pp, schedules);
     }
     rp_plan_free(plan);
     rp_profile_free(prof);

@@ -148,6 +148,17 @@ typedef struct rp_autoplan_options {
     ** A tensor group stays inside a unit of the innermost level. */
     const unsigned char *tensor_split;
     unsigned tensor_degrees;
+    /* What another trainer can run (rp_trainer_restrict sets them; zero:
+    ** anything repipe's engine runs). pipeline_stages: pipelines of exactly
+    ** this many stages (with two chunks a worker, this many workers), the
+    ** pipeline-parallel size; one_worker_a_stage: no stage replication;
+    ** schedules: bit s set where schedule s may be chosen; cuts (L + 1
+    ** entries, NULL: anywhere): cuts[j] nonzero where a stage may begin at
+    ** layer j. */
+    int pipeline_stages;
+    bool one_worker_a_stage;
+    unsigned schedules;
+    const unsigned char *cuts;
 } rp_autoplan_options;
 
 void rp_autoplan_options_default(rp_autoplan_options *o);
@@ -197,6 +208,38 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
 ** caller frees *out. */
 rp_status rp_autoplan_to_json(const rp_autoplan *a, long long global_batch, const rp_plan *plan,
                               const rp_profile *profile, char **out, rp_error *err);
+
+/* Other trainers (src/plan/trainers.c): torchtitan (0.3.0's command line)
+** and Megatron-LM (megatron-core 0.19's arguments), over a profile whose
+** nodes are named by module ("layers.3: Block", as repipe.torch.profile
+** writes them). */
+typedef enum rp_trainer { RP_TRAINER_TORCHTITAN = 0, RP_TRAINER_MEGATRON } rp_trainer;
+
+const char *rp_trainer_name(rp_trainer t);
+/* Narrows o to what trainer t runs: no stage replication, its schedules
+** (of those o allows),
+** its cuts (*cuts, L + 1 entries that o->cuts points to, or NULL; the
+** caller frees it after the plan). */
+rp_status rp_trainer_restrict(rp_trainer t, const rp_profile *p, rp_autoplan_options *o,
+                              unsigned char **cuts, rp_error *err);
+/* cfg as the trainers say it: every stage replicated r ways is r pipelines
+** (data parallelism) of GA / r micro-batches each, written to out; false
+** (out a copy) where the stages' replication differs or r does not divide
+** GA. */
+bool rp_trainer_pipelines(const rp_config *cfg, rp_config *out);
+/* Whether trainer t runs cfg over the profile's layers as planned; where
+** not, why (a sentence naming what it cannot do). */
+bool rp_trainer_runs(rp_trainer t, const rp_profile *p, const rp_config *cfg, char *why,
+                     size_t cap);
+/* The trainer's settings for cfg, one option (with its values) a line:
+** torchtitan's --parallelism.* and --training.* arguments and its
+** activation-checkpoint choice, Megatron-LM's parallel sizes, layout,
+** batch and recomputation arguments. csv: the schedule CSV's path where
+** torchtitan runs the schedule from one (zb-h1, zb-h2, zb-auto, zb-v).
+** Fails with rp_trainer_runs' reason where the trainer cannot run cfg.
+** The caller frees *out. */
+rp_status rp_trainer_settings(rp_trainer t, const rp_profile *p, const rp_config *cfg,
+                              const char *csv, char **out, rp_error *err);
 
 /* sizeof(rp_autoplan_options) and sizeof(rp_autoplan), for bindings. */
 size_t rp_autoplan_options_size(void);

@@ -100,7 +100,9 @@ class _AutoplanOptions(ctypes.Structure):
                 ("memory_size", ctypes.c_double), ("max_accumulation", ctypes.c_int),
                 ("min_micro_batch", ctypes.c_int), ("candidates", ctypes.c_int), ("cores", ctypes.c_int),
                 ("latency", ctypes.c_double), ("polling", ctypes.c_bool),
-                ("tensor_split", ctypes.c_void_p), ("tensor_degrees", ctypes.c_uint)]
+                ("tensor_split", ctypes.c_void_p), ("tensor_degrees", ctypes.c_uint),
+                ("pipeline_stages", ctypes.c_int), ("one_worker_a_stage", ctypes.c_bool),
+                ("schedules", ctypes.c_uint), ("cuts", ctypes.c_void_p)]
 
 
 class _Grouping(ctypes.Structure):

@@ -91,12 +91,15 @@ static bool programme(search *S, int R, int per, int GA, bool recompute, bool sh
             for (int k = p; k <= per; k++) {
                 double *b = &S->best[AT(p, i, k)];
                 for (int j = i + 1; j <= L - (p - 1); j++) {
+                    if (j < L && S->o->cuts && !S->o->cuts[j])
+                        continue; /* (a cut the trainer cannot make) */
                     double f = (M->cf[j] - M->cf[i]) * scale;
                     double t = f + (M->cb[j] - M->cb[i]) * scale;
                     if (cfg.recompute_checkpoint_every_layer)
                         t += f;
                     double par = M->cp[j] - M->cp[i];
-                    for (int r = 1; r <= k - (p - 1) && r <= GA; r++) {
+                    int rmax = S->o->one_worker_a_stage ? 1 : GA;
+                    for (int r = 1; r <= k - (p - 1) && r <= rmax; r++) {
                         double rest = S->best[AT(p - 1, j, k - r)]; /* finite: stages fill k */
                         if (rest == DBL_MAX)
                             continue;
@@ -126,6 +129,8 @@ static bool programme(search *S, int R, int per, int GA, bool recompute, bool sh
     for (int P = 1; P <= PM; P++) {
         if (S->best[AT(P, 0, per)] == DBL_MAX)
             continue; /* nothing fits */
+        if (S->o->pipeline_stages > 0 && P != S->o->pipeline_stages)
+            continue;
         cand c = {.R = R,
                   .per = per,
                   .GA = GA,
@@ -182,6 +187,10 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
                        o->max_accumulation);
     if (!(o->latency >= 0))
         return rp_fail(err, RP_ERR_INVALID, "plan: latency must be >= 0 seconds, not %g", o->latency);
+    if (o->pipeline_stages < 0 || o->pipeline_stages > RP_AUTOPLAN_STAGES)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "plan: pipeline_stages must be 0 (any) to %d, not %d",
+                       RP_AUTOPLAN_STAGES, o->pipeline_stages);
     if (o->cores < 0)
         return rp_fail(err, RP_ERR_INVALID, "plan: cores must be >= 0 (0: one a worker), not %d",
                        o->cores);
@@ -267,6 +276,8 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
     bool too_big = false; /* shapes passed over: micro-batches beyond an int */
     for (int per = 1; per <= W && per <= L; per++)
         for (int R = 1; R * per <= W; R++) {
+            if (per < o->pipeline_stages)
+                continue; /* (fewer workers than the stages asked for) */
             if (N % R)
                 continue;
             for (int GA = 1; GA <= o->max_accumulation && GA <= N / R; GA++) {

@@ -163,6 +163,8 @@ static bool balanced(const rp_config *c) {
 ** is only as fast as predicted where nothing else competes for the cores). */
 void rpi_plan_consider(const search *S, rp_autoplan_entry *e, const rp_config *cfg, double t,
                        double bytes) {
+    if (S->o->schedules && !(S->o->schedules & (1u << cfg->schedule)))
+        return; /* (a schedule the trainer does not have) */
     rp_derived d, de;
     rp_config_derive(cfg, &d);
     if (e->found) {
@@ -227,6 +229,7 @@ int rpi_plan_interleaved(const search *S, const cand *k, rp_config cfg, rp_autop
         for (int c = 0; c < C; c++)
             weights += k->reps[dev[c]];
         double acc = 0;
+        bool cut = true;
         for (int c = 0, l = 0, upto = 0; c < C; c++) {
             cfg.stage_replication[c] = k->reps[dev[c]];
             upto += k->reps[dev[c]];
@@ -239,9 +242,16 @@ int rpi_plan_interleaved(const search *S, const cand *k, rp_config cfg, rp_autop
             do {
                 acc += m->fw[l] + m->bw[l];
                 l++, layers++;
-            } while (l < S->L - (C - 1 - c) && acc + (m->fw[l] + m->bw[l]) / 2 < goal);
+            } while (l < S->L - (C - 1 - c) &&
+                     ((S->o->cuts && !S->o->cuts[l]) || acc + (m->fw[l] + m->bw[l]) / 2 < goal));
+            if (S->o->cuts && !S->o->cuts[l]) {
+                cut = false; /* no cut the trainer can make leaves every chunk a layer */
+                break;
+            }
             cfg.layers_per_stage.layers[c] = layers;
         }
+        if (!cut)
+            continue;
         cfg.layers_per_stage.count = C;
         double t, bytes;
         if (!rpi_plan_simulate(S, &cfg, &t, &bytes))
