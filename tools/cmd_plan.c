@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "plan_print.h"
+#include "plan_scale.h"
 #include "plan_trainers.h"
 #include "repipe/repipe.h"
 
@@ -43,6 +44,12 @@ enum {
     OPT_EMIT_OUT,
     OPT_PP,
     OPT_SCHEDULES,
+    OPT_CLUSTER,
+    OPT_DEVICES,
+    OPT_TRANSFORMER,
+    OPT_TP,
+    OPT_MICRO_BATCH,
+    OPT_RECOMPUTE,
 };
 
 static const cli_opt OPTS[] = {
@@ -75,6 +82,12 @@ static const cli_opt OPTS[] = {
     [OPT_EMIT_OUT] = {"emit-out", 0, "FILE", "with --emit: also write the settings to FILE, one option a line (a schedule torchtitan reads from a CSV goes to FILE.schedule.csv)"},
     [OPT_PP] = {"pp", 0, "N", "engine objective: pipelines of N stages, or of N workers with two chunks each (the pipeline-parallel size, at most 8) [any]"},
     [OPT_SCHEDULES] = {"schedules", 0, "S1,S2,...", "engine objective: choose among these schedules only (1f1b, gpipe, zb-h1, zb-h2, zb-auto, interleaved-1f1b, zb-v) [all]"},
+    [OPT_CLUSTER] = {"cluster", 0, "NAME|FILE", "plan a transformer on a cluster of devices (dgx-a100, dgx-h100, or a JSON file): with --devices, --global-batch, and --transformer or a --profile of 'repipe profile --transformer'"},
+    [OPT_DEVICES] = {"devices", 0, "N", "with --cluster: the devices to use"},
+    [OPT_TRANSFORMER] = {"transformer", 0, "SPEC", "with --cluster: the shape, layers=L,hidden=H,heads=A,seq=S,vocab=V[,ffn=F][,flash=1]"},
+    [OPT_TP] = {"tp", 0, "T", "with --cluster: tensor groups of T [any of 1, 2, 4, 8]"},
+    [OPT_MICRO_BATCH] = {"micro-batch", 0, "B", "with --cluster: micro-batches of B sequences [any of 1, 2, 4, 8]"},
+    [OPT_RECOMPUTE] = {"recompute", 0, "on|off", "with --cluster: every block recomputed in its backward, or none [either, as it pays]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -489,6 +502,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *arch = NULL;
     int num_more = 0;
     plan_emit emit = {0};
+    plan_scale scale = {0};
+    long long devices = 0, tp = 0, micro = 0;
+    int recompute = 0;
     long long pp = 0;
     unsigned schedules = 0;
     long long micro_batches = 8, global_batch = 0, profile_batch = 0, cores = 0, min_micro = 1;
@@ -597,12 +613,33 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             emit.trainer = arg[0] == 't' ? RP_TRAINER_TORCHTITAN : RP_TRAINER_MEGATRON;
             break;
         case OPT_EMIT_OUT: emit.out = arg; break;
+        case OPT_CLUSTER: scale.cluster = arg; break;
+        case OPT_RECOMPUTE:
+            if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0) {
+                cli_error(cmd, "--recompute: '%s' is not 'on' or 'off'", arg);
+                return 2;
+            }
+            recompute = arg[1] == 'n' ? 1 : -1;
+            break;
+        case OPT_TRANSFORMER: scale.transformer = arg; break;
+        case OPT_DEVICES:
+            if (!cli_int(name, arg, 1, 1 << 24, &devices))
+                return 2;
+            break;
+        case OPT_TP:
+            if (!cli_int(name, arg, 1, 8, &tp))
+                return 2;
+            break;
+        case OPT_MICRO_BATCH:
+            if (!cli_int(name, arg, 1, 1 << 20, &micro))
+                return 2;
+            break;
         case OPT_SCHEDULES:
             if (!parse_schedules(cmd, arg, &schedules))
                 return 2;
             break;
         case OPT_PP:
-            if (!cli_int(name, arg, 1, 8, &pp))
+            if (!cli_int(name, arg, 1, RP_MAX_STAGES, &pp))
                 return 2;
             break;
         case OPT_LATENCY:
@@ -618,6 +655,15 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                 return 2;
             break;
         }
+    }
+    if (scale.cluster) { /* a transformer on a cluster of devices */
+        rp_scale_options_default(&scale.o);
+        scale.profile = profile, scale.json = json, scale.config_out = config_out;
+        scale.o.devices = (int)devices, scale.o.global_batch = global_batch;
+        scale.o.tensor_parallel = (int)tp, scale.o.pipeline_parallel = (int)pp;
+        scale.o.micro_batch = (int)micro;
+        scale.o.recompute = recompute;
+        return plan_scale_run(cmd, &scale);
     }
     if (!profile || !o.num_levels) {
         cli_error(cmd, "--profile and --machines are required (see 'repipe plan --help')");

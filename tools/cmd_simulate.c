@@ -10,6 +10,7 @@
 
 #include "../src/core/util.h"
 #include "cli.h"
+#include "sim_cluster.h"
 #include "repipe/repipe.h"
 
 enum {
@@ -30,6 +31,7 @@ enum {
     OPT_WRITE_SCHEDULE_CSV,
     OPT_VIRTUAL_STAGES,
     OPT_TENSOR_SPLIT,
+    OPT_CLUSTER,
 };
 
 static const cli_opt OPTS[] = {
@@ -50,6 +52,7 @@ static const cli_opt OPTS[] = {
     [OPT_WRITE_SCHEDULE_CSV] = {"write-schedule-csv", 0, "FILE", "write the configuration's schedule in that form"},
     [OPT_VIRTUAL_STAGES] = {"virtual-stages", 0, "V", "predict interleaved 1F1B instead (Megatron-LM's): layers_per_stage's P x V stages on P ranks, V each, over GA micro-batches"},
     [OPT_TENSOR_SPLIT] = {"tensor-split", 0, "MODEL", "the profiled model: which of its layers tensor_parallel splits and where its group all-reduces (needed with tensor_parallel)"},
+    [OPT_CLUSTER] = {"cluster", 0, "NAME|FILE", "the machines: a cluster of devices (dgx-a100, dgx-h100, or a JSON file); with a transformer profile ('repipe profile --transformer') also its TFLOP/s a device and each rank's memory"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -99,12 +102,24 @@ done:
 }
 
 static bool write_json(const cli_cmd *cmd, const char *path, const rp_sim_result *res,
-                       const rp_config *cfg, double measured) {
+                       const rp_config *cfg, double measured, const char *extra) {
     char *text;
     rp_error err;
     if (rp_sim_to_json(res, cfg, &text, &err)) {
         cli_error(cmd, "%s", err.msg);
         return false;
+    }
+    if (extra) { /* the cluster's keys before the closing brace */
+        size_t n = strlen(text), k = strlen(extra);
+        char *more = realloc(text, n + k + 8);
+        if (!more) {
+            free(text);
+            cli_error(cmd, "out of memory");
+            return false;
+        }
+        text = more;
+        char *brace = strrchr(text, '}');
+        snprintf(brace, k + 8, "%s\n}\n", extra);
     }
     if (measured > 0) { /* one more key before the closing brace */
         size_t n = strlen(text);
@@ -172,7 +187,7 @@ static int simulate_csv(const cli_cmd *cmd, const char *path, const char *text,
     } else if (svg) {
         fprintf(txt, "timeline written to %s\n", svg);
     }
-    if (!rc && json && !write_json(cmd, json, &res, cfg, 0))
+    if (!rc && json && !write_json(cmd, json, &res, cfg, 0, NULL))
         rc = 1;
     rp_sim_result_free(&res);
     rp_sim_actions_free(a);
@@ -181,7 +196,9 @@ static int simulate_csv(const cli_cmd *cmd, const char *path, const char *text,
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *config_path = NULL, *profile_path = NULL, *svg = NULL, *model = NULL;
-    const char *pod_type = NULL, *split_model = NULL;
+    const char *pod_type = NULL, *split_model = NULL, *cluster = NULL;
+    sim_cluster sc = {0};
+    double *saved = NULL, *checkpoint = NULL;
     unsigned char *split = NULL;
     const char *plan = NULL, *json = NULL, *csv_in = NULL, *csv_out = NULL;
     long long pbatch = 0, cores = 0, virtual_stages = 0;
@@ -206,6 +223,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             break;
         case OPT_POD_TYPE: pod_type = arg; break;
         case OPT_TENSOR_SPLIT: split_model = arg; break;
+        case OPT_CLUSTER: cluster = arg; break;
         case OPT_SCHEDULE_CSV: csv_in = arg; break;
         case OPT_WRITE_SCHEDULE_CSV: csv_out = arg; break;
         case OPT_VIRTUAL_STAGES:
@@ -302,13 +320,26 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
+    if (cluster && (opt.num_levels || nbw)) {
+        cli_error(cmd, "--cluster gives the machines: no --machines, --bandwidth or --plan's");
+        goto done;
+    }
+    if (!sim_cluster_setup(cmd, cluster, p, &cfg, &opt, &sc))
+        goto done;
+    /* what each layer keeps for its backward, where the profile says */
+    if (rp_profile_numbers(p, node, L, "saved_bytes=", &saved, &err) ||
+        rp_profile_numbers(p, node, L, "checkpoint_bytes=", &checkpoint, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    opt.kept_bytes = saved, opt.recompute_kept_bytes = checkpoint;
     rp_derived d;
     rp_config_derive(&cfg, &d);
     int nw = rp_config_devices(&cfg, &d); /* interleaved-1f1b: each holds several stages */
     if (!opt.num_levels && nbw) { /* --bandwidth alone: one level of every worker */
         opt.num_levels = 1;
         opt.machines[0] = d.workers;
-    } else if (opt.num_levels && !nbw && !from_plan) {
+    } else if (opt.num_levels && !nbw && !from_plan && !cluster) {
         for (int l = 0; l < opt.num_levels; l++)
             opt.bandwidth[l] = 1e9; /* repipe plan's default */
     }
@@ -403,6 +434,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                      "starts the next update once it has stepped, while later stages finish this "
                      "one (device_iterations over 1 runs them in one call)\n",
                 res.steady_update_time * 1e3, 100 * res.steady_bubble_fraction);
+    sim_cluster_print(txt, &sc, &cfg, &res);
     rc = 0;
     if (svg) {
         if (rp_sim_svg(&res, config_path, svg, &err)) {
@@ -426,12 +458,14 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                    t * 1e3, d.samples_per_update / t, 100 * (res.update_time - t) / t);
         }
     }
-    if (!rc && json && !write_json(cmd, json, &res, &cfg, t))
+    char *extra = sim_cluster_json(&sc, &cfg, &res);
+    if (!rc && json && !write_json(cmd, json, &res, &cfg, t, extra))
         rc = 1;
+    free(extra);
     rp_sim_result_free(&res);
 done:
     free(fw), free(bw), free(ob), free(pb), free(cut), free(node), free(bi), free(bwt), free(split);
-    free(interleaved);
+    free(interleaved), free(saved), free(checkpoint);
     rp_profile_free(p);
     return rc;
 }

@@ -87,6 +87,13 @@ int rp_profile_micro_batch(const rp_profile *p);
 rp_status rp_profile_split_ms(const rp_profile *p, const int *node, int n, double **b,
                               double **w, rp_error *err);
 
+/* Per layer of rp_profile_layers' order (node, n), the number a node's
+** description records after `key` ("saved_bytes="): *out NULL where no
+** layer records it; refused, with the node's line, where some do and one
+** does not, or it is not a number >= 0. The caller frees *out. */
+rp_status rp_profile_numbers(const rp_profile *p, const int *node, int n, const char *key,
+                             double **out, rp_error *err);
+
 /* Index of the node with this id, or -1. */
 int rp_profile_find(const rp_profile *p, const char *id);
 

@@ -15,6 +15,7 @@
 #include "repipe/profile.h"
 #include "repipe/model.h"
 #include "repipe/data.h"
+#include "repipe/device.h"
 #include "repipe/session.h"
 #include "repipe/schedule.h"
 #include "repipe/simulate.h"

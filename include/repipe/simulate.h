@@ -52,6 +52,15 @@ typedef struct rp_sim_options {
     ** layer's output in forward, or its output's gradient in backward,
     ** over the innermost level that holds the group's t workers */
     const unsigned char *tensor_split;
+    /* per layer, the activation bytes a micro-batch keeps for the layer's
+    ** backward [NULL: its output, out_bytes], and what it keeps of them when
+    ** the layer is recomputed (its input, a checkpoint; one layer's whole is
+    ** held again while it is recomputed) [NULL: as the outputs say] */
+    const double *kept_bytes, *recompute_kept_bytes;
+    /* parameters as Megatron-LM trains them: bf16 weights beside the fp32
+    ** master weights, gradients and optimizer state (a fourth more than
+    ** fp32 alone), and the replicas' reduction of bf16 gradients [false] */
+    bool mixed_precision;
 } rp_sim_options;
 
 enum { RP_SIM_TP_SPLIT = 1, RP_SIM_TP_REDUCE_OUTPUT = 2, RP_SIM_TP_REDUCE_GRAD = 4 };

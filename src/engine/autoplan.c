@@ -116,7 +116,7 @@ static bool programme(search *S, int R, int per, int GA, bool recompute, bool sh
                         if (S->o->memory_size > 0) {
                             int inflight = k < GA ? k : GA, slots = (inflight + r - 1) / r;
                             if (rpi_stage_bytes(&cfg, M->out, M->par, i, j - i, r, slots,
-                                                scale, S->o->polling) > S->o->memory_size)
+                                                scale, &S->sim) > S->o->memory_size)
                                 continue;
                         }
                         *b = m;

@@ -63,21 +63,31 @@ int rpi_level_of(const rpi_cluster *c, int a, int b) {
 }
 
 double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const double *param_bytes,
-                       int first, int count, int r, int slots, double per_mb, bool mpi) {
+                       int first, int count, int r, int slots, double per_mb,
+                       const rp_sim_options *opt) {
     /* activations a micro-batch keeps: every output, or with recomputation
     ** the outputs that end a segment (the next layer has parameters, or
-    ** the stage ends) and one segment's worth of the others, shared */
+    ** the stage ends) and one segment's worth of the others, shared; where
+    ** the profile says what each layer keeps, and keeps when recomputed,
+    ** those */
     double acts = 0, seg = 0, most = 0, par = 0;
     bool split = rp_schedule_splits_backward(cfg->schedule);
+    bool rc = cfg->recompute_checkpoint_every_layer;
+    const double *kept = opt && opt->kept_bytes ? opt->kept_bytes : out_bytes;
     for (int l = first; l < first + count; l++) {
         bool end = l == first + count - 1 || param_bytes[l + 1] > 0;
         par += param_bytes[l];
         if (split && param_bytes[l] > 0) /* the output gradient waiting for its W */
             acts += out_bytes[l];
-        if (!cfg->recompute_checkpoint_every_layer || end)
-            acts += out_bytes[l];
+        if (rc && opt && opt->recompute_kept_bytes) {
+            acts += opt->recompute_kept_bytes[l];
+            most = kept[l] > most ? kept[l] : most;
+            continue;
+        }
+        if (!rc || end)
+            acts += kept[l];
         else
-            seg += out_bytes[l];
+            seg += kept[l];
         if (end)
             most = seg > most ? seg : most, seg = 0;
     }
@@ -91,8 +101,10 @@ double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const doub
                    rp_optimizer_state_per_param(&cfg->optimizer);
     if (cfg->optimizer_state_offchip && state > chunk)
         state = chunk;
+    bool mpi = opt && opt->polling;
     double copy = cfg->reduction_bucket_mb > 0 && mpi ? par : 0; /* (as the engine's plan) */
-    return 2 * par + copy + state + (slots * acts + most) * per_mb;
+    double half = opt && opt->mixed_precision ? par / 2 : 0; /* the bf16 weights */
+    return 2 * par + half + copy + state + (slots * acts + most) * per_mb;
 }
 
 /* The link a tensor group of t consecutive workers all-reduces over: the

@@ -536,7 +536,9 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     m.buckets = cfg->reduction_bucket_mb > 0 && opt->num_levels > 0;
     m.membw = opt->memory_bandwidth > 0 ? opt->memory_bandwidth : 1e10;
     /* fp16 exchange halves the replicas' sums too (a sharded reduction stays fp32) */
-    m.wire_sum = cfg->fp16_exchange && !cfg->replicated_tensor_sharding ? 0.5 : 1.0;
+    m.wire_sum = (cfg->fp16_exchange || opt->mixed_precision) && !cfg->replicated_tensor_sharding
+                     ? 0.5
+                     : 1.0;
     /* On one machine (no hierarchy given) a transfer is a copy and a
     ** reduction a sum, both by the workers' own cores. Across machines the
     ** network moves the bytes while the workers go on, even where the
@@ -572,7 +574,7 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
                 slots = m.plan->w[w].slots;
         res->stage_bytes[s] = rpi_stage_bytes(cfg, out_bytes, param_bytes, l, counts[s],
                                               rp_config_stage_replicas(cfg, s), slots,
-                                              m.c.per_mb, opt->polling);
+                                              m.c.per_mb, opt);
     }
     sim_free(&m);
     return RP_OK;

@@ -69,7 +69,8 @@ double rpi_reduction_time(const rpi_reduction *r, double bytes, const rpi_cluste
 ** ranks, where reduction_bucket_mb keeps an exchange's copy of the
 ** gradients. */
 double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const double *param_bytes,
-                       int first, int count, int r, int slots, double per_mb, bool mpi);
+                       int first, int count, int r, int slots, double per_mb,
+                       const rp_sim_options *opt);
 
 /* reduction_bucket_mb: each stage's buckets, from its last layer down, as
 ** the engine starts them: the bytes of each and the fraction of the

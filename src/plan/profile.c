@@ -208,6 +208,31 @@ rp_status rp_profile_split_ms(const rp_profile *p, const int *node, int n, doubl
     return RP_OK;
 }
 
+rp_status rp_profile_numbers(const rp_profile *p, const int *node, int n, const char *key,
+                             double **out, rp_error *err) {
+    *out = NULL;
+    int have = 0;
+    for (int k = 0; k < n; k++)
+        have += strstr(p->nodes[node[k]].desc, key) != NULL;
+    if (!have)
+        return RP_OK;
+    double *v = calloc((size_t)n + 1, sizeof(double));
+    if (!v)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < n; k++) {
+        const rp_profile_node *x = &p->nodes[node[k]];
+        if (desc_number(x, key, &v[k]) != 1) {
+            free(v);
+            return rp_fail(err, RP_ERR_INVALID,
+                           "profile line %d (node %s): %s must be a number >= 0 on every layer "
+                           "where one layer has it",
+                           x->line, x->id, key);
+        }
+    }
+    *out = v;
+    return RP_OK;
+}
+
 int rp_profile_micro_batch(const rp_profile *p) {
     for (int i = 0; i < p->num_nodes; i++) {
         const char *d = p->nodes[i].desc, *at;
