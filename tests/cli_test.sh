@@ -96,7 +96,7 @@ expect_grep "plan --arch" "-n Vgg16Partitioned -a vgg16 " -- "$bin" plan --profi
 expect_fail "plan --emit unknown" 2 "--emit: 'deepspeed' is not 'torchtitan' or 'megatron'" -- "$bin" plan --profile "$tmp/graph.txt" --machines 2 --emit deepspeed
 expect_fail "plan --emit-out alone" 2 "--emit-out needs --emit torchtitan\|megatron" -- "$bin" plan --profile "$tmp/graph.txt" --machines 2 --emit-out "$tmp/x.args"
 expect_fail "plan --schedules unknown" 2 "--schedules: '1F1B' is not one of 1f1b" -- "$bin" plan --profile "$tmp/graph.txt" --machines 2 --schedules zb-h1,1F1B
-expect_fail "plan --pp 9" 2 "pp" -- "$bin" plan --profile "$tmp/graph.txt" --machines 2 --pp 9
+expect_fail "plan --pp 9" 2 "--pp 9: the engine objective plans pipelines of at most 8 stages" -- "$bin" plan --profile "$tmp/graph.txt" --machines 2 --pp 9
 # docs/planner.md's first command prints the tables the page shows under it
 out=$(cd "$src" && "$bin" plan --profile tests/fixtures/pipedream/profiles/vgg16/graph.txt \
         --machines 8 2 --bandwidth 4294967296 2147483648 --activation-compression 1 2>&1 |

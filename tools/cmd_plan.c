@@ -665,6 +665,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         scale.o.recompute = recompute;
         return plan_scale_run(cmd, &scale);
     }
+    if (pp > 8) {
+        cli_error(cmd, "--pp %lld: the engine objective plans pipelines of at most 8 stages "
+                       "(with --cluster, any)", pp);
+        return 2;
+    }
     if (!profile || !o.num_levels) {
         cli_error(cmd, "--profile and --machines are required (see 'repipe plan --help')");
         return 2;

@@ -126,7 +126,10 @@ static void block(const rp_transformer *m, const rp_cluster *c, int b, int t, no
     x->out = 2 * BS * H / T;
     x->saved = S * B * H * (10 + 24 / T + (m->flash ? 0 : 5 * A * S / (H * T)));
     x->checkpoint = 2 * BS * H; /* its input */
-    x->params = 4 * ((4 * H * H + 2 * H * F) / T + 4 * H + (3 * H + F) / T + H);
+    /* the products' weights and the column-split biases (QKV's, the MLP's
+    ** first) are the rank's share; the row-split biases and the norms are
+    ** whole on every rank */
+    x->params = 4 * ((4 * H * H + 2 * H * F) / T + (3 * H + F) / T + 2 * H + 4 * H);
 }
 
 static void embedding(const rp_transformer *m, const rp_cluster *c, int b, int t, node *x) {
