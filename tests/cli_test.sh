@@ -438,15 +438,17 @@ expect_fail "not llm.c tokens" 1 "not an llm.c token file \(magic" -- "$bin" tra
   --config "$tmp/lm.json" --tokens "$tmp/text.txt" --updates 1
 
 # Workflow: profile a repipe model, plan it, turn the plan into a configuration.
+# (linear 1 at 8 rows: its 512 outputs a row, 8 x 512 x 4 bytes kept and
+# stashed for W; scratch two 784-wide rows of gradients, 2 x 8 x 784 x 4)
 "$bin" profile --model "$src/examples/fmnist-mlp.model" --micro-batch 8 --repeats 3 --out "$tmp/mlp.txt" >/dev/null 2>&1
 if [ "$(grep -c ' -- ' "$tmp/mlp.txt")" -ge 15 ] && grep -q "^node0 -- Input0 micro_batch=8 timed_in=whole_passes -- " "$tmp/mlp.txt" &&
-   grep -q "^node2 -- linear (layer 1, line 4) backward_input_time=[0-9.]* backward_weight_time=[0-9.]* -- .*parameter_size=1607680.000$" "$tmp/mlp.txt"; then ok; else bad "profile: $(head -3 "$tmp/mlp.txt")"; fi
+   grep -q "^node2 -- linear (layer 1, line 4) backward_input_time=[0-9.]* backward_weight_time=[0-9.]* saved_bytes=16384 checkpoint_bytes=0 wstash_bytes=16384 scratch_bytes=50176 grad_bytes=0 -- .*parameter_size=1607680.000$" "$tmp/mlp.txt"; then ok; else bad "profile: $(head -3 "$tmp/mlp.txt")"; fi
 # --alone times each layer on its own: the same nodes, sizes and edges, another Input note
 "$bin" profile --model "$src/examples/fmnist-mlp.model" --micro-batch 8 --repeats 3 --alone --out "$tmp/mlp-alone.txt" >/dev/null 2>&1
 untimed() { sed -e 's/[a-z_]*_time=[0-9.]*//g' -e 's/ timed_in=[a-z_]*//' "$1"; }
 if grep -q "^node0 -- Input0 micro_batch=8 timed_in=layers_alone -- " "$tmp/mlp-alone.txt" &&
    [ "$(untimed "$tmp/mlp.txt")" = "$(untimed "$tmp/mlp-alone.txt")" ] &&
-   grep -q "^node2 -- linear (layer 1, line 4) backward_input_time=[0-9.]* backward_weight_time=[0-9.]* -- " "$tmp/mlp-alone.txt"
+   grep -q "^node2 -- linear (layer 1, line 4) backward_input_time=[0-9.]* backward_weight_time=[0-9.]* saved_bytes=" "$tmp/mlp-alone.txt"
 then ok; else bad "profile --alone: $(diff "$tmp/mlp.txt" "$tmp/mlp-alone.txt")"; fi
 out=$("$bin" plan --profile "$tmp/mlp.txt" --machines 2 --straight --config-out "$tmp/mlp-plan.json" \
       --base-config "$src/examples/fmnist.json" 2>&1)

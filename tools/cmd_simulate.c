@@ -198,7 +198,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *config_path = NULL, *profile_path = NULL, *svg = NULL, *model = NULL;
     const char *pod_type = NULL, *split_model = NULL, *cluster = NULL;
     sim_cluster sc = {0};
-    double *saved = NULL, *checkpoint = NULL;
+    double *saved = NULL, *checkpoint = NULL, *wstash = NULL, *scratch = NULL, *grads = NULL;
     unsigned char *split = NULL;
     const char *plan = NULL, *json = NULL, *csv_in = NULL, *csv_out = NULL;
     long long pbatch = 0, cores = 0, virtual_stages = 0;
@@ -328,11 +328,15 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         goto done;
     /* what each layer keeps for its backward, where the profile says */
     if (rp_profile_numbers(p, node, L, "saved_bytes=", &saved, &err) ||
-        rp_profile_numbers(p, node, L, "checkpoint_bytes=", &checkpoint, &err)) {
+        rp_profile_numbers(p, node, L, "checkpoint_bytes=", &checkpoint, &err) ||
+        rp_profile_numbers(p, node, L, "wstash_bytes=", &wstash, &err) ||
+        rp_profile_numbers(p, node, L, "scratch_bytes=", &scratch, &err) ||
+        rp_profile_numbers(p, node, L, "grad_bytes=", &grads, &err)) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
     opt.kept_bytes = saved, opt.recompute_kept_bytes = checkpoint;
+    opt.wstash_bytes = wstash, opt.scratch_bytes = scratch, opt.grad_bytes = grads;
     rp_derived d;
     rp_config_derive(&cfg, &d);
     int nw = rp_config_devices(&cfg, &d); /* interleaved-1f1b: each holds several stages */
@@ -353,6 +357,19 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                               &split, &degrees))
             goto done;
         opt.tensor_split = split;
+        /* what a tensor rank keeps, from the split model itself */
+        if (saved && checkpoint && wstash && scratch && grads) {
+            rp_model *tm = NULL;
+            if (rp_model_load(&tm, split_model, &err) ||
+                rp_layer_memory_table(tm, cfg.tensor_parallel, rp_config_tp_flags(&cfg),
+                                      (int)opt.profile_batch, saved, checkpoint, wstash, scratch,
+                                      grads, &err)) {
+                rp_model_free(tm);
+                cli_error(cmd, "%s", err.msg);
+                goto done;
+            }
+            rp_model_free(tm);
+        }
     }
     if (virtual_stages && csv_in) {
         cli_error(cmd, "--virtual-stages makes the schedule; --schedule-csv reads one: give one");
@@ -434,6 +451,14 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                      "starts the next update once it has stepped, while later stages finish this "
                      "one (device_iterations over 1 runs them in one call)\n",
                 res.steady_update_time * 1e3, 100 * res.steady_bubble_fraction);
+    if (!sc.on) { /* with --cluster, by rank beside the device's */
+        double bytes[RP_MAX_STAGES];
+        int P = sim_rank_bytes(&cfg, &res, bytes);
+        fprintf(txt, "memory a worker holds, by pipeline rank (MB, as the engine lays it out):");
+        for (int r = 0; r < P && r < 16; r++)
+            fprintf(txt, " %.2f", bytes[r] / 1e6);
+        fprintf(txt, "%s\n", P > 16 ? " ..." : "");
+    }
     sim_cluster_print(txt, &sc, &cfg, &res);
     rc = 0;
     if (svg) {
@@ -465,7 +490,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_sim_result_free(&res);
 done:
     free(fw), free(bw), free(ob), free(pb), free(cut), free(node), free(bi), free(bwt), free(split);
-    free(interleaved), free(saved), free(checkpoint);
+    free(interleaved), free(saved), free(checkpoint), free(wstash), free(scratch), free(grads);
     rp_profile_free(p);
     return rc;
 }

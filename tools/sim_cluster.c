@@ -57,7 +57,7 @@ bool sim_cluster_setup(const cli_cmd *cmd, const char *name, const rp_profile *p
 }
 
 /* Pipeline rank r's bytes: its stage's, or its chunks' together. */
-static int ranks_bytes(const rp_config *cfg, const rp_sim_result *res, double *out) {
+int sim_rank_bytes(const rp_config *cfg, const rp_sim_result *res, double *out) {
     int P = rp_config_chunked(cfg) ? res->stages / cfg->virtual_stages : res->stages;
     for (int r = 0; r < P; r++) {
         out[r] = 0;
@@ -95,7 +95,7 @@ void sim_cluster_print(FILE *f, const sim_cluster *sc, const rp_config *cfg,
                 100 * tflops(sc, cfg, res, devices) * 1e12 / sc->c.device.peak_flops);
     fprintf(f, "\n");
     double bytes[RP_MAX_STAGES];
-    int P = ranks_bytes(cfg, res, bytes);
+    int P = sim_rank_bytes(cfg, res, bytes);
     double most = 0;
     for (int r = 0; r < P; r++)
         most = bytes[r] > most ? bytes[r] : most;
@@ -120,7 +120,7 @@ char *sim_cluster_json(const sim_cluster *sc, const rp_config *cfg, const rp_sim
     if (sc->transformer)
         fprintf(f, ",\n\t\"tflops_per_device\":\t%.6g", tflops(sc, cfg, res, devices));
     double bytes[RP_MAX_STAGES];
-    int P = ranks_bytes(cfg, res, bytes);
+    int P = sim_rank_bytes(cfg, res, bytes);
     fprintf(f, ",\n\t\"peak_memory_per_rank\":\t[");
     for (int r = 0; r < P; r++)
         fprintf(f, "%s%.0f", r ? ", " : "", bytes[r]);

@@ -33,6 +33,11 @@ bool sim_cluster_setup(const cli_cmd *cmd, const char *name, const rp_profile *p
 ** predicted time); as words, and as JSON keys ("devices",
 ** "tflops_per_device", "peak_memory_per_rank", "device_memory_bytes") to
 ** add before an object's closing brace (the caller frees). */
+/* Each pipeline rank's memory (bytes, into out[RP_MAX_STAGES]): its
+** stage's estimate, or with interleaving the sum of its chunks'. Returns
+** the number of ranks. */
+int sim_rank_bytes(const rp_config *cfg, const rp_sim_result *res, double *out);
+
 void sim_cluster_print(FILE *f, const sim_cluster *sc, const rp_config *cfg,
                        const rp_sim_result *res);
 char *sim_cluster_json(const sim_cluster *sc, const rp_config *cfg, const rp_sim_result *res);

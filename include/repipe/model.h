@@ -298,6 +298,29 @@ size_t rp_net_out_size(const rp_net *net);
 size_t rp_net_scratch_bytes(const rp_net *net);
 size_t rp_acts_bytes(const rp_net *net, int batch);
 
+/* What layer l of a model takes in a net of `batch` rows, as a net lays
+** it out: what an activation set keeps of it for its backward (its output
+** and its auxiliary state); what it keeps when recomputed (its output where
+** the next layer starts a segment, a checkpoint, or where a graph reads it
+** in a later segment); what a split backward keeps besides for its
+** weights' half; the scratch it needs (a net's is the most of its
+** layers'); and, in a graph, the gradient buffer of its output, which a
+** net holds once for all its activation sets. 'repipe profile' records
+** them, and the simulator counts a stage's memory from them. The counts
+** are of the net's own boundaries as a whole model sees them: a stage's
+** last layer keeps its output and state whole when recomputed, which the
+** simulator adds where it knows the cut. */
+typedef struct rp_layer_bytes {
+    size_t saved, checkpoint, wstash, scratch, grads;
+} rp_layer_bytes;
+void rp_layer_memory(const rp_model *m, int l, int batch, rp_layer_bytes *out);
+/* Every layer's rp_layer_memory as doubles (arrays of m's layers, given
+** NULL where not wanted), of tensor rank t - 1 of t where t > 1: the rank
+** whose share is the largest, which rp_session_memory reports. */
+rp_status rp_layer_memory_table(const rp_model *m, int t, unsigned tp_flags, int batch,
+                                double *saved, double *checkpoint, double *wstash,
+                                double *scratch, double *grads, rp_error *err);
+
 rp_status rp_acts_create(const rp_net *net, int batch, rp_acts **out, rp_error *err);
 void rp_acts_free(rp_acts *a);
 /* The activation set's input rows: data received into it needs no copy

@@ -57,6 +57,13 @@ typedef struct rp_sim_options {
     ** the layer is recomputed (its input, a checkpoint; one layer's whole is
     ** held again while it is recomputed) [NULL: as the outputs say] */
     const double *kept_bytes, *recompute_kept_bytes;
+    /* per layer, where the profile says (rp_layer_memory): what a split
+    ** backward keeps besides for the weights' half, the scratch the layer
+    ** needs (a stage's is the most of its layers'), and a graph's gradient
+    ** buffer for its output (held once a stage) [NULL: the layer's output
+    ** waits for its W; no scratch counted]. With tensor_parallel, these and
+    ** kept_bytes are a tensor rank's (rp_layer_memory_table). */
+    const double *wstash_bytes, *scratch_bytes, *grad_bytes;
     /* parameters as Megatron-LM trains them: bf16 weights beside the fp32
     ** master weights, gradients and optimizer state (a fourth more than
     ** fp32 alone), and the replicas' reduction of bf16 gradients [false] */

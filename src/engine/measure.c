@@ -219,14 +219,21 @@ static rp_status measure(const rp_model *m, int batch, int repeats, bool alone,
             break;
         below = below || L->param_count > 0;
         rp_profile_node *n = &p->nodes[p->num_nodes];
-        char id[32], desc[160];
+        char id[32], desc[320];
         snprintf(id, sizeof id, "node%d", l + 1);
         int dl = snprintf(desc, sizeof desc, "%s (layer %d, line %d)", rp_layer_name(L->type), l,
                           L->line);
         if (L->param_count > 0) /* the halves as they run: their sum is the whole's and the split's copies */
-            snprintf(desc + dl, sizeof desc - dl,
-                     " backward_input_time=%.3f backward_weight_time=%.3f", t[4 * l + 2],
-                     t[4 * l + 3]);
+            dl += snprintf(desc + dl, sizeof desc - dl,
+                           " backward_input_time=%.3f backward_weight_time=%.3f", t[4 * l + 2],
+                           t[4 * l + 3]);
+        /* its memory as a net lays it out, which the simulator counts */
+        rp_layer_bytes lb;
+        rp_layer_memory(m, l, batch, &lb);
+        snprintf(desc + dl, sizeof desc - dl,
+                 " saved_bytes=%zu checkpoint_bytes=%zu wstash_bytes=%zu scratch_bytes=%zu"
+                 " grad_bytes=%zu",
+                 lb.saved, lb.checkpoint, lb.wstash, lb.scratch, lb.grads);
         n->id = dupstr(id);
         n->desc = dupstr(desc);
         n->forward_ms = t[4 * l];

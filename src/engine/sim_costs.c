@@ -70,18 +70,43 @@ double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const doub
     ** the stage ends) and one segment's worth of the others, shared; where
     ** the profile says what each layer keeps, and keeps when recomputed,
     ** those */
-    double acts = 0, seg = 0, most = 0, par = 0;
+    double acts = 0, seg = 0, most = 0, par = 0, scratch = 0;
     bool split = rp_schedule_splits_backward(cfg->schedule);
     bool rc = cfg->recompute_checkpoint_every_layer;
     const double *kept = opt && opt->kept_bytes ? opt->kept_bytes : out_bytes;
+    const double *ck = opt ? opt->recompute_kept_bytes : NULL;
+    int T = rp_config_tensor_parallel(cfg);
+    /* A profile of repipe's own nets (it says each layer's scratch) counts
+    ** as a net lays a stage out: the input received held beside the
+    ** layers' outputs, and when recomputed the stage's last layer kept
+    ** whole, its backward the first. A transformer profile's checkpoints
+    ** are each block's input, the stage's own among them, as Megatron-LM
+    ** keeps them. */
+    bool net = opt && opt->scratch_bytes;
+    if (net && opt->kept_bytes && first > 0) /* the stage's input, received */
+        acts += opt->cut_bytes ? opt->cut_bytes[first] : out_bytes[first - 1];
     for (int l = first; l < first + count; l++) {
-        bool end = l == first + count - 1 || param_bytes[l + 1] > 0;
-        par += param_bytes[l];
-        if (split && param_bytes[l] > 0) /* the output gradient waiting for its W */
+        bool last = l == first + count - 1, end = last || param_bytes[l + 1] > 0;
+        /* a tensor rank holds its share of a split layer's parameters */
+        bool part = T > 1 && opt && opt->tensor_split && (opt->tensor_split[l] & RP_SIM_TP_SPLIT);
+        par += part ? param_bytes[l] / T : param_bytes[l];
+        if (opt && opt->scratch_bytes)
+            scratch = opt->scratch_bytes[l] > scratch ? opt->scratch_bytes[l] : scratch;
+        if (split && opt && opt->wstash_bytes)
+            acts += opt->wstash_bytes[l];
+        else if (split && param_bytes[l] > 0) /* the output gradient waiting for its W */
             acts += out_bytes[l];
-        if (rc && opt && opt->recompute_kept_bytes) {
-            acts += opt->recompute_kept_bytes[l];
+        if (rc && ck && !net) { /* the checkpoints kept; one layer made again at a time */
+            acts += ck[l];
             most = kept[l] > most ? kept[l] : most;
+            continue;
+        }
+        if (rc && ck) { /* the checkpoints kept; a segment's rest made again, one at a
+                        ** time; the stage's last layer kept whole, its backward next */
+            acts += last ? kept[l] : ck[l];
+            seg += !last && kept[l] > ck[l] ? kept[l] - ck[l] : 0;
+            if (ck[l] > 0 || last)
+                most = seg > most ? seg : most, seg = 0;
             continue;
         }
         if (!rc || end)
@@ -91,6 +116,9 @@ double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const doub
         if (end)
             most = seg > most ? seg : most, seg = 0;
     }
+    /* a graph's gradient buffers, one per tensor, shared by the sets */
+    for (int l = first; opt && opt->grad_bytes && l < first + count; l++)
+        scratch += opt->grad_bytes[l];
     /* optimizer state: per parameter, sharded over the workers that share
     ** the stage's variables, streamed a chunk at a time when offchip */
     double state = par * rp_optimizer_state_per_param(&cfg->optimizer);
@@ -104,7 +132,7 @@ double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const doub
     bool mpi = opt && opt->polling;
     double copy = cfg->reduction_bucket_mb > 0 && mpi ? par : 0; /* (as the engine's plan) */
     double half = opt && opt->mixed_precision ? par / 2 : 0; /* the bf16 weights */
-    return 2 * par + half + copy + state + (slots * acts + most) * per_mb;
+    return 2 * par + half + copy + state + (slots * acts + most + scratch) * per_mb;
 }
 
 /* The link a tensor group of t consecutive workers all-reduces over: the

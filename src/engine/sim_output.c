@@ -131,6 +131,10 @@ rp_status rp_sim_to_json(const rp_sim_result *r, const rp_config *cfg, char **ou
         cJSON_AddItemToArray(comm, c);
     }
     cJSON_AddItemToObject(root, "communication_by_level", comm);
+    cJSON *mem = cJSON_CreateArray(); /* what each stage's worker holds, estimated */
+    for (int k = 0; mem && k < r->stages; k++)
+        cJSON_AddItemToArray(mem, cJSON_CreateNumber(r->stage_bytes[k]));
+    cJSON_AddItemToObject(root, "stage_memory_bytes", mem);
     for (int w = 0; w < r->workers; w++) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "worker", w);

@@ -230,6 +230,58 @@ static size_t acts_layout(const rp_net *n, int batch, size_t *off_out, size_t *o
     return at;
 }
 
+void rp_layer_memory(const rp_model *m, int l, int batch, rp_layer_bytes *out) {
+    const rp_layer *L = &m->layers[l];
+    size_t o = ALIGN64(sizeof(float) * out_size(L) * batch);
+    size_t a = ALIGN64(rpi_layer_aux_bytes(L, batch));
+    bool graph = !rp_model_is_chain(m);
+    bool flatten = !graph && L->type == RP_LAYER_FLATTEN; /* its input's memory */
+    bool end = l == m->num_layers - 1 || m->layers[l + 1].num_vars > 0;
+    if (graph && !end) { /* read past the next checkpoint: kept too */
+        int r = m->last_reader[l + 1], k = l + 1;
+        while (k < r && m->layers[k].num_vars == 0)
+            k++;
+        end = k < r;
+    }
+    out->saved = (flatten ? 0 : o) + a;
+    out->checkpoint = end && !flatten ? o : 0;
+    out->wstash = ALIGN64(sizeof(float) * rpi_layer_wstash_floats(L, batch));
+    size_t col, tmp, g = in_size(L) > out_size(L) ? in_size(L) : out_size(L);
+    rpi_layer_scratch(L, batch, 0, &col, &tmp);
+    out->scratch = sizeof(float) * (col + tmp + 2 * g * (size_t)batch);
+    out->grads = graph ? sizeof(float) * out_size(L) * (size_t)batch : 0;
+}
+
+rp_status rp_layer_memory_table(const rp_model *m, int t, unsigned tp_flags, int batch,
+                                double *saved, double *checkpoint, double *wstash,
+                                double *scratch, double *grads, rp_error *err) {
+    rp_model *rank = NULL;
+    size_t *map = NULL;
+    if (t > 1) {
+        rp_status st = rp_model_tensor_split(m, t, t - 1, tp_flags, &rank, &map, err);
+        if (st)
+            return st;
+        free(map);
+    }
+    const rp_model *r = rank ? rank : m;
+    for (int l = 0; l < r->num_layers; l++) {
+        rp_layer_bytes b;
+        rp_layer_memory(r, l, batch, &b);
+        if (saved)
+            saved[l] = (double)b.saved;
+        if (checkpoint)
+            checkpoint[l] = (double)b.checkpoint;
+        if (wstash)
+            wstash[l] = (double)b.wstash;
+        if (scratch)
+            scratch[l] = (double)b.scratch;
+        if (grads)
+            grads[l] = (double)b.grads;
+    }
+    rp_model_free(rank);
+    return RP_OK;
+}
+
 size_t rp_acts_bytes(const rp_net *n, int batch) {
     return acts_layout(n, batch, NULL, NULL, NULL, NULL);
 }
