@@ -165,9 +165,19 @@ static int engine_mode(const cli_cmd *cmd, const rp_plan *plan, const rp_profile
     opt.num_levels = plan->options.num_levels;
     memcpy(opt.machines, plan->options.machines, sizeof(int) * opt.num_levels);
     memcpy(opt.bandwidth, plan->options.bandwidth, sizeof(double) * opt.num_levels);
-    if (rp_plan_to_config(plan, prof, &cfg, NULL, 0, &err) ||
-        rp_profile_layers(prof, &fw, &bw, &ob, &pb, NULL, &L, &err) ||
-        rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
+    /* and what each layer keeps, where the profile says */
+    int *node = NULL;
+    double *mem[5] = {0};
+    const char *keys[] = {"saved_bytes=", "checkpoint_bytes=", "wstash_bytes=", "scratch_bytes=",
+                          "grad_bytes="};
+    rp_status st = rp_plan_to_config(plan, prof, &cfg, NULL, 0, &err);
+    if (!st)
+        st = rp_profile_layers(prof, &fw, &bw, &ob, &pb, &node, &L, &err);
+    for (int k = 0; !st && k < 5; k++)
+        st = rp_profile_numbers(prof, node, L, keys[k], &mem[k], &err);
+    opt.kept_bytes = mem[0], opt.recompute_kept_bytes = mem[1];
+    opt.wstash_bytes = mem[2], opt.scratch_bytes = mem[3], opt.grad_bytes = mem[4];
+    if (st || rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
@@ -195,7 +205,9 @@ static int engine_mode(const cli_cmd *cmd, const rp_plan *plan, const rp_profile
                   device_memory);
 done:
     rp_sim_result_free(&res);
-    free(fw), free(bw), free(ob), free(pb);
+    free(fw), free(bw), free(ob), free(pb), free(node);
+    for (int k = 0; k < 5; k++)
+        free(mem[k]);
     return rc;
 }
 

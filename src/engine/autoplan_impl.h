@@ -27,6 +27,8 @@ typedef struct measured {
     double *fw, *bw, *out, *par;
     double *bi, *bwt; /* a split backward's halves */
     double *cut; /* bytes crossing the cut before each layer */
+    /* what each layer keeps, where the profile says (rp_layer_memory) */
+    double *saved, *ck, *ws, *sc, *gr;
     double *cf, *cb, *cp;
 } measured;
 

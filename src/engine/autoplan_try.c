@@ -72,6 +72,12 @@ static bool simulate_as_is(const search *S, const rp_config *cfg, double *t, dou
     so.profile_batch = m->batch;
     so.cut_bytes = m->cut;
     so.bwd_input_ms = m->bi, so.bwd_weight_ms = m->bwt;
+    /* what the layers keep, as the profile's net lays them out: a whole
+    ** model's, so not for a tensor rank, whose share the model would say */
+    if (rp_config_tensor_parallel(cfg) == 1) {
+        so.kept_bytes = m->saved, so.recompute_kept_bytes = m->ck;
+        so.wstash_bytes = m->ws, so.scratch_bytes = m->sc, so.grad_bytes = m->gr;
+    }
     if (rp_simulate(cfg, m->fw, m->bw, m->out, m->par, S->L, &so, &r, &err))
         return false;
     *t = r.update_time;
