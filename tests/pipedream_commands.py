@@ -26,17 +26,9 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, finish
+
 repipe, src = sys.argv[1], sys.argv[2]
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if cond:
-        print("ok", what)
-    else:
-        failures += 1
-        print("FAIL", what)
 
 
 def convert_parser():
@@ -136,5 +128,4 @@ with tempfile.TemporaryDirectory() as tmp:
     check(hybrid["module_to_stage_map"] == written["module_to_stage_map"],
           "its module_to_stage_map is the script's")
 
-print("%d failed" % failures)
-sys.exit(1 if failures else 0)
+finish()

@@ -13,18 +13,13 @@ import shlex
 import subprocess
 import sys
 
+from checks import check, finish
+
 repipe, src = sys.argv[1], sys.argv[2]
 doc = open(src + "/docs/simulate.md").read()
 section = doc[doc.index("### Against Megatron-LM's published runs"):]
 rows = [l for l in section.splitlines() if re.match(r"\| [0-9.]+ \|", l)]
 cmds = [l.strip() for l in section.splitlines() if l.startswith("    repipe plan --cluster")]
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print("ok" if cond else "FAIL", what)
-    failures += 0 if cond else 1
 
 
 def plan(cmd):
@@ -55,5 +50,4 @@ for row, cmd in zip(rows, cmds):
           own["seconds_per_update"] <= a["seconds_per_update"] * (1 + 1e-9),
           "%s: repipe's own plan fits and is no slower (%.2f of %.2f s)"
           % (name, own["seconds_per_update"] if own else 0, a["seconds_per_update"]))
-print("%d failed" % failures if failures else "all passed")
-sys.exit(1 if failures else 0)
+finish()

@@ -13,6 +13,7 @@
 #include "repipe/config.h"
 #include "repipe/data.h"
 #include "repipe/model.h"
+#include "repipe/profile.h"
 #include "repipe/schedule.h"
 #include "repipe/session.h"
 #include "test.h"
@@ -80,6 +81,22 @@ static inline const char *test_ones(char *buf, size_t n, int S) {
     if (k > 0 && (size_t)k < n)
         snprintf(buf + k, n - (size_t)k, "]");
     return buf;
+}
+
+/* A profile of a chain from its nodes' text (node0 .. node n, `at` bytes
+** of the `cap` of text): appends the edges from each node to the next and
+** parses it, or ends the test with the parser's message. */
+static inline rp_profile *test_profile_chain(char *text, size_t cap, size_t at, int n,
+                                             const char *name) {
+    for (int l = 0; l < n; l++)
+        at += (size_t)snprintf(text + at, cap - at, "\tnode%d -- node%d\n", l, l + 1);
+    rp_profile *p;
+    rp_error err;
+    if (at >= cap || rp_profile_parse(&p, text, at, name, &err)) {
+        fprintf(stderr, "%s: %s\n", name, at >= cap ? "profile text too long" : err.msg);
+        exit(1);
+    }
+    return p;
 }
 
 static inline rp_config test_config(const char *json) {

@@ -36,15 +36,7 @@ static rp_profile *chain_split(int n, const double *fw, const double *bw, const 
                                "parameter_size=%g\n",
                                l + 1, l, split, fw[l], bw[l], act[l], par[l]);
     }
-    for (int l = 0; l < n; l++)
-        at += (size_t)snprintf(text + at, sizeof text - at, "\tnode%d -- node%d\n", l, l + 1);
-    rp_profile *p;
-    rp_error err;
-    if (rp_profile_parse(&p, text, at, "chain", &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
-    return p;
+    return test_profile_chain(text, sizeof text, at, n, "chain");
 }
 
 static rp_profile *chain(int n, const double *fw, const double *bw, const double *act,

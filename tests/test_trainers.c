@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "repipe/repipe.h"
+#include "support.h"
 #include "test.h"
 
 /* tok_embeddings, layers.0 .. layers.{n-1}, norm, lm_head: a chain whose
@@ -39,15 +40,7 @@ static rp_profile *llama(int n, double head, double par) {
                                "parameter_size=%g\n",
                                l + 1, name, f, 2 * f, b);
     }
-    for (int l = 0; l < n + 3; l++)
-        at += (size_t)snprintf(text + at, sizeof text - at, "\tnode%d -- node%d\n", l, l + 1);
-    rp_profile *p;
-    rp_error err;
-    if (rp_profile_parse(&p, text, at, "llama", &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        exit(1);
-    }
-    return p;
+    return test_profile_chain(text, sizeof text, at, n + 3, "llama");
 }
 
 static rp_status plan(const rp_profile *p, const rp_autoplan_options *o, rp_autoplan *r,

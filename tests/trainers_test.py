@@ -19,15 +19,10 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, finish
+
 repipe, src = sys.argv[1], sys.argv[2]
 fix = os.path.join(src, "tests", "fixtures", "trainers")
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print("ok" if cond else "FAIL", what)
-    failures += 0 if cond else 1
 
 
 def layers_of(profile):
@@ -160,5 +155,4 @@ lines = [l[4:] for l in shown.splitlines()]
 check(len(lines) == 6 and all(l in p.stdout.splitlines() for l in lines),
       "docs/planner.md's restriction example is what repipe prints")
 
-print("%d failed" % failures if failures else "all passed")
-sys.exit(1 if failures else 0)
+finish()

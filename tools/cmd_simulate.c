@@ -101,6 +101,23 @@ done:
     return st;
 }
 
+/* Puts keys (text that begins with a comma) before the closing brace of
+** *text's object; false, said, when out of memory (*text freed). */
+static bool before_brace(const cli_cmd *cmd, char **text, const char *keys) {
+    if (!keys || !keys[0])
+        return true;
+    size_t n = strlen(*text), k = strlen(keys);
+    char *more = realloc(*text, n + k + 8);
+    if (!more) {
+        free(*text);
+        cli_error(cmd, "out of memory");
+        return false;
+    }
+    *text = more;
+    snprintf(strrchr(more, '}'), k + 8, "%s\n}\n", keys);
+    return true;
+}
+
 static bool write_json(const cli_cmd *cmd, const char *path, const rp_sim_result *res,
                        const rp_config *cfg, double measured, const char *extra) {
     char *text;
@@ -109,30 +126,11 @@ static bool write_json(const cli_cmd *cmd, const char *path, const rp_sim_result
         cli_error(cmd, "%s", err.msg);
         return false;
     }
-    if (extra) { /* the cluster's keys before the closing brace */
-        size_t n = strlen(text), k = strlen(extra);
-        char *more = realloc(text, n + k + 8);
-        if (!more) {
-            free(text);
-            cli_error(cmd, "out of memory");
-            return false;
-        }
-        text = more;
-        char *brace = strrchr(text, '}');
-        snprintf(brace, k + 8, "%s\n}\n", extra);
-    }
-    if (measured > 0) { /* one more key before the closing brace */
-        size_t n = strlen(text);
-        char *more = realloc(text, n + 64);
-        if (!more) {
-            free(text);
-            cli_error(cmd, "out of memory");
-            return false;
-        }
-        text = more;
-        char *brace = strrchr(text, '}');
-        snprintf(brace, 64, ",\n\t\"measured_seconds_per_update\":\t%.9g\n}\n", measured);
-    }
+    char key[64] = "";
+    if (measured > 0)
+        snprintf(key, sizeof key, ",\n\t\"measured_seconds_per_update\":\t%.9g", measured);
+    if (!before_brace(cmd, &text, extra) || !before_brace(cmd, &text, key))
+        return false;
     bool ok = true;
     if (strcmp(path, "-") == 0) {
         ok = fputs(text, stdout) >= 0;
