@@ -277,9 +277,10 @@ static rp_status read_keys(og_read *o) {
     bool encoder = false;
     if ((s = rpi_og_bool(o, K_ENCODER_CPU, &encoder)))
         return s;
-    if (encoder)
-        return rpi_og_fail(o, "execute_encoder_on_cpu_for_generation", o->val[K_ENCODER_CPU],
-                    "IPUConfig refuses it (\"not supported yet\")");
+    if (encoder) /* IPUConfig loads it and refuses it only in to_options() */
+        rpi_warn(cfg, "%s: key 'execute_encoder_on_cpu_for_generation': text generation's "
+                 "encoder on the host, which repipe does not run: no effect (IPUConfig loads "
+                 "it; its to_options() says \"not supported yet\")", c->name);
     int seed = o->r < OG_0_2_1 ? K_RANDOM_SEED : K_SEED;
     if (o->val[seed]) {
         if (!rpi_is_whole(o->val[seed], 0, 9007199254740992.0))

@@ -222,11 +222,14 @@ static rp_status proportions(og_read *o, int k, const cJSON *v, int stages, doub
     char rule[160];
     *list = cJSON_IsArray(v);
     if (cJSON_IsNumber(v)) {
-        /* IPUConfig tests isinstance(value, float): 1 is not, 1.0 is */
-        if (!(v->type & RP_JSON_FRACTION))
-            return rpi_og_fail(o, key, v, "IPUConfig takes a float here (write 1 as 1.0)");
         if (!(v->valuedouble >= 0) || !isfinite(v->valuedouble))
             return rpi_og_fail(o, key, v, "must be >= 0");
+        /* IPUConfig loads a whole number, but its to_options() spreads the
+        ** value over the IPUs only where it is a float, and fails on 1 */
+        if (!(v->type & RP_JSON_FRACTION))
+            rpi_warn(o->c->cfg, "%s: key '%s': a whole number, read as %g; IPUConfig loads it, "
+                     "but its to_options() fails on it (write %g.0 for an IPU)", o->c->name, key,
+                     v->valuedouble, v->valuedouble);
         vals[0] = v->valuedouble;
         *count = 1;
         return RP_OK;
