@@ -82,6 +82,84 @@ static int num(const cJSON *o, const char *k) {
     return cJSON_IsNumber(v) ? v->valueint : -1;
 }
 
+/* Transformers of n blocks, made once each: kind 0 a chain of GPT blocks
+** (2 embedding lines before them, a layernorm, the head and the loss after:
+** 3), kind 1 a LLaMA graph of 12-line blocks (1 line before, 3 after). */
+enum { MAX_BLOCKS = 64 };
+static rp_model *models[2][MAX_BLOCKS + 1];
+static const int PRE[2] = {2, 1}, PER[2] = {1, 12}, POST[2] = {3, 3};
+static int placements; /* pipelines of transformers compared */
+
+static rp_model *transformer(int kind, int n) {
+    if (n < 1 || n > MAX_BLOCKS)
+        return NULL;
+    if (models[kind][n])
+        return models[kind][n];
+    size_t cap = 64 + (size_t)n * 600, at;
+    char *spec = malloc(cap);
+    if (kind == 0) {
+        at = (size_t)snprintf(spec, cap, "input 8\nembedding 16 8\nposition_embedding\n");
+        for (int b = 0; b < n; b++)
+            at += (size_t)snprintf(spec + at, cap - at, "transformer_block heads=2\n");
+        snprintf(spec + at, cap - at, "layernorm\nlinear 16 bias=false\nsoftmax_cross_entropy\n");
+    } else {
+        at = (size_t)snprintf(spec, cap, "input 8\nx0 = embedding 16 8\n");
+        for (int b = 0; b < n; b++)
+            at += (size_t)snprintf(
+                spec + at, cap - at,
+                "n%d = rmsnorm < x%d\nlinear 16 bias=false\nattention heads=2 kv_heads=1\n"
+                "o%d = linear 8 bias=false\nh%d = add < o%d x%d\nm%d = rmsnorm\n"
+                "linear 16 bias=false\ng%d = silu\nu%d = linear 16 bias=false < m%d\n"
+                "mul < g%d u%d\nd%d = linear 8 bias=false\nx%d = add < d%d h%d\n",
+                b, b, b, b, b, b, b, b, b, b, b, b, b, b + 1, b, b);
+        snprintf(spec + at, cap - at, "rmsnorm\nlinear 16 bias=false\nsoftmax_cross_entropy\n");
+    }
+    rp_error err;
+    if (rp_model_parse(&models[kind][n], spec, strlen(spec), "transformer", &err)) {
+        fprintf(stderr, "%s\n%s\n", spec, err.msg);
+        exit(1);
+    }
+    free(spec);
+    CHECK_INT(models[kind][n]->num_layers, PRE[kind] + PER[kind] * n + POST[kind]);
+    return models[kind][n];
+}
+
+/* Whether cfg, fitted to a transformer of L blocks of each kind, gives
+** stage s the blocks Optimum placed (sp), the embeddings on the first stage
+** and the head on the last; why not where not. */
+static const char *blocks_placed(const rp_config *cfg, bool inf, int L, const cJSON *sp,
+                                 char *why, size_t cap) {
+    for (int kind = 0; kind < 2; kind++) {
+        rp_model *m = transformer(kind, L);
+        if (!m)
+            return NULL;
+        rp_config *fit = malloc(sizeof *fit);
+        *fit = *cfg;
+        rp_error err;
+        int counts[RP_MAX_STAGES], n = rp_config_num_stages(cfg, inf);
+        bool ok = rp_session_fit_config(m, fit, &err) == RP_OK &&
+                  rp_config_stage_layers(fit, inf, m->num_layers, counts, &err) == RP_OK;
+        free(fit);
+        placements += ok;
+        for (int s = 0; ok && s < n; s++) {
+            int want = PER[kind] * cJSON_GetArrayItem(sp, s)->valueint +
+                       (s == 0 ? PRE[kind] : 0) + (s == n - 1 ? POST[kind] : 0);
+            if (counts[s] != want) {
+                snprintf(why, cap, "%s stage %d of a %s of %d blocks: %d layers, want %d",
+                         inf ? "inference" : "training", s, kind ? "LLaMA" : "GPT", L,
+                         counts[s], want);
+                return why;
+            }
+        }
+        if (!ok) {
+            snprintf(why, cap, "%s %s of %d blocks: %s", inf ? "inference" : "training",
+                     kind ? "LLaMA" : "GPT", L, err.msg);
+            return why;
+        }
+    }
+    return NULL;
+}
+
 /* Where one difference is found, why; NULL when repipe agrees with g. The
 ** layers are placed as in `placing`: g, or for a file without a layer list,
 ** whose lists take the current release's default, the current release's
@@ -153,6 +231,9 @@ static const char *compare(const rp_config *cfg, bool ok, const char *msg, const
                 free(w);
                 return why;
             }
+            /* and the same blocks of a transformer, as its lines */
+            if (cfg->layers_count_blocks && blocks_placed(cfg, inf, L, sp, why, cap))
+                return why;
         }
     }
     return NULL;
@@ -475,6 +556,8 @@ int main(int argc, char **argv) {
     }
     printf("%d loads, %d agree with the IPUConfig of the release repipe read them as\n", loads,
            agree);
+    printf("layers placed as IPUConfig placed a transformer's blocks: %d pipelines of GPT and "
+           "LLaMA models\n", placements);
     printf("against the current IPUConfig's load and to_options(): %d files, %d of them read "
            "where only to_options() refuses\n", load_checked, load_use_only);
     cJSON_Delete(lroot);
@@ -484,6 +567,9 @@ int main(int argc, char **argv) {
            "(%d accepted by both with the same numbers)\n",
            own_total, own_accepted, own_agree, own_both);
     cJSON_Delete(root);
+    for (int k = 0; k < 2; k++)
+        for (int n = 0; n <= MAX_BLOCKS; n++)
+            rp_model_free(models[k][n]);
     printf("test_ipuconfig: %d checks, %d failed\n", test_checks, test_failures);
     return test_failures != 0;
 }

@@ -181,13 +181,23 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
             printf(" has wildcards; pass --layers L to resolve them\n");
             continue;
         }
+        /* an IPUConfig file without the model: Optimum's counts of blocks */
+        const char *u = cfg->layers_count_blocks ? "block" : "layer";
+        if (cfg->layers_count_blocks)
+            printf("  (an IPUConfig file counts a transformer's blocks, the embeddings on the "
+                   "first stage and the head on the last; --model M shows M's layers)\n");
         int first = 0;
         for (int s = 0; s < n; s++) {
+            const char *with = !cfg->layers_count_blocks ? ""
+                               : s == 0 && s == n - 1   ? ", the embeddings and the head"
+                               : s == 0                 ? ", the embeddings"
+                               : s == n - 1             ? ", the head"
+                                                        : "";
             if (counts[s] == 0)
-                printf("  stage %-3d no layers\n", s);
+                printf("  stage %-3d no %ss%s\n", s, u, with);
             else
-                printf("  stage %-3d layers %d-%d (%d layer%s)\n", s, first,
-                       first + counts[s] - 1, counts[s], counts[s] == 1 ? "" : "s");
+                printf("  stage %-3d %ss %d-%d (%d %s%s%s)\n", s, u, first,
+                       first + counts[s] - 1, counts[s], u, counts[s] == 1 ? "" : "s", with);
             if (m && !rp_model_is_chain(m) && s > 0 && counts[s] && first < m->num_layers)
                 print_cut(m, first);
             first += counts[s];
@@ -233,7 +243,8 @@ static bool show_json(const cli_cmd *cmd, const rp_config *cfg, int layers) {
            d.samples_per_micro_batch, d.inference_samples_per_step,
            d.inference_samples_per_host_call);
     json_stages(known[1], counts[1], d.inference_stages);
-    printf("},\"read_as\":");
+    /* true: stage_layers count a transformer's blocks (an IPUConfig file, no --model) */
+    printf("},\"counts_blocks\":%s,\"read_as\":", cfg->layers_count_blocks ? "true" : "false");
     cJSON *origin = cfg->origin[0] ? cJSON_CreateString(cfg->origin) : cJSON_CreateNull();
     char *text = origin ? cJSON_PrintUnformatted(origin) : NULL;
     printf("%s", text ? text : "null");
@@ -286,7 +297,10 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             cli_error(cmd, "%s", err.msg);
             return 1;
         }
-        rp_status ms = rp_session_check(m, &cfg, &err);
+        /* an IPUConfig file's lists count the model's blocks: shown as its layers */
+        rp_status ms = rp_session_fit_config(m, &cfg, &err);
+        if (!ms)
+            ms = rp_session_check(m, &cfg, &err);
         if (layers && layers != m->num_layers && !ms)
             ms = rp_fail(&err, RP_ERR_INVALID, "--layers %lld, but %s has %d layers", layers,
                          model, m->num_layers);

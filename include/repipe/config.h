@@ -175,6 +175,11 @@ typedef struct rp_config {
     ** layers than the list leaves the tail empty (one with more cannot be
     ** placed); the list has no wildcards. */
     bool layers_by_index;
+    /* The layer lists count a transformer's blocks, as Optimum Graphcore's
+    ** layers_per_ipu does, with the embeddings on the first stage and the
+    ** head on the last: set for every IPUConfig file. rp_session_fit_config
+    ** makes them counts of a model's layers. */
+    bool layers_count_blocks;
     /* The layer keys as the file spelled them, for messages. */
     char layers_key[2][48];
     /* How the file was read: "" for repipe's own keys, else which release of

@@ -159,6 +159,15 @@ bool rp_model_is_chain(const rp_model *m);
 int rp_model_boundary(const rp_model *m, int k, int *tensors);
 /* Floats per sample of boundary k's tensors. */
 size_t rp_model_boundary_size(const rp_model *m, int k);
+/* The model's blocks, as Optimum Graphcore's layers_per_ipu counts a
+** transformer's layers: each span between two boundaries one tensor
+** crosses that holds a transformer_block or an attention (a LLaMA block's
+** twelve lines). Writes each block's first layer to first (room for L)
+** and the layer after the last block to *end; returns the count, 0 for
+** a model without blocks. Block i runs to block i + 1's first layer; what
+** comes before the first block (the embeddings) and after the last (the
+** head) belongs to none. */
+int rp_model_blocks(const rp_model *m, int *first, int *end);
 /* The shape of tensor t (-1: the input). */
 const rp_shape *rp_model_tensor_shape(const rp_model *m, int t);
 

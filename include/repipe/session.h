@@ -54,6 +54,17 @@ typedef struct rp_result {
 ** embedding tables divide by their serialization factors. */
 rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *err);
 
+/* An IPUConfig file's layer lists count a transformer's blocks
+** (layers_count_blocks): for model m, rewrites them as counts of m's layers
+** (lines of its spec), the layers before its first block (the embeddings)
+** on the first stage and those after its last (the final norm, the head,
+** the loss) on the last, and clears the flag. A model without blocks
+** (rp_model_blocks: an MLP, a CNN) takes the lists as counts of its layers.
+** Sessions and rp_session_check do this on their own copy; a caller that
+** shows the stages of cfg for m does it first. Refused, with the key, where
+** the lists do not fit m's blocks. */
+rp_status rp_session_fit_config(const rp_model *m, rp_config *cfg, rp_error *err);
+
 /* Local backend: one thread per worker. */
 rp_status rp_session_create(const rp_model *m, const rp_config *cfg, rp_session **out,
                             rp_error *err);

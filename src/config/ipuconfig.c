@@ -434,6 +434,7 @@ rp_status rpi_read_object(rpi_load *c, const cJSON *root, const char *pod_type) 
                          rpi_og_name[lo], m ? m + 2 : first.msg);
             }
             snprintf(cfg->ipu_release, sizeof cfg->ipu_release, "%s", rpi_og_name[r]);
+            cfg->layers_count_blocks = true;
             snprintf(cfg->origin, sizeof cfg->origin,
                      "an Optimum Graphcore IPUConfig file, read as release %s reads it (%s%.120s)",
                      rpi_og_name[r], r == (int)lo && lo > OG_0_1 ? "the oldest release for "

@@ -79,7 +79,23 @@ rp_status rp_schedule_check_config(const rp_config *cfg, rp_error *err) {
     return RP_OK;
 }
 
+static rp_status check(const rp_model *m, const rp_config *cfg, rp_error *err);
+
 rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *err) {
+    if (!cfg->layers_count_blocks)
+        return check(m, cfg, err);
+    rp_config *fit = malloc(sizeof *fit);
+    if (!fit)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a configuration");
+    *fit = *cfg;
+    rp_status st = rp_session_fit_config(m, fit, err);
+    if (!st)
+        st = check(m, fit, err);
+    free(fit);
+    return st;
+}
+
+static rp_status check(const rp_model *m, const rp_config *cfg, rp_error *err) {
     if (m->num_classes == 0 || m->layers[m->num_layers - 1].type != RP_LAYER_SOFTMAX_CE)
         return rp_fail(err, RP_ERR_INVALID,
                        "the model must end with softmax_cross_entropy to be trained");
@@ -145,11 +161,12 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
             const rp_layer *E = &m->layers[L->tie - 1];
             const char *why = ++nties > MAX_TIES ? "more ties than the engine holds"
                               : cfg->replicated_tensor_sharding
-                                  ? "replicated_tensor_sharding would shard the two copies apart"
+                                  ? "replicated_tensor_sharding would shard the two copies apart: "
+                                    "set it false, or untie the head (drop tie=)"
                               : L->group_size || E->group_size ||
                                       cfg->replica_grouping.group_size != cfg->replication_factor
-                                  ? "its copies must be shared by every replica (no replica "
-                                    "grouping)"
+                                  ? "its copies must be shared by every replica: drop the replica "
+                                    "grouping, or untie the head (drop tie=)"
                                   : NULL;
             if (why)
                 return rp_fail(err, RP_ERR_INVALID, "layer %d (linear, line %d) tie=%d: %s", l,
@@ -174,4 +191,42 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
                            t);
     /* inference runs stage after stage: an empty one is allowed */
     return rp_config_stage_layers(cfg, true, m->num_layers, counts, err);
+}
+
+rp_status rp_session_fit_config(const rp_model *m, rp_config *cfg, rp_error *err) {
+    if (!cfg->layers_count_blocks)
+        return RP_OK;
+    int L = m->num_layers, end, *first = malloc(sizeof(int) * L);
+    if (!first)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for %d layers", L);
+    int B = rp_model_blocks(m, first, &end);
+    rp_layer_list lists[2];
+    rp_status st = RP_OK;
+    for (int inf = 0; B > 0 && !st && inf < 2; inf++) {
+        int counts[RP_MAX_STAGES], n = rp_config_num_stages(cfg, inf);
+        if ((st = rp_config_stage_layers(cfg, inf, B, counts, err)))
+            break;
+        lists[inf].count = n;
+        for (int s = 0, b = 0; s < n; s++) {
+            int lines = 0;
+            for (int j = 0; j < counts[s]; j++, b++)
+                lines += (b + 1 < B ? first[b + 1] : end) - first[b];
+            lists[inf].layers[s] = lines + (s == 0 ? first[0] : 0) + (s == n - 1 ? L - end : 0);
+        }
+    }
+    free(first);
+    if (st) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return rp_fail(err, st, "%s (the lists count the model's %d blocks, as Optimum "
+                       "Graphcore counts a transformer's layers)", why, B);
+    }
+    if (B > 0) { /* explicit counts of lines from here on */
+        cfg->layers_per_stage = lists[0];
+        cfg->inference_layers_per_stage = lists[1];
+        cfg->inference_layers_set = true;
+        cfg->layers_by_index = false;
+    }
+    cfg->layers_count_blocks = false;
+    return RP_OK;
 }

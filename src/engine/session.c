@@ -109,6 +109,17 @@ void rp_session_free(rp_session *s) {
 static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, rp_session **out,
                         rp_error *err) {
     *out = NULL;
+    if (cfg->layers_count_blocks) { /* an IPUConfig file's lists, as counts of m's layers */
+        rp_config *fit = malloc(sizeof *fit);
+        if (!fit)
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory for a configuration");
+        *fit = *cfg;
+        rp_status st = rp_session_fit_config(m, fit, err);
+        if (!st)
+            st = create(m, fit, comm, out, err);
+        free(fit);
+        return st;
+    }
     rp_status st = rp_session_check(m, cfg, err);
     if (st)
         return st;

@@ -67,3 +67,41 @@ size_t rp_model_boundary_size(const rp_model *m, int k) {
             n += rp_shape_size(rp_model_tensor_shape(m, t));
     return n;
 }
+
+/* How many tensors cross boundary k (rp_model_boundary's count). */
+static int crossing(const rp_model *m, int k) {
+    int n = 0;
+    for (int t = -1; t < k; t++)
+        n += m->last_reader[t + 1] >= k;
+    return n;
+}
+
+int rp_model_blocks(const rp_model *m, int *first, int *end) {
+    /* The spans between boundaries one tensor crosses: one that holds a
+    ** transformer_block or an attention starts a block, and the spans after
+    ** it that end in a residual (an add that reads the span's input: a
+    ** LLaMA block's MLP half) are the block's too. Whatever else lies
+    ** between two blocks is the earlier one's; after the last, the head. */
+    int L = m->num_layers, n = 0, start = 0;
+    bool open = false;
+    *end = 0;
+    for (int k = 1; k <= L; k++) {
+        if (k < L && crossing(m, k) != 1)
+            continue;
+        bool block = false;
+        for (int l = start; l < k; l++)
+            block = block || m->layers[l].type == RP_LAYER_TRANSFORMER_BLOCK ||
+                    m->layers[l].type == RP_LAYER_ATTENTION;
+        const rp_layer *last = &m->layers[k - 1];
+        bool residual = false; /* an add that reads the span's input */
+        for (int i = 0; last->type == RP_LAYER_ADD && i < last->num_inputs; i++)
+            residual = residual || last->inputs[i] == start - 1;
+        if (block)
+            first[n++] = start;
+        open = block || (open && residual);
+        if (open)
+            *end = k;
+        start = k;
+    }
+    return n;
+}
