@@ -108,6 +108,18 @@ missing=$(while IFS= read -r line; do
           done <<<"$shown")
 if [ -n "$shown" ] && [ -z "$missing" ]; then ok
 else bad "docs/planner.md's first output is not what its command prints: $missing"; fi
+# docs/simulate.md's memory example prints the numbers the page shows (bytes,
+# whatever the machine's speed)
+shown=$(tr '\n' ' ' <"$src/docs/simulate.md" | grep -o 'lays it out): [0-9. ]*`' | tr -d '`')
+echo '{"micro_batch_size": 4, "gradient_accumulation_steps": 4, "layers_per_stage": [4, -1],
+       "optimizer": {"type": "adamw", "lr": 0.001}}' > "$tmp/mem.json"
+"$bin" profile --model "$src/examples/gpt-kjv.model" --micro-batch 4 --out "$tmp/gptmem.txt" >/dev/null 2>&1
+printed=$("$bin" simulate --profile "$tmp/gptmem.txt" --config "$tmp/mem.json" 2>&1 | grep -o 'lays it out): [0-9. ]*')
+totals=$(cd "$src" && "$bin" train --model examples/gpt-kjv.model --config "$tmp/mem.json" --text README.md \
+           --updates 1 2>&1 | awk '$1 ~ /^[01]$/ && NF == 7 { printf "`%s` ", $7 }')
+if [ -n "$shown" ] && [ "$(echo $shown)" = "$(echo $printed)" ] &&
+   grep -qF "totals of $(echo $totals | sed 's/ / and /')" <(tr '\n' ' ' <"$src/docs/simulate.md")
+then ok; else bad "docs/simulate.md's memory example: page '$shown', printed '$printed', train's totals $totals"; fi
 # a profile with batch normalisation plans micro-batches of 2 or more: one sample
 # a micro-batch has no variance where a plane is one value, and train refuses it
 "$bin" plan --profile "$src/tests/fixtures/pipedream/profiles/resnet18/graph.txt" --machines 2 2 \
