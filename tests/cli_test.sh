@@ -144,6 +144,19 @@ for m in examples/fmnist-mlp examples/fmnist-cnn examples/fmnist-resnet examples
      "$bin" train --model "$src/$m.model" --config "$tmp/ex.json" "${data[@]}" --updates 1 >"$tmp/ex.out" 2>&1
   then ok; else bad "$m: profile, plan, train: $(tail -3 "$tmp/ex.out")"; fi
 done
+# Optimum Graphcore's BERT-base file on a transformer of its 12 blocks: the
+# embeddings alone on stage 0, four blocks on each other stage, the head on the
+# last; on the 4-block LLaMA, BERT-large's list leaves a stage empty, and says
+# that it counts blocks
+{ echo "input 16"; echo "embedding 64 16"; echo position_embedding
+  for i in $(seq 12); do echo "transformer_block heads=2"; done
+  echo layernorm; echo "linear 64 bias=false"; echo softmax_cross_entropy; } > "$tmp/gpt12.model"
+hub="$src/tests/fixtures/optimum-graphcore/hub"
+out=$("$bin" config show "$hub/Graphcore_bert-base-uncased_ipu_config.json" --model "$tmp/gpt12.model" 2>/dev/null)
+if grep -q "stage 0   layers 0-1 (2 layers)" <<<"$out" && grep -q "stage 1   layers 2-5 (4 layers)" <<<"$out" &&
+   grep -q "stage 3   layers 10-16 (7 layers)" <<<"$out"; then ok; else bad "hub BERT-base on 12 blocks: $out"; fi
+expect_fail "hub BERT-large on 4 blocks" 1 "stage 2 has no layers.*count the model's 4 blocks" -- \
+  "$bin" config check "$hub/Graphcore_bert-large-uncased_ipu_config.json" --model "$src/examples/llama-kjv.model"
 # what train refuses without the model, config check and show refuse by the same
 # rule: 4 stages are no whole number of workers at 3 chunks each, and 10^9 chunks
 for v in 3 1000000000; do

@@ -298,9 +298,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             return 1;
         }
         /* an IPUConfig file's lists count the model's blocks: shown as its layers */
-        rp_status ms = rp_session_fit_config(m, &cfg, &err);
+        rp_status ms = rp_session_check(m, &cfg, &err);
         if (!ms)
-            ms = rp_session_check(m, &cfg, &err);
+            ms = rp_session_fit_config(m, &cfg, &err);
         if (layers && layers != m->num_layers && !ms)
             ms = rp_fail(&err, RP_ERR_INVALID, "--layers %lld, but %s has %d layers", layers,
                          model, m->num_layers);

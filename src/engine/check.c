@@ -89,9 +89,19 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a configuration");
     *fit = *cfg;
     rp_status st = rp_session_fit_config(m, fit, err);
-    if (!st)
+    bool fitted = !st;
+    if (fitted)
         st = check(m, fit, err);
     free(fit);
+    int *first = st && fitted ? malloc(sizeof(int) * m->num_layers) : NULL, end;
+    int B = first ? rp_model_blocks(m, first, &end) : 0;
+    free(first);
+    if (B > 0) { /* the layers the lists gave, as the file counted them */
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        rp_fail(err, st, "%s (the IPUConfig file's lists count the model's %d blocks, the "
+                "embeddings on the first stage and the head on the last)", why, B);
+    }
     return st;
 }
 
