@@ -318,7 +318,7 @@ static void refused(void) {
     rp_model *m = test_model(MLP);
     rp_error err;
     static const char *const bad[][2] = {
-        {"\"schedule\": \"zb-v\", \"virtual_stages\": 3", "\"zb-v\" 2 (its V)"},
+        {"\"schedule\": \"zb-v\", \"virtual_stages\": 3", "\"zb-v\" and \"dualpipev\" 2 (their V)"},
         {"\"schedule\": \"zb-v\", \"stage_replication\": [2, 1, 1, 1]", "stage_replication"}};
     for (int i = 0; i < 2; i++) {
         char json[512];

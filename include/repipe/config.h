@@ -49,6 +49,7 @@ typedef enum rp_schedule {
     RP_SCHEDULE_ZB_AUTO, /* zero bubble ordered by the passes' times, under a limit */
     RP_SCHEDULE_INTERLEAVED, /* Megatron-LM's interleaved 1F1B: virtual_stages chunks a worker */
     RP_SCHEDULE_ZB_V, /* zero bubble in a V: worker r holds chunks r and 2P - 1 - r */
+    RP_SCHEDULE_DUALPIPEV, /* DeepSeek's DualPipeV: zb-v's V, forwards paired with backwards */
     RP_SCHEDULE_PIPEDREAM, /* the asynchronous ones last: >= PIPEDREAM tests for them */
     RP_SCHEDULE_PIPEDREAM_2BW
 } rp_schedule;
@@ -264,16 +265,21 @@ static inline int rp_config_tensor_parallel(const rp_config *cfg) {
 static inline unsigned rp_config_tp_flags(const rp_config *cfg) {
     return cfg->vocab_parallel ? 1u /* RP_TP_VOCAB */ : 0u;
 }
+/* The schedules in a V: two chunks a worker, r on the way down and
+** 2 P - 1 - r on the way up (zb-v, dualpipev). */
+static inline bool rp_config_v_shaped(const rp_config *cfg) {
+    return cfg->schedule == RP_SCHEDULE_ZB_V || cfg->schedule == RP_SCHEDULE_DUALPIPEV;
+}
 /* The schedules whose workers each hold virtual_stages chunks of the model
-** (a device each runs them): interleaved-1f1b and zb-v. */
+** (a device each runs them): interleaved-1f1b and the V's. */
 static inline bool rp_config_chunked(const rp_config *cfg) {
-    return cfg->schedule == RP_SCHEDULE_INTERLEAVED || cfg->schedule == RP_SCHEDULE_ZB_V;
+    return cfg->schedule == RP_SCHEDULE_INTERLEAVED || rp_config_v_shaped(cfg);
 }
 /* Chunk k (of virtual_stages) of pipeline worker r of P under a chunked
 ** schedule: interleaved-1f1b's r, P + r, ..., zb-v's V, r on the way down
 ** and 2 P - 1 - r on the way up (the first and the last chunk on worker 0). */
 static inline int rp_config_chunk(const rp_config *cfg, int P, int r, int k) {
-    if (cfg->schedule == RP_SCHEDULE_ZB_V)
+    if (rp_config_v_shaped(cfg))
         return k == 0 ? r : 2 * P - 1 - r;
     return k * P + r;
 }

@@ -28,8 +28,8 @@ rp_status rp_config_load_string_opts(rp_config *cfg, const char *text, size_t le
     rpi_load c = {.name = name, .err = err, .cfg = cfg};
     s = rpi_read_object(&c, root, opts && opts->pod_type && opts->pod_type[0] ? opts->pod_type
                                                                                  : NULL);
-    /* zb-v's V is two chunks a worker: virtual_stages 2 unless given */
-    if (!s && cfg->schedule == RP_SCHEDULE_ZB_V && !cJSON_GetObjectItemCaseSensitive(root, "virtual_stages"))
+    /* a V is two chunks a worker: virtual_stages 2 unless given */
+    if (!s && rp_config_v_shaped(cfg) && !cJSON_GetObjectItemCaseSensitive(root, "virtual_stages"))
         cfg->virtual_stages = 2;
     if (!s && dups)
         rpi_warn(cfg, "%s: key '%s'%s given more than once; the last value counts, as Python's "

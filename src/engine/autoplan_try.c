@@ -201,9 +201,10 @@ void rpi_plan_consider(const search *S, rp_autoplan_entry *e, const rp_config *c
 ** profile, each worker's two of about equal forward and backward time and
 ** the workers' shares in proportion to their replicas (a stage's
 ** replicas take its micro-batches in turns), under interleaved-1f1b
-** (chunk c on worker c mod P; GA a multiple of P) and under zb-v (chunks r
-** and 2 P - 1 - r on worker r, ordered on the busiest stage's pass times),
-** each considered for `into` and `best`.
+** (chunk c on worker c mod P; GA a multiple of P), under zb-v (chunks r
+** and 2 P - 1 - r on worker r, ordered on the busiest stage's pass times)
+** and under dualpipev (the same V; GA at least 2 P), each considered for
+** `into` and `best`.
 ** Returns how many were simulated. */
 int rpi_plan_interleaved(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into,
                          rp_autoplan_entry *best) {
@@ -219,9 +220,10 @@ int rpi_plan_interleaved(const search *S, const cand *k, rp_config cfg, rp_autop
     for (int r = 0; r < P; r++)
         cfg.stage_replication_count = k->reps[r] > 1 ? C : cfg.stage_replication_count;
     int n = 0;
-    for (int z = 0; z < 2; z++) {
-        cfg.schedule = z == 0 ? RP_SCHEDULE_INTERLEAVED : RP_SCHEDULE_ZB_V;
-        if (z == 0 && k->GA % P)
+    for (int z = 0; z < 3; z++) {
+        cfg.schedule = z == 0 ? RP_SCHEDULE_INTERLEAVED : z == 1 ? RP_SCHEDULE_ZB_V
+                                                                 : RP_SCHEDULE_DUALPIPEV;
+        if ((z == 0 && k->GA % P) || (z == 2 && k->GA < 2 * P))
             continue;
         /* zb-v orders on the busiest stage's pass times, as zb-auto does */
         if (z == 1)

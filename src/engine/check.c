@@ -28,11 +28,11 @@ rp_status rp_schedule_check_config(const rp_config *cfg, rp_error *err) {
                        rp_schedule_name(cfg->schedule));
     bool interleaved = cfg->schedule == RP_SCHEDULE_INTERLEAVED;
     if (interleaved ? cfg->virtual_stages < 2
-        : cfg->schedule == RP_SCHEDULE_ZB_V ? cfg->virtual_stages != 2 : cfg->virtual_stages != 1)
+        : rp_config_v_shaped(cfg) ? cfg->virtual_stages != 2 : cfg->virtual_stages != 1)
         return rp_fail(err, RP_ERR_INVALID,
                        "schedule \"interleaved-1f1b\" takes virtual_stages of 2 or more, \"zb-v\" "
-                       "2 (its V), and virtual_stages goes with them alone (schedule \"%s\", "
-                       "virtual_stages %d)",
+                       "and \"dualpipev\" 2 (their V), and virtual_stages goes with them alone "
+                       "(schedule \"%s\", virtual_stages %d)",
                        rp_schedule_name(cfg->schedule), cfg->virtual_stages);
     if (rp_config_chunked(cfg)) {
         int S = rp_config_num_stages(cfg, false), v = cfg->virtual_stages, P = S / v;
@@ -40,6 +40,10 @@ rp_status rp_schedule_check_config(const rp_config *cfg, rp_error *err) {
                           : interleaved && cfg->gradient_accumulation_steps % P
                               ? "gradient_accumulation_steps must be a multiple of the pipeline's "
                                 "workers (micro-batches go through the chunks in groups of them)"
+                          : cfg->schedule == RP_SCHEDULE_DUALPIPEV &&
+                                  cfg->gradient_accumulation_steps < 2 * P
+                              ? "gradient_accumulation_steps must be at least twice the pipeline's "
+                                "workers (DualPipeV's warm-up takes that many micro-batches)"
                           : P < 2 ? "it needs 2 pipeline workers or more"
                                   : NULL;
         if (why)

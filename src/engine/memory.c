@@ -156,7 +156,7 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
                        "\"args\":{\"name\":\"worker %d: replica %d, stages %s "
                        "(%s)\"}}",
                     first ? "" : ",\n", tid, tid, w->replica, stages,
-                    s->cfg.schedule == RP_SCHEDULE_ZB_V ? "zb-v" : "interleaved");
+                    rp_config_v_shaped(&s->cfg) ? rp_schedule_name(s->cfg.schedule) : "interleaved");
             if (w->last_back >= 0) /* (a device's chunks all sum in buckets, or none) */
                 fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
                            "\"args\":{\"name\":\"worker %d: its chunks' gradients' buckets\"}}",

@@ -19,7 +19,7 @@ const char *rp_op_name(rp_op_kind k) {
 
 bool rp_schedule_splits_backward(rp_schedule s) {
     return s == RP_SCHEDULE_ZB_H1 || s == RP_SCHEDULE_ZB_H2 || s == RP_SCHEDULE_ZB_AUTO ||
-           s == RP_SCHEDULE_ZB_V;
+           s == RP_SCHEDULE_ZB_V || s == RP_SCHEDULE_DUALPIPEV;
 }
 
 /* A stage order's passes: a forward, a backward (whole, or its input's
@@ -225,17 +225,97 @@ static rp_status zbv_orders(const rp_config *cfg, int *seq_stage, int *seq_pass,
     return RP_OK;
 }
 
+/* DualPipeV (DeepSeek's, its dualpipev.py; PyTorch's ScheduleDualPipeV):
+** zb-v's V, device r holding chunk r on the way down (phase 0) and
+** 2 P - 1 - r on the way up (phase 1), GA >= 2 P micro-batches, in eight
+** steps: 2 (P - r - 1) forwards down; r + 1 pairs of a forward down and
+** one up; P - r - 1 of a backward up, its weights and a forward up; then
+** the main step, GA - 2 P + r + 1 times a forward down with a backward up
+** and a forward up with a backward down (the pairs DeepSeek overlaps
+** with each other's communication; here one after the other, forward
+** first); P - r - 1 of a backward up and a forward up with a backward down;
+** r + 1 of a backward up and one down, whose weights wait from the middle
+** on (from the up one on odd devices, the down one on even); then P - r - 1
+** of the oldest waiting weights and a backward down whose weights wait;
+** and the r + 1 weights left. A backward runs whole (its W right after its
+** B) except where its weights wait, in a queue served oldest first, so
+** each chunk's Ws run in micro-batch order: 1f1b's sums. */
+typedef struct dpv {
+    int *stage, *pass, *mb, n;  /* the device's passes, appended */
+    int chunk[2], done_f[2], done_b[2];
+    int queue[2 * RP_MAX_STAGES], qs[2 * RP_MAX_STAGES], head, tail, cap;
+} dpv;
+
+static void dpv_put(dpv *d, int stage, int pass, int mb) {
+    d->stage[d->n] = stage, d->pass[d->n] = pass, d->mb[d->n] = mb;
+    d->n++;
+}
+
+static void dpv_f(dpv *d, int phase) {
+    dpv_put(d, d->chunk[phase], PASS_F, d->done_f[phase]++);
+}
+
+static void dpv_w(dpv *d) { /* the oldest waiting weights */
+    int i = d->head++ % d->cap;
+    dpv_put(d, d->qs[i], PASS_W, d->queue[i]);
+}
+
+static void dpv_b(dpv *d, int phase, bool wait) {
+    int mb = d->done_b[phase]++;
+    dpv_put(d, d->chunk[phase], PASS_B, mb);
+    if (!wait) {
+        dpv_put(d, d->chunk[phase], PASS_W, mb);
+    } else {
+        int i = d->tail++ % d->cap;
+        d->queue[i] = mb, d->qs[i] = d->chunk[phase];
+    }
+}
+
+static void dualpipev_orders(const rp_config *cfg, int *seq_stage, int *seq_pass, int *seq_mb) {
+    int P = cfg->layers_per_stage.count / 2, GA = cfg->gradient_accumulation_steps;
+    for (int r = 0; r < P; r++) {
+        int at = 6 * GA * r;
+        dpv d = {seq_stage + at, seq_pass + at, seq_mb + at, 0, {r, 2 * P - 1 - r}, {0}, {0},
+                 {0}, {0}, 0, 0, 2 * RP_MAX_STAGES};
+        for (int i = 0; i < 2 * (P - r - 1); i++)
+            dpv_f(&d, 0);
+        for (int i = 0; i < r + 1; i++)
+            dpv_f(&d, 0), dpv_f(&d, 1);
+        for (int i = 0; i < P - r - 1; i++)
+            dpv_b(&d, 1, true), dpv_w(&d), dpv_f(&d, 1);
+        for (int i = 0; i < GA - 2 * P + r + 1; i++) {
+            dpv_f(&d, 0), dpv_b(&d, 1, false);
+            dpv_f(&d, 1), dpv_b(&d, 0, false);
+        }
+        for (int i = 0; i < P - r - 1; i++)
+            dpv_b(&d, 1, false), dpv_f(&d, 1), dpv_b(&d, 0, false);
+        bool wait = false;
+        for (int i = 0; i < r + 1; i++) {
+            wait = wait || (i == (r + 1) / 2 && r % 2 == 1);
+            dpv_b(&d, 1, wait);
+            wait = wait || (i == (r + 1) / 2 && r % 2 == 0);
+            dpv_b(&d, 0, wait);
+        }
+        for (int i = 0; i < P - r - 1; i++)
+            dpv_w(&d), dpv_b(&d, 0, true);
+        while (d.head < d.tail)
+            dpv_w(&d);
+    }
+}
+
 /* Each device's passes in order as (stage, pass, mb) at 6 GA r (zb-v) or
 ** 2 GA v r (interleaved-1f1b), and each stage's from them, into kind and
 ** mbs at 3 GA s as zb_orders writes them. */
 static rp_status device_orders(const rp_config *cfg, int *seq_stage, int *seq_pass, int *seq_mb,
                                int *kind, int *mbs, rp_error *err) {
     int S = cfg->layers_per_stage.count, v = cfg->virtual_stages, P = S / v;
-    int GA = cfg->gradient_accumulation_steps, n = (cfg->schedule == RP_SCHEDULE_ZB_V ? 3 : 2) * GA * v;
+    int GA = cfg->gradient_accumulation_steps, n = (rp_config_v_shaped(cfg) ? 3 : 2) * GA * v;
     if (cfg->schedule == RP_SCHEDULE_ZB_V) {
         rp_status st = zbv_orders(cfg, seq_stage, seq_pass, seq_mb, err);
         if (st)
             return st;
+    } else if (cfg->schedule == RP_SCHEDULE_DUALPIPEV) {
+        dualpipev_orders(cfg, seq_stage, seq_pass, seq_mb);
     } else {
         bool *fwd = malloc(sizeof(bool) * n);
         if (!fwd)
@@ -280,7 +360,7 @@ static rp_status make_devices(const rp_config *cfg, rp_workplan *sc, const int *
                               const int *seq_mb, rp_error *err) {
     int S = sc->stages, v = cfg->virtual_stages, P = S / v, R = cfg->replication_factor;
     int GA = cfg->gradient_accumulation_steps;
-    int n = (cfg->schedule == RP_SCHEDULE_ZB_V ? 3 : 2) * GA * v, per = 0;
+    int n = (rp_config_v_shaped(cfg) ? 3 : 2) * GA * v, per = 0;
     for (int r = 0; r < P; r++)
         per += device_replicas(cfg, P, r);
     int *cursor = calloc(sc->workers, sizeof(int));

@@ -1,0 +1,242 @@
+/*
+** dualpipev: DeepSeek's DualPipeV on zb-v's V (worker r holds chunk r on the
+** way down and 2 P - 1 - r on the way up), its eight steps of paired
+** forwards and backwards, a chunk's W after its B or, where DualPipeV
+** lets it wait, in a queue served oldest first; so each chunk's passes of
+** a kind run in micro-batch order and the weights and losses are 1f1b's
+** on those 2 P stages bit for bit (MLP, CNN, a GPT with dropout and a tied
+** head; replicas, a replicated stage, recomputation, tensor groups,
+** clipping). The orders: every shape to P 6 and 24 micro-batches checked
+** free of waits, each device's steps as DualPipeV's counts; the checker
+** refuses a W moved before its B. On unit passes the simulator gives
+** DualPipe's bubble, (P - 1)(F&B + B - 3 W) a device (below: with F&B
+** = B), for P 4, 8 and 16 devices. With
+** --mpi under mpirun -np N: the cases of N devices on N ranks.
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+
+#include "repipe/data.h"
+#include "repipe/schedule.h"
+#include "repipe/session.h"
+#include "repipe/simulate.h"
+#include "support.h"
+#include "test.h"
+
+static const char *MLP = TEST_SPEC_MLP;
+static const char *CNN = TEST_SPEC_CNN;
+static const char *GPT = TEST_SPEC_GPT;
+
+static rp_dataset *data;
+static rp_comm *mpi;
+
+typedef struct vcase {
+    int P, R, GA;
+    const char *extra;
+} vcase;
+
+static const vcase CASES[] = {
+    {2, 1, 4, ""},
+    {2, 1, 8, ""},
+    {2, 2, 4, ""},
+    {3, 1, 6, ""},
+    {3, 2, 8, ""},
+    {2, 1, 4, ", \"recompute_checkpoint_every_layer\": true"},
+    {2, 2, 4, ", \"gradient_clipping\": 0.05"},
+    /* stage replication: a worker's two chunks replicated together */
+    {2, 1, 4, ", \"stage_replication\": [2, 1, 1, 2]"},
+    {2, 1, 8, ", \"stage_replication\": [1, 2, 2, 1]"},
+    /* tensor groups (the GPT alone: they split its blocks) */
+    {2, 1, 4, ", \"tensor_parallel\": 2"},
+};
+
+/* The case on 2 P stages under dualpipev, or under 1f1b. */
+static rp_config vconfig(const vcase *vc, bool dpv, bool adam) {
+    return test_stages_config(2 * vc->P, vc->GA, vc->R,
+                              dpv ? "\"schedule\": \"dualpipev\"" : "\"schedule\": \"1f1b\"", adam,
+                              vc->extra);
+}
+
+/* Each case against 1f1b on threads; with ranks, on as many MPI ranks (a
+** rank a device) where the case has that many devices. */
+static void exact(int ranks) {
+    static const char *const models[] = {"mlp", "cnn", "gpt"};
+    const char *const specs[] = {MLP, CNN, GPT};
+    int run = 0, equal = 0;
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+        const vcase *vc = &CASES[k];
+        if (ranks && test_devices(vconfig(vc, true, false)) != ranks)
+            continue;
+        for (int mi = 0; mi < 3; mi++) {
+            if (mi < 2 && strstr(vc->extra, "tensor_parallel"))
+                continue;
+            rp_config base = vconfig(vc, false, mi != 2), c = vconfig(vc, true, mi != 2);
+            double diff;
+            bool same = test_same_training(specs[mi], mi == 2, &base, &c, ranks ? mpi : NULL,
+                                           data, &diff);
+            equal += same;
+            CHECKF(same, "%s dualpipev P=%d R=%d GA=%d%s: not 1f1b's bits (weights differ by %g)",
+                   models[mi], vc->P, vc->R, vc->GA, vc->extra, diff);
+            run++;
+        }
+    }
+    CHECK(run > 0);
+    printf("%d of %d dualpipev runs%s equal to 1f1b bit for bit\n", equal, run,
+           ranks ? " on MPI ranks" : "");
+}
+
+/* Every shape checked free of waits; on each device, each chunk's F, B and
+** W in micro-batch order, m of each, and DualPipeV's warm-up: 2 P forwards
+** before the first backward (2 (P - r - 1) down, then r + 1 down and up),
+** one more on the last device (its main step opens with a forward down);
+** at most 2 P + 1 micro-batches' chunk activations held on a device.
+** A W moved before its B is refused. */
+static void orders(void) {
+    rp_error err;
+    int shapes = 0;
+    for (int P = 2; P <= 6; P++) {
+        int most_all = 0; /* DualPipe's PP + 1, PP in stages: 2 P + 1 */
+        for (int m = 2 * P; m <= 24; m++) {
+            char layers[64], json[512];
+            snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, "
+                     "\"layers_per_stage\": %s, \"schedule\": \"dualpipev\"}", m,
+                     test_ones(layers, sizeof layers, 2 * P));
+            rp_config c = test_config(json);
+            rp_workplan *p;
+            rp_status st = rp_workplan_build(&c, &p, &err);
+            CHECKF(!st && rp_workplan_check(p, NULL, &err) == RP_OK, "dualpipev P=%d m=%d: %s",
+                   P, m, err.msg);
+            if (st)
+                continue;
+            shapes++;
+            CHECK(p->devices == P && p->workers == 2 * P);
+            for (int d = 0; d < p->devices; d++) {
+                const rp_device_ops *dv = &p->dev[d];
+                int next[2 * 8][3] = {{0}}, fwd_before_b = 0, seen_b = 0, held = 0, most = 0;
+                for (int j = 0; j < dv->num; j++) {
+                    int w = dv->worker[j];
+                    const rp_op *op = &p->w[w].ops[dv->op[j]];
+                    int k = op->kind == RP_OP_FORWARD          ? 0
+                            : op->kind == RP_OP_BACKWARD_INPUT  ? 1
+                            : op->kind == RP_OP_BACKWARD_WEIGHT ? 2
+                                                                : -1;
+                    if (k < 0)
+                        continue;
+                    CHECKF(op->mb == next[w][k], "P=%d m=%d device %d: chunk %d's pass %d of "
+                           "micro-batch %d, want %d", P, m, d, w, k, op->mb, next[w][k]);
+                    next[w][k] = op->mb + 1;
+                    seen_b += k == 1;
+                    held += (k == 0) - (k == 2); /* chunk activations, F to W */
+                    most = held > most ? held : most;
+                    fwd_before_b += k == 0 && !seen_b;
+                }
+                for (int w = 0; w < 2 * P; w++)
+                    if (p->device_of[w] == d)
+                        CHECK(next[w][0] == m && next[w][1] == m && next[w][2] == m);
+                CHECKF(most <= 2 * P + 1, "P=%d m=%d device %d holds %d micro-batches' chunks",
+                       P, m, d, most);
+                most_all = most > most_all ? most : most_all;
+                /* steps 1 to 3's forwards come before the first backward */
+                CHECKF(fwd_before_b == 2 * P + (d == P - 1), "P=%d m=%d device %d: %d "
+                       "forwards before the first backward", P, m, d, fwd_before_b);
+            }
+            if (P == 3 && m == 8) { /* device 0: chunk 5's first W before its first B */
+                const rp_device_ops *dv = &p->dev[0];
+                int wi = -1, bi = -1;
+                for (int j = 0; j < dv->num; j++) {
+                    rp_op_kind kind = p->w[dv->worker[j]].ops[dv->op[j]].kind;
+                    if (dv->worker[j] == 5 && kind == RP_OP_BACKWARD_WEIGHT && wi < 0)
+                        wi = j;
+                    if (dv->worker[j] == 5 && kind == RP_OP_BACKWARD_INPUT && bi < 0)
+                        bi = j;
+                }
+                CHECK(wi > bi && bi >= 0);
+                test_move_device_op(&p->dev[0], wi, bi);
+                CHECK(rp_workplan_check(p, NULL, &err) == RP_ERR_INVALID);
+            }
+            rp_workplan_free(p);
+        }
+        CHECKF(most_all == 2 * P + 1, "P=%d: at most %d micro-batches' chunks a device, want %d",
+               P, most_all, 2 * P + 1);
+    }
+    printf("dualpipev: %d shapes (P 2 to 6, 2 P to 24 micro-batches) free of waits\n", shapes);
+}
+
+/* One update of dualpipev on P devices of 2 P one-layer chunks, m
+** micro-batches, unit passes (F, B's input half and W 1 ms each), free
+** transfers. Milliseconds. */
+static double v_update_ms(int P, int m) {
+    int S = 2 * P;
+    double fw[32], b[32], in[32], wt[32], out[32], par[32];
+    for (int l = 0; l < S; l++)
+        fw[l] = 1, in[l] = 1, wt[l] = 1, b[l] = 2, out[l] = 0, par[l] = 0;
+    char layers[128], json[512];
+    snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": "
+             "%s, \"schedule\": \"dualpipev\"}", m, test_ones(layers, sizeof layers, S));
+    rp_config c = test_config(json);
+    rp_sim_options so;
+    rp_sim_options_default(&so);
+    so.latency = 0;
+    so.bwd_input_ms = in, so.bwd_weight_ms = wt;
+    rp_sim_result r;
+    rp_error err;
+    CHECK_OK(rp_simulate(&c, fw, b, out, par, S, &so, &r, &err), err);
+    double t = r.update_time * 1e3;
+    rp_sim_result_free(&r);
+    return t;
+}
+
+/* DualPipe's README: a bubble of (PP/2 - 1)(F&B + B - 3 W) a device, PP the
+** stages (2 P here), B a whole backward (B's input half and W), F&B a
+** forward overlapped with a backward. On unit passes (F = 1, B = 2, W = 1)
+** repipe's order, the pair's forward first and no overlap, idles (P - 1) F
+** a device beside its 6 m of work: the formula's value where the paired
+** backward hides the forward (F&B = B = 2: (P - 1)(2 + 2 - 3)); read with
+** F&B = F + B (3) the formula would give 2 (P - 1), which the order beats
+** because the way down's forwards run while the way up's gradients come
+** back. 1f1b on the same P workers (stages twice as deep) idles 6 (P - 1). */
+static void bubbles(void) {
+    static const int PM[][2] = {{2, 4}, {4, 8}, {4, 16}, {8, 16}, {8, 32}, {16, 32}};
+    for (int i = 0; i < 6; i++) {
+        int P = PM[i][0], m = PM[i][1];
+        double t = v_update_ms(P, m), work = 6.0 * m, bubble = (P - 1) * (2.0 + 2.0 - 3.0);
+        printf("dualpipev P=%d (PP %d) m=%d: %.1f ms, %.1f ms of bubble (the formula with F&B = "
+               "B: %.1f; 1f1b's %d)\n", P, 2 * P, m, t, t - work, bubble, 6 * (P - 1));
+        CHECKF(fabs(t - work - bubble) < 1e-9, "dualpipev P=%d m=%d: %.3f ms, the work %.0f and "
+               "the formula's bubble %.0f", P, m, t, work, bubble);
+    }
+}
+
+static void refused(void) {
+    rp_model *m = test_model(MLP);
+    rp_error err;
+    static const char *const bad[][2] = {
+        {"\"schedule\": \"dualpipev\", \"virtual_stages\": 3", "\"dualpipev\" 2 (their V)"},
+        {"\"schedule\": \"dualpipev\", \"gradient_accumulation_steps\": 3",
+         "at least twice the pipeline's workers"}};
+    for (int i = 0; i < 2; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"layers_per_stage\": [-1, -1, -1, -1], %s}", bad[i][0]);
+        rp_config bc = test_config(json);
+        CHECK(rp_session_check(m, &bc, &err) == RP_ERR_INVALID);
+        CHECK_STR_HAS(err.msg, bad[i][1]);
+    }
+    rp_model_free(m);
+}
+
+static void local(void) {
+    orders();
+    bubbles();
+    refused();
+    exact(0);
+}
+
+static void with_mpi(int ranks) {
+    exact(ranks);
+}
+
+int main(int argc, char **argv) {
+    test_start(argc, argv, 512, 9, &data, &mpi);
+    return test_main("test_dualpipev", mpi, data, with_mpi, local);
+}
