@@ -127,6 +127,16 @@ then ok; else bad "docs/simulate.md's memory example: page '$shown', printed '$p
 if grep -q "normalises by a micro-batch's statistics" "$tmp/bn.out" &&
    grep -q '"micro_batch_size":[[:space:]]*[2-9]' "$tmp/bn.json"; then ok
 else bad "a batchnorm profile planned micro-batches of 1: $(cat "$tmp/bn.out")"; fi
+# The command links no MPI library (plan and config start light); the MPI
+# backend is a module it loads for --backend mpi, and a copy of the command
+# without it says where it looked
+if command -v ldd >/dev/null; then
+  if ! ldd "$bin" | grep -q libmpi; then ok; else bad "the command links libmpi: $(ldd "$bin")"; fi
+fi
+cp "$bin" "$tmp/repipe-alone"
+expect_fail "no MPI module" 1 "the MPI backend librepipe_mpi.so is not at $tmp/librepipe_mpi.so" -- \
+  "$tmp/repipe-alone" train --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist.json" \
+  --data "$tmp/fm160" --backend mpi --updates 1
 # every example model and torchvision's resnet18 as repipe.torch exported it
 # (batch normalisation throughout): profiled, planned by the engine objective,
 # and the plan trained, on 160 Fashion-MNIST images (tests/torch/fmnist160,

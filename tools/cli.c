@@ -7,12 +7,14 @@
 #include "repipe/simulate.h"
 #include "../src/core/util.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void cli_help(FILE *f, const cli_cmd *cmd) {
     fprintf(f, "usage: repipe %s %s\n\n%s\n", cmd->name, cmd->usage, cmd->summary);
@@ -162,6 +164,39 @@ bool cli_backend(const cli_cmd *cmd, const char *text, bool *mpi) {
     return true;
 }
 
+/* The MPI backend, loaded where it is asked for: the command links no MPI
+** library (plan, config and the others start light), and librepipe_mpi.so,
+** beside it in the build tree or in the library directory installed,
+** brings Open MPI with it. */
+typedef rp_status (*mpi_init_fn)(int *, char ***, rp_comm **, rp_error *);
+
+static rp_status mpi_init(int *argc, char ***argv, rp_comm **out, rp_error *err) {
+    char exe[4096], path[4200], tried[2][4200];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash)
+        *slash = '\0';
+    void *h = NULL;
+    const char *where[2] = {"", "/" REPIPE_BIN_TO_LIB};
+    for (int i = 0; i < 2 && !h; i++) {
+        snprintf(path, sizeof path, "%s%s/librepipe_mpi.so", slash ? exe : ".", where[i]);
+        snprintf(tried[i], sizeof tried[i], "%s", path);
+        h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    }
+    if (!h)
+        h = dlopen("librepipe_mpi.so", RTLD_NOW | RTLD_GLOBAL);
+    if (!h)
+        return rp_fail(err, RP_ERR_IO, "--backend mpi: the MPI backend librepipe_mpi.so is not "
+                       "at %s or %s, nor on the library path (%s)", tried[0], tried[1],
+                       dlerror());
+    mpi_init_fn init;
+    *(void **)&init = dlsym(h, "rp_comm_mpi_init");
+    if (!init)
+        return rp_fail(err, RP_ERR_IO, "--backend mpi: %s has no rp_comm_mpi_init", path);
+    return init(argc, argv, out, err);
+}
+
 bool cli_mpi_start(const cli_cmd *cmd, bool use_mpi, int *argc, char ***argv, rp_comm **comm,
                    bool *lead) {
     rp_error err;
@@ -181,7 +216,7 @@ bool cli_mpi_start(const cli_cmd *cmd, bool use_mpi, int *argc, char ***argv, rp
         }
         return true;
     }
-    if (rp_comm_mpi_init(argc, argv, comm, &err)) {
+    if (mpi_init(argc, argv, comm, &err)) {
         cli_error(cmd, "%s", err.msg);
         return false;
     }

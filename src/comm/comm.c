@@ -31,6 +31,19 @@ rp_status rpi_local_wait(rp_comm *c, rp_request *req, rp_error *err);
 rp_status rpi_local_test(rp_comm *c, rp_request *req, bool *done, rp_error *err);
 void rpi_local_done(rp_request *req);
 
+const rpi_mpi_ops *rpi_mpi;
+
+bool rp_mpi_launched(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+const char *rp_comm_mpi_defaults(void) { return rpi_mpi ? rpi_mpi->defaults() : NULL; }
+
+void rp_comm_mpi_finalize(rp_comm *c) {
+    if (rpi_mpi)
+        rpi_mpi->finalize(c);
+}
+
 const char *rp_backend_name(rp_backend b) { return b == RP_BACKEND_MPI ? "mpi" : "local"; }
 
 int rp_comm_rank(const rp_comm *c) { return c->rank; }
@@ -51,24 +64,24 @@ rp_status rpi_comm_check_grouping(const rp_comm *c, const rp_grouping *g, rp_err
 rp_status rp_comm_isend(rp_comm *c, int dst, int tag, const void *buf, size_t bytes,
                         rp_request *req, rp_error *err) {
     return LOCAL(c) ? rpi_local_isend(c, dst, tag, buf, bytes, req, err)
-                    : rpi_mpi_send(c, dst, tag, buf, bytes, false, req, err);
+                    : rpi_mpi->send(c, dst, tag, buf, bytes, false, req, err);
 }
 
 rp_status rp_comm_irecv(rp_comm *c, int src, int tag, void *buf, size_t bytes,
                         rp_request *req, rp_error *err) {
     return LOCAL(c) ? rpi_local_irecv(c, src, tag, buf, bytes, req, err)
-                    : rpi_mpi_recv(c, src, tag, buf, bytes, false, req, err);
+                    : rpi_mpi->recv(c, src, tag, buf, bytes, false, req, err);
 }
 
 rp_status rp_comm_wait(rp_comm *c, rp_request *req, rp_error *err) {
-    return LOCAL(c) ? rpi_local_wait(c, req, err) : rpi_mpi_wait(c, req, err);
+    return LOCAL(c) ? rpi_local_wait(c, req, err) : rpi_mpi->wait(c, req, err);
 }
 
 rp_status rp_comm_send(rp_comm *c, int dst, int tag, const void *buf, size_t bytes,
                        rp_error *err) {
     rp_request r;
     if (!LOCAL(c))
-        return rpi_mpi_send(c, dst, tag, buf, bytes, true, &r, err);
+        return rpi_mpi->send(c, dst, tag, buf, bytes, true, &r, err);
     rp_status s = rpi_local_isend(c, dst, tag, buf, bytes, &r, err);
     return s ? s : rpi_local_wait(c, &r, err);
 }
@@ -76,13 +89,13 @@ rp_status rp_comm_send(rp_comm *c, int dst, int tag, const void *buf, size_t byt
 rp_status rp_comm_recv(rp_comm *c, int src, int tag, void *buf, size_t bytes, rp_error *err) {
     rp_request r;
     if (!LOCAL(c))
-        return rpi_mpi_recv(c, src, tag, buf, bytes, true, &r, err);
+        return rpi_mpi->recv(c, src, tag, buf, bytes, true, &r, err);
     rp_status s = rpi_local_irecv(c, src, tag, buf, bytes, &r, err);
     return s ? s : rpi_local_wait(c, &r, err);
 }
 
 rp_status rp_comm_barrier(rp_comm *c, rp_error *err) {
-    return LOCAL(c) ? rpi_local_barrier(c, err) : rpi_mpi_barrier(c, err);
+    return LOCAL(c) ? rpi_local_barrier(c, err) : rpi_mpi->barrier(c, err);
 }
 
 rp_status rp_comm_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
@@ -95,7 +108,7 @@ rp_status rp_comm_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t
         return rp_fail(err, RP_ERR_INVALID, "broadcast: root %d is not a member index (group of %d)",
                        root, size);
     return LOCAL(c) ? rpi_local_broadcast(c, g, buf, n, root, err)
-                    : rpi_mpi_broadcast(c, g, buf, n, root, err);
+                    : rpi_mpi->broadcast(c, g, buf, n, root, err);
 }
 
 rp_status rp_comm_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t n,
@@ -103,13 +116,13 @@ rp_status rp_comm_allreduce(rp_comm *c, const rp_grouping *g, float *buf, size_t
     rp_status s = rpi_comm_check_grouping(c, g, err);
     if (s)
         return s;
-    return LOCAL(c) ? rpi_local_allreduce(c, g, buf, n, err) : rpi_mpi_allreduce(c, g, buf, n, err);
+    return LOCAL(c) ? rpi_local_allreduce(c, g, buf, n, err) : rpi_mpi->allreduce(c, g, buf, n, err);
 }
 
 rp_status rp_comm_iallreduce(rp_comm *c, float *buf, size_t n, float *scratch, rp_request *req,
                              rp_error *err) {
     if (!LOCAL(c))
-        return rpi_mpi_iallreduce(c, buf, n, scratch, req, err);
+        return rpi_mpi->iallreduce(c, buf, n, scratch, req, err);
     /* shared memory: the sum costs what its wait would; done at once */
     rpi_local_done(req);
     return rpi_local_allreduce(c, NULL, buf, n, err);
@@ -118,11 +131,11 @@ rp_status rp_comm_iallreduce(rp_comm *c, float *buf, size_t n, float *scratch, r
 rp_status rp_comm_set_servers(rp_comm *c, int k, rp_error *err) {
     if (k < 0)
         return rp_fail(err, RP_ERR_INVALID, "servers of %d ranks", k);
-    return LOCAL(c) ? RP_OK : rpi_mpi_set_servers(c, k, err);
+    return LOCAL(c) ? RP_OK : rpi_mpi->set_servers(c, k, err);
 }
 
 rp_status rp_comm_test(rp_comm *c, rp_request *req, bool *done, rp_error *err) {
-    return LOCAL(c) ? rpi_local_test(c, req, done, err) : rpi_mpi_test(c, req, done, err);
+    return LOCAL(c) ? rpi_local_test(c, req, done, err) : rpi_mpi->test(c, req, done, err);
 }
 
 rp_status rp_comm_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
@@ -131,7 +144,7 @@ rp_status rp_comm_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *
     if (s)
         return s;
     return LOCAL(c) ? rpi_local_reduce_scatter(c, g, in, n, out, err)
-                    : rpi_mpi_reduce_scatter(c, g, in, n, out, err);
+                    : rpi_mpi->reduce_scatter(c, g, in, n, out, err);
 }
 
 rp_status rp_comm_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, uint16_t *stage,
@@ -140,7 +153,7 @@ rp_status rp_comm_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, u
     if (s)
         return s;
     return LOCAL(c) ? rpi_local_allreduce_half(c, g, buf, stage, n, err)
-                    : rpi_mpi_allreduce_half(c, g, buf, stage, n, err);
+                    : rpi_mpi->allreduce_half(c, g, buf, stage, n, err);
 }
 
 rp_status rp_comm_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
@@ -149,7 +162,7 @@ rp_status rp_comm_allgather(rp_comm *c, const rp_grouping *g, const float *in, s
     if (s)
         return s;
     return LOCAL(c) ? rpi_local_allgather(c, g, in, k, out, err)
-                    : rpi_mpi_allgather(c, g, in, k, out, err);
+                    : rpi_mpi->allgather(c, g, in, k, out, err);
 }
 
 rp_status rp_comm_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
@@ -158,11 +171,11 @@ rp_status rp_comm_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, 
     if (s)
         return s;
     return LOCAL(c) ? rpi_local_reduce_update(c, g, grads, params, n, update, ctx, err)
-                    : rpi_mpi_reduce_update(c, g, grads, params, n, update, ctx, err);
+                    : rpi_mpi->reduce_update(c, g, grads, params, n, update, ctx, err);
 }
 
 rp_status rp_comm_split(rp_comm *c, int color, int key, rp_comm **out, rp_error *err) {
-    return LOCAL(c) ? rpi_local_split(c, color, key, out, err) : rpi_mpi_split(c, color, key, out, err);
+    return LOCAL(c) ? rpi_local_split(c, color, key, out, err) : rpi_mpi->split(c, color, key, out, err);
 }
 
 void rp_comm_free(rp_comm *c) {
@@ -172,7 +185,7 @@ void rp_comm_free(rp_comm *c) {
         if (!c->from_world)
             rpi_local_free(c);
     } else {
-        rpi_mpi_free(c);
+        rpi_mpi->free(c);
     }
 }
 
@@ -180,7 +193,7 @@ void rp_comm_fail(rp_comm *c, const char *msg) {
     if (LOCAL(c))
         rpi_local_fail(c, msg);
     else
-        rpi_mpi_fail(c, msg);
+        rpi_mpi->fail(c, msg);
 }
 
 /* The digests go as 16-bit halves in floats, which a broadcast and a sum

@@ -48,10 +48,6 @@ rp_status rpi_mpi_error(int code, const char *what, rp_error *err) {
     return rp_fail(err, RP_ERR_IO, "MPI %s failed: %.*s", what, len, text);
 }
 
-bool rp_mpi_launched(void) {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
-}
-
 static rp_comm *wrap(MPI_Comm comm, bool owns, bool world, rp_error *err) {
     rp_comm *c = calloc(1, sizeof *c);
     mpi_state *s = calloc(1, sizeof *s);
@@ -94,7 +90,7 @@ static const struct {
 };
 static char tcp_note[512];
 
-const char *rp_comm_mpi_defaults(void) { return tcp_note[0] ? tcp_note : NULL; }
+static const char *defaults(void) { return tcp_note[0] ? tcp_note : NULL; }
 
 static void set_tcp_defaults(void) {
     size_t at = 0;
@@ -112,7 +108,10 @@ static void set_tcp_defaults(void) {
                  " (no PUT protocol, 4 MB sent eagerly; set a variable to choose otherwise)");
 }
 
+static const rpi_mpi_ops table;
+
 rp_status rp_comm_mpi_init(int *argc, char ***argv, rp_comm **out, rp_error *err) {
+    rpi_mpi = &table;
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
@@ -128,7 +127,7 @@ rp_status rp_comm_mpi_init(int *argc, char ***argv, rp_comm **out, rp_error *err
     return *out ? RP_OK : RP_ERR_NOMEM;
 }
 
-void rp_comm_mpi_finalize(rp_comm *c) {
+static void finalize(rp_comm *c) {
     if (c) /* (what rp_comm_free does with an MPI communicator) */
         rpi_mpi_free(c);
     int fin = 0;
@@ -422,3 +421,11 @@ rp_status rpi_mpi_split(rp_comm *c, int color, int key, rp_comm **out, rp_error 
     *out = wrap(nc, true, false, err);
     return *out ? RP_OK : RP_ERR_NOMEM;
 }
+
+static const rpi_mpi_ops table = {
+    rpi_mpi_send,      rpi_mpi_recv,           rpi_mpi_wait,           rpi_mpi_test,
+    rpi_mpi_set_servers, rpi_mpi_barrier,      rpi_mpi_broadcast,      rpi_mpi_allreduce,
+    rpi_mpi_iallreduce, rpi_mpi_allreduce_half, rpi_mpi_reduce_scatter, rpi_mpi_allgather,
+    rpi_mpi_reduce_update, rpi_mpi_split,      rpi_mpi_free,           rpi_mpi_fail,
+    finalize,          defaults,
+};
