@@ -23,7 +23,7 @@
 #include "repipe/checkpoint.h"
 #include "repipe/data.h"
 #include "repipe/session.h"
-#include "engine/session_impl.h"
+#include "run/session_impl.h"
 #include "support.h"
 #include "test.h"
 

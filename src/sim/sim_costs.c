@@ -10,7 +10,7 @@
 #include "repipe/session.h"
 #include "repipe/simulate.h"
 #include "simulate_impl.h"
-#include "sharding.h"
+#include "../sched/sharding.h"
 
 void rp_sim_options_default(rp_sim_options *o) {
     *o = (rp_sim_options){

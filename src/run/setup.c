@@ -14,7 +14,7 @@
 
 #include "../core/util.h"
 #include "session_impl.h"
-#include "sharding.h"
+#include "../sched/sharding.h"
 
 /* Vertical sync: micro-batch m runs at stage s on the version that holds
 ** the micro-batches the input stage's version for it holds, v_0(m) r_0 of

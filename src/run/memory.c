@@ -8,7 +8,7 @@
 
 #include "../core/util.h"
 #include "session_impl.h"
-#include "sharding.h"
+#include "../sched/sharding.h"
 
 /* ---- memory and traces -------------------------------------------------------------- */
 

@@ -43,10 +43,10 @@
 #include <unistd.h>
 
 #include "../core/util.h"
-#include "cache.h"
+#include "../sched/cache.h"
 #include "session_impl.h"
-#include "servers.h"
-#include "sharding.h"
+#include "../sched/servers.h"
+#include "../sched/sharding.h"
 
 /* ---- creation ---------------------------------------------------------------- */
 

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "repipe/schedule.h"
-#include "servers.h"
+#include "../sched/servers.h"
 #include "simulate_impl.h"
 
 /* An allreduce of `bytes` among n workers whose links are no faster than bw:

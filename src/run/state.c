@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "session_impl.h"
-#include "sharding.h"
+#include "../sched/sharding.h"
 
 /* ---- tensor parallelism ------------------------------------------------------------ */
 

@@ -10,7 +10,7 @@
 
 #include "repipe/planner.h"
 #include "repipe/simulate.h"
-#include "simulate_impl.h"
+#include "../sim/simulate_impl.h"
 
 /* A shape whose stages the programme chose, with its estimate. */
 typedef struct cand {

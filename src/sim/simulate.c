@@ -10,7 +10,7 @@
 #include "repipe/schedule.h"
 #include "repipe/simulate.h"
 #include "simulate_impl.h"
-#include "sharding.h"
+#include "../sched/sharding.h"
 
 /* The operations that compute (the rest move messages or wait). */
 static bool op_computes(int k) {
