@@ -22,19 +22,13 @@
 #include "repipe/session.h"
 #include "repipe/simulate.h"
 #include "support.h"
+#include "vshape.h"
 #include "test.h"
 
 static const char *MLP = TEST_SPEC_MLP;
-static const char *CNN = TEST_SPEC_CNN;
-static const char *GPT = TEST_SPEC_GPT;
 
 static rp_dataset *data;
 static rp_comm *mpi;
-
-typedef struct vcase {
-    int P, R, GA;
-    const char *extra;
-} vcase;
 
 static const vcase CASES[] = {
     {2, 1, 4, ""},
@@ -51,39 +45,9 @@ static const vcase CASES[] = {
     {2, 1, 4, ", \"tensor_parallel\": 2"},
 };
 
-/* The case on 2 P stages under dualpipev, or under 1f1b. */
-static rp_config vconfig(const vcase *vc, bool dpv, bool adam) {
-    return test_stages_config(2 * vc->P, vc->GA, vc->R,
-                              dpv ? "\"schedule\": \"dualpipev\"" : "\"schedule\": \"1f1b\"", adam,
-                              vc->extra);
-}
-
-/* Each case against 1f1b on threads; with ranks, on as many MPI ranks (a
-** rank a device) where the case has that many devices. */
+/* Each case against 1f1b on threads; with ranks, on as many MPI ranks. */
 static void exact(int ranks) {
-    static const char *const models[] = {"mlp", "cnn", "gpt"};
-    const char *const specs[] = {MLP, CNN, GPT};
-    int run = 0, equal = 0;
-    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
-        const vcase *vc = &CASES[k];
-        if (ranks && test_devices(vconfig(vc, true, false)) != ranks)
-            continue;
-        for (int mi = 0; mi < 3; mi++) {
-            if (mi < 2 && strstr(vc->extra, "tensor_parallel"))
-                continue;
-            rp_config base = vconfig(vc, false, mi != 2), c = vconfig(vc, true, mi != 2);
-            double diff;
-            bool same = test_same_training(specs[mi], mi == 2, &base, &c, ranks ? mpi : NULL,
-                                           data, &diff);
-            equal += same;
-            CHECKF(same, "%s dualpipev P=%d R=%d GA=%d%s: not 1f1b's bits (weights differ by %g)",
-                   models[mi], vc->P, vc->R, vc->GA, vc->extra, diff);
-            run++;
-        }
-    }
-    CHECK(run > 0);
-    printf("%d of %d dualpipev runs%s equal to 1f1b bit for bit\n", equal, run,
-           ranks ? " on MPI ranks" : "");
+    v_exact(CASES, sizeof CASES / sizeof CASES[0], "dualpipev", ranks, mpi, data);
 }
 
 /* Every shape checked free of waits; on each device, each chunk's F, B and

@@ -21,19 +21,13 @@
 #include "repipe/session.h"
 #include "repipe/simulate.h"
 #include "support.h"
+#include "vshape.h"
 #include "test.h"
 
 static const char *MLP = TEST_SPEC_MLP;
-static const char *CNN = TEST_SPEC_CNN;
-static const char *GPT = TEST_SPEC_GPT;
 
 static rp_dataset *data;
 static rp_comm *mpi;
-
-typedef struct vcase {
-    int P, R, GA;
-    const char *extra;
-} vcase;
 
 static const vcase CASES[] = {
     {2, 1, 4, ""},
@@ -66,44 +60,9 @@ static const vcase CASES[] = {
     {2, 2, 8, ", \"zb_pass_times\": [3.05, 3.29, 2.43]"},
 };
 
-/* The case on 2 P stages under zb-v, or under 1f1b. */
-static rp_config vconfig(const vcase *vc, bool zbv, bool adam) {
-    return test_stages_config(2 * vc->P, vc->GA, vc->R,
-                              zbv ? "\"schedule\": \"zb-v\"" : "\"schedule\": \"1f1b\"", adam,
-                              vc->extra);
-}
-
-/* Each case against 1f1b on threads; with ranks, on as many MPI ranks (a
-** rank a device) where the case has that many devices. */
+/* Each case against 1f1b on threads; with ranks, on as many MPI ranks. */
 static void exact(int ranks) {
-    static const char *const models[] = {"mlp", "cnn", "gpt"};
-    const char *const specs[] = {MLP, CNN, GPT};
-    int run = 0, equal = 0;
-    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
-        const vcase *vc = &CASES[k];
-        if (ranks && test_devices(vconfig(vc, true, false)) != ranks)
-            continue;
-        for (int mi = 0; mi < 3; mi++) {
-            if (mi == 2 && strstr(vc->extra, "sharding")) /* a tie is never sharded */
-                continue;
-            if (mi < 2 && strstr(vc->extra, "tensor_parallel"))
-                continue;
-            vcase plain = *vc;
-            if (strstr(vc->extra, "zb_pass_times"))
-                plain.extra = "";
-            rp_config base = vconfig(&plain, false, mi != 2), c = vconfig(vc, true, mi != 2);
-            double diff;
-            bool same = test_same_training(specs[mi], mi == 2, &base, &c, ranks ? mpi : NULL,
-                                           data, &diff);
-            equal += same;
-            CHECKF(same, "%s zb-v P=%d R=%d GA=%d%s: not 1f1b's bits (weights differ by %g)",
-                   models[mi], vc->P, vc->R, vc->GA, vc->extra, diff);
-            run++;
-        }
-    }
-    CHECK(run > 0);
-    printf("%d of %d zb-v runs%s equal to 1f1b bit for bit\n", equal, run,
-           ranks ? " on MPI ranks" : "");
+    v_exact(CASES, sizeof CASES / sizeof CASES[0], "zb-v", ranks, mpi, data);
 }
 
 /* Host call `call` of the MLP on session s, on test_two_calls's samples. */
@@ -150,7 +109,7 @@ static bool resumed_same(const rp_model *m, const rp_config *first, rp_comm *on_
 static void resume(int ranks) {
     vcase vc = {2, ranks == 4 ? 2 : 1, 4, ranks == 3 ? ", \"stage_replication\": [2, 1, 1, 2]" : ""};
     rp_model *m = test_model(MLP);
-    rp_config one = vconfig(&vc, false, true), v = vconfig(&vc, true, true);
+    rp_config one = vconfig(&vc, NULL, true), v = vconfig(&vc, "zb-v", true);
     float losses[128];
     rp_weights *straight = test_two_calls(m, &one, false, NULL, data, losses);
     rp_comm *on = ranks ? mpi : NULL;
@@ -171,7 +130,7 @@ static int find_op(const rp_workplan *p, int d, int w, rp_op_kind kind) {
 
 static void plan(void) {
     vcase vc = {3, 2, 8, ""};
-    rp_config c = vconfig(&vc, true, false);
+    rp_config c = vconfig(&vc, "zb-v", false);
     rp_workplan *p;
     rp_error err;
     CHECK_OK(rp_workplan_build(&c, &p, &err), err);
@@ -217,7 +176,7 @@ static void plan(void) {
     rp_workplan_free(p);
     /* the CSV: a row a device, the V's stages on it */
     vcase one = {2, 1, 4, ""};
-    c = vconfig(&one, true, false);
+    c = vconfig(&one, "zb-v", false);
     char *csv;
     CHECK_OK(rp_schedule_csv(&c, &csv, &err), err);
     CHECK(csv && strncmp(csv, "0F0,", 4) == 0 && strstr(csv, "3F0") && strstr(csv, "3I0") &&
