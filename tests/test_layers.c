@@ -8,7 +8,7 @@
 */
 #include <stdlib.h>
 
-#include "nn/layers.h"
+#include "layers/layers.h"
 #include "repipe/model.h"
 #include "test.h"
 

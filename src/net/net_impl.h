@@ -8,7 +8,7 @@
 #ifndef REPIPE_NET_IMPL_H
 #define REPIPE_NET_IMPL_H
 
-#include "layers.h"
+#include "../layers/layers.h"
 
 struct rp_net {
     const rp_model *m;
