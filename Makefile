@@ -53,7 +53,7 @@ test-tsan: deps
 	    2>/dev/null; then \
 	  cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREPIPE_TSAN=ON \
 	    -DREPIPE_WERROR=$(WERROR) >/dev/null && \
-	  cmake --build $(TSAN_BUILD) -j $(JOBS) -- --no-print-directory && \
+	  cmake --build $(TSAN_BUILD) -j $(JOBS) --target tsan_tests -- --no-print-directory && \
 	  cd $(TSAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L threads; \
 	else \
 	  echo "test-tsan: the compiler has no ThreadSanitizer, so the threaded tests ran" \

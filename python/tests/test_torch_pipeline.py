@@ -129,7 +129,7 @@ class PipelineEqualsOneProcess(unittest.TestCase):
         cases3 = [
             {"name": "gpt [2,1]", "model": "gpt", "plan": r21},
             dict(f64, name="mha [2,1]", model="gpt-mha", plan=r21),
-            dict(f64, name="resnet [2,1]", model="resnet18", lr=0.01,
+            dict(f64, name="resnet [2,1]", model="resnet18", lr=0.01, updates=4,
                  plan=dict(r21, layers_per_stage=[6, -1])),
             {"name": "skip [2,1]", "model": "skip", "plan": dict(r21, layers_per_stage=[2, 2])},
         ]
