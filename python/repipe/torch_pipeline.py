@@ -15,8 +15,8 @@ module (torch_graph.Split), on the first step, from the first micro-batch.
 
 Two runners, one result (the gradient of the batch's mean loss, then the optimizer's step):
 - every stage on one worker a pipeline (R whole pipelines): PyTorch's own PipelineStage and
-  schedule classes (gpipe, 1f1b, interleaved-1f1b; zb-h1, zb-h2, zb-auto and zb-v as the CSV
-  repipe writes, through PyTorch's CSV runtime), the R pipelines' gradients averaged;
+  schedule classes (gpipe, 1f1b, interleaved-1f1b; zb-h1, zb-h2, zb-auto, zb-v and dualpipev
+  as the CSV repipe writes, through PyTorch's CSV runtime), the R pipelines' gradients averaged;
 - a stage on several workers (PipeDream's [7, 1]): each worker plays its list of operations
   from repipe's schedule builder (the C library's, the one its engine runs), micro-batch m of
   a replica on stage replica m mod r_s, activations and gradients sent point to point and each
@@ -69,7 +69,8 @@ _free = _fn("free", None, ctypes.c_void_p)
 (RECV_ACT, FORWARD, SEND_ACT, RECV_GRAD, BACKWARD, SEND_GRAD, WAIT_SENDS, REDUCE, STEP,
  BACKWARD_INPUT, BACKWARD_WEIGHT) = range(11)
 
-_TORCH_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-auto", "zb-v")
+_TORCH_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-auto", "zb-v",
+                    "dualpipev")
 
 
 def _config(plan):
@@ -90,7 +91,8 @@ def _ops(cfg):
     try:
         _check(_workplan_check(wp, None, ctypes.byref(err)), err)
         if wp.contents.devices:
-            raise repipe.Error("rt.Pipeline runs chunked schedules (interleaved-1f1b, zb-v) "
+            raise repipe.Error("rt.Pipeline runs chunked schedules (interleaved-1f1b, zb-v, "
+                               "dualpipev) "
                                "only where every stage has one worker a pipeline")
         out = []
         for i in range(wp.contents.workers):
@@ -269,8 +271,8 @@ class Pipeline:
 
     def _rank_in_pipeline(self, s):
         """The rank of a pipeline that holds stage s: chunk k of rank r is stage k P + r, or
-        under zb-v, r and 2 P - 1 - r (a V)."""
-        if self.schedule == "zb-v" and s >= self.P:
+        under zb-v and dualpipev, r and 2 P - 1 - r (a V)."""
+        if self.schedule in ("zb-v", "dualpipev") and s >= self.P:
             return 2 * self.P - 1 - s
         return s % self.P
 

@@ -93,8 +93,8 @@ class PipelineEqualsOneProcess(unittest.TestCase):
         return r
 
     def test_two_ranks(self):
-        """[1, 1] 1f1b, interleaved 1f1b with 2 chunks a rank, zb-h1 through PyTorch's CSV
-        runtime, the plan repipe plan chose for 2 machines; both GPTs and the ResNet."""
+        """[1, 1] 1f1b, interleaved 1f1b with 2 chunks a rank, zb-h1, zb-v and DualPipeV
+        through PyTorch's CSV runtime, the plan repipe plan chose for 2 machines; both GPTs and the ResNet."""
         mha = {"model": "gpt-mha", "dtype": "float64"}
         cases = [
             {"name": "gpt 1f1b", "model": "gpt", "plan": plan()},
@@ -104,6 +104,8 @@ class PipelineEqualsOneProcess(unittest.TestCase):
             {"name": "gpt zb-h1 csv", "model": "gpt", "plan": plan(schedule="zb-h1")},
             {"name": "gpt zb-v csv", "model": "gpt",
              "plan": plan(layers_per_stage=[2, 2, 2, 3], schedule="zb-v")},
+            {"name": "gpt dualpipev csv", "model": "gpt",
+             "plan": plan(layers_per_stage=[2, 2, 2, 3], schedule="dualpipev")},
             {"name": "gpt repipe's runner", "model": "gpt", "plan": plan(), "runner": "repipe"},
             {"name": "gpt as planned", "model": "gpt", "plan": "file:" + self.plans[2]},
             dict(mha, name="mha 1f1b", plan=plan()),
