@@ -168,15 +168,12 @@ static int engine_mode(const cli_cmd *cmd, const rp_plan *plan, const rp_profile
     /* and what each layer keeps, where the profile says */
     int *node = NULL;
     double *mem[5] = {0};
-    const char *keys[] = {"saved_bytes=", "checkpoint_bytes=", "wstash_bytes=", "scratch_bytes=",
-                          "grad_bytes="};
     rp_status st = rp_plan_to_config(plan, prof, &cfg, NULL, 0, &err);
     if (!st)
         st = rp_profile_layers(prof, &fw, &bw, &ob, &pb, &node, &L, &err);
-    for (int k = 0; !st && k < 5; k++)
-        st = rp_profile_numbers(prof, node, L, keys[k], &mem[k], &err);
-    opt.kept_bytes = mem[0], opt.recompute_kept_bytes = mem[1];
-    opt.wstash_bytes = mem[2], opt.scratch_bytes = mem[3], opt.grad_bytes = mem[4];
+    if (!st)
+        st = rp_profile_memory(prof, node, L, mem, &err);
+    rp_sim_options_memory(&opt, mem);
     if (st || rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
         cli_error(cmd, "%s", err.msg);
         goto done;

@@ -196,7 +196,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *config_path = NULL, *profile_path = NULL, *svg = NULL, *model = NULL;
     const char *pod_type = NULL, *split_model = NULL, *cluster = NULL;
     sim_cluster sc = {0};
-    double *saved = NULL, *checkpoint = NULL, *wstash = NULL, *scratch = NULL, *grads = NULL;
+    double *mem[5] = {0}; /* what each layer keeps, where the profile says */
     unsigned char *split = NULL;
     const char *plan = NULL, *json = NULL, *csv_in = NULL, *csv_out = NULL;
     long long pbatch = 0, cores = 0, virtual_stages = 0;
@@ -325,16 +325,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     if (!sim_cluster_setup(cmd, cluster, p, &cfg, &opt, &sc))
         goto done;
     /* what each layer keeps for its backward, where the profile says */
-    if (rp_profile_numbers(p, node, L, "saved_bytes=", &saved, &err) ||
-        rp_profile_numbers(p, node, L, "checkpoint_bytes=", &checkpoint, &err) ||
-        rp_profile_numbers(p, node, L, "wstash_bytes=", &wstash, &err) ||
-        rp_profile_numbers(p, node, L, "scratch_bytes=", &scratch, &err) ||
-        rp_profile_numbers(p, node, L, "grad_bytes=", &grads, &err)) {
+    if (rp_profile_memory(p, node, L, mem, &err)) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
-    opt.kept_bytes = saved, opt.recompute_kept_bytes = checkpoint;
-    opt.wstash_bytes = wstash, opt.scratch_bytes = scratch, opt.grad_bytes = grads;
+    rp_sim_options_memory(&opt, mem);
     rp_derived d;
     rp_config_derive(&cfg, &d);
     int nw = rp_config_devices(&cfg, &d); /* interleaved-1f1b: each holds several stages */
@@ -356,12 +351,12 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             goto done;
         opt.tensor_split = split;
         /* what a tensor rank keeps, from the split model itself */
-        if (saved && checkpoint && wstash && scratch && grads) {
+        if (mem[0] && mem[1] && mem[2] && mem[3] && mem[4]) {
             rp_model *tm = NULL;
             if (rp_model_load(&tm, split_model, &err) ||
                 rp_layer_memory_table(tm, cfg.tensor_parallel, rp_config_tp_flags(&cfg),
-                                      (int)opt.profile_batch, saved, checkpoint, wstash, scratch,
-                                      grads, &err)) {
+                                      (int)opt.profile_batch, mem[0], mem[1], mem[2], mem[3],
+                                      mem[4], &err)) {
                 rp_model_free(tm);
                 cli_error(cmd, "%s", err.msg);
                 goto done;
@@ -488,7 +483,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_sim_result_free(&res);
 done:
     free(fw), free(bw), free(ob), free(pb), free(cut), free(node), free(bi), free(bwt), free(split);
-    free(interleaved), free(saved), free(checkpoint), free(wstash), free(scratch), free(grads);
+    free(interleaved);
+    for (int k = 0; k < 5; k++)
+        free(mem[k]);
     rp_profile_free(p);
     return rc;
 }

@@ -93,6 +93,13 @@ rp_status rp_profile_split_ms(const rp_profile *p, const int *node, int n, doubl
 ** does not, or it is not a number >= 0. The caller frees *out. */
 rp_status rp_profile_numbers(const rp_profile *p, const int *node, int n, const char *key,
                              double **out, rp_error *err);
+/* The five memory counts 'repipe profile' records per layer (saved_bytes,
+** checkpoint_bytes, wstash_bytes, scratch_bytes, grad_bytes: model.h's
+** rp_layer_bytes), each read as rp_profile_numbers reads one into out[k]
+** (NULL where no layer records it). On error none is kept. The caller
+** frees each. */
+rp_status rp_profile_memory(const rp_profile *p, const int *node, int n, double *out[5],
+                            rp_error *err);
 
 /* Index of the node with this id, or -1. */
 int rp_profile_find(const rp_profile *p, const char *id);

@@ -64,6 +64,7 @@ typedef struct rp_sim_options {
     ** waits for its W; no scratch counted]. With tensor_parallel, these and
     ** kept_bytes are a tensor rank's (rp_layer_memory_table). */
     const double *wstash_bytes, *scratch_bytes, *grad_bytes;
+    /* (rp_sim_options_memory sets these five from rp_profile_memory's arrays) */
     /* parameters as Megatron-LM trains them: bf16 weights beside the fp32
     ** master weights, gradients and optimizer state (a fourth more than
     ** fp32 alone), and the replicas' reduction of bf16 gradients [false] */
@@ -76,6 +77,13 @@ enum { RP_SIM_TP_TWICE = 8 };
 
 /* Every worker on one machine with a core of its own. */
 void rp_sim_options_default(rp_sim_options *o);
+/* What each layer keeps, as rp_profile_memory read it (its five arrays,
+** any NULL): kept_bytes, recompute_kept_bytes, wstash_bytes, scratch_bytes
+** and grad_bytes. */
+static inline void rp_sim_options_memory(rp_sim_options *o, double *const mem[5]) {
+    o->kept_bytes = mem[0], o->recompute_kept_bytes = mem[1];
+    o->wstash_bytes = mem[2], o->scratch_bytes = mem[3], o->grad_bytes = mem[4];
+}
 
 typedef struct rp_sim_event {
     int worker, kind, mb;

@@ -218,11 +218,8 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
         st = rp_profile_cut_bytes(profiles[S.nm], node, L, &m->cut, err);
         if (!st)
             st = rp_profile_split_ms(profiles[S.nm], node, L, &m->bi, &m->bwt, err);
-        const char *keys[] = {"saved_bytes=", "checkpoint_bytes=", "wstash_bytes=",
-                              "scratch_bytes=", "grad_bytes="};
-        double **mem[] = {&m->saved, &m->ck, &m->ws, &m->sc, &m->gr};
-        for (int k = 0; !st && k < 5; k++)
-            st = rp_profile_numbers(profiles[S.nm], node, L, keys[k], mem[k], err);
+        if (!st)
+            st = rp_profile_memory(profiles[S.nm], node, L, m->mem, err);
         free(node);
         if (st) {
             S.nm++;
@@ -416,7 +413,8 @@ done:
         measured *m = &S.m[k];
         free(m->fw), free(m->bw), free(m->out), free(m->par), free(m->cut), free(m->cf), free(m->cb), free(m->cp);
         free(m->bi), free(m->bwt);
-        free(m->saved), free(m->ck), free(m->ws), free(m->sc), free(m->gr);
+        for (int k = 0; k < 5; k++)
+            free(m->mem[k]);
     }
     free(S.best), free(S.cut), free(S.rep);
     free(S.c);

@@ -28,7 +28,7 @@ typedef struct measured {
     double *bi, *bwt; /* a split backward's halves */
     double *cut; /* bytes crossing the cut before each layer */
     /* what each layer keeps, where the profile says (rp_layer_memory) */
-    double *saved, *ck, *ws, *sc, *gr;
+    double *mem[5];
     double *cf, *cb, *cp;
 } measured;
 

@@ -75,8 +75,7 @@ static bool simulate_as_is(const search *S, const rp_config *cfg, double *t, dou
     /* what the layers keep, as the profile's net lays them out: a whole
     ** model's, so not for a tensor rank, whose share the model would say */
     if (rp_config_tensor_parallel(cfg) == 1) {
-        so.kept_bytes = m->saved, so.recompute_kept_bytes = m->ck;
-        so.wstash_bytes = m->ws, so.scratch_bytes = m->sc, so.grad_bytes = m->gr;
+        rp_sim_options_memory(&so, m->mem);
     }
     if (rp_simulate(cfg, m->fw, m->bw, m->out, m->par, S->L, &so, &r, &err))
         return false;

@@ -233,6 +233,20 @@ rp_status rp_profile_numbers(const rp_profile *p, const int *node, int n, const 
     return RP_OK;
 }
 
+rp_status rp_profile_memory(const rp_profile *p, const int *node, int n, double *out[5],
+                            rp_error *err) {
+    static const char *const keys[5] = {"saved_bytes=", "checkpoint_bytes=", "wstash_bytes=",
+                                        "scratch_bytes=", "grad_bytes="};
+    rp_status st = RP_OK;
+    for (int k = 0; k < 5; k++)
+        out[k] = NULL;
+    for (int k = 0; !st && k < 5; k++)
+        st = rp_profile_numbers(p, node, n, keys[k], &out[k], err);
+    for (int k = 0; st && k < 5; k++)
+        free(out[k]), out[k] = NULL;
+    return st;
+}
+
 int rp_profile_micro_batch(const rp_profile *p) {
     for (int i = 0; i < p->num_nodes; i++) {
         const char *d = p->nodes[i].desc, *at;
