@@ -41,13 +41,6 @@ _Static_assert(sizeof(mreq) <= sizeof(rp_request), "rp_request too small");
 
 static mpi_state *S(rp_comm *c) { return c->mpi; }
 
-rp_status rpi_mpi_error(int code, const char *what, rp_error *err) {
-    char text[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(code, text, &len);
-    return rp_fail(err, RP_ERR_IO, "MPI %s failed: %.*s", what, len, text);
-}
-
 static rp_comm *wrap(MPI_Comm comm, bool owns, bool world, rp_error *err) {
     rp_comm *c = calloc(1, sizeof *c);
     mpi_state *s = calloc(1, sizeof *s);

@@ -22,7 +22,16 @@ typedef struct mpi_servers {
 ** of h->per_server a server (which divides size), summed in rank order. */
 rp_status rpi_mpi_servers_allreduce(MPI_Comm x, int size, int rank, mpi_servers *h, float *buf,
                                     size_t n, rp_error *err);
-rp_status rpi_mpi_error(int code, const char *what, rp_error *err);
+
+/* An MPI error code as repipe's error, naming the call that failed. Inline
+** here so that both files use it without calling each other (mpi.c calls
+** mpi_servers.c's allreduce; nothing calls back). */
+static inline rp_status rpi_mpi_error(int code, const char *what, rp_error *err) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, text, &len);
+    return rp_fail(err, RP_ERR_IO, "MPI %s failed: %.*s", what, len, text);
+}
 
 /* The backend's entry points (mpi.c), which its table holds. */
 rp_status rpi_mpi_send(rp_comm *c, int dst, int tag, const void *buf, size_t bytes, bool wait,
