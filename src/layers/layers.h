@@ -9,6 +9,7 @@
 #define REPIPE_LAYERS_H
 
 #include "repipe/model.h"
+#include "../spec/block_vars.h"
 
 /* The element-wise loops of these kernels vectorise twice or four times as
 ** wide on AVX2 and AVX-512, which a portable build may not assume: on
@@ -168,16 +169,7 @@ void rpi_rmsnorm_forward(const layer_args *a);
 void rpi_rmsnorm_backward(const layer_args *a, const float *dout, float *din);
 void rpi_gelu_tanh_forward(const float *x, float *y, size_t n);
 void rpi_gelu_tanh_backward(const float *x, const float *dy, float *dx, size_t n);
-/* layers_block.c: transformer_block. Its 12 variables, in order: */
-enum {
-    RPI_BLOCK_LN1_W, RPI_BLOCK_LN1_B, RPI_BLOCK_QKV_W, RPI_BLOCK_QKV_B, RPI_BLOCK_PROJ_W,
-    RPI_BLOCK_PROJ_B, RPI_BLOCK_LN2_W, RPI_BLOCK_LN2_B, RPI_BLOCK_FC_W, RPI_BLOCK_FC_B,
-    RPI_BLOCK_FCPROJ_W, RPI_BLOCK_FCPROJ_B, RPI_BLOCK_VARS
-};
-const char *rpi_block_var_name(int v); /* "attn.qkv.weight" */
-rp_shape rpi_block_var_shape(const rp_layer *L, int v);
-/* the standard deviation of variable v's initial values, or 0 and *constant */
-double rpi_block_var_init(int v, int blocks, float *constant);
+/* layers_block.c: transformer_block (its variables: ../spec/block_vars.h) */
 size_t rpi_block_aux_bytes(const rp_layer *L, int B);
 size_t rpi_block_wstash_floats(const rp_layer *L, int B);
 size_t rpi_block_scratch(const rp_layer *L, int B);

@@ -32,40 +32,8 @@
 
 #include "layers.h"
 
-static const char *const NAMES[RPI_BLOCK_VARS] = {
-    "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias",
-    "attn.proj.weight", "attn.proj.bias", "ln2.weight", "ln2.bias",
-    "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias",
-};
-
-const char *rpi_block_var_name(int v) { return NAMES[v]; }
-
 /* The tensor group a block is split over (1: whole). */
 static inline int ranks_of(const rp_layer *L) { return L->tp_ranks > 1 ? L->tp_ranks : 1; }
-
-rp_shape rpi_block_var_shape(const rp_layer *L, int v) {
-    int C = L->in.dim[1], M = L->mlp * C / ranks_of(L), A = C / ranks_of(L);
-    switch (v) {
-    case RPI_BLOCK_QKV_W: return (rp_shape){2, {3 * A, C}};
-    case RPI_BLOCK_QKV_B: return (rp_shape){1, {3 * A}};
-    case RPI_BLOCK_PROJ_W: return (rp_shape){2, {C, A}};
-    case RPI_BLOCK_FC_W: return (rp_shape){2, {M, C}};
-    case RPI_BLOCK_FC_B: return (rp_shape){1, {M}};
-    case RPI_BLOCK_FCPROJ_W: return (rp_shape){2, {C, M}};
-    default: return (rp_shape){1, {C}}; /* the LayerNorms, the projections' biases */
-    }
-}
-
-double rpi_block_var_init(int v, int blocks, float *constant) {
-    *constant = v == RPI_BLOCK_LN1_W || v == RPI_BLOCK_LN2_W ? 1.0f : 0.0f;
-    switch (v) {
-    case RPI_BLOCK_QKV_W:
-    case RPI_BLOCK_FC_W: return 0.02;
-    case RPI_BLOCK_PROJ_W:
-    case RPI_BLOCK_FCPROJ_W: return 0.02 / sqrt(2.0 * (blocks > 0 ? blocks : 1));
-    default: return 0;
-    }
-}
 
 /* Where a micro-batch's parts live in aux (floats from its start), R = B x T
 ** rows; H heads of hs make the attention A wide (C, or C / t split), and

@@ -12,7 +12,7 @@
 #include <zlib.h>
 
 #include "../core/util.h"
-#include "../layers/layers.h"
+#include "block_vars.h"
 #include "repipe/model.h"
 
 const char *rp_layer_name(rp_layer_type t) {

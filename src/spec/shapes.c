@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../layers/layers.h"
+#include "block_vars.h"
 #include "spec_impl.h"
 
 static rp_status shape_error(pctx *c, const rp_layer *L, const char *need) {

@@ -13,7 +13,7 @@
 #include "../core/util.h"
 #include "graph.h"
 #include "spec_impl.h"
-#include "../layers/layers.h"
+#include "block_vars.h"
 #include "repipe/model.h"
 
 

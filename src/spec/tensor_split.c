@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../layers/layers.h"
+#include "block_vars.h"
 #include "spec_impl.h"
 
 enum { WHOLE, COLUMNS, QKV, HEADS, ROWS, SPLIT, BLOCK, VOCAB, VOCAB_HEAD, VOCAB_LOSS };

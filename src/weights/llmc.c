@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../layers/layers.h"
+#include "../spec/block_vars.h"
 #include "repipe/model.h"
 
 #define LLMC_MAGIC 20240326
