@@ -20,8 +20,6 @@
 #include "../src/core/util.h"
 #include "repipe/repipe.h"
 
-void openblas_set_num_threads(int num_threads);
-
 static rp_dataset *data;
 
 /* Best time of a stage's forward + backward on B rows, and of its step. */
@@ -104,8 +102,7 @@ int main(int argc, char **argv) {
     }
     rp_error err;
     rp_model *m;
-    openblas_set_num_threads(1);
-    rp_fpu_fast_denormals();
+    rp_fpu_fast_denormals(); /* (the session sets BLAS to one thread a worker) */
     if (rp_model_load(&m, argv[1], &err) ||
         rp_dataset_load_idx(&data, RP_FASHION_MNIST_DIR, true, &err)) {
         fprintf(stderr, "%s\n", err.msg);

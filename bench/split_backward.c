@@ -14,11 +14,11 @@
 ** twelve layers), each at 64 rows of 128 features a sample, batch 8.
 */
 #define _POSIX_C_SOURCE 200809L
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/core/blas.h"
 #include "../src/core/util.h"
 #include "repipe/repipe.h"
 
@@ -51,7 +51,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench_split_backward [ROUNDS]\n");
         return 2;
     }
-    openblas_set_num_threads(1);
+    rp_error err;
+    if (rpi_blas_single(&err)) {
+        fprintf(stderr, "bench_split_backward: %s\n", err.msg);
+        return 1;
+    }
     rp_fpu_fast_denormals();
     printf("%-18s %12s %12s %12s %10s   (%d rounds, batch %d, one thread)\n", "layer kind",
            "fused (ms)", "B (ms)", "W (ms)", "(B+W)/fused", rounds, B);

@@ -154,6 +154,17 @@ for m in examples/fmnist-mlp examples/fmnist-cnn examples/fmnist-resnet examples
      "$bin" train --model "$src/$m.model" --config "$tmp/ex.json" "${data[@]}" --updates 1 >"$tmp/ex.out" 2>&1
   then ok; else bad "$m: profile, plan, train: $(tail -3 "$tmp/ex.out")"; fi
 done
+# OpenBLAS is opened on first use: plan never loads it, train does, and a
+# BLAS that cannot be loaded is an error naming it, before any work
+if LD_DEBUG=files "$bin" plan --profile "$tmp/ex.txt" --machines 2 2 2>&1 >/dev/null | grep -q openblas
+then bad "plan loaded OpenBLAS"; else ok; fi
+if LD_DEBUG=files "$bin" train --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist.json" \
+     --data "$tmp/fm160" --updates 1 2>&1 >/dev/null | grep -q 'openblas.*dynamically loaded by'
+then ok; else bad "train did not load OpenBLAS on use"; fi
+REPIPE_BLAS_LIBRARY="$tmp/no-blas.so" expect_fail "no BLAS" 1 \
+  "cannot load the BLAS library $tmp/no-blas.so: .*REPIPE_BLAS_LIBRARY" -- \
+  "$bin" train --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist.json" \
+  --data "$tmp/fm160" --updates 1
 # Optimum Graphcore's BERT-base file on a transformer of its 12 blocks: the
 # embeddings alone on stage 0, four blocks on each other stage, the head on the
 # last; on the 4-block LLaMA, BERT-large's list leaves a stage empty, and says

@@ -25,32 +25,12 @@ static void usage(FILE *f) {
                "'repipe --version' prints the version.\n");
 }
 
-static bool runs_models(const char *command) {
-    static const char *const quiet[] = {"plan",   "config", "groups", "weights", "checkpoint",
-                                        "help",   "--help", "-h",     "--version"};
-    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++)
-        if (strcmp(command, quiet[i]) == 0)
-            return false;
-    return true;
-}
-
 int main(int argc, char **argv) {
     /* Workers run their products on one BLAS thread each, so OpenBLAS's own
-    ** pool of threads is never used; but it starts when the library loads,
-    ** and after a failed allocation its threads retry and hang the exit.
-    ** Unless the user chose a count, a command that runs a model starts
-    ** again without the pool (the others never call BLAS, and start in half
-    ** the time). */
-    if (argc >= 2 && runs_models(argv[1]) && !getenv("OPENBLAS_NUM_THREADS") &&
-        setenv("OPENBLAS_NUM_THREADS", "1", 1) == 0) {
-        /* the binary's own path, so that ps and pgrep still say "repipe" */
-        char self[4096];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n > 0) {
-            self[n] = '\0';
-            execv(self, argv); /* on failure, go on as we are */
-        }
-    }
+    ** pool of threads is never used; after a failed allocation its threads
+    ** retry and hang the exit. The library opens OpenBLAS on first use, which
+    ** reads this then: unless the user chose a count, it starts no pool. */
+    setenv("OPENBLAS_NUM_THREADS", "1", 0);
     if (argc < 2) {
         usage(stderr);
         return 2;

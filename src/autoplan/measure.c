@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../core/blas.h"
 #include "../core/util.h"
 #include "repipe/measure.h"
 #include "repipe/planner.h"
@@ -205,7 +206,8 @@ static rp_status measure(const rp_model *m, int batch, int repeats, bool alone,
     in->id = dupstr("node0");
     in->activation_bytes = sizeof(float) * rp_shape_size(&m->input) * (double)batch;
     in->stage_id = -1;
-    openblas_set_num_threads(1); /* as a worker of the engine runs them */
+    if ((st = rpi_blas_single(err))) /* one thread, as a worker of the engine runs them */
+        goto done;
     if (!alone && (st = whole_passes(m, batch, repeats, labels, ids, t, &in_passes, err)))
         goto done;
     /* A layer's backward computes its input's gradient only when a layer

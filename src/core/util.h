@@ -76,10 +76,6 @@ double rp_now(void);
 ** memory when neither can be read. */
 double rp_memory_available(void);
 
-/* OpenBLAS's own thread control (not part of CBLAS). A worker runs its
-** products on one thread, and so does the profiler that predicts it. */
-void openblas_set_num_threads(int num_threads);
-
 /* A waiter with a core to itself spins this many pauses (tens of
 ** microseconds) before sleeping: a hand-over that comes within that time
 ** then costs no wake-up, and an oversubscribed one soon yields the core. */

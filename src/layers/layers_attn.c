@@ -14,10 +14,10 @@
 ** probabilities; the products are BLAS calls per (sample, head) that read
 ** a head's columns in place through the rows' leading dimension.
 */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
+#include "../core/blas.h"
 #include "layers.h"
 
 typedef struct attn_dims {
@@ -87,7 +87,7 @@ void rpi_attention_forward(const layer_args *a) {
             float *p = P + (size_t)h * T * T;
             /* the scores of every pair (the upper triangle is masked below), read
             ** in place through the rows' leading dimension W */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, W, k, W, 0.0f,
+            rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, W, k, W, 0.0f,
                         p, T);
             for (int i = 0; i < T; i++) {
                 float *pi = p + (size_t)i * T, m = pi[0];
@@ -100,7 +100,7 @@ void rpi_attention_forward(const layer_args *a) {
                 for (int j = 0; j < T; j++)
                     pi[j] = j <= i ? pi[j] * inv : 0.0f;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, W, 0.0f,
+            rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, W, 0.0f,
                         out + h * hs, C);
         }
     }
@@ -124,9 +124,9 @@ void rpi_attention_backward(const layer_args *a, const float *dout, float *din) 
             float *dq = dx + h * hs, *dk = dx + (d.H + g) * hs, *dv = dx + (d.H + d.K + g) * hs;
             const float *p = P + (size_t)h * T * T, *di = dy + h * hs;
             /* dP = datt V^T; dV += P^T datt */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, di, C, v, W, 0.0f,
+            rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, di, C, v, W, 0.0f,
                         dS, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, di, C, 1.0f,
+            rpi_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, di, C, 1.0f,
                         dv, W);
             for (int i = 0; i < T; i++) { /* the softmax's gradient, scaled; 0 above the diagonal */
                 const float *pi = p + (size_t)i * T;
@@ -138,9 +138,9 @@ void rpi_attention_backward(const layer_args *a, const float *dout, float *din) 
                     si[j] = j <= i ? pi[j] * (si[j] - (float)dot) * scale : 0.0f;
             }
             /* dQ = dS K; dK += dS^T Q */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, dS, T, k, W, 0.0f,
+            rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, dS, T, k, W, 0.0f,
                         dq, W);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, dS, T, q, W, 1.0f,
+            rpi_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, dS, T, q, W, 1.0f,
                         dk, W);
         }
     }

@@ -26,10 +26,10 @@
 ** gradient is a partial sum, all-reduced before the LayerNorm: two
 ** all-reduces each way, as Megatron-LM's block.
 */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
+#include "../core/blas.h"
 #include "layers.h"
 
 /* The tensor group a block is split over (1: whole). */
@@ -129,7 +129,7 @@ static void attention(const block_layout *o, const float *qkv, float *P, float *
     for (int r0 = 0; r0 < T; r0 += ROWS) {
         int r1 = r0 + ROWS < T ? r0 + ROWS : T, n = r1 - r0;
         float *Pb = P + (size_t)r0 * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1, o->hs, scale,
+        rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1, o->hs, scale,
                     qkv + (size_t)r0 * C3, C3, qkv + o->A, C3, 0.0f, Pb, T);
         for (int i = r0; i < r1; i++) {
             float *p = P + (size_t)i * T, m = p[0];
@@ -145,7 +145,7 @@ static void attention(const block_layout *o, const float *qkv, float *P, float *
                 p[j] *= inv;
             memset(p + i + 1, 0, sizeof(float) * (T - 1 - i));
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, o->hs, r1, 1.0f, Pb, T,
+        rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, o->hs, r1, 1.0f, Pb, T,
                     qkv + 2 * o->A, C3, 0.0f, att + (size_t)r0 * o->A, o->A);
     }
 }
@@ -161,13 +161,13 @@ static void attention_back(const block_layout *o, const float *qkv, const float 
         const float *Pb = P + (size_t)r0 * T, *db = datt + (size_t)r0 * A;
         float *dSb = dS + (size_t)r0 * T;
         /* dP = datt V^T; dV (keys 0..r1) += P^T datt, the first block writing */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1, hs, 1.0f, db, A,
+        rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1, hs, 1.0f, db, A,
                     qkv + 2 * A, C3, 0.0f, dSb, T);
         if (r0 == 0 && r1 < T) /* keys past the first block: their first sum comes later */
             for (int j = r1; j < T; j++)
                 memset(dqkv + (size_t)j * C3 + A, 0, sizeof(float) * hs),
                     memset(dqkv + (size_t)j * C3 + 2 * A, 0, sizeof(float) * hs);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, n, 1.0f, Pb, T, db, A,
+        rpi_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, n, 1.0f, Pb, T, db, A,
                     r0 ? 1.0f : 0.0f, dqkv + 2 * A, C3);
         /* softmax backward, row by row: dS = P (dP - sum_j P dP), times the scale */
         for (int i = r0; i < r1; i++) {
@@ -181,9 +181,9 @@ static void attention_back(const block_layout *o, const float *qkv, const float 
             memset(d + i + 1, 0, sizeof(float) * (r1 - 1 - i));
         }
         /* dQ = dS K; dK (keys 0..r1) += dS^T Q */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, r1, 1.0f, dSb, T,
+        rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, r1, 1.0f, dSb, T,
                     qkv + A, C3, 0.0f, dqkv + (size_t)r0 * C3, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, n, 1.0f, dSb, T,
+        rpi_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, n, 1.0f, dSb, T,
                     qkv + (size_t)r0 * C3, C3, r0 ? 1.0f : 0.0f, dqkv + A, C3);
     }
 }

@@ -7,10 +7,10 @@
 ** into the (sample, out channel, position) rows. The work is done in tiles
 ** of a few samples so that the columns stay in cache.
 */
-#include <cblas.h>
 #include <stdbool.h>
 #include <string.h>
 
+#include "../core/blas.h"
 #include "layers.h"
 
 /* Samples per tile: the tile's columns (channels*k*k x positions) should
@@ -325,7 +325,7 @@ void rpi_conv_forward(const layer_args *a) {
         int nb = a->B - b0 < tile ? a->B - b0 : tile, ncols = nb * HW;
         im2col(L, nb, mask, &lw, a->in + b0 * in_per, a->col);
         for (int g = 0; g < G; g++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Og, ncols, R, 1.0f,
+            rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Og, ncols, R, 1.0f,
                         w + (size_t)g * Og * R, R, a->col + (size_t)g * R * ncols,
                         ncols, 0.0f, a->tmp + (size_t)g * Og * ncols, ncols);
         for (int b = 0; b < nb; b++)
@@ -400,7 +400,7 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
             im2col(L, nb, mask, &lw, a->in + b0 * in_per, a->col);
             bool add = (a->accumulate && !lw.reduced) || b0 > 0;
             for (int g = 0; g < G; g++)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Og, R, ncols, 1.0f,
+                rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Og, R, ncols, 1.0f,
                             a->tmp + (size_t)g * Og * ncols, ncols,
                             a->col + (size_t)g * R * ncols, ncols, add ? 1.0f : 0.0f,
                             dw + (size_t)g * Og * R, R);
@@ -408,7 +408,7 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
         if (!din)
             continue;
         for (int g = 0; g < G; g++)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, ncols, Og, 1.0f,
+            rpi_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, ncols, Og, 1.0f,
                         w + (size_t)g * Og * R, R, a->tmp + (size_t)g * Og * ncols,
                         ncols, 0.0f, a->col + (size_t)g * R * ncols, ncols);
         col2im(L, nb, mask, &lw, a->col, din + b0 * in_per);

@@ -3,10 +3,10 @@
 ** dimension of its input, so a (tokens x features) sample is handled as
 ** `tokens` rows.
 */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
+#include "../core/blas.h"
 #include "layers.h"
 
 static inline int last_dim(const rp_shape *s) { return s->dim[s->ndim - 1]; }
@@ -22,7 +22,7 @@ void rpi_linear_rows(const float *in, float *out, const float *W, const float *b
     if (b)
         for (int r = 0; r < R; r++)
             memcpy(out + (size_t)r * N, b, sizeof(float) * N);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, D, 1.0f, in, D, W, D,
+    rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, N, D, 1.0f, in, D, W, D,
                 b ? 1.0f : 0.0f, out, N);
 }
 
@@ -31,7 +31,7 @@ void rpi_linear_rows(const float *in, float *out, const float *W, const float *b
 void rpi_linear_rows_backward(const float *in, const float *dout, const float *W, float *dW,
                               float *db, float *din, bool accumulate, int R, int D, int N) {
     if (dW)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, D, R, 1.0f, dout, N, in, D,
+        rpi_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, D, R, 1.0f, dout, N, in, D,
                     accumulate ? 1.0f : 0.0f, dW, D);
     if (dW && db && !accumulate)
         memset(db, 0, sizeof(float) * N);
@@ -42,7 +42,7 @@ void rpi_linear_rows_backward(const float *in, const float *dout, const float *W
                 db[n] += g[n];
         }
     if (din)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, N, 1.0f, dout, N, W, D,
+        rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, N, 1.0f, dout, N, W, D,
                     0.0f, din, D);
 }
 

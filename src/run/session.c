@@ -31,7 +31,6 @@
 ** is what they share.
 */
 #define _POSIX_C_SOURCE 200809L
-#include <cblas.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <math.h>
@@ -43,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../core/blas.h"
 #include "../core/util.h"
 #include "../sched/cache.h"
 #include "session_impl.h"
@@ -105,7 +105,6 @@ void rp_session_free(rp_session *s) {
     free(s->labels), free(s->rank_of), free(s->lidx);
     free(s);
 }
-
 
 static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, rp_session **out,
                         rp_error *err) {
@@ -307,7 +306,8 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
         if (st)
             goto fail;
     }
-    openblas_set_num_threads(1); /* one BLAS thread per worker */
+    if ((st = rpi_blas_single(err))) /* one BLAS thread per worker */
+        goto fail;
     if (!comm && (st = rp_world_create(W, &s->world, err)))
         goto fail;
     if (comm && v > 1) { /* this rank is device rp_comm_rank(comm) */
