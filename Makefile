@@ -13,8 +13,8 @@ TSAN_BUILD ?= build-tsan
 # warnings as errors: the project's CI sets WERROR=ON (.ci/run)
 WERROR ?= OFF
 
-.PHONY: all deps build build-asan demo test test-release test-asan test-tsan test-fuzz install bench \
-        clean
+.PHONY: all deps build build-asan demo test test-release test-asan test-tsan test-fuzz soak install \
+        bench clean
 
 all: build
 
@@ -72,6 +72,14 @@ test-fuzz: deps
 	  echo "test-fuzz: clang is not installed, so the libFuzzer targets were not run" \
 	       "(the deterministic fuzz drivers above were; apt-get install clang adds these)"; \
 	fi
+
+# The long runs `make test` keeps short: the fault campaign (kills while
+# checkpointing, then resumes, bit for bit) for up to SOAK_SECONDS, as many
+# rounds as fit. .ci/run calls it with the time left of its ten minutes.
+SOAK_SECONDS ?= 300
+soak: build
+	@env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 bash tests/faults.sh \
+	  $(BUILD)/repipe "$$(command -v mpirun)" 1000 $(SOAK_SECONDS)
 
 # The command, the libraries, headers, repipe.pc, manual page and docs.
 PREFIX ?= /usr/local

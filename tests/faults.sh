@@ -7,11 +7,15 @@
 # once on one directory: one trains, the other is refused, and the
 # directory holds one run's checkpoints. FIFOs and devices wherever repipe
 # reads a directory: named and passed over, never waited on.
-# Usage: faults.sh REPIPE [MPIRUN] [ROUNDS]
+# Usage: faults.sh REPIPE [MPIRUN] [ROUNDS] [SECONDS]: ROUNDS kills on threads
+# and half as many on ranks, no round started once SECONDS have passed
+# (`make test` runs 2 rounds; `make soak` as many as its time allows).
 . "$(dirname "$0")/lib.sh"
 bin=$1
 mpirun=${2:-}
 rounds=${3:-6}
+budget=${4:-100000}
+more() { [ "$1" -eq 1 ] || [ "$SECONDS" -lt "$budget" ]; } # the first round always runs
 noise_idx "$tmp/idx" 512 64
 printf 'input 8 8\nflatten\nlinear 256\nrelu\ndropout 0.1\nlinear 10\nsoftmax_cross_entropy\n' > "$tmp/m.model"
 printf '{"micro_batch_size": 8, "gradient_accumulation_steps": 2, "replication_factor": 2, "optimizer": {"type": "adam", "lr": 0.001}}\n' > "$tmp/c.json"
@@ -40,6 +44,7 @@ delay() { awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.2f", 0.2 + rand() * 1.
 
 train --updates $total --save "$tmp/straight.rpw" >/dev/null 2>&1
 for r in $(seq "$rounds"); do
+  more "$r" || break
   d="$tmp/k$r"
   start --updates $total --checkpoint-dir "$d" --checkpoint-every $every --keep 2 \
     --json-log "$tmp/k$r.log" >/dev/null 2>&1 &
@@ -57,6 +62,7 @@ if [ -n "$mpirun" ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
   mpi --updates $total --save "$tmp/mpi.rpw" >/dev/null 2>&1
   for r in $(seq $(( (rounds + 1) / 2 ))); do
+    more "$r" || break
     d="$tmp/m$r"
     mpi --updates $total --checkpoint-dir "$d" --checkpoint-every $every --keep 2 \
       --json-log "$tmp/m$r.log" >/dev/null 2>&1 &
