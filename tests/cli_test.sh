@@ -154,6 +154,19 @@ for m in examples/fmnist-mlp examples/fmnist-cnn examples/fmnist-resnet examples
      "$bin" train --model "$src/$m.model" --config "$tmp/ex.json" "${data[@]}" --updates 1 >"$tmp/ex.out" 2>&1
   then ok; else bad "$m: profile, plan, train: $(tail -3 "$tmp/ex.out")"; fi
 done
+# docs/planner.md's two V100s and an A100 (devices of several kinds): with two
+# stages the plan replicates the first on the V100s, and says what it gains
+# over the plan for equal devices
+T=layers=48,hidden=1600,heads=25,seq=1024,vocab=50257
+"$bin" profile --transformer $T --device v100-32gb --micro-batch 1 --out "$tmp/v100.txt" >/dev/null 2>&1
+out=$("$bin" plan --profile "$tmp/v100.txt" --machines 3 --bandwidth 1.25e9 --speed 1 1 2.41 \
+        --memory-size 32e9 32e9 80e9 --global-batch 64 --pp 2 2>&1)
+if grep -q "layers_per_stage \[15, 35\], stage_replication \[2, 1\]" <<<"$out" &&
+   grep -q "predicted 1.18x as fast as the plan for devices all alike (5.3218 s against 6.2537 s" <<<"$out" &&
+   grep -qF "(\`stage_replication [2, 1]\`, zb-auto, micro-batches of 1, GA 64): 5.32 s" "$src/docs/planner.md"
+then ok; else bad "docs/planner.md's V100s and A100: $out"; fi
+expect_fail "speed count" 2 "--speed: 2 values for 3 machines" -- "$bin" plan --profile "$tmp/v100.txt" \
+  --machines 3 --speed 1 2
 # OpenBLAS is opened on first use: plan never loads it, train does, and a
 # BLAS that cannot be loaded is an error naming it, before any work
 if LD_DEBUG=files "$bin" plan --profile "$tmp/ex.txt" --machines 2 2 2>&1 >/dev/null | grep -q openblas

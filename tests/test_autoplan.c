@@ -377,7 +377,68 @@ static void reductions_that_pay(void) {
     rp_profile_free(p);
 }
 
+
+/* Devices of several kinds: six equal layers on 2 machines, the second at
+** half speed. The simulator prices the slow device's passes at twice the
+** time, as a profile whose layers there took twice as long; the engine
+** objective gives the fast device 4 layers and the slow 2 (4 units a
+** micro-batch each), and taken as equal 3 and 3, whose time on these
+** devices is the equal_devices row, slower. Per-device memory: a device
+** that holds one layer's parameters and gradients gets one layer. */
+static void unequal_devices(void) {
+    double fw[6], bw[6], act[6], par[6], fw2[6], bw2[6];
+    for (int l = 0; l < 6; l++)
+        fw[l] = 1, bw[l] = 2, act[l] = 1000, par[l] = 1e8, fw2[l] = l < 3 ? 1 : 2,
+        bw2[l] = l < 3 ? 2 : 4;
+    rp_profile *p = chain(6, fw, bw, act, par);
+    double fast_slow[2] = {1, 0.5}, slow_fast[2] = {0.5, 1}, bad[2] = {1, 0};
+    rp_config c = test_config("{\"micro_batch_size\": 16, \"gradient_accumulation_steps\": 8, "
+                              "\"layers_per_stage\": [3, 3]}");
+    rp_sim_options so;
+    rp_sim_options_default(&so);
+    so.num_levels = 1, so.machines[0] = 2, so.bandwidth[0] = 1e9;
+    so.memory_bandwidth = 1e300; /* (no optimizer pass: the scaled profile has none to scale) */
+    rp_sim_result a, b;
+    rp_error err;
+    so.device_speed = fast_slow;
+    CHECK(rp_simulate(&c, fw, bw, act, par, 6, &so, &a, &err) == RP_OK);
+    so.device_speed = NULL;
+    CHECK(rp_simulate(&c, fw2, bw2, act, par, 6, &so, &b, &err) == RP_OK);
+    CHECK(fabs(a.update_time - b.update_time) <= 1e-12 * b.update_time);
+    rp_sim_result_free(&a), rp_sim_result_free(&b);
+    so.device_speed = bad;
+    CHECK(rp_simulate(&c, fw, bw, act, par, 6, &so, &a, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "device 1's speed is 0");
+
+    rp_autoplan_options o = machines(2, 1e9, 128);
+    o.pipeline_stages = 2, o.one_worker_a_stage = true;
+    o.schedules = 1u << RP_SCHEDULE_1F1B;
+    rp_autoplan r;
+    o.device_speed = fast_slow;
+    CHECK(plan(p, &o, &r, &err) == RP_OK);
+    CHECK_INT(r.best.cfg.layers_per_stage.layers[0], 4);
+    CHECK(r.equal_devices.found);
+    CHECK_INT(r.equal_devices.cfg.layers_per_stage.layers[0], 3);
+    CHECK(r.equal_devices.seconds > 1.2 * r.best.seconds);
+    o.device_speed = slow_fast;
+    CHECK(plan(p, &o, &r, &err) == RP_OK);
+    CHECK_INT(r.best.cfg.layers_per_stage.layers[0], 2);
+    o.device_speed = bad;
+    CHECK(plan(p, &o, &r, &err) == RP_ERR_INVALID);
+    CHECK_STR_HAS(err.msg, "device 1's speed is 0");
+    /* the second device holds 2.5e8 bytes: one layer's parameters and
+    ** gradients (SGD keeps no state), not two */
+    double mem[2] = {1e12, 2.5e8};
+    o.device_speed = NULL, o.device_memory = mem;
+    CHECK(plan(p, &o, &r, &err) == RP_OK);
+    CHECK_INT(r.best.cfg.layers_per_stage.layers[1], 1);
+    CHECK(r.best.worker_bytes > 2.5e8); /* (the first device's stage holds more) */
+    CHECK(!r.equal_devices.found); /* 2.5e8 on each: six layers do not fit two */
+    rp_profile_free(p);
+}
+
 int main(void) {
+    unequal_devices();
     reductions_that_pay();
     interleaved_row();
     tensor_groups();

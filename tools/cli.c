@@ -253,6 +253,31 @@ int cli_double_list(const char *opt, const char *first, int argc, char **argv, d
     return n;
 }
 
+bool cli_per_machine(const cli_cmd *cmd, const char *opt, const double *v, int n,
+                     const int *machines, int levels, double **out) {
+    int total = 1, outer = levels > 0 ? machines[levels - 1] : 0;
+    for (int l = 0; l < levels; l++)
+        total *= machines[l];
+    if (levels == 0 || (n != outer && n != total)) {
+        cli_error(cmd, "--%s: %d values for %d machines in %d level%s: give one a machine of "
+                       "the outermost level (%d) or one a machine (%d), after --machines",
+                  opt, n, total, levels, levels == 1 ? "" : "s", outer, total);
+        return false;
+    }
+    for (int k = 0; k < n; k++)
+        if (!(v[k] > 0) || isinf(v[k])) {
+            cli_error(cmd, "--%s: '%g' is not a positive number", opt, v[k]);
+            return false;
+        }
+    if (!(*out = malloc(sizeof(double) * total))) {
+        cli_error(cmd, "out of memory");
+        return false;
+    }
+    for (int d = 0; d < total; d++) /* rank order: a server's machines one after another */
+        (*out)[d] = v[n == total ? d : d / (total / outer)];
+    return true;
+}
+
 int cli_machines(const cli_cmd *cmd, const char *first, int argc, char **argv, int *out,
                  int max) {
     double v[64];

@@ -83,6 +83,13 @@ int cli_double_list(const char *opt, const char *first, int argc, char **argv, d
 ** 4096 into out; returns how many, or -1 after printing an error. */
 int cli_machines(const cli_cmd *cmd, const char *first, int argc, char **argv, int *out,
                  int max);
+/* An option's values per machine (--speed, --memory-size: v, n of them)
+** as one a device of the machines (levels innermost first): n of the
+** outermost level's machines (one a server), or one a machine. Sets *out
+** (the caller frees it); false, having said why, where n fits neither or a
+** value is not positive. */
+bool cli_per_machine(const cli_cmd *cmd, const char *opt, const double *v, int n,
+                     const int *machines, int levels, double **out);
 /* --bandwidth gives one value per level of --machines, or none. */
 bool cli_levels_match(const cli_cmd *cmd, int machines, int bandwidths);
 /* Tensor parallelism in the simulator and the planner: what tensor_parallel

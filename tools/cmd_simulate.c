@@ -32,6 +32,7 @@ enum {
     OPT_VIRTUAL_STAGES,
     OPT_TENSOR_SPLIT,
     OPT_CLUSTER,
+    OPT_SPEED,
 };
 
 static const cli_opt OPTS[] = {
@@ -53,6 +54,7 @@ static const cli_opt OPTS[] = {
     [OPT_VIRTUAL_STAGES] = {"virtual-stages", 0, "V", "predict interleaved 1F1B instead (Megatron-LM's): layers_per_stage's P x V stages on P ranks, V each, over GA micro-batches"},
     [OPT_TENSOR_SPLIT] = {"tensor-split", 0, "MODEL", "the profiled model: which of its layers tensor_parallel splits and where its group all-reduces (needed with tensor_parallel)"},
     [OPT_CLUSTER] = {"cluster", 0, "NAME|FILE", "the machines: a cluster of devices (dgx-a100, dgx-h100, or a JSON file); with a transformer profile ('repipe profile --transformer') also its TFLOP/s a device and each rank's memory"},
+    [OPT_SPEED] = {"speed", 0, "S1 [S2 ...]", "devices of several kinds: a speed for each machine of the outermost level of --machines (a server) or for every machine, relative to the profile's device (0.5: takes twice as long) [all 1]"},
     {NULL, 0, NULL, NULL},
 };
 
@@ -203,7 +205,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     char *interleaved = NULL; /* --virtual-stages: the schedule made */
     rp_sim_options opt;
     rp_sim_options_default(&opt);
-    int nbw = 0;
+    int nbw = 0, nspeed = 0;
+    static double speed_v[RP_PLAN_MAX_MACHINES];
+    double *speed = NULL;
     bool help, from_plan = false;
     const char *arg;
     for (int o, n; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
@@ -251,6 +255,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                               opt.bandwidth[k]);
                     return 2;
                 }
+            break;
+        case OPT_SPEED:
+            if ((nspeed = cli_double_list("speed", arg, argc, argv, speed_v,
+                                          RP_PLAN_MAX_MACHINES)) < 0)
+                return 2;
             break;
         case OPT_LATENCY:
             if (!cli_double("latency", arg, &opt.latency))
@@ -339,6 +348,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     } else if (opt.num_levels && !nbw && !from_plan && !cluster) {
         for (int l = 0; l < opt.num_levels; l++)
             opt.bandwidth[l] = 1e9; /* repipe plan's default */
+    }
+    if (nspeed) {
+        if (!cli_per_machine(cmd, "speed", speed_v, nspeed, opt.machines, opt.num_levels, &speed))
+            goto done;
+        opt.device_speed = speed;
     }
     opt.profile_batch = pbatch ? pbatch : rp_profile_micro_batch(p);
     opt.cores = (int)cores;
@@ -484,6 +498,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
 done:
     free(fw), free(bw), free(ob), free(pb), free(cut), free(node), free(bi), free(bwt), free(split);
     free(interleaved);
+    free(speed);
     for (int k = 0; k < 5; k++)
         free(mem[k]);
     rp_profile_free(p);

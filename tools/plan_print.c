@@ -228,6 +228,13 @@ void plan_print(const rp_plan *p, const char *profile_path, const rp_profile *pr
 }
 
 int plan_node_name_len(const char *desc) {
-    const char *at = strstr(desc, " backward_input_time=");
-    return (int)(at ? (size_t)(at - desc) : strlen(desc));
+    /* the name ends where the tags repipe profile adds begin: " key=value" */
+    for (const char *at = desc; (at = strchr(at, ' ')); at++) {
+        const char *k = at + 1;
+        while (*k == '_' || (*k >= 'a' && *k <= 'z'))
+            k++;
+        if (k > at + 1 && *k == '=')
+            return (int)(at - desc);
+    }
+    return (int)strlen(desc);
 }

@@ -8,7 +8,7 @@
 #include "repipe/repipe.h"
 
 /* A node's description as a name: without the numbers 'repipe profile'
-** records after it (a split backward's halves). Returns its length, to
+** records after it (its memory, a split backward's halves). Returns its length, to
 ** print with "%.*s". */
 int plan_node_name_len(const char *desc);
 

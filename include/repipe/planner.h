@@ -159,6 +159,15 @@ typedef struct rp_autoplan_options {
     bool one_worker_a_stage;
     unsigned schedules;
     const unsigned char *cuts;
+    /* Devices of several kinds: per machine (the product of machines[]), in
+    ** rank order, its speed relative to the profile's device [NULL: all 1].
+    ** A stage's replicas keep taking micro-batches in turn, so the slowest
+    ** device of a stage sets its pace: the plan gives slow devices fewer
+    ** layers or more replicas, and the update stays mini-batch SGD's. */
+    const double *device_speed;
+    /* and per machine the bytes a worker there may hold [NULL: memory_size
+    ** each]: a stage fits where it fits its smallest device */
+    const double *device_memory;
 } rp_autoplan_options;
 
 void rp_autoplan_options_default(rp_autoplan_options *o);
@@ -182,6 +191,10 @@ typedef struct rp_autoplan {
     /* the fastest of interleaved-1f1b and zb-v on a pipeline's workers (2
     ** chunks each) */
     rp_autoplan_entry pipeline_interleaved;
+    /* with device_speed: the plan the search makes when every device is
+    ** taken as equal, simulated on these devices (what a planner that
+    ** knows one kind would run here) */
+    rp_autoplan_entry equal_devices;
     int simulated;                   /* configurations simulated exactly */
 } rp_autoplan;
 
@@ -201,7 +214,8 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
 
 /* The engine objective's comparison as JSON: {"global_batch", "simulated",
 ** "best", "single", "data_parallel", "pipedream", "pipeline_1f1b",
-** "pipeline_zero_bubble", "tensor_parallel", "pipeline_interleaved"}, each row {"found",
+** "pipeline_zero_bubble", "tensor_parallel", "pipeline_interleaved", "equal_devices"}, each
+** row {"found",
 ** "workers", "stages", "seconds_per_update", "samples_per_second",
 ** "worker_bytes", "config"} with the whole configuration. With a plan (may
 ** be NULL), the object is the "engine" key of rp_plan_to_json's. The

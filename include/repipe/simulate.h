@@ -69,6 +69,12 @@ typedef struct rp_sim_options {
     ** master weights, gradients and optimizer state (a fourth more than
     ** fp32 alone), and the replicas' reduction of bf16 gradients [false] */
     bool mixed_precision;
+    /* per device, in rank order as the machines hold them (the product of
+    ** machines[]; without levels, per worker): its speed relative to the
+    ** device the profile was measured on. Its passes and its optimizer's
+    ** take time / speed; transfers and sums keep the links' times. A worker
+    ** is a device; interleaved chunks share theirs [NULL: every one 1] */
+    const double *device_speed;
 } rp_sim_options;
 
 enum { RP_SIM_TP_SPLIT = 1, RP_SIM_TP_REDUCE_OUTPUT = 2, RP_SIM_TP_REDUCE_GRAD = 4 };

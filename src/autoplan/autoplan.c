@@ -72,6 +72,33 @@ static bool push(search *S, const cand *k) {
 #define RP_AUTOPLAN_STAGES 8
 #define AT(p, i, k) ((((size_t)(p) * (L + 1)) + (i)) * W1 + (k))
 
+/* How much longer a stage's passes take than the profile's: on workers off
+** .. off + r - 1 of each of the R replicas of per workers, its micro-batches
+** dealt round-robin, the slowest device sets the pace. */
+static double stage_slowness(const search *S, int R, int per, int off, int r) {
+    const double *v = S->o->device_speed;
+    if (!v)
+        return 1;
+    double least = DBL_MAX;
+    for (int q = 0; q < R; q++)
+        for (int i = off; i < off + r; i++)
+            least = v[q * per + i] < least ? v[q * per + i] : least;
+    return 1 / least;
+}
+
+/* The bytes a worker of the stage may hold: the least of its devices' (0:
+** no limit). */
+static double stage_memory(const search *S, int R, int per, int off, int r) {
+    const double *v = S->o->device_memory;
+    if (!v)
+        return S->o->memory_size;
+    double least = DBL_MAX;
+    for (int q = 0; q < R; q++)
+        for (int i = off; i < off + r; i++)
+            least = v[q * per + i] < least ? v[q * per + i] : least;
+    return least;
+}
+
 static bool programme(search *S, int R, int per, int GA, bool recompute, bool shard) {
     int L = S->L, W1 = per + 1, PM = per < RP_AUTOPLAN_STAGES ? per : RP_AUTOPLAN_STAGES;
     if (PM > L)
@@ -106,17 +133,19 @@ static bool programme(search *S, int R, int per, int GA, bool recompute, bool sh
                         /* this stage's workers: offset per - k in every replica */
                         int off = per - k;
                         int top = rpi_level_of(&S->net, off, (R - 1) * per + off + r - 1);
-                        double cost = (double)((GA + r - 1) / r) * t +
+                        double slow = stage_slowness(S, R, per, off, r);
+                        double cost = (double)((GA + r - 1) / r) * t * slow +
                                       rpi_allreduce_time(R * r, par, S->net.bw[top],
                                                          S->net.latency) +
-                                      par / S->sim.memory_bandwidth;
+                                      par / S->sim.memory_bandwidth * slow;
                         double m = cost > rest ? cost : rest;
                         if (m >= *b)
                             continue;
-                        if (S->o->memory_size > 0) {
+                        double cap = stage_memory(S, R, per, off, r);
+                        if (cap > 0) {
                             int inflight = k < GA ? k : GA, slots = (inflight + r - 1) / r;
                             if (rpi_stage_bytes(&cfg, M->out, M->par, i, j - i, r, slots,
-                                                scale, &S->sim) > S->o->memory_size)
+                                                scale, &S->sim) > cap)
                                 continue;
                         }
                         *b = m;
@@ -144,7 +173,8 @@ static bool programme(search *S, int R, int per, int GA, bool recompute, bool sh
             int j = S->cut[AT(p, i, k)], r = S->rep[AT(p, i, k)];
             c.layers[P - p] = j - i;
             c.reps[P - p] = r;
-            double t = (M->cf[j] - M->cf[i] + M->cb[j] - M->cb[i]) * scale;
+            double t = (M->cf[j] - M->cf[i] + M->cb[j] - M->cb[i]) * scale *
+                       stage_slowness(S, R, per, per - k, r);
             sum += t;
             most = t > most ? t : most;
             if (j < L) { /* the activation out and its gradient back, at the level they cross */
@@ -203,6 +233,16 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
     int W = 1;
     for (int l = 0; l < o->num_levels; l++)
         W *= o->machines[l];
+    for (int d = 0; o->device_speed && d < W; d++)
+        if (!(o->device_speed[d] > 0) || isinf(o->device_speed[d]))
+            return rp_fail(err, RP_ERR_INVALID,
+                           "plan: device %d's speed is %g (a positive number, 1 for the "
+                           "profile's device)", d, o->device_speed[d]);
+    for (int d = 0; o->device_memory && d < W; d++)
+        if (!(o->device_memory[d] > 0) || isinf(o->device_memory[d]))
+            return rp_fail(err, RP_ERR_INVALID,
+                           "plan: device %d's memory is %g bytes (a positive number)", d,
+                           o->device_memory[d]);
     for (; S.nm < num_profiles; S.nm++) {
         measured *m = &S.m[S.nm];
         int *node = NULL, L;
@@ -257,6 +297,7 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
     memcpy(S.sim.machines, o->machines, sizeof o->machines);
     memcpy(S.sim.bandwidth, o->bandwidth, sizeof o->bandwidth);
     S.sim.tensor_split = o->tensor_split;
+    S.sim.device_speed = o->device_speed;
     int L = S.L;
     size_t cells = (size_t)(RP_AUTOPLAN_STAGES + 1) * (L + 1) * (W + 1);
     S.best = malloc(sizeof(double) * cells);
@@ -296,7 +337,7 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
                 int before = S.n;
                 for (int q = 0; q < 4 && S.n == before; q++) {
                     bool rc = ladder[q][0], sh = ladder[q][1];
-                    if (q > 0 && !(o->memory_size > 0))
+                    if (q > 0 && !(o->memory_size > 0) && !o->device_memory)
                         break;
                     if ((rc && base->recompute_checkpoint_every_layer) ||
                         (sh && (base->replicated_tensor_sharding || W == 1 ||
@@ -401,13 +442,49 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
             out->simulated++;
             rpi_plan_consider(&S, &out->pipedream, &pd, t, bytes);
         }
-        if (out->pipedream.found && (!out->best.found || out->pipedream.seconds < out->best.seconds))
+        /* it wins where faster, and where it is what the options ask for: as
+        ** many stages as pipeline_stages, none replicated with
+        ** one_worker_a_stage, 1f1b among the schedules */
+        const rp_config *q = &out->pipedream.cfg;
+        bool replicated = false;
+        for (int s = 0; s < q->layers_per_stage.count; s++)
+            replicated = replicated || rp_config_stage_replicas(q, s) > 1;
+        bool allowed = (!o->pipeline_stages || q->layers_per_stage.count == o->pipeline_stages) &&
+                       (!o->one_worker_a_stage || !replicated) &&
+                       (!o->schedules || (o->schedules & (1u << RP_SCHEDULE_1F1B)));
+        if (out->pipedream.found && allowed &&
+            (!out->best.found || out->pipedream.seconds < out->best.seconds))
             out->best = out->pipedream;
     }
     if (!out->best.found)
         st = rp_fail(err, RP_ERR_INFEASIBLE,
                      "plan: no configuration of %d workers fits %.0f bytes per worker",
                      W, o->memory_size);
+    /* devices of several kinds: what a planner that takes them as equal
+    ** would run, on these */
+    if (!st && (o->device_speed || o->device_memory)) {
+        rp_autoplan_options eq = *o;
+        eq.device_speed = NULL;
+        if (o->device_memory) { /* equal: each the least of them */
+            eq.device_memory = NULL;
+            eq.memory_size = DBL_MAX;
+            for (int d = 0; d < W; d++)
+                eq.memory_size = o->device_memory[d] < eq.memory_size ? o->device_memory[d]
+                                                                      : eq.memory_size;
+        }
+        rp_autoplan *e = malloc(sizeof *e);
+        rp_error ignored; /* (nothing for equal devices: no row) */
+        double t, bytes, far;
+        if (!e) {
+            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        } else if (!rp_autoplan_compute(profiles, batches, num_profiles, base, pipedream, &eq, e,
+                                        &ignored) &&
+                   rpi_plan_simulate_as_is(&S, &e->best.cfg, &t, &bytes, &far)) {
+            out->equal_devices = (rp_autoplan_entry){true, e->best.cfg, t, bytes};
+            out->simulated++;
+        }
+        free(e);
+    }
 done:
     for (int k = 0; k < S.nm; k++) {
         measured *m = &S.m[k];

@@ -52,6 +52,11 @@ typedef struct search {
 int rpi_plan_nearest(const search *S, double B);
 /* Candidate k as a configuration of 1f1b over the base's other keys. */
 void rpi_plan_config(const search *S, const cand *k, rp_config *cfg);
+/* Seconds per update, the most a worker holds and the seconds beyond the
+** innermost level of cfg as it is; false where it cannot run or does not
+** fit. */
+bool rpi_plan_simulate_as_is(const search *S, const rp_config *cfg, double *t, double *bytes,
+                             double *far);
 /* Seconds per update and the most a worker holds, with the reductions'
 ** keys that pay; false where it cannot run or does not fit. */
 bool rpi_plan_simulate(const search *S, rp_config *cfg, double *t, double *bytes);

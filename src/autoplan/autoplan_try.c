@@ -63,8 +63,8 @@ static void pass_times(const search *S, const cand *k, double out[3]) {
 /* Simulates a configuration as it is: seconds per update, the most a
 ** worker holds, and (far) the seconds its messages and reductions spend
 ** beyond the innermost level; false when it cannot run on these machines. */
-static bool simulate_as_is(const search *S, const rp_config *cfg, double *t, double *bytes,
-                           double *far) {
+bool rpi_plan_simulate_as_is(const search *S, const rp_config *cfg, double *t, double *bytes,
+                              double *far) {
     rp_sim_result r;
     rp_error err;
     const measured *m = &S->m[rpi_plan_nearest(S, cfg->micro_batch_size)];
@@ -86,8 +86,24 @@ static bool simulate_as_is(const search *S, const rp_config *cfg, double *t, dou
     *far = 0;
     for (int l = 1; l < r.num_levels; l++)
         *far += r.comm_seconds[l];
+    bool fits = !(S->o->memory_size > 0 && *bytes > S->o->memory_size);
+    if (S->o->device_memory) { /* each worker against its own device's */
+        const double *v = S->o->device_memory;
+        int devices = 1;
+        for (int l = 0; l < S->o->num_levels; l++)
+            devices *= S->o->machines[l];
+        double least = v[0];
+        for (int d = 1; d < devices; d++)
+            least = v[d] < least ? v[d] : least;
+        fits = true;
+        for (int w = 0; w < r.workers; w++) {
+            /* (a worker of chunks shares its device: against the least of all) */
+            double cap = rp_config_chunked(cfg) || w >= devices ? least : v[w];
+            fits = fits && r.stage_bytes[r.stage_of[w]] <= cap;
+        }
+    }
     rp_sim_result_free(&r);
-    return !(S->o->memory_size > 0 && *bytes > S->o->memory_size);
+    return fits;
 }
 
 /* Simulates a configuration with the reductions that pay on these
@@ -110,7 +126,7 @@ bool rpi_plan_simulate(const search *S, rp_config *cfg, double *t, double *bytes
     double far;
     cfg->workers_per_server = S->base->workers_per_server;
     cfg->reduction_bucket_mb = S->base->reduction_bucket_mb;
-    if (!simulate_as_is(S, cfg, t, bytes, &far))
+    if (!rpi_plan_simulate_as_is(S, cfg, t, bytes, &far))
         return false;
     int levels = S->o->num_levels, servers = levels > 1 ? S->o->machines[levels - 1] : 1;
     rp_derived der;
@@ -131,7 +147,7 @@ bool rpi_plan_simulate(const search *S, rp_config *cfg, double *t, double *bytes
         for (int l = 0; l < levels; l++)
             W *= S->o->machines[l];
         c.workers_per_server = W / servers;
-        if (c.workers_per_server > 1 && simulate_as_is(S, &c, &t2, &b2, &f2) && t2 < *t * 0.999)
+        if (c.workers_per_server > 1 && rpi_plan_simulate_as_is(S, &c, &t2, &b2, &f2) && t2 < *t * 0.999)
             *cfg = c, *t = t2, *bytes = b2;
         c = *cfg;
     }
@@ -145,7 +161,7 @@ bool rpi_plan_simulate(const search *S, rp_config *cfg, double *t, double *bytes
             continue; /* the simulation plays every bucket: too many to try */
         c = *cfg;
         c.reduction_bucket_mb = sizes[i];
-        if (simulate_as_is(S, &c, &t2, &b2, &f2) && t2 < *t * 0.999)
+        if (rpi_plan_simulate_as_is(S, &c, &t2, &b2, &f2) && t2 < *t * 0.999)
             keep = c, *t = t2, *bytes = b2;
     }
     *cfg = keep;

@@ -203,11 +203,13 @@ rp_status rp_autoplan_to_json(const rp_autoplan *a, long long global_batch, cons
     static const char *const names[] = {"best",          "single",
                                         "data_parallel", "pipedream",
                                         "pipeline_1f1b", "pipeline_zero_bubble",
-                                        "tensor_parallel", "pipeline_interleaved"};
+                                        "tensor_parallel", "pipeline_interleaved",
+                                        "equal_devices"};
     const rp_autoplan_entry *rows[] = {&a->best,      &a->single,        &a->data_parallel,
                                        &a->pipedream, &a->pipeline_1f1b, &a->pipeline_zero_bubble,
-                                       &a->tensor_parallel, &a->pipeline_interleaved};
-    for (int k = 0; k < 8; k++) {
+                                       &a->tensor_parallel, &a->pipeline_interleaved,
+                                       &a->equal_devices};
+    for (int k = 0; k < 9; k++) {
         cJSON *j = autoplan_entry(rows[k], err);
         if (!j) {
             cJSON_Delete(e), cJSON_Delete(root);

@@ -3,6 +3,7 @@
 ** clock for all of them with the profile's layer times and the machines'
 ** prices.
 */
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,6 +275,13 @@ static void start_send(sim *m, int w, const rp_op *op, double now) {
     }
 }
 
+/* How much longer worker w's device takes than the profile's. */
+static double slowness(const sim *m, int w) {
+    if (!m->opt->device_speed)
+        return 1;
+    return 1 / m->opt->device_speed[m->plan->devices ? m->plan->device_of[w] : w];
+}
+
 /* Starts a step; false while it waits for the norms. Gradient clipping's
 ** norm and loss scaling's overflow are sums over every worker of their
 ** reduced gradients (exchange.c): no worker steps before all have reduced
@@ -294,7 +302,7 @@ static bool start_step(sim *m, int w, double now) {
             return false;
         x->at_norm = false, x->steps++, x->t0 = now;
     }
-    x->work = m->c.par[plan->w[w].stage] / m->membw; /* one pass over the parameters */
+    x->work = m->c.par[plan->w[w].stage] / m->membw * slowness(m, w); /* the parameters, once */
     return true;
 }
 
@@ -364,19 +372,19 @@ static bool start_op(sim *m, int w, const rp_op *op, double now) {
         start_send(m, w, op, now);
         return true;
     case RP_OP_FORWARD:
-        x->work = m->c.f[s];
+        x->work = m->c.f[s] * slowness(m, w);
         if (++x->held > m->res->in_flight[w])
             m->res->in_flight[w] = x->held;
         return true;
     case RP_OP_BACKWARD:
-        x->work = m->c.b[s];
+        x->work = m->c.b[s] * slowness(m, w);
         x->held--;
         return true;
     case RP_OP_BACKWARD_INPUT:
-        x->work = m->c.bi[s];
+        x->work = m->c.bi[s] * slowness(m, w);
         return true;
     case RP_OP_BACKWARD_WEIGHT:
-        x->work = m->c.bw[s];
+        x->work = m->c.bw[s] * slowness(m, w);
         x->held--;
         return true;
     case RP_OP_STEP:
@@ -522,6 +530,15 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
         return st;
     }
     m.P = m.plan->stages, m.W = m.plan->workers, m.T = rp_config_tensor_parallel(cfg);
+    for (int w = 0; opt->device_speed && w < m.W; w++) {
+        int d = m.plan->devices ? m.plan->device_of[w] : w;
+        if (!(opt->device_speed[d] > 0) || !isfinite(opt->device_speed[d])) {
+            rp_workplan_free(m.plan);
+            return rp_fail(err, RP_ERR_INVALID,
+                           "simulate: device %d's speed is %g (a positive number, 1 for the "
+                           "profile's device)", d, opt->device_speed[d]);
+        }
+    }
     if (m.T > 1 && !opt->tensor_split) {
         rp_workplan_free(m.plan);
         return rp_fail(err, RP_ERR_INVALID,

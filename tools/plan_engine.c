@@ -1,0 +1,418 @@
+/*
+** repipe plan's engine objective and --schedule (plan_engine.h).
+*/
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_engine.h"
+#include "plan_print.h"
+
+/* Whether hay holds needle (lower case), letters of either case alike. */
+static bool holds_nocase(const char *hay, const char *needle) {
+    for (; *hay; hay++) {
+        size_t i = 0;
+        while (needle[i] && hay[i] && tolower((unsigned char)hay[i]) == needle[i])
+            i++;
+        if (!needle[i])
+            return true;
+    }
+    return false;
+}
+
+bool plan_write_text(const cli_cmd *cmd, const char *path, const char *text) {
+    if (strcmp(path, "-") == 0) {
+        fputs(text, stdout);
+        return true;
+    }
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        cli_error(cmd, "%s: cannot write", path);
+        return false;
+    }
+    return true;
+}
+
+
+/* The plan run by repipe's engine: its time per update with the flush of
+** the schedule (the bubble) and each stage's memory, written to out. */
+int plan_engine_mode(const cli_cmd *cmd, const rp_plan *plan, const rp_profile *prof,
+                       const char *base_config, const char *schedule, int M, double device_memory,
+                       FILE *out) {
+    rp_config cfg;
+    rp_error err;
+    rp_config_default(&cfg);
+    if (base_config && rp_config_load_file(&cfg, base_config, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    cfg.gradient_accumulation_steps = M;
+    cfg.schedule = strcmp(schedule, "gpipe") == 0 ? RP_SCHEDULE_GPIPE : RP_SCHEDULE_1F1B;
+    if (device_memory == 0 && cfg.device_memory > 0) /* the base configuration's budget */
+        device_memory = (double)cfg.device_memory;
+    double *fw = NULL, *bw = NULL, *ob = NULL, *pb = NULL;
+    int L = 0, rc = 1;
+    rp_sim_result res = {0};
+    /* the profile's times are per micro-batch as profiled: no rescaling;
+    ** the workers sit on the plan's machines */
+    rp_sim_options opt;
+    rp_sim_options_default(&opt);
+    opt.num_levels = plan->options.num_levels;
+    memcpy(opt.machines, plan->options.machines, sizeof(int) * opt.num_levels);
+    memcpy(opt.bandwidth, plan->options.bandwidth, sizeof(double) * opt.num_levels);
+    /* and what each layer keeps, where the profile says */
+    int *node = NULL;
+    double *mem[5] = {0};
+    rp_status st = rp_plan_to_config(plan, prof, &cfg, NULL, 0, &err);
+    if (!st)
+        st = rp_profile_layers(prof, &fw, &bw, &ob, &pb, &node, &L, &err);
+    if (!st)
+        st = rp_profile_memory(prof, node, L, mem, &err);
+    rp_sim_options_memory(&opt, mem);
+    if (st || rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    rp_derived d;
+    rp_config_derive(&cfg, &d);
+    fprintf(out, "\nrepipe's engine, %s with %d micro-batches per replica and update (micro-batches as "
+           "profiled):\n",
+           schedule, M);
+    fprintf(out, "  predicted %.6f s per update, %.6f s per micro-batch (flush included; %.2fx the "
+           "plan's steady-state time)\n",
+           res.update_time, res.update_time / M,
+           res.update_time / M / plan->pipeline_time);
+    rc = 0;
+    for (int s = 0; s < res.stages; s++) {
+        bool over = device_memory > 0 && res.stage_bytes[s] > device_memory;
+        fprintf(out, "  stage %d: a worker holds %.1f MB (parameters, gradients, activations in "
+               "flight)%s\n",
+               s, res.stage_bytes[s] / 1e6, over ? "  > device memory" : "");
+        if (over)
+            rc = 1;
+    }
+    if (rc)
+        cli_error(cmd, "the plan needs more than --device-memory %.0f bytes on a worker; try "
+                       "more machines, --memory-constraint, or fewer micro-batches with 1f1b",
+                  device_memory);
+done:
+    rp_sim_result_free(&res);
+    free(fw), free(bw), free(ob), free(pb), free(node);
+    for (int k = 0; k < 5; k++)
+        free(mem[k]);
+    return rc;
+}
+
+/* Prints one configuration's row of the comparison; false for a kind with no
+** configuration (the legend under the table says why there can be none). */
+static bool print_row(const char *what, const rp_autoplan_entry *e) {
+    if (!e->found) {
+        printf("  %-34s %s\n", what, "none (below)");
+        return false;
+    }
+    rp_derived d;
+    rp_config_derive(&e->cfg, &d);
+    printf("  %-34s %7d %7d %9d %5d %-16s %11.4f s %11.0f", what,
+           rp_config_devices(&e->cfg, &d), d.stages,
+           e->cfg.micro_batch_size, e->cfg.gradient_accumulation_steps,
+           rp_schedule_name(e->cfg.schedule), e->seconds, d.samples_per_update / e->seconds);
+    if (e->cfg.tensor_parallel > 1) /* the third axis: workers = replicas x stages' x t */
+        printf("  tensor groups of %d", e->cfg.tensor_parallel);
+    if (e->cfg.workers_per_server > 0)
+        printf("  summed per server of %d", e->cfg.workers_per_server);
+    if (e->cfg.reduction_bucket_mb > 0)
+        printf("  reduced in %g MB buckets", e->cfg.reduction_bucket_mb);
+    printf("\n");
+    return true;
+}
+
+/* The keys a plan sets, in words: what --config-out writes. */
+static void print_keys(const rp_config *c) {
+    printf("  replication_factor %d, micro_batch_size %d, gradient_accumulation_steps %d, "
+           "schedule %s, layers_per_stage [",
+           c->replication_factor, c->micro_batch_size, c->gradient_accumulation_steps,
+           rp_schedule_name(c->schedule));
+    for (int s = 0; s < c->layers_per_stage.count; s++)
+        printf("%s%d", s ? ", " : "", c->layers_per_stage.layers[s]);
+    printf("], stage_replication [");
+    for (int s = 0; s < c->layers_per_stage.count; s++)
+        printf("%s%d", s ? ", " : "", rp_config_stage_replicas(c, s));
+    printf("], recompute_checkpoint_every_layer %s, replicated_tensor_sharding %s",
+           c->recompute_checkpoint_every_layer ? "true" : "false",
+           c->replicated_tensor_sharding ? "true" : "false");
+    if (c->tensor_parallel > 1)
+        printf(", tensor_parallel %d", c->tensor_parallel);
+    if (c->workers_per_server > 0)
+        printf(", workers_per_server %d", c->workers_per_server);
+    if (c->reduction_bucket_mb > 0)
+        printf(", reduction_bucket_mb %g", c->reduction_bucket_mb);
+    if (rp_config_chunked(c))
+        printf(", virtual_stages %d", c->virtual_stages);
+    if (c->schedule == RP_SCHEDULE_ZB_AUTO)
+        printf(", zb_pass_times [%.4g, %.4g, %.4g], zb_max_in_flight %d", c->zb_pass_times[0],
+               c->zb_pass_times[1], c->zb_pass_times[2], c->zb_max_in_flight);
+    printf("\n");
+}
+
+/* The mpirun line that puts the configuration's workers where the plan
+** placed them: worker (rank) w on the machine w / M1 of the innermost level
+** M1, which is where Open MPI's ppr mapping puts it when the hostfile lists
+** the outer machines in order (docs/cluster.md). */
+void plan_print_launch(const rp_config *c, const rp_plan_options *o, const char *config) {
+    rp_derived d;
+    rp_config_derive(c, &d);
+    int ranks = rp_config_devices(c, &d); /* a rank holds a device's chunks */
+    printf("\nlaunch it on MPI ranks (docs/cluster.md):\n  mpirun -np %d", ranks);
+    if (o->num_levels > 1)
+        printf(" --hostfile HOSTS --map-by ppr:%d:node", o->machines[0]);
+    printf(" --bind-to core repipe train --model MODEL --config %s --backend mpi\n", config);
+    if (o->num_levels > 1) {
+        int hosts = (ranks + o->machines[0] - 1) / o->machines[0];
+        printf("  HOSTS: the %d server%s in order, %d slots each; the same paths on each\n", hosts,
+               hosts == 1 ? "" : "s", o->machines[0]);
+    }
+    /* the same ranks under torchrun: a server a node, the innermost level's
+    ** machines its processes (rt.Pipeline numbers them as the engine does) */
+    int nodes = o->num_levels > 1 ? (ranks + o->machines[0] - 1) / o->machines[0] : 1;
+    int per = nodes > 1 ? o->machines[0] : ranks;
+    printf("or with PyTorch (docs/python.md): rt.Pipeline(module, \"%s\", ...) in your "
+           "script, over the module the profile came from, then\n  torchrun", config);
+    if (nodes > 1)
+        printf(" --nnodes %d --node-rank N --master-addr HOST0", nodes);
+    printf(" --nproc-per-node %d YOUR_SCRIPT.py\n", per);
+}
+
+/* The engine objective: the fastest synchronous configuration beside one
+** worker, data parallelism and PipeDream's plan run synchronously; with
+** config_out, written (the engine's choice, or PipeDream's plan with a
+** batch that feeds every stage replica when pipedream_out). */
+int plan_engine_run(const cli_cmd *cmd, const plan_engine *x) {
+    const rp_profile *prof = x->prof;
+    const char *const *more = x->more;
+    int num_more = x->num_more;
+    const rp_plan *plan = x->plan;
+    const rp_plan_options *o = x->o;
+    const char *base_config = x->base_config, *split_model = x->split_model;
+    const char *config_out = x->config_out, *json = x->json;
+    long long global_batch = x->global_batch, profile_batch = x->profile_batch;
+    long long min_micro = x->min_micro;
+    double memory = x->memory, latency = x->latency;
+    int cores = x->cores, pp = x->pp;
+    bool polling = x->polling, pipedream_out = x->pipedream_out;
+    const plan_emit *emit = x->emit;
+    unsigned schedules = x->schedules;
+    bool quiet = json && strcmp(json, "-") == 0; /* standard output carries the JSON */
+    rp_config base;
+    rp_error err;
+    rp_config_default(&base);
+    if (base_config && rp_config_load_file(&base, base_config, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    rp_autoplan_options ao;
+    rp_autoplan_options_default(&ao);
+    ao.num_levels = o->num_levels;
+    memcpy(ao.machines, o->machines, sizeof o->machines);
+    memcpy(ao.bandwidth, o->bandwidth, sizeof o->bandwidth);
+    if (!profile_batch)
+        profile_batch = rp_profile_micro_batch(prof);
+    if (!profile_batch && base_config)
+        profile_batch = base.micro_batch_size;
+    if (!profile_batch) {
+        cli_error(cmd, "the engine objective needs --profile-batch B, the micro-batch the profile "
+                       "was measured on (profiles of 'repipe profile' say it), or a --base-config");
+        return 2;
+    }
+    rp_derived d;
+    rp_config_derive(&base, &d);
+    ao.global_batch = global_batch             ? global_batch
+                      : base_config            ? d.samples_per_update
+                                               : profile_batch * plan->machines_available;
+    ao.memory_size = memory > 0 ? memory : (double)base.device_memory;
+    ao.cores = cores;
+    ao.latency = latency;
+    ao.polling = polling;
+    ao.min_micro_batch = (int)min_micro;
+    ao.pipeline_stages = pp;
+    ao.schedules = schedules;
+    ao.device_speed = x->speed;
+    ao.device_memory = x->device_memory;
+    /* batch normalisation of a micro-batch of one sample has nothing to
+    ** normalise by where a plane is one value (train refuses it): a profile
+    ** that names one plans micro-batches of 2 or more */
+    for (int i = 0; i < prof->num_nodes && ao.min_micro_batch < 2; i++)
+        if (prof->nodes[i].desc && holds_nocase(prof->nodes[i].desc, "batchnorm")) {
+            ao.min_micro_batch = 2;
+            printf("%s (line %d of the profile) normalises by a micro-batch's statistics: micro-batches "
+                   "of 2 or more (--min-micro-batch)\n",
+                   prof->nodes[i].id, prof->nodes[i].line);
+        }
+    unsigned char *split = NULL;
+    if (split_model) {
+        double *fw, *bw, *ob, *pb;
+        int *node, L;
+        if (rp_profile_layers(prof, &fw, &bw, &ob, &pb, &node, &L, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            return 1;
+        }
+        free(fw), free(bw), free(ob), free(pb), free(node);
+        if (!cli_tensor_split(cmd, split_model, L, 0, RP_TP_VOCAB, &split,
+                              &ao.tensor_degrees))
+            return 1;
+        ao.tensor_split = split;
+    }
+    /* the profile, and those of the same model at other micro-batches */
+    const rp_profile *profs[RP_AUTOPLAN_MAX_PROFILES] = {prof};
+    double batches[RP_AUTOPLAN_MAX_PROFILES] = {(double)profile_batch};
+    int np = 1, rc = 1;
+    for (int k = 0; k < num_more; k++, np++) {
+        rp_profile *q;
+        if (rp_profile_read(&q, more[k], &err)) {
+            cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
+        profs[np] = q;
+        if (!(batches[np] = rp_profile_micro_batch(q))) {
+            np++;
+            cli_error(cmd, "%s: the profile does not say its micro-batch (write it with "
+                           "'repipe profile')", more[k]);
+            goto done;
+        }
+    }
+    rp_autoplan r;
+    if (rp_autoplan_compute(profs, batches, np, &base, plan, &ao, &r, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    const rp_config *c = &r.best.cfg;
+    if (json) { /* the plan's JSON with the engine's comparison */
+        char *text;
+        if (rp_autoplan_to_json(&r, ao.global_batch, plan, prof, &text, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
+        bool ok = plan_write_text(cmd, json, text);
+        free(text);
+        if (!ok)
+            goto done;
+    }
+    if (quiet)
+        goto write_config;
+    printf("\nrepipe's engine, %lld samples per update (micro-batches as profiled: ",
+           ao.global_batch);
+    for (int k = 0; k < np; k++)
+        printf("%s%.0f", k ? ", " : "", batches[k]);
+    printf("), %d configurations simulated:\n", r.simulated);
+    printf("  %-34s %7s %7s %9s %5s %-16s %13s %11s\n", "", "workers", "stages", "micro-b", "GA",
+           "schedule", "per update", "samples/s");
+    bool all = print_row("one worker", &r.single);
+    all &= print_row("data parallel", &r.data_parallel);
+    all &= print_row("PipeDream's plan, synchronous", &r.pipedream);
+    all &= print_row("fastest pipeline under 1f1b", &r.pipeline_1f1b);
+    all &= print_row("fastest pipeline, zero bubble", &r.pipeline_zero_bubble);
+    all &= print_row("two chunks a worker", &r.pipeline_interleaved);
+    if (split)
+        all &= print_row("fastest with tensor groups", &r.tensor_parallel);
+    all &= print_row("fastest for the engine", &r.best);
+    if (x->speed || x->device_memory) /* devices of several kinds */
+        print_row("planned as if all were alike", &r.equal_devices);
+    if (!all) {
+        printf("  none: no configuration of that kind runs here: each needs the workers and "
+               "stages of its kind, and its replicas' micro-batches must split %lld samples an "
+               "update evenly (1 to %d micro-batches a replica, of %d samples or more)",
+               ao.global_batch, ao.max_accumulation, ao.min_micro_batch);
+        if (ao.device_memory)
+            printf(", within each machine's --memory-size");
+        else if (ao.memory_size > 0)
+            printf(", within --memory-size %.0f bytes a worker", ao.memory_size);
+        printf("\n");
+    }
+    rp_config_derive(c, &d);
+    if (d.stages == 1) {
+        printf("data parallelism on %d of the %d workers is predicted fastest: every worker holds "
+               "the whole model\n",
+               d.workers, plan->machines_available);
+    } else {
+        if (rp_config_chunked(c))
+            printf("a pipeline of %d chunks, %d on each of its %d workers (%s) on %d of the %d "
+                   "machines",
+                   d.stages, c->virtual_stages, d.stages / c->virtual_stages,
+                   rp_schedule_name(c->schedule), rp_config_devices(c, &d),
+                   plan->machines_available);
+        else
+            printf("a pipeline of %d stages on %d of the %d workers", d.stages, d.workers,
+                   plan->machines_available);
+        printf(", %d replica%s of it, is predicted fastest", c->replication_factor,
+               c->replication_factor == 1 ? "" : "s");
+        if (r.data_parallel.found) /* (data parallelism may not fit) */
+            printf(": %.2fx data parallelism", r.data_parallel.seconds / r.best.seconds);
+        printf("\n");
+    }
+    if ((x->speed || x->device_memory) && r.equal_devices.found)
+        printf("on these devices it is predicted %.2fx as fast as the plan for devices all "
+               "alike (%.4f s against %.4f s an update)\n",
+               r.equal_devices.seconds / r.best.seconds, r.best.seconds,
+               r.equal_devices.seconds);
+    double *fw, *bw, *ob, *pb;
+    int *node, L;
+    if (!rp_profile_layers(prof, &fw, &bw, &ob, &pb, &node, &L, &err)) {
+        for (int s = 0, l = 0; s < c->layers_per_stage.count; l += c->layers_per_stage.layers[s++]) {
+            const char *a = prof->nodes[node[l]].desc;
+            const char *b = prof->nodes[node[l + c->layers_per_stage.layers[s] - 1]].desc;
+            int P = d.stages / c->virtual_stages, at = 0; /* chunked: the worker of chunk s */
+            for (int r = 0; r < P; r++)
+                for (int k = 0; k < c->virtual_stages; k++)
+                    if (rp_config_chunk(c, P, r, k) == s)
+                        at = r;
+            int reps = rp_config_stage_replicas(c, s);
+            if (rp_config_chunked(c)) {
+                printf("  chunk %d: layers %d-%d (%.*s ... %.*s) on worker %d of each replica",
+                       s, l, l + c->layers_per_stage.layers[s] - 1, plan_node_name_len(a), a,
+                       plan_node_name_len(b), b, at);
+                if (reps > 1) /* (its stage replicas: a device each, the micro-batches in turns) */
+                    printf(", a worker of %d devices", reps);
+                printf("\n");
+            } else
+                printf("  stage %d: layers %d-%d (%.*s ... %.*s) on %d worker%s per replica\n",
+                       s, l, l + c->layers_per_stage.layers[s] - 1, plan_node_name_len(a), a,
+                       plan_node_name_len(b), b, reps, reps == 1 ? "" : "s");
+        }
+        free(fw), free(bw), free(ob), free(pb), free(node);
+    }
+    print_keys(c);
+    if (emit->on && plan_emit_trainer(cmd, emit, prof, profs, batches, np, &base, ao,
+                                      pipedream_out ? &r.pipedream : &r.best, &r))
+        goto done;
+write_config:
+    rc = 0;
+    if (!config_out)
+        goto done;
+    const rp_autoplan_entry *e = pipedream_out ? &r.pipedream : &r.best;
+    if (!e->found) {
+        cli_error(cmd, "PipeDream's plan cannot run %lld samples per update with every stage "
+                       "replica fed (GA a multiple of each stage's replication); try "
+                       "--objective engine or another --global-batch",
+                  ao.global_batch);
+        rc = 1;
+        goto done;
+    }
+    if (rp_config_save_file(&e->cfg, config_out, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        rc = 1;
+        goto done;
+    }
+    if (quiet)
+        goto done;
+    printf("\nexecution configuration written to %s%s%s, %s; it sets:\n", config_out,
+           base_config ? ", based on " : "", base_config ? base_config : "",
+           pipedream_out ? "PipeDream's plan" : "the engine's plan");
+    print_keys(&e->cfg);
+    plan_print_launch(&e->cfg, o, config_out);
+done:
+    for (int k = 1; k < np; k++)
+        rp_profile_free((rp_profile *)profs[k]);
+    free(split);
+    return rc;
+}
+
