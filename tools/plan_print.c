@@ -228,8 +228,14 @@ void plan_print(const rp_plan *p, const char *profile_path, const rp_profile *pr
 }
 
 int plan_node_name_len(const char *desc) {
-    /* the name ends where the tags repipe profile adds begin: " key=value" */
-    for (const char *at = desc; (at = strchr(at, ' ')); at++) {
+    /* the name ends where the tags repipe profile adds begin, " key=value"
+    ** outside parentheses (PipeDream's "Conv2d(3, 64, kernel_size=(3, 3))"
+    ** keeps its own) */
+    int depth = 0;
+    for (const char *at = desc; *at; at++) {
+        depth += (*at == '(') - (*at == ')');
+        if (*at != ' ' || depth > 0)
+            continue;
         const char *k = at + 1;
         while (*k == '_' || (*k >= 'a' && *k <= 'z'))
             k++;
