@@ -145,8 +145,10 @@ mkdir -p "$tmp/fm160"
 for k in images-idx3 labels-idx1; do
   for set in train t10k; do ln -sf "$src/tests/torch/fmnist160/train-$k-ubyte.gz" "$tmp/fm160/$set-$k-ubyte.gz"; done
 done
-for m in examples/fmnist-mlp examples/fmnist-cnn examples/fmnist-resnet examples/gpt-kjv \
-         examples/llama-kjv tests/torch/resnet18; do
+examples=(examples/fmnist-mlp examples/fmnist-cnn examples/fmnist-resnet examples/gpt-kjv
+          examples/llama-kjv tests/torch/resnet18)
+[ "${REPIPE_CLI_EXAMPLES:-1}" = 0 ] && examples=(examples/fmnist-mlp)
+for m in "${examples[@]}"; do
   data=(--data "$tmp/fm160"); case $m in *gpt-*|*llama-*) data=(--text "$src/README.md");; esac
   if "$bin" profile --model "$src/$m.model" --micro-batch 4 --repeats 1 --out "$tmp/ex.txt" >/dev/null 2>&1 &&
      "$bin" plan --profile "$tmp/ex.txt" --machines 2 2 --objective engine --global-batch 16 \
