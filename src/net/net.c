@@ -152,7 +152,7 @@ void rp_net_free(rp_net *n) {
     if (n->gt)
         for (int k = 0; k < n->nin + (n->last - n->first); k++)
             free(n->gt[k]);
-    free(n->gt), free(n->written), free(n->gtmp), free(n->gpack);
+    free(n->gt), free(n->gcur), free(n->written), free(n->gtmp), free(n->gpack);
     free(n->bin), free(n->bout), free(n->in_slot);
     free(n->stat_at), free(n->stats), free(n->running);
     free(n);
@@ -395,7 +395,12 @@ static const float *backward(rp_net *n, rp_acts *a, const float *dout, const rp_
             continue; /* the gradient passes through as it is */
         layer_args x = rpi_net_args(n, a, l, ctx, ins);
         bool want = l > stop || need_input_grad;
-        float *din = want ? n->g[buf] : NULL;
+        /* the gradient for layer l - 1 goes straight into its stash where
+        ** its weights' half will read it */
+        float *home = l > n->first && !n->alias[l - 1 - n->first]
+                          ? rpi_net_grad_home(n, a, l - 1, part)
+                          : NULL;
+        float *din = !want ? NULL : home ? home : n->g[buf];
         rpi_net_layer_backward(n, &x, g, din, part);
         if (ctx->grads_done && part != RPI_BACK_INPUT)
             ctx->grads_done(ctx->grads_arg, l);

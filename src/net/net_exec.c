@@ -67,13 +67,25 @@ layer_args rpi_net_args(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx,
     return x;
 }
 
+/* Where the gradient of layer l's output is best made in a split backward's
+** input half: straight in the stash its weights' half will read, where the
+** layer keeps its output's gradient (no copy); NULL where it does not. */
+float *rpi_net_grad_home(const rp_net *n, const rp_acts *a, int l, int part) {
+    if (part != RPI_BACK_INPUT || !a->ws || l < n->first || l >= n->last)
+        return NULL;
+    const rp_layer *L = &n->m->layers[l];
+    if (!rpi_layer_splits(L) || rpi_layer_stashes_itself(L))
+        return NULL;
+    return a->ws[l - n->first];
+}
+
 /* One layer's backward, or its input half (part RPI_BACK_INPUT: a layer
 ** that splits keeps its output gradient for the weights' half; one that
 ** does not runs whole). */
 void rpi_net_layer_backward(rp_net *n, layer_args *x, const float *dout, float *din, int part) {
     const rp_layer *L = x->L;
     bool split = part == RPI_BACK_INPUT && rpi_layer_splits(L);
-    if (split && !rpi_layer_stashes_itself(L))
+    if (split && !rpi_layer_stashes_itself(L) && x->wstash != dout) /* (else made there) */
         memcpy(x->wstash, dout, sizeof(float) * out_size(L) * x->B);
     x->part = split ? RPI_BACK_INPUT : RPI_BACK_BOTH;
     double t0 = n->clock ? rp_now() : 0;

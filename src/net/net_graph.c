@@ -45,8 +45,9 @@ rp_status rpi_net_plan_graph(rp_net *n, rp_error *err) {
         n->in_slot[n->bin[j] + 1] = j;
     int slots = n->nin + L;
     n->gt = calloc(slots, sizeof(float *));
+    n->gcur = calloc(slots, sizeof(float *));
     n->written = calloc(slots, sizeof(bool));
-    if (!n->gt || !n->written)
+    if (!n->gt || !n->gcur || !n->written)
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     size_t most = n->in_n;
     for (int k = 0; k < slots; k++) {
@@ -95,7 +96,7 @@ void rpi_net_pack_output(const rp_net *n, rp_acts *a, int batch) {
 static void give_grad(rp_net *n, int t, const float *g, int rows) {
     int k = rpi_net_slot_of(n, t);
     size_t len = rpi_net_tensor_size(n, t) * rows;
-    float *restrict d = n->gt[k];
+    float *restrict d = n->gcur[k];
     if (!n->written[k]) {
         if (g != d)
             memcpy(d, g, sizeof(float) * len);
@@ -112,12 +113,19 @@ const float *rpi_net_graph_backward(rp_net *n, rp_acts *a, const float *dout,
     int rows = a->rows, slots = n->nin + (n->last - n->first);
     memset(n->written, 0, sizeof(bool) * slots);
     bool loss = n->m->layers[n->last - 1].type == RP_LAYER_SOFTMAX_CE;
+    /* each tensor's gradient in its slot's buffer, or, in a split
+    ** backward's input half, straight in the stash where its layer's
+    ** weights' half will read it (a received one copied there, not twice) */
+    for (int k = 0; k < slots; k++) {
+        float *home = k < n->nin ? NULL : rpi_net_grad_home(n, a, n->first + k - n->nin, part);
+        n->gcur[k] = home ? home : n->gt[k];
+    }
     if (!loss) { /* the gradients received, one per tensor sent */
         size_t at = 0;
         for (int j = 0; j < n->nout; j++) {
             int t = n->bout[j];
             size_t sz = rpi_net_tensor_size(n, t);
-            float *d = n->gt[rpi_net_slot_of(n, t)];
+            float *d = n->gcur[rpi_net_slot_of(n, t)];
             for (int r = 0; r < rows; r++)
                 memcpy(d + r * sz, dout + r * n->out_n + at, sizeof(float) * sz);
             n->written[rpi_net_slot_of(n, t)] = true;
@@ -130,8 +138,8 @@ const float *rpi_net_graph_backward(rp_net *n, rp_acts *a, const float *dout,
         const rp_layer *L = &n->m->layers[l];
         layer_args x = rpi_net_args(n, a, l, ctx, ins);
         if (n->written[rpi_net_slot_of(n, l)]) /* here, where its readers' parts are in */
-            rpi_net_reduce_grad(n, l, n->gt[rpi_net_slot_of(n, l)], rows);
-        const float *g = n->gt[rpi_net_slot_of(n, l)];
+            rpi_net_reduce_grad(n, l, n->gcur[rpi_net_slot_of(n, l)], rows);
+        const float *g = n->gcur[rpi_net_slot_of(n, l)];
         for (int i = 0; i < L->num_inputs; i++) {
             int t = L->inputs[i];
             bool want = t >= stop || (t < n->first && need_input_grad);
@@ -141,19 +149,19 @@ const float *rpi_net_graph_backward(rp_net *n, rp_acts *a, const float *dout,
             } else if (L->type == RP_LAYER_MUL) {
                 if (want) {
                     int k = rpi_net_slot_of(n, t);
-                    float *din = n->written[k] ? n->gtmp : n->gt[k];
+                    float *din = n->written[k] ? n->gtmp : n->gcur[k];
                     rpi_mul_backward(&x, i, g, din);
                     give_grad(n, t, din, rows);
                 }
             } else if (L->type == RP_LAYER_CONCAT) {
                 if (want) {
                     int k = rpi_net_slot_of(n, t);
-                    rpi_concat_backward(&x, i, g, n->gt[k], n->written[k]);
+                    rpi_concat_backward(&x, i, g, n->gcur[k], n->written[k]);
                     n->written[k] = true;
                 }
             } else { /* one input: straight into its buffer when first */
                 int k = rpi_net_slot_of(n, t);
-                float *din = !want ? NULL : n->written[k] ? n->gtmp : n->gt[k];
+                float *din = !want ? NULL : n->written[k] ? n->gtmp : n->gcur[k];
                 rpi_net_layer_backward(n, &x, loss && l == n->last - 1 ? NULL : g, din, part);
                 if (din)
                     give_grad(n, t, din, rows);
@@ -165,14 +173,14 @@ const float *rpi_net_graph_backward(rp_net *n, rp_acts *a, const float *dout,
     if (!need_input_grad)
         return NULL;
     if (n->nin == 1 && n->written[0])
-        return n->gt[0];
+        return n->gcur[0];
     size_t at = 0; /* packed as they came; a tensor no reader differentiates gets zeros */
     for (int j = 0; j < n->nin; j++) {
         size_t sz = rpi_net_tensor_size(n, n->bin[j]);
         for (int r = 0; r < rows; r++) {
             float *d = n->gpack + r * n->in_n + at;
             if (n->written[j])
-                memcpy(d, n->gt[j] + r * sz, sizeof(float) * sz);
+                memcpy(d, n->gcur[j] + r * sz, sizeof(float) * sz);
             else
                 memset(d, 0, sizeof(float) * sz);
         }

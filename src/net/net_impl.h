@@ -36,6 +36,7 @@ struct rp_net {
     int *in_slot;       /* [t + 1] for t < first: its place in bin */
     bool packed_out;    /* the output is not the last layer's alone */
     float **gt;         /* per slot: nin received, then each layer's */
+    float **gcur;       /* per slot, where a backward makes it: gt's, or a stash */
     bool *written;
     float *gtmp, *gpack;
     size_t graph_bytes;
@@ -76,6 +77,11 @@ float *rpi_net_tensor_at(const rp_net *n, rp_acts *a, int t);
 layer_args rpi_net_args(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx, const float **ins);
 void rpi_net_recompute(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx);
 void rpi_net_layer_backward(rp_net *n, layer_args *x, const float *dout, float *din, int part);
+/* In a split backward's input half (part RPI_BACK_INPUT), the stash where
+** layer l's weights' half will read its output's gradient, for that
+** gradient to be made there rather than copied in; NULL for a layer that
+** does not keep it so (no split, or its own stash). */
+float *rpi_net_grad_home(const rp_net *n, const rp_acts *a, int l, int part);
 rp_status rpi_net_layer_forward(rp_net *n, const layer_args *x);
 void rpi_net_reduce_grad(rp_net *n, int t, float *g, int rows);
 
