@@ -28,10 +28,7 @@
 # (--no-put leaves out set 1)
 default_rounds=3
 . "$(dirname "$0")/common.sh"
-if [ "$(id -u)" != 0 ]; then
-  echo "bench/cluster_vs_simulate.sh: needs root (scripts/cluster makes network namespaces)" >&2
-  exit 1
-fi
+need_root "scripts/cluster makes network namespaces"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cores=$(nproc)

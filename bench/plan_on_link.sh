@@ -21,10 +21,7 @@
 # Usage: bench/plan_on_link.sh BUILD_DIR [ROUNDS] [SERVERS] [MODELS]
 default_rounds=3
 . "$(dirname "$0")/common.sh"
-if [ "$(id -u)" != 0 ]; then
-  echo "bench/plan_on_link.sh: needs root (scripts/cluster makes network namespaces)" >&2
-  exit 1
-fi
+need_root "scripts/cluster makes network namespaces"
 servers=${3:-2}
 models=${4:-mlp cnn}
 N=$((servers == 3 ? 384 : 256))

@@ -24,10 +24,7 @@
 default_rounds=3
 . "$(dirname "$0")/common.sh"
 bucket=${3:-1}
-if [ "$(id -u)" != 0 ]; then
-  echo "bench/reductions_on_link.sh: needs root (scripts/cluster makes network namespaces)" >&2
-  exit 1
-fi
+need_root "scripts/cluster makes network namespaces"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf 'input 1 28 28\nconv2d 32 kernel=3 pad=1\nrelu\nconv2d 32 kernel=3 pad=1\nrelu\nmaxpool2d 2\nconv2d 64 kernel=3 pad=1\nrelu\nmaxpool2d 2\nflatten\nlinear 512\nrelu\nlinear 10\nsoftmax_cross_entropy\n' > "$tmp/cnn.model"

@@ -16,10 +16,7 @@
 default_rounds=5
 . "$(dirname "$0")/common.sh"
 slow=${3:-0.5}
-if [ "$(id -u)" != 0 ]; then
-  echo "bench/unequal_devices.sh: needs root (scripts/cluster makes namespaces and cgroups)" >&2
-  exit 1
-fi
+need_root "scripts/cluster makes namespaces and cgroups"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 { printf 'input 1 28 28\nflatten\n'
