@@ -498,3 +498,76 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
     *out = sc;
     return RP_OK;
 }
+
+/* The schedule's keys, which need no model (rp_simulate checks them too). */
+rp_status rp_schedule_check_config(const rp_config *cfg, rp_error *err) {
+    if (cfg->pipedream_vertical_sync && cfg->schedule != RP_SCHEDULE_PIPEDREAM)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "pipedream_vertical_sync goes with schedule \"pipedream\", not \"%s\"",
+                       rp_schedule_name(cfg->schedule));
+    bool timed = cfg->zb_pass_times[0] != 1 || cfg->zb_pass_times[1] != 1 ||
+                 cfg->zb_pass_times[2] != 1;
+    if (cfg->schedule != RP_SCHEDULE_ZB_AUTO && cfg->zb_max_in_flight != 0)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "zb_max_in_flight goes with schedule \"zb-auto\", not \"%s\"",
+                       rp_schedule_name(cfg->schedule));
+    if (cfg->schedule != RP_SCHEDULE_ZB_AUTO && cfg->schedule != RP_SCHEDULE_ZB_V && timed)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "zb_pass_times goes with schedule \"zb-auto\" or \"zb-v\", not \"%s\"",
+                       rp_schedule_name(cfg->schedule));
+    bool interleaved = cfg->schedule == RP_SCHEDULE_INTERLEAVED;
+    if (interleaved ? cfg->virtual_stages < 2
+        : rp_config_v_shaped(cfg) ? cfg->virtual_stages != 2 : cfg->virtual_stages != 1)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "schedule \"interleaved-1f1b\" takes virtual_stages of 2 or more, \"zb-v\" "
+                       "and \"dualpipev\" 2 (their V), and virtual_stages goes with them alone "
+                       "(schedule \"%s\", virtual_stages %d)",
+                       rp_schedule_name(cfg->schedule), cfg->virtual_stages);
+    if (rp_config_chunked(cfg)) {
+        int S = rp_config_num_stages(cfg, false), v = cfg->virtual_stages, P = S / v;
+        const char *why = S % v ? "layers_per_stage must list virtual_stages chunks per worker"
+                          : interleaved && cfg->gradient_accumulation_steps % P
+                              ? "gradient_accumulation_steps must be a multiple of the pipeline's "
+                                "workers (micro-batches go through the chunks in groups of them)"
+                          : cfg->schedule == RP_SCHEDULE_DUALPIPEV &&
+                                  cfg->gradient_accumulation_steps < 2 * P
+                              ? "gradient_accumulation_steps must be at least twice the pipeline's "
+                                "workers (DualPipeV's warm-up takes that many micro-batches)"
+                          : P < 2 ? "it needs 2 pipeline workers or more"
+                                  : NULL;
+        if (why)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "schedule \"%s\" with virtual_stages %d, %d stages "
+                           "and gradient_accumulation_steps %d: %s",
+                           rp_schedule_name(cfg->schedule), v, S,
+                           cfg->gradient_accumulation_steps, why);
+        for (int r = 0; r < P; r++) /* a worker's chunks are replicated together */
+            for (int k = 1; k < v; k++) {
+                int a = rp_config_chunk(cfg, P, r, 0), b = rp_config_chunk(cfg, P, r, k);
+                if (rp_config_stage_replicas(cfg, a) != rp_config_stage_replicas(cfg, b))
+                    return rp_fail(err, RP_ERR_INVALID,
+                                   "stage_replication: under schedule \"%s\" stages %d and %d "
+                                   "are chunks of pipeline worker %d, which is replicated as a "
+                                   "whole: give them as many replicas (%d and %d)",
+                                   rp_schedule_name(cfg->schedule), a, b, r,
+                                   rp_config_stage_replicas(cfg, a),
+                                   rp_config_stage_replicas(cfg, b));
+            }
+    }
+    if (cfg->reduction_bucket_mb > 0) {
+        const char *why = cfg->schedule >= RP_SCHEDULE_PIPEDREAM
+                              ? "the PipeDream schedules (a stage's versions update apart)"
+                          : cfg->replicated_tensor_sharding
+                              ? "replicated_tensor_sharding (its reduction is a reduce-scatter)"
+                          : cfg->fp16_exchange ? "fp16_exchange (its reduction is in fp16)"
+                                               : NULL;
+        if (why)
+            return rp_fail(err, RP_ERR_INVALID, "reduction_bucket_mb does not go with %s yet",
+                           why);
+    }
+    if (rp_config_tensor_parallel(cfg) > 1 && cfg->schedule >= RP_SCHEDULE_PIPEDREAM)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "tensor_parallel goes with the synchronous schedules, not \"%s\"",
+                       rp_schedule_name(cfg->schedule));
+    return RP_OK;
+}
