@@ -83,7 +83,7 @@ static const cli_opt OPTS[] = {
     [OPT_EMIT] = {"emit", 0, "torchtitan|megatron", "engine objective: the plan as that trainer's settings (a profile of repipe.torch.profile names its modules), or the best plan it can run, with both times"},
     [OPT_EMIT_OUT] = {"emit-out", 0, "FILE", "with --emit: also write the settings to FILE, one option a line (a schedule torchtitan reads from a CSV goes to FILE.schedule.csv)"},
     [OPT_PP] = {"pp", 0, "N", "engine objective: pipelines of N stages, or of N workers with two chunks each (the pipeline-parallel size, at most 8) [any]"},
-    [OPT_SCHEDULES] = {"schedules", 0, "S1,S2,...", "engine objective: choose among these schedules only (1f1b, gpipe, zb-h1, zb-h2, zb-auto, interleaved-1f1b, zb-v, dualpipev) [all]"},
+    [OPT_SCHEDULES] = {"schedules", 0, "S1,S2,...", "engine objective: choose among these schedules only (1f1b, gpipe, zb-h1, zb-h2, zb-auto, interleaved-1f1b, zb-v, dualpipev) [all]; with --cluster, among 1f1b, interleaved-1f1b and dualpipev [Megatron-LM's two]"},
     [OPT_CLUSTER] = {"cluster", 0, "NAME|FILE", "plan a transformer on a cluster of devices (dgx-a100, dgx-h100, or a JSON file): with --devices, --global-batch, and --transformer or a --profile of 'repipe profile --transformer'"},
     [OPT_DEVICES] = {"devices", 0, "N", "with --cluster: the devices to use"},
     [OPT_TRANSFORMER] = {"transformer", 0, "SPEC", "with --cluster: the shape, layers=L,hidden=H,heads=A,seq=S,vocab=V[,ffn=F][,flash=1]"},
@@ -298,6 +298,14 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         scale.o.tensor_parallel = (int)tp, scale.o.pipeline_parallel = (int)pp;
         scale.o.micro_batch = (int)micro;
         scale.o.recompute = recompute;
+        scale.o.schedules = schedules;
+        unsigned known = 1u << RP_SCHEDULE_1F1B | 1u << RP_SCHEDULE_INTERLEAVED |
+                         1u << RP_SCHEDULE_DUALPIPEV;
+        if (schedules & ~known) {
+            cli_error(cmd, "--schedules with --cluster: 1f1b, interleaved-1f1b and dualpipev "
+                           "(the schedules a transformer's plan at scale chooses among)");
+            return 2;
+        }
         return plan_scale_run(cmd, &scale);
     }
     if (pp > 8) {

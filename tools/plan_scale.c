@@ -95,12 +95,15 @@ int plan_scale_run(const cli_cmd *cmd, const plan_scale *ps) {
     fprintf(f, "  Megatron-LM: --tensor-model-parallel-size %d --pipeline-model-parallel-size %d "
                "--micro-batch-size %d --global-batch-size %lld",
             r.t, r.p, r.b, ps->o.global_batch);
-    if (r.v > 1)
+    if (r.v > 1 && r.cfg.schedule != RP_SCHEDULE_DUALPIPEV)
         fprintf(f, " --num-virtual-stages-per-pipeline-rank %d", r.v);
     if (r.recompute)
         fprintf(f, " --recompute-granularity full --recompute-method uniform "
                    "--recompute-num-layers 1");
     fprintf(f, "\n");
+    if (r.cfg.schedule == RP_SCHEDULE_DUALPIPEV)
+        fprintf(f, "  (Megatron-LM has no DualPipeV: the line above is its shape under 1f1b; "
+                   "repipe's engine runs the V as --config-out writes it)\n");
     int rc = 0;
     if (ps->config_out) {
         if (rp_config_save_file(&r.cfg, ps->config_out, &err)) {

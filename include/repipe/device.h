@@ -110,6 +110,11 @@ typedef struct rp_scale_options {
     int micro_batch;        /* 0: any of 1, 2, 4, 8 */
     int recompute;          /* 0: either; 1: every block recomputed; -1: none */
     int candidates;         /* the best estimates simulated exactly [3] */
+    /* bit s set for each schedule s the search may choose [0: Megatron-LM's,
+    ** 1f1b and interleaved-1f1b]; with RP_SCHEDULE_DUALPIPEV, DualPipeV's V
+    ** too (two chunks a rank, gradient accumulation of twice the ranks or
+    ** more) */
+    unsigned schedules;
 } rp_scale_options;
 
 void rp_scale_options_default(rp_scale_options *o);

@@ -1,7 +1,8 @@
 /*
 ** Plans for a transformer on a cluster of devices: the search over tensor,
-** pipeline and data-parallel sizes, micro-batch, virtual stages and
-** recomputation that 'repipe plan --cluster' runs.
+** pipeline and data-parallel sizes, micro-batch, virtual stages (and,
+** where asked, DualPipeV's V) and recomputation that 'repipe plan
+** --cluster' runs.
 **
 ** The engine's own planner (autoplan.c) searches stage replication and cuts
 ** worker by worker, which a cluster of thousands of devices makes too many.
@@ -132,7 +133,7 @@ static void partition(const double *cost, int L, int K, int *counts) {
 
 typedef struct cand {
     int t, p, d, b, v, m;
-    bool rc;
+    bool rc, dv; /* dv: DualPipeV's V, chunks ch and 2p - 1 - ch on rank ch */
     double estimate;
     int counts[RP_MAX_STAGES];
 } cand;
@@ -157,7 +158,7 @@ static double estimate(const layers *x, const rp_cluster *c, cand *k, double ste
     double work[RP_MAX_STAGES] = {0};
     double out = 0;
     for (int ch = 0, l = 0; ch < C; ch++) {
-        int r = ch % P;
+        int r = k->dv ? (ch < P ? ch : 2 * P - 1 - ch) : ch % P;
         for (int n = 0; n < k->counts[ch]; n++, l++) {
             rank[r] += cost[l];
             par[r] += x->pb[l];
@@ -170,8 +171,9 @@ static double estimate(const layers *x, const rp_cluster *c, cand *k, double ste
     for (int r = 0; r < P; r++) {
         /* in flight: 1f1b's P - r micro-batches; interleaving's warm-up of
         ** 2 (P - r - 1) + (v - 1) P + 1 chunks, a v-th of the rank's each */
-        double n = k->v == 1 ? (P - r < k->m ? P - r : k->m)
-                             : (2.0 * (P - r - 1) + (k->v - 1.0) * P + 1) / k->v;
+        double n = k->dv       ? P + 1.0 /* DualPipeV: PP + 1 of a rank's activations */
+                   : k->v == 1 ? (P - r < k->m ? P - r : k->m)
+                               : (2.0 * (P - r - 1) + (k->v - 1.0) * P + 1) / k->v;
         double bytes = 4.5 * par[r] + n * kept[r] + (k->rc ? work[r] : 0);
         if (bytes > c->device.memory_bytes)
             return DBL_MAX;
@@ -182,7 +184,11 @@ static double estimate(const layers *x, const rp_cluster *c, cand *k, double ste
     bool across = (double)k->t * P > c->per_node;
     double xfer = c->latency + out / (across ? c->network_bandwidth : c->node_bandwidth);
     double dp_bw = (double)k->t * P * k->d > c->per_node ? c->network_bandwidth : c->node_bandwidth;
-    return (k->m - 1) * most + all / k->v + 2.0 * (C - 1) * xfer +
+    /* the fill and drain, a v-th of one micro-batch through every stage
+    ** with v chunks a rank (DualPipeV's two as well: its estimate ranks it
+    ** beside interleaving's, and the simulation tells them apart) */
+    double fill = all / k->v;
+    return (k->m - 1) * most + fill + 2.0 * (C - 1) * xfer +
            ring(k->d, mpar / 2, dp_bw, c->latency) + mpar / step_bw;
 }
 
@@ -201,7 +207,7 @@ static void config_of(const cand *k, long long B, rp_config *cfg) {
         memcpy(cfg->layers_per_stage.layers, k->counts, sizeof(int) * (size_t)C);
     }
     if (k->v > 1) {
-        cfg->schedule = RP_SCHEDULE_INTERLEAVED;
+        cfg->schedule = k->dv ? RP_SCHEDULE_DUALPIPEV : RP_SCHEDULE_INTERLEAVED;
         cfg->virtual_stages = k->v;
     }
     (void)B;
@@ -233,6 +239,8 @@ rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
         return rp_fail(err, RP_ERR_INVALID, "plan: at most 4094 layers for a cluster's plan, "
                        "not %d", m->layers);
     int F = m->ffn > 0 ? m->ffn : 4 * m->hidden;
+    unsigned sched = o->schedules ? o->schedules
+                                  : 1u << RP_SCHEDULE_1F1B | 1u << RP_SCHEDULE_INTERLEAVED;
     cand *cs = NULL;
     int n = 0, cap = 0;
     rp_status st = RP_OK;
@@ -258,13 +266,22 @@ rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
                 long long mb = B / ((long long)b * d);
                 if (mb > 1 << 20)
                     continue;
-                for (int v = 1; v <= 4; v *= 2) {
-                    if (v > 1 && (p < 2 || mb % p || p * v > L || p * v > RP_MAX_STAGES))
+                /* v = 1, 2, 4 chunks a rank, then (w = 8) DualPipeV's two */
+                for (int w = 1; w <= 8; w *= 2) {
+                    bool dv = w == 8;
+                    int v = dv ? 2 : w;
+                    if (!(sched & (1u << (dv ? RP_SCHEDULE_DUALPIPEV
+                                        : v > 1 ? RP_SCHEDULE_INTERLEAVED
+                                                : RP_SCHEDULE_1F1B))))
+                        continue;
+                    if (v > 1 && (p < 2 || p * v > L || p * v > RP_MAX_STAGES ||
+                                  (dv ? mb < 2 * p : mb % p)))
                         continue;
                     for (int rc = 0; rc < 2; rc++) {
                         if ((o->recompute > 0 && !rc) || (o->recompute < 0 && rc))
                             continue;
-                        cand k = {.t = t, .p = p, .d = d, .b = b, .v = v, .m = (int)mb, .rc = rc};
+                        cand k = {.t = t, .p = p, .d = d, .b = b, .v = v, .m = (int)mb, .rc = rc,
+                                  .dv = dv};
                         k.estimate = estimate(&x, c, &k, so.memory_bandwidth);
                         out->considered++;
                         if (k.estimate == DBL_MAX)
@@ -295,8 +312,18 @@ rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
     qsort(cs, (size_t)n, sizeof *cs, by_estimate);
     /* the best estimates, simulated; those that do not fit by the
     ** simulation make room for the next */
-    int want = o->candidates > 0 ? o->candidates : 3, fit = 0;
-    for (int i = 0; i < n && fit < want && i < 4 * want; i++) {
+    int want = o->candidates > 0 ? o->candidates : 3, fit = 0, first_dv = -1;
+    for (int i = 0; i < n && first_dv < 0; i++)
+        first_dv = cs[i].dv ? i : -1;
+    for (int i = 0; i < n; i++) {
+        /* ...and DualPipeV's best estimate too, where it was asked for:
+        ** the closed form does not price its overlap of passes */
+        bool best = fit < want && i < 4 * want;
+        if (!best && i != first_dv) {
+            if (i > first_dv)
+                break;
+            continue;
+        }
         const cand *k = &cs[i];
         layers x;
         if ((st = layers_make(m, c, k->b, k->t, &x, err)))
