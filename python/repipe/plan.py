@@ -59,14 +59,14 @@ class Plan:
 
     def engine(self, global_batch=None, base=None, profile_batch=None, memory_size=0,
                max_accumulation=64, cores=0, backend="local", min_micro_batch=1,
-               latency=2e-5):
+               latency=2e-5, speed=None, memory=None):
         """The engine objective, as `repipe plan --objective engine --json` gives it: the
         configuration repipe's synchronous pipelines run fastest for global_batch samples per
         update, beside one worker, data parallelism, this plan run synchronously and the
         fastest pipelines under 1f1b and a zero-bubble schedule. Returns {"global_batch",
         "simulated", "best", "single", "data_parallel", "pipedream", "pipeline_1f1b",
-        "pipeline_zero_bubble", "tensor_parallel", "pipeline_interleaved"}; each row
-        has "found", "workers", "stages", "seconds_per_update", "samples_per_second",
+        "pipeline_zero_bubble", "tensor_parallel", "pipeline_interleaved", "equal_devices"};
+        each row has "found", "workers", "stages", "seconds_per_update", "samples_per_second",
         "worker_bytes" and "config", a Config (base's other keys kept) ready to save and run.
 
         profile_batch: the micro-batch the profile was measured on (default: the profile's
@@ -74,7 +74,10 @@ class Plan:
         defaults to base's samples per update, else profile_batch x the machines.
         min_micro_batch: the smallest micro-batch tried (a model with batchnorm wants its
         statistics over more than a few samples). latency: seconds a message, as
-        `repipe plan --latency`."""
+        `repipe plan --latency`. speed and memory: devices of several kinds, a list with a
+        value for every machine (in rank order) or for each machine of the outermost level,
+        as `repipe plan --speed` and `--memory-size B1 B2 ...`; "equal_devices" is then the
+        best plan for devices taken as equal, run on these."""
         cfg = Config._of(base)
         batch = profile_batch or _profile_micro_batch(self._prof) or (
             cfg.micro_batch_size if base is not None else 0)
@@ -99,6 +102,25 @@ class Plan:
         if not latency >= 0:
             raise Error("Plan.engine: latency %r: expected seconds >= 0" % (latency,))
         opts.latency = float(latency)
+        machines = 1
+        for m in o["machines"]:
+            machines *= m
+        keep = []  # (the arrays the options point to, alive until the call returns)
+        for name, values in (("device_speed", speed), ("device_memory", memory)):
+            if values is None:
+                continue
+            values = [float(v) for v in values]
+            outer = o["machines"][-1]
+            if len(values) not in (machines, outer) or not all(v > 0 for v in values):
+                raise Error("Plan.engine: %s: %d positive values, one for each of the %d "
+                            "machines or of the outermost level's %d" %
+                            ("speed" if name == "device_speed" else "memory", len(values),
+                             machines, outer))
+            per = [values[d if len(values) == machines else d // (machines // outer)]
+                   for d in range(machines)]
+            arr = (ctypes.c_double * machines)(*per)
+            keep.append(arr)
+            setattr(opts, name, ctypes.cast(arr, ctypes.c_void_p))
         profs = (ctypes.c_void_p * 1)(self._prof)
         batches = (ctypes.c_double * 1)(batch)
         out, err = ctypes.create_string_buffer(_autoplan_size()), _Err()
@@ -109,7 +131,8 @@ class Plan:
                                  ctypes.byref(err)), err)
         result = json.loads(_take_string(text))
         for row in ("best", "single", "data_parallel", "pipedream", "pipeline_1f1b",
-                    "pipeline_zero_bubble", "tensor_parallel", "pipeline_interleaved"):
+                    "pipeline_zero_bubble", "tensor_parallel", "pipeline_interleaved",
+                    "equal_devices"):
             if result[row]["found"]:
                 result[row]["config"] = Config(**result[row]["config"])
         return result

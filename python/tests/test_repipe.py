@@ -95,19 +95,30 @@ class Plans(unittest.TestCase):
             base_path = os.path.join(tmp, "base.json")
             with open(base_path, "w") as f:
                 json.dump(base, f)
-            cases = [(["--profile-batch", "64", "--global-batch", "1024"],
+            cases = [  # devices of several kinds: the second server at half speed, with half
+                     # the memory
+                     (["--profile-batch", "64", "--global-batch", "1024", "--speed", "1", "0.5",
+                       "--memory-size", "16e9", "8e9"],
+                      dict(global_batch=1024, profile_batch=64, speed=[1, 0.5],
+                           memory=[16e9, 8e9])),
+                     (["--profile-batch", "64", "--global-batch", "1024"],
                       dict(global_batch=1024, profile_batch=64)),
                      (["--base-config", base_path], dict(base=base_path))]
             for extra, kwargs in cases:
                 out = subprocess.run(argv + extra, check=True, capture_output=True).stdout
                 want = json.loads(out)  # standard output is the JSON alone
-                self.assertEqual({k: v for k, v in want.items() if k != "engine"}, p.json)
+                if "memory" not in kwargs:  # (several: PipeDream's plan takes the least)
+                    self.assertEqual({k: v for k, v in want.items() if k != "engine"}, p.json)
                 got = p.engine(**kwargs)
                 for row in ("best", "single", "data_parallel", "pipedream", "pipeline_1f1b",
-                            "pipeline_zero_bubble", "tensor_parallel", "pipeline_interleaved"):
+                            "pipeline_zero_bubble", "tensor_parallel", "pipeline_interleaved",
+                            "equal_devices"):
                     if got[row]["found"]:
                         got[row]["config"] = got[row]["config"].to_dict()
                 self.assertEqual(got, want["engine"], extra)
+                self.assertEqual(got["equal_devices"]["found"], "speed" in kwargs, extra)
+        with self.assertRaisesRegex(repipe.Error, "speed: 3 positive values"):
+            p.engine(global_batch=1024, profile_batch=64, speed=[1, 1, 1])
         self.assertEqual(want["engine"]["best"]["config"]["seed"], 4)  # base's keys stay
         with self.assertRaisesRegex(repipe.Error, "does not say its micro-batch"):
             p.engine(global_batch=1024)
