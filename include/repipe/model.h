@@ -363,6 +363,12 @@ const float *rp_net_backward(rp_net *net, rp_acts *acts, const float *dout,
 ** set's weights' half runs in the order its input half did. */
 const float *rp_net_backward_input(rp_net *net, rp_acts *acts, const float *dout,
                                    const rp_step_ctx *ctx, bool need_input_grad);
+/* Where rp_net_backward_input would keep the output's gradient for the
+** weights' half of acts' micro-batch: the stash of a chain net's last
+** layer, where it splits; NULL otherwise. A caller that receives that
+** gradient there (rp_net_out_size x rows floats) and passes it as dout
+** saves the copy; it must stay untouched until rp_net_backward_weight. */
+float *rp_net_grad_in_place(rp_net *net, rp_acts *acts);
 void rp_net_backward_weight(rp_net *net, rp_acts *acts, const rp_step_ctx *ctx);
 
 /* Times every layer of the net as it runs in the net's passes: from now on

@@ -417,6 +417,14 @@ const float *rp_net_backward(rp_net *n, rp_acts *a, const float *dout, const rp_
     return backward(n, a, dout, ctx, need_input_grad, RPI_BACK_BOTH);
 }
 
+float *rp_net_grad_in_place(rp_net *n, rp_acts *a) {
+    const rp_layer *L = &n->m->layers[n->last - 1];
+    if (n->graph || n->alias[n->last - 1 - n->first] ||
+        ((L->tp_reduce & RP_TP_REDUCE_GRAD) && n->opt.tp_allreduce))
+        return NULL; /* (a graph packs what it receives; a tensor group sums it first) */
+    return rpi_net_grad_home(n, a, n->last - 1, RPI_BACK_INPUT);
+}
+
 const float *rp_net_backward_input(rp_net *n, rp_acts *a, const float *dout,
                                    const rp_step_ctx *ctx, bool need_input_grad) {
     return backward(n, a, dout, ctx, need_input_grad, a->ws ? RPI_BACK_INPUT : RPI_BACK_BOTH);

@@ -67,6 +67,8 @@ typedef struct worker {
     float *opt;
     float *losses;                     /* D * GA, last stage: this worker's micro-batches */
     float *grad_in;                    /* gradient received from the next stage */
+    float *grad_at;                    /* where the last one was received: grad_in, or
+                                       ** the stash a split backward keeps it in */
     float *grad_out;                   /* GA gradients sent to the previous stage */
     rp_request *req;                   /* 2 * GA: activation and gradient sends */
     bool *req_live;

@@ -97,6 +97,7 @@ rp_status rpi_setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     w->out = calloc(slots, sizeof(float *));
     w->losses = calloc((size_t)s->D * s->GA, sizeof(float));
     w->grad_in = malloc(sizeof(float) * out * s->B);
+    w->grad_at = w->grad_in;
     w->grad_out = malloc(sizeof(float) * in * s->B * s->GA);
     w->req = calloc(2 * (size_t)s->GA, sizeof(rp_request));
     w->req_live = calloc(2 * (size_t)s->GA, sizeof(bool));

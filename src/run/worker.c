@@ -177,15 +177,23 @@ static bool run_op(worker *w, int d, int i) {
         w->req_live[op->mb] = !st;
         break;
     }
-    case RP_OP_RECV_GRAD:
+    case RP_OP_RECV_GRAD: {
+        /* a split backward's input half next: straight into the stash its
+        ** weights' half reads, which saves it a copy */
+        const rp_op *next = i + 1 < w->plan->num_ops ? &w->plan->ops[i + 1] : NULL;
+        float *home = next && next->kind == RP_OP_BACKWARD_INPUT && next->mb == op->mb
+                          ? rp_net_grad_in_place(w->net, w->acts[next->slot])
+                          : NULL;
+        w->grad_at = home ? home : w->grad_in;
         if (!half) {
-            st = rp_comm_recv(w->comm, peer, tag + 1, w->grad_in,
+            st = rp_comm_recv(w->comm, peer, tag + 1, w->grad_at,
                               sizeof(float) * out * B, &w->err);
         } else if (!(st = rp_comm_recv(w->comm, peer, tag + 1, w->h_recv,
                                        sizeof(uint16_t) * out * B, &w->err))) {
-            rp_half_decode(w->h_recv, w->grad_in, out * B);
+            rp_half_decode(w->h_recv, w->grad_at, out * B);
         }
         break;
+    }
     case RP_OP_BACKWARD_WEIGHT:
         if (i == w->last_back)
             rpi_bucket_begin(w), ctx.grads_done = rpi_bucket_ready, ctx.grads_arg = w;
@@ -199,7 +207,7 @@ static bool run_op(worker *w, int d, int i) {
             rpi_bucket_begin(w), ctx.grads_done = rpi_bucket_ready, ctx.grads_arg = w;
         const float *din =
             (op->kind == RP_OP_BACKWARD ? rp_net_backward : rp_net_backward_input)(
-                w->net, w->acts[op->slot], last ? NULL : w->grad_in, &ctx, w->stage > 0);
+                w->net, w->acts[op->slot], last ? NULL : w->grad_at, &ctx, w->stage > 0);
         if (own)
             rp_net_use_params(w->net, own);
         if (w->stage > 0 && half)
