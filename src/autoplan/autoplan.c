@@ -72,31 +72,27 @@ static bool push(search *S, const cand *k) {
 #define RP_AUTOPLAN_STAGES 8
 #define AT(p, i, k) ((((size_t)(p) * (L + 1)) + (i)) * W1 + (k))
 
-/* How much longer a stage's passes take than the profile's: on workers off
-** .. off + r - 1 of each of the R replicas of per workers, its micro-batches
-** dealt round-robin, the slowest device sets the pace. */
-static double stage_slowness(const search *S, int R, int per, int off, int r) {
-    const double *v = S->o->device_speed;
-    if (!v)
-        return 1;
-    double least = DBL_MAX;
-    for (int q = 0; q < R; q++)
-        for (int i = off; i < off + r; i++)
-            least = v[q * per + i] < least ? v[q * per + i] : least;
-    return 1 / least;
-}
-
-/* The bytes a worker of the stage may hold: the least of its devices' (0:
-** no limit). */
-static double stage_memory(const search *S, int R, int per, int off, int r) {
-    const double *v = S->o->device_memory;
-    if (!v)
-        return S->o->memory_size;
+/* The least of v over a stage's devices: workers off .. off + r - 1 of each
+** of the R replicas of per workers. */
+static double stage_least(const double *v, int R, int per, int off, int r) {
     double least = DBL_MAX;
     for (int q = 0; q < R; q++)
         for (int i = off; i < off + r; i++)
             least = v[q * per + i] < least ? v[q * per + i] : least;
     return least;
+}
+
+/* How much longer a stage's passes take than the profile's: its
+** micro-batches dealt round-robin, the slowest device sets the pace. */
+static double stage_slowness(const search *S, int R, int per, int off, int r) {
+    return S->o->device_speed ? 1 / stage_least(S->o->device_speed, R, per, off, r) : 1;
+}
+
+/* The bytes a worker of the stage may hold: the least of its devices' (0:
+** no limit). */
+static double stage_memory(const search *S, int R, int per, int off, int r) {
+    return S->o->device_memory ? stage_least(S->o->device_memory, R, per, off, r)
+                               : S->o->memory_size;
 }
 
 static bool programme(search *S, int R, int per, int GA, bool recompute, bool shard) {
