@@ -74,14 +74,6 @@ static const cli_opt OPTS[] = {
     {NULL, 0, NULL, NULL},
 };
 
-static void fmt_time(double s, char *buf, size_t n) {
-    long t = s < 0 ? 0 : (long)(s + 0.5);
-    if (t >= 3600)
-        snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-    else
-        snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
-}
-
 /* The signal that asked the run to stop, 0 while none did. The first
 ** SIGINT or SIGTERM stops it after the current host call, with a
 ** checkpoint; the handler then steps aside, so a second one ends the
@@ -468,49 +460,15 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         }
         ema = ema < 0 ? loss : 0.95 * ema + 0.05 * loss;
         long long done = (c + 1) * D, at = start + done;
-        double el = rp_now() - t0, sps = done * d.samples_per_update / el;
-        char eta[32];
-        fmt_time(el / done * (calls * D - done), eta, sizeof eta);
-        if (tty) {
-            int width = 30, filled = (int)(width * done / (calls * D));
-            printf("\r[%.*s%s%*s] %3d%%  %lld/%lld  %.0f samples/s  loss %.4f  ETA %s   ",
-                   filled, "==============================", filled < width ? ">" : "",
-                   width - filled - (filled < width), "", (int)(100 * done / (calls * D)), done,
-                   calls * D, sps, ema, eta);
-            fflush(stdout);
-        }
-        if (done >= next_log || c == calls - 1) {
+        train_progress pr = {.s = s, .update = at, .first = start, .done = done,
+                             .total = calls * D, .per_epoch = per_epoch,
+                             .samples_per_update = d.samples_per_update, .loss = loss,
+                             .ema = ema, .elapsed = rp_now() - t0,
+                             .loss_scaling = cfg.auto_loss_scaling};
+        bool log = done >= next_log || c == calls - 1;
+        if (log)
             next_log += log_every;
-            double scale;
-            long long skipped;
-            rp_session_loss_scale(s, &scale, &skipped);
-            char ls[192] = "", ljs[192] = "";
-            if (cfg.auto_loss_scaling) {
-                snprintf(ls, sizeof ls, "  loss scale %.10g (%lld skipped)", scale, skipped);
-                snprintf(ljs, sizeof ljs, ",\"loss_scale\":%.17g,\"skipped_updates\":%lld",
-                         scale, skipped);
-            }
-            double lr, norm; /* the schedule's rate and, when clipping, the norm */
-            rp_session_last_update(s, &lr, &norm);
-            size_t l1 = strlen(ls), l2 = strlen(ljs);
-            snprintf(ls + l1, sizeof ls - l1, "  lr %.4g", lr);
-            snprintf(ljs + l2, sizeof ljs - l2, ",\"lr\":%.9g", lr);
-            if (norm >= 0) {
-                l1 = strlen(ls), l2 = strlen(ljs);
-                snprintf(ls + l1, sizeof ls - l1, "  grad norm %.4g", norm);
-                snprintf(ljs + l2, sizeof ljs - l2, ",\"grad_norm\":%.9g", norm);
-            }
-            if (!tty && lead) { /* a log file shows each line as it comes */
-                printf("update %lld/%lld  epoch %.2f  loss %.4f  %.0f samples/s  ETA %s%s\n",
-                       at, start + calls * D, (double)at / per_epoch, ema, sps, eta, ls);
-                fflush(stdout);
-            }
-            if (jl)
-                fprintf(jl,
-                        "{\"update\":%lld,\"epoch\":%.4f,\"loss\":%.6f,\"samples_per_s\":%.1f,"
-                        "\"elapsed_s\":%.3f%s}\n",
-                        at, (double)at / per_epoch, loss, sps, el, ljs);
-        }
+        train_report_progress(&pr, tty, lead, log, jl);
         if (text && eval_every && at % eval_every == 0) { /* every rank: collective */
             double vl;
             if ((st = rp_session_loss(s, test->x, test->labels, nval, &vl, &err)))
@@ -554,23 +512,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     rp_stream_free(&stream);
     if (st)
         goto fail;
-    if (trace) {
-        char path[4096];
-        if (comm) /* one file per rank */
-            snprintf(path, sizeof path, "%s.%d", trace, rp_comm_rank(comm));
-        else
-            snprintf(path, sizeof path, "%s", trace);
-        rp_error terr; /* a trace that cannot be written costs no weights */
-        if (rp_session_write_trace(s, path, &terr))
-            fprintf(stderr, "warning: %s\n", terr.msg);
-        else if (lead)
-            printf("trace written to %s%s\n", trace, comm ? ".RANK" : "");
-        long long dropped = rp_session_trace_dropped(s);
-        if (dropped)
-            fprintf(stderr, "warning: %s: %lld operations were not recorded: a worker keeps its "
-                            "first %d (trace fewer updates with --updates)\n",
-                    path, dropped, RP_TRACE_EVENTS);
-    }
+    if (trace)
+        train_write_trace(s, trace, comm ? rp_comm_rank(comm) : -1, lead);
     if (stopped) { /* no evaluation: what was asked is an end */
         if (!ckdir && save && train_save_weights(s, save, lead, &err))
             goto fail;

@@ -1,12 +1,14 @@
 /*
-** What repipe train is made of besides its loop (train_parts.c): the
-** checkpoint writer, the outputs it checks, the evaluation and the text.
+** What repipe train is made of besides its loop: the checkpoint writer,
+** the outputs it checks, the evaluation and the text (train_parts.c); the lines that report progress and the trace
+** (train_report.c).
 */
 #ifndef REPIPE_TOOLS_TRAIN_PARTS_H
 #define REPIPE_TOOLS_TRAIN_PARTS_H
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "repipe/repipe.h"
 
@@ -47,4 +49,21 @@ rp_status train_evaluate(rp_session *s, const rp_dataset *d, double *acc, rp_err
 rp_status train_load_text(const rp_model *m, const char *path, bool llmc, const char *val,
                           bool val_llmc, rp_dataset **train, rp_dataset **test, rp_error *err);
 
+/* One host call's place in the run, for the lines that report it. */
+typedef struct train_progress {
+    rp_session *s;
+    long long update, first;   /* the update reached; the run's first (resumed: later than 0) */
+    long long done, total;     /* updates of this run done, and to do */
+    long long per_epoch, samples_per_update;
+    double loss, ema;          /* this call's mean loss; its moving average */
+    double elapsed;            /* seconds since the run's first call */
+    bool loss_scaling;
+} train_progress;
+/* On a terminal, redraws the progress bar; where `log`, prints the update's
+** line (lead rank, not on a terminal) and writes its JSON record to jl
+** (when not NULL). */
+void train_report_progress(const train_progress *p, bool tty, bool lead, bool log, FILE *jl);
+/* Writes the session's trace to path (rank >= 0: path.RANK, one a rank);
+** a trace that cannot be written is a warning, not a failed run. */
+void train_write_trace(rp_session *s, const char *path, int rank, bool lead);
 #endif /* REPIPE_TOOLS_TRAIN_PARTS_H */
