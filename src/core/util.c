@@ -292,6 +292,39 @@ static double read_figure(const char *path, const char *key) {
     return v;
 }
 
+double rp_strtod(const char *s, char **end) {
+    static const double pow10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                     1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                     1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    const char *p = s;
+    uint64_t mant = 0;
+    int digits = 0, frac = -1; /* frac: digits after the point; -1 before it */
+    for (;; p++) {
+        if (*p >= '0' && *p <= '9') {
+            if (mant || *p != '0')
+                digits++;
+            mant = mant * 10 + (uint64_t)(*p - '0');
+            if (frac >= 0)
+                frac++;
+            if (digits > 15 || frac > 22)
+                break;
+        } else if (*p == '.' && frac < 0) {
+            frac = 0;
+        } else {
+            break;
+        }
+    }
+    /* anything else (a sign, an exponent, hex, more digits) is strtod's */
+    bool plain = p > s && (p - s > 1 || frac < 0) && digits <= 15 && frac <= 22 &&
+                 *p != 'e' && *p != 'E' && !(*p >= '0' && *p <= '9') && *p != '.' &&
+                 *p != 'x' && *p != 'X';
+    if (!plain)
+        return strtod(s, end);
+    if (end)
+        *end = (char *)p;
+    return frac > 0 ? (double)mant / pow10[frac] : (double)mant;
+}
+
 double rp_memory_available(void) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     double avail = pages > 0 && page > 0 ? (double)pages * page : INFINITY;

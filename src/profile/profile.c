@@ -52,7 +52,7 @@ static bool parse_number(const char *text, double *out) {
         return false;
     char *end;
     errno = 0;
-    double v = strtod(text, &end);
+    double v = rp_strtod(text, &end);
     if (errno || *end || !isfinite(v) || v < 0)
         return false;
     *out = v;
