@@ -48,6 +48,9 @@ typedef struct rp_result {
     const float *losses;
 } rp_result;
 
+/* Weight ties (a linear head sharing an embedding's table) a session holds. */
+#define RP_MAX_TIES 4
+
 /* What rp_session_create checks of a model and a configuration, without
 ** making workers: the model ends with a loss, the training and inference
 ** layer lists resolve for its layers, no training stage is empty, and

@@ -21,7 +21,7 @@
 ** worker (its rank) and the others are ranks.
 **
 ** This file makes sessions, and session_run.c runs their host calls; what
-** a configuration may ask of a model is checked first, in check.c, and each
+** a configuration may ask of a model is checked first (src/sched/config_check.c), and each
 ** worker's nets, buffers and first weights are made in setup.c. Each
 ** worker's operation loop is in worker.c, the gradient exchange and the
 ** optimizer step in exchange.c, weights and the whole training state in

@@ -29,7 +29,7 @@ typedef struct var_run {
 
 /* A linear layer's weight tied to an embedding's table (GPT-2's LM head):
 ** each keeps its copy, and their gradients are summed once per update. */
-#define MAX_TIES 4
+#define MAX_TIES RP_MAX_TIES
 typedef struct tie {
     int emb_var, head_var; /* the two copies, as variables of the model */
     int emb_stage, head_stage;

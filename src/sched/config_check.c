@@ -2,13 +2,18 @@
 ** What a configuration may ask of a model, checked before a session is made
 ** (rp_session_check): every refusal names the key, the layer and its line,
 ** or the schedule, so that nothing starts that could not run. The session
-** (session.c) makes nothing this has not passed.
+** (src/run/session.c) makes nothing this has not passed, and `repipe
+** config` asks it alone. It reads a model, a configuration and the
+** schedules' own checks, nothing of a session, so it sits beside the
+** schedules, below the sessions.
 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "session_impl.h"
+#include "repipe/schedule.h"
+#include "repipe/session.h"
+#include "../core/util.h"
 
 static rp_status check(const rp_model *m, const rp_config *cfg, rp_error *err);
 
@@ -100,7 +105,7 @@ static rp_status check(const rp_model *m, const rp_config *cfg, rp_error *err) {
         const rp_layer *L = &m->layers[l];
         if (L->tie) {
             const rp_layer *E = &m->layers[L->tie - 1];
-            const char *why = ++nties > MAX_TIES ? "more ties than the engine holds"
+            const char *why = ++nties > RP_MAX_TIES ? "more ties than the engine holds"
                               : cfg->replicated_tensor_sharding
                                   ? "replicated_tensor_sharding would shard the two copies apart: "
                                     "set it false, or untie the head (drop tie=)"
