@@ -109,9 +109,9 @@ static rp_status read_file(const char *path, bool streams, char **out, size_t *l
     if (flags >= 0)
         fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     size_t size = (size_t)sb.st_size;
-    /* Asking the kernel and the cgroup what is left costs two file reads, a
-    ** third of a small command's start; a file under 64 MiB that does not fit
-    ** is told by malloc below. */
+    /* Asking the kernel and the cgroup what is left opens and reads two more
+    ** files, a cost in every small command's start; a file under 64 MiB that
+    ** does not fit is told by malloc below. */
     if (size >= ((size_t)64 << 20) && (double)size > rp_memory_available()) {
         rp_status s = rp_fail(err, RP_ERR_NOMEM,
                               "%s: %.3g GB, more than the %.3g GB of memory available", path,
