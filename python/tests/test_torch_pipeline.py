@@ -186,8 +186,8 @@ class PipelineEqualsOneProcess(unittest.TestCase):
         with open(path) as f:
             cfg = json.load(f)
         self.assertEqual((cfg["replication_factor"], cfg["stage_replication"]), (2, [7, 1]))
-        # PipeDream's VGG-16 has Size and View where torchvision's has an average pool and
-        # a flatten; the cut, after the fourth max-pool, is the same
+        # PipeDream's VGG-16 has Size and View where torchvision's layout (torch_models.VGG16)
+        # has an average pool and a flatten; the cut, after the fourth max-pool, is the same
         self.assertEqual(cfg["layers_per_stage"][0], 24)
         cfg.update(layers_per_stage=[24, -1], micro_batch_size=1, gradient_accumulation_steps=7)
         res = launch(16, [{"name": "vgg", "model": "vgg16", "updates": 3, "lr": 0.01,

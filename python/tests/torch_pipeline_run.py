@@ -34,7 +34,7 @@ def make(model):
     if model == "resnet18":
         return torch_models.resnet18()
     if model == "vgg16":
-        return torch_models.vgg16()
+        return torch_models.VGG16()
     if model == "skip":
         return torch_models.Skip()
     raise SystemExit("unknown model " + model)
