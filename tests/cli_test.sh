@@ -132,7 +132,11 @@ else bad "a batchnorm profile planned micro-batches of 1: $(cat "$tmp/bn.out")";
 # without it says where it looked
 if command -v ldd >/dev/null; then
   if ! ldd "$bin" | grep -q libmpi; then ok; else bad "the command links libmpi: $(ldd "$bin")"; fi
+  # nor cJSON: the library opens it when a command first reads or writes JSON
+  if ! ldd "$bin" | grep -q libcjson; then ok; else bad "the command links libcjson: $(ldd "$bin")"; fi
 fi
+expect_fail "no cJSON library" 1 "cannot load the cJSON library $tmp/none.so" -- \
+  env REPIPE_CJSON_LIBRARY="$tmp/none.so" "$bin" config show "$src/examples/fmnist.json"
 cp "$bin" "$tmp/repipe-alone"
 expect_fail "no MPI module" 1 "the MPI backend librepipe_mpi.so is not at $tmp/librepipe_mpi.so" -- \
   "$tmp/repipe-alone" train --model "$src/examples/fmnist-mlp.model" --config "$src/examples/fmnist.json" \

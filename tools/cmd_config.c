@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cJSON.h>
+#include "../src/core/json.h"
 
 #include "cli.h"
 #include "repipe/repipe.h"

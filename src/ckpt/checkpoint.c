@@ -4,7 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "repipe/checkpoint.h"
 
-#include <cJSON.h>
+#include "../core/json.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -83,7 +83,7 @@ static char *header_json(const rp_checkpoint *c, rp_error *err) {
     char *text = cJSON_PrintUnformatted(h);
     cJSON_Delete(h);
     if (!text)
-        rp_fail(err, RP_ERR_NOMEM, "checkpoint: out of memory");
+        rpi_json_nomem("a checkpoint's header", err);
     return text;
 }
 

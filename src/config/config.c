@@ -4,7 +4,7 @@
 */
 #include "repipe/config.h"
 
-#include <cJSON.h>
+#include "../core/json.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,7 +205,7 @@ rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
     char *text = cJSON_Print(r);
     cJSON_Delete(r);
     if (!text)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        return rpi_json_nomem("a configuration's JSON", err);
     /* Hand the caller a plain malloc'd string. */
     size_t n = strlen(text);
     *out = malloc(n + 2);

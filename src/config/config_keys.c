@@ -4,7 +4,7 @@
 ** readers use. Each handler validates its own value and writes it; the
 ** rules between keys run once every key is in (docs/configuration.md).
 */
-#include <cJSON.h>
+#include "../core/json.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

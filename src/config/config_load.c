@@ -3,7 +3,7 @@
 ** it (a key given twice keeps its last value, with a warning), then the
 ** readers of config_impl.h.
 */
-#include <cJSON.h>
+#include "../core/json.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

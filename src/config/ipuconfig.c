@@ -20,7 +20,7 @@
 ** save_pretrained writes, are checked against that release's own IPUConfig
 ** in tests/test_ipuconfig.c.
 */
-#include <cJSON.h>
+#include "../core/json.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

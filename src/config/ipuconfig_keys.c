@@ -2,7 +2,7 @@
 ** The keys of Optimum Graphcore's IPUConfig, release by release, and the
 ** helpers that read one key's value as one release did.
 */
-#include <cJSON.h>
+#include "../core/json.h"
 #include <stdio.h>
 #include <string.h>
 

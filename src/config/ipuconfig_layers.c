@@ -3,7 +3,7 @@
 ** layers of training and inference, the memory proportions per IPU, and the
 ** serialized embedding (docs/configuration.md, "IPUConfig files").
 */
-#include <cJSON.h>
+#include "../core/json.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

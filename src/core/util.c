@@ -4,7 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "util.h"
 
-#include <cJSON.h>
+#include "json.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -437,6 +437,9 @@ static int duplicate_key(const cJSON *v, char *path, size_t cap, size_t at) {
 static rp_status parse_document(const char *text, size_t len, const char *name, cJSON **out,
                                 rp_error *err) {
     *out = NULL;
+    rp_status s = rpi_json_load(err);
+    if (s)
+        return s;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     size_t at = end && end >= text ? (size_t)(end - text) : 0;

@@ -16,7 +16,7 @@
 ** own 200 Gb/s HDR InfiniBand adapter; on a DGX H100 about 360 GB/s (NVLink
 ** 4: 450 GB/s each way) and 45 GB/s (400 Gb/s NDR).
 */
-#include <cJSON.h>
+#include "../core/json.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 ** Plan output: JSON (the parity fixtures' keys) and PipeDream's
 ** hybrid_conf.json.
 */
-#include <cJSON.h>
+#include "../core/json.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +15,7 @@ static rp_status finish(cJSON *root, char **out, rp_error *err) {
     char *text = root ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        return rpi_json_nomem("a plan's JSON", err);
     size_t n = strlen(text);
     *out = malloc(n + 2);
     if (*out) {

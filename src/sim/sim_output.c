@@ -4,7 +4,7 @@
 ** run that stops half-way leaves the last drawing whole.
 */
 #define _POSIX_C_SOURCE 200809L /* open_memstream */
-#include <cJSON.h>
+#include "../core/json.h"
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,7 +111,7 @@ rp_status rp_sim_to_json(const rp_sim_result *r, const rp_config *cfg, char **ou
     cJSON *root = cJSON_CreateObject(), *ws = cJSON_CreateArray(), *comm = cJSON_CreateArray();
     if (!root || !ws || !comm) {
         cJSON_Delete(root), cJSON_Delete(ws), cJSON_Delete(comm);
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the simulation's JSON");
+        return rpi_json_nomem("the simulation's JSON", err);
     }
     cJSON_AddNumberToObject(root, "seconds_per_update", r->update_time);
     cJSON_AddNumberToObject(root, "samples_per_update", (double)d.samples_per_update);

@@ -16,7 +16,7 @@
 ** ending at the file's end), so no two tensors share bytes and none hides
 ** past another.
 */
-#include <cJSON.h>
+#include "../core/json.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,7 +273,7 @@ rp_status rp_safetensors_serialize(const rp_weights *w, unsigned char **out, siz
     char *json = ok ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
     if (!json)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a safetensors header");
+        return rpi_json_nomem("a safetensors header", err);
     /* the header padded with spaces to a multiple of 8 bytes, so that the
     ** data begins aligned for whoever maps the file */
     size_t n = strlen(json), padded = (n + 7) / 8 * 8;
