@@ -7,6 +7,8 @@
 */
 #include "blas.h"
 
+#include "dlib.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -22,30 +24,20 @@ static sgemm_fn sgemm;
 static threads_fn set_threads; /* OpenBLAS's own; absent from another CBLAS */
 static char why[512];          /* the loader's message when it failed */
 
+static bool bind_blas(void *h) {
+    sgemm = (sgemm_fn)dlsym(h, "cblas_sgemm");
+    set_threads = (threads_fn)dlsym(h, "openblas_set_num_threads");
+    return sgemm != NULL;
+}
+
 static void load(void) {
     const char *names[] = {getenv("REPIPE_BLAS_LIBRARY"), "libopenblas.so.0",
 #ifdef REPIPE_OPENBLAS_FILE
                            REPIPE_OPENBLAS_FILE, /* where the build found it */
 #endif
                            "libopenblas.so"};
-    /* A library the user named is the only one tried. */
-    int n = names[0] && names[0][0] ? 1 : (int)(sizeof names / sizeof *names);
-    for (int i = names[0] && names[0][0] ? 0 : 1; i < n; i++) {
-        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h) {
-            if (!why[0]) {
-                const char *e = dlerror();
-                snprintf(why, sizeof why, "%s", e ? e : names[i]);
-            }
-            continue;
-        }
-        sgemm = (sgemm_fn)dlsym(h, "cblas_sgemm");
-        set_threads = (threads_fn)dlsym(h, "openblas_set_num_threads");
-        if (sgemm)
-            return;
-        snprintf(why, sizeof why, "%s has no cblas_sgemm", names[i]);
-        dlclose(h);
-    }
+    rpi_library_open(names, sizeof names / sizeof *names, bind_blas, "has no cblas_sgemm", why,
+                     sizeof why);
 }
 
 rp_status rpi_blas_single(rp_error *err) {

@@ -7,6 +7,8 @@
 */
 #include "json.h"
 
+#include "dlib.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -27,36 +29,23 @@ static struct {
 /* A function pointer from a data pointer, as POSIX has dlsym return it. */
 #define FIND(h, slot, symbol) (*(void **)&(slot) = dlsym((h), (symbol)), (slot) != NULL)
 
+static bool bind_cjson(void *h) {
+    bool all = FIND(h, f.Delete, "cJSON_Delete") && FIND(h, f.free, "cJSON_free");
+#define RPI_CJSON_FIND(ret, name, params, args, fail) all = all && FIND(h, f.name, "cJSON_" #name);
+    RPI_CJSON_FUNCTIONS(RPI_CJSON_FIND)
+#undef RPI_CJSON_FIND
+    return all;
+}
+
 static void load(void) {
     const char *names[] = {getenv("REPIPE_CJSON_LIBRARY"), "libcjson.so.1",
 #ifdef REPIPE_CJSON_FILE
                            REPIPE_CJSON_FILE, /* where the build found it */
 #endif
                            "libcjson.so"};
-    /* A library the user named is the only one tried. */
-    bool named = names[0] && names[0][0];
-    size_t n = named ? 1 : sizeof names / sizeof *names;
-    for (size_t i = named ? 0 : 1; i < n; i++) {
-        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h) {
-            if (!why[0]) {
-                const char *e = dlerror();
-                snprintf(why, sizeof why, "%s", e ? e : names[i]);
-            }
-            continue;
-        }
-        bool all = FIND(h, f.Delete, "cJSON_Delete") && FIND(h, f.free, "cJSON_free");
-#define RPI_CJSON_FIND(ret, name, params, args, fail) all = all && FIND(h, f.name, "cJSON_" #name);
-        RPI_CJSON_FUNCTIONS(RPI_CJSON_FIND)
-#undef RPI_CJSON_FIND
-        if (all) {
-            loaded = true;
-            return;
-        }
-        snprintf(why, sizeof why, "%s lacks a function repipe calls (cJSON 1.7.13 or later "
-                 "has them all)", names[i]);
-        dlclose(h);
-    }
+    loaded = rpi_library_open(names, sizeof names / sizeof *names, bind_cjson,
+                              "lacks a function repipe calls (cJSON 1.7.13 or later has them "
+                              "all)", why, sizeof why) != NULL;
 }
 
 static bool ready(void) {
