@@ -11,7 +11,6 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;

@@ -25,7 +25,6 @@
 #define REPIPE_JSON_H
 
 #include <cJSON.h>
-#include <stdbool.h>
 #include <stddef.h>
 
 #include "repipe/core.h"
