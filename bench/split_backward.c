@@ -10,11 +10,13 @@
 ** buffer for the fused one, in the stash for the split one
 ** (rp_net_grad_in_place), as the engine's workers receive it.
 **
-**   bench_split_backward [ROUNDS]
+**   bench_split_backward [ROUNDS [BATCH]]
 **
 ** The kinds: a linear, an attention (fused Q K V rows in, grouped query,
 ** rotary), GPT-2's transformer_block, and a LLaMA block (llama_block's
-** twelve layers), each at 64 rows of 128 features a sample, batch 8.
+** twelve layers), each at 64 rows of 128 features a sample, batch 8 unless
+** BATCH says (1 to 64: the stash then grows with it, see
+** docs/performance.md).
 */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -49,9 +51,9 @@ static double median(double *v, int n) {
 }
 
 int main(int argc, char **argv) {
-    int rounds = argc > 1 ? atoi(argv[1]) : 41, B = 8;
-    if (rounds < 1) {
-        fprintf(stderr, "usage: bench_split_backward [ROUNDS]\n");
+    int rounds = argc > 1 ? atoi(argv[1]) : 41, B = argc > 2 ? atoi(argv[2]) : 8;
+    if (rounds < 1 || B < 1 || B > 64) {
+        fprintf(stderr, "usage: bench_split_backward [ROUNDS [BATCH 1..64]]\n");
         return 2;
     }
     rp_error err;
@@ -87,7 +89,7 @@ int main(int argc, char **argv) {
             x[i] = (float)((i * 7919) % 2003) / 2003.0f - 0.5f;
         for (size_t i = 0; i < out; i++)
             dy[i] = (float)((i * 104729) % 1009) / 1009.0f - 0.5f;
-        int64_t ids[8] = {0};
+        int64_t ids[64] = {0};
         rp_step_ctx ctx = {.training = true, .sample_id = ids, .loss_scale = 1.0};
         double *fused = malloc(sizeof(double) * rounds), *bh = malloc(sizeof(double) * rounds);
         double *wh = malloc(sizeof(double) * rounds), *ratio = malloc(sizeof(double) * rounds);
