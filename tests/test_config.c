@@ -46,7 +46,7 @@ static void test_key_errors(void) {
         {"{\"output_mode\": \"last\"}", "'output_mode': \"last\"", "\"all\", \"sum\""},
         {"{\"schedule\": \"pipedreams\"}", "'schedule'",
          "\"gpipe\", \"1f1b\", \"zb-h1\", \"zb-h2\", \"zb-auto\", \"interleaved-1f1b\", \"zb-v\", "
-         "\"dualpipev\", \"pipedream\" or \"pipedream_2bw\""},
+         "\"dualpipev\", \"dualpipe\", \"pipedream\" or \"pipedream_2bw\""},
         {"{\"replica_grouping\": 2}", "'replica_grouping'", "group_size"},
         {"{\"replica_grouping\": {\"group_size\": 0}}", "'replica_grouping.group_size'",
          ">= 1"},

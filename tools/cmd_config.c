@@ -79,6 +79,9 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
         printf("  workers needed             %d  (each holds %d of the %d stages: "
                "%s)\n", rp_config_devices(cfg, &d), cfg->virtual_stages,
                d.stages, rp_schedule_name(cfg->schedule));
+    else if (rp_config_paired(cfg))
+        printf("  workers needed             %d  (each holds stage s of one replica and %d - s "
+               "of its pair's: dualpipe)\n", rp_config_devices(cfg, &d), d.stages - 1);
     else
         printf("  workers needed             %d\n", d.workers);
     printf("  replica grouping           %s\n",

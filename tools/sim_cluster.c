@@ -56,10 +56,15 @@ bool sim_cluster_setup(const cli_cmd *cmd, const char *name, const rp_profile *p
     return true;
 }
 
-/* Pipeline rank r's bytes: its stage's, or its chunks' together. */
+/* Pipeline rank r's bytes: its stage's, or its chunks' together (under
+** dualpipe stages r and P - 1 - r, one of each replica of a pair). */
 int sim_rank_bytes(const rp_config *cfg, const rp_sim_result *res, double *out) {
     int P = rp_config_chunked(cfg) ? res->stages / cfg->virtual_stages : res->stages;
     for (int r = 0; r < P; r++) {
+        if (rp_config_paired(cfg)) {
+            out[r] = res->stage_bytes[r] + res->stage_bytes[P - 1 - r];
+            continue;
+        }
         out[r] = 0;
         int k = rp_config_chunked(cfg) ? cfg->virtual_stages : 1;
         for (int j = 0; j < k; j++)

@@ -50,6 +50,7 @@ typedef enum rp_schedule {
     RP_SCHEDULE_INTERLEAVED, /* Megatron-LM's interleaved 1F1B: virtual_stages chunks a worker */
     RP_SCHEDULE_ZB_V, /* zero bubble in a V: worker r holds chunks r and 2P - 1 - r */
     RP_SCHEDULE_DUALPIPEV, /* DeepSeek's DualPipeV: zb-v's V, forwards paired with backwards */
+    RP_SCHEDULE_DUALPIPE, /* DeepSeek's DualPipe: two replicas' pipelines in opposite directions */
     RP_SCHEDULE_PIPEDREAM, /* the asynchronous ones last: >= PIPEDREAM tests for them */
     RP_SCHEDULE_PIPEDREAM_2BW
 } rp_schedule;
@@ -283,10 +284,19 @@ static inline int rp_config_chunk(const rp_config *cfg, int P, int r, int k) {
         return k == 0 ? r : 2 * P - 1 - r;
     return k * P + r;
 }
+/* DualPipe: replicas 2q and 2q + 1 run their pipelines in opposite
+** directions over the same P devices, device r holding stage r of the one
+** and stage P - 1 - r of the other. */
+static inline bool rp_config_paired(const rp_config *cfg) {
+    return cfg->schedule == RP_SCHEDULE_DUALPIPE;
+}
 /* The threads or ranks a training run of d's workers takes: under
-** interleaved-1f1b and zb-v each runs virtual_stages of them. */
+** interleaved-1f1b and zb-v each runs virtual_stages of them, under
+** dualpipe two (of two replicas). */
 static inline int rp_config_devices(const rp_config *cfg, const rp_derived *d) {
-    return rp_config_chunked(cfg) ? d->workers / cfg->virtual_stages : d->workers;
+    return rp_config_chunked(cfg) ? d->workers / cfg->virtual_stages
+           : rp_config_paired(cfg) ? d->workers / 2
+                                   : d->workers;
 }
 int rp_config_stage_replicas(const rp_config *cfg, int s);
 

@@ -137,6 +137,10 @@ class Pipeline:
         self.group = group or dist.group.WORLD
         self.ranks = dist.get_process_group_ranks(self.group)
         self.me = dist.get_rank(self.group)
+        if self.schedule == "dualpipe":
+            raise repipe.Error("rt.Pipeline: schedule dualpipe (two replicas' pipelines over the "
+                               "same ranks, in opposite directions) runs on repipe's engine "
+                               "('repipe train'), not on torch.distributed")
         reps = c.get("stage_replication") or []
         self.uniform = all(r == 1 for r in reps) and runner != "repipe"
         d = self.cfg.derived

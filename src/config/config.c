@@ -80,6 +80,7 @@ const char *rp_schedule_name(rp_schedule s) {
            : s == RP_SCHEDULE_INTERLEAVED   ? "interleaved-1f1b"
            : s == RP_SCHEDULE_ZB_V          ? "zb-v"
            : s == RP_SCHEDULE_DUALPIPEV     ? "dualpipev"
+           : s == RP_SCHEDULE_DUALPIPE      ? "dualpipe"
            : s == RP_SCHEDULE_PIPEDREAM     ? "pipedream"
            : s == RP_SCHEDULE_PIPEDREAM_2BW ? "pipedream_2bw"
                                             : "1f1b";

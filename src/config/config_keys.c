@@ -391,6 +391,8 @@ static rp_status k_schedule(rp_config *cfg, rpi_load *c, const char *key, const 
         cfg->schedule = RP_SCHEDULE_ZB_V;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "dualpipev") == 0)
         cfg->schedule = RP_SCHEDULE_DUALPIPEV;
+    else if (cJSON_IsString(v) && strcmp(v->valuestring, "dualpipe") == 0)
+        cfg->schedule = RP_SCHEDULE_DUALPIPE;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "pipedream") == 0)
         cfg->schedule = RP_SCHEDULE_PIPEDREAM;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "pipedream_2bw") == 0)
@@ -398,7 +400,7 @@ static rp_status k_schedule(rp_config *cfg, rpi_load *c, const char *key, const 
     else
         return rpi_bad_value(c, key, v,
                          "must be \"gpipe\", \"1f1b\", \"zb-h1\", \"zb-h2\", \"zb-auto\", "
-                         "\"interleaved-1f1b\", \"zb-v\", \"dualpipev\", \"pipedream\" or "
+                         "\"interleaved-1f1b\", \"zb-v\", \"dualpipev\", \"dualpipe\", \"pipedream\" or "
                          "\"pipedream_2bw\"");
     return RP_OK;
 }

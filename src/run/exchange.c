@@ -137,11 +137,14 @@ static rp_status tie_sum(worker *w) {
             /* zb-v's V puts both copies on one device: its second reduction
             ** sums them, for both (every replica's device alike: their
             ** halves are the replicas' sums; a tensor rank's two copies
-            ** split by vocabulary hold the same rows) */
+            ** split by vocabulary hold the same rows). DualPipe's device
+            ** holds one copy of each replica of a pair, equal after the
+            ** replicas' sums, and adds them alike. */
             const rp_config *cfg = &s->cfg;
             int ostage = w->stage == t->emb_stage ? t->head_stage : t->emb_stage;
+            int oc = rp_config_paired(cfg) ? w->replica ^ 1 : w->replica;
             int other = w->stage_replica < rp_config_stage_replicas(cfg, ostage)
-                            ? rp_workplan_worker(cfg, w->replica, ostage, w->stage_replica) +
+                            ? rp_workplan_worker(cfg, oc, ostage, w->stage_replica) +
                                   w->tensor_rank
                             : -1; /* (a stage replicated more than the other: another device) */
             if (other >= 0 && s->plan->device_of[other] == s->plan->device_of[w->id]) {

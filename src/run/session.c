@@ -128,7 +128,7 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     rp_derived der;
     rp_config_derive(cfg, &der);
     int P = der.stages, W = der.workers, R = cfg->replication_factor;
-    int v = rp_config_chunked(cfg) ? cfg->virtual_stages : 1; /* workers a rank holds */
+    int v = W / rp_config_devices(cfg, &der); /* workers a rank holds */
     if (comm && rp_comm_size(comm) != W / v)
         return rp_fail(err, RP_ERR_INVALID,
                        "the configuration needs %d %s (replication_factor %d x %d per "
@@ -313,17 +313,20 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     if (comm && v > 1) { /* this rank is device rp_comm_rank(comm) */
         s->rank_of = malloc(sizeof(int) * W);
         s->lidx = calloc(W, sizeof(int));
-        int *seen = calloc(W / v, sizeof(int));
-        if (!s->rank_of || !s->lidx || !seen) {
-            free(seen);
+        if (!s->rank_of || !s->lidx) {
             st = rp_fail(err, RP_ERR_NOMEM, "out of memory for a session of %d workers", W);
             goto fail;
         }
-        for (int k = 0; k < W; k++) {
+        /* a rank's workers in the order of their stages, so that the i-th
+        ** of every rank make their communicators together (a collective
+        ** split each): a stage's workers are the same one of their ranks'
+        ** (dualpipe's stage h is the first on devices h and P - 1 - h) */
+        for (int k = 0; k < W; k++)
             s->rank_of[k] = s->plan->device_of[k];
-            s->lidx[k] = seen[s->rank_of[k]]++;
-        }
-        free(seen);
+        for (int k = 0; k < W; k++)
+            for (int x = 0; x < W; x++)
+                s->lidx[k] += s->rank_of[x] == s->rank_of[k] &&
+                              s->plan->w[x].stage < s->plan->w[k].stage;
     }
     s->state_per_param = (size_t)rp_optimizer_state_per_param(&cfg->optimizer);
     for (int i = 0; i < s->nlocal; i++) {
@@ -373,9 +376,16 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
         const tie *t = &s->ties[i];
         int members[RP_MAX_WORKERS], nm = 0;
         int emb = rp_workplan_worker(cfg, 0, t->emb_stage, 0);
-        int head = rp_workplan_worker(cfg, 0, t->head_stage, 0);
+        int head = rp_workplan_worker(cfg, rp_config_paired(cfg), t->head_stage, 0);
         if (s->plan->device_of[emb] == s->plan->device_of[head])
             continue; /* summed on the device (exchange.c) */
+        if (rp_config_paired(cfg)) { /* else a device would hold two of the sum's members */
+            st = rp_fail(err, RP_ERR_INVALID,
+                         "schedule \"dualpipe\": the tied weights of stages %d and %d must lie "
+                         "on one device, stages s and %d - s (the model's first and last)",
+                         t->emb_stage, t->head_stage, P - 1);
+            goto fail;
+        }
         for (int k = 0; k < W && t->emb_stage != t->head_stage; k++)
             if (s->plan->w[k].stage == t->emb_stage || s->plan->w[k].stage == t->head_stage)
                 members[nm++] = k;

@@ -20,7 +20,7 @@ const char *rp_op_name(rp_op_kind k) {
 
 bool rp_schedule_splits_backward(rp_schedule s) {
     return s == RP_SCHEDULE_ZB_H1 || s == RP_SCHEDULE_ZB_H2 || s == RP_SCHEDULE_ZB_AUTO ||
-           s == RP_SCHEDULE_ZB_V || s == RP_SCHEDULE_DUALPIPEV;
+           s == RP_SCHEDULE_ZB_V || s == RP_SCHEDULE_DUALPIPEV || s == RP_SCHEDULE_DUALPIPE;
 }
 
 
@@ -136,18 +136,34 @@ static int chunk_of(const rp_config *cfg, int P, int r, int k) {
     return rp_config_chunk(cfg, P, r, k);
 }
 
-/* Each device's passes in order as (stage, pass, mb) at 6 GA r (zb-v) or
-** 2 GA v r (interleaved-1f1b), and each stage's from them, into kind and
-** mbs at 3 GA s as zb_orders writes them. */
+/* The passes a device runs in an update, and the orders device_orders
+** writes: one a pipeline worker (a V's, interleaved-1f1b's), or under
+** dualpipe one a position h of P / 2, which devices h and P - 1 - h share. */
+static int device_passes(const rp_config *cfg) {
+    int GA = cfg->gradient_accumulation_steps;
+    return rp_config_paired(cfg) ? 6 * GA
+                                 : (rp_config_v_shaped(cfg) ? 3 : 2) * GA * cfg->virtual_stages;
+}
+static int device_rows(const rp_config *cfg) {
+    int S = cfg->layers_per_stage.count;
+    return rp_config_paired(cfg) ? S / 2 : S / cfg->virtual_stages;
+}
+
+/* Each device's passes in order as (stage, pass, mb) at 6 GA r (zb-v,
+** dualpipev, dualpipe) or 2 GA v r (interleaved-1f1b), and each stage's
+** from them, into kind and mbs at 3 GA s as zb_orders writes them.
+** DualPipe's steps are DualPipeV's on P / 2 positions (DeepSeek's
+** dualpipe.py runs the same eight on its half rank h = min(r, P - 1 - r)),
+** whose V's stages h and 2 (P / 2) - 1 - h are DualPipe's h and P - 1 - h. */
 static rp_status device_orders(const rp_config *cfg, int *seq_stage, int *seq_pass, int *seq_mb,
                                int *kind, int *mbs, rp_error *err) {
-    int S = cfg->layers_per_stage.count, v = cfg->virtual_stages, P = S / v;
-    int GA = cfg->gradient_accumulation_steps, n = (rp_config_v_shaped(cfg) ? 3 : 2) * GA * v;
+    int S = cfg->layers_per_stage.count, v = cfg->virtual_stages, P = device_rows(cfg);
+    int GA = cfg->gradient_accumulation_steps, n = device_passes(cfg);
     if (cfg->schedule == RP_SCHEDULE_ZB_V) {
         rp_status st = rpi_zbv_orders(cfg, seq_stage, seq_pass, seq_mb, err);
         if (st)
             return st;
-    } else if (cfg->schedule == RP_SCHEDULE_DUALPIPEV) {
+    } else if (cfg->schedule == RP_SCHEDULE_DUALPIPEV || rp_config_paired(cfg)) {
         rpi_dualpipev_orders(cfg, seq_stage, seq_pass, seq_mb);
     } else {
         bool *fwd = malloc(sizeof(bool) * n);
@@ -176,28 +192,47 @@ static rp_status device_orders(const rp_config *cfg, int *seq_stage, int *seq_pa
 /* The stage replicas of worker r's chunks: one count for all of them
 ** (rp_session_check), so that worker r is that many devices. */
 static int device_replicas(const rp_config *cfg, int P, int r) {
-    return rp_config_stage_replicas(cfg, chunk_of(cfg, P, r, 0));
+    return rp_config_paired(cfg) ? rp_config_stage_replicas(cfg, r)
+                                 : rp_config_stage_replicas(cfg, chunk_of(cfg, P, r, 0));
 }
 
-/* The chunked schedules: each replica's pipeline worker r is a device, or
-** with stage replication k of them, device j taking the micro-batches of
-** its chunks' stage replica j (mb mod k = j), as a stage replica does. A
-** device runs the workers of its chunks (chunk_of): their passes in its
-** order, the worker's order filtered (each pass: its receive, compute and
+/* Chunk k's worker on device r (of P a replica group) of replica group g,
+** as stage replica j: a chunked schedule's chunk k of replica g; under
+** dualpipe, of the pair g (replicas 2 g and 2 g + 1), the stage at
+** position h = min(r, P - 1 - r) of the pipeline this device is in the
+** first half of (k 0: replica 2 g's on devices below P / 2, 2 g + 1's
+** above, whose pipeline runs from device P - 1 down), and the stage at
+** P - 1 - h of the other (k 1). */
+static int device_worker(const rp_config *cfg, int g, int P, int r, int k, int j) {
+    if (!rp_config_paired(cfg))
+        return base_worker(cfg, g, chunk_of(cfg, P, r, k), j);
+    int h = r < P - 1 - r ? r : P - 1 - r, upper = r >= P / 2;
+    return k == 0 ? base_worker(cfg, 2 * g + upper, h, j)
+                  : base_worker(cfg, 2 * g + !upper, P - 1 - h, j);
+}
+
+/* The chunked schedules and dualpipe: each replica's (or pair's) pipeline
+** worker r is a device, or with stage replication k of them, device j
+** taking the micro-batches of its chunks' stage replica j (mb mod k = j),
+** as a stage replica does. A device runs the workers of its chunks
+** (device_worker): their passes in its order (dualpipe's device r, position
+** h's), the worker's order filtered (each pass: its receive, compute and
 ** send), then the chunks' closing operations (WAIT_SENDS, REDUCE, STEP) in
 ** turns, every chunk's reduction before any step (zb-v's tie of the first
 ** and last chunk is then summed on the device, before either steps), and
-** the devices meet in every chunk's reduction in the same order. Devices
-** are numbered by replica, then worker, then stage replica. */
+** the devices meet in every chunk's reduction in the same order (dualpipe's
+** devices r and P - 1 - r both reduce stage h first). Devices are numbered
+** by replica (or pair), then worker, then stage replica. */
 static rp_status make_devices(const rp_config *cfg, rp_workplan *sc, const int *seq_stage,
                               const int *seq_mb, rp_error *err) {
-    int S = sc->stages, v = cfg->virtual_stages, P = S / v, R = cfg->replication_factor;
-    int GA = cfg->gradient_accumulation_steps;
-    int n = (rp_config_v_shaped(cfg) ? 3 : 2) * GA * v, per = 0;
+    bool paired = rp_config_paired(cfg);
+    int S = sc->stages, v = paired ? 2 : cfg->virtual_stages, P = paired ? S : S / v;
+    int G = paired ? cfg->replication_factor / 2 : cfg->replication_factor;
+    int n = device_passes(cfg), per = 0;
     for (int r = 0; r < P; r++)
         per += device_replicas(cfg, P, r);
     int *cursor = calloc(sc->workers, sizeof(int));
-    sc->devices = R * per;
+    sc->devices = G * per;
     sc->dev = calloc(sc->devices, sizeof(rp_device_ops));
     sc->device_of = malloc(sizeof(int) * sc->workers);
     rp_status st = RP_OK;
@@ -206,13 +241,14 @@ static rp_status make_devices(const rp_config *cfg, rp_workplan *sc, const int *
                      rp_schedule_name(cfg->schedule));
         goto done;
     }
-    for (int c = 0, at = 0; c < R && !st; c++)
+    for (int c = 0, at = 0; c < G && !st; c++)
         for (int r = 0; r < P && !st; r++)
             for (int j = 0; j < device_replicas(cfg, P, r) && !st; j++, at++) {
                 rp_device_ops *d = &sc->dev[at];
                 int total = 0, k_r = device_replicas(cfg, P, r);
+                int row = paired && r >= P / 2 ? P - 1 - r : r; /* its order's */
                 for (int k = 0; k < v; k++) {
-                    int w = base_worker(cfg, c, chunk_of(cfg, P, r, k), j);
+                    int w = device_worker(cfg, c, P, r, k, j);
                     sc->device_of[w] = at;
                     total += sc->w[w].num_ops;
                 }
@@ -224,9 +260,11 @@ static rp_status make_devices(const rp_config *cfg, rp_workplan *sc, const int *
                     break;
                 }
                 for (int i = 0; i < n; i++) { /* a pass ends at its compute, or at the send after */
-                    if (seq_mb[n * r + i] % k_r != j)
+                    int stage = seq_stage[n * row + i];
+                    if (seq_mb[n * row + i] % k_r != j)
                         continue;
-                    int w = base_worker(cfg, c, seq_stage[n * r + i], j);
+                    int w = !paired ? base_worker(cfg, c, stage, j)
+                                    : device_worker(cfg, c, P, r, stage == row ? 0 : 1, j);
                     const rp_worker_ops *wo = &sc->w[w];
                     for (bool computed = false; cursor[w] < wo->num_ops;) {
                         rp_op_kind kd = wo->ops[cursor[w]].kind;
@@ -242,7 +280,7 @@ static rp_status make_devices(const rp_config *cfg, rp_workplan *sc, const int *
                 for (bool more = true; more;) { /* the closing operations, in turns */
                     more = false;
                     for (int k = 0; k < v; k++) {
-                        int w = base_worker(cfg, c, chunk_of(cfg, P, r, k), j);
+                        int w = device_worker(cfg, c, P, r, k, j);
                         if (cursor[w] < sc->w[w].num_ops)
                             d->worker[d->num] = w, d->op[d->num++] = cursor[w]++, more = true;
                     }
@@ -402,7 +440,7 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
     int *order_k = malloc(sizeof(int) * 3 * GA * P), *order_m = malloc(sizeof(int) * 3 * GA * P);
     int *slot_of = malloc(sizeof(int) * GA), *free_slots = malloc(sizeof(int) * GA);
     /* the chunked schedules: each device's order, (stage, pass, mb) */
-    bool chunked = rp_config_chunked(cfg);
+    bool chunked = rp_config_chunked(cfg) || rp_config_paired(cfg);
     size_t nseq = chunked ? (size_t)3 * GA * P : 1;
     int *seq = malloc(sizeof(int) * 3 * nseq);
     rp_status st = !order_k || !order_m || !slot_of || !free_slots || !seq
@@ -553,6 +591,31 @@ rp_status rp_schedule_check_config(const rp_config *cfg, rp_error *err) {
                                    rp_config_stage_replicas(cfg, a),
                                    rp_config_stage_replicas(cfg, b));
             }
+    }
+    if (rp_config_paired(cfg)) {
+        int P = cfg->layers_per_stage.count, R = cfg->replication_factor;
+        int GA = cfg->gradient_accumulation_steps;
+        const char *why = P < 2 || P % 2 ? "it needs an even number of stages, 2 or more"
+                          : R % 2 ? "replication_factor must be even (each pair of replicas runs "
+                                    "its two pipelines over the same devices, in opposite "
+                                    "directions)"
+                          : GA < P ? "gradient_accumulation_steps must be at least the stages "
+                                     "(DualPipe's warm-up takes that many micro-batches a "
+                                     "direction)"
+                                   : NULL;
+        if (why)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "schedule \"dualpipe\" with %d stages, replication_factor %d and "
+                           "gradient_accumulation_steps %d: %s",
+                           P, R, GA, why);
+        for (int r = 0; r < P / 2; r++) /* a device's two stages are replicated together */
+            if (rp_config_stage_replicas(cfg, r) != rp_config_stage_replicas(cfg, P - 1 - r))
+                return rp_fail(err, RP_ERR_INVALID,
+                               "stage_replication: under schedule \"dualpipe\" stages %d and %d "
+                               "share devices, which are replicated as a whole: give them as "
+                               "many replicas (%d and %d)",
+                               r, P - 1 - r, rp_config_stage_replicas(cfg, r),
+                               rp_config_stage_replicas(cfg, P - 1 - r));
     }
     if (cfg->reduction_bucket_mb > 0) {
         const char *why = cfg->schedule >= RP_SCHEDULE_PIPEDREAM

@@ -1,0 +1,253 @@
+/*
+** dualpipe: DeepSeek's DualPipe, replicas 2q and 2q + 1 each a pipeline of
+** P stages over the same P devices in opposite directions (device r holds
+** stage r of the one and stage P - 1 - r of the other), each device running
+** DualPipeV's eight steps at its half rank h = min(r, P - 1 - r), as
+** DeepSeek's dualpipe.py does. Each stage's passes of a kind run in
+** micro-batch order, so the weights and losses are those of 1f1b with the
+** same replicas on the same stages bit for bit (MLP, CNN, a GPT with dropout
+** and its tied head summed on devices 0 and P - 1; two pairs, a replicated
+** stage pair, recomputation, sharding, tensor groups, clipping). The orders:
+** every shape to P 6 and 16 micro-batches checked free of waits, a device
+** holding P + 1 micro-batches' activations at most; the checker refuses a
+** W moved before its B; a device's two stages are the mirrored ones. On unit passes the simulator gives DualPipe's bubble. What
+** it does not take, named. With --mpi under mpirun -np N: the cases of N
+** devices on N ranks.
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+
+#include "repipe/data.h"
+#include "repipe/schedule.h"
+#include "repipe/session.h"
+#include "repipe/simulate.h"
+#include "support.h"
+#include "test.h"
+
+static const char *MLP = TEST_SPEC_MLP;
+
+static rp_dataset *data;
+static rp_comm *mpi;
+
+typedef struct dcase {
+    int P, R, GA;
+    const char *extra;
+} dcase;
+
+static const dcase CASES[] = {
+    {2, 2, 2, ""},
+    {2, 2, 4, ""},
+    {4, 2, 4, ""},
+    {4, 2, 8, ""},
+    /* two pairs; on 4 ranks, servers of 2 sum in worker order as threads do
+    ** (a flat MPI allreduce of 4 groups its sums its own way: test_buckets) */
+    {2, 4, 3, ", \"workers_per_server\": 2"},
+    {2, 2, 2, ", \"recompute_checkpoint_every_layer\": true"},
+    {4, 2, 4, ", \"gradient_clipping\": 0.05"},
+    {2, 2, 2, ", \"replicated_tensor_sharding\": true"},
+    /* a device's two stages replicated together */
+    {4, 2, 4, ", \"stage_replication\": [2, 1, 1, 2]"},
+    /* tensor groups (the GPT alone: they split its blocks) */
+    {2, 2, 2, ", \"tensor_parallel\": 2"},
+};
+
+static rp_config dconfig(const dcase *dc, const char *schedule, bool adam) {
+    char key[64];
+    snprintf(key, sizeof key, "\"schedule\": \"%s\"", schedule);
+    return test_stages_config(dc->P, dc->GA, dc->R, key, adam, dc->extra);
+}
+
+/* Each case against 1f1b on threads, the MLP, the CNN and the GPT (the GPT
+** alone where tensor groups split its blocks; no tie sharded); with ranks,
+** on as many MPI ranks (a rank a device) where the case has that many. */
+static void exact(int ranks) {
+    static const char *const models[] = {"mlp", "cnn", "gpt"};
+    const char *const specs[] = {TEST_SPEC_MLP, TEST_SPEC_CNN, TEST_SPEC_GPT};
+    int run = 0, equal = 0;
+    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+        const dcase *dc = &CASES[k];
+        if (ranks && test_devices(dconfig(dc, "dualpipe", false)) != ranks)
+            continue;
+        for (int mi = 0; mi < 3; mi++) {
+            if (mi == 2 && strstr(dc->extra, "sharding")) /* a tie is never sharded */
+                continue;
+            if (mi < 2 && strstr(dc->extra, "tensor_parallel"))
+                continue;
+            rp_config base = dconfig(dc, "1f1b", mi != 2), c = dconfig(dc, "dualpipe", mi != 2);
+            double diff;
+            bool same = test_same_training(specs[mi], mi == 2, &base, &c, ranks ? mpi : NULL,
+                                           data, &diff);
+            equal += same;
+            CHECKF(same, "%s dualpipe P=%d R=%d GA=%d%s: not 1f1b's bits (weights differ by %g)",
+                   models[mi], dc->P, dc->R, dc->GA, dc->extra, diff);
+            run++;
+        }
+    }
+    CHECK(run > 0);
+    printf("%d of %d dualpipe runs%s equal to 1f1b bit for bit\n", equal, run,
+           ranks ? " on MPI ranks" : "");
+}
+
+/* Every shape checked free of waits; P R / 2 devices, device r holding
+** stage r of replica 2q and P - 1 - r of replica 2q + 1; on each device
+** each stage's F, B and W in micro-batch order, m of each. A W moved
+** before its B is refused. */
+static void orders(void) {
+    rp_error err;
+    int shapes = 0;
+    for (int P = 2; P <= 6; P += 2)
+        for (int R = 2; R <= 4; R += 2)
+            for (int m = P; m <= 16; m++) {
+                char layers[64], json[512];
+                snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, "
+                         "\"replication_factor\": %d, \"layers_per_stage\": %s, "
+                         "\"schedule\": \"dualpipe\"}", m, R, test_ones(layers, sizeof layers, P));
+                rp_config c = test_config(json);
+                rp_workplan *p;
+                rp_status st = rp_workplan_build(&c, &p, &err);
+                CHECKF(!st && rp_workplan_check(p, NULL, &err) == RP_OK,
+                       "dualpipe P=%d R=%d m=%d: %s", P, R, m, err.msg);
+                if (st)
+                    continue;
+                shapes++;
+                CHECK(p->devices == P * R / 2 && p->workers == P * R);
+                int most_all = 0;
+                for (int d = 0; d < p->devices; d++) {
+                    const rp_device_ops *dv = &p->dev[d];
+                    int q = d / P, r = d % P, next[4 * 6][3] = {{0}}, n[2] = {0};
+                    for (int w = 0; w < p->workers; w++)
+                        if (p->device_of[w] == d) {
+                            const rp_worker_ops *wo = &p->w[w];
+                            bool down = wo->replica == 2 * q && wo->stage == r;
+                            bool up = wo->replica == 2 * q + 1 && wo->stage == P - 1 - r;
+                            CHECKF(down || up, "P=%d device %d holds replica %d's stage %d", P,
+                                   d, wo->replica, wo->stage);
+                            n[up]++;
+                        }
+                    CHECK(n[0] == 1 && n[1] == 1);
+                    int held = 0, most = 0;
+                    for (int j = 0; j < dv->num; j++) {
+                        int w = dv->worker[j];
+                        const rp_op *op = &p->w[w].ops[dv->op[j]];
+                        int k = op->kind == RP_OP_FORWARD           ? 0
+                                : op->kind == RP_OP_BACKWARD_INPUT  ? 1
+                                : op->kind == RP_OP_BACKWARD_WEIGHT ? 2
+                                                                    : -1;
+                        if (k < 0)
+                            continue;
+                        CHECKF(op->mb == next[w][k], "P=%d m=%d device %d: worker %d's pass %d "
+                               "of micro-batch %d, want %d", P, m, d, w, k, op->mb, next[w][k]);
+                        next[w][k] = op->mb + 1;
+                        held += (k == 0) - (k == 2); /* stage activations, F to W */
+                        most = held > most ? held : most;
+                    }
+                    for (int w = 0; w < p->workers; w++)
+                        if (p->device_of[w] == d)
+                            CHECK(next[w][0] == m && next[w][1] == m && next[w][2] == m);
+                    most_all = most > most_all ? most : most_all;
+                }
+                /* DualPipe's README: PP + 1 micro-batches' activations a device */
+                CHECKF(most_all == P + 1, "dualpipe P=%d R=%d m=%d: at most %d micro-batches' "
+                       "stage activations a device, want %d", P, R, m, most_all, P + 1);
+                if (P == 4 && R == 2 && m == 8) { /* device 0: its first W before its B */
+                    const rp_device_ops *dv = &p->dev[0];
+                    int wi = -1, bi = -1, w0 = dv->worker[0];
+                    for (int j = 0; j < dv->num; j++) {
+                        rp_op_kind kind = p->w[dv->worker[j]].ops[dv->op[j]].kind;
+                        if (dv->worker[j] == w0 && kind == RP_OP_BACKWARD_WEIGHT && wi < 0)
+                            wi = j;
+                        if (dv->worker[j] == w0 && kind == RP_OP_BACKWARD_INPUT && bi < 0)
+                            bi = j;
+                    }
+                    CHECK(wi > bi && bi >= 0);
+                    test_move_device_op(&p->dev[0], wi, bi);
+                    CHECK(rp_workplan_check(p, NULL, &err) == RP_ERR_INVALID);
+                }
+                rp_workplan_free(p);
+            }
+    printf("dualpipe: %d shapes (P 2 to 6, R 2 and 4, P to 16 micro-batches) free of waits\n",
+           shapes);
+}
+
+/* One update of dualpipe on P devices of P one-layer stages, two replicas,
+** m micro-batches each, unit passes (F, B's input half and W 1 ms each),
+** free transfers and reductions. Milliseconds. */
+static double update_ms(int P, int m) {
+    double fw[32], b[32], in[32], wt[32], out[32], par[32];
+    for (int l = 0; l < P; l++)
+        fw[l] = 1, in[l] = 1, wt[l] = 1, b[l] = 2, out[l] = 0, par[l] = 0;
+    char layers[128], json[512];
+    snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, \"replication_factor\": "
+             "2, \"layers_per_stage\": %s, \"schedule\": \"dualpipe\"}", m,
+             test_ones(layers, sizeof layers, P));
+    rp_config c = test_config(json);
+    rp_sim_options so;
+    rp_sim_options_default(&so);
+    so.latency = 0;
+    so.bwd_input_ms = in, so.bwd_weight_ms = wt;
+    rp_sim_result r;
+    rp_error err;
+    CHECK_OK(rp_simulate(&c, fw, b, out, par, P, &so, &r, &err), err);
+    double t = r.update_time * 1e3;
+    rp_sim_result_free(&r);
+    return t;
+}
+
+/* DualPipe's README: a bubble of (PP/2 - 1)(F&B + B - 3 W) a device, PP the
+** devices, B a whole backward (B's input half and W), F&B a forward
+** overlapped with a backward. On unit passes (F = 1, B = 2, W = 1) the
+** order, the pair's forward first and no overlap, idles P/2 - 1 a device
+** beside its 6 m of work (two stages, m micro-batches each): the formula
+** where the paired backward hides the forward (F&B = B = 2). */
+static void bubbles(void) {
+    static const int PM[][2] = {{4, 4}, {4, 8}, {8, 8}, {8, 16}, {16, 16}, {16, 32}};
+    for (int i = 0; i < 6; i++) {
+        int P = PM[i][0], m = PM[i][1];
+        double t = update_ms(P, m), work = 6.0 * m, bubble = (P / 2 - 1) * (2.0 + 2.0 - 3.0);
+        printf("dualpipe PP=%d m=%d a direction: %.1f ms, %.1f ms of bubble (the formula with "
+               "F&B = B: %.1f)\n", P, m, t, t - work, bubble);
+        CHECKF(fabs(t - work - bubble) < 1e-9, "dualpipe P=%d m=%d: %.3f ms, the work %.0f and "
+               "the formula's bubble %.0f", P, m, t, work, bubble);
+    }
+}
+
+static void refused(void) {
+    rp_model *m = test_model(MLP);
+    rp_error err;
+    static const char *const bad[][2] = {
+        {"[-1, -1, -1], \"replication_factor\": 2, \"gradient_accumulation_steps\": 4",
+         "an even number of stages"},
+        {"[-1, -1], \"replication_factor\": 3, \"gradient_accumulation_steps\": 4",
+         "replication_factor must be even"},
+        {"[-1, -1, -1, -1], \"replication_factor\": 2, \"gradient_accumulation_steps\": 3",
+         "at least the stages"},
+        {"[-1, -1, -1, -1], \"replication_factor\": 2, \"gradient_accumulation_steps\": 4, "
+         "\"stage_replication\": [2, 1, 1, 1]",
+         "stages 0 and 3 share devices"}};
+    for (int i = 0; i < 4; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"schedule\": \"dualpipe\", \"layers_per_stage\": %s}",
+                 bad[i][0]);
+        rp_config bc = test_config(json);
+        CHECK(rp_session_check(m, &bc, &err) == RP_ERR_INVALID);
+        CHECK_STR_HAS(err.msg, bad[i][1]);
+    }
+    rp_model_free(m);
+}
+
+static void local(void) {
+    orders();
+    bubbles();
+    refused();
+    exact(0);
+}
+
+static void with_mpi(int ranks) {
+    exact(ranks);
+}
+
+int main(int argc, char **argv) {
+    test_start(argc, argv, 512, 9, &data, &mpi);
+    return test_main("test_dualpipe", mpi, data, with_mpi, local);
+}
