@@ -123,6 +123,16 @@ totals=$(cd "$src" && "$bin" train --model examples/gpt-kjv.model --config "$tmp
 if [ -n "$shown" ] && [ "$(echo $shown)" = "$(echo $printed)" ] &&
    grep -qF "totals of $(echo $totals | sed 's/ / and /')" <(tr '\n' ' ' <"$src/docs/simulate.md")
 then ok; else bad "docs/simulate.md's memory example: page '$shown', printed '$printed', train's totals $totals"; fi
+# dualpipe from the command: 1f1b's weights with the same two replicas, bit for
+# bit, and a trace whose tracks name each device's stage of each replica
+for s in 1f1b dualpipe; do
+  printf '{"micro_batch_size": 2, "gradient_accumulation_steps": 4, "replication_factor": 2, "layers_per_stage": [-1, -1, -1, -1], "schedule": "%s"}\n' $s > "$tmp/dp-$s.json"
+  (cd "$src" && "$bin" train --model examples/gpt-kjv.model --config "$tmp/dp-$s.json" --text README.md \
+     --updates 2 --save "$tmp/dp-$s.rpw" --trace "$tmp/dp-$s.trace" >"$tmp/dp-$s.out" 2>&1)
+done
+if cmp -s "$tmp/dp-1f1b.rpw" "$tmp/dp-dualpipe.rpw" &&
+   grep -q '"worker 1: stages 1 of replica 0, 2 of replica 1 (dualpipe)"' "$tmp/dp-dualpipe.trace"
+then ok; else bad "dualpipe train: $(cat "$tmp/dp-dualpipe.out")"; fi
 # a profile with batch normalisation plans micro-batches of 2 or more: one sample
 # a micro-batch has no variance where a plane is one value, and train refuses it
 "$bin" plan --profile "$src/tests/fixtures/pipedream/profiles/resnet18/graph.txt" --machines 2 2 \

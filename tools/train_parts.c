@@ -50,13 +50,15 @@ rp_status train_checkpoint(ck_writer *cw, rp_session *s, const rp_model *m, cons
     rp_status st = train_finish_checkpoint(cw, err);
     if (st)
         return st;
-    rp_derived d; /* the workers as launched: a chunked schedule's hold several chunks */
+    rp_derived d; /* the workers as launched: a chunked schedule's hold several chunks,
+                  ** dualpipe's a stage of two replicas */
     rp_config_derive(cfg, &d);
+    bool devices = rp_config_chunked(cfg) || rp_config_paired(cfg);
     cw->ck = (rp_checkpoint){.config = *cfg,
                              .model = rp_model_fingerprint(m),
                              .samples = samples,
-                             .workers = rp_config_chunked(cfg) ? rp_config_devices(cfg, &d)
-                                                               : rp_session_workers(s),
+                             .workers = devices ? rp_config_devices(cfg, &d)
+                                                : rp_session_workers(s),
                              .stages = rp_session_stages(s)};
     snprintf(cw->ck.backend, sizeof cw->ck.backend, "%s", mpi ? "mpi" : "local");
     if ((st = rp_session_get_state(s, &cw->ck.state, err)) || !lead) { /* collective */

@@ -147,16 +147,20 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
         if (pl->devices)
             snprintf(chunk, sizeof chunk, " (stage %d)", w->stage);
         if (pl->devices && pl->dev[tid].worker[0] == w->id) {
-            char stages[128] = "";
-            for (int x = 0, n = 0; x < pl->workers && n < (int)sizeof stages - 8; x++)
+            /* (dualpipe's device holds a stage of each of two replicas) */
+            bool paired = rp_config_paired(&s->cfg);
+            char stages[128] = "", of[32] = "";
+            for (int x = 0, n = 0; x < pl->workers && n < (int)sizeof stages - 24; x++)
                 if (pl->device_of[x] == tid)
-                    n += snprintf(stages + n, sizeof stages - n, "%s%d", n ? ", " : "",
-                                  pl->w[x].stage);
+                    n += snprintf(stages + n, sizeof stages - n, paired ? "%s%d of replica %d"
+                                  : "%s%d", n ? ", " : "", pl->w[x].stage, pl->w[x].replica);
+            if (!paired)
+                snprintf(of, sizeof of, "replica %d, ", w->replica);
             fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
-                       "\"args\":{\"name\":\"worker %d: replica %d, stages %s "
-                       "(%s)\"}}",
-                    first ? "" : ",\n", tid, tid, w->replica, stages,
-                    rp_config_v_shaped(&s->cfg) ? rp_schedule_name(s->cfg.schedule) : "interleaved");
+                       "\"args\":{\"name\":\"worker %d: %sstages %s (%s)\"}}",
+                    first ? "" : ",\n", tid, tid, of, stages,
+                    s->cfg.schedule == RP_SCHEDULE_INTERLEAVED ? "interleaved"
+                                                               : rp_schedule_name(s->cfg.schedule));
             if (w->last_back >= 0) /* (a device's chunks all sum in buckets, or none) */
                 fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
                            "\"args\":{\"name\":\"worker %d: its chunks' gradients' buckets\"}}",
