@@ -16,6 +16,7 @@
 #include "repipe/profile.h"
 #include "repipe/schedule.h"
 #include "repipe/session.h"
+#include "repipe/simulate.h"
 #include "test.h"
 
 /* The small models the schedule and reduction tests train every layout of
@@ -107,6 +108,28 @@ static inline rp_config test_config(const char *json) {
         exit(1);
     }
     return c;
+}
+
+/* One update of the configuration `json`, whose layers_per_stage is S
+** one-layer stages (test_ones), each stage's forward f, input half bi and
+** weights' half bw (ms; its whole backward bi + bw), no bytes and free
+** transfers, in the simulator. Milliseconds. */
+static inline double test_pass_update_ms(const char *json, int S, double f, double bi,
+                                         double bw) {
+    double fw[32], b[32], in[32], wt[32], out[32], par[32];
+    for (int l = 0; l < S && l < 32; l++)
+        fw[l] = f, in[l] = bi, wt[l] = bw, b[l] = bi + bw, out[l] = 0, par[l] = 0;
+    rp_config c = test_config(json);
+    rp_sim_options so;
+    rp_sim_options_default(&so);
+    so.latency = 0;
+    so.bwd_input_ms = in, so.bwd_weight_ms = wt;
+    rp_sim_result r;
+    rp_error err;
+    CHECK_OK(rp_simulate(&c, fw, b, out, par, S, &so, &r, &err), err);
+    double t = r.update_time * 1e3;
+    rp_sim_result_free(&r);
+    return t;
 }
 
 /* The largest difference of two weight sets' tensors relative to their

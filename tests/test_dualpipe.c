@@ -174,24 +174,11 @@ static void orders(void) {
 ** m micro-batches each, unit passes (F, B's input half and W 1 ms each),
 ** free transfers and reductions. Milliseconds. */
 static double update_ms(int P, int m) {
-    double fw[32], b[32], in[32], wt[32], out[32], par[32];
-    for (int l = 0; l < P; l++)
-        fw[l] = 1, in[l] = 1, wt[l] = 1, b[l] = 2, out[l] = 0, par[l] = 0;
     char layers[128], json[512];
     snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, \"replication_factor\": "
              "2, \"layers_per_stage\": %s, \"schedule\": \"dualpipe\"}", m,
              test_ones(layers, sizeof layers, P));
-    rp_config c = test_config(json);
-    rp_sim_options so;
-    rp_sim_options_default(&so);
-    so.latency = 0;
-    so.bwd_input_ms = in, so.bwd_weight_ms = wt;
-    rp_sim_result r;
-    rp_error err;
-    CHECK_OK(rp_simulate(&c, fw, b, out, par, P, &so, &r, &err), err);
-    double t = r.update_time * 1e3;
-    rp_sim_result_free(&r);
-    return t;
+    return test_pass_update_ms(json, P, 1, 1, 1);
 }
 
 /* DualPipe's README: a bubble of (PP/2 - 1)(F&B + B - 3 W) a device, PP the

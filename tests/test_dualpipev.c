@@ -131,24 +131,10 @@ static void orders(void) {
 ** micro-batches, unit passes (F, B's input half and W 1 ms each), free
 ** transfers. Milliseconds. */
 static double v_update_ms(int P, int m) {
-    int S = 2 * P;
-    double fw[32], b[32], in[32], wt[32], out[32], par[32];
-    for (int l = 0; l < S; l++)
-        fw[l] = 1, in[l] = 1, wt[l] = 1, b[l] = 2, out[l] = 0, par[l] = 0;
     char layers[128], json[512];
     snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": "
-             "%s, \"schedule\": \"dualpipev\"}", m, test_ones(layers, sizeof layers, S));
-    rp_config c = test_config(json);
-    rp_sim_options so;
-    rp_sim_options_default(&so);
-    so.latency = 0;
-    so.bwd_input_ms = in, so.bwd_weight_ms = wt;
-    rp_sim_result r;
-    rp_error err;
-    CHECK_OK(rp_simulate(&c, fw, b, out, par, S, &so, &r, &err), err);
-    double t = r.update_time * 1e3;
-    rp_sim_result_free(&r);
-    return t;
+             "%s, \"schedule\": \"dualpipev\"}", m, test_ones(layers, sizeof layers, 2 * P));
+    return test_pass_update_ms(json, 2 * P, 1, 1, 1);
 }
 
 /* DualPipe's README: a bubble of (PP/2 - 1)(F&B + B - 3 W) a device, PP the

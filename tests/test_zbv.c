@@ -188,24 +188,10 @@ static void plan(void) {
 ** each chunk's forward f, input half bi and weight half bw (ms), no bytes
 ** and free transfers; extra: more keys. Milliseconds. */
 static double v_update_ms(int P, int m, double f, double bi, double bw, const char *extra) {
-    int S = 2 * P;
-    double fw[16], b[16], in[16], wt[16], out[16], par[16];
-    for (int l = 0; l < S; l++)
-        fw[l] = f, in[l] = bi, wt[l] = bw, b[l] = bi + bw, out[l] = 0, par[l] = 0;
     char layers[64], json[512];
     snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, \"layers_per_stage\": "
-             "%s, \"schedule\": \"zb-v\"%s}", m, test_ones(layers, sizeof layers, S), extra);
-    rp_config c = test_config(json);
-    rp_sim_options so;
-    rp_sim_options_default(&so);
-    so.latency = 0;
-    so.bwd_input_ms = in, so.bwd_weight_ms = wt;
-    rp_sim_result r;
-    rp_error err;
-    CHECK_OK(rp_simulate(&c, fw, b, out, par, S, &so, &r, &err), err);
-    double t = r.update_time * 1e3;
-    rp_sim_result_free(&r);
-    return t;
+             "%s, \"schedule\": \"zb-v\"%s}", m, test_ones(layers, sizeof layers, 2 * P), extra);
+    return test_pass_update_ms(json, 2 * P, f, bi, bw);
 }
 
 /* On unit chunks (F = B = W = 1 ms) and free transfers, each of P workers
