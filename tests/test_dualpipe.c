@@ -3,16 +3,18 @@
 ** P stages over the same P devices in opposite directions (device r holds
 ** stage r of the one and stage P - 1 - r of the other), each device running
 ** DualPipeV's eight steps at its half rank h = min(r, P - 1 - r), as
-** DeepSeek's dualpipe.py does. Each stage's passes of a kind run in
-** micro-batch order, so the weights and losses are those of 1f1b with the
-** same replicas on the same stages bit for bit (MLP, CNN, a GPT with dropout
-** and its tied head summed on devices 0 and P - 1; two pairs, a replicated
-** stage pair, recomputation, sharding, tensor groups, clipping). The orders:
-** every shape to P 6 and 16 micro-batches checked free of waits, a device
-** holding P + 1 micro-batches' activations at most; the checker refuses a
-** W moved before its B; a device's two stages are the mirrored ones. On unit passes the simulator gives DualPipe's bubble. What
-** it does not take, named. With --mpi under mpirun -np N: the cases of N
-** devices on N ranks.
+** DeepSeek's dualpipe.py does: every rank's passes are those its own code
+** orders (and dualpipev.py's for dualpipev; tests/fixtures/dualpipe). Each
+** stage's passes of a kind run in micro-batch order, so the weights and
+** losses are those of 1f1b with the same replicas on the same stages bit
+** for bit (MLP, CNN, a GPT with dropout and its tied head summed on devices
+** 0 and P - 1; two pairs, a replicated stage pair, recomputation, sharding,
+** tensor groups, clipping). The orders: every shape to P 6 and 16
+** micro-batches checked free of waits, a device holding P + 1
+** micro-batches' activations at most; the checker refuses a W moved before
+** its B; a device's two stages are the mirrored ones. On unit passes the
+** simulator gives DualPipe's bubble. What it does not take, named. With
+** --mpi under mpirun -np N: the cases of N devices on N ranks.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -24,6 +26,10 @@
 #include "repipe/simulate.h"
 #include "support.h"
 #include "test.h"
+
+#ifndef REPIPE_FIXTURES_DUALPIPE
+#define REPIPE_FIXTURES_DUALPIPE "tests/fixtures/dualpipe"
+#endif
 
 static const char *MLP = TEST_SPEC_MLP;
 
@@ -170,6 +176,75 @@ static void orders(void) {
            shapes);
 }
 
+/* DeepSeek's own orders (tests/fixtures/dualpipe: dualpipe.py's and
+** dualpipev.py's step() on each rank, its compute recorded): every rank's
+** passes, "F0.3" a forward of its module 0's micro-batch 3, are repipe's
+** device's for the same ranks and micro-batches. Module 0 of dualpipe's
+** rank r is stage r of replica 0 and module 1 stage P - 1 - r of replica 1
+** (half the micro-batches a direction: GA m / 2); dualpipev's are chunks r
+** and 2 P - 1 - r (GA m). */
+static void deepseek_orders(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/orders.txt", REPIPE_FIXTURES_DUALPIPE);
+    FILE *f = fopen(path, "r");
+    CHECKF(f != NULL, "%s: cannot open", path);
+    if (!f)
+        return;
+    static char line[8192];
+    int ranks_checked = 0, lines = 0;
+    rp_workplan *p = NULL;
+    char have[32] = "";
+    while (fgets(line, sizeof line, f)) {
+        char sched[16], *colon = strchr(line, ':');
+        int n, m, r;
+        if (line[0] == '#' || !colon || sscanf(line, "%15s %d %d %d", sched, &n, &m, &r) != 4)
+            continue;
+        lines++;
+        bool v = strcmp(sched, "dualpipev") == 0;
+        char key[32], layers[128], json[512];
+        snprintf(key, sizeof key, "%s %d %d", sched, n, m);
+        if (strcmp(key, have) != 0) { /* the case's workplan, once */
+            rp_workplan_free(p);
+            p = NULL;
+            snprintf(json, sizeof json, "{\"gradient_accumulation_steps\": %d, "
+                     "\"replication_factor\": %d, \"layers_per_stage\": %s, \"schedule\": "
+                     "\"%s\"}", v ? m : m / 2, v ? 1 : 2,
+                     test_ones(layers, sizeof layers, v ? 2 * n : n), sched);
+            rp_config c = test_config(json);
+            rp_error err;
+            CHECKF(rp_workplan_build(&c, &p, &err) == RP_OK, "%s: %s", key, err.msg);
+            if (!p)
+                continue;
+            snprintf(have, sizeof have, "%s", key);
+        }
+        char mine[8192] = "";
+        size_t at = 0;
+        const rp_device_ops *dv = &p->dev[r];
+        for (int j = 0; j < dv->num && at < sizeof mine - 32; j++) {
+            const rp_worker_ops *w = &p->w[dv->worker[j]];
+            const rp_op *op = &w->ops[dv->op[j]];
+            char k = op->kind == RP_OP_FORWARD           ? 'F'
+                     : op->kind == RP_OP_BACKWARD_INPUT  ? 'B'
+                     : op->kind == RP_OP_BACKWARD_WEIGHT ? 'W'
+                                                         : 0;
+            if (k)
+                at += (size_t)snprintf(mine + at, sizeof mine - at, "%s%c%d.%d", at ? " " : "",
+                                       k, w->stage != r, op->mb);
+        }
+        char *theirs = colon + 1;
+        theirs += strspn(theirs, " ");
+        theirs[strcspn(theirs, "\n")] = 0;
+        bool same = strcmp(mine, theirs) == 0;
+        CHECKF(same, "%s rank %d: DeepSeek's order\n  %s\nrepipe's\n  %s", key, r, theirs, mine);
+        ranks_checked += same;
+    }
+    fclose(f);
+    rp_workplan_free(p);
+    CHECK(lines > 100);
+    printf("DeepSeek's dualpipe.py and dualpipev.py: %d of %d ranks' orders repipe's\n",
+           ranks_checked, lines);
+}
+
 /* One update of dualpipe on P devices of P one-layer stages, two replicas,
 ** m micro-batches each, unit passes (F, B's input half and W 1 ms each),
 ** free transfers and reductions. Milliseconds. */
@@ -224,6 +299,7 @@ static void refused(void) {
 }
 
 static void local(void) {
+    deepseek_orders();
     orders();
     bubbles();
     refused();
