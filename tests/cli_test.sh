@@ -74,7 +74,8 @@ printf '{"layers_per_stage": [-1, -1, -1, -1], "schedule": "zb-v", "virtual_stag
 expect_grep "config show chunked tensor groups" "tensor groups +replicas=4 group_size=2 stride=1 \(2 groups\) over the 4 workers, each the same rank of its chunks' groups" -- "$bin" config show "$tmp/zbv-tp.json"
 printf '{"layers_per_stage": [-1, -1, -1, -1], "replication_factor": 2, "gradient_accumulation_steps": 4, "schedule": "dualpipe"}\n' > "$tmp/dualpipe.json"
 expect_grep "config show dualpipe" "workers needed +4  \(each holds stage s of one replica and 3 - s of its pair's: dualpipe\)" -- "$bin" config show "$tmp/dualpipe.json"
-expect_fail "plan --schedules dualpipe" 2 "'dualpipe' is not one of" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --schedules dualpipe
+expect_grep "plan --schedules dualpipe" "two chunks a worker +2 +2 +16 +16 dualpipe " -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512 --schedules 1f1b,dualpipe
+expect_fail "plan --cluster --schedules dualpipe" 2 "1f1b, interleaved-1f1b and dualpipev" -- "$bin" plan --cluster dgx-a100 --devices 64 --global-batch 512 --transformer layers=32,hidden=4096,heads=32,seq=2048,vocab=51200 --schedules dualpipe
 expect_grep "config show layers" "stage 1 +layers 3-6 \(4 layers\)" -- "$bin" config show "$src/examples/pipeline-2x2.json" --layers 7
 expect_grep "config show hybrid" "workers needed +16" -- "$bin" config show "$src/examples/hybrid-7-1.json"
 expect_grep "config json" '"training":\{"stages":2,"replication_factor":2,"workers":4,"samples_per_micro_batch":1,"samples_per_update":32,"samples_per_host_call":64' \

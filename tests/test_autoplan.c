@@ -289,6 +289,53 @@ static void interleaved_row(void) {
     rp_profile_free(p);
 }
 
+/* DualPipe, where --schedules names it: eight equal layers of few
+** parameters (10 kB: the replicas' sums cost little) on 2 workers, 16
+** samples an update. Unnamed, no plan is dualpipe. Named, the two-chunks
+** row is a 1f1b pipeline's 2 stages with twice the replicas at half the
+** accumulation, the same 16 samples on the same 2 workers: no bubble on two
+** devices (P/2 - 1 = 0), so faster than the fastest 1f1b pipeline; a worker
+** holds both stages, about twice the 1f1b pipeline worker's bytes, and
+** with memory for one stage and not two it is not chosen. (With 1 MB a
+** layer the sum of each stage's 4 MB over the 1 GB/s link makes it slower
+** than the 1f1b pipeline, which sums nothing.) */
+static void dualpipe_row(void) {
+    double fw[8], bw[8], wt[8], act[8], par[8];
+    for (int l = 0; l < 8; l++)
+        fw[l] = 1, bw[l] = 2, wt[l] = 1, act[l] = 1000, par[l] = 1e4;
+    rp_profile *p = chain_split(8, fw, bw, wt, act, par);
+    rp_autoplan_options o = machines(2, 1e9, 16);
+    rp_autoplan r;
+    rp_error err;
+    CHECK_OK(plan(p, &o, &r, &err), err);
+    CHECK(r.best.cfg.schedule != RP_SCHEDULE_DUALPIPE &&
+          r.pipeline_interleaved.cfg.schedule != RP_SCHEDULE_DUALPIPE);
+    double one_stage = r.pipeline_1f1b.worker_bytes, t1f1b = r.pipeline_1f1b.seconds;
+    CHECK(r.pipeline_1f1b.found && r.pipeline_1f1b.cfg.layers_per_stage.count == 2);
+    for (int s = 0; s <= RP_SCHEDULE_DUALPIPE; s++)
+        o.schedules |= 1u << s;
+    CHECK_OK(plan(p, &o, &r, &err), err);
+    const rp_config *c = &r.pipeline_interleaved.cfg;
+    CHECK(r.pipeline_interleaved.found && c->schedule == RP_SCHEDULE_DUALPIPE);
+    CHECK(c->layers_per_stage.count == 2 && c->replication_factor == 2 &&
+          c->gradient_accumulation_steps * c->micro_batch_size * 2 == 16);
+    CHECKF(r.pipeline_interleaved.seconds < t1f1b, "dualpipe %g s, 1f1b %g s",
+           r.pipeline_interleaved.seconds, t1f1b);
+    double two = r.pipeline_interleaved.worker_bytes;
+    CHECKF(two > 1.8 * one_stage && two < 2.2 * one_stage, "dualpipe %g bytes a worker, a 1f1b "
+           "stage %g", two, one_stage);
+    rp_error cerr;
+    CHECK_OK(rp_schedule_check_config(c, &cerr), cerr); /* the engine takes it */
+    printf("dualpipe: %g s against 1f1b's %g s, %g bytes a worker against %g\n",
+           r.pipeline_interleaved.seconds, t1f1b, two, one_stage);
+    o.memory_size = (one_stage + two) / 2;
+    CHECK_OK(plan(p, &o, &r, &err), err);
+    CHECK(r.best.cfg.schedule != RP_SCHEDULE_DUALPIPE &&
+          (!r.pipeline_interleaved.found ||
+           r.pipeline_interleaved.cfg.schedule != RP_SCHEDULE_DUALPIPE));
+    rp_profile_free(p);
+}
+
 /* Levels of the hierarchy, innermost first: machines and bandwidths. */
 static rp_autoplan_options hierarchy(int levels, const int *m, const double *bw, long long batch) {
     rp_autoplan_options o;
@@ -441,6 +488,7 @@ int main(void) {
     unequal_devices();
     reductions_that_pay();
     interleaved_row();
+    dualpipe_row();
     tensor_groups();
     bad_numbers();
     dominant_layer();

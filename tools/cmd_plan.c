@@ -83,7 +83,7 @@ static const cli_opt OPTS[] = {
     [OPT_EMIT] = {"emit", 0, "torchtitan|megatron", "engine objective: the plan as that trainer's settings (a profile of repipe.torch.profile names its modules), or the best plan it can run, with both times"},
     [OPT_EMIT_OUT] = {"emit-out", 0, "FILE", "with --emit: also write the settings to FILE, one option a line (a schedule torchtitan reads from a CSV goes to FILE.schedule.csv)"},
     [OPT_PP] = {"pp", 0, "N", "engine objective: pipelines of N stages, or of N workers with two chunks each (the pipeline-parallel size, at most 8) [any]"},
-    [OPT_SCHEDULES] = {"schedules", 0, "S1,S2,...", "engine objective: choose among these schedules only (1f1b, gpipe, zb-h1, zb-h2, zb-auto, interleaved-1f1b, zb-v, dualpipev) [all]; with --cluster, among 1f1b, interleaved-1f1b and dualpipev [Megatron-LM's two]"},
+    [OPT_SCHEDULES] = {"schedules", 0, "S1,S2,...", "engine objective: choose among these schedules only (1f1b, gpipe, zb-h1, zb-h2, zb-auto, interleaved-1f1b, zb-v, dualpipev, dualpipe) [all but dualpipe, tried only where named]; with --cluster, among 1f1b, interleaved-1f1b and dualpipev [Megatron-LM's two]"},
     [OPT_CLUSTER] = {"cluster", 0, "NAME|FILE", "plan a transformer on a cluster of devices (dgx-a100, dgx-h100, or a JSON file): with --devices, --global-batch, and --transformer or a --profile of 'repipe profile --transformer'"},
     [OPT_DEVICES] = {"devices", 0, "N", "with --cluster: the devices to use"},
     [OPT_TRANSFORMER] = {"transformer", 0, "SPEC", "with --cluster: the shape, layers=L,hidden=H,heads=A,seq=S,vocab=V[,ffn=F][,flash=1]"},
@@ -94,21 +94,20 @@ static const cli_opt OPTS[] = {
     {NULL, 0, NULL, NULL},
 };
 
-/* "1f1b,zb-h1": bit s set for each schedule named (the synchronous ones
-** the engine objective tries; dualpipe, whose replicas share devices, it
-** does not). */
+/* "1f1b,zb-h1": bit s set for each schedule named (the synchronous ones;
+** dualpipe, which doubles the replicas, only where named). */
 static bool parse_schedules(const cli_cmd *cmd, const char *list, unsigned *out) {
     *out = 0;
     for (const char *p = list; *p;) {
         size_t n = strcspn(p, ",");
         int s = 0;
-        while (s < RP_SCHEDULE_DUALPIPE &&
+        while (s < RP_SCHEDULE_PIPEDREAM &&
                !(strlen(rp_schedule_name((rp_schedule)s)) == n &&
                  strncmp(rp_schedule_name((rp_schedule)s), p, n) == 0))
             s++;
-        if (s == RP_SCHEDULE_DUALPIPE) {
+        if (s == RP_SCHEDULE_PIPEDREAM) {
             cli_error(cmd, "--schedules: '%.*s' is not one of 1f1b, gpipe, zb-h1, zb-h2, zb-auto, "
-                           "interleaved-1f1b, zb-v, dualpipev", (int)n, p);
+                           "interleaved-1f1b, zb-v, dualpipev, dualpipe", (int)n, p);
             return false;
         }
         *out |= 1u << s;

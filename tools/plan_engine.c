@@ -340,6 +340,11 @@ int plan_engine_run(const cli_cmd *cmd, const plan_engine *x) {
                    d.stages, c->virtual_stages, d.stages / c->virtual_stages,
                    rp_schedule_name(c->schedule), rp_config_devices(c, &d),
                    plan->machines_available);
+        else if (rp_config_paired(c))
+            printf("a pipeline of %d stages, its replicas in pairs running opposite ways over the "
+                   "same %d workers (dualpipe: each holds stages s and %d - s), on %d of the %d "
+                   "workers", d.stages, d.stages, d.stages - 1, rp_config_devices(c, &d),
+                   plan->machines_available);
         else
             printf("a pipeline of %d stages on %d of the %d workers", d.stages, d.workers,
                    plan->machines_available);

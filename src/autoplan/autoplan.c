@@ -389,6 +389,7 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
         rpi_plan_consider(&S, &out->pipeline_1f1b, &cfg, t, bytes);
         out->simulated += rpi_plan_zero_bubble(&S, k, cfg, &out->pipeline_zero_bubble, &out->best);
         out->simulated += rpi_plan_interleaved(&S, k, cfg, &out->pipeline_interleaved, &out->best);
+        out->simulated += rpi_plan_dualpipe(&S, k, cfg, &out->pipeline_interleaved, &out->best);
     }
     /* A third axis: the shapes of W / t workers, each split over tensor
     ** groups of t inside a unit of the innermost level (Megatron-LM's

@@ -63,11 +63,13 @@ bool rpi_plan_simulate(const search *S, rp_config *cfg, double *t, double *bytes
 /* Keeps cfg in e where it is faster, or as fast and simpler. */
 void rpi_plan_consider(const search *S, rp_autoplan_entry *e, const rp_config *cfg, double t,
                        double bytes);
-/* Pipeline k under the zero-bubble schedules, and with two chunks a
-** worker; each returns how many it simulated. */
+/* Pipeline k under the zero-bubble schedules, with two chunks a worker,
+** and as DualPipe where asked; each returns how many it simulated. */
 int rpi_plan_zero_bubble(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into,
                          rp_autoplan_entry *best);
 int rpi_plan_interleaved(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into,
                          rp_autoplan_entry *best);
+int rpi_plan_dualpipe(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into,
+                      rp_autoplan_entry *best);
 
 #endif

@@ -81,8 +81,12 @@ bool rpi_plan_simulate_as_is(const search *S, const rp_config *cfg, double *t, d
         return false;
     *t = r.update_time;
     *bytes = 0;
-    for (int s = 0; s < r.stages; s++)
-        *bytes = r.stage_bytes[s] > *bytes ? r.stage_bytes[s] : *bytes;
+    for (int s = 0; s < r.stages; s++) { /* (dualpipe's device: stages s and P - 1 - s) */
+        double b = r.stage_bytes[s];
+        if (rp_config_paired(cfg))
+            b += r.stage_bytes[r.stages - 1 - s];
+        *bytes = b > *bytes ? b : *bytes;
+    }
     *far = 0;
     for (int l = 1; l < r.num_levels; l++)
         *far += r.comm_seconds[l];
@@ -98,8 +102,9 @@ bool rpi_plan_simulate_as_is(const search *S, const rp_config *cfg, double *t, d
         fits = true;
         for (int w = 0; w < r.workers; w++) {
             /* (a worker of chunks shares its device: against the least of all) */
-            double cap = rp_config_chunked(cfg) || w >= devices ? least : v[w];
-            fits = fits && r.stage_bytes[r.stage_of[w]] <= cap;
+            bool shared = rp_config_chunked(cfg) || rp_config_paired(cfg);
+            double cap = shared || w >= devices ? least : v[w];
+            fits = fits && (shared ? *bytes : r.stage_bytes[r.stage_of[w]]) <= cap;
         }
     }
     rp_sim_result_free(&r);
@@ -284,6 +289,33 @@ int rpi_plan_interleaved(const search *S, const cand *k, rp_config cfg, rp_autop
         n++;
     }
     return n;
+}
+
+/* Pipeline k of cfg as DeepSeek's DualPipe, where the options ask for it
+** (--schedules): twice the replicas at half the accumulation, the same
+** samples an update and the same devices, each pair of replicas running
+** its pipelines in opposite directions over one pipeline's devices (a
+** device holds stages s and P - 1 - s, replicated alike); considered for
+** `into` and `best`. Returns how many were simulated (0 or 1). */
+int rpi_plan_dualpipe(const search *S, const cand *k, rp_config cfg, rp_autoplan_entry *into,
+                      rp_autoplan_entry *best) {
+    int P = k->P, GA = k->GA;
+    if (!(S->o->schedules & (1u << RP_SCHEDULE_DUALPIPE)) || P < 2 || P % 2 || GA % 2 ||
+        GA / 2 < P || 2 * k->R > RP_MAX_WORKERS)
+        return 0;
+    for (int s = 0; s < P / 2; s++)
+        if (k->reps[s] != k->reps[P - 1 - s])
+            return 0;
+    cfg.schedule = RP_SCHEDULE_DUALPIPE;
+    cfg.replication_factor = 2 * k->R;
+    cfg.gradient_accumulation_steps = GA / 2;
+    cfg.replica_grouping = rp_grouping_all(2 * k->R);
+    double t, bytes;
+    if (!rpi_plan_simulate(S, &cfg, &t, &bytes))
+        return 0;
+    rpi_plan_consider(S, into, &cfg, t, bytes);
+    rpi_plan_consider(S, best, &cfg, t, bytes);
+    return 1;
 }
 
 /* Pipeline k of cfg under zb-h1, zb-h2, then zb-auto on the busiest
