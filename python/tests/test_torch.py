@@ -485,3 +485,27 @@ class Clocks(unittest.TestCase):
     def test_the_clock_follows_the_device(self):
         self.assertIsInstance(rtorch._clock_for(nn.Linear(2, 2), torch.zeros(1, 2)),
                               rtorch.HostClock)
+
+
+@unittest.skipUnless(torch is not None, NEEDS_TORCH)
+class PipelineRefusals(unittest.TestCase):
+    """What rt.Pipeline does not run says so before it builds anything (one process, a
+    world of one)."""
+
+    def test_dualpipe_is_the_engines(self):
+        import torch.distributed as dist
+        import repipe.torch as rt
+        tmp = tempfile.TemporaryDirectory()
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(tmp.name, "rdv"),
+                                rank=0, world_size=1)
+        try:
+            plan = {"layers_per_stage": [-1, -1], "replication_factor": 2,
+                    "gradient_accumulation_steps": 2, "schedule": "dualpipe"}
+            with self.assertRaisesRegex(repipe.Error, "schedule dualpipe .* runs on repipe's "
+                                                      "engine"):
+                rt.Pipeline(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), plan,
+                            loss_fn=nn.functional.cross_entropy,
+                            optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1))
+        finally:
+            dist.destroy_process_group()
+            tmp.cleanup()
