@@ -11,7 +11,9 @@
 ** refuses a W moved before its B. On unit passes the simulator gives
 ** DualPipe's bubble, (P - 1)(F&B + B - 3 W) a device (below: with F&B
 ** = B), for P 4, 8 and 16 devices. With
-** --mpi under mpirun -np N: the cases of N devices on N ranks.
+** --mpi under mpirun -np N: the cases of N devices on N ranks. (Every
+** device's order against DeepSeek's dualpipev.py itself: test_dualpipe's
+** deepseek_orders, with DualPipe's.)
 */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
