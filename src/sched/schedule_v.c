@@ -1,7 +1,9 @@
 /*
 ** The orders of the schedules in a V (schedule.h): zb-v's list schedule on
-** the passes' times, and DualPipeV's eight steps. Each writes every
-** device's passes; schedule.c turns them into the workers' operations.
+** the passes' times, and DualPipeV's eight steps, which DualPipe's devices
+** run too at their half ranks (schedule_devices.c). Each writes every
+** device's passes; schedule_devices.c turns them into the devices' orders
+** over the workers' operations.
 */
 #include <stdbool.h>
 #include <stdlib.h>
