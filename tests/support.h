@@ -250,6 +250,48 @@ static inline bool test_same_training(const char *spec, bool tokens, const rp_co
     return same;
 }
 
+/* Host call `call` of an image model on session s, on test_two_calls's
+** samples. */
+static inline void test_image_call(rp_session *s, const rp_model *m, const rp_dataset *data,
+                                   int call) {
+    long long per = rp_session_samples_per_call(s);
+    int64_t *ids = malloc(sizeof(int64_t) * per);
+    float *x = malloc(sizeof(float) * per * rp_shape_size(&m->input));
+    int32_t *y = malloc(sizeof(int32_t) * per);
+    for (long long i = 0; i < per; i++)
+        ids[i] = (i * 7 + call * per) % data->n;
+    rp_dataset_gather(data, ids, (int)per, x, y);
+    rp_result r;
+    rp_error err;
+    CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
+    free(ids), free(x), free(y);
+}
+
+/* One call under `first`, its training state (Adam's moments too) into a
+** session under `second`, a second call there: whether that gives the
+** weights of two calls straight. */
+static inline bool test_resumed_same(const rp_model *m, const rp_config *first,
+                                     rp_comm *on_first, const rp_config *second,
+                                     rp_comm *on_second, const rp_weights *straight,
+                                     const rp_dataset *data) {
+    rp_error err;
+    rp_train_state half = {0};
+    rp_weights *w = NULL;
+    rp_session *a = test_session(m, first, on_first), *b = test_session(m, second, on_second);
+    if (a && b) {
+        test_image_call(a, m, data, 0);
+        CHECK_OK(rp_session_get_state(a, &half, &err), err);
+        CHECK_OK(rp_session_set_state(b, &half, &err), err);
+        test_image_call(b, m, data, 1);
+        CHECK_OK(rp_session_get_weights(b, RP_ALL_REPLICAS, &w, &err), err);
+    }
+    bool same = w && test_same_bits(straight, w);
+    rp_weights_free(w);
+    rp_train_state_free(&half);
+    rp_session_free(a), rp_session_free(b);
+    return same;
+}
+
 /* A planted mistake in a device's order: its operation at `from` moved back
 ** to `to` (< from), those between one later. */
 static inline void test_move_device_op(rp_device_ops *d, int from, int to) {

@@ -13,8 +13,9 @@
 ** micro-batches checked free of waits, a device holding P + 1
 ** micro-batches' activations at most; the checker refuses a W moved before
 ** its B; a device's two stages are the mirrored ones. On unit passes the
-** simulator gives DualPipe's bubble. What it does not take, named. With
-** --mpi under mpirun -np N: the cases of N devices on N ranks.
+** simulator gives DualPipe's bubble. A training state moves to and from
+** 1f1b as if never stopped. What it does not take, named. With --mpi under
+** mpirun -np N: the cases of N devices on N ranks.
 */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -93,6 +94,22 @@ static void exact(int ranks) {
     CHECK(run > 0);
     printf("%d of %d dualpipe runs%s equal to 1f1b bit for bit\n", equal, run,
            ranks ? " on MPI ranks" : "");
+}
+
+/* A training state moves between dualpipe on MPI ranks (or threads) and
+** 1f1b with the same replicas on threads, either way, and the run goes on
+** as if never stopped (Adam's moments too; 2 or 4 devices). */
+static void resume(int ranks) {
+    dcase dc = ranks == 4 ? (dcase){4, 2, 4, ""} : (dcase){2, 2, 2, ""};
+    rp_model *m = test_model(MLP);
+    rp_config one = dconfig(&dc, "1f1b", true), dp = dconfig(&dc, "dualpipe", true);
+    float losses[128];
+    rp_weights *straight = test_two_calls(m, &one, false, NULL, data, losses);
+    rp_comm *on = ranks ? mpi : NULL;
+    CHECK(straight && test_resumed_same(m, &dp, on, &one, NULL, straight, data));
+    CHECK(straight && test_resumed_same(m, &one, NULL, &dp, on, straight, data));
+    rp_weights_free(straight);
+    rp_model_free(m);
 }
 
 /* Every shape checked free of waits; P R / 2 devices, device r holding
@@ -304,10 +321,13 @@ static void local(void) {
     bubbles();
     refused();
     exact(0);
+    resume(0);
 }
 
 static void with_mpi(int ranks) {
     exact(ranks);
+    if (ranks == 2 || ranks == 4)
+        resume(ranks);
 }
 
 int main(int argc, char **argv) {

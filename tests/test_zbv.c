@@ -65,44 +65,6 @@ static void exact(int ranks) {
     v_exact(CASES, sizeof CASES / sizeof CASES[0], "zb-v", ranks, mpi, data);
 }
 
-/* Host call `call` of the MLP on session s, on test_two_calls's samples. */
-static void mlp_call(rp_session *s, const rp_model *m, int call) {
-    long long per = rp_session_samples_per_call(s);
-    int64_t *ids = malloc(sizeof(int64_t) * per);
-    float *x = malloc(sizeof(float) * per * rp_shape_size(&m->input));
-    int32_t *y = malloc(sizeof(int32_t) * per);
-    for (long long i = 0; i < per; i++)
-        ids[i] = (i * 7 + call * per) % data->n;
-    rp_dataset_gather(data, ids, (int)per, x, y);
-    rp_result r;
-    rp_error err;
-    CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
-    free(ids), free(x), free(y);
-}
-
-/* One call, its training state (Adam's moments too) into another
-** session, a second call there: the weights of two calls straight. */
-static bool resumed_same(const rp_model *m, const rp_config *first, rp_comm *on_first,
-                         const rp_config *second, rp_comm *on_second,
-                         const rp_weights *straight) {
-    rp_error err;
-    rp_train_state half = {0};
-    rp_weights *w = NULL;
-    rp_session *a = test_session(m, first, on_first), *b = test_session(m, second, on_second);
-    if (a && b) {
-        mlp_call(a, m, 0);
-        CHECK_OK(rp_session_get_state(a, &half, &err), err);
-        CHECK_OK(rp_session_set_state(b, &half, &err), err);
-        mlp_call(b, m, 1);
-        CHECK_OK(rp_session_get_weights(b, RP_ALL_REPLICAS, &w, &err), err);
-    }
-    bool same = w && test_same_bits(straight, w);
-    rp_weights_free(w);
-    rp_train_state_free(&half);
-    rp_session_free(a), rp_session_free(b);
-    return same;
-}
-
 /* A checkpoint moves between zb-v on MPI ranks (or threads) and 1f1b on
 ** threads, either way, and the run goes on as if never stopped (on 3
 ** ranks, worker 0 replicated: 3 devices). */
@@ -113,8 +75,8 @@ static void resume(int ranks) {
     float losses[128];
     rp_weights *straight = test_two_calls(m, &one, false, NULL, data, losses);
     rp_comm *on = ranks ? mpi : NULL;
-    CHECK(straight && resumed_same(m, &v, on, &one, NULL, straight));
-    CHECK(straight && resumed_same(m, &one, NULL, &v, on, straight));
+    CHECK(straight && test_resumed_same(m, &v, on, &one, NULL, straight, data));
+    CHECK(straight && test_resumed_same(m, &one, NULL, &v, on, straight, data));
     rp_weights_free(straight);
     rp_model_free(m);
 }
