@@ -26,6 +26,7 @@
 #include "repipe/session.h"
 #include "repipe/simulate.h"
 #include "support.h"
+#include "vshape.h"
 #include "test.h"
 
 #ifndef REPIPE_FIXTURES_DUALPIPE
@@ -37,12 +38,7 @@ static const char *MLP = TEST_SPEC_MLP;
 static rp_dataset *data;
 static rp_comm *mpi;
 
-typedef struct dcase {
-    int P, R, GA;
-    const char *extra;
-} dcase;
-
-static const dcase CASES[] = {
+static const vcase CASES[] = { /* P stages, R replicas, GA */
     {2, 2, 2, ""},
     {2, 2, 4, ""},
     {4, 2, 4, ""},
@@ -59,57 +55,17 @@ static const dcase CASES[] = {
     {2, 2, 2, ", \"tensor_parallel\": 2"},
 };
 
-static rp_config dconfig(const dcase *dc, const char *schedule, bool adam) {
-    char key[64];
-    snprintf(key, sizeof key, "\"schedule\": \"%s\"", schedule);
-    return test_stages_config(dc->P, dc->GA, dc->R, key, adam, dc->extra);
-}
-
-/* Each case against 1f1b on threads, the MLP, the CNN and the GPT (the GPT
-** alone where tensor groups split its blocks; no tie sharded); with ranks,
-** on as many MPI ranks (a rank a device) where the case has that many. */
+/* Each case against 1f1b on threads; with ranks, on as many MPI ranks. */
 static void exact(int ranks) {
-    static const char *const models[] = {"mlp", "cnn", "gpt"};
-    const char *const specs[] = {TEST_SPEC_MLP, TEST_SPEC_CNN, TEST_SPEC_GPT};
-    int run = 0, equal = 0;
-    for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
-        const dcase *dc = &CASES[k];
-        if (ranks && test_devices(dconfig(dc, "dualpipe", false)) != ranks)
-            continue;
-        for (int mi = 0; mi < 3; mi++) {
-            if (mi == 2 && strstr(dc->extra, "sharding")) /* a tie is never sharded */
-                continue;
-            if (mi < 2 && strstr(dc->extra, "tensor_parallel"))
-                continue;
-            rp_config base = dconfig(dc, "1f1b", mi != 2), c = dconfig(dc, "dualpipe", mi != 2);
-            double diff;
-            bool same = test_same_training(specs[mi], mi == 2, &base, &c, ranks ? mpi : NULL,
-                                           data, &diff);
-            equal += same;
-            CHECKF(same, "%s dualpipe P=%d R=%d GA=%d%s: not 1f1b's bits (weights differ by %g)",
-                   models[mi], dc->P, dc->R, dc->GA, dc->extra, diff);
-            run++;
-        }
-    }
-    CHECK(run > 0);
-    printf("%d of %d dualpipe runs%s equal to 1f1b bit for bit\n", equal, run,
-           ranks ? " on MPI ranks" : "");
+    v_exact(CASES, sizeof CASES / sizeof CASES[0], 1, "dualpipe", ranks, mpi, data);
 }
 
 /* A training state moves between dualpipe on MPI ranks (or threads) and
 ** 1f1b with the same replicas on threads, either way, and the run goes on
 ** as if never stopped (Adam's moments too; 2 or 4 devices). */
 static void resume(int ranks) {
-    dcase dc = ranks == 4 ? (dcase){4, 2, 4, ""} : (dcase){2, 2, 2, ""};
-    rp_model *m = test_model(MLP);
-    rp_config one = dconfig(&dc, "1f1b", true), dp = dconfig(&dc, "dualpipe", true);
-    float losses[128];
-    rp_weights *straight = test_two_calls(m, &one, false, NULL, data, losses);
-    rp_comm *on = ranks ? mpi : NULL;
-    CHECK(straight && test_resumed_same(m, &dp, on, &one, NULL, straight, data));
-    CHECK(straight && test_resumed_same(m, &one, NULL, &dp, on, straight, data));
-    rp_weights_free(straight);
-    rp_model_free(m);
+    vcase dc = ranks == 4 ? (vcase){4, 2, 4, ""} : (vcase){2, 2, 2, ""};
+    v_resume(&dc, 1, "dualpipe", ranks ? mpi : NULL, data);
 }
 
 /* Every shape checked free of waits; P R / 2 devices, device r holding
@@ -136,9 +92,10 @@ static void orders(void) {
                 shapes++;
                 CHECK(p->devices == P * R / 2 && p->workers == P * R);
                 int most_all = 0;
+                char what[64];
+                snprintf(what, sizeof what, "dualpipe P=%d R=%d m=%d", P, R, m);
                 for (int d = 0; d < p->devices; d++) {
-                    const rp_device_ops *dv = &p->dev[d];
-                    int q = d / P, r = d % P, next[4 * 6][3] = {{0}}, n[2] = {0};
+                    int q = d / P, r = d % P, n[2] = {0};
                     for (int w = 0; w < p->workers; w++)
                         if (p->device_of[w] == d) {
                             const rp_worker_ops *wo = &p->w[w];
@@ -149,40 +106,16 @@ static void orders(void) {
                             n[up]++;
                         }
                     CHECK(n[0] == 1 && n[1] == 1);
-                    int held = 0, most = 0;
-                    for (int j = 0; j < dv->num; j++) {
-                        int w = dv->worker[j];
-                        const rp_op *op = &p->w[w].ops[dv->op[j]];
-                        int k = op->kind == RP_OP_FORWARD           ? 0
-                                : op->kind == RP_OP_BACKWARD_INPUT  ? 1
-                                : op->kind == RP_OP_BACKWARD_WEIGHT ? 2
-                                                                    : -1;
-                        if (k < 0)
-                            continue;
-                        CHECKF(op->mb == next[w][k], "P=%d m=%d device %d: worker %d's pass %d "
-                               "of micro-batch %d, want %d", P, m, d, w, k, op->mb, next[w][k]);
-                        next[w][k] = op->mb + 1;
-                        held += (k == 0) - (k == 2); /* stage activations, F to W */
-                        most = held > most ? held : most;
-                    }
-                    for (int w = 0; w < p->workers; w++)
-                        if (p->device_of[w] == d)
-                            CHECK(next[w][0] == m && next[w][1] == m && next[w][2] == m);
+                    int most = v_device_passes(p, d, m, what, NULL); /* stage activations */
                     most_all = most > most_all ? most : most_all;
                 }
                 /* DualPipe's README: PP + 1 micro-batches' activations a device */
                 CHECKF(most_all == P + 1, "dualpipe P=%d R=%d m=%d: at most %d micro-batches' "
                        "stage activations a device, want %d", P, R, m, most_all, P + 1);
                 if (P == 4 && R == 2 && m == 8) { /* device 0: its first W before its B */
-                    const rp_device_ops *dv = &p->dev[0];
-                    int wi = -1, bi = -1, w0 = dv->worker[0];
-                    for (int j = 0; j < dv->num; j++) {
-                        rp_op_kind kind = p->w[dv->worker[j]].ops[dv->op[j]].kind;
-                        if (dv->worker[j] == w0 && kind == RP_OP_BACKWARD_WEIGHT && wi < 0)
-                            wi = j;
-                        if (dv->worker[j] == w0 && kind == RP_OP_BACKWARD_INPUT && bi < 0)
-                            bi = j;
-                    }
+                    int w0 = p->dev[0].worker[0];
+                    int wi = v_find_op(p, 0, w0, RP_OP_BACKWARD_WEIGHT);
+                    int bi = v_find_op(p, 0, w0, RP_OP_BACKWARD_INPUT);
                     CHECK(wi > bi && bi >= 0);
                     test_move_device_op(&p->dev[0], wi, bi);
                     CHECK(rp_workplan_check(p, NULL, &err) == RP_ERR_INVALID);

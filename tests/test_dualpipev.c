@@ -49,7 +49,7 @@ static const vcase CASES[] = {
 
 /* Each case against 1f1b on threads; with ranks, on as many MPI ranks. */
 static void exact(int ranks) {
-    v_exact(CASES, sizeof CASES / sizeof CASES[0], "dualpipev", ranks, mpi, data);
+    v_exact(CASES, sizeof CASES / sizeof CASES[0], 2, "dualpipev", ranks, mpi, data);
 }
 
 /* Every shape checked free of waits; on each device, each chunk's F, B and
@@ -77,29 +77,10 @@ static void orders(void) {
                 continue;
             shapes++;
             CHECK(p->devices == P && p->workers == 2 * P);
+            char what[64];
+            snprintf(what, sizeof what, "dualpipev P=%d m=%d", P, m);
             for (int d = 0; d < p->devices; d++) {
-                const rp_device_ops *dv = &p->dev[d];
-                int next[2 * 8][3] = {{0}}, fwd_before_b = 0, seen_b = 0, held = 0, most = 0;
-                for (int j = 0; j < dv->num; j++) {
-                    int w = dv->worker[j];
-                    const rp_op *op = &p->w[w].ops[dv->op[j]];
-                    int k = op->kind == RP_OP_FORWARD          ? 0
-                            : op->kind == RP_OP_BACKWARD_INPUT  ? 1
-                            : op->kind == RP_OP_BACKWARD_WEIGHT ? 2
-                                                                : -1;
-                    if (k < 0)
-                        continue;
-                    CHECKF(op->mb == next[w][k], "P=%d m=%d device %d: chunk %d's pass %d of "
-                           "micro-batch %d, want %d", P, m, d, w, k, op->mb, next[w][k]);
-                    next[w][k] = op->mb + 1;
-                    seen_b += k == 1;
-                    held += (k == 0) - (k == 2); /* chunk activations, F to W */
-                    most = held > most ? held : most;
-                    fwd_before_b += k == 0 && !seen_b;
-                }
-                for (int w = 0; w < 2 * P; w++)
-                    if (p->device_of[w] == d)
-                        CHECK(next[w][0] == m && next[w][1] == m && next[w][2] == m);
+                int fwd_before_b, most = v_device_passes(p, d, m, what, &fwd_before_b);
                 CHECKF(most <= 2 * P + 1, "P=%d m=%d device %d holds %d micro-batches' chunks",
                        P, m, d, most);
                 most_all = most > most_all ? most : most_all;
@@ -108,15 +89,8 @@ static void orders(void) {
                        "forwards before the first backward", P, m, d, fwd_before_b);
             }
             if (P == 3 && m == 8) { /* device 0: chunk 5's first W before its first B */
-                const rp_device_ops *dv = &p->dev[0];
-                int wi = -1, bi = -1;
-                for (int j = 0; j < dv->num; j++) {
-                    rp_op_kind kind = p->w[dv->worker[j]].ops[dv->op[j]].kind;
-                    if (dv->worker[j] == 5 && kind == RP_OP_BACKWARD_WEIGHT && wi < 0)
-                        wi = j;
-                    if (dv->worker[j] == 5 && kind == RP_OP_BACKWARD_INPUT && bi < 0)
-                        bi = j;
-                }
+                int wi = v_find_op(p, 0, 5, RP_OP_BACKWARD_WEIGHT);
+                int bi = v_find_op(p, 0, 5, RP_OP_BACKWARD_INPUT);
                 CHECK(wi > bi && bi >= 0);
                 test_move_device_op(&p->dev[0], wi, bi);
                 CHECK(rp_workplan_check(p, NULL, &err) == RP_ERR_INVALID);

@@ -62,7 +62,7 @@ static const vcase CASES[] = {
 
 /* Each case against 1f1b on threads; with ranks, on as many MPI ranks. */
 static void exact(int ranks) {
-    v_exact(CASES, sizeof CASES / sizeof CASES[0], "zb-v", ranks, mpi, data);
+    v_exact(CASES, sizeof CASES / sizeof CASES[0], 2, "zb-v", ranks, mpi, data);
 }
 
 /* A checkpoint moves between zb-v on MPI ranks (or threads) and 1f1b on
@@ -70,29 +70,12 @@ static void exact(int ranks) {
 ** ranks, worker 0 replicated: 3 devices). */
 static void resume(int ranks) {
     vcase vc = {2, ranks == 4 ? 2 : 1, 4, ranks == 3 ? ", \"stage_replication\": [2, 1, 1, 2]" : ""};
-    rp_model *m = test_model(MLP);
-    rp_config one = vconfig(&vc, NULL, true), v = vconfig(&vc, "zb-v", true);
-    float losses[128];
-    rp_weights *straight = test_two_calls(m, &one, false, NULL, data, losses);
-    rp_comm *on = ranks ? mpi : NULL;
-    CHECK(straight && test_resumed_same(m, &v, on, &one, NULL, straight, data));
-    CHECK(straight && test_resumed_same(m, &one, NULL, &v, on, straight, data));
-    rp_weights_free(straight);
-    rp_model_free(m);
-}
-
-/* Finds device d's first operation of `kind` on worker w (-1: none). */
-static int find_op(const rp_workplan *p, int d, int w, rp_op_kind kind) {
-    const rp_device_ops *dv = &p->dev[d];
-    for (int j = 0; j < dv->num; j++)
-        if (dv->worker[j] == w && p->w[w].ops[dv->op[j]].kind == kind)
-            return j;
-    return -1;
+    v_resume(&vc, 2, "zb-v", ranks ? mpi : NULL, data);
 }
 
 static void plan(void) {
     vcase vc = {3, 2, 8, ""};
-    rp_config c = vconfig(&vc, "zb-v", false);
+    rp_config c = vconfig(&vc, 2, "zb-v", false);
     rp_workplan *p;
     rp_error err;
     CHECK_OK(rp_workplan_build(&c, &p, &err), err);
@@ -106,10 +89,7 @@ static void plan(void) {
         int last[3] = {-1, -1, -1};
         for (int i = 0; i < p->w[w].num_ops; i++) {
             const rp_op *op = &p->w[w].ops[i];
-            int k = op->kind == RP_OP_FORWARD          ? 0
-                    : op->kind == RP_OP_BACKWARD_INPUT  ? 1
-                    : op->kind == RP_OP_BACKWARD_WEIGHT ? 2
-                                                        : -1;
+            int k = v_pass(op);
             CHECK(op->kind != RP_OP_BACKWARD);
             if (k >= 0)
                 CHECK(op->mb == ++last[k]);
@@ -131,14 +111,14 @@ static void plan(void) {
     }
     /* device 0 (chunks 0 and 5): chunk 5's first W moved before its first
     ** B, whose output gradient it needs */
-    int wi = find_op(p, 0, 5, RP_OP_BACKWARD_WEIGHT), bi = find_op(p, 0, 5, RP_OP_BACKWARD_INPUT);
+    int wi = v_find_op(p, 0, 5, RP_OP_BACKWARD_WEIGHT), bi = v_find_op(p, 0, 5, RP_OP_BACKWARD_INPUT);
     CHECK(wi > bi && bi >= 0);
     test_move_device_op(&p->dev[0], wi, bi);
     CHECK(rp_workplan_check(p, NULL, &err) == RP_ERR_INVALID);
     rp_workplan_free(p);
     /* the CSV: a row a device, the V's stages on it */
     vcase one = {2, 1, 4, ""};
-    c = vconfig(&one, "zb-v", false);
+    c = vconfig(&one, 2, "zb-v", false);
     char *csv;
     CHECK_OK(rp_schedule_csv(&c, &csv, &err), err);
     CHECK(csv && strncmp(csv, "0F0,", 4) == 0 && strstr(csv, "3F0") && strstr(csv, "3I0") &&

@@ -400,8 +400,8 @@ static rp_status k_schedule(rp_config *cfg, rpi_load *c, const char *key, const 
     else
         return rpi_bad_value(c, key, v,
                          "must be \"gpipe\", \"1f1b\", \"zb-h1\", \"zb-h2\", \"zb-auto\", "
-                         "\"interleaved-1f1b\", \"zb-v\", \"dualpipev\", \"dualpipe\", \"pipedream\" or "
-                         "\"pipedream_2bw\"");
+                         "\"interleaved-1f1b\", \"zb-v\", \"dualpipev\", \"dualpipe\", "
+                         "\"pipedream\" or \"pipedream_2bw\"");
     return RP_OK;
 }
 

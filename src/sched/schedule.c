@@ -114,6 +114,12 @@ static void push(rp_worker_ops *w, rp_op_kind k, int mb, int peer) {
 }
 
 
+/* The worker of replica c's stage s that takes micro-batch mb: its stage
+** replica mb mod r_s. */
+static int taker(const rp_config *cfg, int c, int s, int mb) {
+    return rpi_base_worker(cfg, c, s, mb % rp_config_stage_replicas(cfg, s));
+}
+
 /* A micro-batch's forward (with its receive and send), backward or W. */
 static void add_pass(const rp_config *cfg, rp_worker_ops *w, int pass, int mb) {
     int P = cfg->layers_per_stage.count, s = w->stage, c = w->replica;
@@ -122,16 +128,16 @@ static void add_pass(const rp_config *cfg, rp_worker_ops *w, int pass, int mb) {
         push(w, RP_OP_BACKWARD_WEIGHT, mb, -1);
     } else if (pass == PASS_F) {
         if (s > 0)
-            push(w, RP_OP_RECV_ACT, mb, rpi_base_worker(cfg, c, s - 1, mb % rp_config_stage_replicas(cfg, s - 1)));
+            push(w, RP_OP_RECV_ACT, mb, taker(cfg, c, s - 1, mb));
         push(w, RP_OP_FORWARD, mb, -1);
         if (s < P - 1)
-            push(w, RP_OP_SEND_ACT, mb, rpi_base_worker(cfg, c, s + 1, mb % rp_config_stage_replicas(cfg, s + 1)));
+            push(w, RP_OP_SEND_ACT, mb, taker(cfg, c, s + 1, mb));
     } else {
         if (s < P - 1)
-            push(w, RP_OP_RECV_GRAD, mb, rpi_base_worker(cfg, c, s + 1, mb % rp_config_stage_replicas(cfg, s + 1)));
+            push(w, RP_OP_RECV_GRAD, mb, taker(cfg, c, s + 1, mb));
         push(w, split ? RP_OP_BACKWARD_INPUT : RP_OP_BACKWARD, mb, -1);
         if (s > 0)
-            push(w, RP_OP_SEND_GRAD, mb, rpi_base_worker(cfg, c, s - 1, mb % rp_config_stage_replicas(cfg, s - 1)));
+            push(w, RP_OP_SEND_GRAD, mb, taker(cfg, c, s - 1, mb));
     }
 }
 
