@@ -52,6 +52,15 @@ enum {
     OPT_MICRO_BATCH,
     OPT_RECOMPUTE,
     OPT_SPEED,
+    OPT_TRANSFORMER_CONFIG,
+    OPT_CP,
+    OPT_VP,
+    OPT_SEQUENCE_PARALLEL,
+    OPT_SHARDING,
+    OPT_PRECISION,
+    OPT_OVERLAP,
+    OPT_STAGES,
+    OPT_COUNT
 };
 
 static const cli_opt OPTS[] = {
@@ -84,14 +93,22 @@ static const cli_opt OPTS[] = {
     [OPT_EMIT_OUT] = {"emit-out", 0, "FILE", "with --emit: also write the settings to FILE, one option a line (a schedule torchtitan reads from a CSV goes to FILE.schedule.csv)"},
     [OPT_PP] = {"pp", 0, "N", "engine objective: pipelines of N stages, or of N workers with two chunks each (the pipeline-parallel size, at most 8) [any]"},
     [OPT_SCHEDULES] = {"schedules", 0, "S1,S2,...", "engine objective: choose among these schedules only (1f1b, gpipe, zb-h1, zb-h2, zb-auto, interleaved-1f1b, zb-v, dualpipev, dualpipe) [all but dualpipe, tried only where named]; with --cluster, among 1f1b, interleaved-1f1b and dualpipev [Megatron-LM's two]"},
-    [OPT_CLUSTER] = {"cluster", 0, "NAME|FILE", "plan a transformer on a cluster of devices (dgx-a100, dgx-h100, or a JSON file): with --devices, --global-batch, and --transformer or a --profile of 'repipe profile --transformer'"},
+    [OPT_CLUSTER] = {"cluster", 0, "NAME|FILE", "plan a transformer on a cluster of devices (dgx-a100, dgx-h100, dgx-h200, dgx-b200, or a JSON file): with --devices, --global-batch, and --transformer, --transformer-config or a --profile of 'repipe profile --transformer'"},
     [OPT_DEVICES] = {"devices", 0, "N", "with --cluster: the devices to use"},
-    [OPT_TRANSFORMER] = {"transformer", 0, "SPEC", "with --cluster: the shape, layers=L,hidden=H,heads=A,seq=S,vocab=V[,ffn=F][,flash=1]"},
-    [OPT_TP] = {"tp", 0, "T", "with --cluster: tensor groups of T [any of 1, 2, 4, 8]"},
+    [OPT_TRANSFORMER] = {"transformer", 0, "SPEC", "with --cluster: the shape, [PRESET,]layers=L,hidden=H,heads=A,seq=S,vocab=V[,kv_heads=G][,ffn=F][,mlp=gelu|swiglu][,norm=layernorm|rmsnorm][,position=learned|rope][,bias=all|none|qkv][,tied=0|1][,flash=0|1] (presets: llama3-8b, llama3-70b, llama3-405b, llama2-7b, llama2-70b, gpt3-175b); with --transformer-config, keys that change the file's (seq=S)"},
+    [OPT_TRANSFORMER_CONFIG] = {"transformer-config", 0, "FILE", "with --cluster: the shape from a Hugging Face config.json (GPT-2, LLaMA, Mistral, Qwen2)"},
+    [OPT_TP] = {"tp", 0, "T", "with --cluster: tensor groups of T [any of 1, 2, 4, 8 that divide a node, the heads and the MLP]"},
+    [OPT_CP] = {"cp", 0, "C", "with --cluster: context groups of C, each rank a C-th of every sequence (ring attention) [any of 1, 2, 4, ..., 64]"},
+    [OPT_VP] = {"vp", 0, "V", "with --cluster: V chunks a pipeline rank (interleaved 1F1B; 1: 1F1B) [any]"},
     [OPT_MICRO_BATCH] = {"micro-batch", 0, "B", "with --cluster: micro-batches of B sequences [any of 1, 2, 4, 8]"},
-    [OPT_RECOMPUTE] = {"recompute", 0, "on|off", "with --cluster: every block recomputed in its backward, or none [either, as it pays]"},
+    [OPT_RECOMPUTE] = {"recompute", 0, "none|selective|full", "with --cluster: recompute nothing, attention's core, or every block, in the backward (on: full, off: none) [any, as it pays]"},
+    [OPT_SEQUENCE_PARALLEL] = {"sequence-parallel", 0, "on|off", "with --cluster: split the activations outside the products over the tensor group too [on wherever there is one]"},
+    [OPT_SHARDING] = {"sharding", 0, "none|optimizer|fsdp", "with --cluster: the optimizer state sharded over the replicas (Megatron-LM's distributed optimizer), everything sharded (FSDP), or neither [optimizer or fsdp, wherever there are replicas]"},
+    [OPT_PRECISION] = {"precision", 0, "bf16|fp8|any", "with --cluster: the products' precision [bf16]"},
+    [OPT_OVERLAP] = {"overlap", 0, "on|off", "with --cluster: communication behind compute where today's Megatron-LM hides it (the replicas' reduction during the last backward, the tensor group's with sequence parallelism); off: as Megatron-LM ran in 2021 [on]"},
     [OPT_SPEED] = {"speed", 0, "S1 [S2 ...]", "engine objective: devices of several kinds, a speed for each machine of the outermost level (a server) or for every machine, relative to the profile's device (0.5: takes twice as long); the plan is set beside the best one for equal devices [all 1]"},
-    {NULL, 0, NULL, NULL},
+    [OPT_STAGES] = {"stages", 0, "balanced|even", "with --cluster: the blocks cut to balance the stages' times (Megatron-LM's --pipeline-model-parallel-layout runs it), or split evenly, the embedding and the head beside them, as Megatron-LM does without a layout [balanced]"},
+    [OPT_COUNT] = {NULL, 0, NULL, NULL},
 };
 
 /* "1f1b,zb-h1": bit s set for each schedule named (the synchronous ones;
@@ -128,9 +145,9 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     int num_more = 0;
     plan_emit emit = {0};
     plan_scale scale = {0};
-    long long devices = 0, tp = 0, micro = 0;
-    int recompute = 0;
+    long long devices = 0, tp = 0, cp = 0, vp = 0, micro = 0;
     long long pp = 0;
+    unsigned long long given = 0; /* the options seen, by OPT_ */
     unsigned schedules = 0;
     long long micro_batches = 8, global_batch = 0, profile_batch = 0, cores = 0, min_micro = 1;
     double latency = 2e-5;
@@ -147,6 +164,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             return help ? 0 : 2;
         const char *name = OPTS[i].name;
         int n;
+        given |= 1ull << i;
         switch (i) {
         case OPT_PROFILE:
             if (!profile) {
@@ -245,20 +263,28 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             break;
         case OPT_EMIT_OUT: emit.out = arg; break;
         case OPT_CLUSTER: scale.cluster = arg; break;
-        case OPT_RECOMPUTE:
-            if (strcmp(arg, "on") != 0 && strcmp(arg, "off") != 0) {
-                cli_error(cmd, "--recompute: '%s' is not 'on' or 'off'", arg);
-                return 2;
-            }
-            recompute = arg[1] == 'n' ? 1 : -1;
-            break;
+        case OPT_RECOMPUTE: scale.recompute = arg; break;
         case OPT_TRANSFORMER: scale.transformer = arg; break;
+        case OPT_TRANSFORMER_CONFIG: scale.transformer_config = arg; break;
+        case OPT_SEQUENCE_PARALLEL: scale.sequence_parallel = arg; break;
+        case OPT_SHARDING: scale.sharding = arg; break;
+        case OPT_PRECISION: scale.precision = arg; break;
+        case OPT_OVERLAP: scale.overlap = arg; break;
+        case OPT_STAGES: scale.stages = arg; break;
         case OPT_DEVICES:
-            if (!cli_int(name, arg, 1, 1 << 24, &devices))
+            if (!cli_int(name, arg, 1, RP_SCALE_MAX_DEVICES, &devices))
                 return 2;
             break;
         case OPT_TP:
-            if (!cli_int(name, arg, 1, 8, &tp))
+            if (!cli_int(name, arg, 1, 4096, &tp))
+                return 2;
+            break;
+        case OPT_CP:
+            if (!cli_int(name, arg, 1, 4096, &cp))
+                return 2;
+            break;
+        case OPT_VP:
+            if (!cli_int(name, arg, 1, RP_MAX_STAGES, &vp))
                 return 2;
             break;
         case OPT_MICRO_BATCH:
@@ -293,12 +319,33 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         }
     }
     if (scale.cluster) { /* a transformer on a cluster of devices */
+        static const int cluster_opts[] = {
+            OPT_CLUSTER, OPT_DEVICES, OPT_TRANSFORMER, OPT_TRANSFORMER_CONFIG, OPT_PROFILE,
+            OPT_TP, OPT_CP, OPT_VP, OPT_PP, OPT_MICRO_BATCH, OPT_RECOMPUTE,
+            OPT_SEQUENCE_PARALLEL, OPT_SHARDING, OPT_PRECISION, OPT_OVERLAP, OPT_STAGES,
+            OPT_GLOBAL_BATCH,
+            OPT_SCHEDULES, OPT_JSON, OPT_CONFIG_OUT, OPT_EMIT, OPT_EMIT_OUT, OPT_MEMORY_SIZE};
+        unsigned long long allowed = 0;
+        for (size_t k = 0; k < sizeof cluster_opts / sizeof *cluster_opts; k++)
+            allowed |= 1ull << cluster_opts[k];
+        for (int k = 0; k < OPT_COUNT; k++)
+            if (given & ~allowed & (1ull << k)) {
+                cli_error(cmd, "--%s does not apply with --cluster (it plans from the model's "
+                               "shape: see 'repipe plan --help')", OPTS[k].name);
+                return 2;
+            }
+        if (nmem > 1) {
+            cli_error(cmd, "--memory-size with --cluster: one size, every device's");
+            return 2;
+        }
         rp_scale_options_default(&scale.o);
         scale.profile = profile, scale.json = json, scale.config_out = config_out;
+        scale.emit = &emit;
         scale.o.devices = (int)devices, scale.o.global_batch = global_batch;
         scale.o.tensor_parallel = (int)tp, scale.o.pipeline_parallel = (int)pp;
+        scale.o.context_parallel = (int)cp, scale.o.virtual_stages = (int)vp;
         scale.o.micro_batch = (int)micro;
-        scale.o.recompute = recompute;
+        scale.o.memory_bytes = memory_given ? mem_v[0] : 0;
         scale.o.schedules = schedules;
         unsigned known = 1u << RP_SCHEDULE_1F1B | 1u << RP_SCHEDULE_INTERLEAVED |
                          1u << RP_SCHEDULE_DUALPIPEV;
@@ -309,6 +356,16 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         }
         return plan_scale_run(cmd, &scale);
     }
+    static const int scale_only[] = {OPT_DEVICES, OPT_TRANSFORMER, OPT_TRANSFORMER_CONFIG,
+                                     OPT_TP, OPT_CP, OPT_VP, OPT_MICRO_BATCH, OPT_RECOMPUTE,
+                                     OPT_SEQUENCE_PARALLEL, OPT_SHARDING, OPT_PRECISION,
+                                     OPT_OVERLAP, OPT_STAGES};
+    for (size_t k = 0; k < sizeof scale_only / sizeof *scale_only; k++)
+        if (given & (1ull << scale_only[k])) {
+            cli_error(cmd, "--%s plans a transformer on a cluster: it needs --cluster",
+                      OPTS[scale_only[k]].name);
+            return 2;
+        }
     if (pp > 8) {
         cli_error(cmd, "--pp %lld: the engine objective plans pipelines of at most 8 stages "
                        "(with --cluster, any)", pp);

@@ -9,104 +9,231 @@
 #include "cli.h"
 #include "repipe/repipe.h"
 
-static const cli_opt OPTS[] = {
-    {"model", 'm', "FILE", "model spec (required)"},
-    {"micro-batch", 'b', "B", "rows per forward and backward [64]"},
-    {"repeats", 'r', "N", "timed runs per layer and whole passes; the median is kept [20]"},
-    {"out", 'o', "FILE", "where to write the profile (required)"},
-    {"alone", 0, NULL, "time each layer alone on what it reads, not inside whole passes"},
-    {"transformer", 0, "SPEC", "no model: a GPT-style transformer of this shape priced on a device, layers=L,hidden=H,heads=A,seq=S,vocab=V[,ffn=F][,flash=1]"},
-    {"device", 0, "NAME|FILE", "with --transformer: the device (a100-80gb, h100-80gb, v100-32gb, or a JSON file)"},
-    {"cluster", 0, "NAME|FILE", "with --transformer: the cluster, whose nodes' link the tensor groups' all-reduces take (dgx-a100, dgx-h100, or a JSON file) [the device's DGX]"},
-    {"tensor-parallel", 't', "T", "with --transformer: each node is one rank of a tensor group of T [1]"},
-    {NULL, 0, NULL, NULL},
+enum {
+    OPT_MODEL,
+    OPT_MICRO_BATCH,
+    OPT_REPEATS,
+    OPT_OUT,
+    OPT_ALONE,
+    OPT_TRANSFORMER,
+    OPT_DEVICE,
+    OPT_CLUSTER,
+    OPT_TENSOR_PARALLEL,
+    OPT_TRANSFORMER_CONFIG,
+    OPT_CONTEXT_PARALLEL,
+    OPT_SEQUENCE_PARALLEL,
+    OPT_RECOMPUTE,
+    OPT_PRECISION,
+    OPT_OVERLAP,
+    OPT_COUNT
 };
 
-/* --transformer: the profile of a shape on a cluster's devices. */
-static int transformer(const cli_cmd *cmd, const char *spec, const char *device,
-                       const char *cluster, int b, int t, const char *out) {
+static const cli_opt OPTS[] = {
+    [OPT_MODEL] = {"model", 'm', "FILE", "model spec (required)"},
+    [OPT_MICRO_BATCH] = {"micro-batch", 'b', "B", "rows per forward and backward [64; with --transformer, sequences: 1]"},
+    [OPT_REPEATS] = {"repeats", 'r', "N", "timed runs per layer and whole passes; the median is kept [20]"},
+    [OPT_OUT] = {"out", 'o', "FILE", "where to write the profile (required)"},
+    [OPT_ALONE] = {"alone", 0, NULL, "time each layer alone on what it reads, not inside whole passes"},
+    [OPT_TRANSFORMER] = {"transformer", 0, "SPEC", "no model: a transformer of this shape priced on a device, [PRESET,]layers=L,hidden=H,heads=A,seq=S,vocab=V[,kv_heads=G][,ffn=F][,mlp=gelu|swiglu][,norm=...][,position=...][,bias=...][,tied=0|1][,flash=0|1] ('repipe plan --help' lists the keys); with --transformer-config, keys over the file's"},
+    [OPT_DEVICE] = {"device", 0, "NAME|FILE", "with --transformer: the device (a100-80gb, h100-80gb, h200-141gb, b200, v100-32gb, or a JSON file); with --cluster, in place of its nodes' devices"},
+    [OPT_CLUSTER] = {"cluster", 0, "NAME|FILE", "with --transformer: the cluster, whose nodes' link the tensor groups' collectives take (dgx-a100, dgx-h100, dgx-h200, dgx-b200, or a JSON file) [the device's DGX]"},
+    [OPT_TENSOR_PARALLEL] = {"tensor-parallel", 't', "T", "with --transformer: each node is one rank of a tensor group of T [1]"},
+    [OPT_TRANSFORMER_CONFIG] = {"transformer-config", 0, "FILE", "no model: the shape of a Hugging Face config.json (GPT-2, LLaMA, Mistral, Qwen2)"},
+    [OPT_CONTEXT_PARALLEL] = {"context-parallel", 0, "C", "with --transformer: ... and of a context group of C, a C-th of each sequence [1]"},
+    [OPT_SEQUENCE_PARALLEL] = {"sequence-parallel", 0, "on|off", "with --transformer: the activations outside the products split over the tensor group too [off]"},
+    [OPT_RECOMPUTE] = {"recompute", 0, "none|selective|full", "with --transformer: what is recomputed in the backward (full: the configuration's recompute_checkpoint_every_layer does it; the profile says what a block keeps then) [none]"},
+    [OPT_PRECISION] = {"precision", 0, "bf16|fp8", "with --transformer: the products' precision [bf16]"},
+    [OPT_OVERLAP] = {"overlap", 0, "on|off", "with --transformer: the tensor group's collectives behind its products, with sequence parallelism [on]"},
+    [OPT_COUNT] = {NULL, 0, NULL, NULL},
+};
+
+/* --transformer: the shape and run's options as the command line gave them. */
+typedef struct xf_args {
+    const char *spec, *config, *device, *cluster, *sequence_parallel, *recompute, *precision;
+    const char *overlap, *out;
+    long long b, t, cp;
+} xf_args;
+
+static bool on_off(const cli_cmd *cmd, const char *opt, const char *w, bool *out) {
+    if (w && strcmp(w, "on") != 0 && strcmp(w, "off") != 0) {
+        cli_error(cmd, "--%s: '%s' is not 'on' or 'off'", opt, w);
+        return false;
+    }
+    if (w)
+        *out = strcmp(w, "on") == 0;
+    return true;
+}
+
+/* The cluster whose devices price the profile: --cluster (its devices
+** replaced by --device's where both are given), or --device's DGX, else a
+** node of that device alone. */
+static int pricing_cluster(const cli_cmd *cmd, const xf_args *a, rp_cluster *c) {
     rp_error err;
-    rp_transformer m;
-    rp_cluster c;
-    if (rp_transformer_parse(spec, &m, &err)) {
-        cli_error(cmd, "--transformer: %s", err.msg);
-        return 2;
-    }
-    if (!cluster && !device) {
-        cli_error(cmd, "--transformer needs --device or --cluster");
-        return 2;
-    }
-    if (cluster) {
-        if (rp_cluster_get(cluster, &c, &err)) {
+    if (a->cluster) {
+        if (rp_cluster_get(a->cluster, c, &err)) {
             cli_error(cmd, "--cluster: %s", err.msg);
             return 1;
         }
-    } else {
-        /* a device alone: the DGX of it, else a node of its own (no group
-        ** to all-reduce over) */
-        const char *dgx = strcmp(device, "a100-80gb") == 0   ? "dgx-a100"
-                          : strcmp(device, "h100-80gb") == 0 ? "dgx-h100"
-                                                             : NULL;
-        if (dgx) {
-            rp_cluster_get(dgx, &c, &err);
-        } else {
-            memset(&c, 0, sizeof c);
-            if (rp_device_get(device, &c.device, &err)) {
-                cli_error(cmd, "--device: %s", err.msg);
-                return 1;
-            }
-            if (t > 1) {
-                cli_error(cmd, "--tensor-parallel %d: give --cluster, whose nodes' link the "
-                               "groups' all-reduces take", t);
-                return 2;
-            }
-            snprintf(c.name, sizeof c.name, "%s", c.device.name);
-            c.per_node = 1, c.node_bandwidth = c.network_bandwidth = 1e9, c.latency = 1e-5;
+        if (a->device && rp_device_get(a->device, &c->device, &err)) {
+            cli_error(cmd, "--device: %s", err.msg);
+            return 1;
         }
+        return 0;
+    }
+    const char *dgx = strcmp(a->device, "a100-80gb") == 0    ? "dgx-a100"
+                      : strcmp(a->device, "h100-80gb") == 0  ? "dgx-h100"
+                      : strcmp(a->device, "h200-141gb") == 0 ? "dgx-h200"
+                      : strcmp(a->device, "b200") == 0       ? "dgx-b200"
+                                                             : NULL;
+    if (dgx)
+        return rp_cluster_get(dgx, c, &err) ? 1 : 0;
+    memset(c, 0, sizeof *c);
+    if (rp_device_get(a->device, &c->device, &err)) {
+        cli_error(cmd, "--device: %s", err.msg);
+        return 1;
+    }
+    if (a->t > 1 || a->cp > 1) {
+        cli_error(cmd, "--tensor-parallel and --context-parallel on a device alone: give "
+                       "--cluster, whose nodes' link their collectives take");
+        return 2;
+    }
+    snprintf(c->name, sizeof c->name, "%s", c->device.name);
+    c->per_node = 1, c->node_bandwidth = c->network_bandwidth = 1e9, c->latency = 1e-5;
+    return 0;
+}
+
+/* --transformer: the profile of a shape on a cluster's devices. */
+static int transformer(const cli_cmd *cmd, const xf_args *a) {
+    rp_error err;
+    rp_transformer m;
+    rp_cluster c;
+    if (a->config) {
+        char *unknown;
+        if (rp_transformer_from_config(a->config, a->spec, &m, &unknown, &err)) {
+            cli_error(cmd, "--transformer-config: %s", err.msg);
+            return 1;
+        }
+        if (*unknown)
+            fprintf(stderr, "repipe profile: note: %s: keys repipe does not know, not used: %s\n",
+                    a->config, unknown);
+        free(unknown);
+    } else if (rp_transformer_parse(a->spec, &m, &err)) {
+        cli_error(cmd, "--transformer: %s", err.msg);
+        return 2;
+    }
+    if (!a->cluster && !a->device) {
+        cli_error(cmd, "--transformer needs --device or --cluster");
+        return 2;
+    }
+    int rc = pricing_cluster(cmd, a, &c);
+    if (rc)
+        return rc;
+    rp_transformer_run r;
+    rp_transformer_run_default(&r);
+    r.micro_batch = (int)a->b, r.tensor_parallel = (int)a->t, r.context_parallel = (int)a->cp;
+    if (!on_off(cmd, "sequence-parallel", a->sequence_parallel, &r.sequence_parallel) ||
+        !on_off(cmd, "overlap", a->overlap, &r.overlap))
+        return 2;
+    if (a->recompute) {
+        static const char *const w[] = {"none", "selective", "full"};
+        int k = 0;
+        while (k < 3 && strcmp(a->recompute, w[k]) != 0)
+            k++;
+        if (k == 3) {
+            cli_error(cmd, "--recompute: '%s' is not none, selective or full", a->recompute);
+            return 2;
+        }
+        r.recompute = (rp_recompute)k;
+    }
+    if (a->precision) {
+        if (strcmp(a->precision, "bf16") != 0 && strcmp(a->precision, "fp8") != 0) {
+            cli_error(cmd, "--precision: '%s' is not bf16 or fp8", a->precision);
+            return 2;
+        }
+        r.precision = a->precision[0] == 'f' ? RP_PRECISION_FP8 : RP_PRECISION_BF16;
     }
     char *text;
-    if (rp_transformer_profile(&m, &c, b, t, &text, &err) ||
-        rp_write_file_atomic(out, text, strlen(text), &err)) {
+    if (rp_transformer_profile(&m, &c, &r, &text, &err) ||
+        rp_write_file_atomic(a->out, text, strlen(text), &err)) {
         cli_error(cmd, "%s", err.msg);
         return 1;
     }
     free(text);
     printf("a transformer of %d layers (hidden %d, %d heads, sequences of %d, vocabulary %d) on "
-           "%s, micro-batches of %d, tensor groups of %d: profile written to %s\n",
-           m.layers, m.hidden, m.heads, m.seq, m.vocab, c.device.name, b, t, out);
+           "%s of %s, micro-batches of %d, tensor groups of %d, context groups of %d: profile "
+           "written to %s\n",
+           m.layers, m.hidden, m.heads, m.seq, m.vocab, c.device.name, c.name, r.micro_batch,
+           r.tensor_parallel, r.context_parallel, a->out);
     return 0;
 }
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {
-    const char *model_path = NULL, *out = NULL, *spec = NULL, *device = NULL, *cluster = NULL;
-    long long batch = 64, repeats = 20, tp = 1;
-    bool batch_given = false;
+    const char *model_path = NULL;
+    long long batch = 64, repeats = 20;
+    xf_args x = {.t = 1, .cp = 1};
+    unsigned given = 0;
     bool help, alone = false;
     const char *arg;
     for (int o; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
         if (o == -2)
             return help ? 0 : 2;
-        if ((o == 1 && !cli_int("micro-batch", arg, 1, 1 << 20, &batch)) ||
-            (o == 2 && !cli_int("repeats", arg, 1, 100000, &repeats)) ||
-            (o == 8 && !cli_int("tensor-parallel", arg, 1, 4096, &tp)))
-            return 2;
-        batch_given |= o == 1;
-        if (o == 5)
-            spec = arg;
-        if (o == 6)
-            device = arg;
-        if (o == 7)
-            cluster = arg;
-        if (o == 0)
-            model_path = arg;
-        if (o == 3)
-            out = arg;
-        if (o == 4)
-            alone = true;
+        given |= 1u << o;
+        switch (o) {
+        case OPT_MICRO_BATCH:
+            if (!cli_int("micro-batch", arg, 1, 1 << 20, &batch))
+                return 2;
+            break;
+        case OPT_REPEATS:
+            if (!cli_int("repeats", arg, 1, 100000, &repeats))
+                return 2;
+            break;
+        case OPT_TENSOR_PARALLEL:
+            if (!cli_int("tensor-parallel", arg, 1, 4096, &x.t))
+                return 2;
+            break;
+        case OPT_CONTEXT_PARALLEL:
+            if (!cli_int("context-parallel", arg, 1, 4096, &x.cp))
+                return 2;
+            break;
+        case OPT_MODEL: model_path = arg; break;
+        case OPT_OUT: x.out = arg; break;
+        case OPT_ALONE: alone = true; break;
+        case OPT_TRANSFORMER: x.spec = arg; break;
+        case OPT_TRANSFORMER_CONFIG: x.config = arg; break;
+        case OPT_DEVICE: x.device = arg; break;
+        case OPT_CLUSTER: x.cluster = arg; break;
+        case OPT_SEQUENCE_PARALLEL: x.sequence_parallel = arg; break;
+        case OPT_RECOMPUTE: x.recompute = arg; break;
+        case OPT_PRECISION: x.precision = arg; break;
+        case OPT_OVERLAP: x.overlap = arg; break;
+        }
     }
-    if (spec && out && !model_path)
-        return transformer(cmd, spec, device, cluster, batch_given ? (int)batch : 1, (int)tp,
-                           out);
+    unsigned measured = 1u << OPT_MODEL | 1u << OPT_REPEATS | 1u << OPT_ALONE;
+    unsigned shaped = 1u << OPT_TRANSFORMER | 1u << OPT_TRANSFORMER_CONFIG | 1u << OPT_DEVICE |
+                      1u << OPT_CLUSTER | 1u << OPT_TENSOR_PARALLEL |
+                      1u << OPT_CONTEXT_PARALLEL | 1u << OPT_SEQUENCE_PARALLEL |
+                      1u << OPT_RECOMPUTE | 1u << OPT_PRECISION | 1u << OPT_OVERLAP;
+    if (given & (1u << OPT_TRANSFORMER | 1u << OPT_TRANSFORMER_CONFIG)) {
+        for (int k = 0; k < OPT_COUNT; k++)
+            if (given & measured & (1u << k)) {
+                cli_error(cmd, "--%s measures a model; --transformer prices a shape: not both",
+                          OPTS[k].name);
+                return 2;
+            }
+        if (!x.out) {
+            cli_error(cmd, "--out is required (see 'repipe profile --help')");
+            return 2;
+        }
+        x.b = given & (1u << OPT_MICRO_BATCH) ? batch : 1;
+        return transformer(cmd, &x);
+    }
+    for (int k = 0; k < OPT_COUNT; k++)
+        if (given & shaped & (1u << k)) {
+            cli_error(cmd, "--%s prices a transformer's shape: it needs --transformer",
+                      OPTS[k].name);
+            return 2;
+        }
+    const char *out = x.out;
     if (!model_path || !out) {
         cli_error(cmd, "--model and --out are required (see 'repipe profile --help')");
         return 2;
@@ -141,7 +268,8 @@ const cli_cmd cmd_profile = {
     "profile",
     "measure a model's layers and write a profile for the planner",
     "--model FILE --out graph.txt [--micro-batch B] [--repeats N] [--alone] | --transformer SPEC "
-    "--device NAME [--cluster NAME] [--micro-batch B] [--tensor-parallel T] --out graph.txt",
+    "| --transformer-config FILE, --device NAME | --cluster NAME [--micro-batch B] "
+    "[--tensor-parallel T] [--context-parallel C] [...] --out graph.txt",
     "The profile is PipeDream's graph.txt: an Input source, then one node per\n"
     "layer with its median forward and backward time (ms), output bytes and\n"
     "parameter bytes, chained in order. Each layer is timed inside whole\n"

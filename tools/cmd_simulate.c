@@ -460,7 +460,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
                 res.steady_update_time * 1e3, 100 * res.steady_bubble_fraction);
     if (!sc.on) { /* with --cluster, by rank beside the device's */
         double bytes[RP_MAX_STAGES];
-        int P = sim_rank_bytes(&cfg, &res, bytes);
+        int P = sim_rank_bytes(NULL, &cfg, &res, bytes);
         fprintf(txt, "memory a worker holds, by pipeline rank (MB, as the engine lays it out):");
         for (int r = 0; r < P && r < 16; r++)
             fprintf(txt, " %.2f", bytes[r] / 1e6);

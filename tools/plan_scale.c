@@ -1,7 +1,7 @@
 /*
 ** repipe plan --cluster: the plan of a transformer on a cluster of devices,
-** the question asked before a launch: which sizes, how fast, and will it
-** fit.
+** the question asked before a launch: which sizes and features, how fast,
+** and will it fit.
 */
 #define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include <stdio.h>
@@ -18,71 +18,251 @@ static double now(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
+/* The index of word w in words (NULL-terminated), or -1 after saying what
+** --opt takes. */
+static int word(const cli_cmd *cmd, const char *opt, const char *w, const char *const *words) {
+    for (int i = 0; words[i]; i++)
+        if (strcmp(w, words[i]) == 0)
+            return i;
+    char list[200];
+    size_t n = 0;
+    for (int i = 0; words[i] && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", words[i]);
+    cli_error(cmd, "--%s: '%s' is not one of %s", opt, w, list);
+    return -1;
+}
+
+/* The words of the feature options into o. */
+static bool features(const cli_cmd *cmd, const plan_scale *ps, rp_scale_options *o) {
+    static const char *const recompute[] = {"none", "selective", "full", "any", "off", "on", NULL};
+    static const char *const onoff[] = {"off", "on", NULL};
+    static const char *const sharding[] = {"none", "optimizer", "fsdp", "any", NULL};
+    static const char *const precision[] = {"bf16", "fp8", "any", NULL};
+    int k;
+    if (ps->recompute) {
+        if ((k = word(cmd, "recompute", ps->recompute, recompute)) < 0)
+            return false;
+        o->recompute = k == 3 ? -1 : k == 4 ? RP_RECOMPUTE_NONE : k == 5 ? RP_RECOMPUTE_FULL : k;
+    }
+    if (ps->sequence_parallel) {
+        if ((k = word(cmd, "sequence-parallel", ps->sequence_parallel, onoff)) < 0)
+            return false;
+        o->sequence_parallel = k ? 1 : -1;
+    }
+    if (ps->sharding) {
+        if ((k = word(cmd, "sharding", ps->sharding, sharding)) < 0)
+            return false;
+        o->sharding = k == 3 ? -1 : k;
+    }
+    if (ps->precision) {
+        if ((k = word(cmd, "precision", ps->precision, precision)) < 0)
+            return false;
+        o->precision = k == 2 ? -1 : k;
+    }
+    if (ps->overlap) {
+        if ((k = word(cmd, "overlap", ps->overlap, onoff)) < 0)
+            return false;
+        o->no_overlap = k == 0;
+    }
+    if (ps->stages) {
+        static const char *const stages[] = {"balanced", "even", NULL};
+        if ((k = word(cmd, "stages", ps->stages, stages)) < 0)
+            return false;
+        o->even_stages = k == 1;
+    }
+    return true;
+}
+
+/* The model: --transformer, --transformer-config (with --transformer's keys
+** over the file's), or the shape a --profile of 'repipe profile
+** --transformer' was made of. */
+static int model(const cli_cmd *cmd, const plan_scale *ps, rp_transformer *m) {
+    rp_error err;
+    if (ps->profile && (ps->transformer || ps->transformer_config)) {
+        cli_error(cmd, "--profile or --transformer%s, not both: the plan's shape is one or the "
+                       "other", ps->transformer_config ? "-config" : "");
+        return 2;
+    }
+    if (ps->transformer_config) {
+        char *unknown;
+        if (rp_transformer_from_config(ps->transformer_config, ps->transformer, m, &unknown,
+                                       &err)) {
+            cli_error(cmd, "--transformer-config: %s", err.msg);
+            return 1;
+        }
+        if (*unknown)
+            fprintf(stderr, "repipe plan: note: %s: keys repipe does not know, not used: %s\n",
+                    ps->transformer_config, unknown);
+        free(unknown);
+        return 0;
+    }
+    if (ps->transformer) {
+        if (rp_transformer_parse(ps->transformer, m, &err)) {
+            cli_error(cmd, "--transformer: %s", err.msg);
+            return 2;
+        }
+        return 0;
+    }
+    if (!ps->profile) {
+        cli_error(cmd, "--cluster plans a transformer: give --transformer SPEC (or a preset), "
+                       "--transformer-config config.json, or --profile F of 'repipe profile "
+                       "--transformer'");
+        return 2;
+    }
+    rp_profile *p;
+    if (rp_profile_read(&p, ps->profile, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    bool ok = false;
+    rp_transformer_run run;
+    for (int i = 0; i < p->num_nodes && !ok; i++)
+        ok = strncmp(p->nodes[i].desc, "Input", 5) == 0 &&
+             rp_transformer_of_profile(p->nodes[i].desc, m, &run);
+    rp_profile_free(p);
+    if (!ok) {
+        cli_error(cmd, "%s: not a profile of 'repipe profile --transformer' (its Input says no "
+                       "transformer=...): --cluster plans a transformer's shape", ps->profile);
+        return 2;
+    }
+    return 0;
+}
+
+static void describe_model(FILE *f, const rp_transformer *m) {
+    fprintf(f, "a transformer of %d layers (hidden %d, %d heads", m->layers, m->hidden, m->heads);
+    if (m->kv_heads != m->heads)
+        fprintf(f, ", %d key/value heads", m->kv_heads);
+    fprintf(f, ", %s of %d, sequences of %d, vocabulary %d%s; %.2fB parameters)",
+            m->mlp == RP_MLP_SWIGLU ? "SwiGLU" : "GELU MLP", m->ffn, m->seq, m->vocab,
+            m->untied ? ", untied head" : "", rp_transformer_parameters(m) / 1e9);
+}
+
+static void describe_plan(FILE *f, const rp_scale_plan *r, const rp_cluster *c, int devices) {
+    const char *sched = rp_schedule_name(r->cfg.schedule);
+    fprintf(f, "  tensor groups of %d%s", r->t,
+            r->run.sequence_parallel ? " with sequence parallelism" : "");
+    if (r->cp > 1)
+        fprintf(f, ", context groups of %d", r->cp);
+    fprintf(f, ", %d pipeline rank%s", r->p, r->p == 1 ? "" : "s");
+    if (r->v > 1)
+        fprintf(f, " of %d chunks each", r->v);
+    fprintf(f, " (%s), %d replica%s", sched, r->d, r->d == 1 ? "" : "s");
+    if (r->sharding != RP_SHARD_NONE)
+        fprintf(f, " (%s)", r->sharding == RP_SHARD_FULL ? "fully sharded, FSDP"
+                                                         : "optimizer state sharded");
+    fprintf(f, ", micro-batches of %d x %d, %s, %s\n", r->b, r->cfg.gradient_accumulation_steps,
+            r->run.recompute == RP_RECOMPUTE_FULL        ? "every block recomputed"
+            : r->run.recompute == RP_RECOMPUTE_SELECTIVE ? "attention's core recomputed"
+                                                         : "no recomputation",
+            rp_precision_name(r->run.precision));
+    double peak = r->run.precision == RP_PRECISION_FP8 ? c->device.peak_fp8 : c->device.peak_flops;
+    fprintf(f, "  predicted %.3f s an update, %.1f TFLOP/s a device as Megatron-LM counts them "
+               "(%.0f %% of the %s peak); %.1f by equation 3 of its SC'21 paper; MFU %.1f %% as "
+               "PyTorch users count it (6N + attention)\n",
+            r->seconds, r->tflops_per_device, 100 * r->tflops_per_device * 1e12 / peak,
+            rp_precision_name(r->run.precision), r->tflops_eq3, 100 * r->mfu);
+    fprintf(f, "  memory: at most %.1f of %.1f GB a device (pipeline rank %d: %.1f GB of weights "
+               "and optimizer state for %.2fB parameters, %.1f GB of activations)\n",
+            r->memory.total / 1e9, c->device.memory_bytes / 1e9, r->busiest_rank,
+            r->memory.weights / 1e9, r->memory.parameters / 1e9, r->memory.activations / 1e9);
+    (void)devices;
+}
+
+static char *json_of(const rp_scale_plan *r, const rp_cluster *c, const rp_transformer *m,
+                     const rp_scale_options *o) {
+    char *text = NULL, shape[512];
+    size_t len;
+    FILE *j = open_memstream(&text, &len);
+    if (!j)
+        return NULL;
+    rp_transformer_format(m, shape, sizeof shape);
+    fprintf(j, "{\n\t\"cluster\":\t\"%s\",\n\t\"device\":\t\"%s\",\n\t\"devices\":\t%d,\n"
+               "\t\"global_batch\":\t%lld,\n\t\"transformer\":\t\"%s\",\n"
+               "\t\"parameters\":\t%.0f,\n"
+               "\t\"tensor_parallel\":\t%d,\n\t\"context_parallel\":\t%d,\n"
+               "\t\"pipeline_parallel\":\t%d,\n\t\"data_parallel\":\t%d,\n\t\"micro_batch\":\t%d,\n"
+               "\t\"micro_batches\":\t%d,\n\t\"virtual_stages\":\t%d,\n\t\"schedule\":\t\"%s\",\n"
+               "\t\"sequence_parallel\":\t%s,\n\t\"recompute\":\t\"%s\",\n\t\"sharding\":\t\"%s\",\n"
+               "\t\"precision\":\t\"%s\",\n\t\"overlap\":\t%s,\n"
+               "\t\"seconds_per_update\":\t%.9g,\n\t\"tflops_per_device\":\t%.6g,\n"
+               "\t\"tflops_per_device_eq3\":\t%.6g,\n\t\"mfu\":\t%.6g,\n"
+               "\t\"flops_per_update\":\t{\"megatron\": %.17g, \"eq3\": %.17g, \"6n\": %.17g},\n"
+               "\t\"peak_memory_bytes\":\t%.0f,\n\t\"busiest_rank\":\t%d,\n"
+               "\t\"memory\":\t{\"parameters\": %.0f, \"weights_and_optimizer\": %.0f, "
+               "\"activations\": %.0f},\n"
+               "\t\"considered\":\t%d,\n\t\"simulated\":\t%d,\n\t\"layers_per_stage\":\t[",
+            c->name, c->device.name, o->devices, o->global_batch, shape,
+            rp_transformer_parameters(m), r->t, r->cp, r->p, r->d, r->b,
+            r->cfg.gradient_accumulation_steps, r->v, rp_schedule_name(r->cfg.schedule),
+            r->run.sequence_parallel ? "true" : "false", rp_recompute_name(r->run.recompute),
+            rp_sharding_name(r->sharding), rp_precision_name(r->run.precision),
+            r->run.overlap ? "true" : "false", r->seconds, r->tflops_per_device, r->tflops_eq3,
+            r->mfu, rp_transformer_flops_megatron(m, r->t, (double)o->global_batch),
+            rp_transformer_flops_eq3(m, (double)o->global_batch),
+            rp_transformer_flops_6n(m, (double)o->global_batch), r->memory.total,
+            r->busiest_rank, r->memory.parameters, r->memory.weights, r->memory.activations,
+            r->considered, r->simulated);
+    for (int s = 0; s < r->cfg.layers_per_stage.count; s++)
+        fprintf(j, "%s%d", s ? ", " : "", r->cfg.layers_per_stage.layers[s]);
+    /* each pipeline rank's memory, as the plan counts it */
+    fprintf(j, "],\n\t\"memory_by_rank\":\t[");
+    rp_transformer_layout lay = {
+        .p = r->p, .d = r->d, .v = r->v, .v_shape = r->cfg.schedule == RP_SCHEDULE_DUALPIPEV,
+        .micro_batches = r->cfg.gradient_accumulation_steps, .sharding = r->sharding,
+        .layers_per_stage = r->cfg.layers_per_stage.count > 1 ? r->cfg.layers_per_stage.layers
+                                                              : NULL};
+    for (int k = 0; k < r->p; k++) {
+        rp_transformer_memory x;
+        rp_error err;
+        if (rp_transformer_rank_memory(m, &r->run, &lay, k, &x, &err))
+            memset(&x, 0, sizeof x);
+        fprintf(j, "%s{\"parameters\": %.0f, \"weights_and_optimizer\": %.0f, "
+                   "\"activations\": %.0f}", k ? ", " : "", x.parameters, x.weights,
+                x.activations);
+    }
+    fprintf(j, "]\n}\n");
+    if (fclose(j) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
 int plan_scale_run(const cli_cmd *cmd, const plan_scale *ps) {
     rp_error err;
     rp_cluster c;
     rp_transformer m;
-    int t0;
+    rp_scale_options o = ps->o;
+    if (!features(cmd, ps, &o))
+        return 2;
     if (rp_cluster_get(ps->cluster, &c, &err)) {
         cli_error(cmd, "--cluster: %s", err.msg);
         return 1;
     }
-    if (ps->transformer) {
-        if (rp_transformer_parse(ps->transformer, &m, &err)) {
-            cli_error(cmd, "--transformer: %s", err.msg);
-            return 2;
-        }
-    } else {
-        rp_profile *p;
-        if (!ps->profile) {
-            cli_error(cmd, "--cluster plans a transformer: give --transformer SPEC, or --profile "
-                           "F of 'repipe profile --transformer'");
-            return 2;
-        }
-        if (rp_profile_read(&p, ps->profile, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            return 1;
-        }
-        bool ok = false;
-        for (int i = 0; i < p->num_nodes && !ok; i++)
-            ok = strncmp(p->nodes[i].desc, "Input", 5) == 0 &&
-                 rp_transformer_of_profile(p->nodes[i].desc, &m, &t0);
-        rp_profile_free(p);
-        if (!ok) {
-            cli_error(cmd, "%s: not a profile of 'repipe profile --transformer' (its Input says "
-                           "no transformer=...): --cluster plans a transformer's shape",
-                      ps->profile);
-            return 2;
-        }
-    }
-    if (!ps->o.devices || !ps->o.global_batch) {
+    int rc = model(cmd, ps, &m);
+    if (rc)
+        return rc;
+    if (!o.devices || !o.global_batch) {
         cli_error(cmd, "--cluster needs --devices N and --global-batch B");
+        return 2;
+    }
+    if (ps->emit->out && !ps->emit->on) {
+        cli_error(cmd, "--emit-out needs --emit torchtitan|megatron");
         return 2;
     }
     double start = now();
     rp_scale_plan r;
-    if (rp_scale_plan_compute(&m, &c, &ps->o, &r, &err)) {
+    if (rp_scale_plan_compute(&m, &c, &o, &r, &err)) {
         cli_error(cmd, "%s", err.msg);
         return 1;
     }
     double took = now() - start;
     bool quiet = ps->json && strcmp(ps->json, "-") == 0;
     FILE *f = quiet ? stderr : stdout;
-    const char *sched = rp_schedule_name(r.cfg.schedule);
-    fprintf(f, "a transformer of %d layers (hidden %d, %d heads, sequences of %d, vocabulary %d) "
-               "on %d %s of %s, %lld sequences an update:\n",
-            m.layers, m.hidden, m.heads, m.seq, m.vocab, ps->o.devices, c.device.name, c.name,
-            ps->o.global_batch);
-    fprintf(f, "  tensor groups of %d, %d pipeline rank%s", r.t, r.p, r.p == 1 ? "" : "s");
-    if (r.v > 1)
-        fprintf(f, " of %d chunks each", r.v);
-    fprintf(f, " (%s), %d replica%s, micro-batches of %d x %d, %s\n", sched, r.d,
-            r.d == 1 ? "" : "s", r.b, r.cfg.gradient_accumulation_steps,
-            r.recompute ? "each block recomputed" : "no recomputation");
-    fprintf(f, "  predicted %.3f s an update, %.1f TFLOP/s a device (equation 3 of Megatron-LM's "
-               "paper; %.0f %% of the peak), at most %.1f of %.1f GB a device\n",
-            r.seconds, r.tflops_per_device, 100 * r.tflops_per_device * 1e12 / c.device.peak_flops,
-            r.peak_bytes / 1e9, c.device.memory_bytes / 1e9);
+    describe_model(f, &m);
+    fprintf(f, " on %d %s of %s, %lld sequences an update:\n", o.devices, c.device.name, c.name,
+            o.global_batch);
+    describe_plan(f, &r, &c, o.devices);
     fprintf(f, "  %d shapes considered, the %d best estimates that fit simulated, in %.2f s\n",
             r.considered, r.simulated, took);
     if (r.cfg.layers_per_stage.count > 1) {
@@ -92,60 +272,78 @@ int plan_scale_run(const cli_cmd *cmd, const plan_scale *ps) {
             fprintf(f, " %d", r.cfg.layers_per_stage.layers[s]);
         fprintf(f, "%s\n", r.cfg.layers_per_stage.count > 24 ? " ..." : "");
     }
-    fprintf(f, "  Megatron-LM: --tensor-model-parallel-size %d --pipeline-model-parallel-size %d "
-               "--micro-batch-size %d --global-batch-size %lld",
-            r.t, r.p, r.b, ps->o.global_batch);
-    if (r.v > 1 && r.cfg.schedule != RP_SCHEDULE_DUALPIPEV)
-        fprintf(f, " --num-virtual-stages-per-pipeline-rank %d", r.v);
-    if (r.recompute)
-        fprintf(f, " --recompute-granularity full --recompute-method uniform "
-                   "--recompute-num-layers 1");
-    fprintf(f, "\n");
-    if (r.cfg.schedule == RP_SCHEDULE_DUALPIPEV)
-        fprintf(f, "  (Megatron-LM has no DualPipeV: the line above is its shape under 1f1b; "
-                   "repipe's engine runs the V as --config-out writes it)\n");
-    int rc = 0;
-    if (ps->config_out) {
-        if (rp_config_save_file(&r.cfg, ps->config_out, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            return 1;
-        }
-        fprintf(f, "configuration written to %s; simulate it with the profile of its micro-batch "
-                   "and tensor groups:\n  repipe profile --transformer layers=%d,hidden=%d,"
-                   "heads=%d,seq=%d,vocab=%d --cluster %s --micro-batch %d --tensor-parallel %d "
-                   "--out F && repipe simulate --profile F --config %s --cluster %s\n",
-                ps->config_out, m.layers, m.hidden, m.heads, m.seq, m.vocab, ps->cluster, r.b,
-                r.t, ps->config_out, ps->cluster);
-    }
-    if (ps->json) {
-        char *text = NULL;
-        size_t len;
-        FILE *j = open_memstream(&text, &len);
-        if (!j) {
-            cli_error(cmd, "out of memory");
-            return 1;
-        }
-        fprintf(j, "{\n\t\"cluster\":\t\"%s\",\n\t\"devices\":\t%d,\n\t\"global_batch\":\t%lld,\n"
-                   "\t\"tensor_parallel\":\t%d,\n\t\"pipeline_parallel\":\t%d,\n"
-                   "\t\"data_parallel\":\t%d,\n\t\"micro_batch\":\t%d,\n\t\"virtual_stages\":\t%d,\n"
-                   "\t\"schedule\":\t\"%s\",\n\t\"recompute\":\t%s,\n"
-                   "\t\"seconds_per_update\":\t%.9g,\n\t\"tflops_per_device\":\t%.6g,\n"
-                   "\t\"peak_memory_bytes\":\t%.0f,\n\t\"considered\":\t%d,\n\t\"simulated\":\t%d,\n"
-                   "\t\"layers_per_stage\":\t[",
-                c.name, ps->o.devices, ps->o.global_batch, r.t, r.p, r.d, r.b, r.v, sched,
-                r.recompute ? "true" : "false", r.seconds, r.tflops_per_device, r.peak_bytes,
-                r.considered, r.simulated);
-        for (int s = 0; s < r.cfg.layers_per_stage.count; s++)
-            fprintf(j, "%s%d", s ? ", " : "", r.cfg.layers_per_stage.layers[s]);
-        fprintf(j, "]\n}\n");
-        fclose(j);
-        if (quiet)
-            fputs(text, stdout);
-        else if (rp_write_file_atomic(ps->json, text, strlen(text), &err)) {
+    /* what to write, written only once all of it is ready */
+    const char *paths[4], *texts[4];
+    char *owned[4] = {0}, settings_path[4096];
+    int n = 0;
+    for (int k = 0; k < 2; k++) { /* the trainer's settings: Megatron-LM's always shown */
+        rp_trainer t = k == 0 ? RP_TRAINER_MEGATRON : RP_TRAINER_TORCHTITAN;
+        if (k == 1 && !(ps->emit->on && ps->emit->trainer == t))
+            continue;
+        if (k == 0 && ps->emit->on && ps->emit->trainer != t)
+            continue;
+        char *text, why[512];
+        if (rp_scale_settings(t, &m, &r, o.global_batch, &text, why, sizeof why, &err)) {
             cli_error(cmd, "%s", err.msg);
             rc = 1;
+            goto done;
         }
-        free(text);
+        fprintf(f, "  %s:", rp_trainer_name(t));
+        for (const char *p = text; *p;) {
+            size_t len = strcspn(p, "\n");
+            fprintf(f, " %.*s", (int)len, p);
+            p += len + (p[len] == '\n');
+        }
+        fprintf(f, "\n");
+        if (*why)
+            fprintf(f, "  (%s)\n", why);
+        if (ps->emit->on && ps->emit->out && t == ps->emit->trainer) {
+            snprintf(settings_path, sizeof settings_path, "%s", ps->emit->out);
+            paths[n] = settings_path, texts[n] = owned[n] = text, n++;
+        } else {
+            free(text);
+        }
     }
+    if (ps->config_out) {
+        char *text;
+        if (rp_config_to_json(&r.cfg, &text, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            rc = 1;
+            goto done;
+        }
+        paths[n] = ps->config_out, texts[n] = owned[n] = text, n++;
+    }
+    if (ps->json) {
+        char *text = json_of(&r, &c, &m, &o);
+        if (!text) {
+            cli_error(cmd, "out of memory for the JSON");
+            rc = 1;
+            goto done;
+        }
+        if (quiet) {
+            fputs(text, stdout);
+            free(text);
+        } else {
+            paths[n] = ps->json, texts[n] = owned[n] = text, n++;
+        }
+    }
+    if (n && rp_write_files_atomic(n, paths, texts, &err)) {
+        cli_error(cmd, "%s (nothing written)", err.msg);
+        rc = 1;
+    } else if (ps->config_out) {
+        char shape[512];
+        rp_transformer_format(&m, shape, sizeof shape);
+        fprintf(f, "configuration written to %s; simulate it with the profile of its run:\n"
+                   "  repipe profile --transformer %s --cluster %s --micro-batch %d "
+                   "--tensor-parallel %d --context-parallel %d --sequence-parallel %s "
+                   "--recompute %s --precision %s --out F && repipe simulate --profile F "
+                   "--config %s --cluster %s\n",
+                ps->config_out, shape, ps->cluster, r.b, r.t, r.cp,
+                r.run.sequence_parallel ? "on" : "off", rp_recompute_name(r.run.recompute),
+                rp_precision_name(r.run.precision), ps->config_out, ps->cluster);
+    }
+done:
+    for (int k = 0; k < n; k++)
+        free(owned[k]);
     return rc;
 }

@@ -16,8 +16,10 @@ bool sim_cluster_setup(const cli_cmd *cmd, const char *name, const rp_profile *p
     sc->t = 1;
     for (int i = 0; i < p->num_nodes; i++)
         if (strncmp(p->nodes[i].desc, "Input", 5) == 0 &&
-            rp_transformer_of_profile(p->nodes[i].desc, &sc->m, &sc->t))
+            rp_transformer_of_profile(p->nodes[i].desc, &sc->m, &sc->run)) {
             sc->transformer = true;
+            sc->t = sc->run.tensor_parallel * sc->run.context_parallel;
+        }
     if (!name)
         return true;
     sc->on = true;
@@ -27,10 +29,16 @@ bool sim_cluster_setup(const cli_cmd *cmd, const char *name, const rp_profile *p
     }
     int T = rp_config_tensor_parallel(cfg);
     if (sc->transformer) {
-        if (T != 1 && T != sc->t) {
+        if (T != 1 && T != sc->run.tensor_parallel) {
             cli_error(cmd, "the configuration's tensor_parallel %d is not the profile's tensor "
                            "groups of %d ('repipe profile --transformer ... --tensor-parallel %d')",
-                      T, sc->t, T);
+                      T, sc->run.tensor_parallel, T);
+            return false;
+        }
+        if (cfg->micro_batch_size != sc->run.micro_batch) {
+            cli_error(cmd, "the configuration's micro_batch_size %d is not the profile's %d "
+                           "('repipe profile --transformer ... --micro-batch %d')",
+                      cfg->micro_batch_size, sc->run.micro_batch, cfg->micro_batch_size);
             return false;
         }
         cfg->tensor_parallel = 1; /* (in the profile's times) */
@@ -57,9 +65,27 @@ bool sim_cluster_setup(const cli_cmd *cmd, const char *name, const rp_profile *p
 }
 
 /* Pipeline rank r's bytes: its stage's, or its chunks' together (under
-** dualpipe stages r and P - 1 - r, one of each replica of a pair). */
-int sim_rank_bytes(const rp_config *cfg, const rp_sim_result *res, double *out) {
+** dualpipe stages r and P - 1 - r, one of each replica of a pair); a
+** transformer's as rp_transformer_rank_memory counts them. */
+int sim_rank_bytes(const sim_cluster *sc, const rp_config *cfg, const rp_sim_result *res,
+                   double *out) {
     int P = rp_config_chunked(cfg) ? res->stages / cfg->virtual_stages : res->stages;
+    if (sc && sc->transformer && !rp_config_paired(cfg)) {
+        rp_transformer_run run = sc->run;
+        if (cfg->recompute_checkpoint_every_layer)
+            run.recompute = RP_RECOMPUTE_FULL;
+        rp_transformer_layout lay = {
+            .p = P, .d = cfg->replication_factor, .v = rp_config_chunked(cfg) ? cfg->virtual_stages : 1,
+            .v_shape = rp_config_v_shaped(cfg), .micro_batches = cfg->gradient_accumulation_steps,
+            .sharding = cfg->replicated_tensor_sharding ? RP_SHARD_OPTIMIZER : RP_SHARD_NONE,
+            .layers_per_stage = cfg->layers_per_stage.count > 1 ? cfg->layers_per_stage.layers : NULL};
+        rp_error err;
+        for (int r = 0; r < P; r++) {
+            rp_transformer_memory x;
+            out[r] = rp_transformer_rank_memory(&sc->m, &run, &lay, r, &x, &err) ? 0 : x.total;
+        }
+        return P;
+    }
     for (int r = 0; r < P; r++) {
         if (rp_config_paired(cfg)) {
             out[r] = res->stage_bytes[r] + res->stage_bytes[P - 1 - r];
@@ -73,12 +99,16 @@ int sim_rank_bytes(const rp_config *cfg, const rp_sim_result *res, double *out) 
     return P;
 }
 
+/* TFLOP/s a device as Megatron-LM counts them (num_floating_point_operations)
+** and (eq3) as its SC'21 paper's equation 3 does. */
 static double tflops(const sim_cluster *sc, const rp_config *cfg, const rp_sim_result *res,
-                     int devices) {
+                     int devices, bool eq3) {
     rp_derived d;
     rp_config_derive(cfg, &d);
-    return rp_transformer_flops(&sc->m, d.samples_per_update) / (res->update_time * devices) /
-           1e12;
+    double f = eq3 ? rp_transformer_flops_eq3(&sc->m, d.samples_per_update)
+                   : rp_transformer_flops_megatron(&sc->m, sc->run.tensor_parallel,
+                                                   d.samples_per_update);
+    return f / (res->update_time * devices) / 1e12;
 }
 
 static int devices_of(const sim_cluster *sc, const rp_config *cfg) {
@@ -92,15 +122,20 @@ void sim_cluster_print(FILE *f, const sim_cluster *sc, const rp_config *cfg,
     if (!sc->on)
         return;
     int devices = devices_of(sc, cfg);
-    fprintf(f, "on %s: %d %s devices (%d a node, tensor groups of %d)", sc->c.name, devices,
+    fprintf(f, "on %s: %d %s devices (%d a node, %d a worker)", sc->c.name, devices,
             sc->c.device.name, sc->c.per_node, sc->t);
-    if (sc->transformer)
-        fprintf(f, ", %.1f TFLOP/s a device (Megatron-LM's equation 3; %.0f %% of its peak)",
-                tflops(sc, cfg, res, devices),
-                100 * tflops(sc, cfg, res, devices) * 1e12 / sc->c.device.peak_flops);
+    if (sc->transformer) {
+        double peak = sc->run.precision == RP_PRECISION_FP8 ? sc->c.device.peak_fp8
+                                                            : sc->c.device.peak_flops;
+        fprintf(f, ", %.1f TFLOP/s a device as Megatron-LM counts them (%.0f %% of the %s "
+                   "peak; %.1f by equation 3 of its SC'21 paper)",
+                tflops(sc, cfg, res, devices, false),
+                100 * tflops(sc, cfg, res, devices, false) * 1e12 / peak,
+                rp_precision_name(sc->run.precision), tflops(sc, cfg, res, devices, true));
+    }
     fprintf(f, "\n");
     double bytes[RP_MAX_STAGES];
-    int P = sim_rank_bytes(cfg, res, bytes);
+    int P = sim_rank_bytes(sc, cfg, res, bytes);
     double most = 0;
     for (int r = 0; r < P; r++)
         most = bytes[r] > most ? bytes[r] : most;
@@ -123,9 +158,10 @@ char *sim_cluster_json(const sim_cluster *sc, const rp_config *cfg, const rp_sim
     fprintf(f, ",\n\t\"cluster\":\t\"%s\",\n\t\"devices\":\t%d,\n\t\"device_memory_bytes\":\t%.0f",
             sc->c.name, devices, sc->c.device.memory_bytes);
     if (sc->transformer)
-        fprintf(f, ",\n\t\"tflops_per_device\":\t%.6g", tflops(sc, cfg, res, devices));
+        fprintf(f, ",\n\t\"tflops_per_device\":\t%.6g,\n\t\"tflops_per_device_eq3\":\t%.6g",
+                tflops(sc, cfg, res, devices, false), tflops(sc, cfg, res, devices, true));
     double bytes[RP_MAX_STAGES];
-    int P = sim_rank_bytes(cfg, res, bytes);
+    int P = sim_rank_bytes(sc, cfg, res, bytes);
     fprintf(f, ",\n\t\"peak_memory_per_rank\":\t[");
     for (int r = 0; r < P; r++)
         fprintf(f, "%s%.0f", r ? ", " : "", bytes[r]);

@@ -16,7 +16,8 @@ typedef struct sim_cluster {
     rp_cluster c;
     bool transformer; /* the profile is rp_transformer_profile's */
     rp_transformer m;
-    int t;            /* its tensor group: devices a worker */
+    rp_transformer_run run; /* its run: a micro-batch on a tensor and context group */
+    int t;            /* devices a worker: its tensor group times its context group */
 } sim_cluster;
 
 /* Reads the cluster (a preset or a JSON file) and what the profile says of
@@ -34,9 +35,11 @@ bool sim_cluster_setup(const cli_cmd *cmd, const char *name, const rp_profile *p
 ** "tflops_per_device", "peak_memory_per_rank", "device_memory_bytes") to
 ** add before an object's closing brace (the caller frees). */
 /* Each pipeline rank's memory (bytes, into out[RP_MAX_STAGES]): its
-** stage's estimate, or with interleaving the sum of its chunks'. Returns
-** the number of ranks. */
-int sim_rank_bytes(const rp_config *cfg, const rp_sim_result *res, double *out);
+** stage's estimate, or with interleaving the sum of its chunks'; for a
+** transformer profile, rp_transformer_rank_memory's count. Returns the
+** number of ranks. */
+int sim_rank_bytes(const sim_cluster *sc, const rp_config *cfg, const rp_sim_result *res,
+                   double *out);
 
 void sim_cluster_print(FILE *f, const sim_cluster *sc, const rp_config *cfg,
                        const rp_sim_result *res);

@@ -16,6 +16,7 @@
 #include "repipe/model.h"
 #include "repipe/data.h"
 #include "repipe/device.h"
+#include "repipe/transformer.h"
 #include "repipe/session.h"
 #include "repipe/schedule.h"
 #include "repipe/simulate.h"

@@ -75,6 +75,20 @@ typedef struct rp_sim_options {
     ** take time / speed; transfers and sums keep the links' times. A worker
     ** is a device; interleaved chunks share theirs [NULL: every one 1] */
     const double *device_speed;
+    /* the configuration is one of `replicas` alike copies of itself, laid
+    ** after it in rank order, whose stages reduce their gradients together:
+    ** only this copy is played, each reduction priced over all of them
+    ** (what a cluster of thousands of devices needs: the copies' timelines
+    ** are the same) [0 or 1: the configuration alone] */
+    int replicas;
+    /* the optimizer's pass covers 1 / state_shards of a worker's parameters:
+    ** their state is sharded over that many devices that reduce together
+    ** (Megatron-LM's distributed optimizer) [0 or 1: all of them] */
+    double state_shards;
+    /* across machines a send holds its worker until its bytes are across,
+    ** as Megatron-LM's point-to-point exchanges did before
+    ** --overlap-p2p-communication [false: the worker goes on] */
+    bool blocking_sends;
 } rp_sim_options;
 
 enum { RP_SIM_TP_SPLIT = 1, RP_SIM_TP_REDUCE_OUTPUT = 2, RP_SIM_TP_REDUCE_GRAD = 4 };

@@ -154,17 +154,21 @@ rp_status rp_read_regular_file(const char *path, char **out, size_t *len, rp_err
     return read_file(path, false, out, len, err);
 }
 
-rp_status rp_write_file_atomic(const char *path, const char *data, size_t len, rp_error *err) {
+/* Writes data to a new temporary file beside path (its name into *tmp,
+** which the caller frees), synced. */
+static rp_status write_temporary(const char *path, const char *data, size_t len, char **tmp,
+                                 rp_error *err) {
     size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp)
+    *tmp = malloc(plen + 16);
+    if (!*tmp)
         return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", path);
-    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
+    snprintf(*tmp, plen + 16, "%s.tmpXXXXXX", path);
+    int fd = mkstemp(*tmp);
     if (fd < 0) {
-        rp_status s = rp_fail(err, RP_ERR_IO, "%s: cannot create a temporary file: %s", path,
-                              strerror(errno));
-        free(tmp);
+        rp_status s = rp_fail(err, RP_ERR_IO, "%s: cannot create a temporary file beside it: %s",
+                              path, strerror(errno));
+        free(*tmp);
+        *tmp = NULL;
         return s;
     }
     fchmod(fd, 0644); /* mkstemp creates 0600; the file is an ordinary output */
@@ -178,32 +182,59 @@ rp_status rp_write_file_atomic(const char *path, const char *data, size_t len, r
         }
         done += (size_t)w;
     }
-    int ok = done == len && fsync(fd) == 0;
-    ok = (close(fd) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        rp_status s = rp_fail(err, RP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        unlink(tmp);
-        free(tmp);
+    int e = done == len ? 0 : errno;
+    if (!e && fsync(fd) != 0)
+        e = errno;
+    if (close(fd) != 0 && !e)
+        e = errno;
+    if (e) {
+        rp_status s = rp_fail(err, RP_ERR_IO, "%s: write failed: %s", path, strerror(e));
+        unlink(*tmp);
+        free(*tmp);
+        *tmp = NULL;
         return s;
     }
-    free(tmp);
-    /* the rename itself reaches the disk with its directory */
-    char *dir = strdup(path);
-    if (!dir)
-        return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        slash[slash == dir ? 1 : 0] = '\0';
-    int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY);
-    free(dir);
-    if (dfd >= 0) {
-        int synced = fsync(dfd);
-        close(dfd);
-        if (synced != 0 && errno != EINVAL && errno != EROFS)
-            return rp_fail(err, RP_ERR_IO, "%s: syncing its directory failed: %s", path,
-                           strerror(errno));
-    }
     return RP_OK;
+}
+
+rp_status rp_write_file_atomic(const char *path, const char *data, size_t len, rp_error *err) {
+    char *tmp;
+    rp_status st = write_temporary(path, data, len, &tmp, err);
+    if (st)
+        return st;
+    if (rename(tmp, path) != 0) {
+        st = rp_fail(err, RP_ERR_IO, "%s: cannot replace it: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+    free(tmp);
+    return st;
+}
+
+rp_status rp_write_files_atomic(int n, const char *const *paths, const char *const *texts,
+                                rp_error *err) {
+    char *tmp[16] = {0};
+    if (n > 16)
+        return rp_fail(err, RP_ERR_INVALID, "at most 16 files at once, not %d", n);
+    rp_status st = RP_OK;
+    for (int i = 0; i < n; i++) { /* what a rename would refuse, refused before any */
+        struct stat sb;
+        if (stat(paths[i], &sb) == 0 && S_ISDIR(sb.st_mode))
+            return rp_fail(err, RP_ERR_IO, "%s: is a directory", paths[i]);
+    }
+    for (int k = 0; k < n && !st; k++)
+        st = write_temporary(paths[k], texts[k], strlen(texts[k]), &tmp[k], err);
+    for (int i = 0; i < n && !st; i++)
+        if (rename(tmp[i], paths[i]) != 0) {
+            st = rp_fail(err, RP_ERR_IO, "%s: cannot replace it: %s", paths[i], strerror(errno));
+            break;
+        } else {
+            free(tmp[i]);
+            tmp[i] = NULL;
+        }
+    for (int i = 0; i < n; i++)
+        if (tmp[i])
+            unlink(tmp[i]), free(tmp[i]);
+    return st;
 }
 
 rp_status rp_write_memstream_atomic(FILE *f, char **text, size_t *len, const char *path,

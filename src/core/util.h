@@ -24,6 +24,11 @@ rp_status rp_check_regular(const char *path, rp_error *err);
 /* Writes len bytes to path through a temporary file that is fsynced and
 ** renamed over path, so a reader never sees a half-written file. */
 rp_status rp_write_file_atomic(const char *path, const char *data, size_t len, rp_error *err);
+/* Writes n files, each as rp_write_file_atomic does, and all or none: every
+** temporary file is written and synced before the first is renamed, so a
+** failure on any leaves every path as it was. */
+rp_status rp_write_files_atomic(int n, const char *const *paths, const char *const *texts,
+                                rp_error *err);
 /* Closes f, an open_memstream of *text and *len built for path, and writes
 ** what it holds with rp_write_file_atomic; frees *text either way. `what`
 ** names the contents in an out-of-memory error ("the trace"). */

@@ -1,93 +1,55 @@
 /*
 ** Plans for a transformer on a cluster of devices: the search over tensor,
-** pipeline and data-parallel sizes, micro-batch, virtual stages (and,
-** where asked, DualPipeV's V) and recomputation that 'repipe plan
-** --cluster' runs.
+** context, pipeline and data-parallel sizes, micro-batch, chunks a rank,
+** recomputation and sharding that 'repipe plan --cluster' runs.
 **
 ** The engine's own planner (autoplan.c) searches stage replication and cuts
 ** worker by worker, which a cluster of thousands of devices makes too many.
 ** A transformer's blocks are alike, so here a shape is priced in closed
-** form from its stages' times: the stages cut (binary search on the
-** busiest) so that the embedding and the head count where they fall; the
-** pipeline's steady state, (m - 1) micro-batches of the busiest rank, plus
-** one pass through every stage (a v-th of it with v chunks a rank) and the
-** transfers of the fill; the replicas' reduction of bf16 gradients and the
-** optimizer's pass. Memory is counted as the simulator does (parameters at
-** 18 bytes, the activations each schedule keeps in flight). The best few
-** estimates that fit are then simulated exactly, and the fastest that fits
-** by the simulation wins.
+** form: its stages cut to balance them (the embedding and the head count
+** where they fall); the pipeline's steady state, m - 1 micro-batches of the
+** busiest rank, plus one pass through every stage (a v-th of it with v
+** chunks a rank) and the transfers of the fill; the replicas' reduction,
+** hidden behind the last backward where the run overlaps it, and the
+** optimizer's pass over the rank's share. Memory is rp_transformer_rank_memory.
+** The best few estimates that fit are then simulated (rp_simulate plays one
+** pipeline's operation lists with its ranks' costs, the replicas' reduction
+** included), and the fastest wins.
+**
+** Sequence parallelism is on wherever there is a tensor group (it splits
+** the activations outside the products and moves the same bytes: never
+** slower, never larger) unless asked off; the optimizer state is sharded
+** wherever there are replicas (Megatron-LM's distributed optimizer: the
+** same bytes on the wire, less held, a d-th of the optimizer's pass) unless
+** asked otherwise, and FSDP is tried beside it.
 */
 #include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "repipe/device.h"
-#include "repipe/profile.h"
+#include "transformer_impl.h"
 
 void rp_scale_options_default(rp_scale_options *o) {
     memset(o, 0, sizeof *o);
-    o->candidates = 3;
+    o->recompute = -1;
+    o->sharding = -1;
+    o->precision = RP_PRECISION_BF16;
+    o->candidates = 4;
 }
 
-/* A profile of the model for one micro-batch and t, as arrays. */
-typedef struct layers {
-    int L;
-    double *fw, *bw, *ob, *pb, *bi, *bwt, *saved, *ck;
-    int *node;
-} layers;
+/* A shape under consideration. */
+typedef struct cand {
+    rp_transformer_run run;
+    int p, d, v, m;
+    bool dv; /* DualPipeV's V, chunks c and 2p - 1 - c on rank c */
+    rp_sharding sharding;
+    double estimate, memory;
+} cand;
 
-static void layers_free(layers *x) {
-    free(x->fw), free(x->bw), free(x->ob), free(x->pb), free(x->bi), free(x->bwt);
-    free(x->saved), free(x->ck), free(x->node);
-    memset(x, 0, sizeof *x);
-}
-
-static rp_status layers_make(const rp_transformer *m, const rp_cluster *c, int b, int t,
-                             layers *x, rp_error *err) {
-    memset(x, 0, sizeof *x);
-    char *text;
-    rp_profile *p;
-    rp_status st = rp_transformer_profile(m, c, b, t, &text, err);
-    if (st)
-        return st;
-    st = rp_profile_parse(&p, text, strlen(text), "transformer", err);
-    free(text);
-    if (st)
-        return st;
-    if ((st = rp_profile_layers(p, &x->fw, &x->bw, &x->ob, &x->pb, &x->node, &x->L, err)) ||
-        (st = rp_profile_split_ms(p, x->node, x->L, &x->bi, &x->bwt, err)) ||
-        (st = rp_profile_numbers(p, x->node, x->L, "saved_bytes=", &x->saved, err)) ||
-        (st = rp_profile_numbers(p, x->node, x->L, "checkpoint_bytes=", &x->ck, err)))
-        layers_free(x);
-    rp_profile_free(p);
-    return st;
-}
-
-static rp_status simulate(const layers *x, const rp_cluster *c, int t, const rp_config *cfg,
-                          double *sec, double *peak, rp_error *err) {
-    rp_derived d;
-    rp_config_derive(cfg, &d);
-    rp_sim_options o;
-    rp_status st = rp_cluster_sim_options(c, t, rp_config_devices(cfg, &d), &o, err);
-    if (st)
-        return st;
-    o.profile_batch = cfg->micro_batch_size;
-    o.bwd_input_ms = x->bi, o.bwd_weight_ms = x->bwt;
-    o.kept_bytes = x->saved, o.recompute_kept_bytes = x->ck;
-    rp_sim_result r;
-    if ((st = rp_simulate(cfg, x->fw, x->bw, x->ob, x->pb, x->L, &o, &r, err)))
-        return st;
-    *sec = r.update_time;
-    int P = rp_config_chunked(cfg) ? r.stages / cfg->virtual_stages : r.stages;
-    *peak = 0;
-    for (int j = 0; j < P; j++) { /* a rank's chunks together */
-        double sum = 0;
-        for (int k = 0; k < (rp_config_chunked(cfg) ? cfg->virtual_stages : 1); k++)
-            sum += r.stage_bytes[rp_config_chunked(cfg) ? rp_config_chunk(cfg, P, j, k) : j];
-        *peak = sum > *peak ? sum : *peak;
-    }
-    rp_sim_result_free(&r);
-    return RP_OK;
+static int by_estimate(const void *a, const void *b) {
+    double x = ((const cand *)a)->estimate, y = ((const cand *)b)->estimate;
+    return x < y ? -1 : x > y;
 }
 
 /* Cuts L costs into exactly K contiguous non-empty parts whose largest sum
@@ -131,100 +93,291 @@ static void partition(const double *cost, int L, int K, int *counts) {
     }
 }
 
-typedef struct cand {
-    int t, p, d, b, v, m;
-    bool rc, dv; /* dv: DualPipeV's V, chunks ch and 2p - 1 - ch on rank ch */
-    double estimate;
-    int counts[RP_MAX_STAGES];
-} cand;
-
-static int by_estimate(const void *a, const void *b) {
-    double x = ((const cand *)a)->estimate, y = ((const cand *)b)->estimate;
-    return x < y ? -1 : x > y;
+/* A pass's cost (forward and backward, a recomputed forward too) of each
+** kind of node. */
+static void pass_costs(const rpi_xf_part *x, bool full, double cost[RPI_XF_PARTS]) {
+    for (int k = 0; k < RPI_XF_PARTS; k++)
+        cost[k] = x[k].f * (full && k == RPI_XF_BLOCK ? 2 : 1) + x[k].bi + x[k].bw;
 }
 
-static double ring(int n, double bytes, double bw, double latency) {
+/* The stages of C chunks over the L + 2 layers, cut to balance their
+** passes. */
+static void cut(const rp_transformer *m, const double cost[RPI_XF_PARTS], int C, int *counts) {
+    int L = m->layers + 2;
+    double *per = malloc(sizeof(double) * (size_t)L);
+    if (!per) { /* (Megatron-LM's even split: a fine answer, if not the best) */
+        rpi_xf_split(m->layers, C, counts);
+        return;
+    }
+    for (int l = 0; l < L; l++)
+        per[l] = cost[rpi_xf_kind(l, m->layers)];
+    partition(per, L, C, counts);
+    free(per);
+}
+
+/* The busiest chunk's pass when the blocks are spread to balance C chunks,
+** the embedding before them and the head after: the least cap such that
+** the first chunk holds the embedding and some blocks, the last the head and
+** some, and the rest fill, in closed form (a bisection of O(1) tests). */
+static double busiest_chunk(const double cost[RPI_XF_PARTS], int L, int C) {
+    double e = cost[RPI_XF_EMBED], b = cost[RPI_XF_BLOCK], h = cost[RPI_XF_HEAD];
+    if (C == 1)
+        return e + L * b + h;
+    double lo = fmax(fmax(e, h), b), hi = e + L * b + h;
+    for (int it = 0; it < 50; it++) {
+        double cap = (lo + hi) / 2;
+        double first = cap >= e ? floor((cap - e) / b + 1e-9) : -1;
+        double last = cap >= h ? floor((cap - h) / b + 1e-9) : -1;
+        double mid = floor(cap / b + 1e-9);
+        bool ok = first >= 0 && last >= 0 && mid >= 1 &&
+                  first + last + mid * (C - 2) >= L;
+        if (ok)
+            hi = cap;
+        else
+            lo = cap;
+    }
+    return hi;
+}
+
+/* Bytes a rank's parameters move in the replicas' reduction (bf16
+** gradients, or FSDP's fp32 reduce-scatter and bf16 all-gather) and the
+** seconds of the optimizer's pass over them (30 bytes a parameter read and
+** written: fp32 weight and two moments, the fp32 gradient, the bf16 weight). */
+static double ring_time(int n, double bytes, double bw, double latency) {
     return n > 1 ? 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * latency : 0;
 }
 
-/* The estimate of shape k over x, or DBL_MAX where it does not fit. */
-static double estimate(const layers *x, const rp_cluster *c, cand *k, double step_bw) {
-    int P = k->p, C = P * k->v;
-    double cost[4096];
-    for (int l = 0; l < x->L; l++)
-        cost[l] = (x->fw[l] * (k->rc ? 2 : 1) + x->bw[l]) * 1e-3;
-    partition(cost, x->L, C, k->counts);
-    double rank[RP_MAX_STAGES] = {0}, par[RP_MAX_STAGES] = {0}, kept[RP_MAX_STAGES] = {0};
-    double work[RP_MAX_STAGES] = {0};
-    double out = 0;
-    for (int ch = 0, l = 0; ch < C; ch++) {
-        int r = k->dv ? (ch < P ? ch : 2 * P - 1 - ch) : ch % P;
-        for (int n = 0; n < k->counts[ch]; n++, l++) {
-            rank[r] += cost[l];
-            par[r] += x->pb[l];
-            kept[r] += k->rc ? x->ck[l] : x->saved[l];
-            work[r] = x->saved[l] > work[r] ? x->saved[l] : work[r];
-            out = x->ob[l] > out ? x->ob[l] : out;
-        }
-    }
-    double most = 0, all = 0, mpar = 0;
-    for (int r = 0; r < P; r++) {
-        /* in flight: 1f1b's P - r micro-batches; interleaving's warm-up of
-        ** 2 (P - r - 1) + (v - 1) P + 1 chunks, a v-th of the rank's each */
-        double n = k->dv       ? P + 1.0 /* DualPipeV: PP + 1 of a rank's activations */
-                   : k->v == 1 ? (P - r < k->m ? P - r : k->m)
-                               : (2.0 * (P - r - 1) + (k->v - 1.0) * P + 1) / k->v;
-        double bytes = 4.5 * par[r] + n * kept[r] + (k->rc ? work[r] : 0);
-        if (bytes > c->device.memory_bytes)
-            return DBL_MAX;
-        most = rank[r] > most ? rank[r] : most;
-        all += rank[r];
-        mpar = par[r] > mpar ? par[r] : mpar;
-    }
-    bool across = (double)k->t * P > c->per_node;
-    double xfer = c->latency + out / (across ? c->network_bandwidth : c->node_bandwidth);
-    double dp_bw = (double)k->t * P * k->d > c->per_node ? c->network_bandwidth : c->node_bandwidth;
-    /* the fill and drain, a v-th of one micro-batch through every stage
-    ** with v chunks a rank (DualPipeV's two as well: its estimate ranks it
-    ** beside interleaving's, and the simulation tells them apart) */
-    double fill = all / k->v;
-    return (k->m - 1) * most + fill + 2.0 * (C - 1) * xfer +
-           ring(k->d, mpar / 2, dp_bw, c->latency) + mpar / step_bw;
+/* The estimate of shape k (DBL_MAX where it does not fit). */
+static double estimate(const rp_transformer *m, const rp_cluster *c, const rpi_xf_part *x,
+                       cand *k, double memory, bool even) {
+    int L = m->layers, P = k->p, C = P * k->v;
+    bool full = k->run.recompute == RP_RECOMPUTE_FULL;
+    double cost[RPI_XF_PARTS];
+    pass_costs(x, full, cost);
+    double chunk = even ? fmax(cost[RPI_XF_EMBED], cost[RPI_XF_HEAD]) + (double)L / C * cost[RPI_XF_BLOCK]
+                        : busiest_chunk(cost, L, C);
+    double most = chunk * k->v; /* the busiest rank's passes of a micro-batch */
+    double all = cost[RPI_XF_EMBED] + L * cost[RPI_XF_BLOCK] + cost[RPI_XF_HEAD];
+    /* memory: the first rank (the embedding, the most in flight) and the
+    ** last (the head) */
+    rp_transformer_layout lay = {.p = P, .d = k->d, .v = k->dv ? 2 : k->v, .v_shape = k->dv,
+                                 .micro_batches = k->m, .sharding = k->sharding};
+    rp_transformer_memory a, z;
+    rp_error err;
+    if (rp_transformer_rank_memory(m, &k->run, &lay, 0, &a, &err) ||
+        rp_transformer_rank_memory(m, &k->run, &lay, P - 1, &z, &err))
+        return DBL_MAX;
+    k->memory = fmax(a.total, z.total);
+    if (k->memory > memory)
+        return DBL_MAX;
+    /* the transfers of the fill: a stage's output, over the node's link
+    ** where the pipeline's ranks share a node (workers of t cp devices) */
+    double width = (double)k->run.tensor_parallel * k->run.context_parallel;
+    bool across = width * P > c->per_node;
+    double xfer = c->latency + x[RPI_XF_BLOCK].out / (across ? c->network_bandwidth
+                                                             : c->node_bandwidth);
+    double fill = k->dv ? all / 2 : all / k->v;
+    double pipe = (k->m - 1) * most + fill + 2.0 * (C - 1) * xfer;
+    /* the replicas' reduction: the rank's bf16 gradients over d (cp ranks
+    ** hold the same weights and reduce with them), hidden behind the last
+    ** micro-batch's backward where the run overlaps it */
+    double params = fmax(a.parameters, z.parameters), n = (double)k->d * k->run.context_parallel;
+    bool dp_across = width * P * k->d > c->per_node;
+    double bw = dp_across ? c->network_bandwidth : c->node_bandwidth;
+    double reduce = ring_time((int)n, 2 * params, bw, c->latency);
+    if (k->sharding == RP_SHARD_FULL) /* fp32 reduce-scatter and bf16 all-gather */
+        reduce = ring_time((int)n, 3 * params, bw, c->latency);
+    if (k->sharding == RP_SHARD_FULL && P == 1) /* gathered again for each micro-batch */
+        pipe += k->m * fmax(0, ring_time((int)n, 2 * params, bw, c->latency) - most / 2);
+    if (k->run.overlap)
+        reduce = fmax(reduce / (2 * k->v), reduce - most / k->v * 2 / 3);
+    double step = params * 30 / (c->device.memory_bandwidth * c->device.memory_efficiency);
+    if (k->sharding != RP_SHARD_NONE)
+        step /= n;
+    return pipe + reduce + step;
 }
 
-static void config_of(const cand *k, long long B, rp_config *cfg) {
+/* cfg for shape k, its chunks' layers counts */
+static void config_of(const cand *k, const int *counts, rp_config *cfg) {
     rp_config_default(cfg);
-    cfg->micro_batch_size = k->b;
+    cfg->micro_batch_size = k->run.micro_batch;
     cfg->gradient_accumulation_steps = k->m;
     cfg->replication_factor = k->d;
     cfg->replica_grouping = rp_grouping_all(k->d);
     cfg->optimizer.type = RP_OPT_ADAM;
-    cfg->recompute_checkpoint_every_layer = k->rc;
-    cfg->tensor_parallel = k->t;
-    int C = k->p * k->v;
+    cfg->recompute_checkpoint_every_layer = k->run.recompute == RP_RECOMPUTE_FULL;
+    cfg->replicated_tensor_sharding = k->sharding != RP_SHARD_NONE && k->d > 1;
+    cfg->tensor_parallel = k->run.tensor_parallel;
+    int C = k->p * (k->dv ? 2 : k->v);
     if (C > 1) {
         cfg->layers_per_stage.count = C;
-        memcpy(cfg->layers_per_stage.layers, k->counts, sizeof(int) * (size_t)C);
+        memcpy(cfg->layers_per_stage.layers, counts, sizeof(int) * (size_t)C);
     }
-    if (k->v > 1) {
+    if (k->dv || k->v > 1) {
         cfg->schedule = k->dv ? RP_SCHEDULE_DUALPIPEV : RP_SCHEDULE_INTERLEAVED;
-        cfg->virtual_stages = k->v;
+        cfg->virtual_stages = k->dv ? 2 : k->v;
     }
-    (void)B;
 }
 
-rp_status rp_scale_simulate(const rp_transformer *m, const rp_cluster *c, const rp_config *cfg,
-                            double *seconds, double *peak, rp_error *err) {
-    int t = cfg->tensor_parallel > 1 ? cfg->tensor_parallel : 1;
-    layers x;
-    rp_status st = layers_make(m, c, cfg->micro_batch_size, t, &x, err);
+/* Each rank's memory of cfg; the busiest into *busiest, its rank into *at. */
+static rp_status ranks_memory(const rp_transformer *m, const rp_transformer_run *run,
+                              rp_sharding sharding, const rp_config *cfg,
+                              rp_transformer_memory *busiest, int *at, rp_error *err) {
+    rp_derived d;
+    rp_config_derive(cfg, &d);
+    bool chunked = rp_config_chunked(cfg);
+    int v = chunked ? cfg->virtual_stages : 1, P = d.stages / v;
+    rp_transformer_layout lay = {.p = P, .d = cfg->replication_factor, .v = v,
+                                 .v_shape = cfg->schedule == RP_SCHEDULE_DUALPIPEV,
+                                 .micro_batches = cfg->gradient_accumulation_steps,
+                                 .sharding = sharding,
+                                 .layers_per_stage = cfg->layers_per_stage.count > 1
+                                                         ? cfg->layers_per_stage.layers
+                                                         : NULL};
+    memset(busiest, 0, sizeof *busiest);
+    *at = 0;
+    for (int r = 0; r < P; r++) {
+        rp_transformer_memory x;
+        rp_status st = rp_transformer_rank_memory(m, run, &lay, r, &x, err);
+        if (st)
+            return st;
+        if (x.total > busiest->total)
+            *busiest = x, *at = r;
+    }
+    return RP_OK;
+}
+
+rp_status rp_scale_simulate(const rp_transformer *m, const rp_cluster *c,
+                            const rp_transformer_run *run, rp_sharding sharding,
+                            const rp_config *cfg, double *seconds,
+                            rp_transformer_memory *busiest, rp_error *err) {
+    rp_status st = rp_transformer_run_check(m, c, run, err);
     if (st)
         return st;
-    rp_config run = *cfg;
-    run.tensor_parallel = 1; /* (the profile's ranks hold it) */
-    st = simulate(&x, c, t, &run, seconds, peak, err);
-    layers_free(&x);
-    return st;
+    int L = m->layers + 2;
+    rpi_xf_part x[RPI_XF_PARTS];
+    rpi_xf_parts(m, c, run, x);
+    double *a = malloc(sizeof(double) * (size_t)L * 8);
+    if (!a)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a profile of %d layers", L);
+    double *fw = a, *bw = a + L, *ob = a + 2 * L, *pb = a + 3 * L, *bi = a + 4 * L,
+           *bwt = a + 5 * L, *saved = a + 6 * L, *ck = a + 7 * L;
+    for (int l = 0; l < L; l++) {
+        const rpi_xf_part *p = &x[rpi_xf_kind(l, m->layers)];
+        fw[l] = p->f * 1e3, bw[l] = (p->bi + p->bw) * 1e3, bi[l] = p->bi * 1e3;
+        bwt[l] = p->bw * 1e3, ob[l] = p->out, pb[l] = 4 * p->params;
+        saved[l] = p->saved, ck[l] = p->checkpoint;
+    }
+    /* one replica played, the others' reductions priced with it */
+    rp_config sim = *cfg;
+    int d = cfg->replication_factor;
+    sim.replication_factor = 1;
+    sim.replica_grouping = rp_grouping_all(1);
+    sim.tensor_parallel = 1; /* (the profile's ranks hold it) */
+    sim.recompute_checkpoint_every_layer = run->recompute == RP_RECOMPUTE_FULL;
+    /* buckets of 40M parameters (Megatron-LM's default), moving while the
+    ** last backward computes; the engine's own sharding does not bucket,
+    ** so the state's shards are the options' */
+    sim.replicated_tensor_sharding = false;
+    sim.reduction_bucket_mb = run->overlap && d > 1 ? 160 : 0;
+    rp_derived dv;
+    rp_config_derive(&sim, &dv);
+    rp_sim_options o;
+    int width = run->tensor_parallel * run->context_parallel;
+    if ((st = rp_cluster_sim_options(c, width, rp_config_devices(&sim, &dv) * d, &o, err))) {
+        free(a);
+        return st;
+    }
+    o.replicas = d;
+    o.blocking_sends = !run->overlap;
+    o.profile_batch = cfg->micro_batch_size;
+    o.bwd_input_ms = bi, o.bwd_weight_ms = bwt;
+    o.kept_bytes = saved, o.recompute_kept_bytes = ck;
+    if (sharding != RP_SHARD_NONE)
+        o.state_shards = (double)d * run->context_parallel;
+    /* A long update is its steady state repeated: past a few rounds of the
+    ** pipeline, two shorter ones are played and the rest is the line through
+    ** them (each further micro-batch adds the same time once the pipeline
+    ** is full). */
+    long long mb = cfg->gradient_accumulation_steps, step = 1;
+    int P = dv.stages / (rp_config_chunked(&sim) ? sim.virtual_stages : 1);
+    if (sim.schedule == RP_SCHEDULE_INTERLEAVED || sim.schedule == RP_SCHEDULE_DUALPIPEV)
+        step = sim.schedule == RP_SCHEDULE_DUALPIPEV ? 2 : P;
+    long long m1 = (2LL * P + step - 1) / step * step, m2 = m1 + (P + step - 1) / step * step;
+    double t[2];
+    for (int k = 0; k < (mb > m2 ? 2 : 1); k++) {
+        sim.gradient_accumulation_steps = mb > m2 ? (int)(k ? m2 : m1) : (int)mb;
+        rp_sim_result r;
+        if ((st = rp_simulate(&sim, fw, bw, ob, pb, L, &o, &r, err))) {
+            free(a);
+            return st;
+        }
+        t[k] = r.update_time;
+        rp_sim_result_free(&r);
+    }
+    free(a);
+    *seconds = mb > m2 ? t[0] + (t[1] - t[0]) / (double)(m2 - m1) * (double)(mb - m1) : t[0];
+    int at;
+    return ranks_memory(m, run, sharding, cfg, busiest, &at, err);
+}
+
+/* Whether the option o (0 or -1: any) admits x. */
+static bool admits(int o, int x) {
+    return o <= 0 || o == x;
+}
+
+/* The runs of one tensor, context group and micro-batch to price: the
+** recomputations, precisions and sequence parallelism the options admit. */
+static int runs_of(const rp_transformer *m, const rp_cluster *c, const rp_scale_options *o,
+                   int t, int cp, int b, rp_transformer_run *out) {
+    int n = 0;
+    for (int rc = RP_RECOMPUTE_NONE; rc <= RP_RECOMPUTE_FULL; rc++)
+        for (int pr = RP_PRECISION_BF16; pr <= RP_PRECISION_FP8; pr++) {
+            if ((o->recompute >= 0 && rc != o->recompute) ||
+                (o->precision >= 0 ? pr != o->precision : pr == RP_PRECISION_FP8 && !(c->device.peak_fp8 > 0)))
+                continue;
+            /* selective recomputation saves nothing a fused kernel keeps */
+            if (rc == RP_RECOMPUTE_SELECTIVE && m->flash && o->recompute < 0)
+                continue;
+            rp_transformer_run r;
+            rp_transformer_run_default(&r);
+            r.micro_batch = b, r.tensor_parallel = t, r.context_parallel = cp;
+            r.sequence_parallel = t > 1 && o->sequence_parallel >= 0;
+            r.recompute = (rp_recompute)rc, r.precision = (rp_precision)pr;
+            r.overlap = !o->no_overlap;
+            rp_error err;
+            if (rp_transformer_run_check(m, c, &r, &err) == RP_OK)
+                out[n++] = r;
+        }
+    return n;
+}
+
+/* Why no shape was considered at all, when none was: the sizes asked
+** for, not the memory. */
+static rp_status nothing_to_try(const rp_transformer *m, const rp_cluster *c,
+                                const rp_scale_options *o, rp_error *err) {
+    int N = o->devices, t = o->tensor_parallel, cp = o->context_parallel;
+    int pp = o->pipeline_parallel, b = o->micro_batch;
+    if (t && (N % t || c->per_node % t || m->heads % t || m->ffn % t))
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: --tp %d must divide the %d devices, %s's "
+                       "nodes of %d, the %d heads and the MLP's %d", t, N, c->name, c->per_node,
+                       m->heads, m->ffn);
+    if (pp && pp > m->layers + 2)
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: --pp %d: the model has %d layers (and "
+                       "the embedding and the head) to share among them", pp, m->layers);
+    if (pp && N % pp)
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: --pp %d does not divide the %d devices",
+                       pp, N);
+    if (cp && (N % cp || m->seq % (2 * cp)))
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: --cp %d must divide the %d devices, and "
+                       "2 x %d the sequence of %d", cp, N, cp, m->seq);
+    if (b && o->global_batch % b)
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: micro-batches of %d do not divide the "
+                       "global batch of %lld", b, o->global_batch);
+    return rp_fail(err, RP_ERR_INFEASIBLE, "plan: no tensor, context and pipeline sizes, "
+                   "replicas and micro-batches multiply to %d devices and divide %lld sequences "
+                   "an update%s", N, o->global_batch,
+                   t || cp || pp || b ? " with the sizes given" : "");
 }
 
 rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
@@ -232,127 +385,162 @@ rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
     memset(out, 0, sizeof *out);
     long long B = o->global_batch;
     int N = o->devices, L = m->layers + 2;
+    double memory = o->memory_bytes > 0 ? o->memory_bytes : c->device.memory_bytes;
     if (B < 1 || N < 1)
         return rp_fail(err, RP_ERR_INVALID, "plan: a global batch and a number of devices of 1 "
                        "or more are needed");
-    if (L > 4096)
-        return rp_fail(err, RP_ERR_INVALID, "plan: at most 4094 layers for a cluster's plan, "
-                       "not %d", m->layers);
-    int F = m->ffn > 0 ? m->ffn : 4 * m->hidden;
+    if (N > RP_SCALE_MAX_DEVICES || B > RP_SCALE_MAX_BATCH)
+        return rp_fail(err, RP_ERR_INVALID, "plan: at most %d devices and %lld sequences an "
+                       "update", RP_SCALE_MAX_DEVICES, (long long)RP_SCALE_MAX_BATCH);
     unsigned sched = o->schedules ? o->schedules
                                   : 1u << RP_SCHEDULE_1F1B | 1u << RP_SCHEDULE_INTERLEAVED;
     cand *cs = NULL;
-    int n = 0, cap = 0;
+    int n = 0, cap = 0, shapes = 0;
     rp_status st = RP_OK;
-    rp_sim_options so;
-    for (int t = 1; t <= 8; t *= 2) {
-        if ((o->tensor_parallel && t != o->tensor_parallel) || c->per_node % t || m->heads % t ||
-            m->vocab % t || F % t || N % t)
-            continue;
-        if ((st = rp_cluster_sim_options(c, t, 1, &so, err)))
-            goto done;
-        for (int b = 1; b <= 8; b *= 2) {
-            if (o->micro_batch && b != o->micro_batch)
-                continue;
-            layers x;
-            if ((st = layers_make(m, c, b, t, &x, err)))
-                goto done;
-            for (int p = 1; p <= N / t && p <= L && p <= RP_MAX_STAGES; p++) {
-                if ((o->pipeline_parallel && p != o->pipeline_parallel) || (N / t) % p)
+    for (int t = 1; t <= c->per_node; t *= 2)
+        for (int cp = 1; cp <= 64; cp *= 2)
+            for (int b = 1; b <= 8; b *= 2) {
+                if (!admits(o->tensor_parallel, t) || !admits(o->context_parallel, cp) ||
+                    !admits(o->micro_batch, b) || N % (t * cp) || B % b)
                     continue;
-                int d = N / t / p;
-                if (B % ((long long)b * d))
-                    continue;
-                long long mb = B / ((long long)b * d);
-                if (mb > 1 << 20)
-                    continue;
-                /* v = 1, 2, 4 chunks a rank, then (w = 8) DualPipeV's two */
-                for (int w = 1; w <= 8; w *= 2) {
-                    bool dv = w == 8;
-                    int v = dv ? 2 : w;
-                    if (!(sched & (1u << (dv ? RP_SCHEDULE_DUALPIPEV
-                                        : v > 1 ? RP_SCHEDULE_INTERLEAVED
-                                                : RP_SCHEDULE_1F1B))))
-                        continue;
-                    if (v > 1 && (p < 2 || p * v > L || p * v > RP_MAX_STAGES ||
-                                  (dv ? mb < 2 * p : mb % p)))
-                        continue;
-                    for (int rc = 0; rc < 2; rc++) {
-                        if ((o->recompute > 0 && !rc) || (o->recompute < 0 && rc))
+                rp_transformer_run runs[6];
+                int nr = runs_of(m, c, o, t, cp, b, runs);
+                for (int ri = 0; ri < nr; ri++) {
+                    rpi_xf_part x[RPI_XF_PARTS];
+                    rpi_xf_parts(m, c, &runs[ri], x);
+                    int left = N / (t * cp);
+                    for (int p = 1; p <= left && p <= L && p <= RP_MAX_STAGES; p++) {
+                        if (!admits(o->pipeline_parallel, p) || left % p)
                             continue;
-                        cand k = {.t = t, .p = p, .d = d, .b = b, .v = v, .m = (int)mb, .rc = rc,
-                                  .dv = dv};
-                        k.estimate = estimate(&x, c, &k, so.memory_bandwidth);
-                        out->considered++;
-                        if (k.estimate == DBL_MAX)
+                        int d = left / p;
+                        if (B % ((long long)b * d))
                             continue;
-                        if (n == cap) {
-                            cand *more = realloc(cs, sizeof(cand) * (size_t)(cap = cap ? 2 * cap : 256));
-                            if (!more) {
-                                layers_free(&x);
-                                st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-                                goto done;
+                        long long mb = B / ((long long)b * d);
+                        if (mb > 1 << 20)
+                            continue;
+                        /* v = 1, then interleaved's chunks, then (v = 0) DualPipeV's two */
+                        for (int v = 1; v <= 16; v = v == 16 ? 0 : v + 1) {
+                            bool dv = v == 0;
+                            int vv = dv ? 2 : v;
+                            if (!(sched & (1u << (dv ? RP_SCHEDULE_DUALPIPEV
+                                                : v > 1 ? RP_SCHEDULE_INTERLEAVED
+                                                        : RP_SCHEDULE_1F1B))) ||
+                                (o->virtual_stages && vv != o->virtual_stages && !dv) ||
+                                (v > 1 && (p < 2 || p * v > L || p * v > RP_MAX_STAGES ||
+                                           mb % p)) ||
+                                (dv && (p < 2 || 2 * p > L || mb < 2 * p)) ||
+                                (o->even_stages && m->layers % (p * vv)))
+                                goto next_v;
+                            for (int sh = RP_SHARD_NONE; sh <= RP_SHARD_FULL; sh++) {
+                                if (o->sharding >= 0 ? sh != o->sharding
+                                                     : sh == RP_SHARD_NONE && d * cp > 1)
+                                    continue;
+                                if (sh != RP_SHARD_NONE && d * cp == 1)
+                                    continue;
+                                cand k = {.run = runs[ri], .p = p, .d = d, .v = vv,
+                                          .m = (int)mb, .dv = dv, .sharding = (rp_sharding)sh};
+                                shapes++;
+                                k.estimate = estimate(m, c, x, &k, memory, o->even_stages);
+                                if (k.estimate == DBL_MAX)
+                                    continue;
+                                if (n == cap) {
+                                    cand *more = realloc(cs, sizeof(cand) *
+                                                             (size_t)(cap = cap ? 2 * cap : 256));
+                                    if (!more) {
+                                        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+                                        goto done;
+                                    }
+                                    cs = more;
+                                }
+                                cs[n++] = k;
                             }
-                            cs = more;
+                        next_v:;
+                            if (dv)
+                                break;
                         }
-                        cs[n++] = k;
                     }
                 }
             }
-            layers_free(&x);
-        }
+    out->considered = shapes;
+    if (shapes == 0) {
+        st = nothing_to_try(m, c, o, err);
+        goto done;
     }
     if (n == 0) {
         st = rp_fail(err, RP_ERR_INFEASIBLE,
                      "plan: no shape of %d devices fits %.0f bytes a device for %lld sequences "
-                     "an update (tensor groups, pipelines, replicas, micro-batches of 1 to 8, "
-                     "recomputation)", N, c->device.memory_bytes, B);
+                     "an update (%d shapes tried: tensor, context and pipeline sizes, "
+                     "micro-batches of 1 to 8, recomputation, sharded state)",
+                     N, memory, B, shapes);
         goto done;
     }
     qsort(cs, (size_t)n, sizeof *cs, by_estimate);
-    /* the best estimates, simulated; those that do not fit by the
-    ** simulation make room for the next */
-    int want = o->candidates > 0 ? o->candidates : 3, fit = 0, first_dv = -1;
-    for (int i = 0; i < n && first_dv < 0; i++)
-        first_dv = cs[i].dv ? i : -1;
+    /* the best estimates, simulated; those that do not fit make room for
+    ** the next; DualPipeV's best few too, where asked for (the closed form
+    ** prices it as interleaving's two chunks, not its overlap of passes) */
+    int want = o->candidates > 0 ? o->candidates : 3, fit = 0, dv_tried = 0, dv_left = 0;
+    for (int i = 0; i < n; i++)
+        dv_left += cs[i].dv;
     for (int i = 0; i < n; i++) {
-        /* ...and DualPipeV's best estimate too, where it was asked for:
-        ** the closed form does not price its overlap of passes */
-        bool best = fit < want && i < 4 * want;
-        if (!best && i != first_dv) {
-            if (i > first_dv)
+        /* (an estimate a tenth worse than the best is not simulated: the
+        ** estimates come within a few percent of the simulation) */
+        bool best = fit < want && i < 4 * want && cs[i].estimate <= 1.1 * cs[0].estimate;
+        bool dv = cs[i].dv && dv_tried < want;
+        dv_left -= cs[i].dv;
+        if (!best && !dv) {
+            if (fit >= want && (dv_tried >= want || dv_left == 0))
                 break;
             continue;
         }
+        dv_tried += cs[i].dv;
         const cand *k = &cs[i];
-        layers x;
-        if ((st = layers_make(m, c, k->b, k->t, &x, err)))
-            goto done;
+        rpi_xf_part x[RPI_XF_PARTS];
+        rpi_xf_parts(m, c, &k->run, x);
+        double cost[RPI_XF_PARTS];
+        pass_costs(x, k->run.recompute == RP_RECOMPUTE_FULL, cost);
+        int counts[RP_MAX_STAGES];
+        int C = k->p * (k->dv ? 2 : k->v);
+        if (o->even_stages)
+            rpi_xf_split(m->layers, C, counts);
+        else
+            cut(m, cost, C, counts);
         rp_config cfg;
-        config_of(k, B, &cfg);
-        cfg.tensor_parallel = 1;
-        double sec, peak;
-        st = simulate(&x, c, k->t, &cfg, &sec, &peak, err);
-        layers_free(&x);
-        if (st)
+        config_of(k, counts, &cfg);
+        double sec;
+        rp_transformer_memory mem;
+        if ((st = rp_scale_simulate(m, c, &k->run, k->sharding, &cfg, &sec, &mem, err)))
             goto done;
         out->simulated++;
-        if (peak > c->device.memory_bytes)
+        if (mem.total > memory)
             continue;
         fit++;
         if (out->seconds > 0 && sec >= out->seconds)
             continue;
-        config_of(k, B, &out->cfg);
-        out->t = k->t, out->p = k->p, out->d = k->d, out->b = k->b, out->v = k->v;
-        out->recompute = k->rc;
+        out->cfg = cfg;
+        out->run = k->run;
+        out->t = k->run.tensor_parallel, out->cp = k->run.context_parallel;
+        out->p = k->p, out->d = k->d, out->b = k->run.micro_batch, out->v = k->dv ? 2 : k->v;
+        out->sharding = k->sharding;
         out->seconds = sec;
-        out->peak_bytes = peak;
-        out->tflops_per_device = rp_transformer_flops(m, (double)B) / (sec * N) / 1e12;
+        out->memory = mem;
     }
-    if (!fit)
+    if (!fit) {
         st = rp_fail(err, RP_ERR_INFEASIBLE,
                      "plan: the %d best estimates of %d devices do not fit %.0f bytes a device "
-                     "when simulated", out->simulated, N, c->device.memory_bytes);
+                     "when simulated", out->simulated, N, memory);
+        goto done;
+    }
+    {
+        int at;
+        (void)ranks_memory(m, &out->run, out->sharding, &out->cfg, &out->memory, &at, err);
+        out->busiest_rank = at;
+        double sec = out->seconds * N;
+        out->tflops_per_device = rp_transformer_flops_megatron(m, out->t, (double)B) / sec / 1e12;
+        out->tflops_eq3 = rp_transformer_flops_eq3(m, (double)B) / sec / 1e12;
+        double peak = out->run.precision == RP_PRECISION_FP8 ? c->device.peak_fp8
+                                                             : c->device.peak_flops;
+        out->mfu = rp_transformer_flops_6n(m, (double)B) / sec / peak;
+    }
 done:
     free(cs);
     return st;

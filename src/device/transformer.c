@@ -1,222 +1,363 @@
 /*
-** Transformer profiles from shapes: a GPT-style model (an embedding, L
-** pre-norm blocks of attention and a 4h MLP, a final norm and a head tied to
-** the embedding) priced on a device, the way Megatron-LM runs it: bf16
-** products on the tensor cores, tensor groups of t (Shoeybi et al.:
-** attention's heads and the MLP's columns split, two all-reduces a block
-** each way, the vocabulary split in the embedding and the head), a stage's
-** output sent in t pieces and gathered inside the node, and what a block
-** keeps for its backward as Korthikanti et al. ("Reducing Activation
-** Recomputation in Large Transformer Models", 2022, section 4) count it:
-** s b h (10 + 24 / t + 5 a s / (h t)) bytes without sequence parallelism,
-** the last term attention's scores and their dropout mask, which a fused
-** attention kernel (flash) does not keep.
+** A transformer's nodes priced for one rank of a run, and written as a
+** profile.
 **
-** Each product takes its FLOPs over the device's peak at the efficiency its
-** smallest side reaches; each elementwise kernel its bytes read and written
-** over the memory's bandwidth; each all-reduce of a group a ring over the
-** node's link. A node of the profile is one rank of a tensor group: its
-** share of the time, parameters (fp32 bytes: the master weights) and
-** activations.
+** A rank of a tensor group of t and a context group of cp computes, of each
+** micro-batch of b sequences of s tokens, s / cp tokens and a t-th of the
+** products (Shoeybi et al.: attention's heads and the MLP's columns split,
+** two collectives a block each way, the vocabulary split in the embedding
+** and the head). Each product takes its FLOPs over the device's peak (fp8's
+** where the run asks for fp8) at the efficiency its smallest side reaches;
+** a fused attention kernel its FLOPs (halved by the causal mask) at the
+** device's attention efficiency, its backward two and a half forwards
+** (FlashAttention's five products to two); each elementwise kernel its bytes
+** read and written at the memory's bandwidth; each collective of the tensor
+** group a ring over the node's link, each of the context group ring
+** attention's passes of K and V round its ranks, hidden behind attention's
+** own blocks where they are long enough.
+**
+** What a block keeps for its backward is Korthikanti et al.'s count
+** ("Reducing Activation Recomputation in Large Transformer Models", 2022,
+** section 4), generalised to GQA and SwiGLU: the norms' inputs, the
+** products' inputs, Q, K, V, the MLP's activations, two dropout masks, and
+** unless attention is fused or recomputed its scores; with sequence
+** parallelism what lies outside the products split over the tensor group
+** too. For GPT-2's block (4h GELU, heads = kv heads) that is
+** s b h (10 + 24 / t + 5 a s / (h t)) bytes, and s b h 34 / t with sequence
+** parallelism and selective recomputation.
 */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "repipe/device.h"
+#include "transformer_impl.h"
 
-rp_status rp_transformer_parse(const char *spec, rp_transformer *m, rp_error *err) {
-    memset(m, 0, sizeof *m);
-    const char *p = spec;
-    while (*p) {
-        const char *eq = strchr(p, '=');
-        size_t n = strcspn(p, ",");
-        if (!eq || (size_t)(eq - p) >= n)
-            return rp_fail(err, RP_ERR_INVALID, "transformer '%s': '%.*s' is not KEY=VALUE", spec,
-                           (int)n, p);
-        char *end;
-        long v = strtol(eq + 1, &end, 10);
-        if (end != p + n || v < 0 || v > 1000000000L)
-            return rp_fail(err, RP_ERR_INVALID, "transformer '%s': '%.*s' needs a whole number",
-                           spec, (int)n, p);
-        size_t k = (size_t)(eq - p);
-#define KEY(name) (k == strlen(name) && strncmp(p, name, k) == 0)
-        if (KEY("layers"))
-            m->layers = (int)v;
-        else if (KEY("hidden"))
-            m->hidden = (int)v;
-        else if (KEY("heads"))
-            m->heads = (int)v;
-        else if (KEY("seq"))
-            m->seq = (int)v;
-        else if (KEY("vocab"))
-            m->vocab = (int)v;
-        else if (KEY("ffn"))
-            m->ffn = (int)v;
-        else if (KEY("flash"))
-            m->flash = v != 0;
-        else
-            return rp_fail(err, RP_ERR_INVALID, "transformer '%s': '%.*s' is not one of layers, "
-                           "hidden, heads, seq, vocab, ffn, flash", spec, (int)k, p);
-#undef KEY
-        p += n + (p[n] == ',');
-    }
-    if (m->layers < 1 || m->hidden < 1 || m->heads < 1 || m->seq < 1 || m->vocab < 1)
-        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': layers, hidden, heads, seq and "
-                       "vocab are each needed, and at least 1", spec);
-    if (m->hidden % m->heads)
-        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': %d heads do not divide hidden %d",
-                       spec, m->heads, m->hidden);
-    if (m->layers > 100000)
-        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': at most 100000 layers", spec);
-    return RP_OK;
+void rp_transformer_run_default(rp_transformer_run *r) {
+    *r = (rp_transformer_run){.micro_batch = 1, .tensor_parallel = 1, .context_parallel = 1,
+                              .recompute = RP_RECOMPUTE_NONE, .precision = RP_PRECISION_BF16,
+                              .overlap = true};
 }
 
-double rp_transformer_flops(const rp_transformer *m, double samples) {
-    double s = m->seq, l = m->layers, h = m->hidden, V = m->vocab;
-    double f = m->ffn > 0 ? m->ffn : 4.0 * h;
-    /* equation 3 is for f = 4h: its 24 B s h^2 a block is 8 B s h^2 of
-    ** attention's products and 4 B s h f of the MLP's */
-    double block = 8 * h * h + 4 * h * f; /* per token, forward */
-    return 4 * samples * s * l * (block + 4 * s * h) + 6 * samples * s * h * V;
+const char *rp_recompute_name(rp_recompute r) {
+    return r == RP_RECOMPUTE_FULL ? "full" : r == RP_RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
 
-/* Seconds of a product of an m x k and a k x n matrix, `count` times. */
-static double gemm(const rp_device *d, double m, double k, double n, double count) {
-    double side = fmin(m, fmin(k, n));
-    double eff = d->gemm_efficiency * side / (side + d->gemm_half);
-    return count * 2 * m * k * n / (d->peak_flops * eff);
+const char *rp_precision_name(rp_precision p) {
+    return p == RP_PRECISION_FP8 ? "fp8" : "bf16";
 }
 
-static double stream(const rp_device *d, double bytes) {
-    return bytes / (d->memory_bandwidth * d->memory_efficiency);
+const char *rp_sharding_name(rp_sharding s) {
+    return s == RP_SHARD_FULL ? "fsdp" : s == RP_SHARD_OPTIMIZER ? "optimizer" : "none";
 }
 
-/* A ring all-reduce of `bytes` over t devices of a node. */
-static double allreduce(const rp_cluster *c, int t, double bytes) {
-    if (t < 2)
-        return 0;
-    return 2.0 * (t - 1) / t * bytes / c->node_bandwidth + 2.0 * (t - 1) * c->latency;
-}
-
-typedef struct node {
-    const char *name;
-    double f, bi, bw; /* seconds: forward, the input's gradient, the weights' */
-    double out, saved, checkpoint, params; /* bytes */
-} node;
-
-static void block(const rp_transformer *m, const rp_cluster *c, int b, int t, node *x) {
-    const rp_device *d = &c->device;
-    double B = b, S = m->seq, H = m->hidden, A = m->heads, hd = H / A, T = t, BS = B * S;
-    double F = m->ffn > 0 ? m->ffn : 4 * H;
-    double weights = gemm(d, BS, H, 3 * H / T, 1) + gemm(d, BS, H / T, H, 1) +
-                     gemm(d, BS, H, F / T, 1) + gemm(d, BS, F / T, H, 1);
-    double core = gemm(d, S, hd, S, B * A / T) + gemm(d, S, S, hd, B * A / T);
-    /* bf16 bytes read and written: two norms (8 B S H), the MLP's bias and
-    ** GeLU (4 B S F / t), two dropouts and residual adds (14 B S H), and
-    ** unless fused, the scores' scaled, masked softmax and its dropout
-    ** (9 B A S^2 / t) */
-    double elem = stream(d, 22 * BS * H + 4 * BS * F / T +
-                                (m->flash ? 0 : 9 * B * A * S * S / T));
-    double ar = allreduce(c, t, 2 * BS * H);
-    x->f = weights + core + elem + 2 * ar;
-    x->bi = weights + 2 * core + 2 * elem + 2 * ar;
-    x->bw = weights;
-    x->out = 2 * BS * H / T;
-    x->saved = S * B * H * (10 + 24 / T + (m->flash ? 0 : 5 * A * S / (H * T)));
-    x->checkpoint = 2 * BS * H; /* its input */
-    /* the products' weights and the column-split biases (QKV's, the MLP's
-    ** first) are the rank's share; the row-split biases and the norms are
-    ** whole on every rank */
-    x->params = 4 * ((4 * H * H + 2 * H * F) / T + (3 * H + F) / T + 2 * H + 4 * H);
-}
-
-static void embedding(const rp_transformer *m, const rp_cluster *c, int b, int t, node *x) {
-    const rp_device *d = &c->device;
-    double BS = (double)b * m->seq, H = m->hidden, T = t;
-    /* the lookup and the position's add, dropout: ~10 B S H bytes; its
-    ** vocabulary split all-reduces the output */
-    double elem = stream(d, 10 * BS * H);
-    x->f = elem + allreduce(c, t, 2 * BS * H);
-    x->bi = 2 * elem;
-    x->bw = elem; /* the rows' gradients added into the table */
-    x->out = 2 * BS * H / T;
-    x->saved = x->checkpoint = BS * H; /* the dropout's mask */
-    x->params = 4 * ((double)m->vocab * H / T + (double)m->seq * H);
-}
-
-static void head(const rp_transformer *m, const rp_cluster *c, int b, int t, node *x) {
-    const rp_device *d = &c->device;
-    double BS = (double)b * m->seq, H = m->hidden, V = m->vocab, T = t;
-    double logits = gemm(d, BS, H, V / T, 1);
-    /* the final norm (4 B S H), the cross entropy in fp32 over the rank's
-    ** share of the vocabulary (3 passes of 4 B S V / t) */
-    double elem = stream(d, 4 * BS * H + 12 * BS * V / T);
-    x->f = logits + elem + 3 * 2 * c->latency * (t > 1);
-    x->bi = logits + elem + allreduce(c, t, 2 * BS * H);
-    x->bw = logits;
-    x->out = 4 * BS; /* the loss, a float a token */
-    x->saved = x->checkpoint = 2 * BS * H + 4 * BS * V / T; /* the norm's input, the softmax */
-    x->params = 4 * (V * H / T + 2 * H); /* the embedding's copy, tied */
-}
-
-rp_status rp_transformer_profile(const rp_transformer *m, const rp_cluster *c, int b, int t,
-                                 char **out, rp_error *err) {
-    *out = NULL;
-    if (b < 1 || t < 1 || m->heads % t || m->vocab % t || (m->ffn > 0 ? m->ffn : 4 * m->hidden) % t)
+rp_status rp_transformer_run_check(const rp_transformer *m, const rp_cluster *c,
+                                   const rp_transformer_run *r, rp_error *err) {
+    int t = r->tensor_parallel, cp = r->context_parallel, b = r->micro_batch;
+    if (b < 1 || t < 1 || cp < 1)
+        return rp_fail(err, RP_ERR_INVALID, "transformer: micro-batches, tensor and context "
+                       "groups are each 1 or more (%d, %d, %d)", b, t, cp);
+    if (m->heads % t || (m->kv_heads % t && t % m->kv_heads) || m->ffn % t)
         return rp_fail(err, RP_ERR_INVALID, "transformer: tensor groups of %d must divide the "
-                       "heads (%d), the vocabulary (%d) and the MLP; micro-batches of %d must be "
-                       "at least 1", t, m->heads, m->vocab, b);
+                       "%d heads and the MLP's %d, and divide or be divided by the %d key/value "
+                       "heads", t, m->heads, m->ffn, m->kv_heads);
+    if (m->seq % (2 * cp) && cp > 1)
+        return rp_fail(err, RP_ERR_INVALID, "transformer: context groups of %d split each "
+                       "sequence into %d chunks (two a rank, for the causal mask's balance): "
+                       "%d does not divide", cp, 2 * cp, m->seq);
+    if (cp > 1 && !m->flash)
+        return rp_fail(err, RP_ERR_INVALID, "transformer: context parallelism runs a fused "
+                       "attention kernel (flash=1)");
     if (c->per_node % t)
         return rp_fail(err, RP_ERR_INVALID, "transformer: tensor groups of %d do not divide %s's "
                        "nodes of %d", t, c->name, c->per_node);
-    size_t cap = (size_t)(m->layers + 3) * 320 + 512, n = 0;
+    if (r->precision == RP_PRECISION_FP8 && !(c->device.peak_fp8 > 0))
+        return rp_fail(err, RP_ERR_INVALID, "transformer: %s has no fp8 products (no peak_fp8)",
+                       c->device.name);
+    if (r->sequence_parallel && t < 2)
+        return rp_fail(err, RP_ERR_INVALID, "transformer: sequence parallelism splits over a "
+                       "tensor group: it needs tensor groups of 2 or more");
+    return RP_OK;
+}
+
+/* What communication hidden behind compute still costs, as a share of the
+** time they overlap: its kernels take streaming multiprocessors and memory
+** bandwidth from the products beside them (Transformer Engine's
+** tensor-parallel overlap hides about two thirds of the collectives' time
+** on an H100, not all of it). */
+#define OVERLAP_COST 0.5
+
+/* The device's rates for one run. */
+typedef struct rates {
+    const rp_cluster *c;
+    double peak;     /* the products' peak: bf16's or fp8's */
+    double gemm_eff, gemm_half, stream_bw, attn_flops;
+    double cp_bw;    /* the link the context group's passes take */
+} rates;
+
+/* Seconds of a product of an m x k and a k x n matrix, `count` times. */
+static double gemm(const rates *x, double m, double k, double n, double count) {
+    double side = fmin(m, fmin(k, n));
+    return count * 2 * m * k * n / (x->peak * x->gemm_eff * side / (side + x->gemm_half));
+}
+
+/* ...and at bf16's peak and efficiency, whatever the run's precision
+** (attention's core, the head). */
+static double gemm16(const rates *x, double m, double k, double n, double count) {
+    const rp_device *d = &x->c->device;
+    double side = fmin(m, fmin(k, n));
+    return count * 2 * m * k * n / (d->peak_flops * d->gemm_efficiency * side / (side + x->gemm_half));
+}
+
+static double stream(const rates *x, double bytes) {
+    return bytes / x->stream_bw;
+}
+
+/* A ring all-reduce of `bytes` over n devices of a node (or the
+** reduce-scatter and all-gather that move the same bytes). */
+static double ring(const rp_cluster *c, int n, double bytes) {
+    if (n < 2)
+        return 0;
+    return 2.0 * (n - 1) / n * bytes / c->node_bandwidth + 2.0 * (n - 1) * c->latency;
+}
+
+static void block(const rp_transformer *m, const rates *x, const rp_transformer_run *r,
+                  rpi_xf_part *p) {
+    const rp_cluster *c = x->c;
+    double T = r->tensor_parallel, C = r->context_parallel, B = r->micro_batch;
+    double S = (double)m->seq / C, Sk = m->seq, H = m->hidden, A = m->heads;
+    double D = m->head_dim, Q = A * D, K = (double)m->kv_heads * D, F = m->ffn;
+    double up = m->mlp == RP_MLP_SWIGLU ? 2 : 1, BS = B * S;
+    double rep = r->sequence_parallel ? T : 1; /* what lies outside the products */
+    bool fp8 = r->precision == RP_PRECISION_FP8;
+    /* the products: QKV, the projection, the MLP's up (and gate) and down */
+    double linear = gemm(x, BS, H, (Q + 2 * K) / T, 1) + gemm(x, BS, Q / T, H, 1) +
+                    gemm(x, BS, H, up * F / T, 1) + gemm(x, BS, F / T, H, 1);
+    /* attention's core: each rank's s / cp queries against all s keys, of
+    ** its a / t heads; a fused kernel skips what the causal mask hides */
+    double core_f, core_b, scores;
+    if (m->flash) {
+        double flops = 4 * B * (A / T) * S * Sk * D / 2;
+        core_f = flops / x->attn_flops;
+        core_b = 2.5 * core_f;
+        scores = 4 * B * (A / T) * S; /* the softmax's statistics, fp32 */
+    } else {
+        core_f = gemm16(x, S, D, Sk, B * A / T) + gemm16(x, S, Sk, D, B * A / T);
+        core_b = 2 * core_f;
+        scores = 5 * B * (A / T) * S * Sk; /* softmax's output, its dropout mask and output */
+    }
+    /* bytes read and written: two norms (8 B S H), residual adds (12 B S H,
+    ** and 2 more for dropout's masks), the MLP's activation (GELU: 4 B S F / t; SwiGLU
+    ** 6), rotary embeddings on Q and K, an unfused softmax and its dropout
+    ** (9 B a s^2 / t), and fp8's casts of the products' inputs (3 bytes an
+    ** element) */
+    double elem = ((m->dropout ? 22 : 20) * BS * H) / rep + (2 + 2 * up) * BS * F / T +
+                  (m->position == RP_POSITION_ROPE ? 4 * BS * (Q + K) / T : 0) +
+                  (m->flash ? 0 : 9 * B * (A / T) * S * Sk);
+    double casts = fp8 ? 3 * BS * (2 * H + Q / T + F / T) : 0;
+    double ef = stream(x, elem + casts), eb = stream(x, 2 * elem + 2 * casts);
+    /* the tensor group's collectives: two all-reduces of the block's output
+    ** each way, or with sequence parallelism as many all-gathers and
+    ** reduce-scatters (the same bytes); overlapped with the products where
+    ** today's Megatron-LM overlaps them */
+    double tp = 2 * ring(c, r->tensor_parallel, 2 * BS * H);
+    double tpf = tp, tpb = tp;
+    if (r->overlap && r->sequence_parallel) {
+        tpf = fmax(0, tp - linear) + OVERLAP_COST * fmin(tp, linear);
+        tpb = fmax(0, tp - 2 * linear) + OVERLAP_COST * fmin(tp, 2 * linear);
+    }
+    /* the context group: K and V (and in backward their gradients) passed
+    ** round the cp ranks, each pass behind the block of attention it feeds */
+    double kv = 2 * 2 * BS * K / T * (C - 1);
+    double cpf = C > 1 ? fmax(0, kv / x->cp_bw - core_f) + 2 * (C - 1) * c->latency : 0;
+    double cpb = C > 1 ? fmax(0, 2 * kv / x->cp_bw - core_b) + 2 * (C - 1) * c->latency : 0;
+    bool selective = r->recompute == RP_RECOMPUTE_SELECTIVE;
+    p->f = linear + core_f + ef + tpf + cpf;
+    p->bi = linear + core_b + eb + tpb + cpb + (selective ? core_f + (m->flash ? 0 : ef / 4) : 0);
+    p->bw = linear;
+    p->out = 2 * BS * H / T; /* sent in t pieces, gathered on the next rank */
+    /* kept: the norms' inputs, QKV's and the MLP's inputs (fp8 copies where
+    ** the products run in fp8, as Transformer Engine keeps them), the dropout
+    ** masks where there is dropout (a byte an element), all split with
+    ** sequence parallelism; Q, K, V; attention's output (the projection's
+    ** input, a fused kernel's own too, and its fp8 copy); the MLP's
+    ** activation's input and output; attention's scores unless fused or
+    ** recomputed */
+    double w = fp8 ? 1 : 2;
+    double kept = (4 + 2 * w + (m->dropout ? 2 : 0)) * BS * H / rep +
+                  (2 * BS * (Q + 2 * K) + (2 + (fp8 && m->flash ? 1 : 0)) * BS * Q +
+                   2 * up * BS * F + w * BS * F) / T;
+    p->saved = kept + (selective && !m->flash ? 0 : scores);
+    p->checkpoint = 2 * BS * H / rep;
+    double h = H, norm = m->norm == RP_NORM_LAYER ? 2 : 1;
+    double col_bias = m->bias == RP_BIAS_ALL ? Q + 2 * K + up * F
+                      : m->bias == RP_BIAS_QKV ? Q + 2 * K
+                                               : 0;
+    double row_bias = m->bias == RP_BIAS_ALL ? 2 * h : 0; /* the projection's and down's: whole */
+    p->params = (h * (Q + 2 * K) + Q * h + up * h * F + F * h + col_bias) / T + row_bias +
+                2 * norm * h;
+}
+
+static void embedding(const rp_transformer *m, const rates *x, const rp_transformer_run *r,
+                      rpi_xf_part *p) {
+    double T = r->tensor_parallel, BS = (double)r->micro_batch * m->seq / r->context_parallel;
+    double H = m->hidden, rep = r->sequence_parallel ? T : 1;
+    /* the lookup, the position's add and dropout: ~10 B S H bytes; the
+    ** vocabulary's split all-reduces (or reduce-scatters) the output */
+    double elem = stream(x, 10 * BS * H / rep);
+    p->f = elem + ring(x->c, r->tensor_parallel, 2 * BS * H) / (r->sequence_parallel ? 2 : 1);
+    p->bi = 2 * elem;
+    p->bw = elem; /* the rows' gradients added into the table */
+    p->out = 2 * BS * H / T;
+    /* the token ids, the dropout's mask */
+    p->saved = p->checkpoint = 8 * BS + (m->dropout ? BS * H / rep : 0);
+    p->params = rp_transformer_padded_vocab(m, r->tensor_parallel) * H / T +
+                (m->position == RP_POSITION_LEARNED ? (double)m->seq * H : 0);
+}
+
+static void head(const rp_transformer *m, const rates *x, const rp_transformer_run *r,
+                 rpi_xf_part *p) {
+    double T = r->tensor_parallel, BS = (double)r->micro_batch * m->seq / r->context_parallel;
+    double H = m->hidden, V = rp_transformer_padded_vocab(m, r->tensor_parallel);
+    double rep = r->sequence_parallel ? T : 1;
+    double logits = gemm16(x, BS, H, V / T, 1);
+    /* the final norm (4 B S H), the cross entropy in fp32 over the rank's
+    ** share of the vocabulary (3 passes of 4 B S V / t) */
+    double elem = stream(x, 4 * BS * H / rep + 12 * BS * V / T);
+    double gather = ring(x->c, r->tensor_parallel, 2 * BS * H) / (r->sequence_parallel ? 2 : 1);
+    p->f = logits + elem + 3 * 2 * x->c->latency * (T > 1) + (r->sequence_parallel ? gather : 0);
+    p->bi = logits + elem + gather;
+    p->bw = logits;
+    p->out = 4 * BS; /* the loss, a float a token */
+    /* the norm's input and output, the logits in fp32 */
+    p->saved = p->checkpoint = 4 * BS * H / rep + 4 * BS * V / T;
+    p->params = V * H / T + (m->norm == RP_NORM_LAYER ? 2 : 1) * H; /* the embedding's copy,
+                                                                     ** or its own */
+}
+
+void rpi_xf_parts(const rp_transformer *m, const rp_cluster *c, const rp_transformer_run *r,
+                  rpi_xf_part parts[RPI_XF_PARTS]) {
+    const rp_device *d = &c->device;
+    rates x = {.c = c,
+               .peak = r->precision == RP_PRECISION_FP8 ? d->peak_fp8 : d->peak_flops,
+               .gemm_eff = r->precision == RP_PRECISION_FP8 ? d->fp8_efficiency
+                                                            : d->gemm_efficiency,
+               .gemm_half = d->gemm_half,
+               .stream_bw = d->memory_bandwidth * d->memory_efficiency,
+               .attn_flops = d->peak_flops * d->attention_efficiency,
+               .cp_bw = (double)r->tensor_parallel * r->context_parallel <= c->per_node
+                            ? c->node_bandwidth
+                            : c->network_bandwidth};
+    memset(parts, 0, sizeof(rpi_xf_part) * RPI_XF_PARTS);
+    embedding(m, &x, r, &parts[RPI_XF_EMBED]);
+    block(m, &x, r, &parts[RPI_XF_BLOCK]);
+    head(m, &x, r, &parts[RPI_XF_HEAD]);
+}
+
+/* The description of the profile's Input, which rp_transformer_of_profile
+** reads back. */
+static void describe(const rp_transformer *m, const rp_cluster *c, const rp_transformer_run *r,
+                     char *out, size_t cap) {
+    char shape[400];
+    rp_transformer_format(m, shape, sizeof shape);
+    snprintf(out, cap, "Input0 micro_batch=%d transformer=%s tensor_parallel=%d "
+                       "context_parallel=%d sequence_parallel=%d recompute=%s precision=%s "
+                       "overlap=%d device=%s",
+             r->micro_batch, shape, r->tensor_parallel, r->context_parallel,
+             r->sequence_parallel, rp_recompute_name(r->recompute),
+             rp_precision_name(r->precision), r->overlap, c->device.name);
+}
+
+rp_status rp_transformer_profile(const rp_transformer *m, const rp_cluster *c,
+                                 const rp_transformer_run *r, char **out, rp_error *err) {
+    *out = NULL;
+    rp_status st = rp_transformer_run_check(m, c, r, err);
+    if (st)
+        return st;
+    rpi_xf_part parts[RPI_XF_PARTS];
+    rpi_xf_parts(m, c, r, parts);
+    for (int k = 0; k < RPI_XF_PARTS; k++) /* a device too slow or too small to price */
+        if (!isfinite(parts[k].f + parts[k].bi + parts[k].bw + parts[k].saved + parts[k].params))
+            return rp_fail(err, RP_ERR_INVALID, "transformer: on %s the model's times or bytes "
+                           "overflow", c->device.name);
+    /* a line is at most the description (~600 bytes) or a node (~300 with
+    ** numbers of up to 40 digits), an edge 32 */
+    size_t L = (size_t)m->layers, cap = 1024 + (L + 3) * 400, n = 0;
     char *s = malloc(cap);
     if (!s)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    n += (size_t)snprintf(s + n, cap - n,
-                          "node0 -- Input0 micro_batch=%d transformer=layers=%d,hidden=%d,"
-                          "heads=%d,seq=%d,vocab=%d,ffn=%d,flash=%d tensor_parallel=%d "
-                          "device=%s -- forward_compute_time=0, backward_compute_time=0, "
-                          "activation_size=%.0f, parameter_size=0\n",
-                          b, m->layers, m->hidden, m->heads, m->seq, m->vocab,
-                          m->ffn > 0 ? m->ffn : 4 * m->hidden, m->flash, t, c->device.name,
-                          4.0 * b * m->seq);
-    for (int l = 0; l < m->layers + 2; l++) {
-        node x;
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a profile of %zu layers", L);
+    char desc[800];
+    describe(m, c, r, desc, sizeof desc);
+    n += (size_t)snprintf(s + n, cap - n, "node0 -- %s -- forward_compute_time=0, "
+                          "backward_compute_time=0, activation_size=%.0f, parameter_size=0\n",
+                          desc, 4.0 * r->micro_batch * m->seq);
+    for (size_t l = 0; l < L + 2 && n < cap; l++) {
+        int kind = rpi_xf_kind((int)l, m->layers);
+        const rpi_xf_part *x = &parts[kind];
         char name[48];
-        if (l == 0)
-            embedding(m, c, b, t, &x), snprintf(name, sizeof name, "embedding: Embedding");
-        else if (l <= m->layers)
-            block(m, c, b, t, &x), snprintf(name, sizeof name, "layers.%d: TransformerBlock", l - 1);
+        if (kind == RPI_XF_EMBED)
+            snprintf(name, sizeof name, "embedding: Embedding");
+        else if (kind == RPI_XF_BLOCK)
+            snprintf(name, sizeof name, "layers.%zu: TransformerBlock", l - 1);
         else
-            head(m, c, b, t, &x), snprintf(name, sizeof name, "head: OutputLayer");
+            snprintf(name, sizeof name, "head: OutputLayer");
         n += (size_t)snprintf(s + n, cap - n,
-                              "node%d -- %s backward_input_time=%.6f backward_weight_time=%.6f "
+                              "node%zu -- %s backward_input_time=%.6g backward_weight_time=%.6g "
                               "saved_bytes=%.0f checkpoint_bytes=%.0f -- "
-                              "forward_compute_time=%.6f, backward_compute_time=%.6f, "
+                              "forward_compute_time=%.6g, backward_compute_time=%.6g, "
                               "activation_size=%.0f, parameter_size=%.0f\n",
-                              l + 1, name, x.bi * 1e3, x.bw * 1e3, x.saved, x.checkpoint,
-                              x.f * 1e3, (x.bi + x.bw) * 1e3, x.out, x.params);
+                              l + 1, name, x->bi * 1e3, x->bw * 1e3, x->saved, x->checkpoint,
+                              x->f * 1e3, (x->bi + x->bw) * 1e3, x->out, 4 * x->params);
     }
-    for (int l = 0; l < m->layers + 2; l++)
-        n += (size_t)snprintf(s + n, cap - n, "\tnode%d -- node%d\n", l, l + 1);
+    for (size_t l = 0; l < L + 2 && n < cap; l++)
+        n += (size_t)snprintf(s + n, cap - n, "\tnode%zu -- node%zu\n", l, l + 1);
+    if (n >= cap) { /* (cannot happen with the bounds above: said, not written past) */
+        free(s);
+        return rp_fail(err, RP_ERR_INVALID, "transformer: the profile outgrew its %zu bytes",
+                       cap);
+    }
     *out = s;
     return RP_OK;
 }
 
-bool rp_transformer_of_profile(const char *desc, rp_transformer *m, int *t) {
-    const char *at = strstr(desc, " transformer="), *tp = strstr(desc, " tensor_parallel=");
-    if (!at || !tp)
+/* The value after " key=" in desc, up to the next space, into out. */
+static bool field(const char *desc, const char *key, char *out, size_t cap) {
+    char pat[40];
+    snprintf(pat, sizeof pat, " %s=", key);
+    const char *at = strstr(desc, pat);
+    if (!at)
         return false;
-    char spec[256];
-    size_t n = strcspn(at + 13, " ");
-    if (n >= sizeof spec)
+    at += strlen(pat);
+    size_t n = strcspn(at, " ");
+    if (n >= cap)
         return false;
-    memcpy(spec, at + 13, n);
-    spec[n] = '\0';
+    memcpy(out, at, n);
+    out[n] = '\0';
+    return true;
+}
+
+bool rp_transformer_of_profile(const char *desc, rp_transformer *m, rp_transformer_run *r) {
+    char spec[512], v[32];
     rp_error err;
-    *t = atoi(tp + 17);
-    return *t >= 1 && rp_transformer_parse(spec, m, &err) == RP_OK;
+    if (!field(desc, "transformer", spec, sizeof spec) ||
+        rp_transformer_parse(spec, m, &err) != RP_OK)
+        return false;
+    rp_transformer_run_default(r);
+    if (field(desc, "micro_batch", v, sizeof v))
+        r->micro_batch = atoi(v);
+    if (field(desc, "tensor_parallel", v, sizeof v))
+        r->tensor_parallel = atoi(v);
+    if (field(desc, "context_parallel", v, sizeof v))
+        r->context_parallel = atoi(v);
+    if (field(desc, "sequence_parallel", v, sizeof v))
+        r->sequence_parallel = atoi(v) != 0;
+    if (field(desc, "recompute", v, sizeof v))
+        r->recompute = strcmp(v, "selective") == 0 ? RP_RECOMPUTE_SELECTIVE
+                       : strcmp(v, "full") == 0    ? RP_RECOMPUTE_FULL
+                                                   : RP_RECOMPUTE_NONE;
+    if (field(desc, "precision", v, sizeof v))
+        r->precision = strcmp(v, "fp8") == 0 ? RP_PRECISION_FP8 : RP_PRECISION_BF16;
+    if (field(desc, "overlap", v, sizeof v))
+        r->overlap = atoi(v) != 0;
+    return r->micro_batch >= 1 && r->tensor_parallel >= 1 && r->context_parallel >= 1;
 }

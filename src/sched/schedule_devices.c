@@ -13,6 +13,8 @@
 ** replica, stage by stage, its stage replicas in turn. */
 int rpi_base_worker(const rp_config *cfg, int c, int s, int j) {
     int P = cfg->layers_per_stage.count, per = 0, before = 0;
+    if (!cfg->stage_replication_count) /* a worker a stage (every op asks: keep it short) */
+        return c * (P > 0 ? P : 1) + s + j;
     for (int t = 0; t < P; t++) {
         if (t < s)
             before += rp_config_stage_replicas(cfg, t);

@@ -233,13 +233,21 @@ static rp_status sim_setup(sim *m, rp_error *err) {
         g->top = l > g->top ? l : g->top;
         g->n++;
     }
+    int alike = opt->replicas > 1 ? opt->replicas : 1, units = plan->devices ? plan->devices : W;
     for (int k = 0; k < P * G; k++) { /* each group's allreduce: its members decide */
         int n = 0, *members = m->shared; /* (a scratch of W ints here) */
-        for (int v = 0; (opt->polling || cfg->workers_per_server > 0) && v < W; v++)
+        for (int v = 0; alike == 1 && (opt->polling || cfg->workers_per_server > 0) && v < W; v++)
             if (m->gid[v] == k)
                 members[n++] = v;
-        rpi_reduction_make(&m->rg[k].how, &m->net, members, m->rg[k].n, m->pos, m->rg[k].top,
-                           opt->polling, cfg->workers_per_server);
+        red_group *g = &m->rg[k];
+        if (alike > 1 && g->first >= 0) /* the copies' members too: a ring over them all */
+            for (int j = 1; j < alike; j++) {
+                int l = rpi_level_of(&m->net, m->pos[g->first], m->pos[g->first] + j * units);
+                g->top = l > g->top ? l : g->top;
+            }
+        rpi_reduction_make(&g->how, &m->net, members, g->n, m->pos, g->top,
+                           opt->polling && alike == 1, alike == 1 ? cfg->workers_per_server : 0);
+        g->how.n = g->n * alike;
     }
     return RP_OK;
 }
@@ -263,7 +271,7 @@ static void start_send(sim *m, int w, const rp_op *op, double now) {
     if (!m->cpu) {
         double from = m->link_free[w] > now ? m->link_free[w] : now;
         m->avail[k] = m->link_free[w] = from + cost;
-        x->until = now;
+        x->until = m->opt->blocking_sends ? from + cost : now;
     } else if (r->started && rop && rop->mb == op->mb &&
                rop->kind == (op->kind == RP_OP_SEND_ACT ? RP_OP_RECV_ACT : RP_OP_RECV_GRAD)) {
         x->work = cost; /* the receiver waits: the sender copies */
@@ -302,7 +310,9 @@ static bool start_step(sim *m, int w, double now) {
             return false;
         x->at_norm = false, x->steps++, x->t0 = now;
     }
-    x->work = m->c.par[plan->w[w].stage] / m->membw * slowness(m, w); /* the parameters, once */
+    /* the parameters, once (a shard of them where the options say so) */
+    double shards = m->opt->state_shards > 1 ? m->opt->state_shards : 1;
+    x->work = m->c.par[plan->w[w].stage] / m->membw / shards * slowness(m, w);
     return true;
 }
 
@@ -490,7 +500,7 @@ static rp_status play(sim *m, double *end, rp_error *err) {
         /* the workers that want a core: those computing, and under
         ** polling those waiting too */
         int computing = 0;
-        for (int w = 0; w < m->W; w++)
+        for (int w = 0; m->opt->cores > 0 && w < m->W; w++)
             computing += m->sw[w].work >= 0 || (m->opt->polling && m->sw[w].pc < m->plan->w[w].num_ops);
         double rate = m->opt->cores > 0 && computing > m->opt->cores
                           ? (double)m->opt->cores / computing : 1;
@@ -524,8 +534,9 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     m.GA = cfg->gradient_accumulation_steps * m.D; /* micro-batch numbers of the call */
     if ((st = rp_workplan_check(m.plan, NULL, err)) ||
         (st = repeat_updates(m.plan, m.D, cfg->gradient_accumulation_steps, err)) ||
-        (st = rpi_cluster_make(opt, m.plan->devices ? m.plan->devices : m.plan->workers, &m.net,
-                               err))) {
+        (st = rpi_cluster_make(opt, (m.plan->devices ? m.plan->devices : m.plan->workers) *
+                                        (opt->replicas > 1 ? opt->replicas : 1),
+                               &m.net, err))) {
         rp_workplan_free(m.plan);
         return st;
     }
@@ -552,8 +563,10 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     ** it is announced: nothing to overlap) */
     m.buckets = cfg->reduction_bucket_mb > 0 && opt->num_levels > 0;
     m.membw = opt->memory_bandwidth > 0 ? opt->memory_bandwidth : 1e10;
-    /* fp16 exchange halves the replicas' sums too (a sharded reduction stays fp32) */
-    m.wire_sum = (cfg->fp16_exchange || opt->mixed_precision) && !cfg->replicated_tensor_sharding
+    /* fp16 exchange halves the replicas' sums too (the engine's sharded
+    ** reduction stays fp32); mixed precision reduces bf16 gradients, sharded
+    ** or not (Megatron-LM's distributed optimizer reduce-scatters them) */
+    m.wire_sum = opt->mixed_precision || (cfg->fp16_exchange && !cfg->replicated_tensor_sharding)
                      ? 0.5
                      : 1.0;
     /* On one machine (no hierarchy given) a transfer is a copy and a

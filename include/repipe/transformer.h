@@ -1,0 +1,274 @@
+/*
+** Transformers as the field writes them, and their runs on clusters of
+** devices: the shapes of GPT-2, LLaMA, Mistral and Qwen2 (a Hugging Face
+** config.json, a preset or KEY=VALUE text), their FLOPs and parameters as
+** Megatron-LM counts them, what a rank of a run holds (weights, optimizer
+** state, activations) and how long its passes take, and the search for the
+** fastest run that fits (src/device/; docs/simulate.md, "Transformers on GPU
+** clusters").
+**
+** A run is the model on t x cp x p x d devices: tensor groups of t
+** (attention's heads and the MLP's columns split, Shoeybi et al.), context
+** groups of cp (each rank a cp-th of every sequence, ring attention's K and V
+** passed round), p pipeline ranks, d replicas. Its features are those
+** Megatron-LM and torchtitan offer: sequence parallelism (the activations
+** outside the products split over the tensor group too, Korthikanti et al.
+** 2022), recomputation of nothing, of attention's core (selective) or of
+** every block (full), the optimizer state sharded over the replicas
+** (Megatron-LM's distributed optimizer) or everything sharded (FSDP), bf16 or
+** fp8 products, and communication overlapped with compute or not.
+*/
+#ifndef REPIPE_TRANSFORMER_H
+#define REPIPE_TRANSFORMER_H
+
+#include <stdbool.h>
+
+#include "repipe/config.h"
+#include "repipe/core.h"
+#include "repipe/device.h"
+#include "repipe/planner.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum rp_mlp_kind { RP_MLP_GELU = 0, RP_MLP_SWIGLU } rp_mlp_kind;
+typedef enum rp_norm_kind { RP_NORM_LAYER = 0, RP_NORM_RMS } rp_norm_kind;
+typedef enum rp_position_kind { RP_POSITION_LEARNED = 0, RP_POSITION_ROPE } rp_position_kind;
+/* Which products have biases: all (GPT-2), none (LLaMA), the QKV's (Qwen2). */
+typedef enum rp_bias_kind { RP_BIAS_ALL = 0, RP_BIAS_NONE, RP_BIAS_QKV } rp_bias_kind;
+
+/* The largest shape accepted: every count the cost model multiplies stays
+** exact in a double and far from int's range (hidden x ffn < 2^53). */
+#define RP_TRANSFORMER_MAX_LAYERS 100000
+#define RP_TRANSFORMER_MAX_WIDTH (1 << 20)   /* hidden, ffn, heads, head_dim */
+#define RP_TRANSFORMER_MAX_SEQ (1 << 24)
+#define RP_TRANSFORMER_MAX_VOCAB (1 << 24)
+
+/* A decoder-only transformer. After rp_transformer_parse every field is
+** concrete (no zeros meaning "the default"). */
+typedef struct rp_transformer {
+    int layers, hidden, heads, seq, vocab;
+    int kv_heads;  /* key/value heads: heads for multi-head attention, fewer with GQA */
+    int head_dim;  /* [hidden / heads] */
+    int ffn;       /* the MLP's width [4 hidden; SwiGLU: Megatron-LM's 8 hidden / 3, to 64] */
+    rp_mlp_kind mlp;
+    rp_norm_kind norm;
+    rp_position_kind position;
+    rp_bias_kind bias;
+    bool untied;   /* the head has weights of its own (not the embedding's) */
+    bool flash;    /* a fused attention kernel: the scores are never stored */
+    bool dropout;  /* dropout after attention and the MLP (GPT-2's; LLaMA has none) */
+} rp_transformer;
+
+/* "[PRESET,]KEY=VALUE,...": layers, hidden, heads, seq, vocab (required
+** unless a preset gives them), kv_heads, head_dim, ffn, mlp=gelu|swiglu,
+** norm=layernorm|rmsnorm, position=learned|rope, bias=all|none|qkv,
+** tied=0|1, flash=0|1, dropout=0|1. A key given twice is an error.
+** Without a preset the shape is GPT-2's kind (GELU, LayerNorm, learned
+** positions, biases, tied, dropout, no flash). */
+rp_status rp_transformer_parse(const char *spec, rp_transformer *out, rp_error *err);
+
+/* The presets' names (llama3-8b, llama3-70b, llama3-405b, gpt3-175b, ...),
+** NULL-terminated, and one by name. */
+const char *const *rp_transformer_presets(void);
+bool rp_transformer_preset(const char *name, rp_transformer *out);
+
+/* A Hugging Face config.json (GPT-2, LLaMA, Mistral, Qwen2 keys) as a shape.
+** Keys that change the arithmetic in ways this model does not price
+** (mixtures of experts, sliding windows, latent attention) are an error
+** that names them; keys it knows to change nothing (token ids, rope's
+** theta, epsilon, ...) are read past; any other key is named in *unknown
+** (comma-separated; "" when none; the caller frees it), so a tool can say
+** it. `overrides` (KEY=VALUE,... as rp_transformer_parse, or NULL) is
+** applied last: seq= for the training sequence, which defaults to the
+** config's max_position_embeddings. */
+rp_status rp_transformer_from_config(const char *path, const char *overrides,
+                                     rp_transformer *out, char **unknown, rp_error *err);
+
+/* The shape as rp_transformer_parse reads it back, every key written. */
+void rp_transformer_format(const rp_transformer *m, char *out, size_t cap);
+
+/* Megatron-LM's vocabulary padded to a multiple of 128 t (its
+** make-vocab-size-divisible-by 128 times the tensor group). */
+double rp_transformer_padded_vocab(const rp_transformer *m, int t);
+
+/* Parameters of the model, as a count (the position table and biases
+** included). */
+double rp_transformer_parameters(const rp_transformer *m);
+
+/* FLOPs of an update of `samples` sequences:
+** - rp_transformer_flops_megatron: Megatron-LM's own count
+**   (num_floating_point_operations, megatron/training/training.py: the
+**   products forward and backward, attention's core halved by the causal
+**   mask, the vocabulary padded for t) -- what Megatron-LM and
+**   Megatron-Bridge report as "model TFLOP/s";
+** - rp_transformer_flops_eq3: Narayanan et al. (SC'21), equation 3,
+**   96 B s l h^2 (1 + s / 6h + V / 16 l h) for their GPTs (a recomputed
+**   forward included), generalised to any MLP and GQA;
+** - rp_transformer_flops_6n: as PyTorch users count MFU (torchtitan): 6 N a
+**   token, N the parameters but the embedding's, plus attention's
+**   12 l heads head_dim s; no recomputation. */
+double rp_transformer_flops_megatron(const rp_transformer *m, int t, double samples);
+double rp_transformer_flops_eq3(const rp_transformer *m, double samples);
+double rp_transformer_flops_6n(const rp_transformer *m, double samples);
+
+typedef enum rp_recompute {
+    RP_RECOMPUTE_NONE = 0,
+    RP_RECOMPUTE_SELECTIVE, /* attention's core (softmax, dropout, the products with Q, K, V) */
+    RP_RECOMPUTE_FULL       /* every block from its input */
+} rp_recompute;
+typedef enum rp_precision { RP_PRECISION_BF16 = 0, RP_PRECISION_FP8 } rp_precision;
+typedef enum rp_sharding {
+    RP_SHARD_NONE = 0,  /* every replica holds everything (DDP) */
+    RP_SHARD_OPTIMIZER, /* fp32 weights and Adam's moments sharded (Megatron-LM's distributed optimizer, ZeRO-1) */
+    RP_SHARD_FULL       /* weights, gradients and state sharded (FSDP as torchtitan runs it) */
+} rp_sharding;
+
+const char *rp_recompute_name(rp_recompute r);
+const char *rp_precision_name(rp_precision p);
+const char *rp_sharding_name(rp_sharding s);
+
+/* How the model runs: one micro-batch of `micro_batch` sequences on a rank
+** of a tensor group of t and a context group of cp. */
+typedef struct rp_transformer_run {
+    int micro_batch, tensor_parallel, context_parallel;
+    bool sequence_parallel;
+    rp_recompute recompute;
+    rp_precision precision;
+    /* communication behind compute where today's Megatron-LM hides it: the
+    ** tensor group's gathers behind its products (--tp-comm-overlap, with
+    ** sequence parallelism), the replicas' reduction in buckets during the
+    ** last backward (--overlap-grad-reduce); off, as Megatron-LM ran in 2021 */
+    bool overlap;
+} rp_transformer_run;
+
+/* b 1, t 1, cp 1, no sequence parallelism, no recomputation, bf16, overlap. */
+void rp_transformer_run_default(rp_transformer_run *r);
+
+/* Fails, naming the rule, where the run cannot split the model: t must
+** divide the heads, the key/value heads (or be divided by them) and the
+** MLP; cp the sequence (into 2 cp chunks, for the causal mask's balance);
+** t the cluster's nodes. */
+rp_status rp_transformer_run_check(const rp_transformer *m, const rp_cluster *c,
+                                   const rp_transformer_run *r, rp_error *err);
+
+/* The profile (graph.txt text) of the model: its embedding, blocks and
+** head, each node one rank's share of a micro-batch's work on cluster c's
+** devices (forward, input and weight gradients; what it keeps for its
+** backward, and under full recomputation; its parameters in fp32 bytes).
+** The caller frees *out. */
+rp_status rp_transformer_profile(const rp_transformer *m, const rp_cluster *c,
+                                 const rp_transformer_run *r, char **out, rp_error *err);
+/* The model and run from a profile rp_transformer_profile wrote (its
+** Input's description); false for any other profile. */
+bool rp_transformer_of_profile(const char *input_desc, rp_transformer *m,
+                               rp_transformer_run *r);
+
+/* What a device of pipeline rank `rank` holds, in bytes, counted in closed
+** form as Megatron-LM's theoretical memory report counts it where that
+** applies (megatron/training/theoretical_memory_usage.py) and beyond it:
+** weights, gradients and optimizer state (18 bytes a parameter with bf16
+** weights, fp32 gradients and Adam; 6 + 12 / (d cp) with the distributed
+** optimizer; FSDP's 16 / (d cp) and the stage's bf16 weights gathered), and
+** the activations of the micro-batches the schedule keeps in flight. */
+typedef struct rp_transformer_memory {
+    double parameters;  /* the rank's share, a count */
+    double weights;     /* bf16 weights, fp32 master weights and gradients, Adam's moments */
+    double activations; /* in flight at the rank's peak */
+    double total;
+} rp_transformer_memory;
+
+typedef struct rp_transformer_layout {
+    int p, d;     /* pipeline ranks, replicas */
+    int v;        /* chunks a rank (interleaved 1F1B; DualPipeV's 2) [1] */
+    bool v_shape; /* DualPipeV's V: rank r holds chunks r and 2 p - 1 - r */
+    int micro_batches; /* an update's, each replica's */
+    rp_sharding sharding;
+    const int *layers_per_stage; /* p v entries, the embedding and the head counted as
+                                 ** layers (L + 2); NULL: Megatron-LM's, blocks evenly */
+} rp_transformer_layout;
+
+rp_status rp_transformer_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
+                                     const rp_transformer_layout *lay, int rank,
+                                     rp_transformer_memory *out, rp_error *err);
+
+/* Plans for a transformer on a cluster (src/device/scale.c): tensor,
+** context, pipeline and data-parallel sizes, micro-batch, virtual stages
+** (1f1b, or interleaved-1f1b with 2 or more chunks a rank; DualPipeV's V
+** where asked), sequence parallelism, recomputation, sharding and precision,
+** for a global batch on `devices` devices within their memory. Each shape
+** is priced in closed form from its stages' times; the best few that fit
+** are simulated (rp_simulate, one replica; the replicas' reduction priced
+** beside it), and the fastest that fits wins. */
+/* The largest cluster and batch a plan takes: their search and its
+** simulations stay within a second or two and a few MB (docs/simulate.md
+** measures the bound). */
+#define RP_SCALE_MAX_DEVICES (1 << 17)
+#define RP_SCALE_MAX_BATCH (1LL << 24)
+
+typedef struct rp_scale_options {
+    long long global_batch; /* sequences an update (required) */
+    int devices;            /* (required) */
+    /* 0: any. Tensor groups: 1, 2, 4, 8 that divide a node, the heads and the
+    ** MLP; context groups: 1, 2, 4, ... up to 32; pipelines: any that divides
+    ** what is left; micro-batches: 1, 2, 4, 8; virtual: 1 (1f1b) and the
+    ** chunks a rank that divide the layers */
+    int tensor_parallel, context_parallel, pipeline_parallel, micro_batch, virtual_stages;
+    int sequence_parallel; /* 0: either; 1: on; -1: off */
+    int recompute;         /* -1: any; else an rp_recompute */
+    int sharding;          /* -1: any; else an rp_sharding */
+    int precision;         /* -1: either; else an rp_precision [bf16] */
+    bool no_overlap;       /* communication not overlapped (Megatron-LM in 2021) */
+    /* the blocks split evenly over the chunks, the embedding and the head
+    ** beside them, as Megatron-LM splits them without a layout (the layers
+    ** must divide evenly) [false: cut to balance the chunks' times, which
+    ** --pipeline-model-parallel-layout expresses] */
+    bool even_stages;
+    double memory_bytes;   /* a device's memory to plan for [0: the device's] */
+    int candidates;        /* the best estimates simulated [4] */
+    /* bit s set for each schedule s the search may choose [0: Megatron-LM's,
+    ** 1f1b and interleaved-1f1b]; with RP_SCHEDULE_DUALPIPEV, DualPipeV's V
+    ** too (two chunks a rank, gradient accumulation of twice the ranks or
+    ** more) */
+    unsigned schedules;
+} rp_scale_options;
+
+void rp_scale_options_default(rp_scale_options *o);
+
+typedef struct rp_scale_plan {
+    rp_config cfg; /* the configuration (repipe's form: layers_per_stage, schedule, ...) */
+    rp_transformer_run run;
+    int t, cp, p, d, b, v;
+    rp_sharding sharding;
+    double seconds;           /* simulated, an update */
+    double tflops_per_device; /* Megatron-LM's count (num_floating_point_operations) over it */
+    double tflops_eq3;        /* equation 3 (SC'21) over it */
+    double mfu;               /* 6N + attention over the devices' peak in the run's precision */
+    rp_transformer_memory memory; /* the rank that holds the most */
+    int busiest_rank;
+    int considered, simulated;
+} rp_scale_plan;
+
+rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
+                                const rp_scale_options *o, rp_scale_plan *out, rp_error *err);
+
+/* One configuration simulated as the planner simulates it: cfg's layout and
+** schedule, run's features, d = cfg's replication factor. */
+rp_status rp_scale_simulate(const rp_transformer *m, const rp_cluster *c,
+                            const rp_transformer_run *run, rp_sharding sharding,
+                            const rp_config *cfg, double *seconds,
+                            rp_transformer_memory *busiest, rp_error *err);
+
+/* The plan as trainer t's settings, one option and its value a line (the
+** caller frees *out): Megatron-LM's arguments, or torchtitan's. `why` says
+** what the trainer cannot express and what the settings run instead ("" when
+** they run the plan as it is). */
+rp_status rp_scale_settings(rp_trainer t, const rp_transformer *m, const rp_scale_plan *p,
+                            long long global_batch, char **out, char *why, size_t cap,
+                            rp_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REPIPE_TRANSFORMER_H */

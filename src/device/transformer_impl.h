@@ -1,0 +1,51 @@
+/*
+** The device room's shared pieces: a transformer's three kinds of node (the
+** embedding, a block, the head) priced for one rank of a run, which the
+** profile writer, the memory count and the planner all read.
+*/
+#ifndef REPIPE_DEVICE_TRANSFORMER_IMPL_H
+#define REPIPE_DEVICE_TRANSFORMER_IMPL_H
+
+#include "repipe/transformer.h"
+
+enum { RPI_XF_EMBED = 0, RPI_XF_BLOCK, RPI_XF_HEAD, RPI_XF_PARTS };
+
+/* One rank's share of a node, for one micro-batch. */
+typedef struct rpi_xf_part {
+    double f, bi, bw;  /* seconds: forward, the input's gradient (with what selective
+                       ** recomputation redoes), the weights' gradient */
+    double out;        /* bytes sent to the next stage */
+    double saved;      /* bytes kept for the backward (none or selective recomputation) */
+    double checkpoint; /* bytes kept under full recomputation: the input */
+    double params;     /* parameters the rank holds, a count */
+} rpi_xf_part;
+
+/* parts[RPI_XF_EMBED], [RPI_XF_BLOCK] (every block is alike), [RPI_XF_HEAD]
+** for run r on cluster c (checked by rp_transformer_run_check). */
+void rpi_xf_parts(const rp_transformer *m, const rp_cluster *c, const rp_transformer_run *r,
+                  rpi_xf_part parts[RPI_XF_PARTS]);
+
+/* Megatron-LM's stages when none are given: the blocks evenly over
+** `chunks` (the first ones one more where they do not divide), the
+** embedding in the first, the head in the last; counts of L + 2 layers. */
+void rpi_xf_split(int layers, int chunks, int *counts);
+
+/* The part of layer l of L + 2 (the embedding first, the head last). */
+static inline int rpi_xf_kind(int l, int layers) {
+    return l == 0 ? RPI_XF_EMBED : l <= layers ? RPI_XF_BLOCK : RPI_XF_HEAD;
+}
+
+/* Bytes a parameter the rank holds costs, by sharding over n = d cp ranks:
+** bf16 weights (2) beside fp32 gradients (4), fp32 master weights and Adam's
+** two moments (12). The distributed optimizer shards the last 12; FSDP
+** shards everything, but under a pipeline (torchtitan's) it keeps a stage's
+** weights gathered and its gradients whole through the micro-batches, as
+** the distributed optimizer does; without one only a layer is whole at a
+** time (counted apart). */
+static inline double rpi_xf_bytes_per_parameter(rp_sharding s, double n, bool pipelined) {
+    if (s == RP_SHARD_FULL && !pipelined)
+        return 16 / n;
+    return s != RP_SHARD_NONE ? 6 + 12 / n : 18;
+}
+
+#endif /* REPIPE_DEVICE_TRANSFORMER_IMPL_H */

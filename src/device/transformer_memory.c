@@ -1,0 +1,94 @@
+/*
+** What a device of a transformer's run holds, counted in closed form.
+**
+** Weights: the rank's parameters (its chunks' blocks, the embedding on the
+** first, the head on the last; a tied head keeps a copy of the embedding
+** where they are apart, as Megatron-LM does) at the bytes a parameter costs
+** under the run's sharding. Activations: what each of the rank's chunks
+** keeps for a micro-batch, times the micro-batches the schedule holds in
+** flight there: 1F1B's p - r on rank r (at most the update's), interleaved
+** 1F1B's warm-up of 2 (p - r - 1) + (v - 1) p + 1 chunk passes, DualPipeV's
+** p + 1; under full recomputation each block keeps its input and the one
+** being recomputed its whole. This is Megatron-LM's theoretical memory
+** report's count (megatron/training/theoretical_memory_usage.py) where that
+** applies; tests/fixtures/megatron holds the two side by side.
+*/
+#include <math.h>
+#include <string.h>
+
+#include "transformer_impl.h"
+
+void rpi_xf_split(int layers, int chunks, int *counts) {
+    /* the blocks as evenly as they go, the first chunks one more where they
+    ** do not divide; the embedding with the first, the head with the last */
+    for (int c = 0; c < chunks; c++)
+        counts[c] = layers / chunks + (c < layers % chunks);
+    counts[0]++;
+    counts[chunks - 1]++;
+}
+
+rp_status rp_transformer_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
+                                     const rp_transformer_layout *lay, int rank,
+                                     rp_transformer_memory *out, rp_error *err) {
+    memset(out, 0, sizeof *out);
+    int p = lay->p, v = lay->v > 1 ? lay->v : 1, C = p * v, L = m->layers + 2;
+    if (p < 1 || lay->d < 1 || rank < 0 || rank >= p || C > RP_MAX_STAGES || C > L)
+        return rp_fail(err, RP_ERR_INVALID, "transformer memory: pipeline rank %d of %d, %d "
+                       "chunks each, %d replicas, for %d layers and the embedding and head",
+                       rank, p, v, lay->d, m->layers);
+    int counts[RP_MAX_STAGES];
+    if (lay->layers_per_stage) {
+        int sum = 0;
+        for (int c = 0; c < C; c++)
+            sum += lay->layers_per_stage[c], counts[c] = lay->layers_per_stage[c];
+        if (sum != L)
+            return rp_fail(err, RP_ERR_INVALID, "transformer memory: the stages hold %d layers, "
+                           "not the model's %d (the embedding and the head counted)", sum, L);
+    } else {
+        rpi_xf_split(m->layers, C, counts);
+    }
+    rpi_xf_part parts[RPI_XF_PARTS];
+    rp_cluster any = {.per_node = r->tensor_parallel, .node_bandwidth = 1, .network_bandwidth = 1,
+                      .latency = 0};
+    any.device = (rp_device){.peak_flops = 1, .peak_fp8 = 1, .memory_bandwidth = 1,
+                             .gemm_efficiency = 1, .memory_efficiency = 1,
+                             .attention_efficiency = 1};
+    rpi_xf_parts(m, &any, r, parts); /* (their bytes; the times are not read) */
+    int first[RP_MAX_STAGES + 1];
+    first[0] = 0;
+    for (int c = 0; c < C; c++)
+        first[c + 1] = first[c] + counts[c];
+    bool full = r->recompute == RP_RECOMPUTE_FULL;
+    double table = rp_transformer_padded_vocab(m, r->tensor_parallel) * m->hidden /
+                   r->tensor_parallel;
+    double params = 0, kept = 0, most = 0;
+    for (int k = 0; k < v; k++) {
+        /* chunk k of the rank: interleaved, k p + rank; in a V (DualPipeV),
+        ** rank and 2 p - 1 - rank */
+        int c = lay->v_shape ? (k == 0 ? rank : 2 * p - 1 - rank) : k * p + rank;
+        for (int l = first[c]; l < first[c + 1]; l++) {
+            const rpi_xf_part *x = &parts[rpi_xf_kind(l, m->layers)];
+            /* a tied head on the embedding's rank is the embedding's table */
+            bool shared = l == L - 1 && !m->untied && C == 1;
+            params += x->params - (shared ? table : 0);
+            kept += full && rpi_xf_kind(l, m->layers) == RPI_XF_BLOCK ? x->checkpoint : x->saved;
+            most = fmax(most, x->saved);
+        }
+    }
+    double n = (double)lay->d * r->context_parallel;
+    double flight;
+    long long mb = lay->micro_batches > 0 ? lay->micro_batches : p;
+    if (lay->v_shape)
+        flight = p + 1.0; /* of the rank's two chunks together (DualPipe's README) */
+    else if (v == 1)
+        flight = fmin(p - rank, (double)mb);
+    else
+        flight = fmin((2.0 * (p - rank - 1) + (v - 1.0) * p + 1) / v, (double)mb);
+    out->parameters = params;
+    out->weights = params * rpi_xf_bytes_per_parameter(lay->sharding, n, C > 1);
+    if (lay->sharding == RP_SHARD_FULL && C == 1) /* two blocks gathered: one computing, the next */
+        out->weights += 2 * 6 * parts[RPI_XF_BLOCK].params;
+    out->activations = flight * kept + (full ? most : 0);
+    out->total = out->weights + out->activations;
+    return RP_OK;
+}

@@ -1,0 +1,278 @@
+/*
+** Transformer shapes: KEY=VALUE text, presets and Hugging Face config.json
+** files read into one rp_transformer, and what a shape alone decides: its
+** parameters and its FLOPs as Megatron-LM, its SC'21 paper and PyTorch's
+** users count them.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "repipe/transformer.h"
+
+/* The presets, from each model's own config.json (Meta's Llama 3 and 2
+** releases on Hugging Face; Llama 3 paper, table 3) and, for GPT-3 175B,
+** the shape Megatron-LM's papers train (Narayanan et al. 2021, table 1;
+** Korthikanti et al. 2022, table 3: the GPT-2 vocabulary padded to 51200). */
+static const struct {
+    const char *name;
+    rp_transformer m;
+} PRESETS[] = {
+#define LLAMA(L, H, A, G, F, V, S)                                                            \
+    {.layers = L, .hidden = H, .heads = A, .seq = S, .vocab = V, .kv_heads = G,              \
+     .head_dim = H / A, .ffn = F, .mlp = RP_MLP_SWIGLU, .norm = RP_NORM_RMS,                  \
+     .position = RP_POSITION_ROPE, .bias = RP_BIAS_NONE, .untied = true, .flash = true,        \
+     .dropout = false}
+    {"llama3-8b", LLAMA(32, 4096, 32, 8, 14336, 128256, 8192)},
+    {"llama3-70b", LLAMA(80, 8192, 64, 8, 28672, 128256, 8192)},
+    {"llama3-405b", LLAMA(126, 16384, 128, 8, 53248, 128256, 8192)},
+    {"llama2-7b", LLAMA(32, 4096, 32, 32, 11008, 32000, 4096)},
+    {"llama2-70b", LLAMA(80, 8192, 64, 8, 28672, 32000, 4096)},
+#undef LLAMA
+    {"gpt3-175b",
+     {.layers = 96, .hidden = 12288, .heads = 96, .seq = 2048, .vocab = 51200, .kv_heads = 96,
+      .head_dim = 128, .ffn = 4 * 12288, .dropout = true}},
+};
+
+const char *const *rp_transformer_presets(void) {
+    static const char *names[sizeof PRESETS / sizeof *PRESETS + 1];
+    for (size_t i = 0; i < sizeof PRESETS / sizeof *PRESETS; i++)
+        names[i] = PRESETS[i].name;
+    return names;
+}
+
+bool rp_transformer_preset(const char *name, rp_transformer *out) {
+    for (size_t i = 0; i < sizeof PRESETS / sizeof *PRESETS; i++)
+        if (strcmp(name, PRESETS[i].name) == 0) {
+            *out = PRESETS[i].m;
+            return true;
+        }
+    return false;
+}
+
+enum key {
+    K_LAYERS, K_HIDDEN, K_HEADS, K_SEQ, K_VOCAB, K_KV_HEADS, K_HEAD_DIM, K_FFN, K_MLP, K_NORM,
+    K_POSITION, K_BIAS, K_TIED, K_FLASH, K_DROPOUT, K_COUNT
+};
+static const char *const KEYS[K_COUNT] = {"layers", "hidden", "heads", "seq", "vocab",
+                                          "kv_heads", "head_dim", "ffn", "mlp", "norm",
+                                          "position", "bias", "tied", "flash", "dropout"};
+/* the largest value of each whole-number key */
+static const long MAX[K_COUNT] = {
+    [K_LAYERS] = RP_TRANSFORMER_MAX_LAYERS, [K_HIDDEN] = RP_TRANSFORMER_MAX_WIDTH,
+    [K_HEADS] = RP_TRANSFORMER_MAX_WIDTH,   [K_SEQ] = RP_TRANSFORMER_MAX_SEQ,
+    [K_VOCAB] = RP_TRANSFORMER_MAX_VOCAB,   [K_KV_HEADS] = RP_TRANSFORMER_MAX_WIDTH,
+    [K_HEAD_DIM] = RP_TRANSFORMER_MAX_WIDTH, [K_FFN] = RP_TRANSFORMER_MAX_WIDTH,
+    [K_TIED] = 1,                           [K_FLASH] = 1,
+    [K_DROPOUT] = 1};
+static const char *const WORDS[K_COUNT][4] = {
+    [K_MLP] = {"gelu", "swiglu"},
+    [K_NORM] = {"layernorm", "rmsnorm"},
+    [K_POSITION] = {"learned", "rope"},
+    [K_BIAS] = {"all", "none", "qkv"},
+};
+
+/* Megatron-LM's MLP width when none is given (megatron/training/arguments.py):
+** 4 h, or for SwiGLU's three matrices 8 h / 3 rounded down to 64. */
+static int default_ffn(const rp_transformer *m) {
+    return m->mlp == RP_MLP_SWIGLU ? (int)(4.0 * m->hidden * 2 / 3 / 64) * 64 : 4 * m->hidden;
+}
+
+/* Applies one KEY=VALUE (n characters at p) to m. */
+static rp_status apply(const char *spec, const char *p, size_t n, rp_transformer *m,
+                       unsigned *seen, rp_error *err) {
+    const char *eq = memchr(p, '=', n);
+    if (!eq)
+        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': '%.*s' is not KEY=VALUE", spec,
+                       (int)n, p);
+    size_t k = (size_t)(eq - p), vn = n - k - 1;
+    int key = 0;
+    while (key < K_COUNT && !(strlen(KEYS[key]) == k && strncmp(p, KEYS[key], k) == 0))
+        key++;
+    if (key == K_COUNT)
+        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': '%.*s' is not one of layers, "
+                       "hidden, heads, seq, vocab, kv_heads, head_dim, ffn, mlp, norm, position, "
+                       "bias, tied, flash, dropout", spec, (int)k, p);
+    if (*seen & 1u << key)
+        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': %s is given twice", spec,
+                       KEYS[key]);
+    *seen |= 1u << key;
+    const char *v = eq + 1;
+    if (WORDS[key][0]) {
+        int w = 0;
+        while (w < 4 && WORDS[key][w] &&
+               !(strlen(WORDS[key][w]) == vn && strncmp(v, WORDS[key][w], vn) == 0))
+            w++;
+        if (w == 4 || !WORDS[key][w])
+            return rp_fail(err, RP_ERR_INVALID, "transformer '%s': %s is %s%s%s%s%s, not '%.*s'",
+                           spec, KEYS[key], WORDS[key][0], WORDS[key][2] ? ", " : " or ",
+                           WORDS[key][1], WORDS[key][2] ? " or " : "",
+                           WORDS[key][2] ? WORDS[key][2] : "", (int)vn, v);
+        if (key == K_MLP)
+            m->mlp = (rp_mlp_kind)w;
+        else if (key == K_NORM)
+            m->norm = (rp_norm_kind)w;
+        else if (key == K_POSITION)
+            m->position = (rp_position_kind)w;
+        else
+            m->bias = (rp_bias_kind)w;
+        return RP_OK;
+    }
+    long x = 0;
+    size_t i = 0;
+    for (; i < vn && v[i] >= '0' && v[i] <= '9'; i++)
+        if ((x = x * 10 + (v[i] - '0')) > MAX[key])
+            break;
+    if (vn == 0 || (i < vn && !(v[i] >= '0' && v[i] <= '9')))
+        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': %s needs a whole number, not '%.*s'",
+                       spec, KEYS[key], (int)vn, v);
+    bool flag = key == K_TIED || key == K_FLASH || key == K_DROPOUT;
+    if (x > MAX[key] || (x < 1 && !flag))
+        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': %s is %s, from %d to %ld", spec,
+                       KEYS[key], x > MAX[key] ? "too large" : "too small", flag ? 0 : 1,
+                       MAX[key]);
+    int *field[K_COUNT] = {&m->layers, &m->hidden, &m->heads, &m->seq, &m->vocab,
+                           &m->kv_heads, &m->head_dim, &m->ffn};
+    if (key == K_TIED)
+        m->untied = x == 0;
+    else if (key == K_FLASH)
+        m->flash = x == 1;
+    else if (key == K_DROPOUT)
+        m->dropout = x == 1;
+    else
+        *field[key] = (int)x;
+    return RP_OK;
+}
+
+rp_status rp_transformer_parse(const char *spec, rp_transformer *m, rp_error *err) {
+    memset(m, 0, sizeof *m);
+    const char *p = spec;
+    unsigned seen = 0;
+    size_t n = strcspn(p, ",");
+    if (n && !memchr(p, '=', n)) { /* a preset first */
+        char name[32];
+        if (n >= sizeof name || (memcpy(name, p, n), name[n] = '\0', !rp_transformer_preset(name, m))) {
+            const char *const *names = rp_transformer_presets();
+            char list[256];
+            size_t k = 0;
+            for (int i = 0; names[i] && k < sizeof list; i++)
+                k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "", names[i]);
+            return rp_fail(err, RP_ERR_INVALID, "transformer '%s': '%.*s' is neither KEY=VALUE "
+                           "nor a preset (%s)", spec, (int)n, p, list);
+        }
+        /* a preset's keys may be given again, once each */
+        p += n + (p[n] == ',');
+    } else { /* GPT-2's kind: the zeros of the other kinds */
+        m->bias = RP_BIAS_ALL;
+        m->dropout = true;
+    }
+    bool preset = p != spec;
+    int ffn0 = m->ffn, head_dim0 = m->head_dim, kv0 = m->kv_heads;
+    if (preset)
+        m->ffn = m->head_dim = m->kv_heads = 0; /* re-derived unless given */
+    while (*p) {
+        n = strcspn(p, ",");
+        rp_status st = apply(spec, p, n, m, &seen, err);
+        if (st)
+            return st;
+        p += n + (p[n] == ',');
+    }
+    if (preset) { /* the preset's own where the text did not change what they follow from */
+        rp_transformer base;
+        char name[32];
+        size_t k = strcspn(spec, ",");
+        memcpy(name, spec, k), name[k] = '\0';
+        rp_transformer_preset(name, &base);
+        if (!m->ffn && m->hidden == base.hidden && m->mlp == base.mlp)
+            m->ffn = ffn0;
+        if (!m->head_dim && m->hidden == base.hidden && m->heads == base.heads)
+            m->head_dim = head_dim0;
+        if (!m->kv_heads && m->heads == base.heads)
+            m->kv_heads = kv0;
+    }
+    if (m->layers < 1 || m->hidden < 1 || m->heads < 1 || m->seq < 1 || m->vocab < 1)
+        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': layers, hidden, heads, seq and "
+                       "vocab are each needed, and at least 1", spec);
+    if (!m->head_dim) {
+        if (m->hidden % m->heads)
+            return rp_fail(err, RP_ERR_INVALID, "transformer '%s': %d heads do not divide hidden "
+                           "%d (give head_dim)", spec, m->heads, m->hidden);
+        m->head_dim = m->hidden / m->heads;
+    }
+    if (!m->kv_heads)
+        m->kv_heads = m->heads;
+    if (m->heads % m->kv_heads)
+        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': %d key/value heads do not divide "
+                       "the %d heads", spec, m->kv_heads, m->heads);
+    if ((double)m->heads * m->head_dim > RP_TRANSFORMER_MAX_WIDTH)
+        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': heads x head_dim is %.0f, more "
+                       "than %d", spec, (double)m->heads * m->head_dim, RP_TRANSFORMER_MAX_WIDTH);
+    if (!m->ffn)
+        m->ffn = default_ffn(m);
+    if (m->ffn < 1)
+        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': hidden %d leaves SwiGLU's default "
+                       "MLP width at 0 (give ffn)", spec, m->hidden);
+    return RP_OK;
+}
+
+void rp_transformer_format(const rp_transformer *m, char *out, size_t cap) {
+    snprintf(out, cap, "layers=%d,hidden=%d,heads=%d,seq=%d,vocab=%d,kv_heads=%d,head_dim=%d,"
+                       "ffn=%d,mlp=%s,norm=%s,position=%s,bias=%s,tied=%d,flash=%d,dropout=%d",
+             m->layers, m->hidden, m->heads, m->seq, m->vocab, m->kv_heads, m->head_dim, m->ffn,
+             WORDS[K_MLP][m->mlp], WORDS[K_NORM][m->norm], WORDS[K_POSITION][m->position],
+             WORDS[K_BIAS][m->bias], !m->untied, m->flash, m->dropout);
+}
+
+double rp_transformer_padded_vocab(const rp_transformer *m, int t) {
+    double k = 128.0 * (t > 0 ? t : 1);
+    return ceil(m->vocab / k) * k;
+}
+
+/* A block's parameters (its products, their biases, its two norms). */
+static double block_parameters(const rp_transformer *m) {
+    double h = m->hidden, q = (double)m->heads * m->head_dim, k = (double)m->kv_heads * m->head_dim;
+    double f = m->ffn, up = m->mlp == RP_MLP_SWIGLU ? 2 : 1, norm = m->norm == RP_NORM_LAYER ? 2 : 1;
+    double bias = m->bias == RP_BIAS_ALL ? (q + 2 * k) + h + up * f + h
+                  : m->bias == RP_BIAS_QKV ? q + 2 * k
+                                           : 0;
+    return h * (q + 2 * k) + q * h + up * h * f + f * h + bias + 2 * norm * h;
+}
+
+double rp_transformer_parameters(const rp_transformer *m) {
+    double h = m->hidden, V = m->vocab, norm = m->norm == RP_NORM_LAYER ? 2 : 1;
+    double pos = m->position == RP_POSITION_LEARNED ? (double)m->seq * h : 0;
+    return V * h + pos + m->layers * block_parameters(m) + norm * h + (m->untied ? V * h : 0);
+}
+
+double rp_transformer_flops_megatron(const rp_transformer *m, int t, double samples) {
+    /* as num_floating_point_operations writes it for a dense model of
+    ** sequences of equal length: 3 passes (forward, the input's and the
+    ** weights' gradients) of 2 FLOPs a multiply-add */
+    double h = m->hidden, s = m->seq, L = m->layers, V = rp_transformer_padded_vocab(m, t);
+    double q = (double)m->heads * m->head_dim, k = (double)m->kv_heads * m->head_dim;
+    double ffn_expansion = m->mlp == RP_MLP_SWIGLU ? 3 : 2;
+    double attention = 6 * (h * (q + 2 * k) + q * h);
+    double core = 6 * q / 2 * 2; /* the causal mask halves Q K^T and its product with V */
+    double tokens = samples * s;
+    return tokens * (6 * h * m->ffn * ffn_expansion * L + attention * L + 6 * h * V) +
+           samples * s * s * core * L;
+}
+
+double rp_transformer_flops_eq3(const rp_transformer *m, double samples) {
+    /* equation 3 counts, per token, the blocks' forward four times (forward,
+    ** recomputed forward, backward's two) and the head's three: for a GPT
+    ** of hidden h (4 h MLP, a = h / heads) its 24 h^2 + 4 s h a block */
+    double h = m->hidden, s = m->seq, L = m->layers, V = m->vocab;
+    double q = (double)m->heads * m->head_dim, k = (double)m->kv_heads * m->head_dim;
+    double mats = m->mlp == RP_MLP_SWIGLU ? 3 : 2;
+    double block = 2 * (h * (q + 2 * k) + q * h) + 2 * mats * h * m->ffn + 4 * s * q;
+    return 4 * samples * s * L * block + 6 * samples * s * h * V;
+}
+
+double rp_transformer_flops_6n(const rp_transformer *m, double samples) {
+    double h = m->hidden, s = m->seq;
+    double pos = m->position == RP_POSITION_LEARNED ? s * h : 0;
+    double n = rp_transformer_parameters(m) - (double)m->vocab * h - pos;
+    return samples * s * (6 * n + 12.0 * m->layers * m->heads * m->head_dim * s);
+}
