@@ -197,6 +197,62 @@ static void profile_parameters(void) {
     CHECK(got[1] < want / 7 && got[1] > want / 8); /* the products split, the rest whole */
 }
 
+/* What a block keeps, from Korthikanti et al.'s terms written out by hand
+** (section 4.1 of the paper, each product's input and each activation's,
+** in 16-bit), for two blocks the paper does not count: LLaMA 3 8B's (GQA,
+** SwiGLU, no dropout, a fused attention kernel) with sequence parallelism
+** over t 4, in bf16 and with fp8 products (whose saved inputs are fp8
+** copies, a byte an element); and GPT-2's with its scores, without
+** sequence parallelism. */
+static void block_bytes(void) {
+    rp_transformer m;
+    rp_cluster c;
+    rp_error err;
+    rp_profile *p;
+    char *text;
+    CHECK(rp_cluster_get("dgx-h100", &c, &err) == RP_OK);
+    CHECK(rp_transformer_parse("llama3-8b,seq=4096", &m, &err) == RP_OK);
+    double b = 2, s = 4096, h = 4096, q = 4096, k = 1024, f = 14336, a = 32, t = 4;
+    for (int fp8 = 0; fp8 < 2; fp8++) {
+        rp_transformer_run run;
+        rp_transformer_run_default(&run);
+        run.micro_batch = 2, run.tensor_parallel = 4, run.sequence_parallel = true;
+        run.precision = fp8 ? RP_PRECISION_FP8 : RP_PRECISION_BF16;
+        CHECK_OK(rp_transformer_profile(&m, &c, &run, &text, &err), err);
+        CHECK_OK(rp_profile_parse(&p, text, strlen(text), "llama", &err), err);
+        free(text);
+        double w = fp8 ? 1 : 2;
+        /* split over t by sequence parallelism: the two norms' inputs (2 each)
+        ** and the inputs of QKV and of the MLP's first product (w each);
+        ** split over t by the heads and columns: Q, K and V (2 each),
+        ** attention's output (2, and its fp8 copy for the projection), the
+        ** MLP's gate and up outputs (2 each) and their product, the second
+        ** product's input (w); the softmax's statistics (fp32 a head and token) */
+        double want = b * s * h * (4 + 2 * w) / t +
+                      b * s * (2 * (q + 2 * k) + (2 + (fp8 ? 1 : 0)) * q + 4 * f + w * f) / t +
+                      4 * b * (a / t) * s;
+        double got = 0;
+        CHECK(sscanf(strstr(p->nodes[2].desc, "saved_bytes="), "saved_bytes=%lf", &got) == 1);
+        CHECK(fabs(got - want) < 1e-9 * want);
+        rp_profile_free(p);
+    }
+    /* GPT-2's block, 1.5B's shape, no sequence parallelism, t 2: Korthikanti's
+    ** s b h (10 + 24 / t + 5 a s / (h t)) */
+    CHECK(rp_transformer_parse("layers=48,hidden=1600,heads=25,seq=1024,vocab=50257", &m, &err) ==
+          RP_OK);
+    rp_transformer_run run;
+    rp_transformer_run_default(&run);
+    run.micro_batch = 4, run.tensor_parallel = 1;
+    CHECK_OK(rp_transformer_profile(&m, &c, &run, &text, &err), err);
+    CHECK_OK(rp_profile_parse(&p, text, strlen(text), "gpt", &err), err);
+    free(text);
+    b = 4, s = 1024, h = 1600, a = 25, t = 1;
+    double want = s * b * h * (10 + 24 / t + 5 * a * s / (h * t)), got = 0;
+    CHECK(sscanf(strstr(p->nodes[2].desc, "saved_bytes="), "saved_bytes=%lf", &got) == 1);
+    CHECK(fabs(got - want) < 1e-9 * want);
+    rp_profile_free(p);
+}
+
 /* Megatron-LM's Table 1 row of 1.7B on 32 GPUs (t 1, p 1, 512 sequences):
 ** published 137 TFLOP/s a GPU by equation 3; the row of 18.4B (t 8, 256
 ** GPUs, 1024): 135. Within 10 % with one device setting for all rows
@@ -271,6 +327,7 @@ int main(void) {
     shapes();
     flop_counts();
     profile_parameters();
+    block_bytes();
     table1();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -108,6 +108,12 @@ static rp_status shape_text(const cJSON *o, const char *path, char *spec, size_t
         return rp_fail(err, RP_ERR_INVALID, "%s: \"sliding_window\" %g is shorter than the "
                        "sequence (%lld): repipe prices attention over the whole sequence", path,
                        win->valuedouble, seq);
+    const cJSON *kinds = cJSON_GetObjectItemCaseSensitive(o, "layer_types");
+    for (const cJSON *k = cJSON_IsArray(kinds) ? kinds->child : NULL; k; k = k->next)
+        if (!cJSON_IsString(k) || strcmp(k->valuestring, "full_attention") != 0)
+            return rp_fail(err, RP_ERR_INVALID, "%s: \"layer_types\" names a layer that is not "
+                           "full_attention: repipe prices attention over the whole sequence",
+                           path);
     bool mlp_bias = truth(o, "mlp_bias", false), attn_bias = truth(o, "attention_bias", false);
     if (!gpt2 && mlp_bias)
         return rp_fail(err, RP_ERR_INVALID, "%s: \"mlp_bias\" true: repipe prices biases on "
