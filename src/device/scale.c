@@ -24,6 +24,7 @@
 ** asked otherwise, and FSDP is tried beside it.
 */
 #include <float.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,47 +53,6 @@ static int by_estimate(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Cuts L costs into exactly K contiguous non-empty parts whose largest sum
-** is smallest: the least cap a greedy fill meets in K parts, found by
-** bisection, then parts split further (never raising the largest) until
-** there are K. */
-static void partition(const double *cost, int L, int K, int *counts) {
-    double lo = 0, hi = 0;
-    for (int l = 0; l < L; l++)
-        lo = cost[l] > lo ? cost[l] : lo, hi += cost[l];
-    for (int it = 0; it < 60 && hi - lo > 1e-12 * hi; it++) {
-        double cap = (lo + hi) / 2, sum = 0;
-        int parts = 1;
-        for (int l = 0; l < L; l++) {
-            if (sum + cost[l] > cap)
-                parts++, sum = 0;
-            sum += cost[l];
-        }
-        if (parts <= K)
-            hi = cap;
-        else
-            lo = cap;
-    }
-    int n = 0;
-    double sum = 0;
-    counts[0] = 0;
-    for (int l = 0; l < L; l++) {
-        if (counts[n] > 0 && (sum + cost[l] > hi * (1 + 1e-9) || L - l <= K - n - 1))
-            counts[++n] = 0, sum = 0;
-        counts[n]++, sum += cost[l];
-    }
-    n++;
-    while (n < K) { /* split the part of most layers: its halves are no larger */
-        int w = 0;
-        for (int k = 1; k < n; k++)
-            w = counts[k] > counts[w] ? k : w;
-        memmove(&counts[w + 2], &counts[w + 1], sizeof(int) * (size_t)(n - w - 1));
-        counts[w + 1] = counts[w] / 2;
-        counts[w] -= counts[w + 1];
-        n++;
-    }
-}
-
 /* A pass's cost (forward and backward, a recomputed forward too) of each
 ** kind of node. */
 static void pass_costs(const rpi_xf_part *x, bool full, double cost[RPI_XF_PARTS]) {
@@ -100,43 +60,33 @@ static void pass_costs(const rpi_xf_part *x, bool full, double cost[RPI_XF_PARTS
         cost[k] = x[k].f * (full && k == RPI_XF_BLOCK ? 2 : 1) + x[k].bi + x[k].bw;
 }
 
-/* The stages of C chunks over the L + 2 layers, cut to balance their
-** passes. */
-static void cut(const rp_transformer *m, const double cost[RPI_XF_PARTS], int C, int *counts) {
-    int L = m->layers + 2;
-    double *per = malloc(sizeof(double) * (size_t)L);
-    if (!per) { /* (Megatron-LM's even split: a fine answer, if not the best) */
-        rpi_xf_split(m->layers, C, counts);
+/* The blocks spread over C chunks as evenly as the embedding's and the
+** head's costs allow: the first and the last chunk fewer blocks by what
+** those take, the rest alike (one more in the first ones where they do not
+** divide), so that the chunks' times and memories are alike; counts of the
+** L + 2 layers. */
+static void spread(int L, const double cost[RPI_XF_PARTS], int C, int *counts) {
+    if (C == 1) {
+        counts[0] = L + 2;
         return;
     }
-    for (int l = 0; l < L; l++)
-        per[l] = cost[rpi_xf_kind(l, m->layers)];
-    partition(per, L, C, counts);
-    free(per);
-}
-
-/* The busiest chunk's pass when the blocks are spread to balance C chunks,
-** the embedding before them and the head after: the least cap such that
-** the first chunk holds the embedding and some blocks, the last the head and
-** some, and the rest fill, in closed form (a bisection of O(1) tests). */
-static double busiest_chunk(const double cost[RPI_XF_PARTS], int L, int C) {
     double e = cost[RPI_XF_EMBED], b = cost[RPI_XF_BLOCK], h = cost[RPI_XF_HEAD];
-    if (C == 1)
-        return e + L * b + h;
-    double lo = fmax(fmax(e, h), b), hi = e + L * b + h;
-    for (int it = 0; it < 50; it++) {
-        double cap = (lo + hi) / 2;
-        double first = cap >= e ? floor((cap - e) / b + 1e-9) : -1;
-        double last = cap >= h ? floor((cap - h) / b + 1e-9) : -1;
-        double mid = floor(cap / b + 1e-9);
-        bool ok = first >= 0 && last >= 0 && mid >= 1 &&
-                  first + last + mid * (C - 2) >= L;
-        if (ok)
-            hi = cap;
-        else
-            lo = cap;
+    double target = (e + L * b + h) / C;
+    int first = (int)fmax(0, floor((target - e) / b + 0.5));
+    int last = (int)fmax(0, floor((target - h) / b + 0.5));
+    if (C == 2) {
+        first = first > L ? L : first;
+        last = L - first;
+    } else {
+        first = first > L ? L : first;
+        last = last > L - first ? L - first : last;
+        while (L - first - last < C - 2) /* every chunk between holds a block */
+            (first >= last ? first-- : last--);
     }
-    return hi;
+    int middle = L - first - last;
+    counts[0] = first + 1, counts[C - 1] = last + 1;
+    for (int c = 1; c < C - 1; c++)
+        counts[c] = middle / (C - 2) + (c - 1 < middle % (C - 2));
 }
 
 /* Bytes a rank's parameters move in the replicas' reduction (bf16
@@ -150,24 +100,37 @@ static double ring_time(int n, double bytes, double bw, double latency) {
 /* The estimate of shape k (DBL_MAX where it does not fit). */
 static double estimate(const rp_transformer *m, const rp_cluster *c, const rpi_xf_part *x,
                        cand *k, double memory, bool even) {
+    const rpi_xf_part *parts = x;
     int L = m->layers, P = k->p, C = P * k->v;
     bool full = k->run.recompute == RP_RECOMPUTE_FULL;
     double cost[RPI_XF_PARTS];
     pass_costs(x, full, cost);
-    double chunk = even ? fmax(cost[RPI_XF_EMBED], cost[RPI_XF_HEAD]) + (double)L / C * cost[RPI_XF_BLOCK]
-                        : busiest_chunk(cost, L, C);
-    double most = chunk * k->v; /* the busiest rank's passes of a micro-batch */
+    /* each rank's passes, its chunks' layers as the cut lays them */
+    int counts[RP_MAX_STAGES];
+    if (even)
+        rpi_xf_split(L, C, counts);
+    else
+        spread(L, cost, C, counts);
+    double rank[RP_MAX_STAGES] = {0}, most = 0;
+    for (int c = 0, l = 0; c < C; l += counts[c++]) {
+        int r = k->dv ? (c < P ? c : 2 * P - 1 - c) : c % P;
+        for (int j = l; j < l + counts[c]; j++)
+            rank[r] += cost[rpi_xf_kind(j, L)];
+    }
+    for (int r = 0; r < P; r++)
+        most = fmax(most, rank[r]);
     double all = cost[RPI_XF_EMBED] + L * cost[RPI_XF_BLOCK] + cost[RPI_XF_HEAD];
-    /* memory: the first rank (the embedding, the most in flight) and the
-    ** last (the head) */
+    /* memory: every rank's, as the cut lays the layers */
     rp_transformer_layout lay = {.p = P, .d = k->d, .v = k->dv ? 2 : k->v, .v_shape = k->dv,
                                  .micro_batches = k->m, .sharding = k->sharding};
-    rp_transformer_memory a, z;
-    rp_error err;
-    if (rp_transformer_rank_memory(m, &k->run, &lay, 0, &a, &err) ||
-        rp_transformer_rank_memory(m, &k->run, &lay, P - 1, &z, &err))
-        return DBL_MAX;
-    k->memory = fmax(a.total, z.total);
+    double params = 0;
+    k->memory = 0;
+    for (int r = 0; r < P; r++) {
+        rp_transformer_memory x;
+        rpi_xf_rank_memory(m, &k->run, parts, &lay, counts, r, &x);
+        k->memory = fmax(k->memory, x.total);
+        params = fmax(params, x.parameters);
+    }
     if (k->memory > memory)
         return DBL_MAX;
     /* the transfers of the fill: a stage's output, over the node's link
@@ -176,12 +139,16 @@ static double estimate(const rp_transformer *m, const rp_cluster *c, const rpi_x
     bool across = width * P > c->per_node;
     double xfer = c->latency + x[RPI_XF_BLOCK].out / (across ? c->network_bandwidth
                                                              : c->node_bandwidth);
-    double fill = k->dv ? all / 2 : all / k->v;
-    double pipe = (k->m - 1) * most + fill + 2.0 * (C - 1) * xfer;
+    /* the steady state, a micro-batch of the busiest rank each, and the fill
+    ** and drain of the other ranks' passes, a v-th of them with v chunks a
+    ** rank (Narayanan et al.: a bubble of (p - 1) / v micro-batches); the V
+    ** as two chunks */
+    double fill = (all - most) / (k->dv ? 2 : k->v);
+    double pipe = k->m * most + fill + 2.0 * (C - 1) * xfer;
     /* the replicas' reduction: the rank's bf16 gradients over d (cp ranks
     ** hold the same weights and reduce with them), hidden behind the last
     ** micro-batch's backward where the run overlaps it */
-    double params = fmax(a.parameters, z.parameters), n = (double)k->d * k->run.context_parallel;
+    double n = (double)k->d * k->run.context_parallel;
     bool dp_across = width * P * k->d > c->per_node;
     double bw = dp_across ? c->network_bandwidth : c->node_bandwidth;
     double reduce = ring_time((int)n, 2 * params, bw, c->latency);
@@ -481,14 +448,22 @@ rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
     int want = o->candidates > 0 ? o->candidates : 3, fit = 0, dv_tried = 0, dv_left = 0;
     for (int i = 0; i < n; i++)
         dv_left += cs[i].dv;
+    /* ...and the best of each kind of shape (no pipeline, 1F1B, interleaving;
+    ** by sharding) within 5 % of the best estimate: the estimates come within
+    ** a few percent of the simulation, and where kinds of shape are that close
+    ** the simulation is to choose between them */
+    bool kind_seen[2][2][3] = {{{false}}};
     for (int i = 0; i < n; i++) {
-        /* (an estimate a tenth worse than the best is not simulated: the
-        ** estimates come within a few percent of the simulation) */
+        /* (an estimate a tenth worse than the best is not simulated) */
         bool best = fit < want && i < 4 * want && cs[i].estimate <= 1.1 * cs[0].estimate;
         bool dv = cs[i].dv && dv_tried < want;
+        bool *seen = &kind_seen[cs[i].p > 1][cs[i].v > 1][cs[i].sharding];
+        bool kind = !cs[i].dv && !*seen && cs[i].estimate <= 1.05 * cs[0].estimate;
+        *seen = *seen || !cs[i].dv;
         dv_left -= cs[i].dv;
-        if (!best && !dv) {
-            if (fit >= want && (dv_tried >= want || dv_left == 0))
+        if (!best && !dv && !kind) {
+            if (fit >= want && cs[i].estimate > 1.05 * cs[0].estimate &&
+                (dv_tried >= want || dv_left == 0))
                 break;
             continue;
         }
@@ -503,7 +478,7 @@ rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
         if (o->even_stages)
             rpi_xf_split(m->layers, C, counts);
         else
-            cut(m, cost, C, counts);
+            spread(m->layers, cost, C, counts);
         rp_config cfg;
         config_of(k, counts, &cfg);
         double sec;

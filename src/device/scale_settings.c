@@ -66,8 +66,7 @@ static void megatron(FILE *f, const rp_transformer *m, const rp_scale_plan *p, l
     if (p->cp > 1)
         fprintf(f, "--context-parallel-size %d\n", p->cp);
     bool dv = p->cfg.schedule == RP_SCHEDULE_DUALPIPEV;
-    if (p->v > 1 && !dv)
-        fprintf(f, "--num-virtual-stages-per-pipeline-rank %d\n", p->v);
+    /* the layout says the chunks a rank too (Megatron-LM takes one or the other) */
     if (p->p > 1 && !dv)
         layout(f, m, &p->cfg);
     if (p->run.sequence_parallel)
@@ -75,7 +74,8 @@ static void megatron(FILE *f, const rp_transformer *m, const rp_scale_plan *p, l
     if (p->sharding == RP_SHARD_OPTIMIZER)
         fprintf(f, "--use-distributed-optimizer\n");
     else if (p->sharding == RP_SHARD_FULL)
-        fprintf(f, "--use-megatron-fsdp\n--data-parallel-sharding-strategy optim_grads_params\n");
+        fprintf(f, "--use-megatron-fsdp\n--data-parallel-sharding-strategy optim_grads_params\n"
+                   "--ckpt-format fsdp_dtensor\n");
     if (p->run.recompute == RP_RECOMPUTE_SELECTIVE)
         fprintf(f, "--recompute-granularity selective\n");
     else if (p->run.recompute == RP_RECOMPUTE_FULL)
@@ -96,12 +96,12 @@ static void megatron(FILE *f, const rp_transformer *m, const rp_scale_plan *p, l
 }
 
 /* torchtitan's module names of layers [l, l + n): tok_embeddings, layers.K,
-** and the head as norm and output. */
+** and the head as norm and lm_head (torchtitan 0.3's Llama 3 names). */
 static void modules(FILE *f, const rp_transformer *m, int l, int n) {
     for (int k = 0; k < n; k++, l++) {
         int kind = rpi_xf_kind(l, m->layers);
         fprintf(f, "%s%s", k ? "," : "",
-                kind == RPI_XF_EMBED ? "tok_embeddings" : kind == RPI_XF_HEAD ? "norm,output" : "");
+                kind == RPI_XF_EMBED ? "tok_embeddings" : kind == RPI_XF_HEAD ? "norm,lm_head" : "");
         if (kind == RPI_XF_BLOCK)
             fprintf(f, "layers.%d", l - 1);
     }

@@ -30,6 +30,12 @@ void rpi_xf_parts(const rp_transformer *m, const rp_cluster *c, const rp_transfo
 ** embedding in the first, the head in the last; counts of L + 2 layers. */
 void rpi_xf_split(int layers, int chunks, int *counts);
 
+/* What rank `rank` of the layout holds (rp_transformer_rank_memory, of
+** the parts' bytes and the chunks' counts of the L + 2 layers), in O(v). */
+void rpi_xf_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
+                        const rpi_xf_part parts[RPI_XF_PARTS], const rp_transformer_layout *lay,
+                        const int *counts, int rank, rp_transformer_memory *out);
+
 /* The part of layer l of L + 2 (the embedding first, the head last). */
 static inline int rpi_xf_kind(int l, int layers) {
     return l == 0 ? RPI_XF_EMBED : l <= layers ? RPI_XF_BLOCK : RPI_XF_HEAD;

@@ -27,6 +27,49 @@ void rpi_xf_split(int layers, int chunks, int *counts) {
     counts[chunks - 1]++;
 }
 
+void rpi_xf_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
+                        const rpi_xf_part parts[RPI_XF_PARTS], const rp_transformer_layout *lay,
+                        const int *counts, int rank, rp_transformer_memory *out) {
+    int p = lay->p, v = lay->v > 1 ? lay->v : 1, C = p * v;
+    bool full = r->recompute == RP_RECOMPUTE_FULL;
+    const rpi_xf_part *e = &parts[RPI_XF_EMBED], *b = &parts[RPI_XF_BLOCK], *h = &parts[RPI_XF_HEAD];
+    double params = 0, kept = 0, most = 0;
+    for (int k = 0; k < v; k++) {
+        /* chunk k of the rank: interleaved, k p + rank; in a V (DualPipeV),
+        ** rank and 2 p - 1 - rank; the embedding opens the first chunk, the
+        ** head closes the last, blocks between */
+        int c = lay->v_shape ? (k == 0 ? rank : 2 * p - 1 - rank) : k * p + rank;
+        bool embed = c == 0, head = c == C - 1;
+        double blocks = counts[c] - embed - head;
+        params += blocks * b->params;
+        kept += blocks * (full ? b->checkpoint : b->saved);
+        most = fmax(most, blocks > 0 ? b->saved : 0);
+        if (embed)
+            params += e->params, kept += e->saved, most = fmax(most, e->saved);
+        if (head) /* a tied head on the embedding's rank is the embedding's table */
+            params += h->params - (!m->untied && C == 1 ? rp_transformer_padded_vocab(
+                                                              m, r->tensor_parallel) *
+                                                              m->hidden / r->tensor_parallel
+                                                        : 0),
+                kept += h->saved, most = fmax(most, h->saved);
+    }
+    double n = (double)lay->d * r->context_parallel;
+    double flight;
+    long long mb = lay->micro_batches > 0 ? lay->micro_batches : p;
+    if (lay->v_shape)
+        flight = p + 1.0; /* of the rank's two chunks together (DualPipe's README) */
+    else if (v == 1)
+        flight = fmin(p - rank, (double)mb);
+    else
+        flight = fmin((2.0 * (p - rank - 1) + (v - 1.0) * p + 1) / v, (double)mb);
+    out->parameters = params;
+    out->weights = params * rpi_xf_bytes_per_parameter(lay->sharding, n, C > 1);
+    if (lay->sharding == RP_SHARD_FULL && C == 1) /* two blocks gathered: one computing, the next */
+        out->weights += 2 * 6 * b->params;
+    out->activations = flight * kept + (full ? most : 0);
+    out->total = out->weights + out->activations;
+}
+
 rp_status rp_transformer_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
                                      const rp_transformer_layout *lay, int rank,
                                      rp_transformer_memory *out, rp_error *err) {
@@ -54,41 +97,6 @@ rp_status rp_transformer_rank_memory(const rp_transformer *m, const rp_transform
                              .gemm_efficiency = 1, .memory_efficiency = 1,
                              .attention_efficiency = 1};
     rpi_xf_parts(m, &any, r, parts); /* (their bytes; the times are not read) */
-    int first[RP_MAX_STAGES + 1];
-    first[0] = 0;
-    for (int c = 0; c < C; c++)
-        first[c + 1] = first[c] + counts[c];
-    bool full = r->recompute == RP_RECOMPUTE_FULL;
-    double table = rp_transformer_padded_vocab(m, r->tensor_parallel) * m->hidden /
-                   r->tensor_parallel;
-    double params = 0, kept = 0, most = 0;
-    for (int k = 0; k < v; k++) {
-        /* chunk k of the rank: interleaved, k p + rank; in a V (DualPipeV),
-        ** rank and 2 p - 1 - rank */
-        int c = lay->v_shape ? (k == 0 ? rank : 2 * p - 1 - rank) : k * p + rank;
-        for (int l = first[c]; l < first[c + 1]; l++) {
-            const rpi_xf_part *x = &parts[rpi_xf_kind(l, m->layers)];
-            /* a tied head on the embedding's rank is the embedding's table */
-            bool shared = l == L - 1 && !m->untied && C == 1;
-            params += x->params - (shared ? table : 0);
-            kept += full && rpi_xf_kind(l, m->layers) == RPI_XF_BLOCK ? x->checkpoint : x->saved;
-            most = fmax(most, x->saved);
-        }
-    }
-    double n = (double)lay->d * r->context_parallel;
-    double flight;
-    long long mb = lay->micro_batches > 0 ? lay->micro_batches : p;
-    if (lay->v_shape)
-        flight = p + 1.0; /* of the rank's two chunks together (DualPipe's README) */
-    else if (v == 1)
-        flight = fmin(p - rank, (double)mb);
-    else
-        flight = fmin((2.0 * (p - rank - 1) + (v - 1.0) * p + 1) / v, (double)mb);
-    out->parameters = params;
-    out->weights = params * rpi_xf_bytes_per_parameter(lay->sharding, n, C > 1);
-    if (lay->sharding == RP_SHARD_FULL && C == 1) /* two blocks gathered: one computing, the next */
-        out->weights += 2 * 6 * parts[RPI_XF_BLOCK].params;
-    out->activations = flight * kept + (full ? most : 0);
-    out->total = out->weights + out->activations;
+    rpi_xf_rank_memory(m, r, parts, lay, counts, rank, out);
     return RP_OK;
 }

@@ -1,0 +1,190 @@
+"""Regenerates tests/fixtures/trainers/cluster_cases.json: what Megatron-LM's and torchtitan's own
+code make of the settings `repipe plan --cluster ... --emit megatron|torchtitan` writes for
+today's runs (GQA, SwiGLU, untied heads, sequence and context parallelism, the distributed
+optimizer and FSDP, selective and full recomputation, fp8, interleaved stages cut by a layout).
+Run it where megatron-core 0.19 and torchtitan 0.3 are installed (a scratch environment, Python
+3.12; neither is a dependency of repipe), with the repipe to record:
+
+    python tests/trainer_cluster_fixtures.py build/repipe
+
+tests/trainers_cluster_test.py checks the records in `make test` without either package.
+Megatron-LM's validate_args asks the device's architecture only to warn about CUDA stream
+settings, and is told Hopper's (9); WORLD_SIZE is the plan's devices, as a launcher sets it."""
+import contextlib
+import importlib.metadata
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "fixtures", "trainers", "cluster_cases.json")
+
+# name, torchtitan's flavour of the model, the plan's arguments
+CASES = [
+    ("llama3-8b-fp8-fsdp", "8B",
+     ["--cluster", "dgx-h100", "--devices", "8", "--global-batch", "128", "--transformer",
+      "llama3-8b", "--tp", "1", "--pp", "1", "--sharding", "fsdp", "--precision", "fp8"]),
+    ("llama3-70b-fp8-t4-p8-v5", "70B",
+     ["--cluster", "dgx-h100", "--devices", "64", "--global-batch", "128", "--transformer",
+      "llama3-70b", "--tp", "4", "--pp", "8", "--cp", "1", "--vp", "5", "--micro-batch", "1",
+      "--sharding", "optimizer", "--precision", "fp8"]),
+    ("llama3-405b-t8-p8-cp2-v8", "405B",
+     ["--cluster", "dgx-h100", "--devices", "1024", "--global-batch", "512", "--transformer",
+      "llama3-405b", "--tp", "8", "--pp", "8", "--cp", "2", "--vp", "8", "--micro-batch", "1",
+      "--sharding", "optimizer"]),
+    ("llama3-70b-selective-free", "70B",
+     ["--cluster", "dgx-h100", "--devices", "128", "--global-batch", "256", "--transformer",
+      "llama3-70b,flash=0", "--recompute", "selective"]),
+    ("llama3-8b-full-balanced", "8B",
+     ["--cluster", "dgx-h100", "--devices", "32", "--global-batch", "64", "--transformer",
+      "llama3-8b", "--tp", "2", "--pp", "4", "--recompute", "full", "--vp", "1"]),
+]
+MEGATRON_ARGS = [
+    "num_layers", "hidden_size", "num_attention_heads", "group_query_attention",
+    "num_query_groups", "kv_channels", "ffn_hidden_size", "swiglu", "normalization",
+    "position_embedding_type", "add_bias_linear", "add_qkv_bias",
+    "untie_embeddings_and_output_weights", "seq_length", "max_position_embeddings", "vocab_size",
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+    "virtual_pipeline_model_parallel_size", "data_parallel_size", "sequence_parallel",
+    "use_distributed_optimizer", "use_megatron_fsdp", "data_parallel_sharding_strategy",
+    "recompute_granularity", "recompute_method", "recompute_num_layers", "micro_batch_size",
+    "global_batch_size", "bf16", "fp8", "fp8_recipe", "overlap_grad_reduce",
+    "overlap_param_gather", "tp_comm_overlap", "attention_backend"]
+
+
+def emit(repipe, args, trainer, tmp):
+    out = os.path.join(tmp, trainer + ".args")
+    js = os.path.join(tmp, "plan.json")
+    cmd = [repipe, "plan"] + args + ["--emit", trainer, "--emit-out", out, "--json", js]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit("%s failed: %s" % (" ".join(cmd), p.stderr))
+    why = [l.strip()[1:-1] for l in p.stdout.splitlines() if l.startswith("  (")]
+    return open(out).read(), json.load(open(js)), why
+
+
+def megatron_reads(settings, devices):
+    # as a launcher sets it: 1 for tensor and context parallelism (Megatron-LM asks it), unset
+    # for FSDP (Megatron-LM refuses 1 there)
+    if "--use-megatron-fsdp" in settings:
+        os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    else:
+        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    os.environ["RANK"] = "0"
+    os.environ["WORLD_SIZE"] = str(devices)
+    import megatron.training.arguments as arguments
+    arguments.get_device_arch_version = lambda: 9  # Hopper's, as on an H100: no GPU here
+    from megatron.core import parallel_state
+    from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.pipeline_parallel_layer_layout import (
+        PipelineParallelLayerLayout)
+    given = []
+    for line in settings.splitlines():
+        opt, _, value = line.partition(" ")
+        given += [opt] + ([value] if value else [])
+    sys.argv = ["pretrain_gpt.py"] + given
+    with contextlib.redirect_stdout(io.StringIO()):
+        args = arguments.validate_args(arguments.parse_args())
+    rec = {k: (str(getattr(args, k)) if k == "attention_backend" else getattr(args, k, None))
+           for k in MEGATRON_ARGS}
+    layout = args.pipeline_model_parallel_layout
+    if layout is not None:
+        if isinstance(layout, str):
+            layout = PipelineParallelLayerLayout.from_str(layout, args.pipeline_model_parallel_size)
+        layout.validate_layer_layout(args.num_layers, None)
+        vp = args.virtual_pipeline_model_parallel_size or 1
+        parallel_state.set_virtual_pipeline_model_parallel_world_size(vp if vp > 1 else None)
+        rec["stages"] = [
+            {"pp_rank": r, "vp_stage": v,
+             "embedding": LayerType.embedding in layout.layout[r][v],
+             "loss": LayerType.loss in layout.layout[r][v],
+             "layers": layout.get_layer_id_list(vp_stage=v, pp_rank=r)}
+            for v in range(vp) for r in range(args.pipeline_model_parallel_size)]
+    return rec
+
+
+def titan_reads(settings, flavour):
+    from torchtitan.config.manager import ConfigManager
+    from torchtitan.distributed.pipeline_parallel import (
+        _get_pp_rank_to_stage_indices_mapping, _split_module)
+    from torchtitan.models.llama3 import model_registry
+    import torch
+    # torchtitan's llama3_405b config turns on its Float8 converter, which refuses a machine
+    # without an fp8 GPU: the settings are read on its 70B config (the same settings and
+    # checks), the split made of the 405B model
+    argv = ["--module", "llama3", "--config",
+            "llama3_" + ("70b" if flavour == "405B" else flavour.lower())]
+    for line in settings.splitlines():
+        argv += line.split(" ")
+    cfg = ConfigManager().parse_args(argv)
+    par = cfg.parallelism
+    rec = {"tensor_parallel_degree": par.tensor_parallel_degree,
+           "context_parallel_degree": par.context_parallel_degree,
+           "pipeline_parallel_degree": par.pipeline_parallel_degree,
+           "pipeline_parallel_schedule": par.pipeline_parallel_schedule,
+           "pipeline_parallel_microbatch_size": par.pipeline_parallel_microbatch_size,
+           "data_parallel_replicate_degree": par.data_parallel_replicate_degree,
+           "data_parallel_shard_degree": par.data_parallel_shard_degree,
+           "local_batch_size": cfg.training.local_batch_size,
+           "global_batch_size": cfg.training.global_batch_size,
+           "seq_len": cfg.training.seq_len,
+           "mixed_precision_param": cfg.training.mixed_precision_param,
+           "activation_checkpoint": type(cfg.activation_checkpoint).__qualname__}
+    parts = par.module_fqns_per_model_part
+    if parts:
+        with torch.device("meta"):
+            model = model_registry(flavour).model.build()
+        pp = par.pipeline_parallel_degree
+        rank_of = {}
+        for r in range(pp):
+            for s in _get_pp_rank_to_stage_indices_mapping(r, pp, par.pipeline_parallel_schedule,
+                                                           len(parts)):
+                rank_of[s] = r
+        stages = []
+        for s, names in enumerate(parts):
+            part = _split_module(model, names)
+            kept = []
+            for name, child in part.named_children():
+                if name == "layers":
+                    kept += ["layers." + k for k in child.keys()]
+                elif child is not None:
+                    kept.append(name)
+            stages.append({"stage": s, "rank": rank_of[s], "modules": kept})
+        rec["stages"] = stages
+    return rec
+
+
+def main():
+    warnings.filterwarnings("ignore")
+    repipe = sys.argv[1]
+    cases = []
+    for name, flavour, args in CASES:
+        case = {"name": name, "args": args, "torchtitan_flavour": flavour}
+        for trainer in ("megatron", "torchtitan"):
+            with tempfile.TemporaryDirectory() as tmp:
+                settings, plan, why = emit(repipe, args, trainer, tmp)
+            reads = (megatron_reads(settings, plan["devices"]) if trainer == "megatron"
+                     else titan_reads(settings, flavour))
+            case[trainer] = {"settings": settings, "restrictions": why, "read": reads}
+            case["plan"] = {k: plan[k] for k in (
+                "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel",
+                "micro_batch", "micro_batches", "virtual_stages", "schedule", "sequence_parallel",
+                "recompute", "sharding", "precision", "overlap", "layers_per_stage",
+                "transformer", "global_batch", "devices")}
+            print(name, trainer, "ok")
+        cases.append(case)
+    versions = {"megatron-core": importlib.metadata.version("megatron-core"),
+                "torchtitan": importlib.metadata.version("torchtitan"),
+                "torch": importlib.metadata.version("torch"), "python": sys.version.split()[0]}
+    json.dump({"source": "tests/trainer_cluster_fixtures.py", "versions": versions,
+               "licences": {"megatron-core": "Apache 2.0", "torchtitan": "BSD 3-Clause"},
+               "cases": cases}, open(OUT, "w"), indent=1, default=str)
+    print("wrote", OUT)
+
+
+if __name__ == "__main__":
+    main()
