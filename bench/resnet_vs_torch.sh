@@ -5,12 +5,13 @@
 # is compared. PyTorch and torchvision: PyPI's, the project's environment (scripts/python-env).
 # Usage: bench/resnet_vs_torch.sh BUILD_DIR [ROUNDS] [STEPS]
 set -eu
-build=${1:-build}
+build=$(cd "${1:-build}" && pwd)
 rounds=${2:-3}
 steps=${3:-30}
 cd "$(dirname "$0")/.."
 py=$(sh scripts/python-env)
-export OPENBLAS_NUM_THREADS=1 PYTHONPATH=python REPIPE_LIBRARY=$build/librepipe.so
+export OPENBLAS_NUM_THREADS=1 PYTHONPATH="$PWD/python" REPIPE_LIBRARY="$build/librepipe.so"
+[ -e "$REPIPE_LIBRARY" ] || { echo "resnet_vs_torch.sh: $REPIPE_LIBRARY is missing: build $build first (make build)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$py" bench/torch_resnet18.py --export "$tmp/resnet18.model"

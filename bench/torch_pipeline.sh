@@ -18,7 +18,11 @@ py=$(sh scripts/python-env)
 sh scripts/kjv-text "$build"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+# the package from this checkout and the library from the build given (not whatever the
+# environment exports)
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 PYTHONPATH="$PWD/python" \
+  REPIPE_LIBRARY="$build/librepipe.so"
+[ -e "$REPIPE_LIBRARY" ] || { echo "torch_pipeline.sh: $REPIPE_LIBRARY is missing: build $build first (make build)" >&2; exit 1; }
 cat > "$work/gpt.json" <<'JSON'
 {"micro_batch_size": 4, "gradient_accumulation_steps": 8, "layers_per_stage": [4, -1],
  "schedule": "1f1b", "optimizer": {"type": "sgd", "lr": 0.01}}
@@ -26,8 +30,12 @@ JSON
 for r in $(seq 1 "$rounds"); do
   "$build/bench/bench_train" examples/gpt-kjv.model "$work/gpt.json" 20 \
     --text "$build/kjv-train.txt" --warmup 3 > "$work/engine.$r"
-  "$(dirname "$py")/torchrun" --standalone --nproc-per-node 2 bench/torch_pipeline.py 2 10 \
-    2>/dev/null | grep '^{' > "$work/torch.$r"
+  if ! "$(dirname "$py")/torchrun" --standalone --nproc-per-node 2 bench/torch_pipeline.py 2 10 \
+       > "$work/torchrun.$r" 2>&1 || ! grep '^{' "$work/torchrun.$r" > "$work/torch.$r"; then
+    echo "torch_pipeline.sh: round $r under torchrun failed:" >&2
+    tail -20 "$work/torchrun.$r" >&2
+    exit 1
+  fi
 done
 "$py" - "$work" "$rounds" <<'PY'
 import json, statistics, sys

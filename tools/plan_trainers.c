@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/core/util.h"
 #include "plan_trainers.h"
 
 static void describe(const rp_autoplan_entry *e) {
@@ -43,15 +44,6 @@ static void shell_word(const char *w, size_t n) {
         plain &= (w[i] >= 'a' && w[i] <= 'z') || (w[i] >= 'A' && w[i] <= 'Z') ||
                  (w[i] >= '0' && w[i] <= '9') || strchr("._,:/=-", w[i]) != NULL;
     printf(plain ? "%.*s" : "'%.*s'", (int)n, w);
-}
-
-static bool write_file(const cli_cmd *cmd, const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
-        cli_error(cmd, "%s: cannot write", path);
-        return false;
-    }
-    return true;
 }
 
 int plan_emit_trainer(const cli_cmd *cmd, const plan_emit *e, const rp_profile *prof,
@@ -102,47 +94,51 @@ int plan_emit_trainer(const cli_cmd *cmd, const plan_emit *e, const rp_profile *
     rp_trainer_pipelines(&use->cfg, &pipelines);
     const rp_config *c = &pipelines;
     const char *csv = NULL;
-    char csv_path[4096];
+    char csv_path[4096], *csv_text = NULL;
     rp_derived d;
     rp_config_derive(c, &d);
     if (e->trainer == RP_TRAINER_TORCHTITAN && d.stages > 1 &&
         (c->schedule == RP_SCHEDULE_ZB_H1 || c->schedule == RP_SCHEDULE_ZB_H2 ||
          c->schedule == RP_SCHEDULE_ZB_AUTO || c->schedule == RP_SCHEDULE_ZB_V)) {
-        snprintf(csv_path, sizeof csv_path, "%s%s", e->out ? e->out : "torchtitan",
+        /* a file only where asked: without --emit-out the settings name the
+        ** file --emit-out would write */
+        snprintf(csv_path, sizeof csv_path, "%s%s", e->out ? e->out : "SETTINGS",
                  ".schedule.csv");
         rp_config one = *c;
         one.replication_factor = 1;
         one.tensor_parallel = 1;
-        char *text;
-        if (rp_schedule_csv(&one, &text, &err)) {
+        if (rp_schedule_csv(&one, &csv_text, &err)) {
             cli_error(cmd, "%s", err.msg);
             return 1;
         }
-        bool ok = write_file(cmd, csv_path, text);
-        free(text);
-        if (!ok)
-            return 1;
         csv = csv_path;
     }
     char *settings;
     fflush(stdout); /* (the words so far before any error) */
     if (rp_trainer_settings(e->trainer, prof, c, csv, &settings, &err)) {
         cli_error(cmd, "%s's settings cannot be written: %s", name, err.msg);
+        free(csv_text);
         return 1;
     }
-    if (e->out) {
-        char cfg_path[4096];
+    if (e->out) { /* the settings, the schedule, the configuration: all or none */
+        char cfg_path[4096], *cfg_text;
         snprintf(cfg_path, sizeof cfg_path, "%s.config.json", e->out);
-        if (!write_file(cmd, e->out, settings)) {
-            free(settings);
+        if (rp_config_to_json(c, &cfg_text, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            free(settings), free(csv_text);
             return 1;
         }
-        if (rp_config_save_file(c, cfg_path, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            free(settings);
+        const char *paths[3] = {e->out, cfg_path, csv_path};
+        const char *texts[3] = {settings, cfg_text, csv_text};
+        rp_status st = rp_write_files_atomic(csv_text ? 3 : 2, paths, texts, &err);
+        free(cfg_text);
+        if (st) {
+            cli_error(cmd, "%s (nothing written)", err.msg);
+            free(settings), free(csv_text);
             return 1;
         }
     }
+    free(csv_text);
     /* the ranks on the machines of the innermost level, a node each */
     int ranks = rp_config_devices(c, &d) * (c->tensor_parallel > 1 ? c->tensor_parallel : 1);
     int per_node = ao.num_levels > 1 && ranks > ao.machines[0] ? ao.machines[0] : ranks;
@@ -178,8 +174,11 @@ int plan_emit_trainer(const cli_cmd *cmd, const plan_emit *e, const rp_profile *
         line += n + (end != NULL);
     }
     printf("\n");
-    if (csv)
+    if (csv && e->out)
         printf("  %s: the schedule, one rank a row (PyTorch's CSV of actions)\n", csv);
+    else if (csv)
+        printf("  (the schedule is a CSV of actions: --emit-out SETTINGS writes it to "
+               "SETTINGS.schedule.csv)\n");
     if (e->out)
         printf("  %s: these settings, one option a line; %s.config.json: the plan as repipe's "
                "configuration\n", e->out, e->out);

@@ -24,9 +24,15 @@ Two runners, one result (the gradient of the batch's mean loss, then the optimiz
 A parameter that two stages read (an embedding tied to the head) is a copy on each, its
 gradient summed over all of them before the step, so the copies stay equal.
 """
+import atexit
 import ctypes
+import datetime
+import gc
 import os
+import sys
 import tempfile
+import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -36,6 +42,31 @@ from repipe import _Err, _check, _lib, _sig as _fn
 from .torch_graph import Graph, Split
 
 __all__ = ["Pipeline"]
+
+
+_LIVE = weakref.WeakSet()
+
+
+@atexit.register
+def _release_all():
+    """At the interpreter's exit, before its last collection: every Pipeline's hold on
+    torch.distributed let go, and collected, so that gloo's devices (and their loop threads)
+    are torn down here and not in the finalizer's collection, where one in six launches of a
+    zero-bubble plan aborted ("terminate called without an active exception" in
+    pt_gloo_runloop)."""
+    for p in list(_LIVE):
+        p.close()
+    gc.collect()
+
+
+def _group_timeout(group, device):
+    """The process group's timeout in seconds (init_process_group(timeout=)), or PyTorch's
+    default where the backend does not say."""
+    try:
+        t = group._get_backend(torch.device(device)).options._timeout
+        return t.total_seconds() if isinstance(t, datetime.timedelta) else float(t)
+    except (AttributeError, RuntimeError, TypeError):
+        return dist.default_pg_timeout.total_seconds()
 
 
 class _Op(ctypes.Structure):
@@ -117,10 +148,19 @@ class Pipeline:
     as many ranks as the plan has workers. `device`: where this rank's stage runs (default:
     the CPU on gloo, cuda:LOCAL_RANK on NCCL). runner="repipe" runs repipe's own operation
     lists where PyTorch's schedule classes would run (the same result: the tests compare
-    them)."""
+    them).
+
+    check_batches: at every step the ranks compare a fingerprint of their batch (its shape and
+    two weighted sums, one small all-gather) and their step count, and refuse, naming the
+    ranks, where they differ: ranks passing different batches would each train on their own,
+    and a rank that skipped a step would wait for ever. False turns it off.
+    timeout: seconds a step may take before this rank ends, saying its rank and step (a peer
+    alive but silent would otherwise hold it in PyTorch's point-to-point waits, which do not
+    honour the process group's timeout) [the process group's timeout; 0: none].
+    example: a micro-batch of inputs to build this rank's stage now (else the first step's)."""
 
     def __init__(self, module, plan, *, loss_fn, optimizer, group=None, device=None,
-                 runner="auto"):
+                 runner="auto", check_batches=True, timeout=None, example=None):
         if not dist.is_initialized():
             raise repipe.Error("rt.Pipeline: call torch.distributed.init_process_group first "
                                "(torchrun sets the rank and world size)")
@@ -161,6 +201,12 @@ class Pipeline:
             raise repipe.Error("rt.Pipeline: schedule %s is not one of %s"
                                % (self.schedule, ", ".join(_TORCH_SCHEDULES)))
         self.built = False
+        _LIVE.add(self)
+        self.steps = 0
+        self.check_batches = check_batches
+        self.timeout = _group_timeout(self.group, self.device) if timeout is None else timeout
+        if example is not None:
+            self._build(example[:self.B].to(self.device))
 
     # ---- building this rank's part --------------------------------------------------------
 
@@ -181,7 +227,9 @@ class Pipeline:
         for m in self.stage_mods:
             params += [p for p in m.parameters() if all(p is not q for q in params)]
         self.params = params
-        self.optimizer = self.make_optimizer(params)
+        # a stage without parameters (a ReLU, rotary tables) has nothing to step: PyTorch's
+        # optimizers refuse an empty list
+        self.optimizer = self.make_optimizer(params) if params else None
         self.built = True
 
     def _new_group(self, ranks):
@@ -311,22 +359,87 @@ class Pipeline:
                                "(micro_batch_size %d x gradient_accumulation_steps %d x "
                                "replication_factor %d); got %d inputs and %d targets"
                                % (n, self.B, self.GA, self.R, inputs.shape[0], targets.shape[0]))
-        if not self.built:
-            self._build(inputs[:self.B].to(self.device))
-        k = targets.shape[0] // n  # targets a sample (a GPT's: one a position)
-        lo = self.replica * self.B * self.GA
-        x = inputs[lo:lo + self.B * self.GA].to(self.device)
-        y = targets[lo * k:(lo + self.B * self.GA) * k].to(self.device)
-        if self.uniform:
-            total = self._step_uniform(x, y)
-        else:
-            total = self._step_runner(x, y)
-        self._reduce_tied()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        t = torch.tensor([total], dtype=torch.float64)
-        dist.all_reduce(t, group=self.group)
+        if getattr(self, "closed", False):
+            raise repipe.Error("rt.Pipeline.step: the pipeline was closed")
+        if self.check_batches:
+            self._check_batch(inputs, targets)
+        watchdog = None
+        if self.timeout:
+            watchdog = threading.Timer(self.timeout, self._timed_out)
+            watchdog.daemon = True
+            watchdog.start()
+        try:
+            if not self.built:
+                self._build(inputs[:self.B].to(self.device))
+            k = targets.shape[0] // n  # targets a sample (a GPT's: one a position)
+            lo = self.replica * self.B * self.GA
+            x = inputs[lo:lo + self.B * self.GA].to(self.device)
+            y = targets[lo * k:(lo + self.B * self.GA) * k].to(self.device)
+            if self.uniform:
+                total = self._step_uniform(x, y)
+            else:
+                total = self._step_runner(x, y)
+            self._reduce_tied()
+            if self.optimizer is not None:
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+            t = torch.tensor([total], dtype=torch.float64)
+            dist.all_reduce(t, group=self.group)
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+        self.steps += 1
         return t.item() / (self.R * self.GA)
+
+    def close(self):
+        """Lets go of this rank's schedule, stages and process groups (the module's weights
+        stay in the stage modules' state_dict until then): after it, step() is refused. Called
+        for every Pipeline at the interpreter's exit."""
+        for name in ("runner", "dp", "dp_mine", "reduce", "tied"):
+            if hasattr(self, name):
+                setattr(self, name, None)
+        self.closed = True
+
+    def _check_batch(self, inputs, targets):
+        """Every rank's step count and a fingerprint of its batch, gathered and compared."""
+        def sums(t):
+            v = t.detach().reshape(-1).to("cpu", torch.float64)
+            w = torch.arange(v.numel(), dtype=torch.float64) % 1009 + 1
+            return [float(v.sum()), float((v * w).sum())]
+        mine = torch.tensor([self.steps, inputs.numel(), targets.numel()] + sums(inputs) +
+                            sums(targets), dtype=torch.float64, device=self.device)
+        every = [torch.empty_like(mine) for _ in self.ranks]
+        try:
+            dist.all_gather(every, mine, group=self.group)
+        except RuntimeError as e:  # gloo's and NCCL's own timeout: said in repipe's words
+            if "imed out" not in str(e) and "imeout" not in str(e):
+                raise
+            raise repipe.Error(self._silent_peer()) from e
+        every = [e.cpu() for e in every]
+        if self.steps != int(every[0][0]) or any(int(e[0]) != self.steps for e in every):
+            counts = ", ".join("rank %d: %d" % (self.ranks[r], int(e[0]))
+                               for r, e in enumerate(every))
+            raise repipe.Error("rt.Pipeline.step: the ranks are at different steps (%s): a rank "
+                               "that skipped one cannot meet the others again" % counts)
+        differ = [self.ranks[r] for r, e in enumerate(every) if not torch.equal(e, every[0])]
+        if differ:
+            raise repipe.Error("rt.Pipeline.step %d: ranks %s passed a batch that differs from "
+                               "rank %d's: every rank passes the same global batch (its shape "
+                               "and values are compared; check_batches=False turns it off)"
+                               % (self.steps, ", ".join(map(str, differ)), self.ranks[0]))
+
+    def _timed_out(self):
+        """A step took longer than the timeout: a peer alive but silent. The point-to-point
+        waits of PyTorch's schedules do not honour the process group's timeout, so this rank
+        says where it stood and ends."""
+        sys.stderr.write(self._silent_peer() + "; ending this process\n")
+        sys.stderr.flush()
+        os._exit(1)
+
+    def _silent_peer(self):
+        return ("rt.Pipeline: rank %d (global %d): step %d did not finish in %g s (the "
+                "timeout): a peer stopped responding" % (self.me, self.ranks[self.me],
+                                                         self.steps, self.timeout))
 
     def _step_uniform(self, x, y):
         losses = []
@@ -450,6 +563,11 @@ class Pipeline:
         """The whole module's state_dict, its trained parameters and buffers gathered on
         rank 0 of the group (from the first worker of the first stage holding each); other
         ranks get None."""
+        if not self.built:
+            raise repipe.Error("rt.Pipeline.state_dict: no stage is built yet: the stages are "
+                               "made from the first step's micro-batch (or from Pipeline's "
+                               "example=), so call step() first; before it the weights are "
+                               "the module's own (module.state_dict())")
         owner = {}
         for s in range(self.S):
             for c, _, _ in self.split.params(s):

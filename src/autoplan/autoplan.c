@@ -193,6 +193,31 @@ static int by_estimate(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Why no configuration was found, by its cause: the layers too few for the
+** stages asked, the cuts a trainer can make, or the memory. */
+static rp_status none_found(const search *S, int W, const rp_autoplan_options *o,
+                            rp_error *err) {
+    int P = o->pipeline_stages, cuts = 0;
+    if (P > S->L)
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: pipelines of %d stages need %d layers or "
+                       "more; the profile has %d (a stage holds one layer at least)", P, P, S->L);
+    for (int j = 1; o->cuts && j < S->L; j++)
+        cuts += o->cuts[j] != 0;
+    if (o->cuts && P > 1 && cuts < P - 1)
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: the trainer can begin a stage at %d of the "
+                       "%d layers, too few for pipelines of %d stages", cuts, S->L, P);
+    if (!(o->memory_size > 0) && !o->device_memory)
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: no configuration of %d workers%s splits "
+                       "the update's samples evenly (accumulation up to %d, micro-batches of %d "
+                       "samples at least)", W, P ? " in pipelines of that many stages" : "",
+                       o->max_accumulation, o->min_micro_batch);
+    return rp_fail(err, RP_ERR_INFEASIBLE,
+                   "plan: no configuration of %d workers fits %.0f bytes per worker, even with "
+                   "recomputation, sharded optimizer state and every accumulation up to %d "
+                   "(micro-batches of %d samples at least)",
+                   W, o->memory_size, o->max_accumulation, o->min_micro_batch);
+}
+
 rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *batches,
                               int num_profiles, const rp_config *base, const rp_plan *pipedream,
                               const rp_autoplan_options *o, rp_autoplan *out, rp_error *err) {
@@ -356,11 +381,7 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
         goto done;
     }
     if (S.n == 0) {
-        st = rp_fail(err, RP_ERR_INFEASIBLE,
-                     "plan: no configuration of %d workers fits %.0f bytes per worker, even "
-                     "with recomputation, sharded optimizer state and every accumulation up "
-                     "to %d (micro-batches of %d samples at least)",
-                     W, o->memory_size, o->max_accumulation, o->min_micro_batch);
+        st = none_found(&S, W, o, err);
         goto done;
     }
     qsort(S.c, S.n, sizeof(cand), by_estimate);
@@ -454,9 +475,7 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
             out->best = out->pipedream;
     }
     if (!out->best.found)
-        st = rp_fail(err, RP_ERR_INFEASIBLE,
-                     "plan: no configuration of %d workers fits %.0f bytes per worker",
-                     W, o->memory_size);
+        st = none_found(&S, W, o, err);
     /* devices of several kinds: what a planner that takes them as equal
     ** would run, on these */
     if (!st && (o->device_speed || o->device_memory)) {

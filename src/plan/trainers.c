@@ -159,9 +159,29 @@ static unsigned schedules_of(rp_trainer t) {
            1u << RP_SCHEDULE_ZB_V;
 }
 
-/* Whether a stage of trainer t may begin at layer j. */
-static bool cut_ok(rp_trainer t, const modules *m, int j) {
-    if (t != RP_TRAINER_MEGATRON || j <= 0 || j >= m->L)
+/* Whether a stage of trainer t may begin at layer j: where both pass one
+** tensor from a stage to the next (torchtitan's PipelineStage, Megatron-LM's
+** hidden states), no edge of the graph may cross the cut but the one from
+** layer j - 1 to layer j; and Megatron-LM keeps the embedding whole and the
+** final norm with the head. *from and *to name a crossing edge's layers
+** where that is why. */
+static bool cut_ok(rp_trainer t, const rp_profile *p, const modules *m, int j, int *from,
+                   int *to) {
+    *from = *to = -1;
+    if (j <= 0 || j >= m->L)
+        return true;
+    for (int e = 0; e < p->num_edges; e++) {
+        int a = -1, b = -1;
+        for (int l = 0; l < m->L && (a < 0 || b < 0); l++) {
+            a = m->node[l] == p->edges[e].from ? l : a;
+            b = m->node[l] == p->edges[e].to ? l : b;
+        }
+        if (a >= 0 && b >= 0 && a < j && b >= j && !(a == j - 1 && b == j)) {
+            *from = a, *to = b;
+            return false;
+        }
+    }
+    if (t != RP_TRAINER_MEGATRON)
         return true;
     return m->role[j - 1] != m->role[j] || m->role[j] == ROLE_BLOCK;
 }
@@ -173,19 +193,16 @@ rp_status rp_trainer_restrict(rp_trainer t, const rp_profile *p, rp_autoplan_opt
     rp_status st = modules_of(p, &m, err);
     if (st)
         return st;
-    /* (where the layers cannot be named, the cuts are not known either:
-    ** the plan is still priced, rp_trainer_settings says why it cannot be
+    /* the cuts the trainer can make (where the layers cannot be named the
+    ** plan is still priced, and rp_trainer_settings says why it cannot be
     ** written) */
-    rp_error unnamed;
-    if (t == RP_TRAINER_MEGATRON && !nameable(t, p, &m, &unnamed)) {
-        if (!(*cuts = calloc((size_t)m.L + 1, 1))) {
-            modules_free(&m);
-            return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-        }
-        for (int j = 0; j <= m.L; j++)
-            (*cuts)[j] = cut_ok(t, &m, j);
-        o->cuts = *cuts;
+    if (!(*cuts = calloc((size_t)m.L + 1, 1))) {
+        modules_free(&m);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
+    for (int j = 0, a, b; j <= m.L; j++)
+        (*cuts)[j] = cut_ok(t, p, &m, j, &a, &b);
+    o->cuts = *cuts;
     o->one_worker_a_stage = true;
     o->schedules = o->schedules ? o->schedules & schedules_of(t) : schedules_of(t);
     modules_free(&m);
@@ -244,12 +261,21 @@ bool rp_trainer_runs(rp_trainer t, const rp_profile *p, const rp_config *plan, c
         snprintf(why, cap, "%s", err.msg);
         goto done;
     }
-    for (int s = 0, l = 0; s < cfg->layers_per_stage.count; l += cfg->layers_per_stage.layers[s++])
-        if (!cut_ok(t, &m, l)) {
-            snprintf(why, cap,
-                     "Megatron-LM keeps the embedding whole and the final norm with the head; "
-                     "this plan begins stage %d at '%.*s'",
-                     s, m.len[l], m.name[l]);
+    for (int s = 0, l = 0, a, b; s < cfg->layers_per_stage.count;
+         l += cfg->layers_per_stage.layers[s++])
+        if (!cut_ok(t, p, &m, l, &a, &b)) {
+            if (a >= 0)
+                snprintf(why, cap,
+                         "%s passes one tensor from a stage to the next; this plan begins stage %d "
+                         "at '%.*s', but '%.*s' before it also feeds '%.*s' (the graph's edge "
+                         "crosses the cut)",
+                         rp_trainer_name(t), s, m.len[l], m.name[l], m.len[a], m.name[a], m.len[b],
+                         m.name[b]);
+            else
+                snprintf(why, cap,
+                         "Megatron-LM keeps the embedding whole and the final norm with the head; "
+                         "this plan begins stage %d at '%.*s'",
+                         s, m.len[l], m.name[l]);
             goto done;
         }
     ok = true;
