@@ -364,11 +364,14 @@ rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
     cand *cs = NULL;
     int n = 0, cap = 0, shapes = 0;
     rp_status st = RP_OK;
-    for (int t = 1; t <= c->per_node; t *= 2)
-        for (int cp = 1; cp <= 64; cp *= 2)
-            for (int b = 1; b <= 8; b *= 2) {
-                if (!admits(o->tensor_parallel, t) || !admits(o->context_parallel, cp) ||
-                    !admits(o->micro_batch, b) || N % (t * cp) || B % b)
+    /* the sizes tried: the powers of two, or the one asked for (any) */
+    int t0 = o->tensor_parallel > 0 ? o->tensor_parallel : 1;
+    int c0 = o->context_parallel > 0 ? o->context_parallel : 1;
+    int b0 = o->micro_batch > 0 ? o->micro_batch : 1;
+    for (int t = t0; t <= (o->tensor_parallel > 0 ? t0 : c->per_node); t *= 2)
+        for (int cp = c0; cp <= (o->context_parallel > 0 ? c0 : 64); cp *= 2)
+            for (int b = b0; b <= (o->micro_batch > 0 ? b0 : 8); b *= 2) {
+                if (N % (t * cp) || B % b)
                     continue;
                 rp_transformer_run runs[6];
                 int nr = runs_of(m, c, o, t, cp, b, runs);
