@@ -202,8 +202,11 @@ void plan_print(const rp_plan *p, const char *profile_path, const rp_profile *pr
                 last = node[k];
                 n++;
             }
-        if (first >= 0)
-            printf("    %d layer%s: %.*s ... %.*s\n", n, n == 1 ? "" : "s",
+        if (first >= 0 && n == 1)
+            printf("    1 layer: %.*s\n", plan_node_name_len(prof->nodes[first].desc),
+                   prof->nodes[first].desc);
+        else if (first >= 0)
+            printf("    %d layers: %.*s ... %.*s\n", n,
                    plan_node_name_len(prof->nodes[first].desc), prof->nodes[first].desc,
                    plan_node_name_len(prof->nodes[last].desc), prof->nodes[last].desc);
     }

@@ -5,7 +5,7 @@
     torchrun --standalone --nproc-per-node N examples/torch/gpt.py train --plan plan.json
 
 `train` runs the plan with rt.Pipeline on gloo (CPU) or, where CUDA is there, NCCL (a GPU a
-rank), and prints each update's mean loss. docs/python.md walks through it.
+rank), prints each update's mean loss and writes the weights beside the plan. docs/python.md walks through it.
 """
 import argparse
 import os
@@ -93,9 +93,10 @@ def main():
         if dist.get_rank() == 0:
             print("update %d: loss %.4f" % (step, loss))
     weights = pipe.state_dict()
-    if dist.get_rank() == 0:
-        torch.save(weights, "gpt-trained.pt")
-        print("weights gathered into gpt-trained.pt")
+    if dist.get_rank() == 0:  # beside the plan
+        path = os.path.join(os.path.dirname(os.path.abspath(a.plan)), "gpt-trained.pt")
+        torch.save(weights, path)
+        print("weights gathered into " + path)
     dist.destroy_process_group()
 
 

@@ -28,6 +28,7 @@ def __getattr__(name):  # rt.Pipeline: torch.distributed is loaded when it is us
 
 
 from .torch_graph import _val_bytes as _bytes  # noqa: E402 (a value's bytes, as the graph counts)
+from .torch_graph import pick_output  # noqa: E402
 
 
 def _leaves(module):
@@ -79,7 +80,8 @@ def _clock_for(module, example_input):
     return CudaClock() if on_cuda else HostClock()
 
 
-def _time_modules(module, example_input, repeat, clock=None, units=None):
+def _time_modules(module, example_input, repeat, clock=None, units=None, kwargs=None,
+                  output=None):
     """Forward and backward seconds of each call of a leaf module, the best of `repeat` runs,
     and the order of the calls. A call is (module name, k): a module called twice in a pass
     (torchvision's ResNet blocks call one ReLU twice) is timed call by call.
@@ -148,9 +150,8 @@ def _time_modules(module, example_input, repeat, clock=None, units=None):
             t_begin.clear()
             t_end.clear()
             x = example_input.detach().requires_grad_(example_input.is_floating_point())
-            out = module(x)
-            loss = out.float().sum() if isinstance(out, torch.Tensor) else \
-                sum(o.float().sum() for o in out)
+            out = pick_output(module(x, **(kwargs or {})), output)
+            loss = out.float().sum()
             loss.backward()
             module.zero_grad(set_to_none=True)
             del out, loss
@@ -168,20 +169,26 @@ def _time_modules(module, example_input, repeat, clock=None, units=None):
     return fw, bw, out_bytes, order
 
 
-def profile(module, example_input, *, batch_size=None, repeat=3, out="graph.txt", clock=None):
+def profile(module, example_input, *, batch_size=None, repeat=3, out="graph.txt", clock=None,
+            output=None, kwargs=None):
     """Profiles module on example_input (a micro-batch) and writes PipeDream's graph.txt to
     `out`. batch_size, when given, is written for the planner (default: the input's first
     dimension). clock: where the times come from (default: CudaClock when the module or
-    the input is on a CUDA device, else HostClock). Returns the path.
+    the input is on a CUDA device, else HostClock). output: what the loss reads of what the
+    module returns (a ModelOutput's or dict's key, a tuple's index) [its `logits`, else its
+    first tensor]. kwargs: passed to every call [a Hugging Face model's use_cache=False].
+    Returns the path.
 
     The nodes are torch_graph's: every parameter and every call of the module is in one
-    node, or the call fails naming the module it cannot see into."""
+    node, or the call fails naming the module it cannot see into. A Hugging Face model's
+    nodes are its embedding, each decoder (or encoder) layer, its final norm and its head."""
     from .torch_graph import Graph
     batch = batch_size or int(example_input.shape[0])
     module.train()
-    graph = Graph(module, example_input)
+    graph = Graph(module, example_input, output=output, kwargs=kwargs)
     units = sorted({g.unit for g in graph.groups if g.unit is not None})
-    fw, bw, _, _ = _time_modules(module, example_input, repeat, clock, units)
+    fw, bw, _, _ = _time_modules(module, example_input, repeat, clock, units, graph.kwargs,
+                                 output)
     # the k-th call of a unit is its k-th node (consecutive calls with nothing between
     # them are one node: their times add up)
     nodes_of = {}

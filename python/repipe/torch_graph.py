@@ -12,9 +12,25 @@ into the planner's nodes:
   first consumer, or where only the output consumes it, the node of its last input; a call that
   has neither is a node of its own.
 
-So every parameter and every computation of the module is in exactly one node, and the nodes
-stay in an order in which every node's inputs come from nodes before it. A tied parameter
-(an embedding shared with the head) is used by two nodes and counted at the first.
+- a *constant* is a call that reads neither the model's input (but for its shape:
+  `new_ones(input_ids, ...)`) nor a parameter: a Hugging Face model's position ids, causal
+  mask and rotary tables. It is in no node: every stage that reads one computes it again from
+  the buffers it needs (as torch.export lets its calls be placed anywhere), rather than
+  receiving it from the stage before;
+- a *trunk* is a module that holds a list of blocks (an nn.ModuleList: GPT2Model's `h`,
+  LlamaModel's `layers`, BertEncoder's `layer`); it is opened, not a unit, even where it
+  computes between its children (GPT-2's `tok + pos`), so that its blocks, its embedding and
+  its final norm are nodes of their own and its calls join their consumers.
+
+So every parameter and every computation of the module is in exactly one node (or, a
+constant, computed where it is read), and the nodes stay in an order in which every node's
+inputs come from nodes before it. A tied parameter (an embedding shared with the head) is used
+by two nodes and counted at the first.
+
+The model's output is its first tensor (a Hugging Face ModelOutput's `logits`), unless
+`output=` names another (a key of the ModelOutput or dict, an index of the tuple); the rest of
+what it returns is left out. `kwargs` are passed to every call (a Hugging Face model's
+`use_cache=False` by default, which it takes: its cache is no activation to pipeline).
 
 The same grouping cuts the module into stages (`Split`): a stage is a run of nodes, and its
 graph takes, in order, every value that an earlier stage made and it or a later stage uses
@@ -29,6 +45,11 @@ import torch
 import torch.fx
 
 __all__ = ["Graph", "Split", "export_graph"]
+
+# calls that read only their input's shape, dtype or device: a value made by them from the
+# model's input is still a constant
+_SHAPE_ONLY = {"new_ones", "new_zeros", "new_full", "new_empty", "zeros_like", "ones_like",
+               "full_like", "empty_like", "sym_size", "size", "_assert_tensor_metadata"}
 
 # calls that only look at their input another way: they make no node of their own
 _FREE = {"view", "reshape", "transpose", "permute", "getitem", "split", "unsqueeze", "squeeze",
@@ -87,37 +108,69 @@ def _quiet():
         log.setLevel(level)
 
 
-def _export(module, example):
+def _export(module, example, kwargs):
     with _quiet():
-        return _export_loud(module, example)
+        return _export_loud(module, example, kwargs)
 
 
-def _export_loud(module, example):
+def call_kwargs(module, kwargs=None):
+    """What every call of the module takes beside its input: `kwargs`, or for a Hugging Face
+    model (its config has use_cache) use_cache=False, which its forward takes."""
+    if kwargs is not None:
+        return dict(kwargs)
+    cfg = getattr(module, "config", None)
+    return {"use_cache": False} if getattr(cfg, "use_cache", None) is not None else {}
+
+
+def pick_output(out, output=None):
+    """The tensor the loss reads from what the module returned: `output` (a key of a
+    ModelOutput or dict, an index of a tuple), else a ModelOutput's or dict's `logits` or
+    first tensor, a tuple's first."""
+    if isinstance(out, torch.Tensor) and output is None:
+        return out
+    if output is not None:
+        return out[output]
+    if isinstance(out, dict):  # (transformers' ModelOutput is an OrderedDict)
+        if "logits" in out and isinstance(out["logits"], torch.Tensor):
+            return out["logits"]
+        return next(v for v in out.values() if isinstance(v, torch.Tensor))
+    if isinstance(out, (tuple, list)):
+        return next(v for v in out if isinstance(v, torch.Tensor))
+    raise ValueError("repipe.torch: the module returned %s, not a tensor, a tuple or a "
+                     "ModelOutput: give output= to say which value the loss reads"
+                     % type(out).__name__)
+
+
+def _export_loud(module, example, kwargs):
     """torch.export's graph of the module, or an error that names the module it cannot see
     into: the deepest module whose own export fails on the input it was called with."""
     args = example if isinstance(example, tuple) else (example,)
     try:
-        return torch.export.export(module, args, strict=False).module()
+        return torch.export.export(module, args, kwargs=kwargs, strict=False).module()
     except Exception as top:  # noqa: BLE001 - the reason is reported, by module
         inputs = {}
         handles = []
         for name, m in module.named_modules():
             if name:
                 handles.append(m.register_forward_pre_hook(
-                    lambda mod, a, name=name: inputs.setdefault(name, a)))
+                    lambda mod, a, kw, name=name: inputs.setdefault(name, (a, kw)),
+                    with_kwargs=True))
         try:
             with torch.no_grad():
-                module(*args)
-        except Exception:  # noqa: BLE001 - the export's own message says more
-            pass
+                module(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - not torch.export's doing: say so
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ValueError("repipe.torch: the model fails on the example input when called "
+                             "as it is, not only under torch.export: %s" % first) from e
         finally:
             for h in handles:
                 h.remove()
         worst = ("", module, top)
         named = dict(module.named_modules())
         for name in sorted(inputs, key=lambda n: -n.count(".")):  # deepest first
+            a, kw = inputs[name]
             try:
-                torch.export.export(named[name], tuple(inputs[name]), strict=False)
+                torch.export.export(named[name], tuple(a), kwargs=dict(kw), strict=False)
             except Exception as e:  # noqa: BLE001
                 worst = (name, named[name], e)
                 break
@@ -131,23 +184,72 @@ class Graph:
     """The module as the planner's nodes (`groups`, in order), over torch.export's graph `gm`
     traced on `example`."""
 
-    def __init__(self, module, example):
+    def __init__(self, module, example, output=None, kwargs=None):
         if not hasattr(torch, "export"):
             raise ValueError("repipe.torch needs PyTorch 2 (torch.export; tested with 2.15); "
                              "this is %s" % torch.__version__)
         self.module = module
         self.example = example if isinstance(example, tuple) else (example,)
-        self.gm = _export(module, self.example)
+        self.kwargs = call_kwargs(module, kwargs)
+        self.gm = _export(module, self.example, self.kwargs)
+        self._choose_output(output)
         self._group()
 
+    def _choose_output(self, output):
+        """The graph's output made the one value the loss reads (torch.export flattens a
+        ModelOutput to its tensors in order: the index of the chosen one is found by calling
+        the module once), and what only the rest needed removed."""
+        out = next(n for n in self.gm.graph.nodes if n.op == "output")
+        flat = out.args[0]
+        if not isinstance(flat, (tuple, list)):
+            return
+        flat = list(flat)
+        if len(flat) > 1 or output is not None:
+            with torch.no_grad():
+                ret = self.module(*self.example, **self.kwargs)
+            chosen = pick_output(ret, output)
+            leaves = [t for t in torch.utils._pytree.tree_leaves(ret) if isinstance(t, torch.Tensor)]
+            k = next((i for i, t in enumerate(leaves) if t is chosen), 0)
+        else:
+            k = 0
+        out.args = (flat[k],)
+        self.gm.graph.eliminate_dead_code()
+        self.gm.recompile()
+
     def _compute_nodes(self):
+        """The graph's calls; torch.export's assertions of a value's metadata left out (they
+        compute nothing, and in a stage that does not hold the value would fail)."""
         return [n for n in self.gm.graph.nodes
-                if n.op in ("call_function", "call_method")
+                if (n.op in ("call_function", "call_method")
+                    and _opname(n) != "_assert_tensor_metadata")
                 or (n.op == "call_module" and n.target != "_guards_fn")]
+
+    def _constants(self, compute):
+        """The calls that read neither the model's input (but for its shape) nor a
+        parameter, transitively."""
+        params = {id(p) for p in self.module.parameters()}
+        const = set()
+        for n in self.gm.graph.nodes:  # (graph order: a call's inputs come before it)
+            if n.op not in ("call_function", "call_method"):
+                continue
+            ok = True
+            for a in n.all_input_nodes:
+                if a.op == "get_attr":
+                    ok = id(self._attr(a.target)) not in params
+                elif a.op == "placeholder":
+                    ok = _opname(n) in _SHAPE_ONLY
+                else:
+                    ok = a in const
+                if not ok:
+                    break
+            if ok:
+                const.add(n)
+        return const
 
     def _group(self):
         modules = dict(self.module.named_modules())
-        compute = self._compute_nodes()
+        self.const = self._constants(self._compute_nodes())
+        compute = [n for n in self._compute_nodes() if n not in self.const]
         self.position = {n: i for i, n in enumerate(self.gm.graph.nodes)}
         selfish = set()  # modules with a computing call of their own
         for n in compute:
@@ -155,10 +257,20 @@ class Graph:
             if p and _opname(n) not in _FREE:
                 selfish.add(p[-1])
 
+        def is_trunk(m):
+            return any(isinstance(c, torch.nn.ModuleList) and len(c) > 0 for c in m.children())
+
+        # the entries of a list of blocks are blocks, whatever they compute themselves
+        blocks = {"%s%s%s.%d" % (name, "." if name else "", k, i)
+                  for name, m in modules.items() for k, c in m.named_children()
+                  if isinstance(c, torch.nn.ModuleList) for i in range(len(c))}
+
         def is_unit(name):
             m = modules.get(name)
-            if m is None:
+            if m is None or name in blocks:
                 return True
+            if is_trunk(m) and not any(True for _ in m.parameters(recurse=False)):
+                return False
             return (name in selfish or not list(m.children())
                     or any(True for _ in m.parameters(recurse=False))
                     or any(True for _ in m.buffers(recurse=False)))
@@ -208,7 +320,15 @@ class Graph:
         self.groups = groups
         self.group_of = group_of
         self.index = {g: i for i, g in enumerate(groups)}
-        self.inputs = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        # the example's tensors come first; kwargs follow, each a constant of the trace
+        # (use_cache=False) that no call reads, as a stage cannot be given one
+        holders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        self.inputs = holders[:len(self.example)]
+        for n in holders[len(self.example):]:
+            if any(u.op != "call_module" or u.target != "_guards_fn" for u in n.users):
+                raise ValueError("repipe.torch: the model computes with its keyword argument "
+                                 "'%s'; a stage takes only the input: give kwargs= without "
+                                 "tensors" % n.name)
         out = next(n for n in self.gm.graph.nodes if n.op == "output")
         flat = out.args[0]
         flat = list(flat) if isinstance(flat, (tuple, list)) else [flat]
@@ -312,7 +432,7 @@ class Split:
         last_use = {}
         for n, t in stage_of.items():
             for a in n.all_input_nodes:
-                if a.op == "get_attr":
+                if a.op == "get_attr" or a in graph.const:  # (each stage computes its own)
                     continue
                 p = 0 if a.op == "placeholder" else stage_of[a]
                 if t > p:
@@ -333,10 +453,26 @@ class Split:
         for a in self.recv[s]:
             env[a] = g.placeholder(a.name)
         mine = [n for n in self.graph.gm.graph.nodes if self.stage_of.get(n) == s]
-        attrs = {a for n in mine for a in n.all_input_nodes if a.op == "get_attr"}
+        # the constants the stage reads, computed again here, and what they read
+        consts, todo = set(), [a for n in mine for a in n.all_input_nodes if a in self.graph.const]
+        while todo:
+            c = todo.pop()
+            if c not in consts:
+                consts.add(c)
+                todo += [a for a in c.all_input_nodes if a in self.graph.const]
+        reads = mine + list(consts)
+        attrs = {a for n in reads for a in n.all_input_nodes if a.op == "get_attr"}
+        def stand_in(a):
+            """A constant reads the model's input for its shape alone (new_ones(input_ids,
+            ...)): a stage without the input reads an empty tensor of that shape instead."""
+            v = a.meta["val"]
+            env[a] = g.call_function(torch.empty, (tuple(v.shape),),
+                                     {"dtype": v.dtype, "device": v.device})
+            return env[a]
+
         for n in self.graph.gm.graph.nodes:
-            if n in attrs or self.stage_of.get(n) == s:
-                env[n] = g.node_copy(n, lambda a: env[a])
+            if n in attrs or n in consts or self.stage_of.get(n) == s:
+                env[n] = g.node_copy(n, lambda a: env[a] if a in env else stand_in(a))
         outs = [env[o] for o in self.send[s]]
         last = s == len(self.counts) - 1
         g.output(outs[0] if last and len(outs) == 1 else tuple(outs))
@@ -367,5 +503,5 @@ class Split:
         return out
 
 
-def export_graph(module, example):
-    return Graph(module, example)
+def export_graph(module, example, output=None, kwargs=None):
+    return Graph(module, example, output, kwargs)

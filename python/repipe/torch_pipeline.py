@@ -157,14 +157,18 @@ class Pipeline:
     timeout: seconds a step may take before this rank ends, saying its rank and step (a peer
     alive but silent would otherwise hold it in PyTorch's point-to-point waits, which do not
     honour the process group's timeout) [the process group's timeout; 0: none].
-    example: a micro-batch of inputs to build this rank's stage now (else the first step's)."""
+    example: a micro-batch of inputs to build this rank's stage now (else the first step's).
+    output, kwargs: as repipe.torch.profile takes them (what the loss reads of a ModelOutput or
+    tuple, what every call takes); a Hugging Face model as it is needs neither."""
 
     def __init__(self, module, plan, *, loss_fn, optimizer, group=None, device=None,
-                 runner="auto", check_batches=True, timeout=None, example=None):
+                 runner="auto", check_batches=True, timeout=None, example=None, output=None,
+                 kwargs=None):
         if not dist.is_initialized():
             raise repipe.Error("rt.Pipeline: call torch.distributed.init_process_group first "
                                "(torchrun sets the rank and world size)")
         self.module, self.loss_fn, self.make_optimizer = module, loss_fn, optimizer
+        self.output, self.kwargs = output, kwargs
         self.cfg = _config(plan)
         c = self.cfg.to_dict()
         self.B = c["micro_batch_size"]
@@ -206,12 +210,25 @@ class Pipeline:
         self.check_batches = check_batches
         self.timeout = _group_timeout(self.group, self.device) if timeout is None else timeout
         if example is not None:
-            self._build(example[:self.B].to(self.device))
+            self._build_and_meet(example[:self.B].to(self.device))
 
     # ---- building this rank's part --------------------------------------------------------
 
+    def _build_and_meet(self, example):
+        """Builds this rank's stage, then waits for every rank's (the process group's
+        timeout holds): building is a rank's own work (torch.export of a large model takes
+        minutes), so the timeout of a step counts its exchanges alone, not a slower peer's
+        export."""
+        self._build(example)
+        try:
+            dist.barrier(group=self.group)
+        except RuntimeError as e:  # gloo's and NCCL's own timeout: said in repipe's words
+            if "imed out" not in str(e) and "imeout" not in str(e):
+                raise
+            raise repipe.Error(self._silent_peer()) from e
+
     def _build(self, example):
-        self.graph = Graph(self.module, example)
+        self.graph = Graph(self.module, example, output=self.output, kwargs=self.kwargs)
         L, err = len(self.graph.groups), _Err()
         S = self.cfg.derived["stages"]
         counts = (ctypes.c_int * S)()
@@ -363,14 +380,14 @@ class Pipeline:
             raise repipe.Error("rt.Pipeline.step: the pipeline was closed")
         if self.check_batches:
             self._check_batch(inputs, targets)
+        if not self.built:
+            self._build_and_meet(inputs[:self.B].to(self.device))
         watchdog = None
         if self.timeout:
             watchdog = threading.Timer(self.timeout, self._timed_out)
             watchdog.daemon = True
             watchdog.start()
         try:
-            if not self.built:
-                self._build(inputs[:self.B].to(self.device))
             k = targets.shape[0] // n  # targets a sample (a GPT's: one a position)
             lo = self.replica * self.B * self.GA
             x = inputs[lo:lo + self.B * self.GA].to(self.device)

@@ -211,6 +211,12 @@ class Profiles(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"cannot see into module 'odd' \(Branchy\)"):
             rtorch.profile(Tiny(), torch.randn(2, 5, 8), out=path)
         self.assertFalse(os.path.exists(path))
+        # a model that fails when called as it is (an input of the wrong width) is not blamed
+        # on torch.export or on one of its modules
+        with self.assertRaisesRegex(ValueError, r"fails on the example input when called as "
+                                    r"it is, not only under torch.export: .*mat1 and mat2"):
+            rtorch.profile(Tiny(), torch.randn(2, 5, 7), out=path)
+        self.assertFalse(os.path.exists(path))
         model = Tiny()
         model.odd = nn.Identity()  # without it: every parameter in a node, the encoder one
         path, (nodes, _) = self.profile(model, torch.randn(2, 5, 8))

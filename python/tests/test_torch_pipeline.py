@@ -196,5 +196,100 @@ class PipelineEqualsOneProcess(unittest.TestCase):
         self.assertEqual((r["replication_factor"], r["stage_replication"]), (2, [7, 1]))
 
 
+@unittest.skipUnless(HAVE, NEEDS)
+class HuggingFaceModels(unittest.TestCase):
+    """transformers' GPT-2, LLaMA and Mistral (grouped-query attention), Qwen2 and BERT, built
+    from their config classes and left as they are: profiled to one node a block, planned by
+    repipe plan for 4 workers (4 stages), and trained for 5 updates on that plan by both
+    runners and on a plan with a replicated stage, equal to one process within 1e-5 in float32
+    (SGD with momentum) and 1e-9 in float64 (AdamW).
+
+    float32 runs use SGD: AdamW divides each update by the root of its second moment, so in a
+    weight whose exact gradient is zero (attention's key bias: the softmax does not see it)
+    it turns summation-order noise into steps of the learning rate's size (BERT's key bias:
+    4e-4 apart after 5 updates in float32; 1e-14 in float64). The weights' bound is per
+    tensor, against its largest value or 1e-4 of the model's largest where the tensor's is
+    smaller (the same key bias holds rounding alone under SGD too)."""
+
+    @classmethod
+    def setUpClass(cls):
+        import transformers  # noqa: F401 - pinned in python/requirements-torch.txt
+        cls.tmp = tempfile.TemporaryDirectory()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def profile_and_plan(self, name):
+        """graph.txt of the model as it is, its nodes' names and parameter bytes checked, and
+        the plan repipe plan makes of it for 4 workers in 4 stages."""
+        import repipe.torch as rt
+        import torch_models
+        torch.manual_seed(1)
+        module = torch_models.hf(name)
+        x, _ = torch_models.hf_batch(2)
+        path = os.path.join(self.tmp.name, name + ".txt")
+        rt.profile(module, x, out=path, repeat=1)
+        with open(path) as f:
+            nodes = [ln.split(" -- ") for ln in f if ln.startswith("node")]
+        names = [n[1].split(":")[0] for n in nodes[1:]]
+        blocks = [n for n in names if n.rsplit(".", 1)[-1].isdigit()]
+        # one node a block, in a row; after them the final norm and the head (BERT: its
+        # prediction head, which holds its norm), before them the embeddings
+        self.assertEqual(len(blocks), 4, names)
+        at = names.index(blocks[0])
+        self.assertEqual(names[at:at + 4], blocks, names)
+        self.assertEqual(len(names) - at - 4, 1 if name == "bert" else 2, names)
+        self.assertGreaterEqual(at, 1, names)
+        total = sum(float(n[2].split("parameter_size=")[1]) for n in nodes)
+        unique = {id(p): p.numel() * p.element_size() for p in module.parameters()}
+        self.assertEqual(total, sum(unique.values()), name)
+        out = os.path.join(self.tmp.name, name + "-pp4.json")
+        subprocess.run([CLI, "plan", "--profile", path, "--machines", "4", "--pp", "4",
+                        "--bandwidth", "1e8", "--global-batch", "16", "--config-out", out],
+                       check=True, capture_output=True)
+        with open(out) as f:
+            cfg = json.load(f)
+        self.assertEqual(len(cfg["layers_per_stage"]), 4)
+        return cfg, len(names)
+
+    def test_hugging_face_models(self):
+        import torch_models
+        cases, planned = [], {}
+        for name in torch_models.HF_MODELS:
+            cfg, n = self.profile_and_plan(name)
+            planned[name] = cfg
+            base = {"model": "hf-" + name, "updates": 5, "plan": cfg}
+            sgd = dict(base, optimizer="momentum", lr=0.05)
+            adamw = dict(base, optimizer="adamw", lr=1e-3, dtype="float64")
+            first = n - 2  # a replicated first stage, then the last two nodes one a stage
+            cases += [dict(sgd, name=name + " planned"),
+                      dict(sgd, name=name + " planned, repipe's runner", runner="repipe"),
+                      dict(sgd, name=name + " [2,1,1]",
+                           plan=dict(cfg, layers_per_stage=[first, 1, 1],
+                                     stage_replication=[2, 1, 1], schedule="1f1b")),
+                      dict(adamw, name=name + " planned, float64"),
+                      dict(adamw, name=name + " planned, float64, repipe's runner",
+                           runner="repipe")]
+        res = launch(4, cases, self.tmp.name)
+        for c in cases:
+            r = res[c["name"]]
+            tol = 1e-9 if c.get("dtype") == "float64" else 1e-5
+            self.assertEqual(len(r["losses"]), 5)
+            for a, b in zip(r["losses"], r["ref_losses"]):
+                self.assertLessEqual(abs(a - b), tol * abs(b), (c["name"], r))
+            self.assertLessEqual(r["weights_rel"], tol, (c["name"], r["worst"], r["weights_rel"]))
+            if c.get("runner") != "repipe" and "[2,1,1]" not in c["name"]:
+                self.assertEqual(r["schedule"], c["plan"]["schedule"])
+            self.assertEqual(r["uniform"], c.get("runner") != "repipe" and
+                             "[2,1,1]" not in c["name"], c["name"])
+            self.assertEqual(r["stages"], len(c["plan"]["layers_per_stage"]), c["name"])
+        for dtype in ("float32", "float64"):  # what was seen, beside the bounds
+            got = [(res[c["name"]]["weights_rel"], c["name"]) for c in cases
+                   if c.get("dtype", "float32") == dtype]
+            print("%s: largest weight difference %.2g (%s)" % ((dtype,) + max(got)),
+                  file=sys.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -87,6 +87,12 @@ def main():
     with open("%s.%d.json" % (out, rank), "w") as f:
         json.dump(met, f)
     if case.startswith("stuck"):  # (torchrun then ends the sleeper)
+        # torchrun ends every rank once one exits with an error: the first to time out waits
+        # for the other's report, whose step may have started a little later
+        deadline = time.monotonic() + 30
+        while (time.monotonic() < deadline and
+               not all(os.path.exists("%s.%d.json" % (out, r)) for r in (0, 2))):
+            time.sleep(0.1)
         sys.exit(3)
     dist.destroy_process_group()
 

@@ -124,3 +124,40 @@ class Skip(nn.Module):
         h = torch.tanh(self.a(x))
         g = self.b(h)
         return self.head(torch.relu(self.c(h + g)))
+
+
+# Hugging Face transformers' own classes, as from_config builds them: small, without dropout
+# (a pipeline's stages draw their masks from other generators than one process does), and
+# untouched otherwise: rt.Pipeline and repipe.torch.profile take them as they are.
+HF_MODELS = ("gpt2", "llama", "mistral", "qwen2", "bert")
+
+
+def hf(name, layers=4, vocab=64, seq=16):
+    import transformers as T
+    common = dict(vocab_size=vocab, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    if name == "gpt2":
+        return T.GPT2LMHeadModel(T.GPT2Config(n_positions=seq, n_embd=32, n_layer=layers,
+                                              n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
+                                              attn_pdrop=0.0, **common))
+    decoders = {"llama": (T.LlamaConfig, T.LlamaForCausalLM),
+                "mistral": (T.MistralConfig, T.MistralForCausalLM),
+                "qwen2": (T.Qwen2Config, T.Qwen2ForCausalLM)}
+    if name in decoders:
+        cls, model = decoders[name]
+        return model(cls(hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=seq, **common))
+    if name == "bert":
+        return T.BertForMaskedLM(T.BertConfig(hidden_size=32, intermediate_size=64,
+                                              num_hidden_layers=layers, num_attention_heads=4,
+                                              max_position_embeddings=seq,
+                                              hidden_dropout_prob=0.0,
+                                              attention_probs_dropout_prob=0.0, **common))
+    raise ValueError("no Hugging Face model " + name)
+
+
+def hf_batch(n, vocab=64, seq=16, seed=0):
+    """n token sequences and a target for every position, (n, seq) each."""
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, vocab, (n, seq + 1), generator=g)
+    return idx[:, :-1].contiguous(), idx[:, 1:].contiguous()

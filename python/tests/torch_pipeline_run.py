@@ -37,12 +37,16 @@ def make(model):
         return torch_models.VGG16()
     if model == "skip":
         return torch_models.Skip()
+    if model.startswith("hf-"):
+        return torch_models.hf(model[3:])
     raise SystemExit("unknown model " + model)
 
 
 def batch(model, n, k):
     if model.startswith("gpt"):
         return torch_models.gpt_batch(n, seed=100 + k)
+    if model.startswith("hf-"):
+        return torch_models.hf_batch(n, seed=100 + k)
     g = torch.Generator().manual_seed(100 + k)
     if model == "skip":
         return torch.randn(n, 16, generator=g), torch.randint(0, 5, (n,), generator=g)
@@ -52,7 +56,21 @@ def batch(model, n, k):
 
 
 def loss_fn(out, y):
-    return torch.nn.functional.cross_entropy(out, y)
+    # a Hugging Face model's logits are (batch, positions, vocabulary), its targets (batch,
+    # positions); the other models' are flat already
+    return torch.nn.functional.cross_entropy(out.flatten(0, -2), y.flatten())
+
+
+def optimizer(case, lr):
+    """SGD [default], SGD with momentum 0.9, or AdamW (weight decay 0.01)."""
+    name = case.get("optimizer", "sgd")
+    if name == "sgd":
+        return lambda ps: torch.optim.SGD(ps, lr=lr)
+    if name == "momentum":
+        return lambda ps: torch.optim.SGD(ps, lr=lr, momentum=0.9)
+    if name == "adamw":
+        return lambda ps: torch.optim.AdamW(ps, lr=lr, weight_decay=0.01)
+    raise SystemExit("unknown optimizer " + name)
 
 
 def mutate(pipe, how):
@@ -84,7 +102,7 @@ def mutate(pipe, how):
 
 def run_case(case, rank, results):
     """One case: {"name", "model", "plan"; optional "dtype" [float32], "updates" [10], "lr"
-    [0.1], "runner" [auto], "mutate", "ranks" [all]}. Every rank of the world takes part, or
+    [0.1], "optimizer" [sgd], "runner" [auto], "mutate", "ranks" [all]}. Every rank of the world takes part, or
     with "ranks" k, the first k, in a group of their own."""
     real_isend = dist.isend
     model, dtype = case["model"], getattr(torch, case.get("dtype", "float32"))
@@ -100,11 +118,12 @@ def run_case(case, rank, results):
             return
     module = make(model).to(dtype)
     ref = copy.deepcopy(module)
+    make_opt = optimizer(case, lr)
     pipe = rt.Pipeline(module, plan, loss_fn=loss_fn, runner=case.get("runner", "auto"),
-                       group=group, optimizer=lambda ps: torch.optim.SGD(ps, lr=lr))
+                       group=group, optimizer=make_opt)
     n = pipe.B * pipe.GA * pipe.R
     ours, theirs = [], []
-    opt = torch.optim.SGD(ref.parameters(), lr=lr)
+    opt = make_opt(list(ref.parameters()))
     try:
         for k in range(updates):
             x, y = batch(model, n, k)
@@ -120,7 +139,10 @@ def run_case(case, rank, results):
                 for j in range(m):
                     xs = x[j * pipe.B:(j + 1) * pipe.B]
                     ys = y[j * pipe.B * per:(j + 1) * pipe.B * per]
-                    loss = loss_fn(ref(xs), ys) / m
+                    # the module as one process calls it: a Hugging Face model with the
+                    # arguments rt.Pipeline gave it (use_cache=False), its logits
+                    out = rt.pick_output(ref(xs, **pipe.graph.kwargs), None)
+                    loss = loss_fn(out, ys) / m
                     loss.backward()
                     total += loss.item()
                 opt.step()
@@ -130,11 +152,15 @@ def run_case(case, rank, results):
         dist.isend = real_isend
     sd = pipe.state_dict()
     if rank == 0:
+        # each tensor's largest difference relative to its largest value, or to 1e-4 of the
+        # model's largest where the tensor's is smaller: a key's bias holds rounding alone (the
+        # softmax does not see it, so its gradient is zero but for rounding)
         worst, worst_key = 0.0, None
+        floor = 1e-4 * max(t.abs().max().item() for t in ref.parameters())
         for key, t in ref.named_parameters(remove_duplicate=False):
             t = t.detach()
             d = (sd[key].to(t.dtype) - t).abs().max().item()
-            rel = d / max(t.abs().max().item(), 1e-30)
+            rel = d / max(t.abs().max().item(), floor, 1e-30)
             if rel > worst:
                 worst, worst_key = rel, key
         results[case["name"]] = {"losses": ours, "ref_losses": theirs, "weights_rel": worst,
