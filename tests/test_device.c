@@ -253,6 +253,72 @@ static void block_bytes(void) {
     rp_profile_free(p);
 }
 
+/* fp32 throughout (a CPU's, PyTorch's default): products at the device's
+** peak_fp32, every value kept and moved in 4 bytes, 16 bytes a parameter of
+** weights, gradients and Adam's moments; refused on a device without the
+** rate, saying how to give it. */
+static void fp32_runs(void) {
+    rp_cluster c;
+    rp_error err;
+    rp_transformer m;
+    char *text;
+    rp_profile *p;
+    /* products and attention at half the rate in fp32, memory far too fast to count */
+    const char *f = put("half.json", "{\"name\": \"half\", \"device\": {\"peak_flops\": 1e14, "
+                                       "\"peak_fp32\": 5e13, \"memory_bytes\": 1e11, "
+                                       "\"memory_bandwidth\": 1e15, \"gemm_efficiency\": 0.5, "
+                                       "\"attention_efficiency\": 0.5}, \"per_node\": 8, "
+                                       "\"node_bandwidth\": 1e11, \"network_bandwidth\": 1e10}");
+    CHECK_OK(rp_cluster_get(f, &c, &err), err);
+    CHECK(c.device.peak_fp32 == 5e13);
+    CHECK(rp_precision_peak(&c.device, RP_PRECISION_FP32) == 5e13);
+    CHECK(strcmp(rp_precision_name(RP_PRECISION_FP32), "fp32") == 0);
+    CHECK(rp_transformer_parse("llama3-8b,seq=4096", &m, &err) == RP_OK);
+    double fwd[2], saved[2];
+    for (int fp32 = 0; fp32 < 2; fp32++) {
+        rp_transformer_run run;
+        rp_transformer_run_default(&run);
+        run.micro_batch = 2, run.precision = fp32 ? RP_PRECISION_FP32 : RP_PRECISION_BF16;
+        CHECK_OK(rp_transformer_profile(&m, &c, &run, &text, &err), err);
+        CHECK_OK(rp_profile_parse(&p, text, strlen(text), "llama", &err), err);
+        free(text);
+        fwd[fp32] = p->nodes[2].forward_ms;
+        CHECK(sscanf(strstr(p->nodes[2].desc, "saved_bytes="), "saved_bytes=%lf",
+                     &saved[fp32]) == 1);
+        /* the description says the precision, which the simulator reads back */
+        CHECK(strstr(p->nodes[0].desc, fp32 ? "precision=fp32" : "precision=bf16") != NULL);
+        rp_profile_free(p);
+    }
+    CHECK(fabs(fwd[1] / fwd[0] - 2) < 0.01);
+    /* the block's kept values (block_bytes' terms, t 1, no sequence parallelism) in 4
+    ** bytes where bf16 keeps 2; the softmax's statistics are fp32 either way */
+    double b = 2, s = 4096, h = 4096, q = 4096, k = 1024, ff = 14336, a = 32;
+    double stats = 4 * b * a * s;
+    double bf16 = b * s * h * (4 + 2 * 2) + b * s * (2 * (q + 2 * k) + 2 * q + 4 * ff + 2 * ff);
+    CHECK(fabs(saved[0] - (bf16 + stats)) < 1e-9 * saved[0]);
+    CHECK(fabs(saved[1] - (2 * bf16 + stats)) < 1e-9 * saved[1]);
+    /* 16 bytes a parameter without sharding, 8 + 8 / n with the optimizer's state
+    ** sharded over n; bf16's 18 and 6 + 12 / n */
+    rp_transformer_run run;
+    rp_transformer_run_default(&run);
+    rp_transformer_layout lay = {.p = 1, .d = 4, .micro_batches = 1};
+    rp_transformer_memory mem;
+    for (int sh = 0; sh < 2; sh++) {
+        lay.sharding = sh ? RP_SHARD_OPTIMIZER : RP_SHARD_NONE;
+        run.precision = RP_PRECISION_FP32;
+        CHECK_OK(rp_transformer_rank_memory(&m, &run, &lay, 0, &mem, &err), err);
+        CHECK(fabs(mem.weights / mem.parameters - (sh ? 8 + 8 / 4.0 : 16)) < 1e-9);
+        run.precision = RP_PRECISION_BF16;
+        CHECK_OK(rp_transformer_rank_memory(&m, &run, &lay, 0, &mem, &err), err);
+        CHECK(fabs(mem.weights / mem.parameters - (sh ? 6 + 12 / 4.0 : 18)) < 1e-9);
+    }
+    /* a device without the rate */
+    CHECK(rp_cluster_get("dgx-b200", &c, &err) == RP_OK);
+    run.precision = RP_PRECISION_FP32;
+    CHECK(rp_transformer_run_check(&m, &c, &run, &err) == RP_ERR_INVALID);
+    CHECK(strstr(err.msg, "no fp32 rate (no peak_fp32)") && strstr(err.msg, "python -m repipe.calibrate"));
+}
+
 /* Megatron-LM's Table 1 row of 1.7B on 32 GPUs (t 1, p 1, 512 sequences):
 ** published 137 TFLOP/s a GPU by equation 3; the row of 18.4B (t 8, 256
 ** GPUs, 1024): 135. Within 10 % with one device setting for all rows
@@ -328,6 +394,7 @@ int main(void) {
     flop_counts();
     profile_parameters();
     block_bytes();
+    fp32_runs();
     table1();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -22,6 +22,8 @@ import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "fixtures", "trainers", "cluster_cases.json")
+sys.path.insert(0, HERE)
+from trainer_fixtures import megatron_stages, settings_argv  # noqa: E402
 
 # name, torchtitan's flavour of the model, the plan's arguments
 CASES = [
@@ -78,32 +80,13 @@ def megatron_reads(settings, devices):
     os.environ["WORLD_SIZE"] = str(devices)
     import megatron.training.arguments as arguments
     arguments.get_device_arch_version = lambda: 9  # Hopper's, as on an H100: no GPU here
-    from megatron.core import parallel_state
-    from megatron.core.transformer.enums import LayerType
-    from megatron.core.transformer.pipeline_parallel_layer_layout import (
-        PipelineParallelLayerLayout)
-    given = []
-    for line in settings.splitlines():
-        opt, _, value = line.partition(" ")
-        given += [opt] + ([value] if value else [])
-    sys.argv = ["pretrain_gpt.py"] + given
+    sys.argv = ["pretrain_gpt.py"] + settings_argv(settings)
     with contextlib.redirect_stdout(io.StringIO()):
         args = arguments.validate_args(arguments.parse_args())
     rec = {k: (str(getattr(args, k)) if k == "attention_backend" else getattr(args, k, None))
            for k in MEGATRON_ARGS}
-    layout = args.pipeline_model_parallel_layout
-    if layout is not None:
-        if isinstance(layout, str):
-            layout = PipelineParallelLayerLayout.from_str(layout, args.pipeline_model_parallel_size)
-        layout.validate_layer_layout(args.num_layers, None)
-        vp = args.virtual_pipeline_model_parallel_size or 1
-        parallel_state.set_virtual_pipeline_model_parallel_world_size(vp if vp > 1 else None)
-        rec["stages"] = [
-            {"pp_rank": r, "vp_stage": v,
-             "embedding": LayerType.embedding in layout.layout[r][v],
-             "loss": LayerType.loss in layout.layout[r][v],
-             "layers": layout.get_layer_id_list(vp_stage=v, pp_rank=r)}
-            for v in range(vp) for r in range(args.pipeline_model_parallel_size)]
+    if args.pipeline_model_parallel_layout is not None:
+        rec["stages"] = megatron_stages(args)
     return rec
 
 

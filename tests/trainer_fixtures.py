@@ -13,7 +13,6 @@ import argparse
 import copy
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -142,19 +141,43 @@ def kept(model):
     return names
 
 
-def megatron_reads(settings, dp):
-    """megatron-core's argument parsing and validation on the settings (with a model's own
-    sizes), and its layout's stages: per pipeline rank and virtual stage, whether it holds
-    the embedding and the loss, and its transformer layers' ids."""
-    from megatron.core import parallel_state
-    from megatron.core.transformer.enums import LayerType
-    from megatron.core.transformer.pipeline_parallel_layer_layout import (
-        PipelineParallelLayerLayout)
-    from megatron.training.arguments import parse_args, validate_args
+def settings_argv(settings):
+    """The lines of repipe's Megatron-LM settings as a command line's words."""
     given = []
     for line in settings.splitlines():
         opt, _, value = line.partition(" ")
         given += [opt] + ([value] if value else [])
+    return given
+
+
+def megatron_stages(args):
+    """The stages of megatron-core's layout of the parsed arguments (args'
+    pipeline_model_parallel_layout, a string or its object): per pipeline rank and virtual
+    stage, whether it holds the embedding and the loss, and its transformer layers' ids."""
+    from megatron.core import parallel_state
+    from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.pipeline_parallel_layer_layout import (
+        PipelineParallelLayerLayout)
+    pp = args.pipeline_model_parallel_size
+    layout = args.pipeline_model_parallel_layout
+    if isinstance(layout, str):
+        layout = PipelineParallelLayerLayout.from_str(layout, pp)
+    layout.validate_layer_layout(args.num_layers, None)
+    vp = args.virtual_pipeline_model_parallel_size or 1
+    parallel_state.set_virtual_pipeline_model_parallel_world_size(vp if vp > 1 else None)
+    return [
+        {"pp_rank": r, "vp_stage": v,
+         "embedding": LayerType.embedding in layout.layout[r][v],
+         "loss": LayerType.loss in layout.layout[r][v],
+         "layers": layout.get_layer_id_list(vp_stage=v, pp_rank=r)}
+        for v in range(vp) for r in range(pp)]
+
+
+def megatron_reads(settings, dp):
+    """megatron-core's argument parsing and validation on the settings (with a model's own
+    sizes), and its layout's stages (megatron_stages)."""
+    from megatron.training.arguments import parse_args, validate_args
+    given = settings_argv(settings)
     tp = int(given[given.index("--tensor-model-parallel-size") + 1])
     pp = int(given[given.index("--pipeline-model-parallel-size") + 1])
     # the world: the data-parallel size is what the ranks leave (repipe's replicas)
@@ -176,18 +199,7 @@ def megatron_reads(settings, dp):
         rec["stages"] = [{"pp_rank": 0, "vp_stage": 0, "embedding": True, "loss": True,
                           "layers": list(range(args.num_layers))}]
         return rec
-    layout = args.pipeline_model_parallel_layout
-    if isinstance(layout, str):
-        layout = PipelineParallelLayerLayout.from_str(layout, pp)
-    layout.validate_layer_layout(args.num_layers, None)
-    vp = args.virtual_pipeline_model_parallel_size or 1
-    parallel_state.set_virtual_pipeline_model_parallel_world_size(vp if vp > 1 else None)
-    rec["stages"] = [
-        {"pp_rank": r, "vp_stage": v,
-         "embedding": LayerType.embedding in layout.layout[r][v],
-         "loss": LayerType.loss in layout.layout[r][v],
-         "layers": layout.get_layer_id_list(vp_stage=v, pp_rank=r)}
-        for v in range(vp) for r in range(pp)]
+    rec["stages"] = megatron_stages(args)
     return rec
 
 

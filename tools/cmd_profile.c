@@ -42,7 +42,7 @@ static const cli_opt OPTS[] = {
     [OPT_CONTEXT_PARALLEL] = {"context-parallel", 0, "C", "with --transformer: ... and of a context group of C, a C-th of each sequence [1]"},
     [OPT_SEQUENCE_PARALLEL] = {"sequence-parallel", 0, "on|off", "with --transformer: the activations outside the products split over the tensor group too [off]"},
     [OPT_RECOMPUTE] = {"recompute", 0, "none|selective|full", "with --transformer: what is recomputed in the backward (full: the configuration's recompute_checkpoint_every_layer does it; the profile says what a block keeps then) [none]"},
-    [OPT_PRECISION] = {"precision", 0, "bf16|fp8", "with --transformer: the products' precision [bf16]"},
+    [OPT_PRECISION] = {"precision", 0, "bf16|fp8|fp32", "with --transformer: the products' precision (fp32: fp32 throughout, on a device with peak_fp32) [bf16]"},
     [OPT_OVERLAP] = {"overlap", 0, "on|off", "with --transformer: the tensor group's collectives behind its products, with sequence parallelism [on]"},
     [OPT_COUNT] = {NULL, 0, NULL, NULL},
 };
@@ -146,11 +146,15 @@ static int transformer(const cli_cmd *cmd, const xf_args *a) {
         r.recompute = (rp_recompute)k;
     }
     if (a->precision) {
-        if (strcmp(a->precision, "bf16") != 0 && strcmp(a->precision, "fp8") != 0) {
-            cli_error(cmd, "--precision: '%s' is not bf16 or fp8", a->precision);
+        static const char *const p[] = {"bf16", "fp8", "fp32"};
+        int k = 0;
+        while (k < 3 && strcmp(a->precision, p[k]) != 0)
+            k++;
+        if (k == 3) {
+            cli_error(cmd, "--precision: '%s' is not bf16, fp8 or fp32", a->precision);
             return 2;
         }
-        r.precision = a->precision[0] == 'f' ? RP_PRECISION_FP8 : RP_PRECISION_BF16;
+        r.precision = (rp_precision)k;
     }
     char *text;
     if (rp_transformer_profile(&m, &c, &r, &text, &err) ||

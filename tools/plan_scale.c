@@ -37,7 +37,7 @@ static bool features(const cli_cmd *cmd, const plan_scale *ps, rp_scale_options 
     static const char *const recompute[] = {"none", "selective", "full", "any", "off", "on", NULL};
     static const char *const onoff[] = {"off", "on", NULL};
     static const char *const sharding[] = {"none", "optimizer", "fsdp", "any", NULL};
-    static const char *const precision[] = {"bf16", "fp8", "any", NULL};
+    static const char *const precision[] = {"bf16", "fp8", "fp32", "any", NULL};
     int k;
     if (ps->recompute) {
         if ((k = word(cmd, "recompute", ps->recompute, recompute)) < 0)
@@ -57,7 +57,7 @@ static bool features(const cli_cmd *cmd, const plan_scale *ps, rp_scale_options 
     if (ps->precision) {
         if ((k = word(cmd, "precision", ps->precision, precision)) < 0)
             return false;
-        o->precision = k == 2 ? -1 : k;
+        o->precision = k == 3 ? -1 : k;
     }
     if (ps->overlap) {
         if ((k = word(cmd, "overlap", ps->overlap, onoff)) < 0)
@@ -155,7 +155,7 @@ static void describe_plan(FILE *f, const rp_scale_plan *r, const rp_cluster *c, 
             : r->run.recompute == RP_RECOMPUTE_SELECTIVE ? "attention's core recomputed"
                                                          : "no recomputation",
             rp_precision_name(r->run.precision));
-    double peak = r->run.precision == RP_PRECISION_FP8 ? c->device.peak_fp8 : c->device.peak_flops;
+    double peak = rp_precision_peak(&c->device, r->run.precision);
     fprintf(f, "  predicted %.3f s an update, %.1f TFLOP/s a device as Megatron-LM counts them "
                "(%.0f %% of the %s peak); %.1f by equation 3 of its SC'21 paper; MFU %.1f %% as "
                "PyTorch users count it (6N + attention)\n",

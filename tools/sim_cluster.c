@@ -55,6 +55,8 @@ bool sim_cluster_setup(const cli_cmd *cmd, const char *name, const rp_profile *p
         cli_error(cmd, "%s", err.msg);
         return false;
     }
+    if (sc->transformer)
+        rp_cluster_sim_precision(&sc->c, sc->run.precision, &o);
     opt->num_levels = o.num_levels;
     memcpy(opt->machines, o.machines, sizeof o.machines);
     memcpy(opt->bandwidth, o.bandwidth, sizeof o.bandwidth);
@@ -125,8 +127,7 @@ void sim_cluster_print(FILE *f, const sim_cluster *sc, const rp_config *cfg,
     fprintf(f, "on %s: %d %s devices (%d a node, %d a worker)", sc->c.name, devices,
             sc->c.device.name, sc->c.per_node, sc->t);
     if (sc->transformer) {
-        double peak = sc->run.precision == RP_PRECISION_FP8 ? sc->c.device.peak_fp8
-                                                            : sc->c.device.peak_flops;
+        double peak = rp_precision_peak(&sc->c.device, sc->run.precision);
         fprintf(f, ", %.1f TFLOP/s a device as Megatron-LM counts them (%.0f %% of the %s "
                    "peak; %.1f by equation 3 of its SC'21 paper)",
                 tflops(sc, cfg, res, devices, false),

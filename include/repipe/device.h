@@ -26,6 +26,7 @@ typedef struct rp_device {
     char name[32];
     double peak_flops;        /* dense bf16 (fp16 where there is no bf16) FLOP/s */
     double peak_fp8;          /* dense fp8 FLOP/s [0: no fp8 products] */
+    double peak_fp32;         /* dense fp32 FLOP/s of products [0: no fp32 runs] */
     double memory_bytes;
     double memory_bandwidth;  /* bytes/s */
     double gemm_efficiency;   /* the share of peak_flops large matrix products reach */

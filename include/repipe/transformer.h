@@ -118,7 +118,15 @@ typedef enum rp_recompute {
     RP_RECOMPUTE_SELECTIVE, /* attention's core (softmax, dropout, the products with Q, K, V) */
     RP_RECOMPUTE_FULL       /* every block from its input */
 } rp_recompute;
-typedef enum rp_precision { RP_PRECISION_BF16 = 0, RP_PRECISION_FP8 } rp_precision;
+/* bf16: bf16 products, weights and activations, fp32 master weights,
+** gradients and Adam's state (Megatron-LM's --bf16); fp8: the same with fp8
+** products (Transformer Engine); fp32: fp32 throughout, products at the
+** device's peak_fp32 (PyTorch's default, and a CPU's) */
+typedef enum rp_precision {
+    RP_PRECISION_BF16 = 0,
+    RP_PRECISION_FP8,
+    RP_PRECISION_FP32
+} rp_precision;
 typedef enum rp_sharding {
     RP_SHARD_NONE = 0,  /* every replica holds everything (DDP) */
     RP_SHARD_OPTIMIZER, /* fp32 weights and Adam's moments sharded (Megatron-LM's distributed optimizer, ZeRO-1) */
@@ -127,6 +135,12 @@ typedef enum rp_sharding {
 
 const char *rp_recompute_name(rp_recompute r);
 const char *rp_precision_name(rp_precision p);
+/* The device's peak FLOP/s of products in precision p (0 where it has none). */
+double rp_precision_peak(const rp_device *d, rp_precision p);
+/* rp_cluster_sim_options' optimizer pass and gradients for precision p:
+** mixed precision's (bf16 gradients on the wire, 30 bytes a parameter read
+** and written) or fp32's (fp32 gradients, 28 bytes). */
+void rp_cluster_sim_precision(const rp_cluster *c, rp_precision p, rp_sim_options *o);
 const char *rp_sharding_name(rp_sharding s);
 
 /* How the model runs: one micro-batch of `micro_batch` sequences on a rank
@@ -218,7 +232,7 @@ typedef struct rp_scale_options {
     int sequence_parallel; /* 0: either; 1: on; -1: off */
     int recompute;         /* -1: any; else an rp_recompute */
     int sharding;          /* -1: any; else an rp_sharding */
-    int precision;         /* -1: either; else an rp_precision [bf16] */
+    int precision;         /* -1: bf16 or fp8; else an rp_precision [bf16] */
     bool no_overlap;       /* communication not overlapped (Megatron-LM in 2021) */
     /* the blocks split evenly over the chunks, the embedding and the head
     ** beside them, as Megatron-LM splits them without a layout (the layers

@@ -4,26 +4,30 @@
     repipe.torch.profile(model, torch.randn(64, 3, 224, 224), out="graph.txt")
     plan = repipe.plan("graph.txt", machines=[8, 2], bandwidth=[4e9, 2e9])
 
-Each call of a leaf module (one without children) is a node: its forward time (hooks around
-the call) and backward time (read off the autograd graph), the best of `repeat` runs of the
-whole model, its output's bytes and its parameters' bytes. The graph comes from torch.fx
-where the model traces: functions between modules (flatten, a residual addition) become
-nodes of their own with no time. A model fx cannot trace is profiled in the order its leaf
-modules run, as a chain.
+The nodes are torch_graph's, over torch.export's graph of the module: a node a call of a unit
+(a leaf, a module with parameters of its own or computation outside its children; a
+transformer's blocks, its embedding and its head), each with its forward time (hooks around
+the call) and backward time (read off the autograd graph), the median of `repeat` runs of the
+whole model, its output's bytes and its parameters' bytes. repipe.calibrate measures a device
+for `repipe profile --transformer` instead; rt.Pipeline runs a plan of the profile.
 """
+import statistics
 import time
 
 import torch
 
 from .torch_export import export, load  # noqa: F401 (repipe.torch.export, .load)
 
-__all__ = ["profile", "export", "load", "Pipeline", "HostClock", "CudaClock"]
+__all__ = ["profile", "export", "load", "Pipeline", "HostClock", "CudaClock", "calibrate"]
 
 
 def __getattr__(name):  # rt.Pipeline: torch.distributed is loaded when it is used
     if name == "Pipeline":
         from .torch_pipeline import Pipeline
         return Pipeline
+    if name == "calibrate":  # (repipe.calibrate's, under this name too)
+        from .calibrate import calibrate
+        return calibrate
     raise AttributeError(name)
 
 
@@ -81,8 +85,8 @@ def _clock_for(module, example_input):
 
 
 def _time_modules(module, example_input, repeat, clock=None, units=None, kwargs=None,
-                  output=None):
-    """Forward and backward seconds of each call of a leaf module, the best of `repeat` runs,
+                  output=None, loss_fn=None):
+    """Forward and backward seconds of each call of a leaf module, the median of `repeat` runs,
     and the order of the calls. A call is (module name, k): a module called twice in a pass
     (torchvision's ResNet blocks call one ReLU twice) is timed call by call.
 
@@ -93,7 +97,9 @@ def _time_modules(module, example_input, repeat, clock=None, units=None, kwargs=
     walking back from the output to the nodes that existed before the call.
 
     The marks come from `clock` (HostClock, or CudaClock for a module on a GPU) and are read
-    after each run, once it has synchronised."""
+    after each run, once it has synchronised. With loss_fn (the output to a scalar), the loss
+    is timed too: its forward from the model's return, its backward up to the first call's
+    backward; under the key None."""
     clock = clock or _clock_for(module, example_input)
     named = dict(module.named_modules())
     leaves = [(u, named[u]) for u in units] if units is not None else _leaves(module)
@@ -151,33 +157,45 @@ def _time_modules(module, example_input, repeat, clock=None, units=None, kwargs=
             t_end.clear()
             x = example_input.detach().requires_grad_(example_input.is_floating_point())
             out = pick_output(module(x, **(kwargs or {})), output)
-            loss = out.float().sum()
+            l_begin = clock.mark()
+            loss = loss_fn(out) if loss_fn is not None else out.float().sum()
+            l_end = clock.mark()
             loss.backward()
             module.zero_grad(set_to_none=True)
             del out, loss
             clock.sync()
+            if r and loss_fn is not None and t_begin:
+                fw.setdefault(None, []).append(clock.seconds(l_begin, l_end))
+                first = min(t_begin.values(), key=lambda m: clock.seconds(l_end, m))
+                bw.setdefault(None, []).append(clock.seconds(l_end, first))
             for key in f_end:
                 if r:
-                    fw[key] = min(fw.get(key, float("inf")), clock.seconds(t_fw[key], f_end[key]))
+                    fw.setdefault(key, []).append(clock.seconds(t_fw[key], f_end[key]))
             for key in t_end:
                 if r and key in t_begin:
-                    bw[key] = min(bw.get(key, float("inf")),
-                                  clock.seconds(t_begin[key], t_end[key]))
+                    bw.setdefault(key, []).append(clock.seconds(t_begin[key], t_end[key]))
     finally:
         for h in handles:
             h.remove()
+    # the median of the runs, as `repipe profile` keeps: a pipeline's steady state runs at a
+    # layer's typical time, which the best of the runs understates (by 5 to 10 % on a
+    # shared machine, bench/torch_predict.py)
+    fw = {k: statistics.median(v) for k, v in fw.items()}
+    bw = {k: statistics.median(v) for k, v in bw.items()}
     return fw, bw, out_bytes, order
 
 
 def profile(module, example_input, *, batch_size=None, repeat=3, out="graph.txt", clock=None,
-            output=None, kwargs=None):
+            output=None, kwargs=None, loss_fn=None, target=None):
     """Profiles module on example_input (a micro-batch) and writes PipeDream's graph.txt to
     `out`. batch_size, when given, is written for the planner (default: the input's first
     dimension). clock: where the times come from (default: CudaClock when the module or
     the input is on a CUDA device, else HostClock). output: what the loss reads of what the
     module returns (a ModelOutput's or dict's key, a tuple's index) [its `logits`, else its
     first tensor]. kwargs: passed to every call [a Hugging Face model's use_cache=False].
-    Returns the path.
+    loss_fn, target: the loss rt.Pipeline will compute (loss_fn(output, target), target the
+    micro-batch's): its forward and backward are timed into the node that makes the output, as
+    the last stage runs it [none: the nodes alone]. Returns the path.
 
     The nodes are torch_graph's: every parameter and every call of the module is in one
     node, or the call fails naming the module it cannot see into. A Hugging Face model's
@@ -187,8 +205,11 @@ def profile(module, example_input, *, batch_size=None, repeat=3, out="graph.txt"
     module.train()
     graph = Graph(module, example_input, output=output, kwargs=kwargs)
     units = sorted({g.unit for g in graph.groups if g.unit is not None})
+    if (loss_fn is None) != (target is None):
+        raise ValueError("repipe.torch.profile: loss_fn and target go together")
     fw, bw, _, _ = _time_modules(module, example_input, repeat, clock, units, graph.kwargs,
-                                 output)
+                                 output, None if loss_fn is None else
+                                 (lambda o: loss_fn(o, target)))
     # the k-th call of a unit is its k-th node (consecutive calls with nothing between
     # them are one node: their times add up)
     nodes_of = {}
@@ -196,12 +217,14 @@ def profile(module, example_input, *, batch_size=None, repeat=3, out="graph.txt"
         if g.unit is not None:
             nodes_of.setdefault(g.unit, []).append(i)
     t_fw, t_bw = [0.0] * len(graph.groups), [0.0] * len(graph.groups)
-    for (name, k), t in fw.items():
-        idx = nodes_of[name]
-        t_fw[idx[min(k, len(idx) - 1)]] += t
-    for (name, k), t in bw.items():
-        idx = nodes_of[name]
-        t_bw[idx[min(k, len(idx) - 1)]] += t
+    last = graph.index.get(graph.group_of.get(graph.outputs[0]), len(graph.groups) - 1)
+    for times, into in ((fw, t_fw), (bw, t_bw)):
+        for key, t in times.items():
+            if key is None:  # the loss: where the output is made
+                into[last] += t
+                continue
+            idx = nodes_of[key[0]]
+            into[idx[min(key[1], len(idx) - 1)]] += t
     params = graph.parameter_bytes()
     sizes = graph.crossing_bytes()
     unused = graph.unused_parameters()

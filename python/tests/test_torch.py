@@ -2,6 +2,7 @@
 ResNet-style block with its residual addition, and a transformer that torch.fx cannot trace.
 These need PyTorch 2 (make test runs them in the project's environment, scripts/python-env);
 under a Python without it they are skipped, saying so."""
+import json
 import os
 import sys
 import tempfile
@@ -488,9 +489,79 @@ class Clocks(unittest.TestCase):
         self.assertEqual([o["forward_compute_time"] for o in others], [0.0, 0.0])
         self.assertEqual([o["backward_compute_time"] for o in others], [0.0, 0.0])
 
+        # a loss of 5 s forward and 7 s backward: in the node that makes the output, as the
+        # last stage runs it; the kernel's times as they were
+        class LossBackward(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 1
+
+            @staticmethod
+            def backward(ctx, g):
+                clock.now += 7.0
+                return g
+
+        def loss_fn(out, target):
+            clock.now += 5.0
+            return LossBackward.apply(out - target).pow(2).mean()
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "graph.txt")
+            rtorch.profile(model, torch.randn(3, 4), repeat=2, out=path, clock=clock,
+                           loss_fn=loss_fn, target=torch.zeros(3, 2))
+            nodes, _ = read_graph(path)
+        by = {d: v for d, v in nodes.values()}
+        self.assertAlmostEqual(by["2: Linear"]["forward_compute_time"], 5000.0)
+        self.assertAlmostEqual(by["2: Linear"]["backward_compute_time"], 7000.0)
+        self.assertAlmostEqual(by["1: Kernel"]["forward_compute_time"], 3000.0)
+        self.assertAlmostEqual(by["1: Kernel"]["backward_compute_time"], 2000.0)
+        self.assertEqual(by["0: Linear"]["forward_compute_time"], 0.0)
+        with self.assertRaisesRegex(ValueError, "loss_fn and target go together"):
+            rtorch.profile(model, torch.randn(3, 4), out=path, loss_fn=loss_fn)
+
     def test_the_clock_follows_the_device(self):
         self.assertIsInstance(rtorch._clock_for(nn.Linear(2, 2), torch.zeros(1, 2)),
                               rtorch.HostClock)
+
+
+@unittest.skipUnless(torch is not None, NEEDS_TORCH)
+class Calibrate(unittest.TestCase):
+    """repipe.calibrate: its fit, and the file it writes as `repipe profile --transformer`
+    reads it."""
+
+    def test_the_fit_recovers_the_curve(self):
+        from repipe.calibrate import _fit
+        points = [(d, 3e11 * d / (d + 80.0)) for d in (32, 64, 256, 1024, 4096)]
+        peak, half = _fit(points)
+        self.assertAlmostEqual(peak / 3e11, 1.0, places=9)
+        self.assertAlmostEqual(half, 80.0, places=6)
+        # rates that fall with size: the best is the peak, reached at once
+        self.assertEqual(_fit([(64, 2e11), (128, 1.5e11)]), (2e11, 0.0))
+
+    def test_the_file_is_a_device(self):
+        import subprocess
+        from repipe.calibrate import calibrate
+        cli = os.environ.get("REPIPE_CLI") or os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "repipe")
+        with tempfile.TemporaryDirectory() as tmp:
+            dev = os.path.join(tmp, "cpu.json")
+            got = calibrate("cpu", torch.float32, out=dev, quick=True, name="this-cpu")
+            with open(dev) as f:
+                written = json.load(f)
+            self.assertNotIn("measured", written)
+            self.assertEqual(written["name"], "this-cpu")
+            for key in ("peak_flops", "peak_fp32", "memory_bandwidth", "memory_bytes"):
+                self.assertGreater(written[key], 0, key)
+            self.assertEqual(written["gemm_efficiency"], 1.0)
+            self.assertLessEqual(written["attention_efficiency"], 1.0)
+            self.assertGreater(got["measured"]["block"]["seconds"], 0)
+            out = os.path.join(tmp, "g.txt")
+            p = subprocess.run([cli, "profile", "--transformer",
+                                "layers=2,hidden=64,heads=4,seq=32,vocab=128,flash=1,dropout=0",
+                                "--device", dev, "--precision", "fp32", "--out", out],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("on this-cpu", p.stdout)
 
 
 @unittest.skipUnless(torch is not None, NEEDS_TORCH)

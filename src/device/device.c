@@ -34,19 +34,22 @@
 ** about 1300-1450 of 1979 TFLOP/s on an H100 for products of thousands a
 ** side). */
 static const rp_device DEVICES[] = {
-    /* A100 SXM4 80GB datasheet: 312 TFLOP/s bf16 dense, 80 GB HBM2e, 2039 GB/s */
-    {.name = "a100-80gb", .peak_flops = 312e12, .memory_bytes = 80e9,
+    /* A100 SXM4 80GB datasheet: 312 TFLOP/s bf16 dense, 19.5 fp32 (without
+    ** TF32, PyTorch's default for products), 80 GB HBM2e, 2039 GB/s */
+    {.name = "a100-80gb", .peak_flops = 312e12, .peak_fp32 = 19.5e12, .memory_bytes = 80e9,
      .memory_bandwidth = 2039e9, .gemm_efficiency = 0.75, .gemm_half = 64,
      .memory_efficiency = 0.80, .attention_efficiency = 0.70},
-    /* H100 SXM5 80GB datasheet: 989 TFLOP/s bf16 dense, 1979 fp8 dense,
-    ** 80 GB HBM3, 3.35 TB/s (its products reach a smaller share of a higher
-    ** peak: about 70 %) */
-    {.name = "h100-80gb", .peak_flops = 989e12, .peak_fp8 = 1979e12, .memory_bytes = 80e9,
+    /* H100 SXM5 80GB datasheet: 989 TFLOP/s bf16 dense, 1979 fp8 dense, 67
+    ** fp32, 80 GB HBM3, 3.35 TB/s (its products reach a smaller share of a
+    ** higher peak: about 70 %) */
+    {.name = "h100-80gb", .peak_flops = 989e12, .peak_fp8 = 1979e12, .peak_fp32 = 67e12,
+     .memory_bytes = 80e9,
      .memory_bandwidth = 3350e9, .gemm_efficiency = 0.70, .fp8_efficiency = 0.55, .gemm_half = 64,
      .memory_efficiency = 0.80, .attention_efficiency = 0.55},
-    /* H200 SXM 141GB datasheet: the H100's compute (989 bf16, 1979 fp8),
-    ** 141 GB HBM3e, 4.8 TB/s */
-    {.name = "h200-141gb", .peak_flops = 989e12, .peak_fp8 = 1979e12, .memory_bytes = 141e9,
+    /* H200 SXM 141GB datasheet: the H100's compute (989 bf16, 1979 fp8, 67
+    ** fp32), 141 GB HBM3e, 4.8 TB/s */
+    {.name = "h200-141gb", .peak_flops = 989e12, .peak_fp8 = 1979e12, .peak_fp32 = 67e12,
+     .memory_bytes = 141e9,
      .memory_bandwidth = 4800e9, .gemm_efficiency = 0.70, .fp8_efficiency = 0.55, .gemm_half = 64,
      .memory_efficiency = 0.80, .attention_efficiency = 0.55},
     /* B200 (HGX B200 datasheet, a GPU): 2.25 PFLOP/s bf16 dense, 4.5 fp8
@@ -54,9 +57,10 @@ static const rp_device DEVICES[] = {
     {.name = "b200", .peak_flops = 2250e12, .peak_fp8 = 4500e12, .memory_bytes = 180e9,
      .memory_bandwidth = 8000e9, .gemm_efficiency = 0.70, .fp8_efficiency = 0.55, .gemm_half = 64,
      .memory_efficiency = 0.80, .attention_efficiency = 0.55},
-    /* V100 SXM2 32GB datasheet: 125 TFLOP/s fp16 tensor cores, 32 GB HBM2,
-    ** 900 GB/s (no fused attention kernel of its own: the products') */
-    {.name = "v100-32gb", .peak_flops = 125e12, .memory_bytes = 32e9,
+    /* V100 SXM2 32GB datasheet: 125 TFLOP/s fp16 tensor cores, 15.7 fp32,
+    ** 32 GB HBM2, 900 GB/s (no fused attention kernel of its own: the
+    ** products') */
+    {.name = "v100-32gb", .peak_flops = 125e12, .peak_fp32 = 15.7e12, .memory_bytes = 32e9,
      .memory_bandwidth = 900e9, .gemm_efficiency = 0.80, .gemm_half = 64,
      .memory_efficiency = 0.80, .attention_efficiency = 0.50},
 };
@@ -144,7 +148,7 @@ static rp_status device_json(const cJSON *o, const char *file, rp_device *d, rp_
     static const char *const keys[] = {"name", "peak_flops", "peak_fp8", "memory_bytes",
                                        "memory_bandwidth", "gemm_efficiency", "gemm_half",
                                        "memory_efficiency", "attention_efficiency",
-                                       "fp8_efficiency"};
+                                       "fp8_efficiency", "peak_fp32"};
     if (!cJSON_IsObject(o))
         return rp_fail(err, RP_ERR_INVALID, "%s: a device is an object of %s, %s, ...", file,
                        keys[1], keys[3]);
@@ -154,9 +158,9 @@ static rp_status device_json(const cJSON *o, const char *file, rp_device *d, rp_
             i++;
         if (i == sizeof keys / sizeof *keys)
             return rp_fail(err, RP_ERR_INVALID, "%s: \"%s\" is not a device's key (%s, %s, %s, "
-                           "%s, %s, %s, %s, %s, %s, %s)", file, k->string, keys[0], keys[1],
+                           "%s, %s, %s, %s, %s, %s, %s, %s)", file, k->string, keys[0], keys[1],
                            keys[2], keys[3], keys[4], keys[5], keys[6], keys[7], keys[8],
-                           keys[9]);
+                           keys[9], keys[10]);
     }
     memset(d, 0, sizeof *d);
     rp_status st = name_of(o, file, file, d->name, sizeof d->name, err);
@@ -166,6 +170,7 @@ static rp_status device_json(const cJSON *o, const char *file, rp_device *d, rp_
     d->attention_efficiency = 0.5;
     if ((st = number(o, file, "peak_flops", true, 1e6, 1e18, &d->peak_flops, err)) ||
         (st = number(o, file, "peak_fp8", false, 0, 1e18, &d->peak_fp8, err)) ||
+        (st = number(o, file, "peak_fp32", false, 0, 1e18, &d->peak_fp32, err)) ||
         (st = number(o, file, "memory_bytes", true, 1e6, 1e15, &d->memory_bytes, err)) ||
         (st = number(o, file, "memory_bandwidth", true, 1e6, 1e15, &d->memory_bandwidth, err)) ||
         (st = number(o, file, "gemm_efficiency", false, 1e-3, 1, &d->gemm_efficiency, err)) ||

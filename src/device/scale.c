@@ -90,9 +90,10 @@ static void spread(int L, const double cost[RPI_XF_PARTS], int C, int *counts) {
 }
 
 /* Bytes a rank's parameters move in the replicas' reduction (bf16
-** gradients, or FSDP's fp32 reduce-scatter and bf16 all-gather) and the
-** seconds of the optimizer's pass over them (30 bytes a parameter read and
-** written: fp32 weight and two moments, the fp32 gradient, the bf16 weight). */
+** gradients, or FSDP's fp32 reduce-scatter and bf16 all-gather; in fp32,
+** fp32 both) and the seconds of the optimizer's pass over them (30 bytes a
+** parameter read and written: fp32 weight and two moments, the fp32
+** gradient, the bf16 weight; 28 in fp32, which has no bf16 copy). */
 static double ring_time(int n, double bytes, double bw, double latency) {
     return n > 1 ? 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * latency : 0;
 }
@@ -151,14 +152,17 @@ static double estimate(const rp_transformer *m, const rp_cluster *c, const rpi_x
     double n = (double)k->d * k->run.context_parallel;
     bool dp_across = width * P * k->d > c->per_node;
     double bw = dp_across ? c->network_bandwidth : c->node_bandwidth;
-    double reduce = ring_time((int)n, 2 * params, bw, c->latency);
+    bool fp32 = k->run.precision == RP_PRECISION_FP32;
+    double value = fp32 ? 4 : 2;
+    double reduce = ring_time((int)n, value * params, bw, c->latency);
     if (k->sharding == RP_SHARD_FULL) /* fp32 reduce-scatter and bf16 all-gather */
-        reduce = ring_time((int)n, 3 * params, bw, c->latency);
+        reduce = ring_time((int)n, (4 + value) / 2 * params, bw, c->latency);
     if (k->sharding == RP_SHARD_FULL && P == 1) /* gathered again for each micro-batch */
-        pipe += k->m * fmax(0, ring_time((int)n, 2 * params, bw, c->latency) - most / 2);
+        pipe += k->m * fmax(0, ring_time((int)n, value * params, bw, c->latency) - most / 2);
     if (k->run.overlap)
         reduce = fmax(reduce / (2 * k->v), reduce - most / k->v * 2 / 3);
-    double step = params * 30 / (c->device.memory_bandwidth * c->device.memory_efficiency);
+    double step = params * (fp32 ? 28 : 30) /
+                  (c->device.memory_bandwidth * c->device.memory_efficiency);
     if (k->sharding != RP_SHARD_NONE)
         step /= n;
     return pipe + reduce + step;
@@ -255,6 +259,7 @@ rp_status rp_scale_simulate(const rp_transformer *m, const rp_cluster *c,
         free(a);
         return st;
     }
+    rp_cluster_sim_precision(c, run->precision, &o);
     o.replicas = d;
     o.blocking_sends = !run->overlap;
     o.profile_batch = cfg->micro_batch_size;
@@ -299,9 +304,12 @@ static int runs_of(const rp_transformer *m, const rp_cluster *c, const rp_scale_
                    int t, int cp, int b, rp_transformer_run *out) {
     int n = 0;
     for (int rc = RP_RECOMPUTE_NONE; rc <= RP_RECOMPUTE_FULL; rc++)
-        for (int pr = RP_PRECISION_BF16; pr <= RP_PRECISION_FP8; pr++) {
+        for (int pr = RP_PRECISION_BF16; pr <= RP_PRECISION_FP32; pr++) {
+            /* either of bf16 and fp8 where the device has it; fp32 only where asked */
             if ((o->recompute >= 0 && rc != o->recompute) ||
-                (o->precision >= 0 ? pr != o->precision : pr == RP_PRECISION_FP8 && !(c->device.peak_fp8 > 0)))
+                (o->precision >= 0 ? pr != o->precision
+                                   : pr == RP_PRECISION_FP32 ||
+                                         (pr == RP_PRECISION_FP8 && !(c->device.peak_fp8 > 0))))
                 continue;
             /* selective recomputation saves nothing a fused kernel keeps */
             if (rc == RP_RECOMPUTE_SELECTIVE && m->flash && o->recompute < 0)
@@ -515,8 +523,7 @@ rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
         double sec = out->seconds * N;
         out->tflops_per_device = rp_transformer_flops_megatron(m, out->t, (double)B) / sec / 1e12;
         out->tflops_eq3 = rp_transformer_flops_eq3(m, (double)B) / sec / 1e12;
-        double peak = out->run.precision == RP_PRECISION_FP8 ? c->device.peak_fp8
-                                                             : c->device.peak_flops;
+        double peak = rp_precision_peak(&c->device, out->run.precision);
         out->mfu = rp_transformer_flops_6n(m, (double)B) / sec / peak;
     }
 done:

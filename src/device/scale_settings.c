@@ -81,7 +81,8 @@ static void megatron(FILE *f, const rp_transformer *m, const rp_scale_plan *p, l
     else if (p->run.recompute == RP_RECOMPUTE_FULL)
         fprintf(f, "--recompute-granularity full\n--recompute-method uniform\n"
                    "--recompute-num-layers 1\n");
-    fprintf(f, "--micro-batch-size %d\n--global-batch-size %lld\n--bf16\n", p->b, B);
+    fprintf(f, "--micro-batch-size %d\n--global-batch-size %lld\n%s", p->b, B,
+            p->run.precision == RP_PRECISION_FP32 ? "" : "--bf16\n"); /* (fp32: its default) */
     if (p->run.precision == RP_PRECISION_FP8)
         fprintf(f, "--fp8-format hybrid\n--fp8-recipe tensorwise\n");
     if (p->run.overlap && p->d * p->cp > 1)
@@ -148,7 +149,8 @@ static void torchtitan(FILE *f, const rp_transformer *m, const rp_scale_plan *p,
             "(sequence parallelism)", n ? "; " : "");
     fprintf(f, "--training.local_batch_size %lld\n--training.global_batch_size %lld\n",
             (long long)p->b * p->cfg.gradient_accumulation_steps, B);
-    fprintf(f, "--training.mixed_precision_param bfloat16\n");
+    fprintf(f, "--training.mixed_precision_param %s\n",
+            p->run.precision == RP_PRECISION_FP32 ? "float32" : "bfloat16");
     /* activation checkpointing is a subcommand of torchtitan's settings */
     fprintf(f, "activation-checkpoint:%s\n",
             p->run.recompute == RP_RECOMPUTE_FULL        ? "full"

@@ -44,7 +44,19 @@ const char *rp_recompute_name(rp_recompute r) {
 }
 
 const char *rp_precision_name(rp_precision p) {
-    return p == RP_PRECISION_FP8 ? "fp8" : "bf16";
+    return p == RP_PRECISION_FP8 ? "fp8" : p == RP_PRECISION_FP32 ? "fp32" : "bf16";
+}
+
+void rp_cluster_sim_precision(const rp_cluster *c, rp_precision p, rp_sim_options *o) {
+    if (p != RP_PRECISION_FP32)
+        return; /* (rp_cluster_sim_options' own) */
+    o->mixed_precision = false;
+    o->memory_bandwidth = c->device.memory_bandwidth * c->device.memory_efficiency / 7;
+}
+
+double rp_precision_peak(const rp_device *d, rp_precision p) {
+    return p == RP_PRECISION_FP8 ? d->peak_fp8 : p == RP_PRECISION_FP32 ? d->peak_fp32
+                                                                        : d->peak_flops;
 }
 
 const char *rp_sharding_name(rp_sharding s) {
@@ -74,6 +86,10 @@ rp_status rp_transformer_run_check(const rp_transformer *m, const rp_cluster *c,
     if (r->precision == RP_PRECISION_FP8 && !(c->device.peak_fp8 > 0))
         return rp_fail(err, RP_ERR_INVALID, "transformer: %s has no fp8 products (no peak_fp8)",
                        c->device.name);
+    if (r->precision == RP_PRECISION_FP32 && !(c->device.peak_fp32 > 0))
+        return rp_fail(err, RP_ERR_INVALID, "transformer: %s has no fp32 rate (no peak_fp32): "
+                       "add it to the device's file, or measure the device with "
+                       "python -m repipe.calibrate", c->device.name);
     if (r->sequence_parallel && t < 2)
         return rp_fail(err, RP_ERR_INVALID, "transformer: sequence parallelism splits over a "
                        "tensor group: it needs tensor groups of 2 or more");
@@ -90,8 +106,10 @@ rp_status rp_transformer_run_check(const rp_transformer *m, const rp_cluster *c,
 /* The device's rates for one run. */
 typedef struct rates {
     const rp_cluster *c;
-    double peak;     /* the products' peak: bf16's or fp8's */
+    double peak;     /* the products' peak: bf16's, fp8's or fp32's */
+    double peak16;   /* ...and of those fp8 leaves in bf16 (attention's core, the head) */
     double gemm_eff, gemm_half, stream_bw, attn_flops;
+    double vb;       /* a value's bytes over bf16's: 2 in fp32, else 1 */
     double cp_bw;    /* the link the context group's passes take */
 } rates;
 
@@ -101,12 +119,12 @@ static double gemm(const rates *x, double m, double k, double n, double count) {
     return count * 2 * m * k * n / (x->peak * x->gemm_eff * side / (side + x->gemm_half));
 }
 
-/* ...and at bf16's peak and efficiency, whatever the run's precision
-** (attention's core, the head). */
+/* ...and at bf16's peak and efficiency under fp8 (attention's core, the
+** head), fp32's under fp32. */
 static double gemm16(const rates *x, double m, double k, double n, double count) {
     const rp_device *d = &x->c->device;
     double side = fmin(m, fmin(k, n));
-    return count * 2 * m * k * n / (d->peak_flops * d->gemm_efficiency * side / (side + x->gemm_half));
+    return count * 2 * m * k * n / (x->peak16 * d->gemm_efficiency * side / (side + x->gemm_half));
 }
 
 static double stream(const rates *x, double bytes) {
@@ -127,7 +145,7 @@ static void block(const rp_transformer *m, const rates *x, const rp_transformer_
     double T = r->tensor_parallel, C = r->context_parallel, B = r->micro_batch;
     double S = (double)m->seq / C, Sk = m->seq, H = m->hidden, A = m->heads;
     double D = m->head_dim, Q = A * D, K = (double)m->kv_heads * D, F = m->ffn;
-    double up = m->mlp == RP_MLP_SWIGLU ? 2 : 1, BS = B * S;
+    double up = m->mlp == RP_MLP_SWIGLU ? 2 : 1, BS = B * S, vb = x->vb;
     double rep = r->sequence_parallel ? T : 1; /* what lies outside the products */
     bool fp8 = r->precision == RP_PRECISION_FP8;
     /* the products: QKV, the projection, the MLP's up (and gate) and down */
@@ -144,23 +162,23 @@ static void block(const rp_transformer *m, const rates *x, const rp_transformer_
     } else {
         core_f = gemm16(x, S, D, Sk, B * A / T) + gemm16(x, S, Sk, D, B * A / T);
         core_b = 2 * core_f;
-        scores = 5 * B * (A / T) * S * Sk; /* softmax's output, its dropout mask and output */
+        scores = 5 * vb * B * (A / T) * S * Sk; /* softmax's output, its dropout mask and output */
     }
     /* bytes read and written: two norms (8 B S H), residual adds (12 B S H,
     ** and 2 more for dropout's masks), the MLP's activation (GELU: 4 B S F / t; SwiGLU
     ** 6), rotary embeddings on Q and K, an unfused softmax and its dropout
     ** (9 B a s^2 / t), and fp8's casts of the products' inputs (3 bytes an
-    ** element) */
-    double elem = ((m->dropout ? 22 : 20) * BS * H) / rep + (2 + 2 * up) * BS * F / T +
-                  (m->position == RP_POSITION_ROPE ? 4 * BS * (Q + K) / T : 0) +
-                  (m->flash ? 0 : 9 * B * (A / T) * S * Sk);
+    ** element); twice as many in fp32 */
+    double elem = vb * (((m->dropout ? 22 : 20) * BS * H) / rep + (2 + 2 * up) * BS * F / T +
+                        (m->position == RP_POSITION_ROPE ? 4 * BS * (Q + K) / T : 0) +
+                        (m->flash ? 0 : 9 * B * (A / T) * S * Sk));
     double casts = fp8 ? 3 * BS * (2 * H + Q / T + F / T) : 0;
     double ef = stream(x, elem + casts), eb = stream(x, 2 * elem + 2 * casts);
     /* the tensor group's collectives: two all-reduces of the block's output
     ** each way, or with sequence parallelism as many all-gathers and
     ** reduce-scatters (the same bytes); overlapped with the products where
     ** today's Megatron-LM overlaps them */
-    double tp = 2 * ring(c, r->tensor_parallel, 2 * BS * H);
+    double tp = 2 * ring(c, r->tensor_parallel, 2 * vb * BS * H);
     double tpf = tp, tpb = tp;
     if (r->overlap && r->sequence_parallel) {
         tpf = fmax(0, tp - linear) + OVERLAP_COST * fmin(tp, linear);
@@ -168,14 +186,14 @@ static void block(const rp_transformer *m, const rates *x, const rp_transformer_
     }
     /* the context group: K and V (and in backward their gradients) passed
     ** round the cp ranks, each pass behind the block of attention it feeds */
-    double kv = 2 * 2 * BS * K / T * (C - 1);
+    double kv = 2 * 2 * vb * BS * K / T * (C - 1);
     double cpf = C > 1 ? fmax(0, kv / x->cp_bw - core_f) + 2 * (C - 1) * c->latency : 0;
     double cpb = C > 1 ? fmax(0, 2 * kv / x->cp_bw - core_b) + 2 * (C - 1) * c->latency : 0;
     bool selective = r->recompute == RP_RECOMPUTE_SELECTIVE;
     p->f = linear + core_f + ef + tpf + cpf;
     p->bi = linear + core_b + eb + tpb + cpb + (selective ? core_f + (m->flash ? 0 : ef / 4) : 0);
     p->bw = linear;
-    p->out = 2 * BS * H / T; /* sent in t pieces, gathered on the next rank */
+    p->out = 2 * vb * BS * H / T; /* sent in t pieces, gathered on the next rank */
     /* kept: the norms' inputs, QKV's and the MLP's inputs (fp8 copies where
     ** the products run in fp8, as Transformer Engine keeps them), the dropout
     ** masks where there is dropout (a byte an element), all split with
@@ -183,12 +201,12 @@ static void block(const rp_transformer *m, const rates *x, const rp_transformer_
     ** input, a fused kernel's own too, and its fp8 copy); the MLP's
     ** activation's input and output; attention's scores unless fused or
     ** recomputed */
-    double w = fp8 ? 1 : 2;
-    double kept = (4 + 2 * w + (m->dropout ? 2 : 0)) * BS * H / rep +
-                  (2 * BS * (Q + 2 * K) + (2 + (fp8 && m->flash ? 1 : 0)) * BS * Q +
-                   2 * up * BS * F + w * BS * F) / T;
+    double w = fp8 ? 1 : 2 * vb;
+    double kept = (4 * vb + 2 * w + (m->dropout ? 2 : 0)) * BS * H / rep +
+                  (2 * vb * BS * (Q + 2 * K) + (2 * vb + (fp8 && m->flash ? 1 : 0)) * BS * Q +
+                   2 * vb * up * BS * F + w * BS * F) / T;
     p->saved = kept + (selective && !m->flash ? 0 : scores);
-    p->checkpoint = 2 * BS * H / rep;
+    p->checkpoint = 2 * vb * BS * H / rep;
     double h = H, norm = m->norm == RP_NORM_LAYER ? 2 : 1;
     double col_bias = m->bias == RP_BIAS_ALL ? Q + 2 * K + up * F
                       : m->bias == RP_BIAS_QKV ? Q + 2 * K
@@ -204,11 +222,12 @@ static void embedding(const rp_transformer *m, const rates *x, const rp_transfor
     double H = m->hidden, rep = r->sequence_parallel ? T : 1;
     /* the lookup, the position's add and dropout: ~10 B S H bytes; the
     ** vocabulary's split all-reduces (or reduce-scatters) the output */
-    double elem = stream(x, 10 * BS * H / rep);
-    p->f = elem + ring(x->c, r->tensor_parallel, 2 * BS * H) / (r->sequence_parallel ? 2 : 1);
+    double elem = stream(x, 10 * x->vb * BS * H / rep);
+    p->f = elem + ring(x->c, r->tensor_parallel, 2 * x->vb * BS * H) /
+                      (r->sequence_parallel ? 2 : 1);
     p->bi = 2 * elem;
     p->bw = elem; /* the rows' gradients added into the table */
-    p->out = 2 * BS * H / T;
+    p->out = 2 * x->vb * BS * H / T;
     /* the token ids, the dropout's mask */
     p->saved = p->checkpoint = 8 * BS + (m->dropout ? BS * H / rep : 0);
     p->params = rp_transformer_padded_vocab(m, r->tensor_parallel) * H / T +
@@ -223,14 +242,15 @@ static void head(const rp_transformer *m, const rates *x, const rp_transformer_r
     double logits = gemm16(x, BS, H, V / T, 1);
     /* the final norm (4 B S H), the cross entropy in fp32 over the rank's
     ** share of the vocabulary (3 passes of 4 B S V / t) */
-    double elem = stream(x, 4 * BS * H / rep + 12 * BS * V / T);
-    double gather = ring(x->c, r->tensor_parallel, 2 * BS * H) / (r->sequence_parallel ? 2 : 1);
+    double elem = stream(x, 4 * x->vb * BS * H / rep + 12 * BS * V / T);
+    double gather = ring(x->c, r->tensor_parallel, 2 * x->vb * BS * H) /
+                    (r->sequence_parallel ? 2 : 1);
     p->f = logits + elem + 3 * 2 * x->c->latency * (T > 1) + (r->sequence_parallel ? gather : 0);
     p->bi = logits + elem + gather;
     p->bw = logits;
     p->out = 4 * BS; /* the loss, a float a token */
     /* the norm's input and output, the logits in fp32 */
-    p->saved = p->checkpoint = 4 * BS * H / rep + 4 * BS * V / T;
+    p->saved = p->checkpoint = 4 * x->vb * BS * H / rep + 4 * BS * V / T;
     p->params = V * H / T + (m->norm == RP_NORM_LAYER ? 2 : 1) * H; /* the embedding's copy,
                                                                      ** or its own */
 }
@@ -238,13 +258,17 @@ static void head(const rp_transformer *m, const rates *x, const rp_transformer_r
 void rpi_xf_parts(const rp_transformer *m, const rp_cluster *c, const rp_transformer_run *r,
                   rpi_xf_part parts[RPI_XF_PARTS]) {
     const rp_device *d = &c->device;
+    bool fp32 = r->precision == RP_PRECISION_FP32;
+    double peak16 = fp32 ? d->peak_fp32 : d->peak_flops;
     rates x = {.c = c,
-               .peak = r->precision == RP_PRECISION_FP8 ? d->peak_fp8 : d->peak_flops,
+               .peak = rp_precision_peak(d, r->precision),
+               .peak16 = peak16,
                .gemm_eff = r->precision == RP_PRECISION_FP8 ? d->fp8_efficiency
                                                             : d->gemm_efficiency,
                .gemm_half = d->gemm_half,
                .stream_bw = d->memory_bandwidth * d->memory_efficiency,
-               .attn_flops = d->peak_flops * d->attention_efficiency,
+               .attn_flops = peak16 * d->attention_efficiency,
+               .vb = fp32 ? 2 : 1,
                .cp_bw = (double)r->tensor_parallel * r->context_parallel <= c->per_node
                             ? c->node_bandwidth
                             : c->network_bandwidth};
@@ -356,7 +380,9 @@ bool rp_transformer_of_profile(const char *desc, rp_transformer *m, rp_transform
                        : strcmp(v, "full") == 0    ? RP_RECOMPUTE_FULL
                                                    : RP_RECOMPUTE_NONE;
     if (field(desc, "precision", v, sizeof v))
-        r->precision = strcmp(v, "fp8") == 0 ? RP_PRECISION_FP8 : RP_PRECISION_BF16;
+        r->precision = strcmp(v, "fp8") == 0    ? RP_PRECISION_FP8
+                       : strcmp(v, "fp32") == 0 ? RP_PRECISION_FP32
+                                                : RP_PRECISION_BF16;
     if (field(desc, "overlap", v, sizeof v))
         r->overlap = atoi(v) != 0;
     return r->micro_batch >= 1 && r->tensor_parallel >= 1 && r->context_parallel >= 1;

@@ -43,15 +43,26 @@ static inline int rpi_xf_kind(int l, int layers) {
 
 /* Bytes a parameter the rank holds costs, by sharding over n = d cp ranks:
 ** bf16 weights (2) beside fp32 gradients (4), fp32 master weights and Adam's
-** two moments (12). The distributed optimizer shards the last 12; FSDP
-** shards everything, but under a pipeline (torchtitan's) it keeps a stage's
-** weights gathered and its gradients whole through the micro-batches, as
-** the distributed optimizer does; without one only a layer is whole at a
-** time (counted apart). */
-static inline double rpi_xf_bytes_per_parameter(rp_sharding s, double n, bool pipelined) {
+** two moments (12); in fp32, the weights are the master (4), beside the
+** gradients (4) and the moments (8). The distributed optimizer shards the
+** master weights and moments; FSDP shards everything, but under a pipeline
+** (torchtitan's) it keeps a stage's weights gathered and its gradients
+** whole through the micro-batches, as the distributed optimizer does;
+** without one only a layer is whole at a time (counted apart, at
+** rpi_xf_gathered_bytes a parameter). */
+static inline double rpi_xf_bytes_per_parameter(rp_sharding s, double n, bool pipelined,
+                                                rp_precision p) {
+    bool fp32 = p == RP_PRECISION_FP32;
     if (s == RP_SHARD_FULL && !pipelined)
         return 16 / n;
-    return s != RP_SHARD_NONE ? 6 + 12 / n : 18;
+    if (s != RP_SHARD_NONE)
+        return fp32 ? 8 + 8 / n : 6 + 12 / n;
+    return fp32 ? 16 : 18;
+}
+
+/* A gathered parameter's weight and gradient: bf16 and fp32, or fp32 twice. */
+static inline double rpi_xf_gathered_bytes(rp_precision p) {
+    return p == RP_PRECISION_FP32 ? 8 : 6;
 }
 
 #endif /* REPIPE_DEVICE_TRANSFORMER_IMPL_H */

@@ -63,9 +63,9 @@ void rpi_xf_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
     else
         flight = fmin((2.0 * (p - rank - 1) + (v - 1.0) * p + 1) / v, (double)mb);
     out->parameters = params;
-    out->weights = params * rpi_xf_bytes_per_parameter(lay->sharding, n, C > 1);
+    out->weights = params * rpi_xf_bytes_per_parameter(lay->sharding, n, C > 1, r->precision);
     if (lay->sharding == RP_SHARD_FULL && C == 1) /* two blocks gathered: one computing, the next */
-        out->weights += 2 * 6 * b->params;
+        out->weights += 2 * rpi_xf_gathered_bytes(r->precision) * b->params;
     out->activations = flight * kept + (full ? most : 0);
     out->total = out->weights + out->activations;
 }
@@ -93,7 +93,7 @@ rp_status rp_transformer_rank_memory(const rp_transformer *m, const rp_transform
     rpi_xf_part parts[RPI_XF_PARTS];
     rp_cluster any = {.per_node = r->tensor_parallel, .node_bandwidth = 1, .network_bandwidth = 1,
                       .latency = 0};
-    any.device = (rp_device){.peak_flops = 1, .peak_fp8 = 1, .memory_bandwidth = 1,
+    any.device = (rp_device){.peak_flops = 1, .peak_fp8 = 1, .peak_fp32 = 1, .memory_bandwidth = 1,
                              .gemm_efficiency = 1, .memory_efficiency = 1,
                              .attention_efficiency = 1};
     rpi_xf_parts(m, &any, r, parts); /* (their bytes; the times are not read) */

@@ -1,0 +1,158 @@
+"""repipe's runner for rt.Pipeline: each worker plays its list of operations from the C
+library's schedule builder (the one repipe's engine runs, checked free of waits first) on
+torch.distributed, for plans PyTorch's schedule classes cannot express (a stage on several
+workers: PipeDream's [7, 1]). Micro-batch m of a replica runs on stage replica m mod r_s;
+activations and gradients go point to point, each tagged by micro-batch, direction and
+tensor; a stage's gradients are summed over its workers at the schedule's REDUCE.
+"""
+import ctypes
+
+import torch
+import torch.distributed as dist
+
+import repipe
+from repipe import _Err, _check, _sig as _fn
+
+__all__ = ["worker_ops", "play"]
+
+
+class _Op(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("mb", ctypes.c_int), ("peer", ctypes.c_int),
+                ("slot", ctypes.c_int)]
+
+
+class _WorkerOps(ctypes.Structure):
+    _fields_ = [("stage", ctypes.c_int), ("replica", ctypes.c_int),
+                ("stage_replica", ctypes.c_int), ("tensor_rank", ctypes.c_int),
+                ("num_ops", ctypes.c_int), ("ops", ctypes.POINTER(_Op)), ("slots", ctypes.c_int)]
+
+
+class _Workplan(ctypes.Structure):
+    _fields_ = [("workers", ctypes.c_int), ("stages", ctypes.c_int),
+                ("w", ctypes.POINTER(_WorkerOps)), ("devices", ctypes.c_int),
+                ("dev", ctypes.c_void_p), ("device_of", ctypes.c_void_p)]
+
+
+_P, _E = ctypes.c_void_p, ctypes.POINTER(_Err)
+_workplan_build = _fn("rp_workplan_build", ctypes.c_int, _P,
+                      ctypes.POINTER(ctypes.POINTER(_Workplan)), _E)
+_workplan_check = _fn("rp_workplan_check", ctypes.c_int, ctypes.POINTER(_Workplan), _P, _E)
+_workplan_free = _fn("rp_workplan_free", None, ctypes.POINTER(_Workplan))
+
+# rp_op_kind, in schedule.h's order
+(RECV_ACT, FORWARD, SEND_ACT, RECV_GRAD, BACKWARD, SEND_GRAD, WAIT_SENDS, REDUCE, STEP,
+ BACKWARD_INPUT, BACKWARD_WEIGHT) = range(11)
+
+
+def worker_ops(cfg):
+    """Each worker's operations for one update: [(stage, replica, stage replica, [(kind, mb,
+    peer)])], built and checked by the C library."""
+    wp, err = ctypes.POINTER(_Workplan)(), _Err()
+    _check(_workplan_build(cfg._buf, ctypes.byref(wp), ctypes.byref(err)), err)
+    try:
+        _check(_workplan_check(wp, None, ctypes.byref(err)), err)
+        if wp.contents.devices:
+            raise repipe.Error("rt.Pipeline runs chunked schedules (interleaved-1f1b, zb-v, "
+                               "dualpipev) "
+                               "only where every stage has one worker a pipeline")
+        out = []
+        for i in range(wp.contents.workers):
+            w = wp.contents.w[i]
+            out.append((w.stage, w.replica, w.stage_replica,
+                        [(w.ops[k].kind, w.ops[k].mb, w.ops[k].peer) for k in range(w.num_ops)]))
+        return out
+    finally:
+        _workplan_free(wp)
+
+
+
+def _tag(mb, kind, i):
+    """A message's tag: its micro-batch, activation (0) or gradient (1), and tensor."""
+    return ((mb * 2 + kind) * 64 + i) % (1 << 30)
+
+
+def play(pipe, x, y):
+    """One update of rt.Pipeline `pipe` on this rank's worker: its operations in order, on its
+    share of the batch (x, y); returns the sum of its micro-batches' losses (the last stage's;
+    0 elsewhere)."""
+    mod = pipe.stage_mods[0]
+    scale = 1.0 / (pipe.R * pipe.GA)
+    held, pending, total = {}, [], 0.0
+    peer = lambda w: pipe.ranks[w]  # noqa: E731
+    for kind, mb, w in pipe.my_ops:
+        if kind == RECV_ACT:
+            ins = []
+            for i, (shape, dtype) in enumerate(pipe.recv_meta):
+                t = torch.empty(shape, dtype=dtype, device=pipe.device)
+                dist.recv(t, peer(w), group=pipe.group, tag=_tag(mb, 0, i))
+                ins.append(t.requires_grad_(t.is_floating_point()))
+            held[mb] = [ins]
+        elif kind == FORWARD:
+            if pipe.first:
+                ins = [x[mb * pipe.B:(mb + 1) * pipe.B]]
+                held[mb] = [ins]
+            ins = held[mb][0]
+            out = mod(*ins)
+            if pipe.last:
+                k = y.shape[0] // x.shape[0]
+                loss = pipe.loss_fn(out, y[mb * pipe.B * k:(mb + 1) * pipe.B * k])
+                total += loss.item()
+                held[mb].append([loss * scale])
+            else:
+                held[mb].append(list(out))
+        elif kind == SEND_ACT:
+            for i, t in enumerate(held[mb][1]):
+                pending.append(dist.isend(t.detach(), peer(w), group=pipe.group,
+                                          tag=_tag(mb, 0, i)))
+        elif kind == RECV_GRAD:
+            grads = []
+            for i, (shape, dtype) in enumerate(pipe.send_meta):
+                if dtype.is_floating_point:
+                    t = torch.empty(shape, dtype=dtype, device=pipe.device)
+                    dist.recv(t, peer(w), group=pipe.group, tag=_tag(mb, 1, i))
+                    grads.append(t)
+                else:
+                    grads.append(None)
+            held[mb].append(grads)
+        elif kind in (BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT):
+            ins, outs = held[mb][0], held[mb][1]
+            grads = held[mb][2] if not pipe.last else [None]
+            pairs = [(o, g) for o, g in zip(outs, grads)
+                     if o.requires_grad and (g is not None or pipe.last)]
+            if not pairs:
+                continue
+            o, g = zip(*pairs)
+            g = None if pipe.last else list(g)
+            if kind == BACKWARD:
+                torch.autograd.backward(list(o), g)
+            elif kind == BACKWARD_INPUT:  # B: the inputs' gradient only
+                wants = [t for t in ins if t.requires_grad]
+                got = torch.autograd.grad(list(o), wants, g, retain_graph=True,
+                                          allow_unused=True) if wants else []
+                for t, gr in zip(wants, got):
+                    t.grad = gr
+            else:  # W: the weights'
+                torch.autograd.backward(list(o), g, inputs=pipe.stage_params)
+        elif kind == SEND_GRAD:
+            ins = held[mb][0]
+            for i, t in enumerate(ins):
+                if t.is_floating_point():
+                    gr = t.grad if t.grad is not None else torch.zeros_like(t)
+                    pending.append(dist.isend(gr, peer(w), group=pipe.group,
+                                              tag=_tag(mb, 1, i)))
+        elif kind == WAIT_SENDS:
+            for h in pending:
+                h.wait()
+            pending = []
+            held.clear()
+        elif kind == REDUCE:
+            g = pipe.reduce[pipe.my_stages[0]]
+            for p in mod.parameters():
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            if g is not None:
+                pipe._sum_flat("stage", [p.grad for p in mod.parameters()
+                                         if not pipe._is_tied(mod, p)], g)
+    for h in pending:
+        h.wait()
+    return total
