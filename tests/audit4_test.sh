@@ -8,22 +8,6 @@
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 src=$(cd "$2" && pwd)
 
-# expect_fail NAME CODE PATTERN -- CMD...: exit CODE, stderr matches PATTERN.
-expect_fail() {
-  local name=$1 code=$2 pat=$3; shift 4
-  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
-  if [ $rc -ne "$code" ] || ! grep -qE -- "$pat" "$tmp/err"; then
-    bad "$name: exit $rc, stderr: $(cat "$tmp/err")"
-  else ok; fi
-}
-# expect_ok NAME PATTERN -- CMD...: exit 0 and the output matches PATTERN.
-expect_ok() {
-  local name=$1 pat=$2; shift 3
-  local got; got=$("$@" 2>&1); local rc=$?
-  if [ $rc -ne 0 ] || ! grep -qE -- "$pat" <<<"$got"; then
-    bad "$name: exit $rc, output: $got"
-  else ok; fi
-}
 P="$bin profile"
 C="$bin plan --cluster dgx-h100"
 
@@ -80,7 +64,7 @@ expect_fail "--profile beside --transformer" 2 "--profile or --transformer, not 
 expect_fail "--tp without --cluster" 2 "--tp plans a transformer on a cluster: it needs --cluster" -- \
   $bin plan --profile "$tmp/l8.txt" --machines 2 --tp 2
 # --device with --cluster prices that device on the cluster's links
-expect_ok "--device v100-32gb --cluster dgx-h100" "on v100-32gb of dgx-h100" -- \
+expect_grep "--device v100-32gb --cluster dgx-h100" "on v100-32gb of dgx-h100" -- \
   $P --transformer layers=2,hidden=64,heads=4,seq=32,vocab=100 --device v100-32gb \
   --cluster dgx-h100 --out "$tmp/v.txt"
 expect_fail "--repeats with --transformer" 2 "--repeats measures a model" -- \
@@ -158,7 +142,7 @@ expect_fail "--micro-batch 8 of 4" 1 "micro-batches of 8 do not divide the globa
   $C --devices 8 --global-batch 4 --transformer llama3-8b --micro-batch 8
 expect_fail "7 devices, --tp 2" 1 "--tp 2 must divide the 7 devices" -- \
   $C --devices 7 --global-batch 7 --transformer llama3-8b --tp 2
-expect_ok "--micro-batch 3" "micro-batches of 3 x" -- \
+expect_grep "--micro-batch 3" "micro-batches of 3 x" -- \
   $C --devices 8 --global-batch 24 --transformer llama3-8b --micro-batch 3
 printf 'node0 -- Input0 micro_batch=1 -- forward_compute_time=0, backward_compute_time=0, activation_size=4, parameter_size=0\nnode1 -- fc: Linear -- forward_compute_time=1, backward_compute_time=2, activation_size=64, parameter_size=4096\n\tnode0 -- node1\n' \
   > "$tmp/one.txt"

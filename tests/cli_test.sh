@@ -14,22 +14,6 @@ expect_out() {
     bad "$name (exit $rc)"; diff <(echo "$want") <(echo "$got") >&2; cat "$tmp/err" >&2
   else ok; fi
 }
-# expect_fail NAME CODE PATTERN -- CMD...: exit CODE, stderr matches PATTERN.
-expect_fail() {
-  local name=$1 code=$2 pat=$3; shift 4
-  "$@" >/dev/null 2>"$tmp/err"; local rc=$?
-  if [ $rc -ne "$code" ] || ! grep -qE -- "$pat" "$tmp/err"; then
-    bad "$name: exit $rc, stderr: $(cat "$tmp/err")"
-  else ok; fi
-}
-# expect_grep NAME PATTERN -- CMD...: exit 0 and stdout matches PATTERN.
-expect_grep() {
-  local name=$1 pat=$2; shift 3
-  local got; got=$("$@" 2>&1); local rc=$?
-  if [ $rc -ne 0 ] || ! grep -qE -- "$pat" <<<"$got"; then
-    bad "$name: exit $rc, output: $got"
-  else ok; fi
-}
 
 # The seed's three tables.
 expect_out "groups g=4 s=1" "Group  Replicas

@@ -10,6 +10,24 @@ ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
 summary() { echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; }
 
+# expect_fail NAME CODE PATTERN -- CMD...: exit CODE, stderr matches PATTERN.
+expect_fail() {
+  local name=$1 code=$2 pat=$3; shift 4
+  "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  if [ $rc -ne "$code" ] || ! grep -qE -- "$pat" "$tmp/err"; then
+    bad "$name: exit $rc, stderr: $(cat "$tmp/err")"
+  else ok; fi
+}
+# expect_grep NAME PATTERN -- CMD...: exit 0 and the output (stdout and stderr) matches
+# PATTERN.
+expect_grep() {
+  local name=$1 pat=$2; shift 3
+  local got; got=$("$@" 2>&1); local rc=$?
+  if [ $rc -ne 0 ] || ! grep -qE -- "$pat" <<<"$got"; then
+    bad "$name: exit $rc, output: $got"
+  else ok; fi
+}
+
 # noise_idx DIR N M: an IDX dataset in DIR of N training and M test 8x8
 # images of noise, labels 0-9 in turn.
 noise_idx() {
