@@ -116,6 +116,32 @@ _F = ctypes.POINTER(ctypes.c_float)
 _I32 = ctypes.POINTER(ctypes.c_int32)
 _I64 = ctypes.POINTER(ctypes.c_int64)
 
+# rp_workplan (schedule.h): each worker's operations for one update, as rt.Pipeline's runner
+# plays them
+
+
+class _Op(ctypes.Structure):
+    _fields_ = [("kind", _int), ("mb", _int), ("peer", _int), ("slot", _int)]
+
+
+class _WorkerOps(ctypes.Structure):
+    _fields_ = [("stage", _int), ("replica", _int), ("stage_replica", _int),
+                ("tensor_rank", _int), ("num_ops", _int), ("ops", ctypes.POINTER(_Op)),
+                ("slots", _int)]
+
+
+class _Workplan(ctypes.Structure):
+    _fields_ = [("workers", _int), ("stages", _int), ("w", ctypes.POINTER(_WorkerOps)),
+                ("devices", _int), ("dev", _P), ("device_of", _P)]
+
+
+# rp_op_kind, in schedule.h's order, held against the library's names of them below
+(RECV_ACT, FORWARD, SEND_ACT, RECV_GRAD, BACKWARD, SEND_GRAD, WAIT_SENDS, REDUCE, STEP,
+ BACKWARD_INPUT, BACKWARD_WEIGHT) = range(11)
+_OP_NAMES = ("receive activation", "forward", "send activation", "receive gradient", "backward",
+             "send gradient", "wait for sends", "reduce", "step", "backward (input)",
+             "backward (weights)")
+
 _config_size = _sig("rp_config_size", _size)
 _config_load_file = _sig("rp_config_load_file", _int, _P, _c, _E)
 _config_load_string = _sig("rp_config_load_string", _int, _P, _c, _size, _c, _E)
@@ -185,10 +211,21 @@ _dataset_free = _sig("rp_dataset_free", None, ctypes.POINTER(_Dataset))
 _stream_init = _sig("rp_stream_init", _int, ctypes.POINTER(_Stream), ctypes.c_uint64, _int, _int, _E)
 _stream_free = _sig("rp_stream_free", None, ctypes.POINTER(_Stream))
 _stream_update = _sig("rp_stream_update", _int, ctypes.POINTER(_Stream), _ll, _I64, _E)
+_workplan_build = _sig("rp_workplan_build", _int, _P, ctypes.POINTER(ctypes.POINTER(_Workplan)),
+                       _E)
+_workplan_check = _sig("rp_workplan_check", _int, ctypes.POINTER(_Workplan), _P, _E)
+_workplan_free = _sig("rp_workplan_free", None, ctypes.POINTER(_Workplan))
+_op_name = _sig("rp_op_name", ctypes.c_char_p, _int)
+_stage_layers = _sig("rp_config_stage_layers", _int, _P, ctypes.c_bool, _int,
+                     ctypes.POINTER(_int), _E)
+_schedule_csv = _sig("rp_schedule_csv", _int, _P, ctypes.POINTER(ctypes.c_void_p), _E)
 
 
 if ctypes.sizeof(_AutoplanOptions) != _autoplan_options_size():
     raise ImportError("repipe: this package does not match librepipe's rp_autoplan_options")
+if tuple(_op_name(k).decode() for k in range(len(_OP_NAMES) + 1)) != _OP_NAMES + ("?",):
+    raise ImportError("repipe: this package's operation kinds do not match librepipe's "
+                      "rp_op_kind")
 
 
 __version__ = _sig("rp_version", ctypes.c_char_p)().decode()  # the library's

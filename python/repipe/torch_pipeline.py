@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 import repipe
-from repipe import _Err, _check, _sig as _fn
+from repipe._lib import _Err, _check, _free, _schedule_csv, _stage_layers
 from .torch_graph import Graph, Split
 from .torch_runner import play, worker_ops
 
@@ -70,11 +70,6 @@ def _group_timeout(group, device):
         return dist.default_pg_timeout.total_seconds()
 
 
-_P, _E = ctypes.c_void_p, ctypes.POINTER(_Err)
-_stage_layers = _fn("rp_config_stage_layers", ctypes.c_int, _P, ctypes.c_bool, ctypes.c_int,
-                    ctypes.POINTER(ctypes.c_int), _E)
-_schedule_csv = _fn("rp_schedule_csv", ctypes.c_int, _P, ctypes.POINTER(ctypes.c_void_p), _E)
-_free = _fn("free", None, ctypes.c_void_p)
 
 _TORCH_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-auto", "zb-v",
                     "dualpipev")

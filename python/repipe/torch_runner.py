@@ -11,37 +11,11 @@ import torch
 import torch.distributed as dist
 
 import repipe
-from repipe import _Err, _check, _sig as _fn
+from repipe._lib import (BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, RECV_ACT,
+                         RECV_GRAD, REDUCE, SEND_ACT, SEND_GRAD, WAIT_SENDS, _Err, _check,
+                         _Workplan, _workplan_build, _workplan_check, _workplan_free)
 
 __all__ = ["worker_ops", "play"]
-
-
-class _Op(ctypes.Structure):
-    _fields_ = [("kind", ctypes.c_int), ("mb", ctypes.c_int), ("peer", ctypes.c_int),
-                ("slot", ctypes.c_int)]
-
-
-class _WorkerOps(ctypes.Structure):
-    _fields_ = [("stage", ctypes.c_int), ("replica", ctypes.c_int),
-                ("stage_replica", ctypes.c_int), ("tensor_rank", ctypes.c_int),
-                ("num_ops", ctypes.c_int), ("ops", ctypes.POINTER(_Op)), ("slots", ctypes.c_int)]
-
-
-class _Workplan(ctypes.Structure):
-    _fields_ = [("workers", ctypes.c_int), ("stages", ctypes.c_int),
-                ("w", ctypes.POINTER(_WorkerOps)), ("devices", ctypes.c_int),
-                ("dev", ctypes.c_void_p), ("device_of", ctypes.c_void_p)]
-
-
-_P, _E = ctypes.c_void_p, ctypes.POINTER(_Err)
-_workplan_build = _fn("rp_workplan_build", ctypes.c_int, _P,
-                      ctypes.POINTER(ctypes.POINTER(_Workplan)), _E)
-_workplan_check = _fn("rp_workplan_check", ctypes.c_int, ctypes.POINTER(_Workplan), _P, _E)
-_workplan_free = _fn("rp_workplan_free", None, ctypes.POINTER(_Workplan))
-
-# rp_op_kind, in schedule.h's order
-(RECV_ACT, FORWARD, SEND_ACT, RECV_GRAD, BACKWARD, SEND_GRAD, WAIT_SENDS, REDUCE, STEP,
- BACKWARD_INPUT, BACKWARD_WEIGHT) = range(11)
 
 
 def worker_ops(cfg):
