@@ -11,7 +11,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "../src/sched/cache.h"
+#include "../src/run/cache.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

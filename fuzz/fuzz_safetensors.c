@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "repipe/model.h"
+#include "repipe/weights.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "repipe/planner.h"
 #include "repipe/transformer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -8,8 +8,8 @@
 */
 #include <stdlib.h>
 
-#include "layers/layers.h"
-#include "repipe/model.h"
+#include "layers/layers_impl.h"
+#include "repipe/net.h"
 #include "test.h"
 
 typedef struct refctx {

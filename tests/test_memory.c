@@ -41,7 +41,7 @@
 
 #include "repipe/data.h"
 #include "repipe/session.h"
-#include "sched/cache.h"
+#include "run/cache.h"
 #include "support.h"
 #include "test.h"
 

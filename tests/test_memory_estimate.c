@@ -11,7 +11,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 
-#include "repipe/measure.h"
+#include "repipe/profile.h"
 #include "repipe/profile.h"
 #include "repipe/simulate.h"
 #include "support.h"

@@ -7,7 +7,9 @@
 #include <time.h>
 
 #include "repipe/data.h"
-#include "repipe/model.h"
+#include "repipe/layers.h"
+#include "repipe/net.h"
+#include "repipe/weights.h"
 #include "test.h"
 
 static rp_status parse(const char *spec, rp_model **m, rp_error *err) {

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "../src/core/util.h"
-#include "../src/plan/antichain.h"
+#include "../src/plan/pipedream/antichain.h"
 #include "repipe/planner.h"
 #include "test.h"
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "../src/core/util.h"
-#include "repipe/model.h"
+#include "repipe/net.h"
 #include "test.h"
 
 static double value(long long i, long long salt, double scale) {

@@ -233,6 +233,21 @@ void cli_mpi_abort(rp_comm *comm, const char *msg) {
     rp_comm_fail(comm, msg);
 }
 
+void cli_job_fail(const cli_cmd *cmd, cli_job *j, const rp_error *err) {
+    cli_error(cmd, "%s", err->msg);
+    cli_mpi_abort(j->comm, err->msg);
+}
+
+int cli_job_end(cli_job *j, int rc) {
+    rp_session_free(j->s);
+    rp_dataset_free(j->train);
+    rp_dataset_free(j->test);
+    rp_model_free(j->m);
+    if (j->comm)
+        rp_comm_mpi_finalize(j->comm);
+    return rc;
+}
+
 int cli_double_list(const char *opt, const char *first, int argc, char **argv, double *out,
                     int max) {
     int n = 0;

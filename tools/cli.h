@@ -13,7 +13,10 @@
 #include "repipe/comm.h"
 #include "repipe/core.h"
 #include "repipe/data.h"
-#include "repipe/model.h"
+#include "repipe/layers.h"
+#include "repipe/net.h"
+#include "repipe/session.h"
+#include "repipe/weights.h"
 
 typedef struct cli_opt {
     const char *name;    /* long name, without the dashes */
@@ -66,6 +69,19 @@ bool cli_mpi_start(const cli_cmd *cmd, bool use_mpi, int *argc, char ***argv, rp
 /* After an error that was printed: ends every rank, since the others may be
 ** waiting for this one. Nothing without MPI. */
 void cli_mpi_abort(rp_comm *comm, const char *msg);
+
+/* What a command that runs a session holds from its start to its end. */
+typedef struct cli_job {
+    rp_model *m;
+    rp_dataset *train, *test;
+    rp_session *s;
+    rp_comm *comm; /* NULL: threads (cli_mpi_start) */
+    bool lead;     /* this process prints: rank 0 under MPI */
+} cli_job;
+/* Says err's message and, under MPI, ends the other ranks. */
+void cli_job_fail(const cli_cmd *cmd, cli_job *j, const rp_error *err);
+/* Frees what j holds, ends MPI where it was started; returns rc. */
+int cli_job_end(cli_job *j, int rc);
 
 /* Digests for rp_comm_agree (CRC-32, rp_crc32 of src/core/util.h): a
 ** configuration as it will run, a dataset (its shape and every value) and

@@ -59,64 +59,34 @@ static void print_cut(const rp_model *m, int first) {
     free(t);
 }
 
-/* m: the model of --model, or NULL */
-static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg, int layers,
-                      const rp_model *m) {
-    rp_derived d;
-    rp_config_derive(cfg, &d);
-    int counts[RP_MAX_STAGES];
+/* The tensor groups in PopXL's words, over the workers: the tensor group,
+** and its transpose, the copies of one slice (PopXL's GPT-J shards a
+** variable this way, all-reducing its gradient over the transpose). Under
+** the chunked schedules a worker runs the same rank of each of its chunks'
+** tensor groups: the groups over the workers, a slice's copies then each
+** chunk's replicas of that rank. */
+static void show_tensor_groups(const rp_config *cfg, const rp_derived *d) {
     char gbuf[96];
-    printf("configuration: %s\n", path);
-    if (cfg->origin[0])
-        printf("  %s\n", cfg->origin);
-    printf("\ntraining\n");
-    printf("  stages (pipeline depth)    %d\n", d.stages);
-    printf("  stage replication          ");
-    for (int s = 0; s < d.stages; s++)
-        printf("%s%d", s ? ", " : "", rp_config_stage_replicas(cfg, s));
-    printf("\n  replication factor         %d\n", cfg->replication_factor);
-    if (rp_config_chunked(cfg))
-        printf("  workers needed             %d  (each holds %d of the %d stages: "
-               "%s)\n", rp_config_devices(cfg, &d), cfg->virtual_stages,
-               d.stages, rp_schedule_name(cfg->schedule));
-    else if (rp_config_paired(cfg))
-        printf("  workers needed             %d  (each holds stage s of one replica and %d - s "
-               "of its pair's: dualpipe)\n", rp_config_devices(cfg, &d), d.stages - 1);
-    else
-        printf("  workers needed             %d\n", d.workers);
-    printf("  replica grouping           %s\n",
-           rp_grouping_to_string(&cfg->replica_grouping, gbuf, sizeof gbuf));
-    if (rp_config_tensor_parallel(cfg) > 1) {
-        /* PopXL's words, over the workers: the tensor group, and its
-        ** transpose, the copies of one slice (PopXL's GPT-J shards a
-        ** variable this way, all-reducing its gradient over the transpose) */
-        /* (under the chunked schedules a worker runs the same rank of each of
-        ** its chunks' tensor groups: the groups over the workers, a slice's
-        ** copies then each chunk's replicas of that rank) */
-        bool chunked = rp_config_chunked(cfg);
-        int T = cfg->tensor_parallel, W = chunked ? rp_config_devices(cfg, &d) : d.workers;
-        rp_grouping tg, dg;
-        rp_error gerr;
-        rp_grouping_init(&tg, W, T, 1, &gerr);
-        printf("  tensor parallel            %d: attention, MLP%s split over workers %d..%d, "
-               "%d..%d, ...\n", T, cfg->vocab_parallel ? ", embedding and head" : " (the "
-               "vocabulary whole)", 0, T - 1, T, 2 * T - 1);
-        printf("    tensor groups            %s over the %d workers%s\n",
-               rp_grouping_to_string(&tg, gbuf, sizeof gbuf), W,
-               chunked ? ", each the same rank of its chunks' groups" : "");
-        if (!chunked && rp_grouping_transpose(&tg, &dg, &gerr) == RP_OK)
-            printf("    a slice's copies         %s, the transpose: its gradient is all-reduced "
-                   "over it%s\n", rp_grouping_to_string(&dg, gbuf, sizeof gbuf),
-                   d.stages > 1 ? ", among the workers of its stage" : "");
-    }
-    printf("  samples per micro-batch    %lld\n", d.samples_per_micro_batch);
-    printf("  samples per update         %lld  (%d x %d accumulation x %d replicas)\n",
-           d.samples_per_update, cfg->micro_batch_size, cfg->gradient_accumulation_steps,
-           cfg->replication_factor);
-    printf("  samples per host call      %lld  (%d device iterations)\n",
-           d.samples_per_host_call, cfg->device_iterations);
-    printf("  schedule                   %s\n", rp_schedule_name(cfg->schedule));
-    printf("  output mode                %s\n", rp_output_mode_name(cfg->output_mode));
+    bool chunked = rp_config_chunked(cfg);
+    int T = cfg->tensor_parallel, W = chunked ? rp_config_devices(cfg, d) : d->workers;
+    rp_grouping tg, dg;
+    rp_error gerr;
+    rp_grouping_init(&tg, W, T, 1, &gerr);
+    printf("  tensor parallel            %d: attention, MLP%s split over workers %d..%d, "
+           "%d..%d, ...\n", T, cfg->vocab_parallel ? ", embedding and head" : " (the "
+           "vocabulary whole)", 0, T - 1, T, 2 * T - 1);
+    printf("    tensor groups            %s over the %d workers%s\n",
+           rp_grouping_to_string(&tg, gbuf, sizeof gbuf), W,
+           chunked ? ", each the same rank of its chunks' groups" : "");
+    if (!chunked && rp_grouping_transpose(&tg, &dg, &gerr) == RP_OK)
+        printf("    a slice's copies         %s, the transpose: its gradient is all-reduced "
+               "over it%s\n", rp_grouping_to_string(&dg, gbuf, sizeof gbuf),
+               d->stages > 1 ? ", among the workers of its stage" : "");
+}
+
+/* The optimizer, its learning rate's schedule, clipping, the data's order
+** and the reduction's buckets. */
+static void show_optimizer(const rp_config *cfg) {
     printf("  optimizer                  %s, lr %g\n", rp_optimizer_name(cfg->optimizer.type),
            cfg->optimizer.lr);
     const rp_lr_schedule *ls = &cfg->lr_schedule;
@@ -136,7 +106,10 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
         printf("  gradient reduction         in buckets of %g MB, started during the last "
                "backward\n",
                cfg->reduction_bucket_mb);
-    /* the memory features that are on, one line each */
+}
+
+/* The memory features that are on, one line each, and the device's memory. */
+static void show_memory(const rp_config *cfg) {
     bool any = cfg->replicated_tensor_sharding || cfg->optimizer_state_offchip ||
                cfg->recompute_checkpoint_every_layer || cfg->auto_loss_scaling ||
                cfg->fp16_exchange || cfg->loss_scaling > 0 ||
@@ -162,15 +135,15 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
     if (cfg->device_memory > 0)
         printf("  device memory              %lld bytes; products' scratch within %g of it\n",
                (long long)cfg->device_memory, cfg->matmul_proportion[0]);
-    printf("\ninference\n");
-    printf("  stages                     %d\n", d.inference_stages);
-    printf("  replication factor         %d\n", cfg->inference_replication_factor);
-    printf("  workers needed             %d\n", d.inference_workers);
-    printf("  samples per step           %lld\n", d.inference_samples_per_step);
-    printf("  samples per host call      %lld  (%d device iterations)\n",
-           d.inference_samples_per_host_call, cfg->inference_device_iterations);
+}
+
+/* Each stage's layers, training's and inference's; false (said) when the
+** configuration's lists do not fit the layers. */
+static bool show_stages(const cli_cmd *cmd, const rp_config *cfg, const rp_derived *d,
+                        int layers, const rp_model *m) {
+    int counts[RP_MAX_STAGES];
     for (int inf = 0; inf < 2; inf++) {
-        int n = inf ? d.inference_stages : d.stages;
+        int n = inf ? d->inference_stages : d->stages;
         printf("\n%s stages\n", inf ? "inference" : "training");
         int known = stage_ranges(cmd, cfg, inf, layers, counts);
         if (known < 0)
@@ -207,6 +180,54 @@ static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg
         }
     }
     return true;
+}
+
+/* m: the model of --model, or NULL */
+static bool show_text(const cli_cmd *cmd, const char *path, const rp_config *cfg, int layers,
+                      const rp_model *m) {
+    rp_derived d;
+    rp_config_derive(cfg, &d);
+    char gbuf[96];
+    printf("configuration: %s\n", path);
+    if (cfg->origin[0])
+        printf("  %s\n", cfg->origin);
+    printf("\ntraining\n");
+    printf("  stages (pipeline depth)    %d\n", d.stages);
+    printf("  stage replication          ");
+    for (int s = 0; s < d.stages; s++)
+        printf("%s%d", s ? ", " : "", rp_config_stage_replicas(cfg, s));
+    printf("\n  replication factor         %d\n", cfg->replication_factor);
+    if (rp_config_chunked(cfg))
+        printf("  workers needed             %d  (each holds %d of the %d stages: "
+               "%s)\n", rp_config_devices(cfg, &d), cfg->virtual_stages,
+               d.stages, rp_schedule_name(cfg->schedule));
+    else if (rp_config_paired(cfg))
+        printf("  workers needed             %d  (each holds stage s of one replica and %d - s "
+               "of its pair's: dualpipe)\n", rp_config_devices(cfg, &d), d.stages - 1);
+    else
+        printf("  workers needed             %d\n", d.workers);
+    printf("  replica grouping           %s\n",
+           rp_grouping_to_string(&cfg->replica_grouping, gbuf, sizeof gbuf));
+    if (rp_config_tensor_parallel(cfg) > 1)
+        show_tensor_groups(cfg, &d);
+    printf("  samples per micro-batch    %lld\n", d.samples_per_micro_batch);
+    printf("  samples per update         %lld  (%d x %d accumulation x %d replicas)\n",
+           d.samples_per_update, cfg->micro_batch_size, cfg->gradient_accumulation_steps,
+           cfg->replication_factor);
+    printf("  samples per host call      %lld  (%d device iterations)\n",
+           d.samples_per_host_call, cfg->device_iterations);
+    printf("  schedule                   %s\n", rp_schedule_name(cfg->schedule));
+    printf("  output mode                %s\n", rp_output_mode_name(cfg->output_mode));
+    show_optimizer(cfg);
+    show_memory(cfg);
+    printf("\ninference\n");
+    printf("  stages                     %d\n", d.inference_stages);
+    printf("  replication factor         %d\n", cfg->inference_replication_factor);
+    printf("  workers needed             %d\n", d.inference_workers);
+    printf("  samples per step           %lld\n", d.inference_samples_per_step);
+    printf("  samples per host call      %lld  (%d device iterations)\n",
+           d.inference_samples_per_host_call, cfg->inference_device_iterations);
+    return show_stages(cmd, cfg, &d, layers, m);
 }
 
 /* known: stage_ranges' answer for this pipeline (1, or 0 for wildcards). */
@@ -257,6 +278,32 @@ static bool show_json(const cli_cmd *cmd, const rp_config *cfg, int layers) {
     return true;
 }
 
+/* --model: what a session would refuse, before any worker starts; an
+** IPUConfig file's lists (which count the model's blocks) fitted to its
+** layers, and *layers its count; false (said) where refused. */
+static bool with_model(const cli_cmd *cmd, const char *path, const char *model, rp_config *cfg,
+                       long long *layers, rp_model **m) {
+    rp_error err;
+    if (rp_model_load(m, model, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return false;
+    }
+    rp_status ms = rp_session_check(*m, cfg, &err);
+    if (!ms)
+        ms = rp_session_fit_config(*m, cfg, &err);
+    if (*layers && *layers != (*m)->num_layers && !ms)
+        ms = rp_fail(&err, RP_ERR_INVALID, "--layers %lld, but %s has %d layers", *layers, model,
+                     (*m)->num_layers);
+    *layers = (*m)->num_layers;
+    if (ms) {
+        cli_error(cmd, "%s with %s: %s", path, model, err.msg);
+        rp_model_free(*m);
+        *m = NULL;
+        return false;
+    }
+    return true;
+}
+
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     long long layers = 0;
     const char *model = NULL, *pod_type = NULL;
@@ -295,25 +342,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         return 1;
     }
     rp_model *m = NULL;
-    if (model) { /* what a session would refuse, before any worker starts */
-        if (rp_model_load(&m, model, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            return 1;
-        }
-        /* an IPUConfig file's lists count the model's blocks: shown as its layers */
-        rp_status ms = rp_session_check(m, &cfg, &err);
-        if (!ms)
-            ms = rp_session_fit_config(m, &cfg, &err);
-        if (layers && layers != m->num_layers && !ms)
-            ms = rp_fail(&err, RP_ERR_INVALID, "--layers %lld, but %s has %d layers", layers,
-                         model, m->num_layers);
-        layers = m->num_layers;
-        if (ms) {
-            cli_error(cmd, "%s with %s: %s", pos[1], model, err.msg);
-            rp_model_free(m);
-            return 1;
-        }
-    }
+    if (model && !with_model(cmd, pos[1], model, &cfg, &layers, &m))
+        return 1;
     if (strcmp(pos[0], "check") == 0) {
         rp_model_free(m);
         if (layers) {

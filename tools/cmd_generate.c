@@ -18,6 +18,51 @@ static const cli_opt OPTS[] = {
     {NULL, 0, NULL, NULL},
 };
 
+/* The model's text after the prompt: n tokens (bytes) drawn at the
+** temperature from the top_k most likely, printed with the prompt. */
+static int sample(const cli_cmd *cmd, const char *model_path, const char *load,
+                  const char *prompt, long long n, double temperature, int top_k,
+                  uint64_t seed) {
+    rp_error err;
+    rp_model *m = NULL;
+    rp_weights *w = NULL;
+    float *params = NULL;
+    int32_t *tokens = NULL;
+    int len = (int)strlen(prompt), rc = 1;
+    if (rp_model_load(&m, model_path, &err) || rp_model_check_tokens(m, "generate", &err) ||
+        cli_load_model_weights(load, m, &w, &err))
+        goto fail;
+    if (m->num_classes > 256) {
+        rp_fail(&err, RP_ERR_INVALID,
+                "%s: a vocabulary of %d tokens; generate writes bytes (a vocabulary of 256)",
+                model_path, m->num_classes);
+        goto fail;
+    }
+    params = malloc(sizeof(float) * (m->num_params ? m->num_params : 1));
+    tokens = malloc(sizeof(int32_t) * ((size_t)len + (size_t)n));
+    if (!params || !tokens) {
+        rp_fail(&err, RP_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < len; i++)
+        tokens[i] = (unsigned char)prompt[i];
+    if (rp_weights_to_params(m, w, 0, params, &err) ||
+        rp_model_generate(m, params, tokens, len, (int)n, temperature, top_k, seed, &err))
+        goto fail;
+    for (long long i = 0; i < len + n; i++)
+        putchar(tokens[i]);
+    if (len + n > 0 && tokens[len + n - 1] != '\n')
+        putchar('\n');
+    rc = 0;
+fail:
+    if (rc)
+        cli_error(cmd, "%s", err.msg);
+    free(params), free(tokens);
+    rp_weights_free(w);
+    rp_model_free(m);
+    return rc;
+}
+
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     const char *model_path = NULL, *load = NULL, *prompt = "\n";
     long long n = 256, top_k = 40, seed = 1;
@@ -51,45 +96,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         cli_error(cmd, "--prompt: give at least one character");
         return 2;
     }
-    rp_error err;
-    rp_model *m = NULL;
-    rp_weights *w = NULL;
-    float *params = NULL;
-    int32_t *tokens = NULL;
-    int len = (int)strlen(prompt), rc = 1;
-    if (rp_model_load(&m, model_path, &err) || rp_model_check_tokens(m, "generate", &err) ||
-        cli_load_model_weights(load, m, &w, &err))
-        goto fail;
-    if (m->num_classes > 256) {
-        rp_fail(&err, RP_ERR_INVALID,
-                "%s: a vocabulary of %d tokens; generate writes bytes (a vocabulary of 256)",
-                model_path, m->num_classes);
-        goto fail;
-    }
-    params = malloc(sizeof(float) * (m->num_params ? m->num_params : 1));
-    tokens = malloc(sizeof(int32_t) * ((size_t)len + (size_t)n));
-    if (!params || !tokens) {
-        rp_fail(&err, RP_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    for (int i = 0; i < len; i++)
-        tokens[i] = (unsigned char)prompt[i];
-    if (rp_weights_to_params(m, w, 0, params, &err) ||
-        rp_model_generate(m, params, tokens, len, (int)n, temperature, (int)top_k,
-                          (uint64_t)seed, &err))
-        goto fail;
-    for (long long i = 0; i < len + n; i++)
-        putchar(tokens[i]);
-    if (len + n > 0 && tokens[len + n - 1] != '\n')
-        putchar('\n');
-    rc = 0;
-fail:
-    if (rc)
-        cli_error(cmd, "%s", err.msg);
-    free(params), free(tokens);
-    rp_weights_free(w);
-    rp_model_free(m);
-    return rc;
+    return sample(cmd, model_path, load, prompt, n, temperature, (int)top_k, (uint64_t)seed);
 }
 
 const cli_cmd cmd_generate = {

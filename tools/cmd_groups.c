@@ -15,6 +15,64 @@ static const cli_opt OPTS[] = {
     {NULL, 0, NULL, NULL},
 };
 
+/* A transpose with no stride: its groups as PopXL lists them, by
+** assignment; 0, or 1 out of memory. */
+static int print_assigned(const rp_grouping *g, bool json) {
+    int *a = malloc(sizeof(int) * g->replicas);
+    if (!a)
+        return 1;
+    rp_grouping_transpose_assignment(g, a);
+    int groups = g->group_size, size = rp_grouping_num_groups(g);
+    if (json)
+        printf("{\"replicas\":%d,\"group_size\":%d,\"stride\":null,\"num_groups\":%d,"
+               "\"groups\":[", g->replicas, size, groups);
+    else
+        printf("The transpose of stride %d, group size %d has no stride; PopXL holds it "
+               "as a list of groups, which collectives cannot use.\nGroup  Replicas\n",
+               g->stride, g->group_size);
+    for (int k = 0; k < groups; k++) {
+        if (json)
+            printf("%s[", k ? "," : "");
+        else
+            printf("%-5d  ", k);
+        for (int r = 0, n = 0; r < g->replicas; r++)
+            if (a[r] == k)
+                printf("%s%d", n++ ? (json ? "," : ", ") : "", r);
+        printf(json ? "]" : "\n");
+    }
+    if (json)
+        printf("]}\n");
+    free(a);
+    return 0;
+}
+
+/* A grouping's groups, a table or JSON; 0, or 1 out of memory. */
+static int print_groups(const rp_grouping *g, bool json) {
+    int groups = rp_grouping_num_groups(g);
+    int *members = malloc(sizeof(int) * g->group_size);
+    if (!members)
+        return 1;
+    if (json)
+        printf("{\"replicas\":%d,\"group_size\":%d,\"stride\":%d,\"num_groups\":%d,\"groups\":[",
+               g->replicas, g->group_size, g->stride, groups);
+    else
+        printf("Group  Replicas\n");
+    for (int k = 0; k < groups; k++) {
+        rp_grouping_members(g, k, members);
+        if (json)
+            printf("%s[", k ? "," : "");
+        else
+            printf("%-5d  ", k);
+        for (int i = 0; i < g->group_size; i++)
+            printf("%s%d", i ? (json ? "," : ", ") : "", members[i]);
+        printf(json ? "]" : "\n");
+    }
+    if (json)
+        printf("]}\n");
+    free(members);
+    return 0;
+}
+
 static int run(const cli_cmd *cmd, int argc, char **argv) {
     long long replicas = 0, group_size = 0, stride = 1;
     bool json = false, help, has_size = false, has_stride = false, transpose = false;
@@ -37,7 +95,7 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         cli_error(cmd, "--replicas is required");
         return 2;
     }
-    rp_grouping g;
+    rp_grouping g, t;
     rp_error err;
     int gs = (int)group_size, st = (int)stride;
     if (rp_grouping_popxl(&g, (int)replicas, has_stride ? &st : NULL, has_size ? &gs : NULL,
@@ -45,66 +103,11 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
         cli_error(cmd, "%s", err.msg);
         return 1;
     }
-    if (transpose) {
-        rp_grouping t;
-        if (rp_grouping_transpose(&g, &t, &err) == RP_OK) {
-            g = t;
-        } else { /* no stride: its groups as PopXL lists them, by assignment */
-            int *a = malloc(sizeof(int) * g.replicas);
-            if (!a)
-                return 1;
-            rp_grouping_transpose_assignment(&g, a);
-            int groups = g.group_size, size = rp_grouping_num_groups(&g);
-            if (json)
-                printf("{\"replicas\":%d,\"group_size\":%d,\"stride\":null,\"num_groups\":%d,"
-                       "\"groups\":[", g.replicas, size, groups);
-            else
-                printf("The transpose of stride %d, group size %d has no stride; PopXL holds it "
-                       "as a list of groups, which collectives cannot use.\nGroup  Replicas\n",
-                       g.stride, g.group_size);
-            for (int k = 0; k < groups; k++) {
-                if (json)
-                    printf("%s[", k ? "," : "");
-                else
-                    printf("%-5d  ", k);
-                for (int r = 0, n = 0; r < g.replicas; r++)
-                    if (a[r] == k)
-                        printf("%s%d", n++ ? (json ? "," : ", ") : "", r);
-                printf(json ? "]" : "\n");
-            }
-            if (json)
-                printf("]}\n");
-            free(a);
-            return 0;
-        }
-    }
-    int groups = rp_grouping_num_groups(&g);
-    int *members = malloc(sizeof(int) * g.group_size);
-    if (!members)
-        return 1;
-    if (json) {
-        printf("{\"replicas\":%d,\"group_size\":%d,\"stride\":%d,\"num_groups\":%d,\"groups\":[",
-               g.replicas, g.group_size, g.stride, groups);
-        for (int k = 0; k < groups; k++) {
-            rp_grouping_members(&g, k, members);
-            printf("%s[", k ? "," : "");
-            for (int i = 0; i < g.group_size; i++)
-                printf("%s%d", i ? "," : "", members[i]);
-            printf("]");
-        }
-        printf("]}\n");
-    } else {
-        printf("Group  Replicas\n");
-        for (int k = 0; k < groups; k++) {
-            rp_grouping_members(&g, k, members);
-            printf("%-5d  ", k);
-            for (int i = 0; i < g.group_size; i++)
-                printf("%s%d", i ? ", " : "", members[i]);
-            printf("\n");
-        }
-    }
-    free(members);
-    return 0;
+    if (!transpose)
+        return print_groups(&g, json);
+    if (rp_grouping_transpose(&g, &t, &err) == RP_OK)
+        return print_groups(&t, json);
+    return print_assigned(&g, json); /* no stride */
 }
 
 const cli_cmd cmd_groups = {

@@ -135,362 +135,388 @@ static bool parse_schedules(const cli_cmd *cmd, const char *list, unsigned *out)
     return *out != 0;
 }
 
-static int run(const cli_cmd *cmd, int argc, char **argv) {
+/* What the command line asked for. */
+typedef struct plan_args {
     rp_plan_options o;
-    rp_plan_options_default(&o);
-    const char *profile = NULL, *json = NULL, *graph_out = NULL, *conf = NULL;
-    const char *config_out = NULL, *base_config = NULL, *schedule = NULL;
-    const char *objective = NULL, *more[RP_AUTOPLAN_MAX_PROFILES], *split_model = NULL;
-    const char *arch = NULL;
-    int num_more = 0;
-    plan_emit emit = {0};
-    plan_scale scale = {0};
-    long long devices = 0, tp = 0, cp = 0, vp = 0, micro = 0;
-    long long pp = 0;
-    unsigned long long given = 0; /* the options seen, by OPT_ */
-    unsigned schedules = 0;
-    long long micro_batches = 8, global_batch = 0, profile_batch = 0, cores = 0, min_micro = 1;
-    double latency = 2e-5;
-    bool memory_given = false, polling = false;
-    double device_memory = 0;
-    static double speed_v[RP_PLAN_MAX_MACHINES], mem_v[RP_PLAN_MAX_MACHINES];
-    double *speed = NULL, *memory = NULL;
-    int nspeed = 0, nmem = 0;
-    int nbw = 0;
+    const char *profile, *json, *graph_out, *conf, *config_out, *base_config, *schedule;
+    const char *objective, *more[RP_AUTOPLAN_MAX_PROFILES], *split_model, *arch;
+    int num_more;
+    plan_emit emit;
+    plan_scale scale;
+    long long devices, tp, cp, vp, micro, pp;
+    unsigned long long given; /* the options seen, by OPT_ */
+    unsigned schedules;
+    long long micro_batches, global_batch, profile_batch, cores, min_micro;
+    double latency, device_memory;
+    bool memory_given, polling;
+    double speed_v[RP_PLAN_MAX_MACHINES], mem_v[RP_PLAN_MAX_MACHINES];
+    int nspeed, nmem, nbw;
+} plan_args;
+
+/* Where integer option i goes, and its bounds; NULL for other options. */
+static long long *int_option(plan_args *a, int i, long long *lo, long long *hi) {
+    *lo = 1;
+    switch (i) {
+    case OPT_MICRO_BATCHES: *hi = 1 << 20; return &a->micro_batches;
+    case OPT_GLOBAL_BATCH: *hi = 1LL << 40; return &a->global_batch;
+    case OPT_MIN_MICRO_BATCH: *hi = 1 << 30; return &a->min_micro;
+    case OPT_PROFILE_BATCH: *hi = 1 << 20; return &a->profile_batch;
+    case OPT_CORES: *hi = 1 << 20; return &a->cores;
+    case OPT_DEVICES: *hi = RP_SCALE_MAX_DEVICES; return &a->devices;
+    case OPT_TP: *hi = 4096; return &a->tp;
+    case OPT_CP: *hi = 4096; return &a->cp;
+    case OPT_VP: *hi = RP_MAX_STAGES; return &a->vp;
+    case OPT_MICRO_BATCH: *hi = 1 << 20; return &a->micro;
+    case OPT_PP: *hi = RP_MAX_STAGES; return &a->pp;
+    }
+    return NULL;
+}
+
+/* Where a string option goes, for those taken as they are; NULL for others. */
+static const char **text_option(plan_args *a, int i) {
+    switch (i) {
+    case OPT_JSON: return &a->json;
+    case OPT_GRAPH_OUT: return &a->graph_out;
+    case OPT_PIPEDREAM_CONF: return &a->conf;
+    case OPT_CONFIG_OUT: return &a->config_out;
+    case OPT_BASE_CONFIG: return &a->base_config;
+    case OPT_TENSOR_SPLIT: return &a->split_model;
+    case OPT_ARCH: return &a->arch;
+    case OPT_EMIT_OUT: return &a->emit.out;
+    case OPT_CLUSTER: return &a->scale.cluster;
+    case OPT_RECOMPUTE: return &a->scale.recompute;
+    case OPT_TRANSFORMER: return &a->scale.transformer;
+    case OPT_TRANSFORMER_CONFIG: return &a->scale.transformer_config;
+    case OPT_SEQUENCE_PARALLEL: return &a->scale.sequence_parallel;
+    case OPT_SHARDING: return &a->scale.sharding;
+    case OPT_PRECISION: return &a->scale.precision;
+    case OPT_OVERLAP: return &a->scale.overlap;
+    case OPT_STAGES: return &a->scale.stages;
+    }
+    return NULL;
+}
+
+/* A word among two, or fails naming the option. */
+static bool one_of(const cli_cmd *cmd, const char *opt, const char *arg, const char *x,
+                   const char *y) {
+    if (strcmp(arg, x) == 0 || strcmp(arg, y) == 0)
+        return true;
+    cli_error(cmd, "--%s: '%s' is not '%s' or '%s'", opt, arg, x, y);
+    return false;
+}
+
+/* The options that take lists, words or checks of their own; false (said)
+** when one is wrong. */
+static bool other_option(const cli_cmd *cmd, int i, const char *arg, int argc, char **argv,
+                         plan_args *a) {
+    const char *name = OPTS[i].name;
+    rp_plan_options *o = &a->o;
+    int n;
+    switch (i) {
+    case OPT_PROFILE:
+        if (!a->profile)
+            a->profile = arg;
+        else if (a->num_more < RP_AUTOPLAN_MAX_PROFILES - 1)
+            a->more[a->num_more++] = arg;
+        else
+            return cli_error(cmd, "--profile: at most %d profiles", RP_AUTOPLAN_MAX_PROFILES),
+                   false;
+        return true;
+    case OPT_MACHINES:
+        if ((n = cli_machines(cmd, arg, argc, argv, o->machines, RP_PLAN_MAX_LEVELS)) < 0)
+            return false;
+        o->num_levels = n;
+        return true;
+    case OPT_BANDWIDTH:
+        return (a->nbw = cli_double_list(name, arg, argc, argv, o->bandwidth,
+                                         RP_PLAN_MAX_LEVELS)) >= 0;
+    case OPT_MEMORY_SIZE:
+        a->memory_given = true;
+        if ((a->nmem = cli_double_list(name, arg, argc, argv, a->mem_v,
+                                       RP_PLAN_MAX_MACHINES)) < 0)
+            return false;
+        o->memory_size = a->mem_v[0];
+        for (int k = 1; k < a->nmem; k++) /* PipeDream's objective: the least of them */
+            o->memory_size = a->mem_v[k] < o->memory_size ? a->mem_v[k] : o->memory_size;
+        return true;
+    case OPT_SPEED:
+        return (a->nspeed = cli_double_list(name, arg, argc, argv, a->speed_v,
+                                            RP_PLAN_MAX_MACHINES)) >= 0;
+    case OPT_MEMORY_CONSTRAINT: o->memory_constraint = true; return true;
+    case OPT_STRAIGHT: o->straight = true; return true;
+    case OPT_FEWER_MACHINES: o->fewer_machines = true; return true;
+    case OPT_ACTIVATION_COMPRESSION:
+        if (!cli_double(name, arg, &o->activation_compression))
+            return false;
+        if (!(o->activation_compression > 0))
+            return cli_error(cmd, "--activation-compression must be > 0"), false;
+        return true;
+    case OPT_SCHEDULE:
+        return one_of(cmd, name, arg, "gpipe", "1f1b") && (a->schedule = arg);
+    case OPT_OBJECTIVE:
+        return one_of(cmd, name, arg, "engine", "pipedream") && (a->objective = arg);
+    case OPT_EMIT:
+        if (!one_of(cmd, name, arg, "torchtitan", "megatron"))
+            return false;
+        a->emit.on = true;
+        a->emit.trainer = arg[0] == 't' ? RP_TRAINER_TORCHTITAN : RP_TRAINER_MEGATRON;
+        return true;
+    case OPT_DEVICE_MEMORY:
+        return cli_double(name, arg, &a->device_memory) && a->device_memory >= 0;
+    case OPT_SCHEDULES:
+        return parse_schedules(cmd, arg, &a->schedules);
+    case OPT_LATENCY:
+        if (!cli_double(name, arg, &a->latency))
+            return false;
+        if (a->latency < 0)
+            return cli_error(cmd, "--latency takes seconds >= 0, not '%s'", arg), false;
+        return true;
+    case OPT_BACKEND:
+        return cli_backend(cmd, arg, &a->polling);
+    }
+    return true;
+}
+
+/* Reads the options into a; -1 to go on, else the exit code. */
+static int parse_options(const cli_cmd *cmd, int argc, char **argv, plan_args *a) {
+    memset(a, 0, sizeof *a);
+    rp_plan_options_default(&a->o);
+    a->micro_batches = 8, a->min_micro = 1, a->latency = 2e-5;
     bool help;
     const char *arg;
     for (int i; (i = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
         if (i == -2)
             return help ? 0 : 2;
-        const char *name = OPTS[i].name;
-        int n;
-        given |= 1ull << i;
-        switch (i) {
-        case OPT_PROFILE:
-            if (!profile) {
-                profile = arg;
-            } else if (num_more < RP_AUTOPLAN_MAX_PROFILES - 1) {
-                more[num_more++] = arg;
-            } else {
-                cli_error(cmd, "--profile: at most %d profiles", RP_AUTOPLAN_MAX_PROFILES);
-                return 2;
-            }
-            break;
-        case OPT_MACHINES:
-            if ((n = cli_machines(cmd, arg, argc, argv, o.machines, RP_PLAN_MAX_LEVELS)) < 0)
-                return 2;
-            o.num_levels = n;
-            break;
-        case OPT_BANDWIDTH:
-            if ((nbw = cli_double_list(name, arg, argc, argv, o.bandwidth, RP_PLAN_MAX_LEVELS)) < 0)
-                return 2;
-            break;
-        case OPT_MEMORY_SIZE:
-            memory_given = true;
-            if ((nmem = cli_double_list(name, arg, argc, argv, mem_v, RP_PLAN_MAX_MACHINES)) < 0)
-                return 2;
-            o.memory_size = mem_v[0];
-            for (int k = 1; k < nmem; k++) /* PipeDream's objective: the least of them */
-                o.memory_size = mem_v[k] < o.memory_size ? mem_v[k] : o.memory_size;
-            break;
-        case OPT_MEMORY_CONSTRAINT: o.memory_constraint = true; break;
-        case OPT_STRAIGHT: o.straight = true; break;
-        case OPT_FEWER_MACHINES: o.fewer_machines = true; break;
-        case OPT_ACTIVATION_COMPRESSION:
-            if (!cli_double(name, arg, &o.activation_compression))
-                return 2;
-            if (!(o.activation_compression > 0)) {
-                cli_error(cmd, "--activation-compression must be > 0");
-                return 2;
-            }
-            break;
-        case OPT_JSON: json = arg; break;
-        case OPT_GRAPH_OUT: graph_out = arg; break;
-        case OPT_PIPEDREAM_CONF: conf = arg; break;
-        case OPT_CONFIG_OUT: config_out = arg; break;
-        case OPT_BASE_CONFIG: base_config = arg; break;
-        case OPT_SCHEDULE:
-            if (strcmp(arg, "gpipe") != 0 && strcmp(arg, "1f1b") != 0) {
-                cli_error(cmd, "--schedule: '%s' is not 'gpipe' or '1f1b'", arg);
-                return 2;
-            }
-            schedule = arg;
-            break;
-        case OPT_MICRO_BATCHES:
-            if (!cli_int(name, arg, 1, 1 << 20, &micro_batches))
-                return 2;
-            break;
-        case OPT_DEVICE_MEMORY:
-            if (!cli_double(name, arg, &device_memory) || device_memory < 0)
-                return 2;
-            break;
-        case OPT_OBJECTIVE:
-            if (strcmp(arg, "engine") != 0 && strcmp(arg, "pipedream") != 0) {
-                cli_error(cmd, "--objective: '%s' is not 'engine' or 'pipedream'", arg);
-                return 2;
-            }
-            objective = arg;
-            break;
-        case OPT_GLOBAL_BATCH:
-            if (!cli_int(name, arg, 1, 1LL << 40, &global_batch))
-                return 2;
-            break;
-        case OPT_MIN_MICRO_BATCH:
-            if (!cli_int(name, arg, 1, 1 << 30, &min_micro))
-                return 2;
-            break;
-        case OPT_PROFILE_BATCH:
-            if (!cli_int(name, arg, 1, 1 << 20, &profile_batch))
-                return 2;
-            break;
-        case OPT_CORES:
-            if (!cli_int(name, arg, 1, 1 << 20, &cores))
-                return 2;
-            break;
-        case OPT_TENSOR_SPLIT:
-            split_model = arg;
-            break;
-        case OPT_ARCH:
-            arch = arg;
-            break;
-        case OPT_EMIT:
-            if (strcmp(arg, "torchtitan") != 0 && strcmp(arg, "megatron") != 0) {
-                cli_error(cmd, "--emit: '%s' is not 'torchtitan' or 'megatron'", arg);
-                return 2;
-            }
-            emit.on = true;
-            emit.trainer = arg[0] == 't' ? RP_TRAINER_TORCHTITAN : RP_TRAINER_MEGATRON;
-            break;
-        case OPT_EMIT_OUT: emit.out = arg; break;
-        case OPT_CLUSTER: scale.cluster = arg; break;
-        case OPT_RECOMPUTE: scale.recompute = arg; break;
-        case OPT_TRANSFORMER: scale.transformer = arg; break;
-        case OPT_TRANSFORMER_CONFIG: scale.transformer_config = arg; break;
-        case OPT_SEQUENCE_PARALLEL: scale.sequence_parallel = arg; break;
-        case OPT_SHARDING: scale.sharding = arg; break;
-        case OPT_PRECISION: scale.precision = arg; break;
-        case OPT_OVERLAP: scale.overlap = arg; break;
-        case OPT_STAGES: scale.stages = arg; break;
-        case OPT_DEVICES:
-            if (!cli_int(name, arg, 1, RP_SCALE_MAX_DEVICES, &devices))
-                return 2;
-            break;
-        case OPT_TP:
-            if (!cli_int(name, arg, 1, 4096, &tp))
-                return 2;
-            break;
-        case OPT_CP:
-            if (!cli_int(name, arg, 1, 4096, &cp))
-                return 2;
-            break;
-        case OPT_VP:
-            if (!cli_int(name, arg, 1, RP_MAX_STAGES, &vp))
-                return 2;
-            break;
-        case OPT_MICRO_BATCH:
-            if (!cli_int(name, arg, 1, 1 << 20, &micro))
-                return 2;
-            break;
-        case OPT_SCHEDULES:
-            if (!parse_schedules(cmd, arg, &schedules))
-                return 2;
-            break;
-        case OPT_PP:
-            if (!cli_int(name, arg, 1, RP_MAX_STAGES, &pp))
-                return 2;
-            break;
-        case OPT_LATENCY:
-            if (!cli_double(name, arg, &latency))
-                return 2;
-            if (latency < 0) {
-                cli_error(cmd, "--latency takes seconds >= 0, not '%s'", arg);
-                return 2;
-            }
-            break;
-        case OPT_BACKEND:
-            if (!cli_backend(cmd, arg, &polling))
-                return 2;
-            break;
-        case OPT_SPEED:
-            if ((nspeed = cli_double_list(name, arg, argc, argv, speed_v,
-                                          RP_PLAN_MAX_MACHINES)) < 0)
-                return 2;
-            break;
-        }
+        a->given |= 1ull << i;
+        long long lo, hi, *v = int_option(a, i, &lo, &hi);
+        const char **text = text_option(a, i);
+        if (v && !cli_int(OPTS[i].name, arg, lo, hi, v))
+            return 2;
+        if (text)
+            *text = arg;
+        if (!v && !text && !other_option(cmd, i, arg, argc, argv, a))
+            return 2;
     }
-    if (scale.cluster) { /* a transformer on a cluster of devices */
-        static const int cluster_opts[] = {
-            OPT_CLUSTER, OPT_DEVICES, OPT_TRANSFORMER, OPT_TRANSFORMER_CONFIG, OPT_PROFILE,
-            OPT_TP, OPT_CP, OPT_VP, OPT_PP, OPT_MICRO_BATCH, OPT_RECOMPUTE,
-            OPT_SEQUENCE_PARALLEL, OPT_SHARDING, OPT_PRECISION, OPT_OVERLAP, OPT_STAGES,
-            OPT_GLOBAL_BATCH,
-            OPT_SCHEDULES, OPT_JSON, OPT_CONFIG_OUT, OPT_EMIT, OPT_EMIT_OUT, OPT_MEMORY_SIZE};
-        unsigned long long allowed = 0;
-        for (size_t k = 0; k < sizeof cluster_opts / sizeof *cluster_opts; k++)
-            allowed |= 1ull << cluster_opts[k];
-        for (int k = 0; k < OPT_COUNT; k++)
-            if (given & ~allowed & (1ull << k)) {
-                cli_error(cmd, "--%s does not apply with --cluster (it plans from the model's "
-                               "shape: see 'repipe plan --help')", OPTS[k].name);
-                return 2;
-            }
-        if (nmem > 1) {
-            cli_error(cmd, "--memory-size with --cluster: one size, every device's");
+    return -1;
+}
+
+/* A transformer on a cluster of devices (plan_scale.c), with the options
+** that apply to it. */
+static int run_cluster(const cli_cmd *cmd, plan_args *a) {
+    static const int cluster_opts[] = {
+        OPT_CLUSTER, OPT_DEVICES, OPT_TRANSFORMER, OPT_TRANSFORMER_CONFIG, OPT_PROFILE,
+        OPT_TP, OPT_CP, OPT_VP, OPT_PP, OPT_MICRO_BATCH, OPT_RECOMPUTE,
+        OPT_SEQUENCE_PARALLEL, OPT_SHARDING, OPT_PRECISION, OPT_OVERLAP, OPT_STAGES,
+        OPT_GLOBAL_BATCH,
+        OPT_SCHEDULES, OPT_JSON, OPT_CONFIG_OUT, OPT_EMIT, OPT_EMIT_OUT, OPT_MEMORY_SIZE};
+    unsigned long long allowed = 0;
+    for (size_t k = 0; k < sizeof cluster_opts / sizeof *cluster_opts; k++)
+        allowed |= 1ull << cluster_opts[k];
+    for (int k = 0; k < OPT_COUNT; k++)
+        if (a->given & ~allowed & (1ull << k)) {
+            cli_error(cmd, "--%s does not apply with --cluster (it plans from the model's "
+                           "shape: see 'repipe plan --help')", OPTS[k].name);
             return 2;
         }
-        rp_scale_options_default(&scale.o);
-        scale.profile = profile, scale.json = json, scale.config_out = config_out;
-        scale.emit = &emit;
-        scale.o.devices = (int)devices, scale.o.global_batch = global_batch;
-        scale.o.tensor_parallel = (int)tp, scale.o.pipeline_parallel = (int)pp;
-        scale.o.context_parallel = (int)cp, scale.o.virtual_stages = (int)vp;
-        scale.o.micro_batch = (int)micro;
-        scale.o.memory_bytes = memory_given ? mem_v[0] : 0;
-        scale.o.schedules = schedules;
-        unsigned known = 1u << RP_SCHEDULE_1F1B | 1u << RP_SCHEDULE_INTERLEAVED |
-                         1u << RP_SCHEDULE_DUALPIPEV;
-        if (schedules & ~known) {
-            cli_error(cmd, "--schedules with --cluster: 1f1b, interleaved-1f1b and dualpipev "
-                           "(the schedules a transformer's plan at scale chooses among)");
-            return 2;
-        }
-        return plan_scale_run(cmd, &scale);
+    if (a->nmem > 1) {
+        cli_error(cmd, "--memory-size with --cluster: one size, every device's");
+        return 2;
     }
+    unsigned known = 1u << RP_SCHEDULE_1F1B | 1u << RP_SCHEDULE_INTERLEAVED |
+                     1u << RP_SCHEDULE_DUALPIPEV;
+    if (a->schedules & ~known) {
+        cli_error(cmd, "--schedules with --cluster: 1f1b, interleaved-1f1b and dualpipev "
+                       "(the schedules a transformer's plan at scale chooses among)");
+        return 2;
+    }
+    plan_scale *s = &a->scale;
+    rp_scale_options_default(&s->o);
+    s->profile = a->profile, s->json = a->json, s->config_out = a->config_out;
+    s->emit = &a->emit;
+    s->o.devices = (int)a->devices, s->o.global_batch = a->global_batch;
+    s->o.tensor_parallel = (int)a->tp, s->o.pipeline_parallel = (int)a->pp;
+    s->o.context_parallel = (int)a->cp, s->o.virtual_stages = (int)a->vp;
+    s->o.micro_batch = (int)a->micro;
+    s->o.memory_bytes = a->memory_given ? a->mem_v[0] : 0;
+    s->o.schedules = a->schedules;
+    return plan_scale_run(cmd, s);
+}
+
+/* Without --cluster: its options refused, and what a profile's plan needs
+** given; 0 to go on, else the exit code. */
+static int check_profile_options(const cli_cmd *cmd, const plan_args *a) {
     static const int scale_only[] = {OPT_DEVICES, OPT_TRANSFORMER, OPT_TRANSFORMER_CONFIG,
                                      OPT_TP, OPT_CP, OPT_VP, OPT_MICRO_BATCH, OPT_RECOMPUTE,
                                      OPT_SEQUENCE_PARALLEL, OPT_SHARDING, OPT_PRECISION,
                                      OPT_OVERLAP, OPT_STAGES};
     for (size_t k = 0; k < sizeof scale_only / sizeof *scale_only; k++)
-        if (given & (1ull << scale_only[k])) {
+        if (a->given & (1ull << scale_only[k])) {
             cli_error(cmd, "--%s plans a transformer on a cluster: it needs --cluster",
                       OPTS[scale_only[k]].name);
             return 2;
         }
-    if (pp > 8) {
+    if (a->pp > 8) {
         cli_error(cmd, "--pp %lld: the engine objective plans pipelines of at most 8 stages "
-                       "(with --cluster, any)", pp);
+                       "(with --cluster, any)", a->pp);
         return 2;
     }
-    if (!profile || !o.num_levels) {
+    if (!a->profile || !a->o.num_levels) {
         cli_error(cmd, "--profile and --machines are required (see 'repipe plan --help')");
         return 2;
     }
-    if (!cli_levels_match(cmd, o.num_levels, nbw))
+    if (!cli_levels_match(cmd, a->o.num_levels, a->nbw))
         return 2;
+    if (a->emit.out && !a->emit.on) {
+        cli_error(cmd, "--emit-out needs --emit torchtitan|megatron");
+        return 2;
+    }
+    return 0;
+}
+
+/* Writes text, made with status `made`, to path (and frees it); 0, or 1
+** (said). */
+static int write_made(const cli_cmd *cmd, const char *path, rp_status made, char *text,
+                      const rp_error *err) {
+    if (made) {
+        cli_error(cmd, "%s", err->msg);
+        return 1;
+    }
+    int rc = !plan_write_text(cmd, path, text);
+    free(text);
+    return rc;
+}
+
+/* PipeDream's plan as its files (--json, --pipedream-conf, --graph-out) and
+** its words; the exit code so far. */
+static int pipedream_outputs(const cli_cmd *cmd, const plan_args *a, bool engine,
+                             const rp_plan *plan, const rp_profile *prof, FILE *text_out) {
+    int rc = 0;
+    char *text = NULL;
+    rp_error err;
+    rp_status made;
+    if (a->json && !engine) { /* with the engine objective, written with its rows */
+        made = rp_plan_to_json(plan, prof, &text, &err);
+        rc |= write_made(cmd, a->json, made, text, &err);
+    }
+    if (a->conf) {
+        made = rp_plan_pipedream_conf(plan, &text, &err);
+        rc |= write_made(cmd, a->conf, made, text, &err);
+    }
+    if (a->graph_out && rp_profile_write(prof, plan->node_stage, a->graph_out, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        rc = 1;
+    }
+    if (text_out != stdout)
+        return rc;
+    /* the commands run elsewhere: the files they read by absolute paths */
+    char gpath[PATH_MAX], cpath[PATH_MAX];
+    const char *g = a->graph_out && realpath(a->graph_out, gpath) ? gpath : a->graph_out;
+    const char *cf = a->conf && realpath(a->conf, cpath) ? cpath : a->conf;
+    plan_print(plan, a->profile, prof);
+    plan_print_pipedream(plan, a->arch ? a->arch : a->profile, g, cf,
+                         a->profile_batch ? a->profile_batch : rp_profile_micro_batch(prof));
+    return rc;
+}
+
+/* --config-out under PipeDream's objective: its stages mapped onto the
+** configuration, said; written here (*written) where the profile gives no
+** micro-batch to price the engine's rows with. The exit code. */
+static int pipedream_config(const cli_cmd *cmd, const plan_args *a, const rp_plan *plan,
+                            const rp_profile *prof, FILE *text_out, bool *written) {
+    rp_config cfg;
+    char explain[512];
+    rp_error err;
+    rp_config_default(&cfg);
+    if ((a->base_config && rp_config_load_file(&cfg, a->base_config, &err)) ||
+        rp_plan_to_config(plan, prof, &cfg, explain, sizeof explain, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    fprintf(text_out, "\n%s\n", explain);
+    /* without the micro-batch the profile was measured on, the engine's
+    ** rows cannot be priced: PipeDream's stages alone, on the base's (or
+    ** the default) micro-batch and accumulation; simulate says what it
+    ** assumes when it meets this profile */
+    if (a->profile_batch || rp_profile_micro_batch(prof))
+        return 0;
+    *written = true;
+    if (rp_config_save_file(&cfg, a->config_out, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    fprintf(text_out, "execution configuration written to %s with PipeDream's stages and "
+            "micro_batch_size %d (the profile does not say the micro-batch it was measured "
+            "on: --profile-batch B also prices the synchronous run and sets B)\n",
+            a->config_out, cfg.micro_batch_size);
+    plan_print_launch(&cfg, &a->o, a->config_out);
+    return 0;
+}
+
+/* A profile's plan: PipeDream's, its outputs, then the engine objective's
+** where asked (--objective engine, or what only it writes). */
+static int run_profile(const cli_cmd *cmd, plan_args *a, const rp_profile *prof,
+                       const rp_plan *plan) {
+    double *speed = NULL, *memory = NULL;
+    /* --emit and --pp are the engine objective's */
+    bool engine = a->objective ? strcmp(a->objective, "engine") == 0
+                               : a->config_out || a->emit.on || a->pp > 0 || a->schedules ||
+                                     a->nspeed;
+    if (a->nspeed && !engine) {
+        cli_error(cmd, "--speed plans with the engine objective, not PipeDream's");
+        return 2;
+    }
+    if ((a->nspeed && !cli_per_machine(cmd, "speed", a->speed_v, a->nspeed, a->o.machines,
+                                       a->o.num_levels, &speed)) ||
+        (a->nmem > 1 && engine && !cli_per_machine(cmd, "memory-size", a->mem_v, a->nmem,
+                                                   a->o.machines, a->o.num_levels, &memory))) {
+        free(speed);
+        return 2;
+    }
+    /* with the JSON on standard output, words go to standard error */
+    FILE *text_out = a->json && strcmp(a->json, "-") == 0 ? stderr : stdout;
+    int rc = pipedream_outputs(cmd, a, engine, plan, prof, text_out);
+    if (a->schedule && rc == 0)
+        rc = plan_engine_mode(cmd, plan, prof, a->base_config, a->schedule,
+                              (int)a->micro_batches, a->device_memory, text_out);
+    bool written = false;
+    if (rc == 0 && a->config_out && !engine) /* PipeDream's stages: how they map onto it */
+        rc = pipedream_config(cmd, a, plan, prof, text_out, &written);
+    if (rc == 0 && !written && (engine || a->config_out || a->emit.on))
+        rc = plan_engine_run(cmd, &(plan_engine){
+            .prof = prof, .more = a->more, .num_more = a->num_more, .plan = plan, .o = &a->o,
+            .base_config = a->base_config, .global_batch = a->global_batch,
+            .profile_batch = a->profile_batch, .memory = a->memory_given ? a->o.memory_size : 0,
+            .cores = (int)a->cores, .latency = a->latency, .polling = a->polling,
+            .min_micro = a->min_micro, .split_model = a->split_model,
+            .config_out = a->config_out, .pipedream_out = !engine,
+            .json = engine ? a->json : NULL, .emit = &a->emit, .pp = (int)a->pp,
+            .schedules = a->schedules, .speed = speed, .device_memory = memory});
+    free(speed), free(memory);
+    return rc;
+}
+
+static int run(const cli_cmd *cmd, int argc, char **argv) {
+    static plan_args a; /* the lists of machines' speeds and memories are large */
+    int rc = parse_options(cmd, argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    if (a.scale.cluster)
+        return run_cluster(cmd, &a);
+    if ((rc = check_profile_options(cmd, &a)))
+        return rc;
     rp_error err;
     rp_profile *prof;
-    if (rp_profile_read(&prof, profile, &err)) {
+    if (rp_profile_read(&prof, a.profile, &err)) {
         cli_error(cmd, "%s", err.msg);
         return 1;
     }
     rp_plan *plan;
-    if (rp_plan_compute(prof, &o, &plan, &err)) {
-        cli_error(cmd, "%s: %s", profile, err.msg);
+    if (rp_plan_compute(prof, &a.o, &plan, &err)) {
+        cli_error(cmd, "%s: %s", a.profile, err.msg);
         rp_profile_free(prof);
         return 1;
     }
-    int rc = 0;
-    char *text;
-    if (emit.out && !emit.on) {
-        cli_error(cmd, "--emit-out needs --emit torchtitan|megatron");
-        rp_plan_free(plan);
-        rp_profile_free(prof);
-        return 2;
-    }
-    /* --emit and --pp are the engine objective's */
-    bool engine = objective ? strcmp(objective, "engine") == 0
-                            : config_out != NULL || emit.on || pp > 0 || schedules || nspeed;
-    if ((nspeed && (!engine || !cli_per_machine(cmd, "speed", speed_v, nspeed, o.machines,
-                                                o.num_levels, &speed))) ||
-        (nmem > 1 && engine && !cli_per_machine(cmd, "memory-size", mem_v, nmem, o.machines,
-                                                o.num_levels, &memory))) {
-        if (nspeed && !engine)
-            cli_error(cmd, "--speed plans with the engine objective, not PipeDream's");
-        free(speed);
-        rp_plan_free(plan);
-        rp_profile_free(prof);
-        return 2;
-    }
-    if (json && !engine) { /* with the engine objective, written with its rows */
-        if (rp_plan_to_json(plan, prof, &text, &err) == RP_OK) {
-            rc |= !plan_write_text(cmd, json, text);
-            free(text);
-        } else {
-            cli_error(cmd, "%s", err.msg);
-            rc = 1;
-        }
-    }
-    if (conf) {
-        if (rp_plan_pipedream_conf(plan, &text, &err) == RP_OK) {
-            rc |= !plan_write_text(cmd, conf, text);
-            free(text);
-        } else {
-            cli_error(cmd, "%s", err.msg);
-            rc = 1;
-        }
-    }
-    if (graph_out && rp_profile_write(prof, plan->node_stage, graph_out, &err)) {
-        cli_error(cmd, "%s", err.msg);
-        rc = 1;
-    }
-    /* with the JSON on standard output, words go to standard error */
-    FILE *text_out = json && strcmp(json, "-") == 0 ? stderr : stdout;
-    if (text_out == stdout) {
-        /* the commands run elsewhere: the files they read by absolute paths */
-        char gpath[PATH_MAX], cpath[PATH_MAX];
-        const char *g = graph_out && realpath(graph_out, gpath) ? gpath : graph_out;
-        const char *cf = conf && realpath(conf, cpath) ? cpath : conf;
-        plan_print(plan, profile, prof);
-        plan_print_pipedream(plan, arch ? arch : profile, g, cf,
-                        profile_batch ? profile_batch : rp_profile_micro_batch(prof));
-    }
-    if (schedule && rc == 0)
-        rc = plan_engine_mode(cmd, plan, prof, base_config, schedule, (int)micro_batches,
-                         device_memory, text_out);
-    if (rc == 0 && (engine || config_out || emit.on)) {
-        bool written = false;
-        if (config_out && !engine) { /* PipeDream's stages: how they map onto the config */
-            rp_config cfg;
-            char explain[512];
-            rp_config_default(&cfg);
-            if (base_config && rp_config_load_file(&cfg, base_config, &err)) {
-                cli_error(cmd, "%s", err.msg);
-                rc = 1;
-            } else if (rp_plan_to_config(plan, prof, &cfg, explain, sizeof explain, &err)) {
-                cli_error(cmd, "%s", err.msg);
-                rc = 1;
-            } else {
-                fprintf(text_out, "\n%s\n", explain);
-            }
-            /* without the micro-batch the profile was measured on, the engine's
-            ** rows cannot be priced: PipeDream's stages alone, on the base's
-            ** (or the default) micro-batch and accumulation; simulate says what
-            ** it assumes when it meets this profile */
-            if (rc == 0 && !profile_batch && !rp_profile_micro_batch(prof)) {
-                if (rp_config_save_file(&cfg, config_out, &err)) {
-                    cli_error(cmd, "%s", err.msg);
-                    rc = 1;
-                } else {
-                    fprintf(text_out, "execution configuration written to %s with PipeDream's "
-                            "stages and micro_batch_size %d (the profile does not say the "
-                            "micro-batch it was measured on: --profile-batch B also prices the "
-                            "synchronous run and sets B)\n", config_out, cfg.micro_batch_size);
-                    plan_print_launch(&cfg, &o, config_out);
-                }
-                written = true;
-            }
-        }
-        if (rc == 0 && !written)
-            rc = plan_engine_run(cmd, &(plan_engine){
-                .prof = prof, .more = more, .num_more = num_more, .plan = plan, .o = &o,
-                .base_config = base_config, .global_batch = global_batch,
-                .profile_batch = profile_batch, .memory = memory_given ? o.memory_size : 0,
-                .cores = (int)cores, .latency = latency, .polling = polling,
-                .min_micro = min_micro, .split_model = split_model, .config_out = config_out,
-                .pipedream_out = !engine, .json = engine ? json : NULL, .emit = &emit,
-                .pp = (int)pp, .schedules = schedules, .speed = speed, .device_memory = memory});
-    }
-    free(speed), free(memory);
+    rc = run_profile(cmd, &a, prof, plan);
     rp_plan_free(plan);
     rp_profile_free(prof);
     return rc;

@@ -102,6 +102,24 @@ static int pricing_cluster(const cli_cmd *cmd, const xf_args *a, rp_cluster *c) 
     return 0;
 }
 
+static const char *const RECOMPUTES[] = {"none", "selective", "full", NULL};
+static const char *const PRECISIONS[] = {"bf16", "fp8", "fp32", NULL};
+
+/* The index of `word` among `words` (NULL-ended) in *k; false (said) when
+** it is none of them. No word (NULL) is fine. */
+static bool word_of(const cli_cmd *cmd, const char *opt, const char *word,
+                    const char *const *words, int *k) {
+    *k = 0;
+    if (!word)
+        return true;
+    while (words[*k] && strcmp(word, words[*k]) != 0)
+        (*k)++;
+    if (words[*k])
+        return true;
+    cli_error(cmd, "--%s: '%s' is not %s, %s or %s", opt, word, words[0], words[1], words[2]);
+    return false;
+}
+
 /* --transformer: the profile of a shape on a cluster's devices. */
 static int transformer(const cli_cmd *cmd, const xf_args *a) {
     rp_error err;
@@ -129,33 +147,18 @@ static int transformer(const cli_cmd *cmd, const xf_args *a) {
     if (rc)
         return rc;
     rp_transformer_run r;
+    int k;
     rp_transformer_run_default(&r);
     r.micro_batch = (int)a->b, r.tensor_parallel = (int)a->t, r.context_parallel = (int)a->cp;
     if (!on_off(cmd, "sequence-parallel", a->sequence_parallel, &r.sequence_parallel) ||
         !on_off(cmd, "overlap", a->overlap, &r.overlap))
         return 2;
-    if (a->recompute) {
-        static const char *const w[] = {"none", "selective", "full"};
-        int k = 0;
-        while (k < 3 && strcmp(a->recompute, w[k]) != 0)
-            k++;
-        if (k == 3) {
-            cli_error(cmd, "--recompute: '%s' is not none, selective or full", a->recompute);
-            return 2;
-        }
-        r.recompute = (rp_recompute)k;
-    }
-    if (a->precision) {
-        static const char *const p[] = {"bf16", "fp8", "fp32"};
-        int k = 0;
-        while (k < 3 && strcmp(a->precision, p[k]) != 0)
-            k++;
-        if (k == 3) {
-            cli_error(cmd, "--precision: '%s' is not bf16, fp8 or fp32", a->precision);
-            return 2;
-        }
-        r.precision = (rp_precision)k;
-    }
+    if (!word_of(cmd, "recompute", a->recompute, RECOMPUTES, &k))
+        return 2;
+    r.recompute = a->recompute ? (rp_recompute)k : r.recompute;
+    if (!word_of(cmd, "precision", a->precision, PRECISIONS, &k))
+        return 2;
+    r.precision = a->precision ? (rp_precision)k : r.precision;
     char *text;
     if (rp_transformer_profile(&m, &c, &r, &text, &err) ||
         rp_write_file_atomic(a->out, text, strlen(text), &err)) {
@@ -171,87 +174,70 @@ static int transformer(const cli_cmd *cmd, const xf_args *a) {
     return 0;
 }
 
-static int run(const cli_cmd *cmd, int argc, char **argv) {
-    const char *model_path = NULL;
-    long long batch = 64, repeats = 20;
-    xf_args x = {.t = 1, .cp = 1};
-    unsigned given = 0;
-    bool help, alone = false;
+/* What the command line asked for: a model to measure, or a shape (x). */
+typedef struct profile_args {
+    const char *model_path;
+    long long batch, repeats;
+    xf_args x;
+    unsigned given; /* the options seen, by OPT_ */
+    bool alone;
+} profile_args;
+
+/* Reads the options into a; -1 to go on, else the exit code. */
+static int parse_options(const cli_cmd *cmd, int argc, char **argv, profile_args *a) {
+    *a = (profile_args){.batch = 64, .repeats = 20, .x = {.t = 1, .cp = 1}};
+    xf_args *x = &a->x;
+    bool help;
     const char *arg;
     for (int o; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
         if (o == -2)
             return help ? 0 : 2;
-        given |= 1u << o;
+        a->given |= 1u << o;
+        bool ok = true;
         switch (o) {
-        case OPT_MICRO_BATCH:
-            if (!cli_int("micro-batch", arg, 1, 1 << 20, &batch))
-                return 2;
-            break;
-        case OPT_REPEATS:
-            if (!cli_int("repeats", arg, 1, 100000, &repeats))
-                return 2;
-            break;
-        case OPT_TENSOR_PARALLEL:
-            if (!cli_int("tensor-parallel", arg, 1, 4096, &x.t))
-                return 2;
-            break;
-        case OPT_CONTEXT_PARALLEL:
-            if (!cli_int("context-parallel", arg, 1, 4096, &x.cp))
-                return 2;
-            break;
-        case OPT_MODEL: model_path = arg; break;
-        case OPT_OUT: x.out = arg; break;
-        case OPT_ALONE: alone = true; break;
-        case OPT_TRANSFORMER: x.spec = arg; break;
-        case OPT_TRANSFORMER_CONFIG: x.config = arg; break;
-        case OPT_DEVICE: x.device = arg; break;
-        case OPT_CLUSTER: x.cluster = arg; break;
-        case OPT_SEQUENCE_PARALLEL: x.sequence_parallel = arg; break;
-        case OPT_RECOMPUTE: x.recompute = arg; break;
-        case OPT_PRECISION: x.precision = arg; break;
-        case OPT_OVERLAP: x.overlap = arg; break;
+        case OPT_MICRO_BATCH: ok = cli_int("micro-batch", arg, 1, 1 << 20, &a->batch); break;
+        case OPT_REPEATS: ok = cli_int("repeats", arg, 1, 100000, &a->repeats); break;
+        case OPT_TENSOR_PARALLEL: ok = cli_int("tensor-parallel", arg, 1, 4096, &x->t); break;
+        case OPT_CONTEXT_PARALLEL: ok = cli_int("context-parallel", arg, 1, 4096, &x->cp); break;
+        case OPT_MODEL: a->model_path = arg; break;
+        case OPT_OUT: x->out = arg; break;
+        case OPT_ALONE: a->alone = true; break;
+        case OPT_TRANSFORMER: x->spec = arg; break;
+        case OPT_TRANSFORMER_CONFIG: x->config = arg; break;
+        case OPT_DEVICE: x->device = arg; break;
+        case OPT_CLUSTER: x->cluster = arg; break;
+        case OPT_SEQUENCE_PARALLEL: x->sequence_parallel = arg; break;
+        case OPT_RECOMPUTE: x->recompute = arg; break;
+        case OPT_PRECISION: x->precision = arg; break;
+        case OPT_OVERLAP: x->overlap = arg; break;
         }
-    }
-    unsigned measured = 1u << OPT_MODEL | 1u << OPT_REPEATS | 1u << OPT_ALONE;
-    unsigned shaped = 1u << OPT_TRANSFORMER | 1u << OPT_TRANSFORMER_CONFIG | 1u << OPT_DEVICE |
-                      1u << OPT_CLUSTER | 1u << OPT_TENSOR_PARALLEL |
-                      1u << OPT_CONTEXT_PARALLEL | 1u << OPT_SEQUENCE_PARALLEL |
-                      1u << OPT_RECOMPUTE | 1u << OPT_PRECISION | 1u << OPT_OVERLAP;
-    if (given & (1u << OPT_TRANSFORMER | 1u << OPT_TRANSFORMER_CONFIG)) {
-        for (int k = 0; k < OPT_COUNT; k++)
-            if (given & measured & (1u << k)) {
-                cli_error(cmd, "--%s measures a model; --transformer prices a shape: not both",
-                          OPTS[k].name);
-                return 2;
-            }
-        if (!x.out) {
-            cli_error(cmd, "--out is required (see 'repipe profile --help')");
+        if (!ok)
             return 2;
-        }
-        x.b = given & (1u << OPT_MICRO_BATCH) ? batch : 1;
-        return transformer(cmd, &x);
     }
+    return -1;
+}
+
+/* The first option given of `set` (an OPT_ mask), or -1. */
+static int first_given(unsigned given, unsigned set) {
     for (int k = 0; k < OPT_COUNT; k++)
-        if (given & shaped & (1u << k)) {
-            cli_error(cmd, "--%s prices a transformer's shape: it needs --transformer",
-                      OPTS[k].name);
-            return 2;
-        }
-    const char *out = x.out;
-    if (!model_path || !out) {
-        cli_error(cmd, "--model and --out are required (see 'repipe profile --help')");
-        return 2;
-    }
+        if (given & set & (1u << k))
+            return k;
+    return -1;
+}
+
+/* A model measured here, layer by layer, and its profile written. */
+static int measure(const cli_cmd *cmd, const profile_args *a) {
+    const char *out = a->x.out;
     rp_error err;
     rp_model *m;
     rp_profile *p;
-    if (rp_model_load(&m, model_path, &err)) {
+    if (rp_model_load(&m, a->model_path, &err)) {
         cli_error(cmd, "%s", err.msg);
         return 1;
     }
     int rc = 0;
-    if ((alone ? rp_profile_measure_alone : rp_profile_measure)(m, (int)batch, (int)repeats, &p,
-                                                                 &err) ||
+    if ((a->alone ? rp_profile_measure_alone : rp_profile_measure)(
+            m, (int)a->batch, (int)a->repeats, &p, &err) ||
         rp_profile_write(p, NULL, out, &err)) {
         cli_error(cmd, "%s", err.msg);
         rc = 1;
@@ -261,11 +247,47 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
             total += p->nodes[i].forward_ms + p->nodes[i].backward_ms;
         printf("%d layers of %s measured on micro-batches of %lld (median of %lld runs): "
                "%.3f ms forward + backward in all\nprofile written to %s\n",
-               m->num_layers, model_path, batch, repeats, total, out);
+               m->num_layers, a->model_path, a->batch, a->repeats, total, out);
         rp_profile_free(p);
     }
     rp_model_free(m);
     return rc;
+}
+
+static int run(const cli_cmd *cmd, int argc, char **argv) {
+    profile_args a;
+    int rc = parse_options(cmd, argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    unsigned measured = 1u << OPT_MODEL | 1u << OPT_REPEATS | 1u << OPT_ALONE;
+    unsigned shaped = 1u << OPT_TRANSFORMER | 1u << OPT_TRANSFORMER_CONFIG | 1u << OPT_DEVICE |
+                      1u << OPT_CLUSTER | 1u << OPT_TENSOR_PARALLEL |
+                      1u << OPT_CONTEXT_PARALLEL | 1u << OPT_SEQUENCE_PARALLEL |
+                      1u << OPT_RECOMPUTE | 1u << OPT_PRECISION | 1u << OPT_OVERLAP;
+    int k;
+    if (a.given & (1u << OPT_TRANSFORMER | 1u << OPT_TRANSFORMER_CONFIG)) {
+        if ((k = first_given(a.given, measured)) >= 0) {
+            cli_error(cmd, "--%s measures a model; --transformer prices a shape: not both",
+                      OPTS[k].name);
+            return 2;
+        }
+        if (!a.x.out) {
+            cli_error(cmd, "--out is required (see 'repipe profile --help')");
+            return 2;
+        }
+        a.x.b = a.given & (1u << OPT_MICRO_BATCH) ? a.batch : 1;
+        return transformer(cmd, &a.x);
+    }
+    if ((k = first_given(a.given, shaped)) >= 0) {
+        cli_error(cmd, "--%s prices a transformer's shape: it needs --transformer",
+                  OPTS[k].name);
+        return 2;
+    }
+    if (!a.model_path || !a.x.out) {
+        cli_error(cmd, "--model and --out are required (see 'repipe profile --help')");
+        return 2;
+    }
+    return measure(cmd, &a);
 }
 
 const cli_cmd cmd_profile = {

@@ -194,314 +194,369 @@ static int simulate_csv(const cli_cmd *cmd, const char *path, const char *text,
     return rc;
 }
 
-static int run(const cli_cmd *cmd, int argc, char **argv) {
-    const char *config_path = NULL, *profile_path = NULL, *svg = NULL, *model = NULL;
-    const char *pod_type = NULL, *split_model = NULL, *cluster = NULL;
-    sim_cluster sc = {0};
-    double *mem[5] = {0}; /* what each layer keeps, where the profile says */
-    unsigned char *split = NULL;
-    const char *plan = NULL, *json = NULL, *csv_in = NULL, *csv_out = NULL;
-    long long pbatch = 0, cores = 0, virtual_stages = 0;
-    char *interleaved = NULL; /* --virtual-stages: the schedule made */
+/* What the command line asked for, and what the run holds from the start
+** to the end (free_job frees it). */
+typedef struct sim_job {
+    const char *config_path, *profile_path, *svg, *model, *pod_type, *split_model, *cluster;
+    const char *plan, *json, *csv_in, *csv_out;
+    long long pbatch, cores, virtual_stages;
+    int nbw, nspeed;
+    double speed_v[RP_PLAN_MAX_MACHINES];
+    bool from_plan; /* the machines are --plan's */
     rp_sim_options opt;
-    rp_sim_options_default(&opt);
-    int nbw = 0, nspeed = 0;
-    static double speed_v[RP_PLAN_MAX_MACHINES];
-    double *speed = NULL;
-    bool help, from_plan = false;
+    rp_config cfg;
+    rp_derived d;
+    rp_profile *p;
+    int L, *node;
+    double *fw, *bw, *ob, *pb, *cut, *bi, *bwt; /* the profile's rows, by layer */
+    double *mem[5];         /* what each layer keeps, where the profile says */
+    unsigned char *split;   /* --tensor-split's layers */
+    char *interleaved;      /* --virtual-stages: the schedule made */
+    double *speed;          /* --speed, per machine */
+    sim_cluster sc;
+} sim_job;
+
+/* The options that check what they take; false (said) when one is wrong. */
+static bool checked_option(const cli_cmd *cmd, int o, const char *arg, int argc, char **argv,
+                           sim_job *j) {
+    rp_sim_options *opt = &j->opt;
+    int n;
+    switch (o) {
+    case OPT_BACKEND: return cli_backend(cmd, arg, &opt->polling);
+    case OPT_VIRTUAL_STAGES: return cli_int("virtual-stages", arg, 2, 256, &j->virtual_stages);
+    case OPT_PROFILE_BATCH: return cli_int("profile-batch", arg, 1, 1 << 20, &j->pbatch);
+    case OPT_CORES: return cli_int("cores", arg, 1, 1 << 20, &j->cores);
+    case OPT_MACHINES:
+        if ((n = cli_machines(cmd, arg, argc, argv, opt->machines, RP_SIM_MAX_LEVELS)) < 0)
+            return false;
+        opt->num_levels = n;
+        return true;
+    case OPT_BANDWIDTH:
+        if ((j->nbw = cli_double_list("bandwidth", arg, argc, argv, opt->bandwidth,
+                                      RP_SIM_MAX_LEVELS)) < 0)
+            return false;
+        for (int k = 0; k < j->nbw; k++)
+            if (!(opt->bandwidth[k] > 0)) {
+                cli_error(cmd, "--bandwidth: '%g' is not a positive number of bytes/s",
+                          opt->bandwidth[k]);
+                return false;
+            }
+        return true;
+    case OPT_SPEED:
+        return (j->nspeed = cli_double_list("speed", arg, argc, argv, j->speed_v,
+                                            RP_PLAN_MAX_MACHINES)) >= 0;
+    case OPT_LATENCY:
+        if (!cli_double("latency", arg, &opt->latency))
+            return false;
+        if (opt->latency < 0) {
+            cli_error(cmd, "--latency takes seconds >= 0, not '%s'", arg);
+            return false;
+        }
+        return true;
+    }
+    return true;
+}
+
+/* Reads the options into j; -1 to go on, else the exit code. */
+static int parse_options(const cli_cmd *cmd, int argc, char **argv, sim_job *j) {
+    rp_sim_options_default(&j->opt);
+    bool help;
     const char *arg;
-    for (int o, n; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
+    for (int o; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
         switch (o) {
         case -2: return help ? 0 : 2;
-        case OPT_CONFIG: config_path = arg; break;
-        case OPT_PLAN: plan = arg; break;
-        case OPT_PROFILE: profile_path = arg; break;
-        case OPT_SVG: svg = arg; break;
-        case OPT_MODEL: model = arg; break;
-        case OPT_JSON: json = arg; break;
-        case OPT_BACKEND:
-            if (!cli_backend(cmd, arg, &opt.polling))
+        case OPT_CONFIG: j->config_path = arg; break;
+        case OPT_PLAN: j->plan = arg; break;
+        case OPT_PROFILE: j->profile_path = arg; break;
+        case OPT_SVG: j->svg = arg; break;
+        case OPT_MODEL: j->model = arg; break;
+        case OPT_JSON: j->json = arg; break;
+        case OPT_POD_TYPE: j->pod_type = arg; break;
+        case OPT_TENSOR_SPLIT: j->split_model = arg; break;
+        case OPT_CLUSTER: j->cluster = arg; break;
+        case OPT_SCHEDULE_CSV: j->csv_in = arg; break;
+        case OPT_WRITE_SCHEDULE_CSV: j->csv_out = arg; break;
+        default:
+            if (!checked_option(cmd, o, arg, argc, argv, j))
                 return 2;
-            break;
-        case OPT_POD_TYPE: pod_type = arg; break;
-        case OPT_TENSOR_SPLIT: split_model = arg; break;
-        case OPT_CLUSTER: cluster = arg; break;
-        case OPT_SCHEDULE_CSV: csv_in = arg; break;
-        case OPT_WRITE_SCHEDULE_CSV: csv_out = arg; break;
-        case OPT_VIRTUAL_STAGES:
-            if (!cli_int("virtual-stages", arg, 2, 256, &virtual_stages))
-                return 2;
-            break;
-        case OPT_PROFILE_BATCH:
-            if (!cli_int("profile-batch", arg, 1, 1 << 20, &pbatch))
-                return 2;
-            break;
-        case OPT_CORES:
-            if (!cli_int("cores", arg, 1, 1 << 20, &cores))
-                return 2;
-            break;
-        case OPT_MACHINES:
-            if ((n = cli_machines(cmd, arg, argc, argv, opt.machines, RP_SIM_MAX_LEVELS)) < 0)
-                return 2;
-            opt.num_levels = n;
-            break;
-        case OPT_BANDWIDTH:
-            if ((nbw = cli_double_list("bandwidth", arg, argc, argv, opt.bandwidth,
-                                       RP_SIM_MAX_LEVELS)) < 0)
-                return 2;
-            for (int k = 0; k < nbw; k++)
-                if (!(opt.bandwidth[k] > 0)) {
-                    cli_error(cmd, "--bandwidth: '%g' is not a positive number of bytes/s",
-                              opt.bandwidth[k]);
-                    return 2;
-                }
-            break;
-        case OPT_SPEED:
-            if ((nspeed = cli_double_list("speed", arg, argc, argv, speed_v,
-                                          RP_PLAN_MAX_MACHINES)) < 0)
-                return 2;
-            break;
-        case OPT_LATENCY:
-            if (!cli_double("latency", arg, &opt.latency))
-                return 2;
-            if (opt.latency < 0) {
-                cli_error(cmd, "--latency takes seconds >= 0, not '%s'", arg);
-                return 2;
-            }
-            break;
         }
     }
-    if ((!config_path && !plan) || !profile_path) {
-        cli_error(cmd, "--profile and --config or --plan are required (see 'repipe simulate --help')");
+    if ((!j->config_path && !j->plan) || !j->profile_path) {
+        cli_error(cmd, "--profile and --config or --plan are required (see 'repipe simulate "
+                       "--help')");
         return 2;
     }
-    if (opt.num_levels && !cli_levels_match(cmd, opt.num_levels, nbw))
+    if (j->opt.num_levels && !cli_levels_match(cmd, j->opt.num_levels, j->nbw))
         return 2;
-    if (opt.polling && model) {
+    if (j->opt.polling && j->model) {
         cli_error(cmd, "--model measures threads of the local backend; for MPI ranks run "
                        "bench/simulate_vs_measured.sh");
         return 2;
     }
-    rp_error err;
-    rp_config cfg;
-    rp_profile *p;
-    rp_config_default(&cfg);
-    if ((config_path && rp_config_load_file_opts(&cfg, config_path, &(rp_config_load_options){.pod_type = pod_type},
-                                               &err)) ||
-        rp_profile_read(&p, profile_path, &err)) {
-        cli_error(cmd, "%s", err.msg);
-        return 1;
+    return -1;
+}
+
+/* The configuration, the profile, and --plan's stages and replication
+** (and its machines, unless the command line gives others). */
+static rp_status load_inputs(sim_job *j, rp_error *err) {
+    rp_config_default(&j->cfg);
+    if ((j->config_path &&
+         rp_config_load_file_opts(&j->cfg, j->config_path,
+                                  &(rp_config_load_options){.pod_type = j->pod_type}, err)) ||
+        rp_profile_read(&j->p, j->profile_path, err))
+        return RP_ERR_INVALID;
+    if (!j->plan)
+        return RP_OK;
+    char *text;
+    size_t len;
+    rp_plan_options po;
+    rp_plan_options_default(&po);
+    rp_status ps = rp_read_file(j->plan, &text, &len, err);
+    if (ps)
+        return ps;
+    ps = rp_config_apply_plan(&j->cfg, text, len, j->plan, err);
+    rp_sim_options *opt = &j->opt;
+    if (!ps && !opt->num_levels && !j->nbw &&
+        !(ps = rp_plan_options_from_json(&po, text, len, j->plan, err))) {
+        opt->num_levels = po.num_levels;
+        j->from_plan = true;
+        memcpy(opt->machines, po.machines, sizeof(int) * po.num_levels);
+        memcpy(opt->bandwidth, po.bandwidth, sizeof(double) * po.num_levels);
     }
-    if (plan) {
-        char *text;
-        size_t len;
-        rp_plan_options po;
-        rp_plan_options_default(&po);
-        rp_status ps = rp_read_file(plan, &text, &len, &err);
-        if (!ps) {
-            ps = rp_config_apply_plan(&cfg, text, len, plan, &err);
-            /* the plan's machines, unless the command line gives others */
-            if (!ps && !opt.num_levels && !nbw &&
-                !(ps = rp_plan_options_from_json(&po, text, len, plan, &err))) {
-                opt.num_levels = po.num_levels;
-                from_plan = true;
-                memcpy(opt.machines, po.machines, sizeof(int) * po.num_levels);
-                memcpy(opt.bandwidth, po.bandwidth, sizeof(double) * po.num_levels);
-            }
-            free(text);
-        }
-        if (ps) {
-            cli_error(cmd, "%s", err.msg);
-            rp_profile_free(p);
-            return 1;
-        }
-        if (!config_path)
-            config_path = plan;
-    }
-    int L = 0;
-    double *fw = NULL, *bw = NULL, *ob = NULL, *pb = NULL, *cut = NULL, *bi = NULL, *bwt = NULL;
-    int *node = NULL, rc = 1;
-    if (rp_profile_layers(p, &fw, &bw, &ob, &pb, &node, &L, &err) ||
-        rp_profile_cut_bytes(p, node, L, &cut, &err) ||
-        rp_profile_split_ms(p, node, L, &bi, &bwt, &err)) {
-        cli_error(cmd, "%s", err.msg);
-        goto done;
-    }
-    if (cluster && (opt.num_levels || nbw)) {
-        cli_error(cmd, "--cluster gives the machines: no --machines, --bandwidth or --plan's");
-        goto done;
-    }
-    if (!sim_cluster_setup(cmd, cluster, p, &cfg, &opt, &sc))
-        goto done;
+    free(text);
+    if (!j->config_path)
+        j->config_path = j->plan;
+    return ps;
+}
+
+/* The profile's rows by layer, and the machines they run on: --cluster's,
+** --machines and --bandwidth (or their defaults), --speed; false (said)
+** when they do not go together. */
+static bool rows_and_machines(const cli_cmd *cmd, sim_job *j, rp_error *err) {
+    rp_sim_options *opt = &j->opt;
+    if (rp_profile_layers(j->p, &j->fw, &j->bw, &j->ob, &j->pb, &j->node, &j->L, err) ||
+        rp_profile_cut_bytes(j->p, j->node, j->L, &j->cut, err) ||
+        rp_profile_split_ms(j->p, j->node, j->L, &j->bi, &j->bwt, err))
+        return cli_error(cmd, "%s", err->msg), false;
+    if (j->cluster && (opt->num_levels || j->nbw))
+        return cli_error(cmd, "--cluster gives the machines: no --machines, --bandwidth or "
+                              "--plan's"), false;
+    if (!sim_cluster_setup(cmd, j->cluster, j->p, &j->cfg, opt, &j->sc))
+        return false;
     /* what each layer keeps for its backward, where the profile says */
-    if (rp_profile_memory(p, node, L, mem, &err)) {
-        cli_error(cmd, "%s", err.msg);
-        goto done;
+    if (rp_profile_memory(j->p, j->node, j->L, j->mem, err))
+        return cli_error(cmd, "%s", err->msg), false;
+    rp_sim_options_memory(opt, j->mem);
+    rp_config_derive(&j->cfg, &j->d);
+    if (!opt->num_levels && j->nbw) { /* --bandwidth alone: one level of every worker */
+        opt->num_levels = 1;
+        opt->machines[0] = j->d.workers;
+    } else if (opt->num_levels && !j->nbw && !j->from_plan && !j->cluster) {
+        for (int l = 0; l < opt->num_levels; l++)
+            opt->bandwidth[l] = 1e9; /* repipe plan's default */
     }
-    rp_sim_options_memory(&opt, mem);
-    rp_derived d;
-    rp_config_derive(&cfg, &d);
-    int nw = rp_config_devices(&cfg, &d); /* interleaved-1f1b: each holds several stages */
-    if (!opt.num_levels && nbw) { /* --bandwidth alone: one level of every worker */
-        opt.num_levels = 1;
-        opt.machines[0] = d.workers;
-    } else if (opt.num_levels && !nbw && !from_plan && !cluster) {
-        for (int l = 0; l < opt.num_levels; l++)
-            opt.bandwidth[l] = 1e9; /* repipe plan's default */
+    if (j->nspeed) {
+        if (!cli_per_machine(cmd, "speed", j->speed_v, j->nspeed, opt->machines,
+                             opt->num_levels, &j->speed))
+            return false;
+        opt->device_speed = j->speed;
     }
-    if (nspeed) {
-        if (!cli_per_machine(cmd, "speed", speed_v, nspeed, opt.machines, opt.num_levels, &speed))
-            goto done;
-        opt.device_speed = speed;
-    }
-    opt.profile_batch = pbatch ? pbatch : rp_profile_micro_batch(p);
-    opt.cores = (int)cores;
-    opt.cut_bytes = cut; /* a graph's cuts carry every tensor alive there */
-    opt.bwd_input_ms = bi, opt.bwd_weight_ms = bwt; /* the zero-bubble schedules' halves */
-    if (split_model && rp_config_tensor_parallel(&cfg) > 1) {
-        unsigned degrees;
-        if (!cli_tensor_split(cmd, split_model, L, cfg.tensor_parallel, rp_config_tp_flags(&cfg),
-                              &split, &degrees))
-            goto done;
-        opt.tensor_split = split;
-        /* what a tensor rank keeps, from the split model itself */
-        if (mem[0] && mem[1] && mem[2] && mem[3] && mem[4]) {
-            rp_model *tm = NULL;
-            if (rp_model_load(&tm, split_model, &err) ||
-                rp_layer_memory_table(tm, cfg.tensor_parallel, rp_config_tp_flags(&cfg),
-                                      (int)opt.profile_batch, mem[0], mem[1], mem[2], mem[3],
-                                      mem[4], &err)) {
-                rp_model_free(tm);
-                cli_error(cmd, "%s", err.msg);
-                goto done;
-            }
-            rp_model_free(tm);
-        }
-    }
-    if (virtual_stages && csv_in) {
-        cli_error(cmd, "--virtual-stages makes the schedule; --schedule-csv reads one: give one");
-        goto done;
-    }
-    if (virtual_stages) {
-        if (d.stages % virtual_stages) {
-            cli_error(cmd, "--virtual-stages %lld: the configuration's %d stages are not a "
-                           "multiple of it", virtual_stages, d.stages);
-            goto done;
-        }
-        if (rp_schedule_csv_interleaved(d.stages / (int)virtual_stages, (int)virtual_stages,
-                                        cfg.gradient_accumulation_steps, &interleaved, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            goto done;
-        }
-    }
-    if (csv_out) {
-        char *csv = NULL;
-        rp_status st = interleaved ? RP_OK : rp_schedule_csv(&cfg, &csv, &err);
-        const char *text = interleaved ? interleaved : csv;
-        if (!st)
-            st = rp_write_file_atomic(csv_out, text, strlen(text), &err);
-        free(csv);
-        if (st) {
-            cli_error(cmd, "%s", err.msg);
-            goto done;
-        }
-        fprintf(json && strcmp(json, "-") == 0 ? stderr : stdout,
-                "%s's schedule written to %s, a rank a line\n", config_path, csv_out);
-    }
-    if (csv_in || interleaved) {
-        rc = simulate_csv(cmd, csv_in ? csv_in : "interleaved 1F1B", interleaved, &cfg, fw, bw,
-                          ob, pb, L, &opt, svg, json);
-        goto done;
-    }
-    rp_sim_result res;
-    if (rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
-        cli_error(cmd, "%s", err.msg);
-        goto done;
-    }
-    if (rp_simulate_steady(&cfg, fw, bw, ob, pb, L, &opt, &res, &err)) {
-        cli_error(cmd, "%s", err.msg);
-        rp_sim_result_free(&res);
-        goto done;
-    }
-    /* with the JSON on standard output, the words go to standard error */
-    FILE *txt = json && strcmp(json, "-") == 0 ? stderr : stdout;
-    fprintf(txt, "%s: %d workers, %d stages, %d micro-batches of %d per replica\n", config_path,
-           nw, d.stages, cfg.gradient_accumulation_steps, cfg.micro_batch_size);
-    if (!opt.profile_batch) /* the simulator prices the profile's rows as one micro-batch */
-        fprintf(txt, "note: %s does not say the micro-batch it was measured on; taken to be the "
-                     "configuration's %d (--profile-batch B says otherwise)\n",
-                profile_path, cfg.micro_batch_size);
-    if (opt.num_levels)
-        cli_print_machines(txt, opt.machines, opt.bandwidth, opt.num_levels);
+    opt->profile_batch = j->pbatch ? j->pbatch : rp_profile_micro_batch(j->p);
+    opt->cores = (int)j->cores;
+    opt->cut_bytes = j->cut; /* a graph's cuts carry every tensor alive there */
+    opt->bwd_input_ms = j->bi, opt->bwd_weight_ms = j->bwt; /* the zero-bubble halves */
+    return true;
+}
+
+/* --tensor-split: the layers a tensor group splits, and what a tensor rank
+** keeps, from the split model itself; false (said) when it fails. */
+static bool tensor_split(const cli_cmd *cmd, sim_job *j, rp_error *err) {
+    const rp_config *cfg = &j->cfg;
+    if (!j->split_model || rp_config_tensor_parallel(cfg) <= 1)
+        return true;
+    unsigned degrees;
+    if (!cli_tensor_split(cmd, j->split_model, j->L, cfg->tensor_parallel,
+                          rp_config_tp_flags(cfg), &j->split, &degrees))
+        return false;
+    j->opt.tensor_split = j->split;
+    double **mem = j->mem;
+    if (!(mem[0] && mem[1] && mem[2] && mem[3] && mem[4]))
+        return true;
+    rp_model *tm = NULL;
+    rp_status st = rp_model_load(&tm, j->split_model, err);
+    if (!st)
+        st = rp_layer_memory_table(tm, cfg->tensor_parallel, rp_config_tp_flags(cfg),
+                                   (int)j->opt.profile_batch, mem[0], mem[1], mem[2], mem[3],
+                                   mem[4], err);
+    rp_model_free(tm);
+    if (st)
+        cli_error(cmd, "%s", err->msg);
+    return !st;
+}
+
+/* --virtual-stages' schedule made, and --write-schedule-csv's written;
+** false (said) when either fails. */
+static bool schedule_csvs(const cli_cmd *cmd, sim_job *j, rp_error *err) {
+    int stages = j->d.stages;
+    if (j->virtual_stages && j->csv_in)
+        return cli_error(cmd, "--virtual-stages makes the schedule; --schedule-csv reads one: "
+                              "give one"), false;
+    if (j->virtual_stages && stages % j->virtual_stages)
+        return cli_error(cmd, "--virtual-stages %lld: the configuration's %d stages are not a "
+                              "multiple of it", j->virtual_stages, stages), false;
+    if (j->virtual_stages &&
+        rp_schedule_csv_interleaved(stages / (int)j->virtual_stages, (int)j->virtual_stages,
+                                    j->cfg.gradient_accumulation_steps, &j->interleaved, err))
+        return cli_error(cmd, "%s", err->msg), false;
+    if (!j->csv_out)
+        return true;
+    char *csv = NULL;
+    rp_status st = j->interleaved ? RP_OK : rp_schedule_csv(&j->cfg, &csv, err);
+    const char *text = j->interleaved ? j->interleaved : csv;
+    if (!st)
+        st = rp_write_file_atomic(j->csv_out, text, strlen(text), err);
+    free(csv);
+    if (st)
+        return cli_error(cmd, "%s", err->msg), false;
+    fprintf(j->json && strcmp(j->json, "-") == 0 ? stderr : stdout,
+            "%s's schedule written to %s, a rank a line\n", j->config_path, j->csv_out);
+    return true;
+}
+
+/* The prediction in words: the run's shape, its machines, the time of an
+** update, the workers' busy share and the levels' traffic, the memory a
+** rank holds. */
+static void report(FILE *txt, const sim_job *j, const rp_sim_result *res) {
+    const rp_config *cfg = &j->cfg;
+    const rp_sim_options *opt = &j->opt;
+    int nw = rp_config_devices(cfg, &j->d); /* interleaved-1f1b: each holds several stages */
+    fprintf(txt, "%s: %d workers, %d stages, %d micro-batches of %d per replica\n",
+            j->config_path, nw, j->d.stages, cfg->gradient_accumulation_steps,
+            cfg->micro_batch_size);
+    if (!opt->profile_batch) /* the simulator prices the profile's rows as one micro-batch */
+        fprintf(txt, "note: %s does not say the micro-batch it was measured on; taken to be "
+                     "the configuration's %d (--profile-batch B says otherwise)\n",
+                j->profile_path, cfg->micro_batch_size);
+    if (opt->num_levels)
+        cli_print_machines(txt, opt->machines, opt->bandwidth, opt->num_levels);
     else
         fprintf(txt, "machines one, every worker on it (shared memory at 10 GB/s)\n");
-    fprintf(txt, "predicted time per update   %.3f ms  (%.0f samples/s)", res.update_time * 1e3,
-           d.samples_per_update / res.update_time);
-    if (cores > 0 && cores < nw)
-        fprintf(txt, "  (%d workers share %lld cores)", nw, cores);
+    bool shared = j->cores > 0 && j->cores < nw;
+    fprintf(txt, "predicted time per update   %.3f ms  (%.0f samples/s)", res->update_time * 1e3,
+            j->d.samples_per_update / res->update_time);
+    if (shared)
+        fprintf(txt, "  (%d workers share %lld cores)", nw, j->cores);
     fprintf(txt, "\n");
-    if (cores > 0 && cores < nw)
-        fprintf(txt, "note: the operating system's time slicing, and the caches and memory bus "
-                     "that cores share, are not modelled; they made oversubscribed pipelines run "
-                     "up to 25 %% slower than predicted (docs/simulate.md)\n");
+    if (shared)
+        fprintf(txt, "note: the operating system's time slicing, and the caches and memory "
+                     "bus that cores share, are not modelled; they made oversubscribed "
+                     "pipelines run up to 25 %% slower than predicted (docs/simulate.md)\n");
     double busy = 0;
-    for (int w = 0; w < res.workers; w++)
-        busy += res.busy[w];
+    for (int w = 0; w < res->workers; w++)
+        busy += res->busy[w];
     fprintf(txt, "workers compute %.0f %% of the time, wait in the pipeline's bubble %.0f %%",
-           100 * busy / nw, 100 * res.bubble_fraction);
-    for (int l = 0; l < res.num_levels; l++)
-        if (res.comm_seconds[l] > 0)
-            fprintf(txt, "; level %d carries data %.3f ms", l + 1, res.comm_seconds[l] * 1e3);
+            100 * busy / nw, 100 * res->bubble_fraction);
+    for (int l = 0; l < res->num_levels; l++)
+        if (res->comm_seconds[l] > 0)
+            fprintf(txt, "; level %d carries data %.3f ms", l + 1, res->comm_seconds[l] * 1e3);
     fprintf(txt, "\n");
-    if (res.steady_update_time < res.update_time * (1 - 1e-6))
-        fprintf(txt, "under way, an update adds %.3f ms to a call (bubble %.1f %%): each worker "
-                     "starts the next update once it has stepped, while later stages finish this "
-                     "one (device_iterations over 1 runs them in one call)\n",
-                res.steady_update_time * 1e3, 100 * res.steady_bubble_fraction);
-    if (!sc.on) { /* with --cluster, by rank beside the device's */
+    if (res->steady_update_time < res->update_time * (1 - 1e-6))
+        fprintf(txt, "under way, an update adds %.3f ms to a call (bubble %.1f %%): each "
+                     "worker starts the next update once it has stepped, while later stages "
+                     "finish this one (device_iterations over 1 runs them in one call)\n",
+                res->steady_update_time * 1e3, 100 * res->steady_bubble_fraction);
+    if (!j->sc.on) { /* with --cluster, by rank beside the device's */
         double bytes[RP_MAX_STAGES];
-        int P = sim_rank_bytes(NULL, &cfg, &res, bytes);
-        fprintf(txt, "memory a worker holds, by pipeline rank (MB, as the engine lays it out):");
+        int P = sim_rank_bytes(NULL, cfg, res, bytes);
+        fprintf(txt, "memory a worker holds, by pipeline rank (MB, as the engine lays it "
+                     "out):");
         for (int r = 0; r < P && r < 16; r++)
             fprintf(txt, " %.2f", bytes[r] / 1e6);
         fprintf(txt, "%s\n", P > 16 ? " ..." : "");
     }
-    sim_cluster_print(txt, &sc, &cfg, &res);
-    rc = 0;
-    if (svg) {
-        if (rp_sim_svg(&res, config_path, svg, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            rc = 1;
-        } else {
-            fprintf(txt, "timeline written to %s\n", svg);
-        }
+    sim_cluster_print(txt, &j->sc, cfg, res);
+}
+
+/* --model: the configuration run here, beside the prediction; 0 or 1. */
+static int measured(const cli_cmd *cmd, FILE *txt, const sim_job *j, const rp_sim_result *res,
+                    double *t) {
+    rp_error err;
+    int nw = rp_config_devices(&j->cfg, &j->d);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!j->cores && cpus > 0 && nw > cpus)
+        fprintf(txt, "note: %d workers share this machine's %ld cores; --cores %ld predicts "
+                     "that\n", nw, cpus, cpus);
+    if (measure(j->model, &j->cfg, t, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    fprintf(txt, "measured time per update    %.3f ms  (%.0f samples/s): prediction %+.1f %%\n",
+            *t * 1e3, j->d.samples_per_update / *t, 100 * (res->update_time - *t) / *t);
+    return 0;
+}
+
+/* The simulation of the configuration's own schedule, said, drawn (--svg),
+** measured (--model) and written (--json); the exit code. */
+static int simulate(const cli_cmd *cmd, sim_job *j) {
+    rp_error err;
+    rp_sim_result res;
+    const rp_config *cfg = &j->cfg;
+    if (rp_simulate(cfg, j->fw, j->bw, j->ob, j->pb, j->L, &j->opt, &res, &err))
+        return cli_error(cmd, "%s", err.msg), 1;
+    if (rp_simulate_steady(cfg, j->fw, j->bw, j->ob, j->pb, j->L, &j->opt, &res, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        rp_sim_result_free(&res);
+        return 1;
+    }
+    /* with the JSON on standard output, the words go to standard error */
+    FILE *txt = j->json && strcmp(j->json, "-") == 0 ? stderr : stdout;
+    report(txt, j, &res);
+    int rc = 0;
+    if (j->svg && rp_sim_svg(&res, j->config_path, j->svg, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        rc = 1;
+    } else if (j->svg) {
+        fprintf(txt, "timeline written to %s\n", j->svg);
     }
     double t = 0;
-    if (!rc && model) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        if (!cores && cpus > 0 && nw > cpus)
-            fprintf(txt, "note: %d workers share this machine's %ld cores; --cores %ld predicts that\n",
-                   nw, cpus, cpus);
-        if (measure(model, &cfg, &t, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            rc = 1;
-        } else {
-            fprintf(txt, "measured time per update    %.3f ms  (%.0f samples/s): prediction %+.1f %%\n",
-                   t * 1e3, d.samples_per_update / t, 100 * (res.update_time - t) / t);
-        }
-    }
-    char *extra = sim_cluster_json(&sc, &cfg, &res);
-    if (!rc && json && !write_json(cmd, json, &res, &cfg, t, extra))
+    if (!rc && j->model)
+        rc = measured(cmd, txt, j, &res, &t);
+    char *extra = sim_cluster_json(&j->sc, cfg, &res);
+    if (!rc && j->json && !write_json(cmd, j->json, &res, cfg, t, extra))
         rc = 1;
     free(extra);
     rp_sim_result_free(&res);
-done:
-    free(fw), free(bw), free(ob), free(pb), free(cut), free(node), free(bi), free(bwt), free(split);
-    free(interleaved);
-    free(speed);
+    return rc;
+}
+
+static void free_job(sim_job *j) {
+    free(j->fw), free(j->bw), free(j->ob), free(j->pb), free(j->cut), free(j->node);
+    free(j->bi), free(j->bwt), free(j->split), free(j->interleaved), free(j->speed);
     for (int k = 0; k < 5; k++)
-        free(mem[k]);
-    rp_profile_free(p);
+        free(j->mem[k]);
+    rp_profile_free(j->p);
+}
+
+static int run(const cli_cmd *cmd, int argc, char **argv) {
+    static sim_job j; /* --speed's list is large */
+    memset(&j, 0, sizeof j);
+    int rc = parse_options(cmd, argc, argv, &j);
+    if (rc >= 0)
+        return rc;
+    rp_error err;
+    if (load_inputs(&j, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        rp_profile_free(j.p);
+        return 1;
+    }
+    rc = 1;
+    if (rows_and_machines(cmd, &j, &err) && tensor_split(cmd, &j, &err) &&
+        schedule_csvs(cmd, &j, &err))
+        rc = j.csv_in || j.interleaved
+                 ? simulate_csv(cmd, j.csv_in ? j.csv_in : "interleaved 1F1B", j.interleaved,
+                                &j.cfg, j.fw, j.bw, j.ob, j.pb, j.L, &j.opt, j.svg, j.json)
+                 : simulate(cmd, &j);
+    free_job(&j);
     return rc;
 }
 

@@ -74,458 +74,295 @@ static const cli_opt OPTS[] = {
     {NULL, 0, NULL, NULL},
 };
 
-/* The signal that asked the run to stop, 0 while none did. The first
-** SIGINT or SIGTERM stops it after the current host call, with a
-** checkpoint; the handler then steps aside, so a second one ends the
-** process at once. */
-static volatile sig_atomic_t stop_signal;
-
-static void on_stop(int sig) { stop_signal = sig; }
-
-static void catch_stops(bool on) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on ? on_stop : SIG_DFL;
-    sa.sa_flags = on ? (int)(SA_RESETHAND | SA_RESTART) : 0; /* writes under way finish */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+/* A bounded integer option; false (said) when out of bounds. */
+static bool int_opt(int o, const char *arg, train_opts *t) {
+    switch (o) {
+    case OPT_EPOCHS: return cli_int("epochs", arg, 1, 1000000, &t->epochs);
+    case OPT_UPDATES: return cli_int("updates", arg, 1, 1LL << 40, &t->updates);
+    case OPT_LOG_EVERY: return cli_int("log-every", arg, 1, 1LL << 40, &t->log_every);
+    case OPT_CHECKPOINT_EVERY: return cli_int("checkpoint-every", arg, 1, 1LL << 40, &t->ck_every);
+    case OPT_KEEP: return cli_int("keep", arg, 1, 1000000, &t->keep);
+    case OPT_EVAL_EVERY: return cli_int("eval-every", arg, 1, 1LL << 40, &t->eval_every);
+    case OPT_VAL_MAX: return cli_int("val-max", arg, 0, 1LL << 40, &t->val_max);
+    }
+    return true;
 }
 
-static int run(const cli_cmd *cmd, int argc, char **argv) {
-    const char *model_path = NULL, *config_path = NULL, *data = RP_FASHION_MNIST_DIR;
-    const char *save = NULL, *load = NULL, *json_log = NULL;
-    long long epochs = 0, updates = 0, log_every = 0;
-    bool use_mpi = false, allow_nonfinite = false;
-    const char *trace = NULL, *plan = NULL, *ckdir = NULL, *resume = NULL, *pod_type = NULL;
-    long long ck_every = 0, keep = 3, eval_every = 0, val_max = 4096;
-    const char *text = NULL, *val = NULL;
-    bool text_llmc = false, val_llmc = false;
-    bool resume_anyway = false;
+/* Reads the options into t; -1 to go on, else the exit code. */
+static int parse_options(const cli_cmd *cmd, int argc, char **argv, train_opts *t) {
+    *t = (train_opts){.data = RP_FASHION_MNIST_DIR, .keep = 3, .val_max = 4096};
     bool help;
     const char *arg;
     for (int o; (o = cli_next_option(cmd, argc, argv, &arg, &help)) != -1;) {
         if (o == -2)
             return help ? 0 : 2;
+        if (!int_opt(o, arg, t))
+            return 2;
         switch (o) {
-        case OPT_MODEL: model_path = arg; break;
-        case OPT_CONFIG: config_path = arg; break;
-        case OPT_EPOCHS:
-            if (!cli_int("epochs", arg, 1, 1000000, &epochs))
-                return 2;
-            break;
-        case OPT_UPDATES:
-            if (!cli_int("updates", arg, 1, 1LL << 40, &updates))
-                return 2;
-            break;
-        case OPT_DATA: data = arg; break;
-        case OPT_SAVE: save = arg; break;
-        case OPT_LOAD: load = arg; break;
-        case OPT_JSON_LOG: json_log = arg; break;
-        case OPT_LOG_EVERY:
-            if (!cli_int("log-every", arg, 1, 1LL << 40, &log_every))
-                return 2;
-            break;
-        case OPT_TRACE: trace = arg; break;
-        case OPT_PLAN: plan = arg; break;
-        case OPT_ALLOW_NONFINITE: allow_nonfinite = true; break;
-        case OPT_CHECKPOINT_DIR: ckdir = arg; break;
-        case OPT_CHECKPOINT_EVERY:
-            if (!cli_int("checkpoint-every", arg, 1, 1LL << 40, &ck_every))
-                return 2;
-            break;
-        case OPT_KEEP:
-            if (!cli_int("keep", arg, 1, 1000000, &keep))
-                return 2;
-            break;
-        case OPT_RESUME: resume = arg; break;
-        case OPT_RESUME_ANYWAY: resume_anyway = true; break;
+        case OPT_MODEL: t->model_path = arg; break;
+        case OPT_CONFIG: t->config_path = arg; break;
+        case OPT_DATA: t->data = arg; break;
+        case OPT_SAVE: t->save = arg; break;
+        case OPT_LOAD: t->load = arg; break;
+        case OPT_JSON_LOG: t->json_log = arg; break;
+        case OPT_TRACE: t->trace = arg; break;
+        case OPT_PLAN: t->plan = arg; break;
+        case OPT_ALLOW_NONFINITE: t->allow_nonfinite = true; break;
+        case OPT_CHECKPOINT_DIR: t->ckdir = arg; break;
+        case OPT_RESUME: t->resume = arg; break;
+        case OPT_RESUME_ANYWAY: t->resume_anyway = true; break;
+        case OPT_POD_TYPE: t->pod_type = arg; break;
         case OPT_TEXT:
         case OPT_TOKENS:
-            text = arg;
-            text_llmc = o == OPT_TOKENS;
+            t->text = arg;
+            t->text_llmc = o == OPT_TOKENS;
             break;
         case OPT_VAL_TEXT:
         case OPT_VAL_TOKENS:
-            val = arg;
-            val_llmc = o == OPT_VAL_TOKENS;
-            break;
-        case OPT_POD_TYPE: pod_type = arg; break;
-        case OPT_EVAL_EVERY:
-            if (!cli_int("eval-every", arg, 1, 1LL << 40, &eval_every))
-                return 2;
-            break;
-        case OPT_VAL_MAX:
-            if (!cli_int("val-max", arg, 0, 1LL << 40, &val_max))
-                return 2;
+            t->val = arg;
+            t->val_llmc = o == OPT_VAL_TOKENS;
             break;
         case OPT_BACKEND:
-            if (!cli_backend(cmd, arg, &use_mpi))
+            if (!cli_backend(cmd, arg, &t->use_mpi))
                 return 2;
             break;
         }
     }
-    if (!model_path || !config_path) {
-        cli_error(cmd, "--model and --config are required (see 'repipe train --help')");
+    const char *wrong = !t->model_path || !t->config_path
+                            ? "--model and --config are required (see 'repipe train --help')"
+                        : t->epochs && t->updates ? "give --epochs or --updates, not both"
+                        : t->load && t->resume
+                            ? "give --load (weights only) or --resume (the whole state), not both"
+                        : t->val && !t->text ? "--val-text and --val-tokens go with --text or --tokens"
+                        : (t->ck_every || t->keep != 3) && !t->ckdir
+                            ? "--checkpoint-every and --keep need --checkpoint-dir"
+                            : NULL;
+    if (wrong) {
+        cli_error(cmd, "%s", wrong);
         return 2;
     }
-    if (epochs && updates) {
-        cli_error(cmd, "give --epochs or --updates, not both");
-        return 2;
+    return -1;
+}
+
+/* The configuration, and what --plan replaces of it (said). */
+static rp_status load_config(const train_opts *o, train_job *t, rp_error *err) {
+    if (rp_config_load_file_opts(&t->cfg, o->config_path,
+                                 &(rp_config_load_options){.pod_type = o->pod_type}, err))
+        return RP_ERR_INVALID;
+    rp_config *cfg = &t->cfg;
+    for (int i = 0; t->j.lead && i < cfg->num_warnings; i++)
+        fprintf(stderr, "warning: %s\n", cfg->warnings[i]);
+    if (!o->plan)
+        return RP_OK;
+    char *text;
+    size_t len;
+    rp_config before = *cfg;
+    rp_status ps = rp_read_file(o->plan, &text, &len, err);
+    if (!ps) {
+        ps = rp_config_apply_plan(cfg, text, len, o->plan, err);
+        free(text);
     }
-    if (load && resume) {
-        cli_error(cmd, "give --load (weights only) or --resume (the whole state), not both");
-        return 2;
-    }
-    if (val && !text) {
-        cli_error(cmd, "--val-text and --val-tokens go with --text or --tokens");
-        return 2;
-    }
-    if ((ck_every || keep != 3) && !ckdir) {
-        cli_error(cmd, "--checkpoint-every and --keep need --checkpoint-dir");
-        return 2;
-    }
-    rp_error err;
-    rp_model *m = NULL;
-    rp_config cfg;
-    rp_dataset *train = NULL, *test = NULL;
-    rp_session *s = NULL;
-    rp_comm *comm;
-    FILE *jl = NULL;
-    ck_writer writer = {0};
-    rp_checkpoint resumed = {0}; /* --resume's, until the session takes it */
-    char resumed_path[4096] = "";
-    int rc = 1;
-    bool lead; /* prints: rank 0 under MPI */
-    if (!cli_mpi_start(cmd, use_mpi, &argc, &argv, &comm, &lead))
-        return 1;
-    if (rp_model_load(&m, model_path, &err) || rp_config_load_file_opts(&cfg, config_path, &(rp_config_load_options){.pod_type = pod_type},
-                                 &err))
-        goto fail;
-    for (int i = 0; lead && i < cfg.num_warnings; i++)
-        fprintf(stderr, "warning: %s\n", cfg.warnings[i]);
-    if (plan) {
-        char *text;
-        size_t len;
-        rp_config before = cfg;
-        rp_status ps = rp_read_file(plan, &text, &len, &err);
-        if (!ps) {
-            ps = rp_config_apply_plan(&cfg, text, len, plan, &err);
-            free(text);
-        }
-        if (ps)
-            goto fail;
-        /* say what the plan replaced of the configuration */
-        if (lead && before.replication_factor != cfg.replication_factor)
-            printf("%s: replication_factor %d (the configuration's %d)\n", plan,
-                   cfg.replication_factor, before.replication_factor);
-        if (lead && before.grouping_set)
-            printf("%s: replica_grouping: one group of all %d replicas (the configuration's "
-                   "group_size %d, stride %d is dropped)\n",
-                   plan, cfg.replication_factor, before.replica_grouping.group_size,
-                   before.replica_grouping.stride);
-    }
-    /* the log shows each update's mean loss over all its micro-batches and
-    ** replicas, the same on every layout of a run; output_mode only shapes
-    ** what a program gets back from the session */
-    cfg.output_mode = RP_OUTPUT_ALL;
-    char what[2][600];
-    if (text) {
-        if (train_load_text(m, text, text_llmc, val, val_llmc, &train, &test, &err))
-            goto fail;
-        snprintf(what[0], sizeof what[0], "the training tokens of %s", text);
-        snprintf(what[1], sizeof what[1], "the validation tokens of %s", val ? val : text);
+    if (ps || !t->j.lead)
+        return ps;
+    /* say what the plan replaced of the configuration */
+    if (before.replication_factor != cfg->replication_factor)
+        printf("%s: replication_factor %d (the configuration's %d)\n", o->plan,
+               cfg->replication_factor, before.replication_factor);
+    if (before.grouping_set)
+        printf("%s: replica_grouping: one group of all %d replicas (the configuration's "
+               "group_size %d, stride %d is dropped)\n",
+               o->plan, cfg->replication_factor, before.replica_grouping.group_size,
+               before.replica_grouping.stride);
+    return RP_OK;
+}
+
+/* The training and test (or validation) sets, checked against the model
+** and the configuration before any worker starts. */
+static rp_status load_data(const train_opts *o, train_job *t, rp_error *err) {
+    cli_job *j = &t->j;
+    if (o->text) {
+        if (train_load_text(j->m, o->text, o->text_llmc, o->val, o->val_llmc, &j->train,
+                            &j->test, err))
+            return RP_ERR_INVALID;
+        snprintf(t->what[0], sizeof t->what[0], "the training tokens of %s", o->text);
+        snprintf(t->what[1], sizeof t->what[1], "the validation tokens of %s",
+                 o->val ? o->val : o->text);
     } else {
-        if (rp_dataset_load_idx(&train, data, true, &err) ||
-            rp_dataset_load_idx(&test, data, false, &err))
-            goto fail;
-        snprintf(what[0], sizeof what[0], "the training set of %s", data);
-        snprintf(what[1], sizeof what[1], "the test set of %s", data);
+        if (rp_dataset_load_idx(&j->train, o->data, true, err) ||
+            rp_dataset_load_idx(&j->test, o->data, false, err))
+            return RP_ERR_INVALID;
+        snprintf(t->what[0], sizeof t->what[0], "the training set of %s", o->data);
+        snprintf(t->what[1], sizeof t->what[1], "the test set of %s", o->data);
     }
     /* a token model validates on the first --val-max held-out samples: the
     ** whole tenth of a large token file took ten times the run */
-    int nval = test->n;
-    if (text && val_max && val_max < test->n) {
-        nval = (int)val_max;
-        if (lead)
+    t->nval = j->test->n;
+    if (o->text && o->val_max && o->val_max < j->test->n) {
+        t->nval = (int)o->val_max;
+        if (j->lead)
             fprintf(stderr, "note: validating on the first %d of the %d held-out samples "
-                            "(--val-max N; 0 takes all)\n", nval, test->n);
+                            "(--val-max N; 0 takes all)\n", t->nval, j->test->n);
     }
     /* both sets: a test image of another size would be read past its end */
-    if (rp_dataset_fits(train, m, what[0], &err) || rp_dataset_fits(test, m, what[1], &err))
-        goto fail;
+    if (rp_dataset_fits(j->train, j->m, t->what[0], err) ||
+        rp_dataset_fits(j->test, j->m, t->what[1], err))
+        return RP_ERR_INVALID;
     /* before any worker starts: an update the dataset cannot fill */
     rp_derived need;
-    rp_config_derive(&cfg, &need);
-    if (need.samples_per_update > train->n) {
-        rp_fail(&err, RP_ERR_INVALID,
-                "%s: an update takes %lld samples (micro_batch_size x "
-                "gradient_accumulation_steps x replication_factor) but %s has %d",
-                config_path, need.samples_per_update, what[0], train->n);
-        goto fail;
+    rp_config_derive(&t->cfg, &need);
+    if (need.samples_per_update > j->train->n)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "%s: an update takes %lld samples (micro_batch_size x "
+                       "gradient_accumulation_steps x replication_factor) but %s has %d",
+                       o->config_path, need.samples_per_update, t->what[0], j->train->n);
+    return RP_OK;
+}
+
+/* The checkpoint to resume, read and held to the model, the data and the
+** configuration, before any work. */
+static rp_status read_resumed(const train_opts *o, train_job *t, rp_error *err) {
+    if ((o->ckdir || o->resume) && t->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "%s: schedule pipedream_2bw keeps two versions of the weights and a "
+                       "checkpoint holds one, so --checkpoint-dir and --resume do not go with "
+                       "it; --save writes the weights at the end",
+                       o->config_path);
+    if (!o->resume)
+        return RP_OK;
+    char note[2048], why[200];
+    rp_checkpoint *r = &t->resumed;
+    if (rp_checkpoint_latest(o->resume, r, t->resumed_path, sizeof t->resumed_path, note,
+                             sizeof note, err))
+        return RP_ERR_INVALID;
+    if (t->j.lead && note[0])
+        fprintf(stderr, "warning: %s\n", note);
+    if (r->model != rp_model_fingerprint(t->j.m))
+        return rp_fail(err, RP_ERR_INVALID, "%s was made for another model than %s",
+                       t->resumed_path, o->model_path);
+    if (!o->resume_anyway && r->samples != t->j.train->n)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "%s was made on a training set of %lld samples, %s has %d: the sample "
+                       "order would differ (--resume-anyway continues all the same)",
+                       t->resumed_path, r->samples, o->data, t->j.train->n);
+    if (!o->resume_anyway && !rp_checkpoint_compatible(&r->config, &t->cfg, why, sizeof why))
+        return rp_fail(err, RP_ERR_INVALID,
+                       "%s: %s differs from the checkpoint's configuration and changes the "
+                       "mathematics (--resume-anyway continues all the same)",
+                       o->config_path, why);
+    return RP_OK;
+}
+
+/* Ranks that run other commands would wait for ever in collectives the
+** others never enter: they must agree before the first one. */
+static rp_status agree(const train_opts *o, const train_job *t, rp_error *err) {
+    if (!t->j.comm)
+        return RP_OK;
+    long long from = o->resume ? t->resumed.state.updates : -1;
+    long long length[2] = {o->updates, o->epochs}, every[2] = {o->ckdir != NULL, o->ck_every};
+    const char *what[] = {"repipe's version", "the model", "the configuration",
+                          "the training data", "the test or validation data",
+                          "the update resumed from", "--updates or --epochs",
+                          "--checkpoint-dir and --checkpoint-every", "--save", "--trace",
+                          "--eval-every and --val-max"};
+    uint32_t digest[] = {rp_crc32(0, rp_version(), strlen(rp_version())),
+                         rp_model_fingerprint(t->j.m),
+                         cli_config_digest(&t->cfg),
+                         cli_dataset_digest(t->j.train),
+                         cli_dataset_digest(t->j.test),
+                         rp_crc32(0, &from, sizeof from),
+                         rp_crc32(0, length, sizeof length),
+                         rp_crc32(0, every, sizeof every),
+                         o->save != NULL,
+                         o->trace != NULL,
+                         rp_crc32(rp_crc32(0, &o->eval_every, sizeof o->eval_every), &t->nval,
+                                  sizeof t->nval)};
+    return rp_comm_agree(t->j.comm, what, digest, (int)(sizeof digest / sizeof digest[0]), err);
+}
+
+/* Each stage's memory on a worker, as the session lays it out. */
+static rp_status print_memory(const train_job *t, rp_error *err) {
+    rp_session *s = t->j.s;
+    printf("%d worker%s (%s backend), %d stage%s; memory of a worker (MB):\n",
+           rp_session_workers(s), rp_session_workers(s) == 1 ? "" : "s",
+           t->j.comm ? "mpi" : "local", rp_session_stages(s),
+           rp_session_stages(s) == 1 ? "" : "s");
+    printf("  %-6s %11s %10s %10s %12s %8s %8s\n", "stage", "parameters", "gradients",
+           "optimizer", "activations", "scratch", "total");
+    for (int k = 0; k < rp_session_stages(s); k++) {
+        rp_memory mem;
+        if (rp_session_memory(s, k, &mem, err))
+            return RP_ERR_INVALID;
+        size_t total = mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch;
+        printf("  %-6d %11.2f %10.2f %10.2f %12.2f %8.2f %8.2f\n", k, mem.params / 1e6,
+               mem.grads / 1e6, mem.optimizer / 1e6, mem.activations / 1e6, mem.scratch / 1e6,
+               total / 1e6);
     }
-    /* the checkpoint to resume, and the directory to write, before any work */
-    if ((ckdir || resume) && cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW) {
-        rp_fail(&err, RP_ERR_INVALID,
-                "%s: schedule pipedream_2bw keeps two versions of the weights and a checkpoint "
-                "holds one, so --checkpoint-dir and --resume do not go with it; --save writes "
-                "the weights at the end",
-                config_path);
-        goto fail;
-    }
-    if (resume) {
-        char note[2048], why[200];
-        if (rp_checkpoint_latest(resume, &resumed, resumed_path, sizeof resumed_path, note,
-                                 sizeof note, &err))
-            goto fail;
-        if (lead && note[0])
-            fprintf(stderr, "warning: %s\n", note);
-        if (resumed.model != rp_model_fingerprint(m)) {
-            rp_fail(&err, RP_ERR_INVALID, "%s was made for another model than %s", resumed_path,
-                    model_path);
-            goto fail;
-        }
-        if (!resume_anyway && resumed.samples != train->n) {
-            rp_fail(&err, RP_ERR_INVALID,
-                    "%s was made on a training set of %lld samples, %s has %d: the sample order "
-                    "would differ (--resume-anyway continues all the same)",
-                    resumed_path, resumed.samples, data, train->n);
-            goto fail;
-        }
-        if (!resume_anyway && !rp_checkpoint_compatible(&resumed.config, &cfg, why, sizeof why)) {
-            rp_fail(&err, RP_ERR_INVALID,
-                    "%s: %s differs from the checkpoint's configuration and changes the "
-                    "mathematics (--resume-anyway continues all the same)",
-                    config_path, why);
-            goto fail;
-        }
-    }
-    /* ranks that run other commands would wait for ever in collectives the
-    ** others never enter: they must agree before the first one */
-    if (comm) {
-        long long from = resume ? resumed.state.updates : -1;
-        long long length[2] = {updates, epochs}, every[2] = {ckdir != NULL, ck_every};
-        const char *what[] = {"repipe's version", "the model", "the configuration",
-                              "the training data", "the test or validation data",
-                              "the update resumed from", "--updates or --epochs",
-                              "--checkpoint-dir and --checkpoint-every", "--save", "--trace",
-                              "--eval-every and --val-max"};
-        uint32_t digest[] = {rp_crc32(0, rp_version(), strlen(rp_version())),
-                             rp_model_fingerprint(m),
-                             cli_config_digest(&cfg),
-                             cli_dataset_digest(train),
-                             cli_dataset_digest(test),
-                             rp_crc32(0, &from, sizeof from),
-                             rp_crc32(0, length, sizeof length),
-                             rp_crc32(0, every, sizeof every),
-                             save != NULL,
-                             trace != NULL,
-                             rp_crc32(rp_crc32(0, &eval_every, sizeof eval_every), &nval,
-                                      sizeof nval)};
-        if (rp_comm_agree(comm, what, digest, (int)(sizeof digest / sizeof digest[0]), &err))
-            goto fail;
-    }
-    if (lead && ckdir &&
-        rp_checkpoint_dir_open(ckdir, resume ? resumed.run : NULL, resume ? resumed_path : NULL,
-                               &writer.dir, &err))
-        goto fail;
-    writer.keep = (int)keep;
-    if ((comm ? rp_session_create_mpi(m, &cfg, comm, &s, &err)
-              : rp_session_create(m, &cfg, &s, &err)))
-        goto fail;
-    if (lead && rp_session_cache_note(s)[0])
-        printf("%s\n", rp_session_cache_note(s));
-    if (lead) {
-        printf("%d worker%s (%s backend), %d stage%s; memory of a worker (MB):\n",
-               rp_session_workers(s), rp_session_workers(s) == 1 ? "" : "s",
-               comm ? "mpi" : "local", rp_session_stages(s),
-               rp_session_stages(s) == 1 ? "" : "s");
-        printf("  %-6s %11s %10s %10s %12s %8s %8s\n", "stage", "parameters", "gradients",
-               "optimizer", "activations", "scratch", "total");
-        for (int t = 0; t < rp_session_stages(s); t++) {
-            rp_memory mem;
-            if (rp_session_memory(s, t, &mem, &err))
-                goto fail;
-            size_t total = mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch;
-            printf("  %-6d %11.2f %10.2f %10.2f %12.2f %8.2f %8.2f\n", t, mem.params / 1e6,
-                   mem.grads / 1e6, mem.optimizer / 1e6, mem.activations / 1e6,
-                   mem.scratch / 1e6, total / 1e6);
-        }
-        if (cfg.schedule >= RP_SCHEDULE_PIPEDREAM)
-            printf("  (parameters count the weight versions %s keeps beside the weights)\n",
-                   rp_schedule_name(cfg.schedule));
-    }
-    if (load) {
+    if (t->cfg.schedule >= RP_SCHEDULE_PIPEDREAM)
+        printf("  (parameters count the weight versions %s keeps beside the weights)\n",
+               rp_schedule_name(t->cfg.schedule));
+    return RP_OK;
+}
+
+/* The session, its weights (--load) or whole state (--resume), and every
+** output checked writable: before training, not after it. */
+static rp_status start_session(const train_opts *o, train_job *t, rp_error *err) {
+    cli_job *j = &t->j;
+    if (j->lead && o->ckdir &&
+        rp_checkpoint_dir_open(o->ckdir, o->resume ? t->resumed.run : NULL,
+                               o->resume ? t->resumed_path : NULL, &t->writer.dir, err))
+        return RP_ERR_IO;
+    t->writer.keep = (int)o->keep;
+    if ((j->comm ? rp_session_create_mpi(j->m, &t->cfg, j->comm, &j->s, err)
+                 : rp_session_create(j->m, &t->cfg, &j->s, err)))
+        return RP_ERR_INVALID;
+    if (j->lead && rp_session_cache_note(j->s)[0])
+        printf("%s\n", rp_session_cache_note(j->s));
+    if (j->lead && print_memory(t, err))
+        return RP_ERR_INVALID;
+    if (o->load) {
         rp_weights *w;
-        if (cli_load_model_weights(load, m, &w, &err))
-            goto fail;
-        if (!allow_nonfinite && rp_weights_check_finite(w, load, &err)) {
-            rp_weights_free(w);
-            goto fail;
-        }
-        rp_status st = rp_session_set_weights(s, w, RP_ONE_PER_GROUP, &err);
+        if (cli_load_model_weights(o->load, j->m, &w, err))
+            return RP_ERR_INVALID;
+        rp_status st = o->allow_nonfinite ? RP_OK : rp_weights_check_finite(w, o->load, err);
+        if (!st)
+            st = rp_session_set_weights(j->s, w, RP_ONE_PER_GROUP, err);
         rp_weights_free(w);
         if (st)
-            goto fail;
+            return st;
     }
-    /* every output is checked before training, not after it */
-    if ((lead && save && train_check_writable("--save", save, &err)) ||
-        (trace && train_check_writable("--trace", trace, &err)))
-        goto fail;
-    if (lead && json_log && !(jl = fopen(json_log, "w"))) {
-        rp_fail(&err, RP_ERR_IO, "--json-log %s: cannot write: %s", json_log, strerror(errno));
-        goto fail;
-    }
-    if (jl) /* whole lines, as they happen: a killed run leaves no half record */
-        setvbuf(jl, NULL, _IOLBF, 0);
-    long long start = 0; /* updates done before this run: a checkpoint's */
-    if (resume) {
-        rp_status rs = rp_session_set_state(s, &resumed.state, &err);
-        start = resumed.state.updates;
-        if (!rs && lead)
-            printf("resuming from %s: update %lld (written by %d worker%s, %d stage%s, %s "
-                   "backend)\n",
-                   resumed_path, start, resumed.workers, resumed.workers == 1 ? "" : "s",
-                   resumed.stages, resumed.stages == 1 ? "" : "s", resumed.backend);
-        rp_checkpoint_free(&resumed);
-        if (rs)
-            goto fail;
-    }
-    rp_derived d;
-    rp_config_derive(&cfg, &d);
-    rp_stream stream;
-    if (rp_stream_init(&stream, cfg.seed, train->n, (int)d.samples_per_update, &err))
-        goto fail;
-    stream.sequential = cfg.sequential_data;
-    long long per_epoch = rp_stream_updates_per_epoch(&stream);
-    /* --updates and --epochs count from the run's beginning, resumed or not */
-    long long total = updates ? updates : (epochs ? epochs : 1) * per_epoch;
-    int D = cfg.device_iterations;
-    long long calls = total > start ? (total - start) / D : 0;
-    if (calls < 1 && !resume) {
-        rp_fail(&err, RP_ERR_INVALID, "%lld updates are fewer than one host call (%d updates)",
-                total, D);
-        rp_stream_free(&stream);
-        goto fail;
-    }
-    if (calls < 1 && lead)
-        printf("the checkpoint is at update %lld of %lld: nothing left to train\n", start, total);
-    if (total > start && (total - start) % D && lead)
-        fprintf(stderr, "note: running %lld updates, a whole number of host calls of %d\n",
-                calls * D, D);
-    if (!ck_every)
-        ck_every = per_epoch;
-    if (!log_every)
-        log_every = per_epoch / 10 > 0 ? per_epoch / 10 : 1;
-    long long per_call = rp_session_samples_per_call(s);
-    int64_t *ids = malloc(sizeof(int64_t) * per_call);
-    if (!ids) {
-        rp_stream_free(&stream);
-        rp_fail(&err, RP_ERR_NOMEM, "out of memory");
-        goto fail;
-    }
-    bool tty = lead && !comm && isatty(STDOUT_FILENO); /* mpirun forwards through a pty */
-    if (trace && rp_session_trace(s, true, &err)) {
-        free(ids);
-        rp_stream_free(&stream);
-        goto fail;
-    }
-    if (lead && calls > 0)
-        printf("training %s on %d samples (%lld updates of %lld samples, %lld per epoch)\n",
-           model_path, train->n, calls * D, d.samples_per_update, per_epoch);
-    double t0 = rp_now(), ema = -1;
-    long long next_log = log_every, next_ck = ck_every;
-    long long stopped = 0; /* the signal that stopped the run */
-    rp_status st = RP_OK;
-    catch_stops(true);
-    for (long long c = 0; c < calls && !st; c++) {
-        for (int k = 0; k < D && !st; k++)
-            st = rp_stream_update(&stream, start + c * D + k,
-                                  ids + (size_t)k * d.samples_per_update, &err);
-        if (st)
-            break;
-        rp_result r; /* the workers copy their own rows */
-        if ((st = rp_session_run_samples(s, train, ids, &r, &err)))
-            break;
-        double loss = train_result_loss(&r);
-        if (!isfinite(loss) && !cfg.auto_loss_scaling) { /* the weights are lost: say so */
-            st = rp_fail(&err, RP_ERR_INVALID,
-                         "update %lld: the loss is %g, training diverged; nothing is saved%s "
-                         "(lower optimizer.lr, now %g, or set auto_loss_scaling to skip such "
-                         "updates)",
-                         start + (c + 1) * D, loss,
-                         ckdir ? ", and the newest checkpoint is the last good one" : "",
-                         cfg.optimizer.lr);
-            break;
-        }
-        ema = ema < 0 ? loss : 0.95 * ema + 0.05 * loss;
-        long long done = (c + 1) * D, at = start + done;
-        train_progress pr = {.s = s, .update = at, .first = start, .done = done,
-                             .total = calls * D, .per_epoch = per_epoch,
-                             .samples_per_update = d.samples_per_update, .loss = loss,
-                             .ema = ema, .elapsed = rp_now() - t0,
-                             .loss_scaling = cfg.auto_loss_scaling};
-        bool log = done >= next_log || c == calls - 1;
-        if (log)
-            next_log += log_every;
-        train_report_progress(&pr, tty, lead, log, jl);
-        if (text && eval_every && at % eval_every == 0) { /* every rank: collective */
-            double vl;
-            if ((st = rp_session_loss(s, test->x, test->labels, nval, &vl, &err)))
-                break;
-            if (lead)
-                printf("update %lld  validation loss %.4f\n", at, vl);
-            if (jl)
-                fprintf(jl, "{\"update\":%lld,\"validation_loss\":%.6f}\n", at, vl);
-        }
-        /* a stop asked of any rank stops them all, after the same update */
-        float asked = (float)stop_signal;
-        if (comm && (st = rp_comm_allreduce(comm, NULL, &asked, 1, &err)))
-            break;
-        if (asked > 0)
-            stopped = stop_signal ? stop_signal : SIGTERM;
-        if (ckdir && (stopped || at >= next_ck || c == calls - 1)) {
-            while (next_ck <= at)
-                next_ck += ck_every;
-            if ((st = train_checkpoint(&writer, s, m, &cfg, comm != NULL, lead, train->n, &err)))
-                break;
-        }
-        if (stopped) {
-            if (tty)
-                printf("\n");
-            if (lead)
-                fprintf(stderr, "stopped by %s after update %lld%s\n",
-                        stopped == SIGINT ? "SIGINT" : "SIGTERM", at,
-                        ckdir ? ": a checkpoint of it is written" : "");
-            if (jl)
-                fprintf(jl, "{\"stopped\":\"%s\",\"update\":%lld}\n",
-                        stopped == SIGINT ? "SIGINT" : "SIGTERM", at);
-            break;
-        }
-    }
-    catch_stops(false);
-    if (!st) /* the last checkpoint is on disk before anything else */
-        st = train_finish_checkpoint(&writer, &err);
-    if (tty)
-        printf("\n");
-    free(ids);
-    rp_stream_free(&stream);
-    if (st)
-        goto fail;
-    if (trace)
-        train_write_trace(s, trace, comm ? rp_comm_rank(comm) : -1, lead);
-    if (stopped) { /* no evaluation: what was asked is an end */
-        if (!ckdir && save && train_save_weights(s, save, lead, &err))
-            goto fail;
-        rc = 128 + (int)stopped;
-        goto done;
-    }
-    double acc = 0, vloss = 0;
-    double te = rp_now();
-    if (text ? rp_session_loss(s, test->x, test->labels, nval, &vloss, &err) /* collective */
-             : train_evaluate(s, test, &acc, &err))
-        goto fail;
-    if (lead && cfg.auto_loss_scaling) {
+    if ((j->lead && o->save && train_check_writable("--save", o->save, err)) ||
+        (o->trace && train_check_writable("--trace", o->trace, err)))
+        return RP_ERR_IO;
+    if (j->lead && o->json_log && !(t->jl = fopen(o->json_log, "w")))
+        return rp_fail(err, RP_ERR_IO, "--json-log %s: cannot write: %s", o->json_log,
+                       strerror(errno));
+    if (t->jl) /* whole lines, as they happen: a killed run leaves no half record */
+        setvbuf(t->jl, NULL, _IOLBF, 0);
+    if (!o->resume)
+        return RP_OK;
+    rp_status rs = rp_session_set_state(j->s, &t->resumed.state, err);
+    t->start = t->resumed.state.updates;
+    if (!rs && j->lead)
+        printf("resuming from %s: update %lld (written by %d worker%s, %d stage%s, %s "
+               "backend)\n",
+               t->resumed_path, t->start, t->resumed.workers,
+               t->resumed.workers == 1 ? "" : "s", t->resumed.stages,
+               t->resumed.stages == 1 ? "" : "s", t->resumed.backend);
+    rp_checkpoint_free(&t->resumed);
+    return rs;
+}
+
+/* The test accuracy, or a token model's validation loss, said and logged;
+** then the weights saved. */
+static rp_status evaluate(const train_opts *o, train_job *t, double t0, rp_error *err) {
+    rp_session *s = t->j.s;
+    const rp_dataset *test = t->j.test;
+    bool lead = t->j.lead;
+    double acc = 0, vloss = 0, te = rp_now();
+    if (o->text ? rp_session_loss(s, test->x, test->labels, t->nval, &vloss, err) /* collective */
+                : train_evaluate(s, test, &acc, err))
+        return RP_ERR_INVALID;
+    if (lead && t->cfg.auto_loss_scaling) {
         double scale;
         long long skipped;
         rp_session_loss_scale(s, &scale, &skipped);
@@ -535,39 +372,63 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     }
     if (lead) {
         printf("training took %.1f s; evaluation of %d samples %.1f s\n", te - t0,
-               text ? nval : test->n, rp_now() - te);
-        if (text)
+               o->text ? t->nval : test->n, rp_now() - te);
+        if (o->text)
             printf("validation loss: %.4f (nats per token; %.4f bits)\n", vloss,
                    vloss / log(2.0));
         else
             printf("test accuracy: %.4f\n", acc);
     }
-    if (jl && text)
-        fprintf(jl, "{\"eval\":\"validation\",\"samples\":%d,\"loss\":%.6f}\n", nval,
+    if (t->jl && o->text)
+        fprintf(t->jl, "{\"eval\":\"validation\",\"samples\":%d,\"loss\":%.6f}\n", t->nval,
                 vloss);
-    else if (jl)
-        fprintf(jl, "{\"eval\":\"test\",\"samples\":%d,\"accuracy\":%.6f}\n", test->n, acc);
-    if (save && train_save_weights(s, save, lead, &err))
-        goto fail;
-    rc = 0;
-    goto done;
-fail:
-    cli_error(cmd, "%s", err.msg);
-    cli_mpi_abort(comm, err.msg);
-done:
-    if (train_finish_checkpoint(&writer, &err)) /* a write still under way after a failure */
+    else if (t->jl)
+        fprintf(t->jl, "{\"eval\":\"test\",\"samples\":%d,\"accuracy\":%.6f}\n", test->n, acc);
+    return o->save ? train_save_weights(s, o->save, lead, err) : RP_OK;
+}
+
+static int run(const cli_cmd *cmd, int argc, char **argv) {
+    train_opts o;
+    int rc = parse_options(cmd, argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    train_job t = {0};
+    rp_error err;
+    if (!cli_mpi_start(cmd, o.use_mpi, &argc, &argv, &t.j.comm, &t.j.lead))
+        return 1;
+    long long stopped = 0;
+    double t0 = 0;
+    rp_status st = rp_model_load(&t.j.m, o.model_path, &err);
+    if (!st)
+        st = load_config(&o, &t, &err);
+    /* the log shows each update's mean loss over all its micro-batches and
+    ** replicas, the same on every layout of a run; output_mode only shapes
+    ** what a program gets back from the session */
+    t.cfg.output_mode = RP_OUTPUT_ALL;
+    if (!st)
+        st = load_data(&o, &t, &err);
+    if (!st)
+        st = read_resumed(&o, &t, &err);
+    if (!st)
+        st = agree(&o, &t, &err);
+    if (!st)
+        st = start_session(&o, &t, &err);
+    if (!st)
+        st = train_loop_run(&o, &t, &stopped, &t0, &err);
+    if (!st && stopped) /* no evaluation: what was asked is an end */
+        st = !o.ckdir && o.save ? train_save_weights(t.j.s, o.save, t.j.lead, &err) : RP_OK;
+    else if (!st)
+        st = evaluate(&o, &t, t0, &err);
+    rc = st ? 1 : stopped ? 128 + (int)stopped : 0;
+    if (st)
+        cli_job_fail(cmd, &t.j, &err);
+    if (train_finish_checkpoint(&t.writer, &err)) /* a write still under way after a failure */
         fprintf(stderr, "warning: %s\n", err.msg);
-    rp_checkpoint_dir_close(writer.dir);
-    rp_checkpoint_free(&resumed);
-    if (jl && (ferror(jl) | fclose(jl)))
-        fprintf(stderr, "warning: --json-log %s: writing failed\n", json_log);
-    rp_session_free(s);
-    rp_dataset_free(train);
-    rp_dataset_free(test);
-    rp_model_free(m);
-    if (comm)
-        rp_comm_mpi_finalize(comm);
-    return rc;
+    rp_checkpoint_dir_close(t.writer.dir);
+    rp_checkpoint_free(&t.resumed);
+    if (t.jl && (ferror(t.jl) | fclose(t.jl)))
+        fprintf(stderr, "warning: --json-log %s: writing failed\n", o.json_log);
+    return cli_job_end(&t.j, rc);
 }
 
 const cli_cmd cmd_train = {

@@ -183,151 +183,136 @@ void plan_print_launch(const rp_config *c, const rp_plan_options *o, const char 
     printf(" --nproc-per-node %d YOUR_SCRIPT.py\n", per);
 }
 
-/* The engine objective: the fastest synchronous configuration beside one
-** worker, data parallelism and PipeDream's plan run synchronously; with
-** config_out, written (the engine's choice, or PipeDream's plan with a
-** batch that feeds every stage replica when pipedream_out). */
-int plan_engine_run(const cli_cmd *cmd, const plan_engine *x) {
-    const rp_profile *prof = x->prof;
-    const char *const *more = x->more;
-    int num_more = x->num_more;
-    const rp_plan *plan = x->plan;
+/* The engine objective's options from the command's and the base
+** configuration; -1 to go on, else the exit code. */
+static int engine_options(const cli_cmd *cmd, const plan_engine *x, rp_config *base,
+                          rp_autoplan_options *ao, long long *profile_batch) {
     const rp_plan_options *o = x->o;
-    const char *base_config = x->base_config, *split_model = x->split_model;
-    const char *config_out = x->config_out, *json = x->json;
-    long long global_batch = x->global_batch, profile_batch = x->profile_batch;
-    long long min_micro = x->min_micro;
-    double memory = x->memory, latency = x->latency;
-    int cores = x->cores, pp = x->pp;
-    bool polling = x->polling, pipedream_out = x->pipedream_out;
-    const plan_emit *emit = x->emit;
-    unsigned schedules = x->schedules;
-    bool quiet = json && strcmp(json, "-") == 0; /* standard output carries the JSON */
-    rp_config base;
+    const rp_profile *prof = x->prof;
     rp_error err;
-    rp_config_default(&base);
-    if (base_config && rp_config_load_file(&base, base_config, &err)) {
+    rp_config_default(base);
+    if (x->base_config && rp_config_load_file(base, x->base_config, &err)) {
         cli_error(cmd, "%s", err.msg);
         return 1;
     }
-    rp_autoplan_options ao;
-    rp_autoplan_options_default(&ao);
-    ao.num_levels = o->num_levels;
-    memcpy(ao.machines, o->machines, sizeof o->machines);
-    memcpy(ao.bandwidth, o->bandwidth, sizeof o->bandwidth);
-    if (!profile_batch)
-        profile_batch = rp_profile_micro_batch(prof);
-    if (!profile_batch && base_config)
-        profile_batch = base.micro_batch_size;
-    if (!profile_batch) {
+    rp_autoplan_options_default(ao);
+    ao->num_levels = o->num_levels;
+    memcpy(ao->machines, o->machines, sizeof o->machines);
+    memcpy(ao->bandwidth, o->bandwidth, sizeof o->bandwidth);
+    long long pb = x->profile_batch ? x->profile_batch : rp_profile_micro_batch(prof);
+    if (!pb && x->base_config)
+        pb = base->micro_batch_size;
+    if (!pb) {
         cli_error(cmd, "the engine objective needs --profile-batch B, the micro-batch the profile "
                        "was measured on (profiles of 'repipe profile' say it), or a --base-config");
         return 2;
     }
+    *profile_batch = pb;
     rp_derived d;
-    rp_config_derive(&base, &d);
-    ao.global_batch = global_batch             ? global_batch
-                      : base_config            ? d.samples_per_update
-                                               : profile_batch * plan->machines_available;
-    ao.memory_size = memory > 0 ? memory : (double)base.device_memory;
-    ao.cores = cores;
-    ao.latency = latency;
-    ao.polling = polling;
-    ao.min_micro_batch = (int)min_micro;
-    ao.pipeline_stages = pp;
-    ao.schedules = schedules;
-    ao.device_speed = x->speed;
-    ao.device_memory = x->device_memory;
+    rp_config_derive(base, &d);
+    ao->global_batch = x->global_batch  ? x->global_batch
+                       : x->base_config ? d.samples_per_update
+                                        : pb * x->plan->machines_available;
+    ao->memory_size = x->memory > 0 ? x->memory : (double)base->device_memory;
+    ao->cores = x->cores;
+    ao->latency = x->latency;
+    ao->polling = x->polling;
+    ao->min_micro_batch = (int)x->min_micro;
+    ao->pipeline_stages = x->pp;
+    ao->schedules = x->schedules;
+    ao->device_speed = x->speed;
+    ao->device_memory = x->device_memory;
     /* batch normalisation of a micro-batch of one sample has nothing to
     ** normalise by where a plane is one value (train refuses it): a profile
     ** that names one plans micro-batches of 2 or more */
-    for (int i = 0; i < prof->num_nodes && ao.min_micro_batch < 2; i++)
+    for (int i = 0; i < prof->num_nodes && ao->min_micro_batch < 2; i++)
         if (prof->nodes[i].desc && holds_nocase(prof->nodes[i].desc, "batchnorm")) {
-            ao.min_micro_batch = 2;
-            printf("%s (line %d of the profile) normalises by a micro-batch's statistics: micro-batches "
-                   "of 2 or more (--min-micro-batch)\n",
+            ao->min_micro_batch = 2;
+            printf("%s (line %d of the profile) normalises by a micro-batch's statistics: "
+                   "micro-batches of 2 or more (--min-micro-batch)\n",
                    prof->nodes[i].id, prof->nodes[i].line);
         }
-    unsigned char *split = NULL;
-    if (split_model) {
-        double *fw, *bw, *ob, *pb;
-        int *node, L;
-        if (rp_profile_layers(prof, &fw, &bw, &ob, &pb, &node, &L, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            return 1;
-        }
-        free(fw), free(bw), free(ob), free(pb), free(node);
-        if (!cli_tensor_split(cmd, split_model, L, 0, RP_TP_VOCAB, &split,
-                              &ao.tensor_degrees))
-            return 1;
-        ao.tensor_split = split;
-    }
-    /* the profile, and those of the same model at other micro-batches */
-    const rp_profile *profs[RP_AUTOPLAN_MAX_PROFILES] = {prof};
-    double batches[RP_AUTOPLAN_MAX_PROFILES] = {(double)profile_batch};
-    int np = 1, rc = 1;
-    for (int k = 0; k < num_more; k++, np++) {
-        rp_profile *q;
-        if (rp_profile_read(&q, more[k], &err)) {
-            cli_error(cmd, "%s", err.msg);
-            goto done;
-        }
-        profs[np] = q;
-        if (!(batches[np] = rp_profile_micro_batch(q))) {
-            np++;
-            cli_error(cmd, "%s: the profile does not say its micro-batch (write it with "
-                           "'repipe profile')", more[k]);
-            goto done;
-        }
-    }
-    rp_autoplan r;
-    if (rp_autoplan_compute(profs, batches, np, &base, plan, &ao, &r, &err)) {
+    return -1;
+}
+
+/* --tensor-split: the profile's layers a tensor group may split; false
+** (said) when it fails. */
+static bool tensor_split(const cli_cmd *cmd, const plan_engine *x, rp_autoplan_options *ao,
+                         unsigned char **split) {
+    double *fw, *bw, *ob, *pb;
+    int *node, L;
+    rp_error err;
+    if (rp_profile_layers(x->prof, &fw, &bw, &ob, &pb, &node, &L, &err)) {
         cli_error(cmd, "%s", err.msg);
-        goto done;
+        return false;
     }
-    const rp_config *c = &r.best.cfg;
-    if (json) { /* the plan's JSON with the engine's comparison */
-        char *text;
-        if (rp_autoplan_to_json(&r, ao.global_batch, plan, prof, &text, &err)) {
+    free(fw), free(bw), free(ob), free(pb), free(node);
+    if (!cli_tensor_split(cmd, x->split_model, L, 0, RP_TP_VOCAB, split, &ao->tensor_degrees))
+        return false;
+    ao->tensor_split = *split;
+    return true;
+}
+
+/* The profiles of the same model at other micro-batches, after the first;
+** *np counts those read (the caller frees them); false (said) on failure. */
+static bool read_more(const cli_cmd *cmd, const plan_engine *x, const rp_profile **profs,
+                      double *batches, int *np) {
+    rp_error err;
+    for (int k = 0; k < x->num_more; k++) {
+        rp_profile *q;
+        if (rp_profile_read(&q, x->more[k], &err)) {
             cli_error(cmd, "%s", err.msg);
-            goto done;
+            return false;
         }
-        bool ok = plan_write_text(cmd, json, text);
-        free(text);
-        if (!ok)
-            goto done;
+        profs[(*np)++] = q;
+        if (!(batches[*np - 1] = rp_profile_micro_batch(q))) {
+            cli_error(cmd, "%s: the profile does not say its micro-batch (write it with "
+                           "'repipe profile')", x->more[k]);
+            return false;
+        }
     }
-    if (quiet)
-        goto write_config;
+    return true;
+}
+
+/* The table of what was simulated: a row a kind of configuration. */
+static void print_rows(const rp_autoplan *r, const rp_autoplan_options *ao,
+                       const double *batches, int np, bool split, bool devices) {
     printf("\nrepipe's engine, %lld samples per update (micro-batches as profiled: ",
-           ao.global_batch);
+           ao->global_batch);
     for (int k = 0; k < np; k++)
         printf("%s%.0f", k ? ", " : "", batches[k]);
-    printf("), %d configurations simulated:\n", r.simulated);
+    printf("), %d configurations simulated:\n", r->simulated);
     printf("  %-34s %7s %7s %9s %5s %-16s %13s %11s\n", "", "workers", "stages", "micro-b", "GA",
            "schedule", "per update", "samples/s");
-    bool all = print_row("one worker", &r.single);
-    all &= print_row("data parallel", &r.data_parallel);
-    all &= print_row("PipeDream's plan, synchronous", &r.pipedream);
-    all &= print_row("fastest pipeline under 1f1b", &r.pipeline_1f1b);
-    all &= print_row("fastest pipeline, zero bubble", &r.pipeline_zero_bubble);
-    all &= print_row("two chunks a worker", &r.pipeline_interleaved);
+    bool all = print_row("one worker", &r->single);
+    all &= print_row("data parallel", &r->data_parallel);
+    all &= print_row("PipeDream's plan, synchronous", &r->pipedream);
+    all &= print_row("fastest pipeline under 1f1b", &r->pipeline_1f1b);
+    all &= print_row("fastest pipeline, zero bubble", &r->pipeline_zero_bubble);
+    all &= print_row("two chunks a worker", &r->pipeline_interleaved);
     if (split)
-        all &= print_row("fastest with tensor groups", &r.tensor_parallel);
-    all &= print_row("fastest for the engine", &r.best);
-    if (x->speed || x->device_memory) /* devices of several kinds */
-        print_row("planned as if all were alike", &r.equal_devices);
-    if (!all) {
-        printf("  none: no configuration of that kind runs here: each needs the workers and "
-               "stages of its kind, and its replicas' micro-batches must split %lld samples an "
-               "update evenly (1 to %d micro-batches a replica, of %d samples or more)",
-               ao.global_batch, ao.max_accumulation, ao.min_micro_batch);
-        if (ao.device_memory)
-            printf(", within each machine's --memory-size");
-        else if (ao.memory_size > 0)
-            printf(", within --memory-size %.0f bytes a worker", ao.memory_size);
-        printf("\n");
-    }
+        all &= print_row("fastest with tensor groups", &r->tensor_parallel);
+    all &= print_row("fastest for the engine", &r->best);
+    if (devices) /* devices of several kinds */
+        print_row("planned as if all were alike", &r->equal_devices);
+    if (all)
+        return;
+    printf("  none: no configuration of that kind runs here: each needs the workers and "
+           "stages of its kind, and its replicas' micro-batches must split %lld samples an "
+           "update evenly (1 to %d micro-batches a replica, of %d samples or more)",
+           ao->global_batch, ao->max_accumulation, ao->min_micro_batch);
+    if (ao->device_memory)
+        printf(", within each machine's --memory-size");
+    else if (ao->memory_size > 0)
+        printf(", within --memory-size %.0f bytes a worker", ao->memory_size);
+    printf("\n");
+}
+
+/* The choice in words: its shape, and how it stands beside data
+** parallelism and a plan for devices all alike. */
+static void print_choice(const rp_autoplan *r, const rp_plan *plan, bool devices) {
+    const rp_config *c = &r->best.cfg;
+    rp_derived d;
     rp_config_derive(c, &d);
     if (d.stages == 1) {
         printf("data parallelism on %d of the %d workers is predicted fastest: every worker holds "
@@ -350,71 +335,141 @@ int plan_engine_run(const cli_cmd *cmd, const plan_engine *x) {
                    plan->machines_available);
         printf(", %d replica%s of it, is predicted fastest", c->replication_factor,
                c->replication_factor == 1 ? "" : "s");
-        if (r.data_parallel.found) /* (data parallelism may not fit) */
-            printf(": %.2fx data parallelism", r.data_parallel.seconds / r.best.seconds);
+        if (r->data_parallel.found) /* (data parallelism may not fit) */
+            printf(": %.2fx data parallelism", r->data_parallel.seconds / r->best.seconds);
         printf("\n");
     }
-    if ((x->speed || x->device_memory) && r.equal_devices.found)
+    if (devices && r->equal_devices.found)
         printf("on these devices it is predicted %.2fx as fast as the plan for devices all "
                "alike (%.4f s against %.4f s an update)\n",
-               r.equal_devices.seconds / r.best.seconds, r.best.seconds,
-               r.equal_devices.seconds);
+               r->equal_devices.seconds / r->best.seconds, r->best.seconds,
+               r->equal_devices.seconds);
+}
+
+/* Each stage (or chunk) of c: its layers, named by the profile's nodes,
+** and its workers. */
+static void print_stages(const rp_profile *prof, const rp_config *c) {
     double *fw, *bw, *ob, *pb;
     int *node, L;
-    if (!rp_profile_layers(prof, &fw, &bw, &ob, &pb, &node, &L, &err)) {
-        for (int s = 0, l = 0; s < c->layers_per_stage.count; l += c->layers_per_stage.layers[s++]) {
-            const char *a = prof->nodes[node[l]].desc;
-            const char *b = prof->nodes[node[l + c->layers_per_stage.layers[s] - 1]].desc;
-            int P = d.stages / c->virtual_stages, at = 0; /* chunked: the worker of chunk s */
-            for (int r = 0; r < P; r++)
-                for (int k = 0; k < c->virtual_stages; k++)
-                    if (rp_config_chunk(c, P, r, k) == s)
-                        at = r;
-            int reps = rp_config_stage_replicas(c, s);
-            if (rp_config_chunked(c)) {
-                printf("  chunk %d: layers %d-%d (%.*s ... %.*s) on worker %d of each replica",
-                       s, l, l + c->layers_per_stage.layers[s] - 1, plan_node_name_len(a), a,
-                       plan_node_name_len(b), b, at);
-                if (reps > 1) /* (its stage replicas: a device each, the micro-batches in turns) */
-                    printf(", a worker of %d devices", reps);
-                printf("\n");
-            } else
-                printf("  stage %d: layers %d-%d (%.*s ... %.*s) on %d worker%s per replica\n",
-                       s, l, l + c->layers_per_stage.layers[s] - 1, plan_node_name_len(a), a,
-                       plan_node_name_len(b), b, reps, reps == 1 ? "" : "s");
+    rp_error err;
+    if (rp_profile_layers(prof, &fw, &bw, &ob, &pb, &node, &L, &err))
+        return;
+    rp_derived d;
+    rp_config_derive(c, &d);
+    for (int s = 0, l = 0; s < c->layers_per_stage.count; l += c->layers_per_stage.layers[s++]) {
+        const char *a = prof->nodes[node[l]].desc;
+        const char *b = prof->nodes[node[l + c->layers_per_stage.layers[s] - 1]].desc;
+        int P = d.stages / c->virtual_stages, at = 0; /* chunked: the worker of chunk s */
+        for (int r = 0; r < P; r++)
+            for (int k = 0; k < c->virtual_stages; k++)
+                if (rp_config_chunk(c, P, r, k) == s)
+                    at = r;
+        int reps = rp_config_stage_replicas(c, s), last = l + c->layers_per_stage.layers[s] - 1;
+        if (!rp_config_chunked(c)) {
+            printf("  stage %d: layers %d-%d (%.*s ... %.*s) on %d worker%s per replica\n", s, l,
+                   last, plan_node_name_len(a), a, plan_node_name_len(b), b, reps,
+                   reps == 1 ? "" : "s");
+            continue;
         }
-        free(fw), free(bw), free(ob), free(pb), free(node);
+        printf("  chunk %d: layers %d-%d (%.*s ... %.*s) on worker %d of each replica", s, l,
+               last, plan_node_name_len(a), a, plan_node_name_len(b), b, at);
+        if (reps > 1) /* (its stage replicas: a device each, the micro-batches in turns) */
+            printf(", a worker of %d devices", reps);
+        printf("\n");
     }
-    print_keys(c);
-    if (emit->on && plan_emit_trainer(cmd, emit, prof, profs, batches, np, &base, ao,
-                                      pipedream_out ? &r.pipedream : &r.best, &r))
-        goto done;
-write_config:
-    rc = 0;
-    if (!config_out)
-        goto done;
-    const rp_autoplan_entry *e = pipedream_out ? &r.pipedream : &r.best;
+    free(fw), free(bw), free(ob), free(pb), free(node);
+}
+
+/* --config-out: the engine's choice, or PipeDream's plan with a batch that
+** feeds every stage replica; the exit code. */
+static int write_config(const cli_cmd *cmd, const plan_engine *x, const rp_autoplan *r,
+                        long long global_batch, bool quiet) {
+    const rp_autoplan_entry *e = x->pipedream_out ? &r->pipedream : &r->best;
+    rp_error err;
     if (!e->found) {
         cli_error(cmd, "PipeDream's plan cannot run %lld samples per update with every stage "
                        "replica fed (GA a multiple of each stage's replication); try "
                        "--objective engine or another --global-batch",
-                  ao.global_batch);
-        rc = 1;
-        goto done;
+                  global_batch);
+        return 1;
     }
-    if (rp_config_save_file(&e->cfg, config_out, &err)) {
+    if (rp_config_save_file(&e->cfg, x->config_out, &err)) {
         cli_error(cmd, "%s", err.msg);
-        rc = 1;
-        goto done;
+        return 1;
     }
     if (quiet)
-        goto done;
-    printf("\nexecution configuration written to %s%s%s, %s; it sets:\n", config_out,
-           base_config ? ", based on " : "", base_config ? base_config : "",
-           pipedream_out ? "PipeDream's plan" : "the engine's plan");
+        return 0;
+    printf("\nexecution configuration written to %s%s%s, %s; it sets:\n", x->config_out,
+           x->base_config ? ", based on " : "", x->base_config ? x->base_config : "",
+           x->pipedream_out ? "PipeDream's plan" : "the engine's plan");
     print_keys(&e->cfg);
-    plan_print_launch(&e->cfg, o, config_out);
-done:
+    plan_print_launch(&e->cfg, x->o, x->config_out);
+    return 0;
+}
+
+/* The search, said and written: its table, its choice, its stages and
+** keys, the trainers' settings (--emit), the configuration; the exit
+** code. */
+static int report(const cli_cmd *cmd, const plan_engine *x, const rp_autoplan *r,
+                  const rp_config *base, const rp_autoplan_options *ao,
+                  const rp_profile *const *profs, const double *batches, int np, bool split) {
+    rp_error err;
+    bool quiet = x->json && strcmp(x->json, "-") == 0; /* standard output carries the JSON */
+    if (x->json) { /* the plan's JSON with the engine's comparison */
+        char *text;
+        if (rp_autoplan_to_json(r, ao->global_batch, x->plan, x->prof, &text, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            return 1;
+        }
+        bool ok = plan_write_text(cmd, x->json, text);
+        free(text);
+        if (!ok)
+            return 1;
+    }
+    if (!quiet) {
+        bool devices = x->speed || x->device_memory;
+        print_rows(r, ao, batches, np, split, devices);
+        print_choice(r, x->plan, devices);
+        print_stages(x->prof, &r->best.cfg);
+        print_keys(&r->best.cfg);
+        if (x->emit->on &&
+            plan_emit_trainer(cmd, x->emit, x->prof, profs, batches, np, base, *ao,
+                              x->pipedream_out ? &r->pipedream : &r->best, r))
+            return 1;
+    }
+    return x->config_out ? write_config(cmd, x, r, ao->global_batch, quiet) : 0;
+}
+
+/* The engine objective: the fastest synchronous configuration beside one
+** worker, data parallelism and PipeDream's plan run synchronously; with
+** config_out, written (the engine's choice, or PipeDream's plan with a
+** batch that feeds every stage replica when pipedream_out). */
+int plan_engine_run(const cli_cmd *cmd, const plan_engine *x) {
+    rp_config base;
+    rp_autoplan_options ao;
+    long long profile_batch;
+    int rc = engine_options(cmd, x, &base, &ao, &profile_batch);
+    if (rc >= 0)
+        return rc;
+    unsigned char *split = NULL;
+    if (x->split_model && !tensor_split(cmd, x, &ao, &split))
+        return 1;
+    /* the profile, and those of the same model at other micro-batches */
+    const rp_profile *profs[RP_AUTOPLAN_MAX_PROFILES] = {x->prof};
+    double batches[RP_AUTOPLAN_MAX_PROFILES] = {(double)profile_batch};
+    int np = 1;
+    rc = 1;
+    rp_error err;
+    rp_autoplan *r = malloc(sizeof *r);
+    if (!r)
+        cli_error(cmd, "out of memory");
+    else if (!read_more(cmd, x, profs, batches, &np))
+        ;
+    else if (rp_autoplan_compute(profs, batches, np, &base, x->plan, &ao, r, &err))
+        cli_error(cmd, "%s", err.msg);
+    else
+        rc = report(cmd, x, r, &base, &ao, profs, batches, np, split != NULL);
+    free(r);
     for (int k = 1; k < np; k++)
         rp_profile_free((rp_profile *)profs[k]);
     free(split);

@@ -228,6 +228,98 @@ static char *json_of(const rp_scale_plan *r, const rp_cluster *c, const rp_trans
     return text;
 }
 
+/* The files to write, written only once all of them are ready. */
+typedef struct outputs {
+    const char *paths[4], *texts[4];
+    char *owned[4], settings_path[4096];
+    int n;
+} outputs;
+
+static void keep(outputs *w, const char *path, char *text) {
+    w->paths[w->n] = path, w->texts[w->n] = w->owned[w->n] = text, w->n++;
+}
+
+/* The trainers' settings, said (Megatron-LM's always, unless --emit names
+** the other) and kept for --emit-out. */
+static bool settings(const cli_cmd *cmd, const plan_scale *ps, const rp_transformer *m,
+                     const rp_scale_plan *r, long long global_batch, FILE *f, outputs *w) {
+    rp_error err;
+    for (int k = 0; k < 2; k++) {
+        rp_trainer t = k == 0 ? RP_TRAINER_MEGATRON : RP_TRAINER_TORCHTITAN;
+        if ((k == 1 && !(ps->emit->on && ps->emit->trainer == t)) ||
+            (k == 0 && ps->emit->on && ps->emit->trainer != t))
+            continue;
+        char *text, why[512];
+        if (rp_scale_settings(t, m, r, global_batch, &text, why, sizeof why, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            return false;
+        }
+        fprintf(f, "  %s:", rp_trainer_name(t));
+        for (const char *p = text; *p;) {
+            size_t len = strcspn(p, "\n");
+            fprintf(f, " %.*s", (int)len, p);
+            p += len + (p[len] == '\n');
+        }
+        fprintf(f, "\n");
+        if (*why)
+            fprintf(f, "  (%s)\n", why);
+        if (ps->emit->on && ps->emit->out && t == ps->emit->trainer) {
+            snprintf(w->settings_path, sizeof w->settings_path, "%s", ps->emit->out);
+            keep(w, w->settings_path, text);
+        } else {
+            free(text);
+        }
+    }
+    return true;
+}
+
+/* --config-out and --json made and kept (--json - printed); false (said)
+** when either cannot be made. */
+static bool files(const cli_cmd *cmd, const plan_scale *ps, const rp_transformer *m,
+                  const rp_cluster *c, const rp_scale_options *o, const rp_scale_plan *r,
+                  outputs *w) {
+    rp_error err;
+    char *text;
+    if (ps->config_out) {
+        if (rp_config_to_json(&r->cfg, &text, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            return false;
+        }
+        keep(w, ps->config_out, text);
+    }
+    if (!ps->json)
+        return true;
+    if (!(text = json_of(r, c, m, o))) {
+        cli_error(cmd, "out of memory for the JSON");
+        return false;
+    }
+    if (strcmp(ps->json, "-") == 0) {
+        fputs(text, stdout);
+        free(text);
+    } else {
+        keep(w, ps->json, text);
+    }
+    return true;
+}
+
+/* The plan in words: the model, the cluster, the shape, its stages. */
+static void report(FILE *f, const rp_transformer *m, const rp_cluster *c,
+                   const rp_scale_options *o, const rp_scale_plan *r, double took) {
+    describe_model(f, m);
+    fprintf(f, " on %d %s of %s, %lld sequences an update:\n", o->devices, c->device.name,
+            c->name, o->global_batch);
+    describe_plan(f, r, c, o->devices);
+    fprintf(f, "  %d shapes considered, the %d best estimates that fit simulated, in %.2f s\n",
+            r->considered, r->simulated, took);
+    if (r->cfg.layers_per_stage.count > 1) {
+        fprintf(f, "  layers a %s (the embedding in the first, the head in the last):",
+                r->v > 1 ? "chunk" : "stage");
+        for (int s = 0; s < r->cfg.layers_per_stage.count && s < 24; s++)
+            fprintf(f, " %d", r->cfg.layers_per_stage.layers[s]);
+        fprintf(f, "%s\n", r->cfg.layers_per_stage.count > 24 ? " ..." : "");
+    }
+}
+
 int plan_scale_run(const cli_cmd *cmd, const plan_scale *ps) {
     rp_error err;
     rp_cluster c;
@@ -256,78 +348,12 @@ int plan_scale_run(const cli_cmd *cmd, const plan_scale *ps) {
         cli_error(cmd, "%s", err.msg);
         return 1;
     }
-    double took = now() - start;
-    bool quiet = ps->json && strcmp(ps->json, "-") == 0;
-    FILE *f = quiet ? stderr : stdout;
-    describe_model(f, &m);
-    fprintf(f, " on %d %s of %s, %lld sequences an update:\n", o.devices, c.device.name, c.name,
-            o.global_batch);
-    describe_plan(f, &r, &c, o.devices);
-    fprintf(f, "  %d shapes considered, the %d best estimates that fit simulated, in %.2f s\n",
-            r.considered, r.simulated, took);
-    if (r.cfg.layers_per_stage.count > 1) {
-        fprintf(f, "  layers a %s (the embedding in the first, the head in the last):",
-                r.v > 1 ? "chunk" : "stage");
-        for (int s = 0; s < r.cfg.layers_per_stage.count && s < 24; s++)
-            fprintf(f, " %d", r.cfg.layers_per_stage.layers[s]);
-        fprintf(f, "%s\n", r.cfg.layers_per_stage.count > 24 ? " ..." : "");
-    }
-    /* what to write, written only once all of it is ready */
-    const char *paths[4], *texts[4];
-    char *owned[4] = {0}, settings_path[4096];
-    int n = 0;
-    for (int k = 0; k < 2; k++) { /* the trainer's settings: Megatron-LM's always shown */
-        rp_trainer t = k == 0 ? RP_TRAINER_MEGATRON : RP_TRAINER_TORCHTITAN;
-        if (k == 1 && !(ps->emit->on && ps->emit->trainer == t))
-            continue;
-        if (k == 0 && ps->emit->on && ps->emit->trainer != t)
-            continue;
-        char *text, why[512];
-        if (rp_scale_settings(t, &m, &r, o.global_batch, &text, why, sizeof why, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            rc = 1;
-            goto done;
-        }
-        fprintf(f, "  %s:", rp_trainer_name(t));
-        for (const char *p = text; *p;) {
-            size_t len = strcspn(p, "\n");
-            fprintf(f, " %.*s", (int)len, p);
-            p += len + (p[len] == '\n');
-        }
-        fprintf(f, "\n");
-        if (*why)
-            fprintf(f, "  (%s)\n", why);
-        if (ps->emit->on && ps->emit->out && t == ps->emit->trainer) {
-            snprintf(settings_path, sizeof settings_path, "%s", ps->emit->out);
-            paths[n] = settings_path, texts[n] = owned[n] = text, n++;
-        } else {
-            free(text);
-        }
-    }
-    if (ps->config_out) {
-        char *text;
-        if (rp_config_to_json(&r.cfg, &text, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            rc = 1;
-            goto done;
-        }
-        paths[n] = ps->config_out, texts[n] = owned[n] = text, n++;
-    }
-    if (ps->json) {
-        char *text = json_of(&r, &c, &m, &o);
-        if (!text) {
-            cli_error(cmd, "out of memory for the JSON");
-            rc = 1;
-            goto done;
-        }
-        if (quiet) {
-            fputs(text, stdout);
-            free(text);
-        } else {
-            paths[n] = ps->json, texts[n] = owned[n] = text, n++;
-        }
-    }
-    if (n && rp_write_files_atomic(n, paths, texts, &err)) {
+    FILE *f = ps->json && strcmp(ps->json, "-") == 0 ? stderr : stdout;
+    report(f, &m, &c, &o, &r, now() - start);
+    outputs w = {.n = 0};
+    if (!settings(cmd, ps, &m, &r, o.global_batch, f, &w) || !files(cmd, ps, &m, &c, &o, &r, &w))
+        rc = 1;
+    else if (w.n && rp_write_files_atomic(w.n, w.paths, w.texts, &err)) {
         cli_error(cmd, "%s (nothing written)", err.msg);
         rc = 1;
     } else if (ps->config_out) {
@@ -342,8 +368,7 @@ int plan_scale_run(const cli_cmd *cmd, const plan_scale *ps) {
                 r.run.sequence_parallel ? "on" : "off", rp_recompute_name(r.run.recompute),
                 rp_precision_name(r.run.precision), ps->config_out, ps->cluster);
     }
-done:
-    for (int k = 0; k < n; k++)
-        free(owned[k]);
+    for (int k = 0; k < w.n; k++)
+        free(w.owned[k]);
     return rc;
 }

@@ -46,102 +46,90 @@ static void shell_word(const char *w, size_t n) {
     printf(plain ? "%.*s" : "'%.*s'", (int)n, w);
 }
 
-int plan_emit_trainer(const cli_cmd *cmd, const plan_emit *e, const rp_profile *prof,
-                      const rp_profile *const *profs, const double *batches, int np,
-                      const rp_config *base, rp_autoplan_options ao,
-                      const rp_autoplan_entry *want, const rp_autoplan *r) {
+/* The plan the trainer runs: repipe's where it can, else the fastest over
+** what it expresses, said beside repipe's (*alt holds that search);
+** NULL (said) when there is none. */
+static const rp_autoplan_entry *plan_to_run(const cli_cmd *cmd, const plan_emit *e,
+                                            const rp_profile *prof,
+                                            const rp_profile *const *profs,
+                                            const double *batches, int np,
+                                            const rp_config *base, rp_autoplan_options *ao,
+                                            const rp_autoplan_entry *want, rp_autoplan *alt) {
     const char *name = rp_trainer_name(e->trainer);
-    const rp_autoplan_entry *use = want;
-    rp_autoplan alt;
     rp_error err;
     char why[512];
-    printf("\n%s\n", name);
-    if (!want->found) {
-        cli_error(cmd, "no plan to write for %s: %s", name,
-                  want == &r->pipedream ? "PipeDream's plan does not run synchronously here"
-                                        : "none was found");
-        return 1;
-    }
-    if (!rp_trainer_runs(e->trainer, prof, &want->cfg, why, sizeof why)) {
-        printf("  cannot run repipe's plan: %s\n", why);
-        unsigned char *cuts;
-        if (rp_trainer_restrict(e->trainer, prof, &ao, &cuts, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            return 1;
-        }
-        rp_status st = rp_autoplan_compute(profs, batches, np, base, NULL, &ao, &alt, &err);
-        free(cuts);
-        if (st) {
-            cli_error(cmd, "%s runs no plan on these machines: %s", name, err.msg);
-            return 1;
-        }
-        use = &alt.best;
-        printf("  the fastest plan %s runs instead (the engine objective over what it "
-               "expresses):\n", name);
-        printf("    %-22s ", "repipe's plan");
-        describe(want);
-        printf("    %-22s ", name);
-        describe(use);
-        printf("    %s's plan takes %.2fx repipe's time per update\n", name,
-               use->seconds / want->seconds);
-    } else {
+    if (rp_trainer_runs(e->trainer, prof, &want->cfg, why, sizeof why)) {
         printf("  runs repipe's plan: ");
-        describe(use);
+        describe(want);
+        return want;
     }
-    /* torchtitan runs repipe's zero-bubble orders from a CSV of actions: one
-    ** pipeline's (every replica runs the same) */
-    rp_config pipelines;
-    rp_trainer_pipelines(&use->cfg, &pipelines);
-    const rp_config *c = &pipelines;
-    const char *csv = NULL;
-    char csv_path[4096], *csv_text = NULL;
+    printf("  cannot run repipe's plan: %s\n", why);
+    unsigned char *cuts;
+    if (rp_trainer_restrict(e->trainer, prof, ao, &cuts, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return NULL;
+    }
+    rp_status st = rp_autoplan_compute(profs, batches, np, base, NULL, ao, alt, &err);
+    free(cuts);
+    if (st) {
+        cli_error(cmd, "%s runs no plan on these machines: %s", name, err.msg);
+        return NULL;
+    }
+    printf("  the fastest plan %s runs instead (the engine objective over what it "
+           "expresses):\n", name);
+    printf("    %-22s ", "repipe's plan");
+    describe(want);
+    printf("    %-22s ", name);
+    describe(&alt->best);
+    printf("    %s's plan takes %.2fx repipe's time per update\n", name,
+           alt->best.seconds / want->seconds);
+    return &alt->best;
+}
+
+/* torchtitan runs repipe's zero-bubble orders from a CSV of actions: one
+** pipeline's (every replica runs the same). Its text in *text and the path
+** the settings name in path (a file only where asked: without --emit-out
+** the settings name the file --emit-out would write); *text NULL where
+** none is needed. */
+static rp_status schedule_csv(const plan_emit *e, const rp_config *c, char *path, size_t cap,
+                              char **text, rp_error *err) {
     rp_derived d;
     rp_config_derive(c, &d);
-    if (e->trainer == RP_TRAINER_TORCHTITAN && d.stages > 1 &&
-        (c->schedule == RP_SCHEDULE_ZB_H1 || c->schedule == RP_SCHEDULE_ZB_H2 ||
-         c->schedule == RP_SCHEDULE_ZB_AUTO || c->schedule == RP_SCHEDULE_ZB_V)) {
-        /* a file only where asked: without --emit-out the settings name the
-        ** file --emit-out would write */
-        snprintf(csv_path, sizeof csv_path, "%s%s", e->out ? e->out : "SETTINGS",
-                 ".schedule.csv");
-        rp_config one = *c;
-        one.replication_factor = 1;
-        one.tensor_parallel = 1;
-        if (rp_schedule_csv(&one, &csv_text, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            return 1;
-        }
-        csv = csv_path;
-    }
-    char *settings;
-    fflush(stdout); /* (the words so far before any error) */
-    if (rp_trainer_settings(e->trainer, prof, c, csv, &settings, &err)) {
-        cli_error(cmd, "%s's settings cannot be written: %s", name, err.msg);
-        free(csv_text);
-        return 1;
-    }
-    if (e->out) { /* the settings, the schedule, the configuration: all or none */
-        char cfg_path[4096], *cfg_text;
-        snprintf(cfg_path, sizeof cfg_path, "%s.config.json", e->out);
-        if (rp_config_to_json(c, &cfg_text, &err)) {
-            cli_error(cmd, "%s", err.msg);
-            free(settings), free(csv_text);
-            return 1;
-        }
-        const char *paths[3] = {e->out, cfg_path, csv_path};
-        const char *texts[3] = {settings, cfg_text, csv_text};
-        rp_status st = rp_write_files_atomic(csv_text ? 3 : 2, paths, texts, &err);
-        free(cfg_text);
-        if (st) {
-            cli_error(cmd, "%s (nothing written)", err.msg);
-            free(settings), free(csv_text);
-            return 1;
-        }
-    }
-    free(csv_text);
-    /* the ranks on the machines of the innermost level, a node each */
+    *text = NULL;
+    if (e->trainer != RP_TRAINER_TORCHTITAN || d.stages < 2 ||
+        (c->schedule != RP_SCHEDULE_ZB_H1 && c->schedule != RP_SCHEDULE_ZB_H2 &&
+         c->schedule != RP_SCHEDULE_ZB_AUTO && c->schedule != RP_SCHEDULE_ZB_V))
+        return RP_OK;
+    snprintf(path, cap, "%s%s", e->out ? e->out : "SETTINGS", ".schedule.csv");
+    rp_config one = *c;
+    one.replication_factor = 1;
+    one.tensor_parallel = 1;
+    return rp_schedule_csv(&one, text, err);
+}
+
+/* --emit-out: the settings, the schedule, the configuration: all or none. */
+static rp_status write_outputs(const plan_emit *e, const rp_config *c, const char *settings,
+                               const char *csv_path, const char *csv_text, rp_error *err) {
+    char cfg_path[4096], *cfg_text;
+    snprintf(cfg_path, sizeof cfg_path, "%s.config.json", e->out);
+    if (rp_config_to_json(c, &cfg_text, err))
+        return RP_ERR_INVALID;
+    const char *paths[3] = {e->out, cfg_path, csv_path};
+    const char *texts[3] = {settings, cfg_text, csv_text};
+    rp_status st = rp_write_files_atomic(csv_text ? 3 : 2, paths, texts, err);
+    free(cfg_text);
+    return st;
+}
+
+/* The launch line: the ranks on the machines of the innermost level, a
+** node each, then the settings, an option and its values a line, each
+** value as the shell reads it. */
+static void print_launch(const plan_emit *e, const rp_config *c, const rp_autoplan_options *ao,
+                         const char *settings) {
+    rp_derived d;
+    rp_config_derive(c, &d);
     int ranks = rp_config_devices(c, &d) * (c->tensor_parallel > 1 ? c->tensor_parallel : 1);
-    int per_node = ao.num_levels > 1 && ranks > ao.machines[0] ? ao.machines[0] : ranks;
+    int per_node = ao->num_levels > 1 && ranks > ao->machines[0] ? ao->machines[0] : ranks;
     char launch[96];
     if (per_node < ranks)
         snprintf(launch, sizeof launch, "--nnodes=%d --nproc_per_node=%d", ranks / per_node,
@@ -174,6 +162,49 @@ int plan_emit_trainer(const cli_cmd *cmd, const plan_emit *e, const rp_profile *
         line += n + (end != NULL);
     }
     printf("\n");
+}
+
+int plan_emit_trainer(const cli_cmd *cmd, const plan_emit *e, const rp_profile *prof,
+                      const rp_profile *const *profs, const double *batches, int np,
+                      const rp_config *base, rp_autoplan_options ao,
+                      const rp_autoplan_entry *want, const rp_autoplan *r) {
+    const char *name = rp_trainer_name(e->trainer);
+    rp_autoplan alt;
+    rp_error err;
+    printf("\n%s\n", name);
+    if (!want->found) {
+        cli_error(cmd, "no plan to write for %s: %s", name,
+                  want == &r->pipedream ? "PipeDream's plan does not run synchronously here"
+                                        : "none was found");
+        return 1;
+    }
+    const rp_autoplan_entry *use = plan_to_run(cmd, e, prof, profs, batches, np, base, &ao,
+                                               want, &alt);
+    if (!use)
+        return 1;
+    rp_config pipelines;
+    rp_trainer_pipelines(&use->cfg, &pipelines);
+    const rp_config *c = &pipelines;
+    char csv_path[4096], *csv_text, *settings;
+    if (schedule_csv(e, c, csv_path, sizeof csv_path, &csv_text, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
+    const char *csv = csv_text ? csv_path : NULL;
+    fflush(stdout); /* (the words so far before any error) */
+    if (rp_trainer_settings(e->trainer, prof, c, csv, &settings, &err)) {
+        cli_error(cmd, "%s's settings cannot be written: %s", name, err.msg);
+        free(csv_text);
+        return 1;
+    }
+    rp_status st = e->out ? write_outputs(e, c, settings, csv_path, csv_text, &err) : RP_OK;
+    free(csv_text);
+    if (st) {
+        cli_error(cmd, "%s (nothing written)", err.msg);
+        free(settings);
+        return 1;
+    }
+    print_launch(e, c, &ao, settings);
     if (csv && e->out)
         printf("  %s: the schedule, one rank a row (PyTorch's CSV of actions)\n", csv);
     else if (csv)

@@ -1,7 +1,8 @@
 /*
-** What repipe train is made of besides its loop: the checkpoint writer,
-** the outputs it checks, the evaluation and the text (train_parts.c); the lines that report progress and the trace
-** (train_report.c).
+** What repipe train is made of: its options and the state of a run, the
+** checkpoint writer, the outputs it checks, the evaluation and the text
+** (train_parts.c); the lines that report progress and the trace
+** (train_report.c); the loop over host calls (train_loop.c).
 */
 #ifndef REPIPE_TOOLS_TRAIN_PARTS_H
 #define REPIPE_TOOLS_TRAIN_PARTS_H
@@ -10,6 +11,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "cli.h"
 #include "repipe/repipe.h"
 
 /* Checkpoints are written behind the training: the state is taken at the
@@ -66,4 +68,32 @@ void train_report_progress(const train_progress *p, bool tty, bool lead, bool lo
 /* Writes the session's trace to path (rank >= 0: path.RANK, one a rank);
 ** a trace that cannot be written is a warning, not a failed run. */
 void train_write_trace(rp_session *s, const char *path, int rank, bool lead);
+/* What repipe train's command line asked for. */
+typedef struct train_opts {
+    const char *model_path, *config_path, *data, *save, *load, *json_log;
+    const char *trace, *plan, *ckdir, *resume, *pod_type, *text, *val;
+    long long epochs, updates, log_every, ck_every, keep, eval_every, val_max;
+    bool use_mpi, allow_nonfinite, text_llmc, val_llmc, resume_anyway;
+} train_opts;
+
+
+/* What a run holds from its start to its end (cmd_train.c's run frees it). */
+typedef struct train_job {
+    cli_job j;      /* the model, the datasets, the session, MPI's communicator */
+    rp_config cfg;
+    char what[2][600]; /* the training and test sets, for messages */
+    int nval;       /* samples of the test set evaluated */
+    FILE *jl;       /* --json-log */
+    ck_writer writer;
+    rp_checkpoint resumed; /* --resume's, until the session takes it */
+    char resumed_path[4096];
+    long long start; /* updates done before this run: a checkpoint's */
+} train_job;
+
+/* The training: every host call (each its updates, the progress line, the
+** validation and the checkpoint due; SIGINT or SIGTERM stop it after the
+** call), then the last checkpoint on disk and the trace written (train_loop.c).
+** *stopped: the signal that stopped it, 0 if none did; *t0 when it began. */
+rp_status train_loop_run(const train_opts *o, train_job *t, long long *stopped, double *t0,
+                         rp_error *err);
 #endif /* REPIPE_TOOLS_TRAIN_PARTS_H */

@@ -262,7 +262,7 @@ typedef struct rp_derived {
 static inline int rp_config_tensor_parallel(const rp_config *cfg) {
     return cfg->tensor_parallel > 1 ? cfg->tensor_parallel : 1;
 }
-/* The flags of rp_model_tensor_split (model.h) the configuration asks for. */
+/* The flags of rp_model_tensor_split (spec.h) the configuration asks for. */
 static inline unsigned rp_config_tp_flags(const rp_config *cfg) {
     return cfg->vocab_parallel ? 1u /* RP_TP_VOCAB */ : 0u;
 }

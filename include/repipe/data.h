@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "repipe/core.h"
-#include "repipe/model.h"
+#include "repipe/spec.h"
 
 #ifdef __cplusplus
 extern "C" {

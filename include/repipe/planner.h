@@ -14,8 +14,9 @@
 
 #include "repipe/config.h"
 #include "repipe/core.h"
-#include "repipe/model.h"
+#include "repipe/spec.h"
 #include "repipe/profile.h"
+#include "repipe/transformer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -268,6 +269,81 @@ rp_status rp_plan_pipedream_conf(const rp_plan *plan, char **out, rp_error *err)
 ** ranks of stage s contiguously after those of stage s-1; repipe's layout
 ** (and --pipedream-conf's) is replica-major (docs/planner.md). */
 size_t rp_plan_pipedream_stage_map(const rp_plan *plan, char *buf, size_t cap);
+
+/* Plans for a transformer on a cluster (src/plan/scale/): tensor,
+** context, pipeline and data-parallel sizes, micro-batch, virtual stages
+** (1f1b, or interleaved-1f1b with 2 or more chunks a rank; DualPipeV's V
+** where asked), sequence parallelism, recomputation, sharding and precision,
+** for a global batch on `devices` devices within their memory. Each shape
+** is priced in closed form from its stages' times; the best few that fit
+** are simulated (rp_simulate, one replica; the replicas' reduction priced
+** beside it), and the fastest that fits wins. */
+/* The largest cluster and batch a plan takes: their search and its
+** simulations stay within a second or two and a few MB (docs/simulate.md
+** measures the bound). */
+#define RP_SCALE_MAX_DEVICES (1 << 17)
+#define RP_SCALE_MAX_BATCH (1LL << 24)
+
+typedef struct rp_scale_options {
+    long long global_batch; /* sequences an update (required) */
+    int devices;            /* (required) */
+    /* 0: any. Tensor groups: 1, 2, 4, 8 that divide a node, the heads and the
+    ** MLP; context groups: 1, 2, 4, ... up to 32; pipelines: any that divides
+    ** what is left; micro-batches: 1, 2, 4, 8; virtual: 1 (1f1b) and the
+    ** chunks a rank that divide the layers */
+    int tensor_parallel, context_parallel, pipeline_parallel, micro_batch, virtual_stages;
+    int sequence_parallel; /* 0: either; 1: on; -1: off */
+    int recompute;         /* -1: any; else an rp_recompute */
+    int sharding;          /* -1: any; else an rp_sharding */
+    int precision;         /* -1: bf16 or fp8; else an rp_precision [bf16] */
+    bool no_overlap;       /* communication not overlapped (Megatron-LM in 2021) */
+    /* the blocks split evenly over the chunks, the embedding and the head
+    ** beside them, as Megatron-LM splits them without a layout (the layers
+    ** must divide evenly) [false: cut to balance the chunks' times, which
+    ** --pipeline-model-parallel-layout expresses] */
+    bool even_stages;
+    double memory_bytes;   /* a device's memory to plan for [0: the device's] */
+    int candidates;        /* the best estimates simulated [4] */
+    /* bit s set for each schedule s the search may choose [0: Megatron-LM's,
+    ** 1f1b and interleaved-1f1b]; with RP_SCHEDULE_DUALPIPEV, DualPipeV's V
+    ** too (two chunks a rank, gradient accumulation of twice the ranks or
+    ** more) */
+    unsigned schedules;
+} rp_scale_options;
+
+void rp_scale_options_default(rp_scale_options *o);
+
+typedef struct rp_scale_plan {
+    rp_config cfg; /* the configuration (repipe's form: layers_per_stage, schedule, ...) */
+    rp_transformer_run run;
+    int t, cp, p, d, b, v;
+    rp_sharding sharding;
+    double seconds;           /* simulated, an update */
+    double tflops_per_device; /* Megatron-LM's count (num_floating_point_operations) over it */
+    double tflops_eq3;        /* equation 3 (SC'21) over it */
+    double mfu;               /* 6N + attention over the devices' peak in the run's precision */
+    rp_transformer_memory memory; /* the rank that holds the most */
+    int busiest_rank;
+    int considered, simulated;
+} rp_scale_plan;
+
+rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
+                                const rp_scale_options *o, rp_scale_plan *out, rp_error *err);
+
+/* One configuration simulated as the planner simulates it: cfg's layout and
+** schedule, run's features, d = cfg's replication factor. */
+rp_status rp_scale_simulate(const rp_transformer *m, const rp_cluster *c,
+                            const rp_transformer_run *run, rp_sharding sharding,
+                            const rp_config *cfg, double *seconds,
+                            rp_transformer_memory *busiest, rp_error *err);
+
+/* The plan as trainer t's settings, one option and its value a line (the
+** caller frees *out): Megatron-LM's arguments, or torchtitan's. `why` says
+** what the trainer cannot express and what the settings run instead ("" when
+** they run the plan as it is). */
+rp_status rp_scale_settings(rp_trainer t, const rp_transformer *m, const rp_scale_plan *p,
+                            long long global_batch, char **out, char *why, size_t cap,
+                            rp_error *err);
 
 #ifdef __cplusplus
 }

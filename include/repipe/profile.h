@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "repipe/core.h"
+#include "repipe/spec.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -94,7 +95,7 @@ rp_status rp_profile_split_ms(const rp_profile *p, const int *node, int n, doubl
 rp_status rp_profile_numbers(const rp_profile *p, const int *node, int n, const char *key,
                              double **out, rp_error *err);
 /* The five memory counts 'repipe profile' records per layer (saved_bytes,
-** checkpoint_bytes, wstash_bytes, scratch_bytes, grad_bytes: model.h's
+** checkpoint_bytes, wstash_bytes, scratch_bytes, grad_bytes: net.h's
 ** rp_layer_bytes), each read as rp_profile_numbers reads one into out[k]
 ** (NULL where no layer records it). On error none is kept. The caller
 ** frees each. */
@@ -105,6 +106,23 @@ rp_status rp_profile_memory(const rp_profile *p, const int *node, int n, double 
 int rp_profile_find(const rp_profile *p, const char *id);
 
 void rp_profile_free(rp_profile *p);
+
+/* Profiling a repipe model on this machine (src/profile/measure.c): it runs
+** the model's layers, so the profiles' room sits above the nets'. */
+/* Measures a repipe model on this machine: per layer the median forward and
+** backward time of `repeats` runs on `batch` rows, its output bytes and its
+** parameter bytes, as a profile that starts with an Input source and chains
+** the layers in order (PipeDream's optimizer reads it too). Each layer is
+** timed inside whole passes of the model, as a stage runs it; where the
+** model, its gradients and a micro-batch's activations would take over a
+** quarter of the memory, each layer alone on what it reads. The Input's
+** description says which (timed_in=whole_passes or timed_in=layers_alone).
+** The caller frees *out with rp_profile_free. */
+rp_status rp_profile_measure(const rp_model *m, int batch, int repeats, rp_profile **out,
+                             rp_error *err);
+/* The same with every layer timed alone, whatever the model's size. */
+rp_status rp_profile_measure_alone(const rp_model *m, int batch, int repeats, rp_profile **out,
+                                   rp_error *err);
 
 #ifdef __cplusplus
 }

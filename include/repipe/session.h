@@ -29,7 +29,7 @@
 #include "repipe/config.h"
 #include "repipe/core.h"
 #include "repipe/data.h"
-#include "repipe/model.h"
+#include "repipe/weights.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -3,9 +3,9 @@
 ** devices: the shapes of GPT-2, LLaMA, Mistral and Qwen2 (a Hugging Face
 ** config.json, a preset or KEY=VALUE text), their FLOPs and parameters as
 ** Megatron-LM counts them, what a rank of a run holds (weights, optimizer
-** state, activations) and how long its passes take, and the search for the
-** fastest run that fits (src/device/; docs/simulate.md, "Transformers on GPU
-** clusters").
+** state, activations) and how long its passes take (src/transformer/;
+** docs/simulate.md, "Transformers on GPU clusters"). The search for the
+** fastest run that fits is planning's (repipe/planner.h, src/plan/scale/).
 **
 ** A run is the model on t x cp x p x d devices: tensor groups of t
 ** (attention's heads and the MLP's columns split, Shoeybi et al.), context
@@ -26,7 +26,6 @@
 #include "repipe/config.h"
 #include "repipe/core.h"
 #include "repipe/device.h"
-#include "repipe/planner.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -206,81 +205,6 @@ typedef struct rp_transformer_layout {
 rp_status rp_transformer_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
                                      const rp_transformer_layout *lay, int rank,
                                      rp_transformer_memory *out, rp_error *err);
-
-/* Plans for a transformer on a cluster (src/device/scale.c): tensor,
-** context, pipeline and data-parallel sizes, micro-batch, virtual stages
-** (1f1b, or interleaved-1f1b with 2 or more chunks a rank; DualPipeV's V
-** where asked), sequence parallelism, recomputation, sharding and precision,
-** for a global batch on `devices` devices within their memory. Each shape
-** is priced in closed form from its stages' times; the best few that fit
-** are simulated (rp_simulate, one replica; the replicas' reduction priced
-** beside it), and the fastest that fits wins. */
-/* The largest cluster and batch a plan takes: their search and its
-** simulations stay within a second or two and a few MB (docs/simulate.md
-** measures the bound). */
-#define RP_SCALE_MAX_DEVICES (1 << 17)
-#define RP_SCALE_MAX_BATCH (1LL << 24)
-
-typedef struct rp_scale_options {
-    long long global_batch; /* sequences an update (required) */
-    int devices;            /* (required) */
-    /* 0: any. Tensor groups: 1, 2, 4, 8 that divide a node, the heads and the
-    ** MLP; context groups: 1, 2, 4, ... up to 32; pipelines: any that divides
-    ** what is left; micro-batches: 1, 2, 4, 8; virtual: 1 (1f1b) and the
-    ** chunks a rank that divide the layers */
-    int tensor_parallel, context_parallel, pipeline_parallel, micro_batch, virtual_stages;
-    int sequence_parallel; /* 0: either; 1: on; -1: off */
-    int recompute;         /* -1: any; else an rp_recompute */
-    int sharding;          /* -1: any; else an rp_sharding */
-    int precision;         /* -1: bf16 or fp8; else an rp_precision [bf16] */
-    bool no_overlap;       /* communication not overlapped (Megatron-LM in 2021) */
-    /* the blocks split evenly over the chunks, the embedding and the head
-    ** beside them, as Megatron-LM splits them without a layout (the layers
-    ** must divide evenly) [false: cut to balance the chunks' times, which
-    ** --pipeline-model-parallel-layout expresses] */
-    bool even_stages;
-    double memory_bytes;   /* a device's memory to plan for [0: the device's] */
-    int candidates;        /* the best estimates simulated [4] */
-    /* bit s set for each schedule s the search may choose [0: Megatron-LM's,
-    ** 1f1b and interleaved-1f1b]; with RP_SCHEDULE_DUALPIPEV, DualPipeV's V
-    ** too (two chunks a rank, gradient accumulation of twice the ranks or
-    ** more) */
-    unsigned schedules;
-} rp_scale_options;
-
-void rp_scale_options_default(rp_scale_options *o);
-
-typedef struct rp_scale_plan {
-    rp_config cfg; /* the configuration (repipe's form: layers_per_stage, schedule, ...) */
-    rp_transformer_run run;
-    int t, cp, p, d, b, v;
-    rp_sharding sharding;
-    double seconds;           /* simulated, an update */
-    double tflops_per_device; /* Megatron-LM's count (num_floating_point_operations) over it */
-    double tflops_eq3;        /* equation 3 (SC'21) over it */
-    double mfu;               /* 6N + attention over the devices' peak in the run's precision */
-    rp_transformer_memory memory; /* the rank that holds the most */
-    int busiest_rank;
-    int considered, simulated;
-} rp_scale_plan;
-
-rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
-                                const rp_scale_options *o, rp_scale_plan *out, rp_error *err);
-
-/* One configuration simulated as the planner simulates it: cfg's layout and
-** schedule, run's features, d = cfg's replication factor. */
-rp_status rp_scale_simulate(const rp_transformer *m, const rp_cluster *c,
-                            const rp_transformer_run *run, rp_sharding sharding,
-                            const rp_config *cfg, double *seconds,
-                            rp_transformer_memory *busiest, rp_error *err);
-
-/* The plan as trainer t's settings, one option and its value a line (the
-** caller frees *out): Megatron-LM's arguments, or torchtitan's. `why` says
-** what the trainer cannot express and what the settings run instead ("" when
-** they run the plan as it is). */
-rp_status rp_scale_settings(rp_trainer t, const rp_transformer *m, const rp_scale_plan *p,
-                            long long global_batch, char **out, char *why, size_t cap,
-                            rp_error *err);
 
 #ifdef __cplusplus
 }

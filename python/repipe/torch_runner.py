@@ -5,6 +5,7 @@ workers: PipeDream's [7, 1]). Micro-batch m of a replica runs on stage replica m
 activations and gradients go point to point, each tagged by micro-batch, direction and
 tensor; a stage's gradients are summed over its workers at the schedule's REDUCE.
 """
+import collections
 import ctypes
 
 import torch
@@ -15,12 +16,25 @@ from repipe._lib import (BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, REC
                          RECV_GRAD, REDUCE, SEND_ACT, SEND_GRAD, WAIT_SENDS, _Err, _check,
                          _Workplan, _workplan_build, _workplan_check, _workplan_free)
 
-__all__ = ["worker_ops", "play"]
+__all__ = ["worker_ops", "play", "Worker", "Op"]
+
+# A worker of the plan and one of its operations, as rp_workplan holds them.
+Worker = collections.namedtuple("Worker", "stage replica stage_replica ops")
+Op = collections.namedtuple("Op", "kind mb peer")
+
+
+class _Held:
+    """What a micro-batch keeps on this worker between its operations: the stage's
+    inputs, its outputs (the scaled loss on the last stage) and the outputs' gradients."""
+    __slots__ = ("ins", "outs", "grads")
+
+    def __init__(self, ins):
+        self.ins, self.outs, self.grads = ins, None, None
 
 
 def worker_ops(cfg):
-    """Each worker's operations for one update: [(stage, replica, stage replica, [(kind, mb,
-    peer)])], built and checked by the C library."""
+    """Each worker's operations for one update, [Worker], built and checked by the C
+    library."""
     wp, err = ctypes.POINTER(_Workplan)(), _Err()
     _check(_workplan_build(cfg._buf, ctypes.byref(wp), ctypes.byref(err)), err)
     try:
@@ -32,8 +46,9 @@ def worker_ops(cfg):
         out = []
         for i in range(wp.contents.workers):
             w = wp.contents.w[i]
-            out.append((w.stage, w.replica, w.stage_replica,
-                        [(w.ops[k].kind, w.ops[k].mb, w.ops[k].peer) for k in range(w.num_ops)]))
+            out.append(Worker(w.stage, w.replica, w.stage_replica,
+                              [Op(w.ops[k].kind, w.ops[k].mb, w.ops[k].peer)
+                               for k in range(w.num_ops)]))
         return out
     finally:
         _workplan_free(wp)
@@ -60,22 +75,21 @@ def play(pipe, x, y):
                 t = torch.empty(shape, dtype=dtype, device=pipe.device)
                 dist.recv(t, peer(w), group=pipe.group, tag=_tag(mb, 0, i))
                 ins.append(t.requires_grad_(t.is_floating_point()))
-            held[mb] = [ins]
+            held[mb] = _Held(ins)
         elif kind == FORWARD:
             if pipe.first:
-                ins = [x[mb * pipe.B:(mb + 1) * pipe.B]]
-                held[mb] = [ins]
-            ins = held[mb][0]
-            out = mod(*ins)
+                held[mb] = _Held([x[mb * pipe.B:(mb + 1) * pipe.B]])
+            h = held[mb]
+            out = mod(*h.ins)
             if pipe.last:
                 k = y.shape[0] // x.shape[0]
                 loss = pipe.loss_fn(out, y[mb * pipe.B * k:(mb + 1) * pipe.B * k])
                 total += loss.item()
-                held[mb].append([loss * scale])
+                h.outs = [loss * scale]
             else:
-                held[mb].append(list(out))
+                h.outs = list(out)
         elif kind == SEND_ACT:
-            for i, t in enumerate(held[mb][1]):
+            for i, t in enumerate(held[mb].outs):
                 pending.append(dist.isend(t.detach(), peer(w), group=pipe.group,
                                           tag=_tag(mb, 0, i)))
         elif kind == RECV_GRAD:
@@ -87,10 +101,10 @@ def play(pipe, x, y):
                     grads.append(t)
                 else:
                     grads.append(None)
-            held[mb].append(grads)
+            held[mb].grads = grads
         elif kind in (BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT):
-            ins, outs = held[mb][0], held[mb][1]
-            grads = held[mb][2] if not pipe.last else [None]
+            ins, outs = held[mb].ins, held[mb].outs
+            grads = held[mb].grads if not pipe.last else [None]
             pairs = [(o, g) for o, g in zip(outs, grads)
                      if o.requires_grad and (g is not None or pipe.last)]
             if not pairs:
@@ -108,8 +122,7 @@ def play(pipe, x, y):
             else:  # W: the weights'
                 torch.autograd.backward(list(o), g, inputs=pipe.stage_params)
         elif kind == SEND_GRAD:
-            ins = held[mb][0]
-            for i, t in enumerate(ins):
+            for i, t in enumerate(held[mb].ins):
                 if t.is_floating_point():
                     gr = t.grad if t.grad is not None else torch.zeros_like(t)
                     pending.append(dist.isend(gr, peer(w), group=pipe.group,

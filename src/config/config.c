@@ -103,10 +103,8 @@ static cJSON *proportions(const double *v, int n) {
     return cJSON_CreateDoubleArray(v, n);
 }
 
-rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
-    cJSON *r = cJSON_CreateObject();
-    if (!r)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+/* The run's shape: batch, replicas, stages and their layers, schedule. */
+static void layout_json(cJSON *r, const rp_config *cfg) {
     cJSON_AddNumberToObject(r, "seed", (double)cfg->seed);
     cJSON_AddNumberToObject(r, "micro_batch_size", cfg->micro_batch_size);
     cJSON_AddNumberToObject(r, "replication_factor", cfg->replication_factor);
@@ -132,6 +130,11 @@ rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
         cJSON_AddNumberToObject(g, "stride", cfg->replica_grouping.stride);
         cJSON_AddItemToObject(r, "replica_grouping", g);
     }
+}
+
+/* The schedule's variants, tensor groups, and the memory and speed
+** features. */
+static void features_json(cJSON *r, const rp_config *cfg) {
     cJSON_AddBoolToObject(r, "replicated_tensor_sharding", cfg->replicated_tensor_sharding);
     cJSON_AddBoolToObject(r, "optimizer_state_offchip", cfg->optimizer_state_offchip);
     cJSON_AddBoolToObject(r, "recompute_checkpoint_every_layer",
@@ -171,6 +174,11 @@ rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
                                           cfg->inference_matmul_proportion_count));
     cJSON_AddNumberToObject(r, "device_memory", (double)cfg->device_memory);
     cJSON_AddStringToObject(r, "executable_cache_dir", cfg->executable_cache_dir);
+}
+
+/* The optimizer, its learning rate's schedule, clipping and the data's
+** order. */
+static void optimizer_json(cJSON *r, const rp_config *cfg) {
     cJSON *o = cJSON_CreateObject();
     const rp_optimizer_config *oc = &cfg->optimizer;
     cJSON_AddStringToObject(o, "type", rp_optimizer_name(oc->type));
@@ -203,6 +211,15 @@ rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
         cJSON_AddNumberToObject(r, "gradient_clipping", cfg->gradient_clipping);
     if (cfg->sequential_data)
         cJSON_AddStringToObject(r, "data_order", "sequential");
+}
+
+rp_status rp_config_to_json(const rp_config *cfg, char **out, rp_error *err) {
+    cJSON *r = cJSON_CreateObject();
+    if (!r)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    layout_json(r, cfg);
+    features_json(r, cfg);
+    optimizer_json(r, cfg);
     char *text = cJSON_Print(r);
     cJSON_Delete(r);
     if (!text)

@@ -236,19 +236,10 @@ static rp_status value(og_read *o, int k) {
 
 /* ---- the whole reading --------------------------------------------------------------- */
 
-static rp_status read_keys(og_read *o) {
-    rpi_load *c = o->c;
-    rp_config *cfg = c->cfg;
-    const og_file *f = o->f;
+/* The counts: replicas, accumulation, device iterations, and inference's. */
+static rp_status read_counts(og_read *o) {
+    rp_config *cfg = o->c->cfg;
     rp_status s;
-    for (int k = 0; k < K_COUNT; k++) {
-        if ((s = value(o, k)))
-            return s;
-        /* a key this release dropped: a warning, in every release */
-        if (f->raw[k] && !cJSON_IsNull(f->raw[k]) && !rpi_og_reads(k, o->r))
-            rpi_warn(cfg, "%s: key '%s' was read by Optimum Graphcore %s to %s only; ignored%s",
-                     c->name, rpi_og_keys[k].name, rpi_og_name[rpi_og_keys[k].from], rpi_og_name[rpi_og_keys[k].to], c->as);
-    }
     if ((s = rpi_og_int(o, K_R, 1, 1, &cfg->replication_factor)))
         return s;
     int ga = K_GA;
@@ -264,6 +255,16 @@ static rp_status read_keys(og_read *o) {
                (s = rpi_og_int(o, K_INF_D, 1, 1, &cfg->inference_device_iterations))) {
         return s;
     }
+    return RP_OK;
+}
+
+/* The switches: optimizer state and recomputation, half partials and the
+** encoder on the host (both said to have no effect). */
+static rp_status read_flags(og_read *o) {
+    rpi_load *c = o->c;
+    rp_config *cfg = c->cfg;
+    const og_file *f = o->f;
+    rp_status s;
     if ((s = rpi_og_bool(o, K_OFFCHIP, &cfg->optimizer_state_offchip)) ||
         (s = rpi_og_bool(o, K_RTS, &cfg->replicated_tensor_sharding)) ||
         (s = rpi_og_bool(o, K_RECOMPUTE, &cfg->recompute_checkpoint_every_layer)) ||
@@ -281,6 +282,12 @@ static rp_status read_keys(og_read *o) {
         rpi_warn(cfg, "%s: key 'execute_encoder_on_cpu_for_generation': text generation's "
                  "encoder on the host, which repipe does not run: no effect (IPUConfig loads "
                  "it; its to_options() says \"not supported yet\")", c->name);
+    return RP_OK;
+}
+
+/* The seed, the executable cache's folder and the output mode. */
+static rp_status read_values(og_read *o) {
+    rp_config *cfg = o->c->cfg;
     int seed = o->r < OG_0_2_1 ? K_RANDOM_SEED : K_SEED;
     if (o->val[seed]) {
         if (!rpi_is_whole(o->val[seed], 0, 9007199254740992.0))
@@ -308,6 +315,14 @@ static rp_status read_keys(og_read *o) {
                                              "\"default\"");
         cfg->output_mode = (rp_output_mode)m;
     }
+    return RP_OK;
+}
+
+/* Keys repipe reads and has no use for: said, or refused where mistyped. */
+static rp_status read_ignored(og_read *o) {
+    rpi_load *c = o->c;
+    rp_config *cfg = c->cfg;
+    const cJSON *v;
     for (int k = K_PARALLELIZE; k <= K_INF_PARALLELIZE; k++)
         if ((v = o->val[k])) {
             if (!cJSON_IsObject(v))
@@ -323,6 +338,25 @@ static rp_status read_keys(og_read *o) {
                      rpi_og_keys[k].name, rpi_og_keys[k].note);
     if (o->val[K_SYNTHETIC] && !cJSON_IsBool(o->val[K_SYNTHETIC]))
         return rpi_og_fail(o, "synthetic_data", o->val[K_SYNTHETIC], "must be true or false");
+    return RP_OK;
+}
+
+static rp_status read_keys(og_read *o) {
+    rpi_load *c = o->c;
+    rp_config *cfg = c->cfg;
+    const og_file *f = o->f;
+    rp_status s;
+    for (int k = 0; k < K_COUNT; k++) {
+        if ((s = value(o, k)))
+            return s;
+        /* a key this release dropped: a warning, in every release */
+        if (f->raw[k] && !cJSON_IsNull(f->raw[k]) && !rpi_og_reads(k, o->r))
+            rpi_warn(cfg, "%s: key '%s' was read by Optimum Graphcore %s to %s only; ignored%s",
+                     c->name, rpi_og_keys[k].name, rpi_og_name[rpi_og_keys[k].from], rpi_og_name[rpi_og_keys[k].to], c->as);
+    }
+    if ((s = read_counts(o)) || (s = read_flags(o)) || (s = read_values(o)) ||
+        (s = read_ignored(o)))
+        return s;
     if ((s = rpi_og_layers(o)) || (s = rpi_og_matmul(o)) || (s = rpi_og_serialization(o)))
         return s;
     return RP_OK;

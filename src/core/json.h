@@ -122,4 +122,26 @@ void rpi_cJSON_free(void *p);
 #define cJSON_AddObjectToObject rpi_cJSON_AddObjectToObject
 #define cJSON_AddArrayToObject rpi_cJSON_AddArrayToObject
 
+/* ---- the strict readers (json.c) ---- */
+
+/* Parses one JSON document strictly: a syntax error, anything but
+** whitespace after the document (a second document, a NUL and more) and a
+** key given twice in any object are refused with the file's name and the
+** line and column, or the key's path. The caller frees *out with
+** cJSON_Delete. */
+rp_status rp_json_parse(const char *text, size_t len, const char *name, cJSON **out,
+                        rp_error *err);
+
+/* Parses a configuration's JSON as Python's json module reads it: a key
+** given twice in an object keeps its last value (the earlier items are
+** removed; *duplicates counts them and `first_duplicate` names the first,
+** as a path), and every number written with a fraction or an exponent
+** ("2.0", "1e3") carries RP_JSON_FRACTION in its type, so that a reader can
+** tell 2.0 from 2 as Python does. Syntax errors and trailing text are
+** refused as by rp_json_parse. The caller frees *out with cJSON_Delete. */
+#define RP_JSON_FRACTION (1 << 14)
+rp_status rp_json_parse_config(const char *text, size_t len, const char *name,
+                               cJSON **out, int *duplicates, char *first_duplicate,
+                               size_t cap, rp_error *err);
+
 #endif /* REPIPE_JSON_H */

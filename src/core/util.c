@@ -4,8 +4,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "util.h"
 
-#include "json.h"
-
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -73,6 +71,40 @@ static rp_status read_stream(int fd, const char *path, char **out, size_t *len, 
     return RP_OK;
 }
 
+/* A regular file of `size` bytes when opened, read as far as it reaches
+** (a file cut while read gives what is there); refused before its buffer
+** when larger than the memory this process has left. */
+static rp_status read_regular(int fd, size_t size, const char *path, char **out, size_t *len,
+                              rp_error *err) {
+    /* Asking the kernel and the cgroup what is left opens and reads two more
+    ** files, a cost in every small command's start; a file under 64 MiB that
+    ** does not fit is told by malloc below. */
+    if (size >= ((size_t)64 << 20) && (double)size > rp_memory_available())
+        return rp_fail(err, RP_ERR_NOMEM, "%s: %.3g GB, more than the %.3g GB of memory "
+                       "available", path, (double)size / 1e9, rp_memory_available() / 1e9);
+    char *buf = malloc(size + 1);
+    if (!buf)
+        return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory for its %zu bytes", path, size);
+    size_t n = 0;
+    while (n < size) {
+        ssize_t got = read(fd, buf + n, size - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            rp_status s = rp_fail(err, RP_ERR_IO, "%s: read error: %s", path, strerror(errno));
+            free(buf);
+            return s;
+        }
+        if (got == 0)
+            break; /* cut while read: what is there */
+        n += (size_t)got;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return RP_OK;
+}
+
 /* A regular file is read as far as it reached when opened, and refused
 ** before its buffer when larger than the memory this process has left. A
 ** pipe (a shell's `<(...)`) or a FIFO is read to its end where `streams`
@@ -108,42 +140,9 @@ static rp_status read_file(const char *path, bool streams, char **out, size_t *l
     int flags = fcntl(fd, F_GETFL);
     if (flags >= 0)
         fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-    size_t size = (size_t)sb.st_size;
-    /* Asking the kernel and the cgroup what is left opens and reads two more
-    ** files, a cost in every small command's start; a file under 64 MiB that
-    ** does not fit is told by malloc below. */
-    if (size >= ((size_t)64 << 20) && (double)size > rp_memory_available()) {
-        rp_status s = rp_fail(err, RP_ERR_NOMEM,
-                              "%s: %.3g GB, more than the %.3g GB of memory available", path,
-                              (double)size / 1e9, rp_memory_available() / 1e9);
-        close(fd);
-        return s;
-    }
-    char *buf = malloc(size + 1);
-    if (!buf) {
-        close(fd);
-        return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory for its %zu bytes", path, size);
-    }
-    size_t n = 0;
-    while (n < size) {
-        ssize_t got = read(fd, buf + n, size - n);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            rp_status s = rp_fail(err, RP_ERR_IO, "%s: read error: %s", path, strerror(errno));
-            free(buf);
-            close(fd);
-            return s;
-        }
-        if (got == 0)
-            break; /* cut while read: what is there */
-        n += (size_t)got;
-    }
+    rp_status s = read_regular(fd, (size_t)sb.st_size, path, out, len, err);
     close(fd);
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return RP_OK;
+    return s;
 }
 
 rp_status rp_read_file(const char *path, char **out, size_t *len, rp_error *err) {
@@ -394,199 +393,6 @@ int rp_list_dir(const char *dir, const char *suffix, char **names, int max) {
     closedir(d);
     qsort(names, (size_t)n, sizeof names[0], cmp_name);
     return n;
-}
-
-/* Keys given twice in one object, found by sorting its keys rather than
-** comparing each with every earlier one: a safetensors header may hold
-** 100 000 tensors and 100 MB, where pairs would take hours. */
-typedef struct key_at {
-    const char *key;
-    int index;
-} key_at;
-
-static int cmp_key_at(const void *a, const void *b) {
-    const key_at *x = a, *y = b;
-    int c = strcmp(x->key, y->key);
-    return c ? c : (x->index > y->index) - (x->index < y->index);
-}
-
-/* mark[i]: whether the object's i-th item shares its key with an earlier
-** item (later = false) or with a later one (later = true). NULL when out of
-** memory, or when the object has no items (*n = 0). */
-static bool *sibling_marks(const cJSON *obj, bool later, int *n) {
-    *n = 0;
-    for (const cJSON *c = obj->child; c; c = c->next)
-        (*n)++;
-    if (*n == 0)
-        return NULL;
-    key_at *keys = malloc(sizeof *keys * (size_t)*n);
-    bool *mark = calloc((size_t)*n, sizeof *mark);
-    if (!keys || !mark) {
-        free(keys), free(mark);
-        *n = -1;
-        return NULL;
-    }
-    int i = 0;
-    for (const cJSON *c = obj->child; c; c = c->next, i++)
-        keys[i] = (key_at){c->string ? c->string : "", i};
-    qsort(keys, (size_t)*n, sizeof *keys, cmp_key_at);
-    for (i = 0; i + 1 < *n; i++)
-        if (strcmp(keys[i].key, keys[i + 1].key) == 0)
-            mark[later ? keys[i].index : keys[i + 1].index] = true;
-    free(keys);
-    return mark;
-}
-
-/* The first key given twice in an object of the tree, its path in `path`:
-** 1, or 0 when none is, or -1 out of memory. */
-static int duplicate_key(const cJSON *v, char *path, size_t cap, size_t at) {
-    if (!cJSON_IsObject(v) && !cJSON_IsArray(v))
-        return 0;
-    int count = 0;
-    bool *again = cJSON_IsObject(v) ? sibling_marks(v, false, &count) : NULL;
-    if (count < 0)
-        return -1;
-    int index = 0, found = 0;
-    for (const cJSON *c = v->child; c && !found; c = c->next, index++) {
-        size_t n = at;
-        if (cJSON_IsObject(v))
-            n += (size_t)snprintf(path + at, cap - at, "%s%s", at ? "." : "", c->string);
-        else
-            n += (size_t)snprintf(path + at, cap - at, "[%d]", index);
-        if (n >= cap)
-            n = cap - 1;
-        if (again && again[index])
-            found = 1;
-        else if ((found = duplicate_key(c, path, cap, n)) == 0)
-            path[at] = '\0';
-    }
-    free(again);
-    return found;
-}
-
-/* A syntax error or trailing text, with the line and column. */
-static rp_status parse_document(const char *text, size_t len, const char *name, cJSON **out,
-                                rp_error *err) {
-    *out = NULL;
-    rp_status s = rpi_json_load(err);
-    if (s)
-        return s;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    size_t at = end && end >= text ? (size_t)(end - text) : 0;
-    if (at > len)
-        at = len;
-    int line = 1, col = 1;
-    if (!root) {
-        rp_text_position(text, at, &line, &col);
-        return rp_fail(err, RP_ERR_PARSE, "%s:%d:%d: not valid JSON", name, line, col);
-    }
-    while (at < len && (text[at] == ' ' || text[at] == '\t' || text[at] == '\n' ||
-                        text[at] == '\r'))
-        at++;
-    if (at < len) {
-        cJSON_Delete(root);
-        rp_text_position(text, at, &line, &col);
-        return rp_fail(err, RP_ERR_PARSE, "%s:%d:%d: %s after the JSON document", name, line,
-                       col, text[at] == '\0' ? "a NUL byte" : "more text");
-    }
-    *out = root;
-    return RP_OK;
-}
-
-rp_status rp_json_parse(const char *text, size_t len, const char *name, cJSON **out,
-                        rp_error *err) {
-    cJSON *root;
-    rp_status s = parse_document(text, len, name, &root, err);
-    if (s)
-        return s;
-    char path[256] = "";
-    int dup = duplicate_key(root, path, sizeof path, 0);
-    if (dup) {
-        cJSON_Delete(root);
-        return dup < 0 ? rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", name)
-                       : rp_fail(err, RP_ERR_PARSE, "%s: key '%s' appears twice", name, path);
-    }
-    *out = root;
-    return RP_OK;
-}
-
-/* Marks, in document order, the numbers of the tree that the text writes
-** with a fraction or an exponent. cJSON keeps only the double, so the text
-** is scanned again: outside strings, every number token is one number item,
-** and cJSON links items in the order it read them. */
-static const char *mark_numbers(cJSON *v, const char *p, const char *end) {
-    for (; v; v = v->next) {
-        if (cJSON_IsNumber(v)) {
-            while (p < end) { /* to the next number token outside a string */
-                if (*p == '"') {
-                    for (p++; p < end && *p != '"'; p++)
-                        if (*p == '\\')
-                            p++;
-                    p++;
-                } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
-                    break;
-                } else {
-                    p++;
-                }
-            }
-            bool fraction = false;
-            for (; p < end && *p && strchr("+-0123456789.eE", *p); p++)
-                fraction |= *p == '.' || *p == 'e' || *p == 'E';
-            if (fraction)
-                v->type |= RP_JSON_FRACTION;
-        }
-        if (v->child)
-            p = mark_numbers(v->child, p, end);
-    }
-    return p;
-}
-
-/* Removes, in the whole tree, every item of an object that a later item of
-** the same key replaces; false when out of memory. */
-static bool drop_replaced(cJSON *v, int *count, char *first, size_t cap, const char *at) {
-    int n = 0;
-    bool *replaced = cJSON_IsObject(v) ? sibling_marks(v, true, &n) : NULL;
-    if (n < 0)
-        return false;
-    bool ok = true;
-    int index = 0;
-    for (cJSON *c = v->child; c && ok; index++) {
-        cJSON *next = c->next;
-        char path[256];
-        if (cJSON_IsObject(v))
-            snprintf(path, sizeof path, "%s%s%s", at, at[0] ? "." : "", c->string);
-        else
-            snprintf(path, sizeof path, "%s", at);
-        if (replaced && replaced[index]) {
-            if ((*count)++ == 0 && cap)
-                snprintf(first, cap, "%s", path);
-            cJSON_Delete(cJSON_DetachItemViaPointer(v, c));
-        } else {
-            ok = drop_replaced(c, count, first, cap, path);
-        }
-        c = next;
-    }
-    free(replaced);
-    return ok;
-}
-
-rp_status rp_json_parse_config(const char *text, size_t len, const char *name, cJSON **out,
-                               int *duplicates, char *first_duplicate, size_t cap,
-                               rp_error *err) {
-    *duplicates = 0;
-    if (cap)
-        first_duplicate[0] = '\0';
-    rp_status s = parse_document(text, len, name, out, err);
-    if (s)
-        return s;
-    mark_numbers(*out, text, text + len);
-    if (!drop_replaced(*out, duplicates, first_duplicate, cap, "")) {
-        cJSON_Delete(*out);
-        *out = NULL;
-        return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", name);
-    }
-    return RP_OK;
 }
 
 uint32_t rp_crc32(uint32_t crc, const void *p, size_t n) {

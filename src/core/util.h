@@ -38,27 +38,6 @@ rp_status rp_write_memstream_atomic(FILE *f, char **text, size_t *len, const cha
 /* Line and column (1-based) of byte offset `at` in text. */
 void rp_text_position(const char *text, size_t at, int *line, int *col);
 
-/* Parses one JSON document strictly: a syntax error, anything but
-** whitespace after the document (a second document, a NUL and more) and a
-** key given twice in any object are refused with the file's name and the
-** line and column, or the key's path. The caller frees *out with
-** cJSON_Delete. */
-struct cJSON;
-rp_status rp_json_parse(const char *text, size_t len, const char *name, struct cJSON **out,
-                        rp_error *err);
-
-/* Parses a configuration's JSON as Python's json module reads it: a key
-** given twice in an object keeps its last value (the earlier items are
-** removed; *duplicates counts them and `first_duplicate` names the first,
-** as a path), and every number written with a fraction or an exponent
-** ("2.0", "1e3") carries RP_JSON_FRACTION in its type, so that a reader can
-** tell 2.0 from 2 as Python does. Syntax errors and trailing text are
-** refused as by rp_json_parse. The caller frees *out with cJSON_Delete. */
-#define RP_JSON_FRACTION (1 << 14)
-rp_status rp_json_parse_config(const char *text, size_t len, const char *name,
-                               struct cJSON **out, int *duplicates, char *first_duplicate,
-                               size_t cap, rp_error *err);
-
 /* The candidate closest to `word` by edit distance, or NULL when none is
 ** close enough to be a plausible typo. */
 const char *rp_closest_word(const char *word, const char *const *candidates, int n);

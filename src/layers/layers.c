@@ -7,7 +7,7 @@
 */
 #include <string.h>
 
-#include "layers.h"
+#include "layers_impl.h"
 
 size_t rpi_layer_aux_bytes(const rp_layer *L, int B) {
     switch (L->type) {

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "layers.h"
+#include "layers_impl.h"
 
 /* Row r's label, checked to be one of V classes (-1 without labels). */
 static rp_status label_of(const layer_args *a, int r, int V, int *y, rp_error *err) {
@@ -66,7 +66,7 @@ static rp_status softmax_ce_split(const layer_args *a, int rows, rp_error *err) 
     const rp_layer *L = a->L;
     int C = L->in.dim[L->in.ndim - 1], V = L->tp_vocab, first = L->tp_vocab_first;
     int t = L->tp_ranks;
-    if (!a->opt || !a->opt->tp_allgather)
+    if (!a->tp_allgather)
         return rp_fail(err, RP_ERR_INVALID,
                        "layer %d (softmax_cross_entropy) is split by vocabulary and needs its "
                        "tensor group", a->index);
@@ -83,7 +83,7 @@ static rp_status softmax_ce_split(const layer_args *a, int rows, rp_error *err) 
         mine[3 * r] = m, mine[3 * r + 1] = (float)sum;
         mine[3 * r + 2] = y >= first && y < first + C ? z[y - first] : 0.0f;
     }
-    a->opt->tp_allgather(a->opt->tp_ctx, mine, 3 * (size_t)rows, all);
+    a->tp_allgather(a->tp_ctx, mine, 3 * (size_t)rows, all);
     for (int r = 0; r < rows; r++) {
         float M = all[3 * r], zy = 0;
         for (int k = 1; k < t; k++)

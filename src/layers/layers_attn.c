@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "../core/blas.h"
-#include "layers.h"
+#include "layers_impl.h"
 
 typedef struct attn_dims {
     int T, W, H, K, G, hs;

@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "../core/blas.h"
-#include "layers.h"
+#include "layers_impl.h"
 
 /* The tensor group a block is split over (1: whole). */
 static inline int ranks_of(const rp_layer *L) { return L->tp_ranks > 1 ? L->tp_ranks : 1; }
@@ -75,8 +75,8 @@ size_t rpi_block_scratch(const rp_layer *L, int B) {
 
 /* A split block's partial sums (R x C), summed over its tensor group. */
 static void group_sum(const layer_args *a, const block_layout *o, float *x) {
-    if (o->t > 1 && a->opt && a->opt->tp_allreduce)
-        a->opt->tp_allreduce(a->opt->tp_ctx, x, (size_t)o->R * o->C);
+    if (o->t > 1 && a->tp_allreduce)
+        a->tp_allreduce(a->tp_ctx, x, (size_t)o->R * o->C);
 }
 
 /* y = x + drop_k(b): branch k's dropout of sample r's elements, as the

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "../core/blas.h"
-#include "layers.h"
+#include "layers_impl.h"
 
 /* Samples per tile: the tile's columns (channels*k*k x positions) should
 ** stay in a core's L2 cache while the product reads them. */

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "../core/blas.h"
-#include "layers.h"
+#include "layers_impl.h"
 
 static inline int last_dim(const rp_shape *s) { return s->dim[s->ndim - 1]; }
 

@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "layers.h"
+#include "layers_impl.h"
 
 /* Sums over a channel's n values in double, in eight running sums (a fixed
 ** order, so every run gives the same bits, and the loop vectorises):

@@ -6,8 +6,8 @@
 */
 #include <math.h>
 
-#include "layers.h" /* RP_HOT */
-#include "repipe/model.h"
+#include "layers_impl.h" /* RP_HOT */
+#include "repipe/layers.h"
 
 int rp_optimizer_state_per_param(const rp_optimizer_config *o) {
     if (o->type == RP_OPT_SGD)

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "../core/util.h"
-#include "repipe/model.h"
+#include "repipe/net.h"
 
 /* sorts probabilities into descending order */
 static int by_prob(const void *a, const void *b) {

@@ -62,7 +62,9 @@ layer_args rpi_net_args(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx,
         .accumulate = n->dirty[l - n->first],
         .scratch_limit = n->opt.scratch_limit,
         .wstash = a->ws ? a->ws[l - n->first] : NULL,
-        .opt = &n->opt,
+        .tp_allreduce = n->opt.tp_allreduce,
+        .tp_allgather = n->opt.tp_allgather,
+        .tp_ctx = n->opt.tp_ctx,
     };
     return x;
 }

@@ -8,7 +8,8 @@
 #ifndef REPIPE_NET_IMPL_H
 #define REPIPE_NET_IMPL_H
 
-#include "../layers/layers.h"
+#include "repipe/net.h"
+#include "../layers/layers_impl.h"
 
 struct rp_net {
     const rp_model *m;

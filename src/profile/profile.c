@@ -210,6 +210,34 @@ static rp_status parse_node(char *line_text, rp_profile_node *n, const char *nam
     return RP_OK;
 }
 
+/* The error naming an edge on a cycle, once a topological sort left nodes
+** with inputs (indeg > 0): those are on a cycle or downstream of one, so
+** the ones without outputs among them are peeled off until only cycles
+** remain. start, adj: each node's out-edges. */
+static rp_status cycle_error(const rp_profile *p, int *indeg, const int *start, const int *adj,
+                             const char *name, rp_error *err) {
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int u = 0; u < p->num_nodes; u++) {
+            if (indeg[u] <= 0)
+                continue;
+            bool out_left = false;
+            for (int k = start[u]; k < start[u + 1] && !out_left; k++)
+                out_left = indeg[adj[k]] > 0;
+            if (!out_left) {
+                indeg[u] = 0;
+                changed = true;
+            }
+        }
+    }
+    for (int e = 0; e < p->num_edges; e++)
+        if (indeg[p->edges[e].to] > 0 && indeg[p->edges[e].from] > 0)
+            return rp_fail(err, RP_ERR_INVALID, "%s:%d: the edge %s -- %s lies on a cycle", name,
+                           p->edges[e].line, p->nodes[p->edges[e].from].id,
+                           p->nodes[p->edges[e].to].id);
+    return rp_fail(err, RP_ERR_INVALID, "%s: the graph has a cycle", name);
+}
+
 /* Kahn's algorithm: fails with the line of an edge on a cycle. */
 static rp_status check_acyclic(const rp_profile *p, const char *name, rp_error *err) {
     int n = p->num_nodes;
@@ -246,36 +274,92 @@ static rp_status check_acyclic(const rp_profile *p, const char *name, rp_error *
     else if (sources == 0)
         s = rp_fail(err, RP_ERR_INVALID, "%s: the graph has no source (every node has an input)",
                     name);
-    else if (tail < n) {
-        /* Nodes left with inputs are on a cycle or downstream of one; peel
-        ** off those without outputs among them until only cycles remain. */
-        bool changed = true;
-        while (changed) {
-            changed = false;
-            for (int u = 0; u < n; u++) {
-                if (indeg[u] <= 0)
-                    continue;
-                bool out_left = false;
-                for (int k = start[u]; k < start[u + 1] && !out_left; k++)
-                    out_left = indeg[adj[k]] > 0;
-                if (!out_left) {
-                    indeg[u] = 0;
-                    changed = true;
-                }
-            }
-        }
-        for (int e = 0; e < p->num_edges; e++)
-            if (indeg[p->edges[e].to] > 0 && indeg[p->edges[e].from] > 0) {
-                s = rp_fail(err, RP_ERR_INVALID, "%s:%d: the edge %s -- %s lies on a cycle",
-                            name, p->edges[e].line, p->nodes[p->edges[e].from].id,
-                            p->nodes[p->edges[e].to].id);
-                break;
-            }
-        if (!s)
-            s = rp_fail(err, RP_ERR_INVALID, "%s: the graph has a cycle", name);
-    }
+    else if (tail < n)
+        s = cycle_error(p, indeg, start, adj, name, err);
     free(indeg), free(queue), free(start), free(adj), free(fill);
     return s;
+}
+
+/* An edge line, "FROM -- TO": its ends' text kept in ends[0..1] until
+** every node is read. */
+static rp_status edge_line(char *t, char **ends, const char *name, int line, rp_error *err) {
+    char *sep = strstr(t, " -- ");
+    if (!sep)
+        return rp_fail(err, RP_ERR_PARSE, "%s:%d: an edge line must read 'FROM -- TO'", name,
+                       line);
+    *sep = '\0';
+    char *a = trim(t), *b = trim(sep + 4);
+    if (!*a || !*b || strstr(b, " -- "))
+        return rp_fail(err, RP_ERR_PARSE, "%s:%d: an edge line must read 'FROM -- TO'", name,
+                       line);
+    ends[0] = a, ends[1] = b;
+    return RP_OK;
+}
+
+/* A node line, the next node of p, its id new. */
+static rp_status node_line(rp_profile *p, id_map *map, char *t, const char *name, int line,
+                           rp_error *err) {
+    rp_profile_node *n = &p->nodes[p->num_nodes];
+    rp_status s = parse_node(t, n, name, line, err);
+    if (s) {
+        free(n->id), free(n->desc);
+        n->id = n->desc = NULL;
+        return s;
+    }
+    int prev = map_find(map, p, n->id);
+    p->num_nodes++; /* (a node with the id of another is freed with the profile) */
+    if (prev >= 0)
+        return rp_fail(err, RP_ERR_INVALID, "%s:%d: node id '%s' already defined on line %d",
+                       name, line, n->id, p->nodes[prev].line);
+    map_put(map, p, p->num_nodes - 1);
+    return RP_OK;
+}
+
+/* The edges' ends named by their nodes' ids, resolved. */
+static rp_status resolve_edges(rp_profile *p, const id_map *map, char **edge_ends,
+                               const char *name, rp_error *err) {
+    for (int e = 0; e < p->num_edges; e++) {
+        int idx[2];
+        for (int end = 0; end < 2; end++) {
+            const char *id = edge_ends[2 * e + end];
+            if ((idx[end] = map_find(map, p, id)) < 0)
+                return rp_fail(err, RP_ERR_INVALID, "%s:%d: the edge names an unknown node '%s'",
+                               name, p->edges[e].line, id);
+        }
+        p->edges[e].from = idx[0], p->edges[e].to = idx[1];
+        if (idx[0] == idx[1])
+            return rp_fail(err, RP_ERR_INVALID, "%s:%d: the edge %s -- %s lies on a cycle", name,
+                           p->edges[e].line, edge_ends[2 * e], edge_ends[2 * e]);
+    }
+    return RP_OK;
+}
+
+/* The lines of buf (written over), a node or an edge each; blank lines
+** are allowed. */
+static rp_status read_lines(rp_profile *p, id_map *map, char **edge_ends, char *buf,
+                            const char *name, rp_error *err) {
+    char *line_text = buf;
+    for (int line = 1; line_text; line++) {
+        char *nl = strchr(line_text, '\n');
+        if (nl)
+            *nl = '\0';
+        bool is_edge = line_text[0] == '\t';
+        char *t = trim(line_text);
+        rp_status s = RP_OK;
+        if (*t && is_edge) {
+            s = edge_line(t, edge_ends + 2 * p->num_edges, name, line, err);
+            if (!s)
+                p->edges[p->num_edges++].line = line;
+        } else if (*t) {
+            s = node_line(p, map, t, name, line, err);
+        }
+        if (s)
+            return s;
+        line_text = nl ? nl + 1 : NULL;
+    }
+    if (p->num_nodes == 0)
+        return rp_fail(err, RP_ERR_INVALID, "%s: no nodes: the profile is empty", name);
+    return RP_OK;
 }
 
 rp_status rp_profile_parse(rp_profile **out, const char *text, size_t len, const char *name,
@@ -297,85 +381,16 @@ rp_status rp_profile_parse(rp_profile **out, const char *text, size_t len, const
     char **edge_ends = calloc(2 * (size_t)lines, sizeof(char *));
     id_map map = {2 * lines + 1, calloc(2 * (size_t)lines + 1, sizeof(int))};
     rp_status s = RP_OK;
-    if (!p->nodes || !p->edges || !edge_ends || !map.slot) {
+    if (!p->nodes || !p->edges || !edge_ends || !map.slot)
         s = rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", name);
-        goto done;
-    }
-    if (memchr(text, '\0', len)) {
+    else if (memchr(text, '\0', len))
         s = rp_fail(err, RP_ERR_PARSE, "%s: the file contains a NUL byte; not a graph.txt", name);
-        goto done;
-    }
-    char *line_text = buf;
-    for (int line = 1; line_text; line++) {
-        char *nl = strchr(line_text, '\n');
-        if (nl)
-            *nl = '\0';
-        bool is_edge = line_text[0] == '\t';
-        char *t = trim(line_text);
-        if (*t == '\0') {
-            /* blank lines are allowed */
-        } else if (is_edge) {
-            char *sep = strstr(t, " -- ");
-            if (!sep) {
-                s = rp_fail(err, RP_ERR_PARSE, "%s:%d: an edge line must read 'FROM -- TO'",
-                            name, line);
-                goto done;
-            }
-            *sep = '\0';
-            char *a = trim(t), *b = trim(sep + 4);
-            if (!*a || !*b || strstr(b, " -- ")) {
-                s = rp_fail(err, RP_ERR_PARSE, "%s:%d: an edge line must read 'FROM -- TO'",
-                            name, line);
-                goto done;
-            }
-            edge_ends[2 * p->num_edges] = a;
-            edge_ends[2 * p->num_edges + 1] = b;
-            p->edges[p->num_edges++].line = line;
-        } else {
-            rp_profile_node *n = &p->nodes[p->num_nodes];
-            s = parse_node(t, n, name, line, err);
-            if (s) {
-                free(n->id), free(n->desc);
-                n->id = n->desc = NULL;
-                goto done;
-            }
-            int prev = map_find(&map, p, n->id);
-            if (prev >= 0) {
-                s = rp_fail(err, RP_ERR_INVALID, "%s:%d: node id '%s' already defined on line %d",
-                            name, line, n->id, p->nodes[prev].line);
-                p->num_nodes++; /* so that it is freed */
-                goto done;
-            }
-            map_put(&map, p, p->num_nodes++);
-        }
-        line_text = nl ? nl + 1 : NULL;
-    }
-    if (p->num_nodes == 0) {
-        s = rp_fail(err, RP_ERR_INVALID, "%s: no nodes: the profile is empty", name);
-        goto done;
-    }
-    for (int e = 0; e < p->num_edges; e++) {
-        for (int end = 0; end < 2; end++) {
-            const char *id = edge_ends[2 * e + end];
-            int idx = map_find(&map, p, id);
-            if (idx < 0) {
-                s = rp_fail(err, RP_ERR_INVALID, "%s:%d: the edge names an unknown node '%s'",
-                            name, p->edges[e].line, id);
-                goto done;
-            }
-            if (end == 0)
-                p->edges[e].from = idx;
-            else
-                p->edges[e].to = idx;
-        }
-        if (p->edges[e].from == p->edges[e].to) {
-            s = rp_fail(err, RP_ERR_INVALID, "%s:%d: the edge %s -- %s lies on a cycle", name,
-                        p->edges[e].line, edge_ends[2 * e], edge_ends[2 * e]);
-            goto done;
-        }
-    }
-    s = check_acyclic(p, name, err);
-done:
+    if (!s)
+        s = read_lines(p, &map, edge_ends, buf, name, err);
+    if (!s)
+        s = resolve_edges(p, &map, edge_ends, name, err);
+    if (!s)
+        s = check_acyclic(p, name, err);
     free(edge_ends);
     free(map.slot);
     free(buf);

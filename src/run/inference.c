@@ -143,26 +143,12 @@ static rp_status infer(rp_session *s, const float *x, const int32_t *labels, int
     return st;
 }
 
-static rp_status infer_call(rp_session *s, const float *x, const int32_t *labels, int n,
-                            int32_t *pred, double *loss_sum, rp_error *err) {
-    const rp_model *m = s->m;
-    int counts[RP_MAX_STAGES], P = rp_config_num_stages(&s->cfg, true);
-    rp_status st = rp_config_stage_layers(&s->cfg, true, m->num_layers, counts, err);
-    if (st)
-        return st;
-    float *params = NULL;
-    if ((st = rpi_all_params(s, &params, err))) /* replica 0's come first */
-        return st;
-    int batches = (n + s->B - 1) / s->B;
-    int R = s->cfg.inference_replication_factor;
-    if (s->backend == RP_BACKEND_MPI && R > rp_comm_size(s->comm))
-        R = rp_comm_size(s->comm);
-    R = R < batches ? R : (batches > 0 ? batches : 1);
-    if (s->backend == RP_BACKEND_MPI) {
-        st = infer_mpi(s, x, labels, n, pred, loss_sum, counts, P, params, R, err);
-        free(params);
-        return st;
-    }
+/* Inference on threads: R replicas, the calling thread running replica 0,
+** each its share of the rows. */
+static rp_status infer_local(rp_session *s, const float *x, const int32_t *labels, int n,
+                             int32_t *pred, double *loss_sum, const int *counts, int P,
+                             float *params, int R, rp_error *err) {
+    rp_status st = RP_OK;
     infer_replica *ir = calloc((size_t)R, sizeof *ir);
     if (!ir) {
         free(params);
@@ -203,6 +189,30 @@ static rp_status infer_call(rp_session *s, const float *x, const int32_t *labels
     if (loss_sum)
         *loss_sum = sum;
     free(ir);
+    return st;
+}
+
+static rp_status infer_call(rp_session *s, const float *x, const int32_t *labels, int n,
+                            int32_t *pred, double *loss_sum, rp_error *err) {
+    const rp_model *m = s->m;
+    int counts[RP_MAX_STAGES], P = rp_config_num_stages(&s->cfg, true);
+    rp_status st = rp_config_stage_layers(&s->cfg, true, m->num_layers, counts, err);
+    if (st)
+        return st;
+    float *params = NULL;
+    if ((st = rpi_all_params(s, &params, err))) /* replica 0's come first */
+        return st;
+    int batches = (n + s->B - 1) / s->B;
+    int R = s->cfg.inference_replication_factor;
+    if (s->backend == RP_BACKEND_MPI && R > rp_comm_size(s->comm))
+        R = rp_comm_size(s->comm);
+    R = R < batches ? R : (batches > 0 ? batches : 1);
+    if (s->backend == RP_BACKEND_MPI) {
+        st = infer_mpi(s, x, labels, n, pred, loss_sum, counts, P, params, R, err);
+        free(params);
+        return st;
+    }
+    st = infer_local(s, x, labels, n, pred, loss_sum, counts, P, params, R, err);
     return st;
 }
 

@@ -21,8 +21,9 @@
 ** worker (its rank) and the others are ranks.
 **
 ** This file makes sessions, and session_run.c runs their host calls; what
-** a configuration may ask of a model is checked first (src/sched/config_check.c), and each
-** worker's nets, buffers and first weights are made in setup.c. Each
+** a configuration may ask of a model is checked first (session_check.c), each
+** worker's nets, buffers and first weights are made in setup.c and its
+** communicators in session_comms.c. Each
 ** worker's operation loop is in worker.c, the gradient exchange and the
 ** optimizer step in exchange.c, weights and the whole training state in
 ** state.c, inference in inference.c, the memory plan and traces in
@@ -44,7 +45,7 @@
 
 #include "../core/blas.h"
 #include "../core/util.h"
-#include "../sched/cache.h"
+#include "cache.h"
 #include "session_impl.h"
 #include "../sched/servers.h"
 #include "../sched/sharding.h"
@@ -106,6 +107,279 @@ void rp_session_free(rp_session *s) {
     free(s);
 }
 
+/* The session's fields and buffers from the configuration (checked): its
+** shape, its tensor-parallel models, the call's loss and label buffers and
+** optimizer_state_offchip's run directory. */
+static rp_status init_session(rp_session *s, const rp_model *m, const rp_config *cfg,
+                              rp_comm *comm, int v, rp_error *err) {
+    int counts[RP_MAX_STAGES];
+    rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
+    rp_derived der;
+    rp_config_derive(cfg, &der);
+    int R = cfg->replication_factor, W = der.workers;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->m = m;
+    s->cfg = *cfg;
+    s->R = R;
+    s->P = der.stages;
+    s->W = W;
+    s->B = cfg->micro_batch_size;
+    s->GA = cfg->gradient_accumulation_steps;
+    s->D = cfg->device_iterations;
+    s->T = rp_config_tensor_parallel(cfg);
+    for (int t = 0; t < s->P; t++)
+        s->first[t + 1] = s->first[t] + counts[t];
+    s->backend = comm ? RP_BACKEND_MPI : RP_BACKEND_LOCAL;
+    s->comm = comm;
+    s->nlocal = comm ? v : W;
+    s->spin = s->nlocal <= sysconf(_SC_NPROCESSORS_ONLN);
+    s->var_group = calloc(m->num_vars ? m->num_vars : 1, sizeof(rp_grouping));
+    s->w = calloc(s->nlocal, sizeof(worker));
+    s->all = malloc(sizeof(float) * (size_t)s->D * R * s->GA);
+    s->gather = malloc(sizeof(float) * (size_t)s->D * W * s->GA);
+    s->reduced = malloc(sizeof(float) * R);
+    s->labels = malloc(sizeof(int32_t) * (size_t)s->D * R * s->GA * s->B * m->num_targets);
+    if (s->T > 1) {
+        s->tpm = calloc(s->T, sizeof(rp_model *));
+        s->tpmap = calloc(s->T, sizeof(size_t *));
+    }
+    if (!s->var_group || !s->w || !s->all || !s->gather || !s->reduced || !s->labels ||
+        (s->T > 1 && (!s->tpm || !s->tpmap)))
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a session of %d workers", W);
+    for (int k = 0; k < s->T && s->T > 1; k++) {
+        rp_status st = rp_model_tensor_split(m, s->T, k, rp_config_tp_flags(cfg), &s->tpm[k],
+                                             &s->tpmap[k], err);
+        if (st)
+            return st;
+    }
+    for (int i = 0; i < s->nlocal; i++)
+        s->w[i].state_fd = -1; /* no state file yet (0 would be stdin) */
+    if (cfg->optimizer_state_offchip) { /* under $TMPDIR, else /tmp */
+        const char *tmp = getenv("TMPDIR");
+        snprintf(s->run_dir, sizeof s->run_dir, "%s/repipe-run-XXXXXX",
+                 tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(s->run_dir)) {
+            rp_status st = rp_fail(err, RP_ERR_IO, "optimizer_state_offchip: cannot create a "
+                                   "run directory %s", s->run_dir);
+            s->run_dir[0] = 0;
+            return st;
+        }
+    }
+    s->state_per_param = (size_t)rp_optimizer_state_per_param(&cfg->optimizer);
+    return RP_OK;
+}
+
+/* Each variable's grouping (the configuration's, or its layer's own), the
+** distinct ones, and the loss's scale; which stage holds each tie's copy
+** (the workers come with the schedule). */
+static rp_status groupings_and_ties(rp_session *s, rp_error *err) {
+    const rp_model *m = s->m;
+    const rp_config *cfg = &s->cfg;
+    int gcfg = cfg->replica_grouping.group_size;
+    s->loss_scale = 1.0 / ((double)s->B * s->GA * gcfg);
+    if (cfg->schedule == RP_SCHEDULE_PIPEDREAM) /* a micro-batch's mean; the stages average */
+        s->loss_scale = 1.0 / s->B;
+    s->groupings[s->ngroupings++] = cfg->replica_grouping;
+    for (int v = 0; v < m->num_vars; v++) {
+        const rp_layer *L = &m->layers[m->vars[v].layer];
+        s->var_group[v] = cfg->replica_grouping;
+        rp_error gerr;
+        if (L->group_size && rp_grouping_init(&s->var_group[v], s->R, L->group_size, 1, &gerr))
+            return rp_fail(err, RP_ERR_INVALID, "model line %d (%s): %s", L->line,
+                           rp_layer_name(L->type), gerr.msg);
+        int q = 0;
+        while (q < s->ngroupings && !rp_grouping_equal(&s->groupings[q], &s->var_group[v]))
+            q++;
+        if (q == s->ngroupings && q == MAX_GROUPINGS)
+            return rp_fail(err, RP_ERR_INVALID, "more than %d different groupings in one model",
+                           MAX_GROUPINGS);
+        if (q == s->ngroupings)
+            s->groupings[s->ngroupings++] = s->var_group[v];
+    }
+    for (int l = 0; l < m->num_layers; l++) {
+        if (!m->layers[l].tie)
+            continue;
+        tie *t = &s->ties[s->nties++];
+        t->emb_var = m->layers[m->layers[l].tie - 1].first_var;
+        t->head_var = m->layers[l].first_var;
+        for (int q = 0; q < s->P; q++) {
+            if (m->layers[l].tie - 1 >= s->first[q] && m->layers[l].tie - 1 < s->first[q + 1])
+                t->emb_stage = q;
+            if (l >= s->first[q] && l < s->first[q + 1])
+                t->head_stage = q;
+        }
+    }
+    return RP_OK;
+}
+
+/* The executable cache as a session uses it: its file and key, and whether
+** the schedule and memory plan came from it. */
+typedef struct cache_use {
+    char path[RP_PATH_MAX + 32];
+    uint64_t key;
+    bool cached;
+} cache_use;
+
+/* The cached schedule, where there is one, read. A cache entry is trusted
+** no further than it can be checked: its schedule must be the one this
+** configuration builds (a forged or duplicated operation is not), and it
+** passes the hang checker and memory planning like a fresh one. What the
+** cache still saves is the file it keeps beside the run's. */
+static rp_status read_cache(rp_session *s, cache_use *c, rp_error *err) {
+    const rp_config *cfg = &s->cfg;
+    char why[160];
+    rpi_cache_key(s->m, cfg, c->path, sizeof c->path, &c->key);
+    switch (rpi_cache_load(c->path, c->key, s->W, s->P, s->GA, &s->plan, s->mem, why,
+                           sizeof why)) {
+    case CACHE_HIT:
+        c->cached = true;
+        snprintf(s->cache_note, sizeof s->cache_note,
+                 "executable cache: reused the schedule and memory plan in %s", c->path);
+        break;
+    case CACHE_MISS:
+        snprintf(s->cache_note, sizeof s->cache_note, "executable cache: stored %s", c->path);
+        break;
+    case CACHE_REBUILD:
+        snprintf(s->cache_note, sizeof s->cache_note,
+                 "executable cache: %s was %s; rebuilt it", c->path, why);
+        break;
+    }
+    if (!c->cached)
+        return RP_OK;
+    rp_workplan *fresh;
+    rp_status st = rp_workplan_build(cfg, &fresh, err);
+    if (st)
+        return st;
+    bool same = fresh->workers == s->plan->workers && fresh->stages == s->plan->stages;
+    for (int k = 0; same && k < fresh->workers; k++) {
+        const rp_worker_ops *a = &fresh->w[k], *b = &s->plan->w[k];
+        same = a->num_ops == b->num_ops && a->slots == b->slots && a->stage == b->stage &&
+               a->replica == b->replica && a->stage_replica == b->stage_replica &&
+               memcmp(a->ops, b->ops, sizeof(rp_op) * a->num_ops) == 0;
+    }
+    rp_workplan_free(s->plan);
+    s->plan = fresh;
+    if (!same) {
+        c->cached = false;
+        snprintf(s->cache_note, sizeof s->cache_note,
+                 "executable cache: %s held another schedule than this configuration's; "
+                 "rebuilt it", c->path);
+    }
+    return RP_OK;
+}
+
+/* The schedule, built (or the cache's) and checked free of waits before
+** anything runs; the ties' workers from it. */
+static rp_status schedule(rp_session *s, cache_use *c, rp_error *err) {
+    const rp_config *cfg = &s->cfg;
+    int W = s->W;
+    rp_status st;
+    if (cfg->executable_cache_dir[0] && (st = read_cache(s, c, err)))
+        return st;
+    if (!s->plan && (st = rp_workplan_build(cfg, &s->plan, err)))
+        return st;
+    for (int i = 0; i < s->nties; i++) { /* the first worker of each stage speaks for it */
+        tie *t = &s->ties[i];
+        t->emb_rep = t->head_rep = -1;
+        for (int k = W - 1; k >= 0; k--) {
+            if (s->plan->w[k].stage == t->emb_stage)
+                t->emb_rep = k;
+            if (s->plan->w[k].stage == t->head_stage)
+                t->head_rep = k;
+        }
+    }
+    int *gid = malloc(sizeof(int) * W), G = rp_grouping_num_groups(&cfg->replica_grouping);
+    if (!gid)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the schedule check of %d workers",
+                       W);
+    for (int k = 0; k < W; k++)
+        gid[k] = (s->plan->w[k].stage * G +
+                  rp_grouping_group_of(&cfg->replica_grouping, s->plan->w[k].replica)) *
+                     s->T + s->plan->w[k].tensor_rank;
+    st = rp_workplan_check(s->plan, gid, err);
+    free(gid);
+    return st;
+}
+
+/* Under MPI with v workers a rank: which rank holds each worker, and its
+** place there. A rank's workers go in the order of their stages, so that
+** the i-th of every rank make their communicators together (a collective
+** split each): a stage's workers are the same one of their ranks'
+** (dualpipe's stage h is the first on devices h and P - 1 - h). */
+static rp_status place_workers(rp_session *s, int v, rp_error *err) {
+    int W = s->W;
+    if (!s->comm || v <= 1)
+        return RP_OK;
+    s->rank_of = malloc(sizeof(int) * W);
+    s->lidx = calloc(W, sizeof(int));
+    if (!s->rank_of || !s->lidx)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a session of %d workers", W);
+    for (int k = 0; k < W; k++)
+        s->rank_of[k] = s->plan->device_of[k];
+    for (int k = 0; k < W; k++)
+        for (int x = 0; x < W; x++)
+            s->lidx[k] += s->rank_of[x] == s->rank_of[k] &&
+                          s->plan->w[x].stage < s->plan->w[k].stage;
+    return RP_OK;
+}
+
+/* Each stage's memory plan (a cached one must be the same), held to
+** device_memory; a fresh schedule and plan stored in the cache. */
+static rp_status memory(rp_session *s, cache_use *c, rp_error *err) {
+    const rp_config *cfg = &s->cfg;
+    for (int t = 0; t < s->P; t++) {
+        rp_memory mem;
+        rp_status st = rpi_plan_memory(s, t, &mem, err);
+        if (st)
+            return st;
+        if (c->cached && memcmp(&mem, &s->mem[t], sizeof mem) != 0) {
+            c->cached = false;
+            snprintf(s->cache_note, sizeof s->cache_note,
+                     "executable cache: %s held another memory plan than this configuration's; "
+                     "rebuilt it", c->path);
+        }
+        s->mem[t] = mem;
+        size_t total = mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch;
+        if (cfg->device_memory > 0 && total > (size_t)cfg->device_memory)
+            return rp_fail(err, RP_ERR_INFEASIBLE,
+                           "device_memory: a worker of stage %d needs %zu bytes but "
+                           "device_memory is %lld: parameters %zu, gradients %zu, optimizer "
+                           "state %zu, activations %zu, scratch %zu",
+                           t, total, (long long)cfg->device_memory, mem.params, mem.grads,
+                           mem.optimizer, mem.activations, mem.scratch);
+    }
+    if (cfg->executable_cache_dir[0] && !c->cached && (!s->comm || rp_comm_rank(s->comm) == 0)) {
+        mkdir(cfg->executable_cache_dir, 0777); /* one level; an existing one is fine */
+        rp_error why; /* the cache only saves time: without it the run goes on */
+        if (rpi_cache_store(c->path, c->key, s->plan, s->mem, &why))
+            snprintf(s->cache_note, sizeof s->cache_note,
+                     "executable cache: not stored (%s); the run goes on without it", why.msg);
+    }
+    return RP_OK;
+}
+
+/* Worker 0 runs on the calling thread, the others on threads of their
+** own; a device's workers on its first one's. */
+static rp_status start_threads(rp_session *s, rp_error *err) {
+    const rp_workplan *pl = s->plan;
+    if (pl->devices)
+        s->spin = pl->devices <= sysconf(_SC_NPROCESSORS_ONLN);
+    for (int i = 1; i < s->nlocal && !s->comm; i++) {
+        if (pl->devices && pl->dev[pl->device_of[i]].worker[0] != i)
+            continue;
+        if (pthread_create(&s->w[i].thread, NULL, rpi_worker_thread, &s->w[i]) != 0)
+            return rp_fail(err, RP_ERR_NOMEM, "cannot start worker thread %d", i);
+        s->w[i].threaded = true; /* those started are stopped by free */
+        s->started++;
+    }
+    return RP_OK;
+}
+
+/* A session, in the steps above: the configuration fitted and checked, the
+** session's shape, its groupings and ties, the schedule, the workers placed
+** and set up with their communicators (session_comms.c), the memory plan,
+** the threads. */
 static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, rp_session **out,
                         rp_error *err) {
     *out = NULL;
@@ -123,11 +397,9 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     rp_status st = rp_session_check(m, cfg, err);
     if (st)
         return st;
-    int counts[RP_MAX_STAGES];
-    rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
     rp_derived der;
     rp_config_derive(cfg, &der);
-    int P = der.stages, W = der.workers, R = cfg->replication_factor;
+    int W = der.workers, R = cfg->replication_factor;
     int v = W / rp_config_devices(cfg, &der); /* workers a rank holds */
     if (comm && rp_comm_size(comm) != W / v)
         return rp_fail(err, RP_ERR_INVALID,
@@ -138,357 +410,28 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     rp_session *s = calloc(1, sizeof *s);
     if (!s)
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a session of %d workers", W);
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
-    s->m = m;
-    s->cfg = *cfg;
-    s->R = R;
-    s->P = P;
-    s->W = W;
-    s->B = cfg->micro_batch_size;
-    s->GA = cfg->gradient_accumulation_steps;
-    s->D = cfg->device_iterations;
-    s->T = rp_config_tensor_parallel(cfg);
-    if (s->T > 1) {
-        s->tpm = calloc(s->T, sizeof(rp_model *));
-        s->tpmap = calloc(s->T, sizeof(size_t *));
-        if (!s->tpm || !s->tpmap) {
-            st = rp_fail(err, RP_ERR_NOMEM, "out of memory for a session of %d workers", W);
-            goto fail;
-        }
-        for (int k = 0; k < s->T; k++)
-            if ((st = rp_model_tensor_split(m, s->T, k, rp_config_tp_flags(cfg), &s->tpm[k],
-                                            &s->tpmap[k], err)))
-                goto fail;
+    cache_use cache = {.cached = false};
+    st = init_session(s, m, cfg, comm, v, err);
+    if (!st)
+        st = groupings_and_ties(s, err);
+    if (!st)
+        st = schedule(s, &cache, err);
+    if (!st)
+        st = rpi_blas_single(err); /* one BLAS thread per worker */
+    if (!st && !comm)
+        st = rp_world_create(W, &s->world, err);
+    if (!st)
+        st = place_workers(s, v, err);
+    if (!st)
+        st = rpi_session_comms(s, err);
+    if (!st)
+        st = memory(s, &cache, err);
+    if (!st)
+        st = start_threads(s, err);
+    if (!st) {
+        *out = s;
+        return RP_OK;
     }
-    for (int t = 0; t < P; t++)
-        s->first[t + 1] = s->first[t] + counts[t];
-    s->backend = comm ? RP_BACKEND_MPI : RP_BACKEND_LOCAL;
-    s->comm = comm;
-    s->nlocal = comm ? v : W;
-    s->spin = s->nlocal <= sysconf(_SC_NPROCESSORS_ONLN);
-    s->var_group = calloc(m->num_vars ? m->num_vars : 1, sizeof(rp_grouping));
-    s->w = calloc(s->nlocal, sizeof(worker));
-    s->all = malloc(sizeof(float) * (size_t)s->D * R * s->GA);
-    s->gather = malloc(sizeof(float) * (size_t)s->D * W * s->GA);
-    s->reduced = malloc(sizeof(float) * R);
-    s->labels = malloc(sizeof(int32_t) * (size_t)s->D * R * s->GA * s->B * m->num_targets);
-    if (!s->var_group || !s->w || !s->all || !s->gather || !s->reduced || !s->labels) {
-        st = rp_fail(err, RP_ERR_NOMEM, "out of memory for a session of %d workers", W);
-        goto fail;
-    }
-    for (int i = 0; i < s->nlocal; i++)
-        s->w[i].state_fd = -1; /* no state file yet (0 would be stdin) */
-    if (cfg->optimizer_state_offchip) { /* under $TMPDIR, else /tmp */
-        const char *tmp = getenv("TMPDIR");
-        snprintf(s->run_dir, sizeof s->run_dir, "%s/repipe-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(s->run_dir)) {
-            st = rp_fail(err, RP_ERR_IO, "optimizer_state_offchip: cannot create a run directory %s",
-                         s->run_dir);
-            s->run_dir[0] = 0;
-            goto fail;
-        }
-    }
-    /* each variable's grouping: the configuration's, or its layer's own */
-    int gcfg = cfg->replica_grouping.group_size;
-    s->loss_scale = 1.0 / ((double)s->B * s->GA * gcfg);
-    if (cfg->schedule == RP_SCHEDULE_PIPEDREAM) /* a micro-batch's mean; the stages average */
-        s->loss_scale = 1.0 / s->B;
-    s->groupings[s->ngroupings++] = cfg->replica_grouping;
-    for (int v = 0; v < m->num_vars; v++) {
-        const rp_layer *L = &m->layers[m->vars[v].layer];
-        s->var_group[v] = cfg->replica_grouping;
-        if (L->group_size) {
-            rp_error gerr;
-            if (rp_grouping_init(&s->var_group[v], R, L->group_size, 1, &gerr)) {
-                st = rp_fail(err, RP_ERR_INVALID, "model line %d (%s): %s", L->line,
-                             rp_layer_name(L->type), gerr.msg);
-                goto fail;
-            }
-        }
-        int q = 0;
-        while (q < s->ngroupings && !rp_grouping_equal(&s->groupings[q], &s->var_group[v]))
-            q++;
-        if (q == s->ngroupings) {
-            if (q == MAX_GROUPINGS) {
-                st = rp_fail(err, RP_ERR_INVALID, "more than %d different groupings in one model",
-                             MAX_GROUPINGS);
-                goto fail;
-            }
-            s->groupings[s->ngroupings++] = s->var_group[v];
-        }
-    }
-    /* ties: which stage holds each copy (the workers come with the schedule) */
-    for (int l = 0; l < m->num_layers; l++) {
-        if (!m->layers[l].tie)
-            continue;
-        tie *t = &s->ties[s->nties++];
-        t->emb_var = m->layers[m->layers[l].tie - 1].first_var;
-        t->head_var = m->layers[l].first_var;
-        for (int q = 0; q < P; q++) {
-            if (m->layers[l].tie - 1 >= s->first[q] && m->layers[l].tie - 1 < s->first[q + 1])
-                t->emb_stage = q;
-            if (l >= s->first[q] && l < s->first[q + 1])
-                t->head_stage = q;
-        }
-    }
-    /* the schedule, checked before anything runs, or a cached one */
-    char cpath[RP_PATH_MAX + 32];
-    uint64_t ckey = 0;
-    bool cached = false;
-    if (cfg->executable_cache_dir[0]) {
-        char why[160];
-        rpi_cache_key(m, cfg, cpath, sizeof cpath, &ckey);
-        switch (rpi_cache_load(cpath, ckey, W, P, s->GA, &s->plan, s->mem, why, sizeof why)) {
-        case CACHE_HIT:
-            cached = true;
-            snprintf(s->cache_note, sizeof s->cache_note,
-                     "executable cache: reused the schedule and memory plan in %s", cpath);
-            break;
-        case CACHE_MISS:
-            snprintf(s->cache_note, sizeof s->cache_note, "executable cache: stored %s", cpath);
-            break;
-        case CACHE_REBUILD:
-            snprintf(s->cache_note, sizeof s->cache_note,
-                     "executable cache: %s was %s; rebuilt it", cpath, why);
-            break;
-        }
-    }
-    /* A cache entry is trusted no further than it can be checked: its
-    ** schedule must be the one this configuration builds (a forged or
-    ** duplicated operation is not), and it passes the hang checker and
-    ** memory planning like a fresh one. What the cache still saves is the
-    ** file it keeps beside the run's. */
-    if (cached) {
-        rp_workplan *fresh;
-        if ((st = rp_workplan_build(cfg, &fresh, err)))
-            goto fail;
-        bool same = fresh->workers == s->plan->workers && fresh->stages == s->plan->stages;
-        for (int k = 0; same && k < fresh->workers; k++) {
-            const rp_worker_ops *a = &fresh->w[k], *b = &s->plan->w[k];
-            same = a->num_ops == b->num_ops && a->slots == b->slots && a->stage == b->stage &&
-                   a->replica == b->replica && a->stage_replica == b->stage_replica &&
-                   memcmp(a->ops, b->ops, sizeof(rp_op) * a->num_ops) == 0;
-        }
-        rp_workplan_free(s->plan);
-        s->plan = fresh;
-        if (!same) {
-            cached = false;
-            snprintf(s->cache_note, sizeof s->cache_note,
-                     "executable cache: %s held another schedule than this configuration's; "
-                     "rebuilt it", cpath);
-        }
-    }
-    if (!s->plan && (st = rp_workplan_build(cfg, &s->plan, err)))
-        goto fail;
-    for (int i = 0; i < s->nties; i++) { /* the first worker of each stage speaks for it */
-        tie *t = &s->ties[i];
-        t->emb_rep = t->head_rep = -1;
-        for (int k = W - 1; k >= 0; k--) {
-            if (s->plan->w[k].stage == t->emb_stage)
-                t->emb_rep = k;
-            if (s->plan->w[k].stage == t->head_stage)
-                t->head_rep = k;
-        }
-    }
-    {
-        int *gid = malloc(sizeof(int) * W), G = rp_grouping_num_groups(&cfg->replica_grouping);
-        if (!gid) {
-            st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the schedule check of %d workers", W);
-            goto fail;
-        }
-        for (int k = 0; k < W; k++)
-            gid[k] = (s->plan->w[k].stage * G +
-                      rp_grouping_group_of(&cfg->replica_grouping, s->plan->w[k].replica)) *
-                         s->T + s->plan->w[k].tensor_rank;
-        st = rp_workplan_check(s->plan, gid, err);
-        free(gid);
-        if (st)
-            goto fail;
-    }
-    if ((st = rpi_blas_single(err))) /* one BLAS thread per worker */
-        goto fail;
-    if (!comm && (st = rp_world_create(W, &s->world, err)))
-        goto fail;
-    if (comm && v > 1) { /* this rank is device rp_comm_rank(comm) */
-        s->rank_of = malloc(sizeof(int) * W);
-        s->lidx = calloc(W, sizeof(int));
-        if (!s->rank_of || !s->lidx) {
-            st = rp_fail(err, RP_ERR_NOMEM, "out of memory for a session of %d workers", W);
-            goto fail;
-        }
-        /* a rank's workers in the order of their stages, so that the i-th
-        ** of every rank make their communicators together (a collective
-        ** split each): a stage's workers are the same one of their ranks'
-        ** (dualpipe's stage h is the first on devices h and P - 1 - h) */
-        for (int k = 0; k < W; k++)
-            s->rank_of[k] = s->plan->device_of[k];
-        for (int k = 0; k < W; k++)
-            for (int x = 0; x < W; x++)
-                s->lidx[k] += s->rank_of[x] == s->rank_of[k] &&
-                              s->plan->w[x].stage < s->plan->w[k].stage;
-    }
-    s->state_per_param = (size_t)rp_optimizer_state_per_param(&cfg->optimizer);
-    for (int i = 0; i < s->nlocal; i++) {
-        worker *w = &s->w[i];
-        int id = comm ? rp_comm_rank(comm) : i;
-        for (int k = 0; s->lidx && k < W; k++) /* its i-th worker */
-            if (s->rank_of[k] == id && s->lidx[k] == i)
-                id = k, k = W;
-        w->comm = comm ? comm : rp_world_comm(s->world, i);
-        if ((st = rpi_setup_worker(s, w, id, err)))
-            goto fail;
-        /* reduction communicators, one per distinct grouping */
-        for (int q = 0; q < s->ngroupings; q++) {
-            int members[RP_MAX_WORKERS];
-            int nm = rpi_reduce_members(s, &s->groupings[q], w->replica, w->stage,
-                                        w->tensor_rank, members);
-            /* members come out ascending by worker id: the split's order */
-            for (int a = 1; a < nm; a++)
-                for (int b = a; b > 0 && members[b - 1] > members[b]; b--) {
-                    int t = members[b];
-                    members[b] = members[b - 1];
-                    members[b - 1] = t;
-                }
-            if (comm) {
-                int color = (w->stage * R + rp_grouping_group_of(&s->groupings[q], w->replica)) *
-                                s->T + w->tensor_rank;
-                for (int j = 0; j < nm; j++) /* servers hold ranks */
-                    members[j] = rpi_rank_of(s, members[j]);
-                if ((st = rp_comm_split(comm, color, id, &w->reduce[q], err)) ||
-                    (st = rp_comm_set_servers(w->reduce[q],
-                                              rpi_per_server(members, nm, cfg->workers_per_server),
-                                              err)))
-                    goto fail;
-            } else {
-                int me = 0;
-                while (members[me] != id)
-                    me++;
-                if (!(w->reduce[q] = rp_world_subcomm(s->world, members, nm, me))) {
-                    st = rp_fail(err, RP_ERR_NOMEM,
-                                 "out of memory for worker %d's reduction group", id);
-                    goto fail;
-                }
-            }
-        }
-    }
-    for (int i = 0; i < s->nties && s->plan->devices; i++) { /* the ties' own workers */
-        const tie *t = &s->ties[i];
-        int members[RP_MAX_WORKERS], nm = 0;
-        int emb = rp_workplan_worker(cfg, 0, t->emb_stage, 0);
-        int head = rp_workplan_worker(cfg, rp_config_paired(cfg), t->head_stage, 0);
-        if (s->plan->device_of[emb] == s->plan->device_of[head])
-            continue; /* summed on the device (exchange.c) */
-        if (rp_config_paired(cfg)) { /* else a device would hold two of the sum's members */
-            st = rp_fail(err, RP_ERR_INVALID,
-                         "schedule \"dualpipe\": the tied weights of stages %d and %d must lie "
-                         "on one device, stages s and %d - s (the model's first and last)",
-                         t->emb_stage, t->head_stage, P - 1);
-            goto fail;
-        }
-        for (int k = 0; k < W && t->emb_stage != t->head_stage; k++)
-            if (s->plan->w[k].stage == t->emb_stage || s->plan->w[k].stage == t->head_stage)
-                members[nm++] = k;
-        if (comm) { /* one split a tie on every rank: its workers, and each other rank alone */
-            worker *in = NULL;
-            for (int j = 0; j < nm; j++)
-                if (rpi_rank_of(s, members[j]) == rp_comm_rank(comm))
-                    in = rpi_worker_of(s, members[j]);
-            rp_comm *c;
-            if ((st = rp_comm_split(comm, in ? 0 : 1 + rp_comm_rank(comm), in ? in->id : 0, &c,
-                                    err)))
-                goto fail;
-            if (in)
-                in->tie_comm[i] = c;
-            else
-                rp_comm_free(c);
-            continue;
-        }
-        for (int j = 0; j < nm; j++)
-            if (!(s->w[members[j]].tie_comm[i] = rp_world_subcomm(s->world, members, nm, j))) {
-                st = rp_fail(err, RP_ERR_NOMEM, "out of memory for a tie's workers");
-                goto fail;
-            }
-    }
-    if (!comm && s->plan->devices && rpi_verdict_at_step(s)) { /* the devices' first workers */
-        int leads[RP_MAX_WORKERS], nd = s->plan->devices;
-        for (int d = 0; d < nd; d++) /* ascending, as a subcommunicator lists them */
-            for (int b = d; b >= 0; b--)
-                if (b == 0 || leads[b - 1] < s->plan->dev[d].worker[0]) {
-                    memmove(leads + b + 1, leads + b, sizeof(int) * (d - b));
-                    leads[b] = s->plan->dev[d].worker[0];
-                    break;
-                }
-        for (int d = 0; d < nd; d++)
-            if (!(s->w[leads[d]].dcomm = rp_world_subcomm(s->world, leads, nd, d))) {
-                st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the devices' sums");
-                goto fail;
-            }
-    }
-    for (int i = 0; i < s->nlocal && s->T > 1; i++) { /* the tensor groups */
-        worker *w = &s->w[i];
-        int first = w->id - w->tensor_rank, members[RP_MAX_WORKERS];
-        for (int k = 0; k < s->T; k++)
-            members[k] = first + k;
-        if (comm)
-            st = rp_comm_split(comm, first, w->tensor_rank, &w->tp, err);
-        else if (!(w->tp = rp_world_subcomm(s->world, members, s->T, w->tensor_rank)))
-            st = rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's tensor group", w->id);
-        if (st)
-            goto fail;
-    }
-    for (int t = 0; t < P; t++) {
-        rp_memory mem;
-        if ((st = rpi_plan_memory(s, t, &mem, err)))
-            goto fail;
-        if (cached && memcmp(&mem, &s->mem[t], sizeof mem) != 0) {
-            cached = false;
-            snprintf(s->cache_note, sizeof s->cache_note,
-                     "executable cache: %s held another memory plan than this configuration's; "
-                     "rebuilt it", cpath);
-        }
-        s->mem[t] = mem;
-    }
-    if (cfg->device_memory > 0) {
-        for (int t = 0; t < P; t++) {
-            const rp_memory mem = s->mem[t];
-            size_t total = mem.params + mem.grads + mem.optimizer + mem.activations + mem.scratch;
-            if (total > (size_t)cfg->device_memory) {
-                st = rp_fail(err, RP_ERR_INFEASIBLE,
-                             "device_memory: a worker of stage %d needs %zu bytes but "
-                             "device_memory is %lld: parameters %zu, gradients %zu, optimizer "
-                             "state %zu, activations %zu, scratch %zu",
-                             t, total, (long long)cfg->device_memory, mem.params, mem.grads,
-                             mem.optimizer, mem.activations, mem.scratch);
-                goto fail;
-            }
-        }
-    }
-    if (cfg->executable_cache_dir[0] && !cached && (!comm || rp_comm_rank(comm) == 0)) {
-        mkdir(cfg->executable_cache_dir, 0777); /* one level; an existing one is fine */
-        rp_error why; /* the cache only saves time: without it the run goes on */
-        if (rpi_cache_store(cpath, ckey, s->plan, s->mem, &why))
-            snprintf(s->cache_note, sizeof s->cache_note,
-                     "executable cache: not stored (%s); the run goes on without it", why.msg);
-    }
-    /* worker 0 runs on the calling thread, the others on threads of their
-    ** own; a device's workers on its first one's */
-    const rp_workplan *pl = s->plan;
-    if (pl->devices)
-        s->spin = pl->devices <= sysconf(_SC_NPROCESSORS_ONLN);
-    for (int i = 1; i < s->nlocal && !comm; i++) {
-        if (pl->devices && pl->dev[pl->device_of[i]].worker[0] != i)
-            continue;
-        if (pthread_create(&s->w[i].thread, NULL, rpi_worker_thread, &s->w[i]) != 0) {
-            st = rp_fail(err, RP_ERR_NOMEM, "cannot start worker thread %d", i);
-            goto fail; /* those started are stopped by free */
-        }
-        s->w[i].threaded = true;
-        s->started++;
-    }
-    *out = s;
-    return RP_OK;
-fail:
     rp_session_free(s);
     return st;
 }

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "repipe/layers.h"
+#include "repipe/net.h"
 #include "repipe/schedule.h"
 #include "repipe/session.h"
 
@@ -196,6 +198,9 @@ static inline worker *rpi_worker_of(rp_session *s, int id) {
     return s->lidx ? &s->w[s->lidx[id]] : &s->w[id];
 }
 
+/* This process's workers set up, with every communicator they sum over
+** (session_comms.c). */
+rp_status rpi_session_comms(rp_session *s, rp_error *err);
 /* Worker id's net, buffers, state and first weights (setup.c). */
 rp_status rpi_setup_worker(rp_session *s, worker *w, int id, rp_error *err);
 

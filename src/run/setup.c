@@ -71,15 +71,9 @@ static rp_status init_rank_params(const rp_session *s, const worker *w, const in
     return RP_OK;
 }
 
-rp_status rpi_setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
-    w->s = s;
-    w->id = id;
-    w->plan = &s->plan->w[id];
-    w->replica = w->plan->replica;
-    w->stage = w->plan->stage;
-    w->stage_replica = w->plan->stage_replica;
-    w->tensor_rank = w->plan->tensor_rank;
-    w->lm = s->T > 1 ? s->tpm[w->tensor_rank] : s->m;
+/* The worker's net over its stage's layers (its tensor rank's share), with
+** what the configuration asks of it. */
+static rp_status make_net(rp_session *s, worker *w, rp_error *err) {
     const rp_model *m = w->lm;
     int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
     rp_net_options no = rpi_net_options(&s->cfg, w->stage, false);
@@ -88,10 +82,13 @@ rp_status rpi_setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     if (s->cfg.replicated_tensor_sharding) /* room for a padded all-gather's tail */
         no.param_slack = (size_t)s->R * rp_config_stage_replicas(&s->cfg, w->stage);
     no.stat_slots = s->GA * s->R; /* batchnorm: a slot per micro-batch of the update */
-    rp_status st = rp_net_create_with(m, l0, l1, s->B, &no, &w->net, err);
-    if (st)
-        return st;
-    int slots = w->plan->slots > 0 ? w->plan->slots : 1;
+    return rp_net_create_with(m, l0, l1, s->B, &no, &w->net, err);
+}
+
+/* The activations of its slots, the messages' buffers and requests, the
+** losses, and fp16_exchange's halves. */
+static rp_status buffers(rp_session *s, worker *w, rp_error *err) {
+    int id = w->id, slots = w->plan->slots > 0 ? w->plan->slots : 1;
     size_t in = rp_net_in_size(w->net), out = rp_net_out_size(w->net);
     w->acts = calloc(slots, sizeof(rp_acts *));
     w->out = calloc(slots, sizeof(float *));
@@ -101,7 +98,7 @@ rp_status rpi_setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     w->grad_out = malloc(sizeof(float) * in * s->B * s->GA);
     w->req = calloc(2 * (size_t)s->GA, sizeof(rp_request));
     w->req_live = calloc(2 * (size_t)s->GA, sizeof(bool));
-    w->runs = calloc(m->num_vars ? m->num_vars : 1, sizeof(var_run));
+    w->runs = calloc(w->lm->num_vars ? w->lm->num_vars : 1, sizeof(var_run));
     w->scale = rp_config_loss_scale(&s->cfg);
     if ((s->cfg.gradient_clipping > 0 || s->cfg.auto_loss_scaling) &&
         !(w->parts = calloc((size_t)s->W + 1, sizeof(float))))
@@ -120,10 +117,21 @@ rp_status rpi_setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         !w->req_live || !w->runs)
         return rp_fail(err, RP_ERR_NOMEM,
                        "out of memory for worker %d's activations and messages", id);
-    for (int k = 0; k < w->plan->slots; k++)
-        if ((st = rp_acts_create(w->net, s->B, &w->acts[k], err)))
+    for (int k = 0; k < w->plan->slots; k++) {
+        rp_status st = rp_acts_create(w->net, s->B, &w->acts[k], err);
+        if (st)
             return st;
-    /* this stage's variables, in runs of one grouping */
+    }
+    return RP_OK;
+}
+
+/* This stage's variables, in runs of one grouping; and room for the tied
+** gradients that pass through this worker: a tie across two other stages
+** passes through its zeros, a tie split by vocabulary through everyone's
+** whole table (exchange.c). */
+static rp_status runs_and_ties(rp_session *s, worker *w, rp_error *err) {
+    const rp_model *m = w->lm;
+    int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
     int gcfg = s->cfg.replica_grouping.group_size;
     size_t base = m->layers[l0].param_offset;
     for (int v = 0; v < m->num_vars; v++) {
@@ -146,8 +154,6 @@ rp_status rpi_setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
                                             .rescale = (float)gcfg / s->var_group[v].group_size,
                                             .tp_whole = whole};
     }
-    /* a tie across two other stages passes through this worker's zeros; a
-    ** tie split by vocabulary through everyone's whole table (exchange.c) */
     size_t tie_n = 0;
     for (int i = 0; i < s->nties; i++) {
         const tie *t = &s->ties[i];
@@ -158,34 +164,46 @@ rp_status rpi_setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
             tie_n = s->m->vars[t->emb_var].count;
     }
     if (tie_n && !(w->tie_buf = malloc(sizeof(float) * tie_n)))
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's tied gradients", id);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's tied gradients", w->id);
+    return RP_OK;
+}
+
+/* The weight versions the asynchronous schedules keep: 2BW's second,
+** PipeDream's stash (a version a slot) or vertical sync's history. */
+static rp_status versions(rp_session *s, worker *w, rp_error *err) {
+    int id = w->id;
     w->mean = 1;
     w->own = rp_net_params(w->net);
-    if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW) { /* filled once the weights are set */
-        size_t np = rp_net_num_params(w->net) ? rp_net_num_params(w->net) : 1;
-        if (!(w->stale = malloc(sizeof(float) * np)))
-            return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's second version", id);
+    size_t np = rp_net_num_params(w->net) ? rp_net_num_params(w->net) : 1;
+    if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW && /* filled once the weights are set */
+        !(w->stale = malloc(sizeof(float) * np)))
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's second version", id);
+    if (s->cfg.schedule != RP_SCHEDULE_PIPEDREAM)
+        return RP_OK;
+    int r = rp_config_stage_replicas(&s->cfg, w->stage);
+    int kept = rpi_pipedream_versions(s, w->stage, w->plan->slots);
+    w->mean = 1.0f / (float)(r * s->R);
+    w->slot_ver = calloc(w->plan->slots, sizeof(float *));
+    if (s->cfg.pipedream_vertical_sync) { /* every version of a call */
+        w->history = malloc(sizeof(float) * np * kept);
+        w->version_of = malloc(sizeof(int) * s->GA);
+        rp_status st;
+        if (w->history && w->version_of && (st = vertical_versions(s, w, err)))
+            return st;
+    } else { /* weight stashing: a version a slot */
+        w->stash = malloc(sizeof(float) * np * kept);
     }
-    if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM) {
-        size_t np = rp_net_num_params(w->net) ? rp_net_num_params(w->net) : 1;
-        int r = rp_config_stage_replicas(&s->cfg, w->stage);
-        int kept = rpi_pipedream_versions(s, w->stage, w->plan->slots);
-        w->mean = 1.0f / (float)(r * s->R);
-        w->slot_ver = calloc(w->plan->slots, sizeof(float *));
-        if (s->cfg.pipedream_vertical_sync) { /* every version of a call */
-            w->history = malloc(sizeof(float) * np * kept);
-            w->version_of = malloc(sizeof(int) * s->GA);
-            if (w->history && w->version_of && (st = vertical_versions(s, w, err)))
-                return st;
-        } else { /* weight stashing: a version a slot */
-            w->stash = malloc(sizeof(float) * np * kept);
-        }
-        if (!w->slot_ver || (!w->stash && !w->history) ||
-            (s->cfg.pipedream_vertical_sync && !w->version_of))
-            return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's %d weight versions",
-                           id, kept);
-    }
-    /* optimizer state: whole runs, or one shard of each sharded run */
+    if (!w->slot_ver || (!w->stash && !w->history) ||
+        (s->cfg.pipedream_vertical_sync && !w->version_of))
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's %d weight versions",
+                       id, kept);
+    return RP_OK;
+}
+
+/* Optimizer state: whole runs, or one shard of each sharded run; in memory,
+** or in a file of the run directory (optimizer_state_offchip). */
+static rp_status optimizer_state(rp_session *s, worker *w, rp_error *err) {
+    int id = w->id;
     size_t per = s->state_per_param, maxc = 1, maxk = 1, shards = 0;
     for (int r = 0; r < w->nruns; r++) {
         var_run *vr = &w->runs[r];
@@ -205,37 +223,6 @@ rp_status rpi_setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
             maxc = vr->shard > maxc ? vr->shard : maxc;
             maxk = (size_t)k > maxk ? (size_t)k : maxk;
         }
-    }
-    /* reduction_bucket_mb: the last backward of the list (a whole one, or
-    ** the weights' half of the last micro-batch) starts the buckets; room
-    ** for one a layer and run, the most its announcements can start */
-    w->last_back = -1;
-    for (int i = 0; s->cfg.reduction_bucket_mb > 0 && i < w->plan->num_ops; i++)
-        if (w->plan->ops[i].kind == RP_OP_BACKWARD ||
-            w->plan->ops[i].kind == RP_OP_BACKWARD_WEIGHT)
-            w->last_back = i;
-    if (w->last_back >= 0) {
-        double floats = s->cfg.reduction_bucket_mb * 1e6 / sizeof(float);
-        w->bucket = floats < 1 ? 1 : floats > 1e15 ? (size_t)1e15 : (size_t)floats;
-        /* a bucket starts at a layer's end, a run's start, or every
-        ** `bucket` floats of a range */
-        w->breq_cap = (int)(rp_net_num_params(w->net) / w->bucket) + (l1 - l0) + 2 * w->nruns + 1;
-        w->breq = malloc(sizeof(rp_request) * w->breq_cap);
-        w->breq_comm = malloc(sizeof(rp_comm *) * w->breq_cap);
-        w->bstart = malloc(sizeof(double) * w->breq_cap);
-        if (s->backend == RP_BACKEND_MPI) /* (rp_comm_iallreduce's scratch) */
-            w->bscratch = malloc(sizeof(float) * (rp_net_num_params(w->net) + 1));
-        if (!w->breq || !w->breq_comm || !w->bstart ||
-            (s->backend == RP_BACKEND_MPI && !w->bscratch))
-            return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's buckets", id);
-    }
-    if (s->cfg.fp16_exchange) { /* gradients reduced in fp16: the largest unsharded run */
-        size_t most = 0;
-        for (int r = 0; r < w->nruns; r++)
-            if (!w->runs[r].sharded && w->runs[r].count > most)
-                most = w->runs[r].count;
-        if (most && !(w->h_stage = malloc(sizeof(uint16_t) * most)))
-            return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's fp16 reduction", id);
     }
     if (s->cfg.optimizer_state_offchip && w->state_floats) {
         /* worker-ID.state in the session's run directory, removed with it */
@@ -262,12 +249,55 @@ rp_status rpi_setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
         return rp_fail(err, RP_ERR_NOMEM,
                        "out of memory for worker %d's optimizer state (%zu floats)", id,
                        w->state_floats);
-    /* replica c starts from its group's row of each variable */
+    return RP_OK;
+}
+
+/* reduction_bucket_mb: the last backward of the list (a whole one, or the
+** weights' half of the last micro-batch) starts the buckets; room for one a
+** layer and run, the most its announcements can start. fp16_exchange: the
+** largest unsharded run, reduced in fp16. */
+static rp_status reduction_buffers(rp_session *s, worker *w, rp_error *err) {
+    int id = w->id, layers = s->first[w->stage + 1] - s->first[w->stage];
+    w->last_back = -1;
+    for (int i = 0; s->cfg.reduction_bucket_mb > 0 && i < w->plan->num_ops; i++)
+        if (w->plan->ops[i].kind == RP_OP_BACKWARD ||
+            w->plan->ops[i].kind == RP_OP_BACKWARD_WEIGHT)
+            w->last_back = i;
+    if (w->last_back >= 0) {
+        double floats = s->cfg.reduction_bucket_mb * 1e6 / sizeof(float);
+        w->bucket = floats < 1 ? 1 : floats > 1e15 ? (size_t)1e15 : (size_t)floats;
+        /* a bucket starts at a layer's end, a run's start, or every
+        ** `bucket` floats of a range */
+        w->breq_cap = (int)(rp_net_num_params(w->net) / w->bucket) + layers + 2 * w->nruns + 1;
+        w->breq = malloc(sizeof(rp_request) * w->breq_cap);
+        w->breq_comm = malloc(sizeof(rp_comm *) * w->breq_cap);
+        w->bstart = malloc(sizeof(double) * w->breq_cap);
+        if (s->backend == RP_BACKEND_MPI) /* (rp_comm_iallreduce's scratch) */
+            w->bscratch = malloc(sizeof(float) * (rp_net_num_params(w->net) + 1));
+        if (!w->breq || !w->breq_comm || !w->bstart ||
+            (s->backend == RP_BACKEND_MPI && !w->bscratch))
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's buckets", id);
+    }
+    size_t most = 0;
+    for (int r = 0; s->cfg.fp16_exchange && r < w->nruns; r++)
+        if (!w->runs[r].sharded && w->runs[r].count > most)
+            most = w->runs[r].count;
+    if (most && !(w->h_stage = malloc(sizeof(uint16_t) * most)))
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's fp16 reduction", id);
+    return RP_OK;
+}
+
+/* The first weights: replica c starts from its group's row of each
+** variable (a tensor rank from its share of it). */
+static rp_status first_weights(rp_session *s, worker *w, rp_error *err) {
+    const rp_model *m = w->lm;
+    int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
     int *var_index = malloc(sizeof(int) * (m->num_vars ? m->num_vars : 1));
     if (!var_index)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's initialisation", id);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's initialisation", w->id);
     for (int v = 0; v < m->num_vars; v++)
         var_index[v] = rp_grouping_group_of(&s->var_group[v], w->replica);
+    rp_status st = RP_OK;
     if (s->T > 1)
         st = init_rank_params(s, w, var_index, rp_net_params(w->net), err);
     else
@@ -278,4 +308,29 @@ rp_status rpi_setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
     if (w->stale) /* 2BW's first update uses the weights it starts from twice */
         memcpy(w->stale, rp_net_params(w->net), sizeof(float) * rp_net_num_params(w->net));
     return RP_OK;
+}
+
+rp_status rpi_setup_worker(rp_session *s, worker *w, int id, rp_error *err) {
+    w->s = s;
+    w->id = id;
+    w->plan = &s->plan->w[id];
+    w->replica = w->plan->replica;
+    w->stage = w->plan->stage;
+    w->stage_replica = w->plan->stage_replica;
+    w->tensor_rank = w->plan->tensor_rank;
+    w->lm = s->T > 1 ? s->tpm[w->tensor_rank] : s->m;
+    rp_status st = make_net(s, w, err);
+    if (!st)
+        st = buffers(s, w, err);
+    if (!st)
+        st = runs_and_ties(s, w, err);
+    if (!st)
+        st = versions(s, w, err);
+    if (!st)
+        st = optimizer_state(s, w, err);
+    if (!st)
+        st = reduction_buffers(s, w, err);
+    if (!st)
+        st = first_weights(s, w, err);
+    return st;
 }

@@ -135,6 +135,33 @@ done:
     return RP_OK;
 }
 
+/* Worker wk's weights from the file's copy of its replica (or group),
+** its tensor rank's slice of them. */
+static void load_worker(rp_session *s, worker *wk, const rp_weights *w, rp_weights_mode mode) {
+    const rp_model *m = s->m;
+    int c = wk->replica, l0 = s->first[wk->stage], l1 = s->first[wk->stage + 1];
+    float *p = rp_net_params(wk->net);
+    const rp_model *lm = wk->lm;
+    size_t base = lm->layers[l0].param_offset;
+    for (int v = 0; v < m->num_vars; v++) {
+        const rp_variable *var = &m->vars[v], *lv = &lm->vars[v];
+        if (var->layer < l0 || var->layer >= l1)
+            continue;
+        const rp_tensor *t = rp_weights_find(w, var->name);
+        int row = t->groups == 1 ? 0
+                  : mode == RP_ALL_REPLICAS ? c
+                                            : rp_grouping_group_of(&s->var_group[v], c);
+        const float *src = t->data + (size_t)row * var->count;
+        if (s->T == 1)
+            memcpy(p + (var->offset - base), src, sizeof(float) * var->count);
+        for (size_t e = 0; s->T > 1 && e < lv->count; e++) /* the rank's slice */
+            p[lv->offset - base + e] =
+                src[s->tpmap[wk->tensor_rank][lv->offset + e] - var->offset];
+    }
+    if (wk->stale) /* 2BW: set weights start both versions */
+        memcpy(wk->stale, p, sizeof(float) * rp_net_num_params(wk->net));
+}
+
 rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_weights_mode mode,
                                  rp_error *err) {
     const rp_model *m = s->m;
@@ -170,30 +197,8 @@ rp_status rp_session_set_weights(rp_session *s, const rp_weights *w, rp_weights_
                            "two different ones",
                            e->name, h->name);
     }
-    for (int i = 0; i < s->nlocal; i++) {
-        worker *wk = &s->w[i];
-        int c = wk->replica, l0 = s->first[wk->stage], l1 = s->first[wk->stage + 1];
-        float *p = rp_net_params(wk->net);
-        const rp_model *lm = wk->lm;
-        size_t base = lm->layers[l0].param_offset;
-        for (int v = 0; v < m->num_vars; v++) {
-            const rp_variable *var = &m->vars[v], *lv = &lm->vars[v];
-            if (var->layer < l0 || var->layer >= l1)
-                continue;
-            const rp_tensor *t = rp_weights_find(w, var->name);
-            int row = t->groups == 1 ? 0
-                      : mode == RP_ALL_REPLICAS ? c
-                                                : rp_grouping_group_of(&s->var_group[v], c);
-            const float *src = t->data + (size_t)row * var->count;
-            if (s->T == 1)
-                memcpy(p + (var->offset - base), src, sizeof(float) * var->count);
-            for (size_t e = 0; s->T > 1 && e < lv->count; e++) /* the rank's slice */
-                p[lv->offset - base + e] =
-                    src[s->tpmap[wk->tensor_rank][lv->offset + e] - var->offset];
-        }
-        if (wk->stale) /* 2BW: set weights start both versions */
-            memcpy(wk->stale, p, sizeof(float) * rp_net_num_params(wk->net));
-    }
+    for (int i = 0; i < s->nlocal; i++)
+        load_worker(s, &s->w[i], w, mode);
     return RP_OK;
 }
 
@@ -357,86 +362,102 @@ static rp_status stage_steps(rp_session *s, long long *steps, rp_error *err) {
     return st;
 }
 
+/* Where the whole model's elements lie under tensor parallelism: the rank
+** that holds each (0 for whole ones) and its place in that rank's layout. */
+typedef struct element_map {
+    int *rank_of;
+    size_t *local_of;
+} element_map;
+
+/* Variable v's optimizer state, a tensor an array of it (per a parameter),
+** one copy a group: each element from the worker that owns it (the shard's
+** owner where the state is sharded) in every worker's gathered state. */
+static rp_status state_tensors(rp_session *s, int v, const float *every, const element_map *em,
+                               rp_weights *opt, rp_error *err) {
+    const rp_model *m = s->m;
+    size_t n = m->num_params, per = s->state_per_param;
+    const rp_variable *var = &m->vars[v];
+    const rp_grouping *g = &s->var_group[v];
+    int t = stage_of(s, var->layer), G = rp_grouping_num_groups(g);
+    int k = g->group_size * rp_config_stage_replicas(&s->cfg, t);
+    bool sharded = rpi_sharded(&s->cfg, k, per);
+    for (size_t a = 0; a < per; a++) {
+        rp_tensor *ten = &opt->tensors[opt->num_tensors];
+        if (snprintf(ten->name, RP_NAME_MAX, "%s#%zu", var->name, a) >= RP_NAME_MAX)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "variable '%s': its name is too long for its optimizer state's",
+                           var->name);
+        ten->shape = var->shape;
+        ten->groups = G;
+        if (!(ten->data = malloc(sizeof(float) * var->count * G)))
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        opt->num_tensors++;
+        for (int q = 0; q < G; q++) {
+            int members[RP_MAX_WORKERS], in = -1;
+            size_t first = 0, shard = 1;
+            for (size_t e = 0; e < var->count; e++) {
+                size_t ge = var->offset + e, li = em->local_of ? em->local_of[ge] : ge;
+                int r = em->rank_of ? em->rank_of[ge] : 0; /* its rank's reduction and run */
+                if (r != in) {
+                    int nm = rpi_reduce_members(s, g, rp_grouping_first(g, q), t, r, members);
+                    qsort(members, nm, sizeof(int), by_id); /* their ranks in it */
+                    /* ranks' layouts differ where a vocabulary splits unevenly */
+                    size_t count;
+                    run_of(s, s->T > 1 ? s->tpm[r] : m, v, &first, &count);
+                    shard = sharded ? (count + k - 1) / k : count;
+                    in = r;
+                }
+                int owner = members[sharded ? (li - first) / shard : 0];
+                ten->data[(size_t)q * var->count + e] = every[((size_t)owner * per + a) * n + ge];
+            }
+        }
+    }
+    return RP_OK;
+}
+
+/* The whole optimizer state, from every worker's (collective under MPI). */
+static rp_status optimizer_state(rp_session *s, rp_train_state *out, rp_error *err) {
+    const rp_model *m = s->m;
+    size_t n = m->num_params, per = s->state_per_param;
+    float *every = NULL;
+    element_map em = {NULL, NULL};
+    if (!(out->optimizer = calloc(1, sizeof(rp_weights))) ||
+        !(out->optimizer->tensors = calloc(per * m->num_vars + 1, sizeof(rp_tensor))))
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    if (!per)
+        return RP_OK;
+    rp_status st = gather_state(s, &every, err);
+    if (!st && s->T > 1) {
+        em.rank_of = malloc(sizeof(int) * (n ? n : 1));
+        em.local_of = malloc(sizeof(size_t) * (n ? n : 1));
+        if (!em.rank_of || !em.local_of)
+            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        for (int r = s->T - 1; !st && r >= 0; r--)
+            for (size_t i = 0; i < s->tpm[r]->num_params; i++)
+                em.rank_of[s->tpmap[r][i]] = r, em.local_of[s->tpmap[r][i]] = i;
+    }
+    for (int v = 0; !st && v < m->num_vars; v++)
+        st = state_tensors(s, v, every, &em, out->optimizer, err);
+    free(every), free(em.rank_of), free(em.local_of);
+    return st;
+}
+
 rp_status rp_session_get_state(rp_session *s, rp_train_state *out, rp_error *err) {
     memset(out, 0, sizeof *out);
     if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW)
         return rp_fail(err, RP_ERR_INVALID,
                        "a training state holds one version of the weights; schedule "
                        "\"pipedream_2bw\" keeps two, so it cannot be checkpointed yet");
-    const rp_model *m = s->m;
-    size_t n = m->num_params, per = s->state_per_param;
-    float *every = NULL;
-    int *rank_of = NULL;
-    size_t *local_of = NULL;
-    rp_status st;
-    if ((st = rp_session_get_weights(s, RP_ONE_PER_GROUP, &out->weights, err)))
-        goto done;
-    if (!(out->optimizer = calloc(1, sizeof(rp_weights))) ||
-        !(out->optimizer->tensors = calloc(per * m->num_vars + 1, sizeof(rp_tensor)))) {
-        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    if (per && (st = gather_state(s, &every, err)))
-        goto done;
-    /* tensor parallelism: the rank that holds each element (0 for whole
-    ** ones) and where in its layout */
-    if (per && s->T > 1) {
-        rank_of = malloc(sizeof(int) * (n ? n : 1));
-        local_of = malloc(sizeof(size_t) * (n ? n : 1));
-        if (!rank_of || !local_of) {
-            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-            goto done;
-        }
-        for (int r = s->T - 1; r >= 0; r--)
-            for (size_t i = 0; i < s->tpm[r]->num_params; i++)
-                rank_of[s->tpmap[r][i]] = r, local_of[s->tpmap[r][i]] = i;
-    }
-    for (int v = 0; v < m->num_vars && per; v++) {
-        const rp_variable *var = &m->vars[v];
-        const rp_grouping *g = &s->var_group[v];
-        int t = stage_of(s, var->layer), G = rp_grouping_num_groups(g);
-        int k = g->group_size * rp_config_stage_replicas(&s->cfg, t);
-        bool sharded = rpi_sharded(&s->cfg, k, per);
-        for (size_t a = 0; a < per; a++) {
-            rp_tensor *ten = &out->optimizer->tensors[out->optimizer->num_tensors];
-            if (snprintf(ten->name, RP_NAME_MAX, "%s#%zu", var->name, a) >= RP_NAME_MAX) {
-                st = rp_fail(err, RP_ERR_INVALID,
-                             "variable '%s': its name is too long for its optimizer state's",
-                             var->name);
-                goto done;
-            }
-            ten->shape = var->shape;
-            ten->groups = G;
-            if (!(ten->data = malloc(sizeof(float) * var->count * G))) {
-                st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-                goto done;
-            }
-            out->optimizer->num_tensors++;
-            for (int q = 0; q < G; q++) {
-                int members[RP_MAX_WORKERS], in = -1;
-                size_t first = 0, shard = 1;
-                for (size_t e = 0; e < var->count; e++) {
-                    size_t ge = var->offset + e, li = local_of ? local_of[ge] : ge;
-                    int r = rank_of ? rank_of[ge] : 0; /* its rank's reduction and run */
-                    if (r != in) {
-                        int nm = rpi_reduce_members(s, g, rp_grouping_first(g, q), t, r, members);
-                        qsort(members, nm, sizeof(int), by_id); /* their ranks in it */
-                        /* ranks' layouts differ where a vocabulary splits unevenly */
-                        size_t count;
-                        run_of(s, s->T > 1 ? s->tpm[r] : m, v, &first, &count);
-                        shard = sharded ? (count + k - 1) / k : count;
-                        in = r;
-                    }
-                    int owner = members[sharded ? (li - first) / shard : 0];
-                    ten->data[(size_t)q * var->count + e] =
-                        every[((size_t)owner * per + a) * n + ge];
-                }
-            }
-        }
+    rp_status st = rp_session_get_weights(s, RP_ONE_PER_GROUP, &out->weights, err);
+    if (!st)
+        st = optimizer_state(s, out, err);
+    if (!st)
+        st = stage_steps(s, out->stage_steps, err);
+    if (st) {
+        rp_train_state_free(out);
+        return st;
     }
     const worker *w = &s->w[0]; /* the other counters are the world's */
-    if ((st = stage_steps(s, out->stage_steps, err)))
-        goto done;
     /* the steps of stage 0; under PipeDream's schedules each stage's too,
     ** for they step once a micro-batch they run (a stage of 4 replicas a
     ** quarter as often as one of 1) */
@@ -446,20 +467,11 @@ rp_status rp_session_get_state(rp_session *s, rp_train_state *out, rp_error *err
     out->skipped = w->skipped;
     out->loss_scale = w->scale;
     out->clean = w->clean;
-done:
-    free(every), free(rank_of), free(local_of);
-    if (st)
-        rp_train_state_free(out);
-    return st;
+    return RP_OK;
 }
 
-rp_status rp_session_set_state(rp_session *s, const rp_train_state *in, rp_error *err) {
-    const rp_model *m = s->m;
-    size_t n = m->num_params, per = s->state_per_param;
-    if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW)
-        return rp_fail(err, RP_ERR_INVALID,
-                       "a training state holds one version of the weights; schedule "
-                       "\"pipedream_2bw\" needs two");
+/* The state's counters, each within what the session's schedule allows. */
+static rp_status check_counters(const rp_session *s, const rp_train_state *in, rp_error *err) {
     /* a synchronous update steps once; PipeDream's stages step once a
     ** micro-batch they run, at most gradient_accumulation_steps an update */
     bool async = s->cfg.schedule >= RP_SCHEDULE_PIPEDREAM;
@@ -482,62 +494,89 @@ rp_status rp_session_set_state(rp_session *s, const rp_train_state *in, rp_error
                        "loss scale %g; at most %lld steps under schedule %s)",
                        bad, in->updates, in->steps, in->skipped, in->loss_scale, most,
                        rp_schedule_name(s->cfg.schedule));
-    /* every state tensor present, shaped, one copy per group: before
-    ** anything changes */
-    const rp_tensor **ten = calloc(per * m->num_vars + 1, sizeof(rp_tensor *));
-    if (!ten)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    rp_status st = RP_OK;
-    for (int v = 0; v < m->num_vars && per && !st; v++) {
+    return RP_OK;
+}
+
+/* Every state tensor present, shaped, one copy per group: before anything
+** changes. ten[v * per + a]: variable v's a-th array. */
+static rp_status find_tensors(const rp_session *s, const rp_train_state *in,
+                              const rp_tensor **ten, rp_error *err) {
+    const rp_model *m = s->m;
+    size_t per = s->state_per_param;
+    for (int v = 0; v < m->num_vars && per; v++) {
         const rp_variable *var = &m->vars[v];
         int G = rp_grouping_num_groups(&s->var_group[v]);
-        for (size_t a = 0; a < per && !st; a++) {
+        for (size_t a = 0; a < per; a++) {
             char name[RP_NAME_MAX + 24];
             snprintf(name, sizeof name, "%s#%zu", var->name, a);
             const rp_tensor *t = in->optimizer ? rp_weights_find(in->optimizer, name) : NULL;
             if (!t)
-                st = rp_fail(err, RP_ERR_INVALID,
-                             "training state: no optimizer state '%s' for variable '%s'", name,
-                             var->name);
-            else if (t->shape.ndim != var->shape.ndim ||
-                     memcmp(t->shape.dim, var->shape.dim, sizeof(int) * t->shape.ndim) ||
-                     t->groups != G)
-                st = rp_fail(err, RP_ERR_INVALID,
-                             "training state: '%s' has %d cop%s of %zu values; the session "
-                             "needs %d of %zu",
-                             name, t->groups, t->groups == 1 ? "y" : "ies",
-                             rp_shape_size(&t->shape), G, var->count);
-            else
-                ten[(size_t)v * per + a] = t;
+                return rp_fail(err, RP_ERR_INVALID,
+                               "training state: no optimizer state '%s' for variable '%s'", name,
+                               var->name);
+            if (t->shape.ndim != var->shape.ndim ||
+                memcmp(t->shape.dim, var->shape.dim, sizeof(int) * t->shape.ndim) ||
+                t->groups != G)
+                return rp_fail(err, RP_ERR_INVALID,
+                               "training state: '%s' has %d cop%s of %zu values; the session "
+                               "needs %d of %zu",
+                               name, t->groups, t->groups == 1 ? "y" : "ies",
+                               rp_shape_size(&t->shape), G, var->count);
+            ten[(size_t)v * per + a] = t;
         }
     }
+    return RP_OK;
+}
+
+/* Worker w's optimizer state (its replica's value of every element of its
+** stage, packed as the whole model's in pack) and counters. */
+static rp_status set_worker(rp_session *s, worker *w, const rp_train_state *in,
+                            const rp_tensor **ten, float *pack, rp_error *err) {
+    const rp_model *m = s->m;
+    size_t n = m->num_params, per = s->state_per_param;
+    rp_status st = RP_OK;
+    if (per) {
+        int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
+        for (int v = 0; v < m->num_vars; v++) {
+            const rp_variable *var = &m->vars[v];
+            if (var->layer < l0 || var->layer >= l1)
+                continue;
+            int q = rp_grouping_group_of(&s->var_group[v], w->replica);
+            for (size_t a = 0; a < per; a++)
+                memcpy(pack + a * n + var->offset,
+                       ten[(size_t)v * per + a]->data + (size_t)q * var->count,
+                       sizeof(float) * var->count);
+        }
+        st = move_state(w, pack, true, err);
+    }
+    w->applied = in->num_stage_steps ? in->stage_steps[w->stage] : in->steps;
+    w->skipped = in->skipped;
+    w->scale = in->loss_scale;
+    w->clean = in->clean;
+    return st;
+}
+
+rp_status rp_session_set_state(rp_session *s, const rp_train_state *in, rp_error *err) {
+    const rp_model *m = s->m;
+    size_t n = m->num_params, per = s->state_per_param;
+    if (s->cfg.schedule == RP_SCHEDULE_PIPEDREAM_2BW)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "a training state holds one version of the weights; schedule "
+                       "\"pipedream_2bw\" needs two");
+    rp_status st = check_counters(s, in, err);
+    if (st)
+        return st;
+    const rp_tensor **ten = calloc(per * m->num_vars + 1, sizeof(rp_tensor *));
+    if (!ten)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    st = find_tensors(s, in, ten, err);
     if (!st)
         st = rp_session_set_weights(s, in->weights, RP_ONE_PER_GROUP, err);
     float *pack = st || !per ? NULL : malloc(sizeof(float) * per * n);
     if (!st && per && !pack)
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the optimizer state");
-    for (int i = 0; i < s->nlocal && !st; i++) {
-        worker *w = &s->w[i];
-        if (per) {
-            /* this worker's replica's value of every element of its stage */
-            int l0 = s->first[w->stage], l1 = s->first[w->stage + 1];
-            for (int v = 0; v < m->num_vars; v++) {
-                const rp_variable *var = &m->vars[v];
-                if (var->layer < l0 || var->layer >= l1)
-                    continue;
-                int q = rp_grouping_group_of(&s->var_group[v], w->replica);
-                for (size_t a = 0; a < per; a++)
-                    memcpy(pack + a * n + var->offset,
-                           ten[(size_t)v * per + a]->data + (size_t)q * var->count,
-                           sizeof(float) * var->count);
-            }
-            st = move_state(w, pack, true, err);
-        }
-        w->applied = in->num_stage_steps ? in->stage_steps[w->stage] : in->steps;
-        w->skipped = in->skipped;
-        w->scale = in->loss_scale;
-        w->clean = in->clean;
-    }
+    for (int i = 0; i < s->nlocal && !st; i++)
+        st = set_worker(s, &s->w[i], in, ten, pack, err);
     if (!st)
         s->updates = in->updates;
     free(pack);

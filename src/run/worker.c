@@ -91,148 +91,245 @@ static void update_begin(worker *w, int d) {
     w->opt_now.lr = rp_config_lr(&s->cfg, s->updates + d);
 }
 
-/* Operation i of worker w's list in update d; false when it failed (its
-** status and message say why). */
-static bool run_op(worker *w, int d, int i) {
+/* What every operation of a worker's list reads: its update, its rows of
+** the call's data, the message's peer and tag, the step's context. */
+typedef struct op_env {
+    const rp_op *op;
+    int i, d;
+    bool last, half; /* the last stage; messages in fp16 */
+    size_t in, out, n; /* floats a sample in and out; the net's parameters */
+    size_t row;        /* the micro-batch's first row of the call's samples */
+    int peer, tag;
+    rp_step_ctx ctx;
+} op_env;
+
+/* Receives a micro-batch's activations straight into the slot the forward
+** will use. */
+static rp_status recv_act(worker *w, const op_env *e) {
+    int B = w->s->B;
+    float *dst = rp_acts_input(w->acts[w->plan->ops[e->i + 1].slot]);
+    if (!e->half)
+        return rp_comm_recv(w->comm, e->peer, e->tag, dst, sizeof(float) * e->in * B, &w->err);
+    rp_status st = rp_comm_recv(w->comm, e->peer, e->tag, w->h_recv,
+                                sizeof(uint16_t) * e->in * B, &w->err);
+    if (!st)
+        rp_half_decode(w->h_recv, dst, e->in * B);
+    return st;
+}
+
+/* A forward on the version of the weights the micro-batch's backward will
+** use (PipeDream's stash, vertical sync's history); the first stage reads
+** the call's data, the last keeps the loss. */
+static rp_status forward(worker *w, op_env *e) {
+    rp_session *s = w->s;
+    const rp_op *op = e->op;
+    int B = s->B;
+    size_t n = e->n;
+    rp_acts *a = w->acts[op->slot];
+    if (w->history) /* vertical sync: the input stage's version, kept */
+        w->slot_ver[op->slot] = w->history + (size_t)w->version_of[op->mb] * n;
+    else if (w->stash) { /* the version this micro-batch's backward will use */
+        memcpy(w->stash + (size_t)op->slot * n, rp_net_params(w->net), sizeof(float) * n);
+        w->slot_ver[op->slot] = w->stash + (size_t)op->slot * n;
+    }
+    if (w->history)
+        rp_net_use_params(w->net, (float *)w->slot_ver[op->slot]);
+    const float *x = rp_acts_input(a);
+    if (w->stage == 0 && s->x)
+        x = s->x + e->row * rp_shape_size(&s->m->input);
+    else if (w->stage == 0) /* straight into the activations: no second copy */
+        rp_dataset_gather(s->data, s->ids + e->row, B, rp_acts_input(a), NULL);
+    double loss;
+    const float *y = rp_net_forward(w->net, a, x, B, &e->ctx, e->last ? &loss : NULL);
+    if (!y)
+        return rp_fail(&w->err, RP_ERR_INVALID, "replica %d, stage %d: %s", w->replica,
+                       w->stage, rp_net_error(w->net));
+    if (w->history)
+        rp_net_use_params(w->net, w->own);
+    w->out[op->slot] = y;
+    if (e->last)
+        w->losses[(size_t)e->d * s->GA + op->mb] = (float)(loss / B);
+    return RP_OK;
+}
+
+/* Sends the forward's output (in fp16 where asked). */
+static rp_status send_act(worker *w, const op_env *e) {
+    const rp_op *op = e->op;
+    size_t count = e->out * w->s->B, bytes = sizeof(float) * count;
+    const void *src = w->out[w->plan->ops[e->i - 1].slot];
+    if (e->half) {
+        uint16_t *h = w->h_act + (size_t)op->mb * count;
+        rp_half_encode(src, h, count);
+        src = h, bytes /= 2;
+    }
+    rp_status st = rp_comm_isend(w->comm, e->peer, e->tag, src, bytes, &w->req[op->mb], &w->err);
+    w->req_live[op->mb] = !st;
+    return st;
+}
+
+/* Receives the output's gradient; where a split backward's input half is
+** next, straight into the stash its weights' half reads, which saves it a
+** copy. */
+static rp_status recv_grad(worker *w, const op_env *e) {
+    const rp_op *op = e->op;
+    size_t count = e->out * w->s->B;
+    const rp_op *next = e->i + 1 < w->plan->num_ops ? &w->plan->ops[e->i + 1] : NULL;
+    float *home = next && next->kind == RP_OP_BACKWARD_INPUT && next->mb == op->mb
+                      ? rp_net_grad_in_place(w->net, w->acts[next->slot])
+                      : NULL;
+    w->grad_at = home ? home : w->grad_in;
+    if (!e->half)
+        return rp_comm_recv(w->comm, e->peer, e->tag + 1, w->grad_at, sizeof(float) * count,
+                            &w->err);
+    rp_status st = rp_comm_recv(w->comm, e->peer, e->tag + 1, w->h_recv,
+                                sizeof(uint16_t) * count, &w->err);
+    if (!st)
+        rp_half_decode(w->h_recv, w->grad_at, count);
+    return st;
+}
+
+/* A backward, whole or one of its halves, on the micro-batch's version of
+** the weights; the last backward of the list starts the buckets. The
+** input's gradient is kept for its send (in fp16 where asked). */
+static void backward(worker *w, op_env *e) {
+    const rp_op *op = e->op;
+    size_t count = e->in * w->s->B;
+    bool weights = op->kind == RP_OP_BACKWARD_WEIGHT;
+    float *own = w->slot_ver && !weights
+                     ? rp_net_use_params(w->net, (float *)w->slot_ver[op->slot])
+                     : NULL;
+    if (e->i == w->last_back)
+        rpi_bucket_begin(w), e->ctx.grads_done = rpi_bucket_ready, e->ctx.grads_arg = w;
+    if (weights) {
+        rp_net_backward_weight(w->net, w->acts[op->slot], &e->ctx);
+        return;
+    }
+    const float *din = (op->kind == RP_OP_BACKWARD ? rp_net_backward : rp_net_backward_input)(
+        w->net, w->acts[op->slot], e->last ? NULL : w->grad_at, &e->ctx, w->stage > 0);
+    if (own)
+        rp_net_use_params(w->net, own);
+    if (w->stage > 0 && e->half)
+        rp_half_encode(din, w->h_grad + (size_t)op->mb * count, count);
+    else if (w->stage > 0)
+        memcpy(w->grad_out + (size_t)op->mb * count, din, sizeof(float) * count);
+}
+
+/* Sends the input's gradient. */
+static rp_status send_grad(worker *w, const op_env *e) {
+    const rp_op *op = e->op;
+    int GA = w->s->GA;
+    size_t count = e->in * w->s->B, bytes = sizeof(float) * count;
+    const void *src = w->grad_out + (size_t)op->mb * count;
+    if (e->half)
+        src = w->h_grad + (size_t)op->mb * count, bytes /= 2;
+    rp_status st = rp_comm_isend(w->comm, e->peer, e->tag + 1, src, bytes, &w->req[GA + op->mb],
+                                 &w->err);
+    w->req_live[GA + op->mb] = !st;
+    return st;
+}
+
+/* The optimizer's step, after the device's verdicts where it gives them;
+** 2BW's older version becomes this one. One run's state arrays are the
+** net's; several (groupings, tensor-parallel slices beside whole
+** variables) have a state of their own each, as the training state reads
+** it. */
+static rp_status step(worker *w, const op_env *e) {
+    size_t n = e->n;
+    rp_status st = rpi_verdict_at_step(w->s) ? rpi_step_verdict(w, e->ctx.update) : RP_OK;
+    if (st)
+        return st;
+    if (w->stale)
+        rp_net_use_params(w->net, w->own);
+    if (w->skip)
+        return RP_OK;
+    if (w->stale)
+        memcpy(w->stale, w->own, sizeof(float) * n);
+    if (!w->any_sharded && !w->any_fused && w->state_fd < 0 && w->nruns <= 1) {
+        rp_optimizer_step(&w->opt_now, w->applied, rp_net_params(w->net), rp_net_grads(w->net),
+                          w->opt, n);
+        return RP_OK;
+    }
+    for (int r = 0; r < w->nruns && !st; r++) { /* the others stepped in the reduction */
+        const var_run *vr = &w->runs[r];
+        if (!vr->sharded && !vr->fused)
+            st = rpi_opt_step(w, w->applied, rp_net_params(w->net) + vr->offset,
+                              rp_net_grads(w->net) + vr->offset, vr->state_offset, vr->count);
+    }
+    return st;
+}
+
+/* Waits for every send still under way. */
+static rp_status wait_sends(worker *w) {
+    rp_status st = RP_OK;
+    for (int r = 0; r < 2 * w->s->GA && !st; r++)
+        if (w->req_live[r]) {
+            w->req_live[r] = false;
+            st = rp_comm_wait(w->comm, &w->req[r], &w->err);
+        }
+    return st;
+}
+
+/* After a step, failed or not: batchnorm's running statistics over what
+** it did to them; under PipeDream the next backward's gradients a new
+** update's; vertical sync keeps every version. */
+static void after_step(worker *w, bool stats, size_t n) {
+    if (stats)
+        rp_net_running_commit(w->net);
+    if (w->slot_ver)
+        rp_net_zero_grads(w->net);
+    if (w->history)
+        memcpy(w->history + (size_t)++w->versions * n, w->own, sizeof(float) * n);
+}
+
+/* Operation i of update d as its functions read it. */
+static op_env env_of(worker *w, int d, int i) {
     rp_session *s = w->s;
     int B = s->B, GA = s->GA, c = w->replica;
-    bool last = w->stage == s->P - 1;
-    size_t in = rp_net_in_size(w->net), out = rp_net_out_size(w->net);
-    size_t n = rp_net_num_params(w->net), nstats;
-    size_t S = (size_t)B * GA * s->R, data_in = rp_shape_size(&s->m->input);
-    size_t K = (size_t)s->m->num_targets; /* labels per sample */
-    bool half = s->cfg.fp16_exchange;
-    float *stats = rp_net_stats(w->net, &nstats);
+    size_t S = (size_t)B * GA * s->R, K = (size_t)s->m->num_targets; /* labels per sample */
     const rp_op *op = &w->plan->ops[i];
     size_t row = op->mb >= 0 ? d * S + ((size_t)c * GA + op->mb) * B : 0;
     /* a message's tag: its micro-batch, and where a rank holds a device's
     ** chunks, which of them it goes to (two may hear from one rank) */
     bool sends = op->kind == RP_OP_SEND_ACT || op->kind == RP_OP_SEND_GRAD;
     bool talks = sends || op->kind == RP_OP_RECV_ACT || op->kind == RP_OP_RECV_GRAD;
-    int peer = talks ? rpi_rank_of(s, op->peer) : -1;
-    int tag = ((talks && s->lidx ? s->lidx[sends ? op->peer : w->id] * GA : 0) + op->mb) * 2;
-    rp_step_ctx ctx = {.training = true,
-                       .seed = s->cfg.seed,
-                       .update = (uint64_t)(s->updates + d),
-                       .sample_id = s->ids + row,
-                       .labels = s->y + row * K,
-                       .loss_scale = s->loss_scale * w->scale,
-                       .embedding_blocks = s->cfg.embedding_serialization_factor,
-                       .stat_slot = op->mb >= 0 ? 1 + c * GA + op->mb : 0};
+    return (op_env){
+        .op = op, .i = i, .d = d,
+        .last = w->stage == s->P - 1, .half = s->cfg.fp16_exchange,
+        .in = rp_net_in_size(w->net), .out = rp_net_out_size(w->net),
+        .n = rp_net_num_params(w->net), .row = row,
+        .peer = talks ? rpi_rank_of(s, op->peer) : -1,
+        .tag = ((talks && s->lidx ? s->lidx[sends ? op->peer : w->id] * GA : 0) + op->mb) * 2,
+        .ctx = {.training = true,
+                .seed = s->cfg.seed,
+                .update = (uint64_t)(s->updates + d),
+                .sample_id = s->ids + row,
+                .labels = s->y + row * K,
+                .loss_scale = s->loss_scale * w->scale,
+                .embedding_blocks = s->cfg.embedding_serialization_factor,
+                .stat_slot = op->mb >= 0 ? 1 + c * GA + op->mb : 0}};
+}
+
+/* Operation i of worker w's list in update d; false when it failed (its
+** status and message say why). */
+static bool run_op(worker *w, int d, int i) {
+    rp_session *s = w->s;
+    size_t nstats;
+    float *stats = rp_net_stats(w->net, &nstats);
+    const rp_op *op = &w->plan->ops[i];
+    op_env e = env_of(w, d, i);
     double t0 = s->tracing ? rp_now() : 0;
     rp_status st = RP_OK;
     w->tp_op = op;
     switch (op->kind) {
-    case RP_OP_RECV_ACT: { /* straight into the slot the forward will use */
-        float *dst = rp_acts_input(w->acts[w->plan->ops[i + 1].slot]);
-        if (!half) {
-            st = rp_comm_recv(w->comm, peer, tag, dst, sizeof(float) * in * B, &w->err);
-        } else if (!(st = rp_comm_recv(w->comm, peer, tag, w->h_recv,
-                                       sizeof(uint16_t) * in * B, &w->err))) {
-            rp_half_decode(w->h_recv, dst, in * B);
-        }
-        break;
-    }
-    case RP_OP_FORWARD: {
-        rp_acts *a = w->acts[op->slot];
-        if (w->history) /* vertical sync: the input stage's version, kept */
-            w->slot_ver[op->slot] = w->history + (size_t)w->version_of[op->mb] * n;
-        else if (w->stash) { /* the version this micro-batch's backward will use */
-            memcpy(w->stash + (size_t)op->slot * n, rp_net_params(w->net),
-                   sizeof(float) * n);
-            w->slot_ver[op->slot] = w->stash + (size_t)op->slot * n;
-        }
-        if (w->history)
-            rp_net_use_params(w->net, (float *)w->slot_ver[op->slot]);
-        const float *x = rp_acts_input(a);
-        if (w->stage == 0 && s->x)
-            x = s->x + row * data_in;
-        else if (w->stage == 0) /* straight into the activations: no second copy */
-            rp_dataset_gather(s->data, s->ids + row, B, rp_acts_input(a), NULL);
-        double loss;
-        const float *y = rp_net_forward(w->net, a, x, B, &ctx, last ? &loss : NULL);
-        if (!y) {
-            char msg[RP_ERROR_MAX];
-            snprintf(msg, sizeof msg, "replica %d, stage %d: %s", c, w->stage,
-                     rp_net_error(w->net));
-            worker_fail(w, RP_ERR_INVALID, msg);
-            return false;
-        }
-        if (w->history)
-            rp_net_use_params(w->net, w->own);
-        w->out[op->slot] = y;
-        if (last)
-            w->losses[(size_t)d * GA + op->mb] = (float)(loss / B);
-        break;
-    }
-    case RP_OP_SEND_ACT: {
-        const void *src = w->out[w->plan->ops[i - 1].slot];
-        size_t bytes = sizeof(float) * out * B;
-        if (half) {
-            uint16_t *h = w->h_act + (size_t)op->mb * out * B;
-            rp_half_encode(src, h, out * B);
-            src = h, bytes /= 2;
-        }
-        st = rp_comm_isend(w->comm, peer, tag, src, bytes, &w->req[op->mb], &w->err);
-        w->req_live[op->mb] = !st;
-        break;
-    }
-    case RP_OP_RECV_GRAD: {
-        /* a split backward's input half next: straight into the stash its
-        ** weights' half reads, which saves it a copy */
-        const rp_op *next = i + 1 < w->plan->num_ops ? &w->plan->ops[i + 1] : NULL;
-        float *home = next && next->kind == RP_OP_BACKWARD_INPUT && next->mb == op->mb
-                          ? rp_net_grad_in_place(w->net, w->acts[next->slot])
-                          : NULL;
-        w->grad_at = home ? home : w->grad_in;
-        if (!half) {
-            st = rp_comm_recv(w->comm, peer, tag + 1, w->grad_at,
-                              sizeof(float) * out * B, &w->err);
-        } else if (!(st = rp_comm_recv(w->comm, peer, tag + 1, w->h_recv,
-                                       sizeof(uint16_t) * out * B, &w->err))) {
-            rp_half_decode(w->h_recv, w->grad_at, out * B);
-        }
-        break;
-    }
+    case RP_OP_RECV_ACT: st = recv_act(w, &e); break;
+    case RP_OP_FORWARD: st = forward(w, &e); break;
+    case RP_OP_SEND_ACT: st = send_act(w, &e); break;
+    case RP_OP_RECV_GRAD: st = recv_grad(w, &e); break;
     case RP_OP_BACKWARD_WEIGHT:
-        if (i == w->last_back)
-            rpi_bucket_begin(w), ctx.grads_done = rpi_bucket_ready, ctx.grads_arg = w;
-        rp_net_backward_weight(w->net, w->acts[op->slot], &ctx);
-        break;
     case RP_OP_BACKWARD_INPUT:
-    case RP_OP_BACKWARD: {
-        float *own = w->slot_ver ? rp_net_use_params(w->net, (float *)w->slot_ver[op->slot])
-                                 : NULL;
-        if (i == w->last_back)
-            rpi_bucket_begin(w), ctx.grads_done = rpi_bucket_ready, ctx.grads_arg = w;
-        const float *din =
-            (op->kind == RP_OP_BACKWARD ? rp_net_backward : rp_net_backward_input)(
-                w->net, w->acts[op->slot], last ? NULL : w->grad_at, &ctx, w->stage > 0);
-        if (own)
-            rp_net_use_params(w->net, own);
-        if (w->stage > 0 && half)
-            rp_half_encode(din, w->h_grad + (size_t)op->mb * in * B, in * B);
-        else if (w->stage > 0)
-            memcpy(w->grad_out + (size_t)op->mb * in * B, din, sizeof(float) * in * B);
-        break;
-    }
-    case RP_OP_SEND_GRAD: {
-        const void *src = w->grad_out + (size_t)op->mb * in * B;
-        size_t bytes = sizeof(float) * in * B;
-        if (half)
-            src = w->h_grad + (size_t)op->mb * in * B, bytes /= 2;
-        st = rp_comm_isend(w->comm, peer, tag + 1, src, bytes, &w->req[GA + op->mb],
-                           &w->err);
-        w->req_live[GA + op->mb] = !st;
-        break;
-    }
-    case RP_OP_WAIT_SENDS:
-        for (int r = 0; r < 2 * GA && !st; r++)
-            if (w->req_live[r]) {
-                w->req_live[r] = false;
-                st = rp_comm_wait(w->comm, &w->req[r], &w->err);
-            }
-        break;
+    case RP_OP_BACKWARD: backward(w, &e); break;
+    case RP_OP_SEND_GRAD: st = send_grad(w, &e); break;
+    case RP_OP_WAIT_SENDS: st = wait_sends(w); break;
     case RP_OP_REDUCE:
         if (stats && !(st = rpi_reduce_stats(w)))
             rp_net_running_next(w->net);
@@ -240,37 +337,10 @@ static bool run_op(worker *w, int d, int i) {
             st = rpi_reduce(w);
         break;
     case RP_OP_STEP:
-        if (rpi_verdict_at_step(s) && (st = rpi_step_verdict(w, ctx.update)))
-            break;
-        if (w->stale) /* 2BW: the older version becomes this one; this one steps */
-            rp_net_use_params(w->net, w->own);
-        if (w->skip)
-            break;
-        if (w->stale)
-            memcpy(w->stale, w->own, sizeof(float) * n);
-        /* one run: its state arrays are the net's; several (groupings,
-        ** tensor-parallel slices beside whole variables) have a state of
-        ** their own each, as the training state reads it */
-        if (!w->any_sharded && !w->any_fused && w->state_fd < 0 && w->nruns <= 1) {
-            rp_optimizer_step(&w->opt_now, w->applied, rp_net_params(w->net),
-                              rp_net_grads(w->net), w->opt, n);
-            break;
-        }
-        for (int r = 0; r < w->nruns && !st; r++) { /* the others stepped above */
-            const var_run *vr = &w->runs[r];
-            if (!vr->sharded && !vr->fused)
-                st = rpi_opt_step(w, w->applied, rp_net_params(w->net) + vr->offset,
-                              rp_net_grads(w->net) + vr->offset, vr->state_offset,
-                              vr->count);
-        }
+        st = step(w, &e);
+        after_step(w, stats != NULL, e.n);
         break;
     }
-    if (op->kind == RP_OP_STEP && stats) /* over what the step did to them */
-        rp_net_running_commit(w->net);
-    if (op->kind == RP_OP_STEP && w->slot_ver) /* the next backward: a new update */
-        rp_net_zero_grads(w->net);
-    if (op->kind == RP_OP_STEP && w->history) /* vertical sync keeps every version */
-        memcpy(w->history + (size_t)++w->versions * n, w->own, sizeof(float) * n);
     if (!st && w->tp_status)
         st = w->tp_status;
     if (!st && i == w->last_back)

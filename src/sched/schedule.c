@@ -29,6 +29,39 @@ int rp_workplan_worker(const rp_config *cfg, int c, int s, int j) {
     return rpi_base_worker(cfg, c, s, j) * rp_config_tensor_parallel(cfg);
 }
 
+/* The devices of the chunked schedules, each made t devices: one a tensor
+** rank, holding that rank's workers (W0: the workers before). */
+static rp_status expand_devices(rp_workplan *sc, int t, int W0, rp_error *err) {
+    int D0 = sc->devices;
+    rp_device_ops *dev = calloc((size_t)D0 * t, sizeof(rp_device_ops));
+    int *device_of = malloc(sizeof(int) * W0 * t);
+    bool ok = dev && device_of;
+    for (int d = 0; d < D0 && ok; d++)
+        for (int k = 0; k < t && ok; k++) {
+            rp_device_ops *x = &dev[d * t + k];
+            int n = sc->dev[d].num;
+            x->worker = malloc(sizeof(int) * (n ? n : 1));
+            x->op = malloc(sizeof(int) * (n ? n : 1));
+            if (!(ok = x->worker && x->op))
+                break;
+            x->num = n;
+            for (int i = 0; i < n; i++)
+                x->worker[i] = sc->dev[d].worker[i] * t + k, x->op[i] = sc->dev[d].op[i];
+        }
+    for (int b = 0; b < W0 && ok; b++)
+        for (int k = 0; k < t; k++)
+            device_of[b * t + k] = sc->device_of[b] * t + k;
+    for (int d = 0; d < D0; d++) /* the old devices go either way */
+        free(sc->dev[d].worker), free(sc->dev[d].op);
+    free(sc->dev), free(sc->device_of);
+    sc->dev = dev, sc->device_of = device_of, sc->devices = dev ? D0 * t : 0;
+    if (!ok)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the devices of %d workers",
+                       W0 * t);
+    return RP_OK;
+}
+
+
 /* Tensor parallelism: each worker of the plan becomes its tensor group, t
 ** workers with the same operations, each exchanging with the rank of its
 ** own number in the other groups. The group's ranks meet in every forward
@@ -67,35 +100,7 @@ static rp_status expand_tensor_groups(const rp_config *cfg, rp_workplan *sc, rp_
     free(sc->w);
     sc->w = w;
     sc->workers = W0 * t;
-    if (!sc->devices)
-        return RP_OK;
-    int D0 = sc->devices;
-    rp_device_ops *dev = calloc((size_t)D0 * t, sizeof(rp_device_ops));
-    int *device_of = malloc(sizeof(int) * W0 * t);
-    bool ok = dev && device_of;
-    for (int d = 0; d < D0 && ok; d++)
-        for (int k = 0; k < t && ok; k++) {
-            rp_device_ops *x = &dev[d * t + k];
-            int n = sc->dev[d].num;
-            x->worker = malloc(sizeof(int) * (n ? n : 1));
-            x->op = malloc(sizeof(int) * (n ? n : 1));
-            if (!(ok = x->worker && x->op))
-                break;
-            x->num = n;
-            for (int i = 0; i < n; i++)
-                x->worker[i] = sc->dev[d].worker[i] * t + k, x->op[i] = sc->dev[d].op[i];
-        }
-    for (int b = 0; b < W0 && ok; b++)
-        for (int k = 0; k < t; k++)
-            device_of[b * t + k] = sc->device_of[b] * t + k;
-    for (int d = 0; d < D0; d++) /* the old devices go either way */
-        free(sc->dev[d].worker), free(sc->dev[d].op);
-    free(sc->dev), free(sc->device_of);
-    sc->dev = dev, sc->device_of = device_of, sc->devices = dev ? D0 * t : 0;
-    if (!ok)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the devices of %d workers",
-                       W0 * t);
-    return RP_OK;
+    return sc->devices ? expand_devices(sc, t, W0, err) : RP_OK;
 }
 
 void rp_workplan_free(rp_workplan *s) {
@@ -158,12 +163,6 @@ int rp_workplan_in_flight(const rp_config *cfg, int s) {
     return n < GA ? n : GA;
 }
 
-/* The zero-bubble stage orders (schedule.h): a list schedule of P stages,
-** on unit pass times for zb-h1 and zb-h2 and on zb_pass_times for zb-auto.
-** kind and mb receive stage s's 3 GA passes at 3 GA s. Some stage can
-** always move (the last one's B needs only its own F), so the loop ends.
-** Times are doubles; unit times add up exactly, so zb-h1's and zb-h2's
-** orders are those of whole numbers. */
 /* A stage in the list schedule: its passes done (indexed by PASS_F, PASS_B,
 ** PASS_W), when it is free, and its room: micro-batches from F to B, and
 ** from F to W. */
@@ -172,19 +171,10 @@ typedef struct zb_stage {
     double free_at;
 } zb_stage;
 
-static rp_status zb_orders(const rp_config *cfg, int *kind, int *mbs, rp_error *err) {
-    int P = cfg->layers_per_stage.count, GA = cfg->gradient_accumulation_steps;
-    bool h2 = cfg->schedule == RP_SCHEDULE_ZB_H2, aut = cfg->schedule == RP_SCHEDULE_ZB_AUTO;
-    double dur[3] = {1, 1, 1};
-    if (aut)
-        memcpy(dur, cfg->zb_pass_times, sizeof dur);
-    zb_stage *st = calloc((size_t)P, sizeof(zb_stage));
-    double *tf = malloc(sizeof(double) * P * GA), *tb = malloc(sizeof(double) * P * GA);
-    if (!st || !tf || !tb) {
-        free(st), free(tf), free(tb);
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a schedule of %d micro-batches", GA);
-    }
-    const double never = 1e300;
+/* Each stage's rooms: the micro-batches it may hold between F and B, and
+** between F and W (over its replicas). */
+static void zb_rooms(const rp_config *cfg, zb_stage *st, bool h2, bool aut) {
+    int P = cfg->layers_per_stage.count;
     /* 1f1b's most micro-batches on one worker (the first stage's, without
     ** stage replication): every worker of zb-h1 may hold as many, those of
     ** zb-h2 twice less one */
@@ -203,6 +193,28 @@ static rp_status zb_orders(const rp_config *cfg, int *kind, int *mbs, rp_error *
         st[s].fb_room = aut ? (scaled > 1 ? scaled : 1) : h2 ? 2 * n - 1 : n;
         st[s].fw_room = r * (aut ? limit : h2 ? 2 * peak - 1 : peak);
     }
+}
+
+/* The zero-bubble stage orders (schedule.h): a list schedule of P stages,
+** on unit pass times for zb-h1 and zb-h2 and on zb_pass_times for zb-auto.
+** kind and mb receive stage s's 3 GA passes at 3 GA s. Some stage can
+** always move (the last one's B needs only its own F), so the loop ends.
+** Times are doubles; unit times add up exactly, so zb-h1's and zb-h2's
+** orders are those of whole numbers. */
+static rp_status zb_orders(const rp_config *cfg, int *kind, int *mbs, rp_error *err) {
+    int P = cfg->layers_per_stage.count, GA = cfg->gradient_accumulation_steps;
+    bool h2 = cfg->schedule == RP_SCHEDULE_ZB_H2, aut = cfg->schedule == RP_SCHEDULE_ZB_AUTO;
+    double dur[3] = {1, 1, 1};
+    if (aut)
+        memcpy(dur, cfg->zb_pass_times, sizeof dur);
+    zb_stage *st = calloc((size_t)P, sizeof(zb_stage));
+    double *tf = malloc(sizeof(double) * P * GA), *tb = malloc(sizeof(double) * P * GA);
+    if (!st || !tf || !tb) {
+        free(st), free(tf), free(tb);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a schedule of %d micro-batches", GA);
+    }
+    const double never = 1e300;
+    zb_rooms(cfg, st, h2, aut);
     for (int i = 0; i < P * GA; i++)
         tf[i] = tb[i] = never; /* when each F and B ends: not yet known */
     for (int left = 3 * P * GA; left > 0; left--) {
@@ -245,6 +257,86 @@ static rp_status zb_orders(const rp_config *cfg, int *kind, int *mbs, rp_error *
     return RP_OK;
 }
 
+/* Stage s's order as one worker would run it, (pass, mb) pairs, where the
+** schedule has not made it already (zero bubble's and the chunked ones'):
+** GPipe's, or 1F1B's warm-up of the micro-batches in flight, then one
+** forward and one backward in turn. Its length. */
+static int stage_order(const rp_config *cfg, int s, int *order_fw, int *order_mb, bool split,
+                       bool chunked) {
+    int n = 0, GA = cfg->gradient_accumulation_steps;
+    if (split)
+        return 3 * GA;
+    if (chunked)
+        return 2 * GA;
+    if (cfg->schedule == RP_SCHEDULE_GPIPE) {
+        for (int m = 0; m < GA; m++)
+            order_fw[n] = PASS_F, order_mb[n++] = m;
+        for (int m = GA - 1; m >= 0; m--)
+            order_fw[n] = PASS_B, order_mb[n++] = m;
+        return n;
+    }
+    int warm = rp_workplan_in_flight(cfg, s) - 1, f = 0, b = 0;
+    while (f < warm)
+        order_fw[n] = PASS_F, order_mb[n++] = f++;
+    while (b < GA) {
+        if (f < GA)
+            order_fw[n] = PASS_F, order_mb[n++] = f++;
+        order_fw[n] = PASS_B, order_mb[n++] = b++;
+    }
+    return n;
+}
+
+/* Activation slots: taken at a forward, freed at its backward (a split
+** one's weights' half). slot_of and free_slots: GA ints of scratch. */
+static void assign_slots(rp_worker_ops *w, int *slot_of, int *free_slots) {
+    int nfree = 0, used = 0;
+    for (int i = 0; i < w->num_ops; i++) {
+        rp_op *op = &w->ops[i];
+        if (op->kind == RP_OP_FORWARD) {
+            op->slot = nfree ? free_slots[--nfree] : used++;
+            slot_of[op->mb] = op->slot;
+        } else if (op->kind == RP_OP_BACKWARD || op->kind == RP_OP_BACKWARD_INPUT ||
+                   op->kind == RP_OP_BACKWARD_WEIGHT) {
+            op->slot = slot_of[op->mb];
+            if (op->kind != RP_OP_BACKWARD_INPUT)
+                free_slots[nfree++] = op->slot;
+        }
+    }
+    w->slots = used;
+}
+
+/* Stage replica j's list of its stage's order: its micro-batches' passes
+** (under PipeDream an update after each backward), then the sends' end,
+** the reduction and the step. */
+static rp_status worker_list(const rp_config *cfg, rp_worker_ops *w, int j, const int *order_fw,
+                             const int *order_mb, int n, int *slot_of, int *free_slots,
+                             int id, rp_error *err) {
+    int GA = cfg->gradient_accumulation_steps, r = rp_config_stage_replicas(cfg, w->stage);
+    w->ops = malloc(sizeof(rp_op) * (8 * (size_t)GA + 3));
+    if (!w->ops)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the operations of worker %d", id);
+    bool async = cfg->schedule == RP_SCHEDULE_PIPEDREAM;
+    for (int i = 0; i < n; i++)
+        if (order_mb[i] % r == j) {
+            add_pass(cfg, w, order_fw[i], order_mb[i]);
+            if (async && order_fw[i] == PASS_B) { /* PipeDream: an update a backward */
+                push(w, RP_OP_REDUCE, -1, -1);
+                push(w, RP_OP_STEP, -1, -1);
+            }
+        }
+    push(w, RP_OP_WAIT_SENDS, -1, -1);
+    if (!async) {
+        push(w, RP_OP_REDUCE, -1, -1);
+        push(w, RP_OP_STEP, -1, -1);
+    }
+    assign_slots(w, slot_of, free_slots);
+    return RP_OK;
+}
+
+/* The workplan, in the steps above: the stages' orders (zero bubble's and
+** the chunked schedules' from their own builders), every stage replica's
+** list of every replica, the devices of the chunked schedules, the tensor
+** groups. */
 rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *err) {
     *out = NULL;
     int P = cfg->layers_per_stage.count, R = cfg->replication_factor;
@@ -274,90 +366,95 @@ rp_status rp_workplan_build(const rp_config *cfg, rp_workplan **out, rp_error *e
                                              order_m, err)
                    : split ? zb_orders(cfg, order_k, order_m, err)
                            : RP_OK;
-    if (st) {
-        free(order_k), free(order_m), free(slot_of), free(free_slots), free(seq);
-        rp_workplan_free(sc);
-        return st;
-    }
-    for (int c = 0; c < R; c++)
-        for (int s = 0; s < P; s++) {
-            int n = 0, *order_fw = order_k + 3 * GA * s, *order_mb = order_m + 3 * GA * s;
-            if (split) {
-                n = 3 * GA;
-            } else if (chunked) {
-                n = 2 * GA;
-            } else if (cfg->schedule == RP_SCHEDULE_GPIPE) {
-                for (int m = 0; m < GA; m++)
-                    order_fw[n] = PASS_F, order_mb[n++] = m;
-                for (int m = GA - 1; m >= 0; m--)
-                    order_fw[n] = PASS_B, order_mb[n++] = m;
-            } else {
-                int warm = rp_workplan_in_flight(cfg, s) - 1, f = 0, b = 0;
-                while (f < warm)
-                    order_fw[n] = PASS_F, order_mb[n++] = f++;
-                while (b < GA) {
-                    if (f < GA)
-                        order_fw[n] = PASS_F, order_mb[n++] = f++;
-                    order_fw[n] = PASS_B, order_mb[n++] = b++;
-                }
-            }
-            for (int j = 0; j < rp_config_stage_replicas(cfg, s); j++) {
-                rp_worker_ops *w = &sc->w[rpi_base_worker(cfg, c, s, j)];
+    for (int c = 0; !st && c < R; c++)
+        for (int s = 0; !st && s < P; s++) {
+            int *order_fw = order_k + 3 * GA * s, *order_mb = order_m + 3 * GA * s;
+            int n = stage_order(cfg, s, order_fw, order_mb, split, chunked);
+            for (int j = 0; !st && j < rp_config_stage_replicas(cfg, s); j++) {
+                int id = rpi_base_worker(cfg, c, s, j);
+                rp_worker_ops *w = &sc->w[id];
                 w->stage = s;
                 w->replica = c;
                 w->stage_replica = j;
-                w->ops = malloc(sizeof(rp_op) * (8 * (size_t)GA + 3));
-                if (!w->ops) {
-                    free(order_k), free(order_m), free(slot_of), free(free_slots), free(seq);
-                    rp_workplan_free(sc);
-                    return rp_fail(err, RP_ERR_NOMEM,
-                                   "out of memory for the operations of worker %d",
-                                   (int)(w - sc->w));
-                }
-                bool async = cfg->schedule == RP_SCHEDULE_PIPEDREAM;
-                for (int i = 0; i < n; i++)
-                    if (order_mb[i] % rp_config_stage_replicas(cfg, s) == j) {
-                        add_pass(cfg, w, order_fw[i], order_mb[i]);
-                        if (async && order_fw[i] == PASS_B) { /* PipeDream: an update a backward */
-                            push(w, RP_OP_REDUCE, -1, -1);
-                            push(w, RP_OP_STEP, -1, -1);
-                        }
-                    }
-                push(w, RP_OP_WAIT_SENDS, -1, -1);
-                if (!async) {
-                    push(w, RP_OP_REDUCE, -1, -1);
-                    push(w, RP_OP_STEP, -1, -1);
-                }
-                /* activation slots: taken at a forward, freed at its backward
-                ** (a split one's weights' half) */
-                int nfree = 0, used = 0;
-                for (int i = 0; i < w->num_ops; i++) {
-                    rp_op *op = &w->ops[i];
-                    if (op->kind == RP_OP_FORWARD) {
-                        op->slot = nfree ? free_slots[--nfree] : used++;
-                        slot_of[op->mb] = op->slot;
-                    } else if (op->kind == RP_OP_BACKWARD || op->kind == RP_OP_BACKWARD_INPUT ||
-                               op->kind == RP_OP_BACKWARD_WEIGHT) {
-                        op->slot = slot_of[op->mb];
-                        if (op->kind != RP_OP_BACKWARD_INPUT)
-                            free_slots[nfree++] = op->slot;
-                    }
-                }
-                w->slots = used;
+                st = worker_list(cfg, w, j, order_fw, order_mb, n, slot_of, free_slots, id, err);
             }
         }
     free(order_k), free(order_m), free(slot_of), free(free_slots);
-    st = chunked ? rpi_make_devices(cfg, sc, seq, seq + 2 * nseq, err) : RP_OK;
+    if (!st && chunked)
+        st = rpi_make_devices(cfg, sc, seq, seq + 2 * nseq, err);
     free(seq);
+    if (!st)
+        st = expand_tensor_groups(cfg, sc, err);
     if (st) {
-        rp_workplan_free(sc);
-        return st;
-    }
-    if ((st = expand_tensor_groups(cfg, sc, err))) {
         rp_workplan_free(sc);
         return st;
     }
     *out = sc;
+    return RP_OK;
+}
+
+/* The interleaved and V schedules: their chunks a worker, the
+** micro-batches they need, and a worker's chunks replicated together. */
+static rp_status check_chunked(const rp_config *cfg, rp_error *err) {
+    bool interleaved = cfg->schedule == RP_SCHEDULE_INTERLEAVED;
+    int S = rp_config_num_stages(cfg, false), v = cfg->virtual_stages, P = S / v;
+    const char *why = S % v ? "layers_per_stage must list virtual_stages chunks per worker"
+                      : interleaved && cfg->gradient_accumulation_steps % P
+                          ? "gradient_accumulation_steps must be a multiple of the pipeline's "
+                            "workers (micro-batches go through the chunks in groups of them)"
+                      : cfg->schedule == RP_SCHEDULE_DUALPIPEV &&
+                              cfg->gradient_accumulation_steps < 2 * P
+                          ? "gradient_accumulation_steps must be at least twice the pipeline's "
+                            "workers (DualPipeV's warm-up takes that many micro-batches)"
+                      : P < 2 ? "it needs 2 pipeline workers or more"
+                              : NULL;
+    if (why)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "schedule \"%s\" with virtual_stages %d, %d stages "
+                       "and gradient_accumulation_steps %d: %s",
+                       rp_schedule_name(cfg->schedule), v, S,
+                       cfg->gradient_accumulation_steps, why);
+    for (int r = 0; r < P; r++) /* a worker's chunks are replicated together */
+        for (int k = 1; k < v; k++) {
+            int a = rp_config_chunk(cfg, P, r, 0), b = rp_config_chunk(cfg, P, r, k);
+            if (rp_config_stage_replicas(cfg, a) != rp_config_stage_replicas(cfg, b))
+                return rp_fail(err, RP_ERR_INVALID,
+                               "stage_replication: under schedule \"%s\" stages %d and %d "
+                               "are chunks of pipeline worker %d, which is replicated as a "
+                               "whole: give them as many replicas (%d and %d)",
+                               rp_schedule_name(cfg->schedule), a, b, r,
+                               rp_config_stage_replicas(cfg, a),
+                               rp_config_stage_replicas(cfg, b));
+        }
+    return RP_OK;
+}
+
+/* DualPipe: an even number of stages and replicas, a warm-up's worth of
+** micro-batches, and a device's two stages replicated together. */
+static rp_status check_paired(const rp_config *cfg, rp_error *err) {
+    int P = cfg->layers_per_stage.count, R = cfg->replication_factor;
+    int GA = cfg->gradient_accumulation_steps;
+    const char *why = P < 2 || P % 2 ? "it needs an even number of stages, 2 or more"
+                      : R % 2 ? "replication_factor must be even (each pair of replicas runs "
+                                "its two pipelines over the same devices, in opposite "
+                                "directions)"
+                      : GA < P ? "gradient_accumulation_steps must be at least the stages "
+                                 "(DualPipe's warm-up takes that many micro-batches a "
+                                 "direction)"
+                               : NULL;
+    if (why)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "schedule \"dualpipe\" with %d stages, replication_factor %d and "
+                       "gradient_accumulation_steps %d: %s",
+                       P, R, GA, why);
+    for (int r = 0; r < P / 2; r++) /* a device's two stages are replicated together */
+        if (rp_config_stage_replicas(cfg, r) != rp_config_stage_replicas(cfg, P - 1 - r))
+            return rp_fail(err, RP_ERR_INVALID,
+                           "stage_replication: under schedule \"dualpipe\" stages %d and %d "
+                           "share devices, which are replicated as a whole: give them as "
+                           "many replicas (%d and %d)",
+                           r, P - 1 - r, rp_config_stage_replicas(cfg, r),
+                           rp_config_stage_replicas(cfg, P - 1 - r));
     return RP_OK;
 }
 
@@ -385,62 +482,11 @@ rp_status rp_schedule_check_config(const rp_config *cfg, rp_error *err) {
                        "and \"dualpipev\" 2 (their V), and virtual_stages goes with them alone "
                        "(schedule \"%s\", virtual_stages %d)",
                        rp_schedule_name(cfg->schedule), cfg->virtual_stages);
-    if (rp_config_chunked(cfg)) {
-        int S = rp_config_num_stages(cfg, false), v = cfg->virtual_stages, P = S / v;
-        const char *why = S % v ? "layers_per_stage must list virtual_stages chunks per worker"
-                          : interleaved && cfg->gradient_accumulation_steps % P
-                              ? "gradient_accumulation_steps must be a multiple of the pipeline's "
-                                "workers (micro-batches go through the chunks in groups of them)"
-                          : cfg->schedule == RP_SCHEDULE_DUALPIPEV &&
-                                  cfg->gradient_accumulation_steps < 2 * P
-                              ? "gradient_accumulation_steps must be at least twice the pipeline's "
-                                "workers (DualPipeV's warm-up takes that many micro-batches)"
-                          : P < 2 ? "it needs 2 pipeline workers or more"
-                                  : NULL;
-        if (why)
-            return rp_fail(err, RP_ERR_INVALID,
-                           "schedule \"%s\" with virtual_stages %d, %d stages "
-                           "and gradient_accumulation_steps %d: %s",
-                           rp_schedule_name(cfg->schedule), v, S,
-                           cfg->gradient_accumulation_steps, why);
-        for (int r = 0; r < P; r++) /* a worker's chunks are replicated together */
-            for (int k = 1; k < v; k++) {
-                int a = rp_config_chunk(cfg, P, r, 0), b = rp_config_chunk(cfg, P, r, k);
-                if (rp_config_stage_replicas(cfg, a) != rp_config_stage_replicas(cfg, b))
-                    return rp_fail(err, RP_ERR_INVALID,
-                                   "stage_replication: under schedule \"%s\" stages %d and %d "
-                                   "are chunks of pipeline worker %d, which is replicated as a "
-                                   "whole: give them as many replicas (%d and %d)",
-                                   rp_schedule_name(cfg->schedule), a, b, r,
-                                   rp_config_stage_replicas(cfg, a),
-                                   rp_config_stage_replicas(cfg, b));
-            }
-    }
-    if (rp_config_paired(cfg)) {
-        int P = cfg->layers_per_stage.count, R = cfg->replication_factor;
-        int GA = cfg->gradient_accumulation_steps;
-        const char *why = P < 2 || P % 2 ? "it needs an even number of stages, 2 or more"
-                          : R % 2 ? "replication_factor must be even (each pair of replicas runs "
-                                    "its two pipelines over the same devices, in opposite "
-                                    "directions)"
-                          : GA < P ? "gradient_accumulation_steps must be at least the stages "
-                                     "(DualPipe's warm-up takes that many micro-batches a "
-                                     "direction)"
-                                   : NULL;
-        if (why)
-            return rp_fail(err, RP_ERR_INVALID,
-                           "schedule \"dualpipe\" with %d stages, replication_factor %d and "
-                           "gradient_accumulation_steps %d: %s",
-                           P, R, GA, why);
-        for (int r = 0; r < P / 2; r++) /* a device's two stages are replicated together */
-            if (rp_config_stage_replicas(cfg, r) != rp_config_stage_replicas(cfg, P - 1 - r))
-                return rp_fail(err, RP_ERR_INVALID,
-                               "stage_replication: under schedule \"dualpipe\" stages %d and %d "
-                               "share devices, which are replicated as a whole: give them as "
-                               "many replicas (%d and %d)",
-                               r, P - 1 - r, rp_config_stage_replicas(cfg, r),
-                               rp_config_stage_replicas(cfg, P - 1 - r));
-    }
+    rp_status st = rp_config_chunked(cfg) ? check_chunked(cfg, err) : RP_OK;
+    if (!st && rp_config_paired(cfg))
+        st = check_paired(cfg, err);
+    if (st)
+        return st;
     if (cfg->reduction_bucket_mb > 0) {
         const char *why = cfg->schedule >= RP_SCHEDULE_PIPEDREAM
                               ? "the PipeDream schedules (a stage's versions update apart)"

@@ -101,50 +101,60 @@ typedef struct checker {
     int cap, nmsg, *head, *tail;
 } checker;
 
+/* Worker w's send: its message queued for its peer. */
+static rp_status post(checker *k, int w, const rp_op *op, rp_error *err) {
+    if (op->peer < 0 || op->peer >= k->s->workers)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "schedule: worker %d sends micro-batch %d to worker %d, which does "
+                       "not exist", w, op->mb, op->peer);
+    if (k->nmsg == k->cap) {
+        check_msg *nm = realloc(k->msgs, sizeof(check_msg) * k->cap * 2);
+        if (!nm)
+            return rp_fail(err, RP_ERR_NOMEM,
+                           "out of memory for the %d messages of the schedule check",
+                           k->cap * 2);
+        k->msgs = nm;
+        k->cap *= 2;
+    }
+    k->msgs[k->nmsg] = (check_msg){w, op->peer, op->kind == RP_OP_SEND_ACT, op->mb, -1};
+    if (k->tail[op->peer] >= 0)
+        k->msgs[k->tail[op->peer]].next = k->nmsg;
+    else
+        k->head[op->peer] = k->nmsg;
+    k->tail[op->peer] = k->nmsg++;
+    k->sent[w]++;
+    return RP_OK;
+}
+
+/* Worker w's receive: the message it names taken from its queue; false
+** where it has not come. */
+static bool take(checker *k, int w, const rp_op *op) {
+    int found = k->head[w], before = -1;
+    while (found >= 0 && !(k->msgs[found].from == op->peer &&
+                           k->msgs[found].kind == (op->kind == RP_OP_RECV_ACT) &&
+                           k->msgs[found].mb == op->mb))
+        before = found, found = k->msgs[found].next;
+    if (found < 0)
+        return false;
+    if (before >= 0) /* out of the list */
+        k->msgs[before].next = k->msgs[found].next;
+    else
+        k->head[w] = k->msgs[found].next;
+    if (k->tail[w] == found)
+        k->tail[w] = before;
+    k->received[k->msgs[found].from]++;
+    return true;
+}
+
 /* Runs worker w's next operation if it can: 1 if it ran, 0 if it waits. */
 static int check_op(checker *k, int w, rp_status *st, rp_error *err) {
     const rp_op *op = &k->s->w[w].ops[k->pc[w]];
-    int W = k->s->workers;
     if (op->kind == RP_OP_SEND_ACT || op->kind == RP_OP_SEND_GRAD) {
-        if (op->peer < 0 || op->peer >= W) {
-            *st = rp_fail(err, RP_ERR_INVALID,
-                          "schedule: worker %d sends micro-batch %d to worker %d, which does "
-                          "not exist", w, op->mb, op->peer);
+        if ((*st = post(k, w, op, err)))
             return 0;
-        }
-        if (k->nmsg == k->cap) {
-            check_msg *nm = realloc(k->msgs, sizeof(check_msg) * k->cap * 2);
-            if (!nm) {
-                *st = rp_fail(err, RP_ERR_NOMEM,
-                              "out of memory for the %d messages of the schedule check",
-                              k->cap * 2);
-                return 0;
-            }
-            k->msgs = nm;
-            k->cap *= 2;
-        }
-        k->msgs[k->nmsg] = (check_msg){w, op->peer, op->kind == RP_OP_SEND_ACT, op->mb, -1};
-        if (k->tail[op->peer] >= 0)
-            k->msgs[k->tail[op->peer]].next = k->nmsg;
-        else
-            k->head[op->peer] = k->nmsg;
-        k->tail[op->peer] = k->nmsg++;
-        k->sent[w]++;
     } else if (op->kind == RP_OP_RECV_ACT || op->kind == RP_OP_RECV_GRAD) {
-        int found = k->head[w], before = -1;
-        while (found >= 0 && !(k->msgs[found].from == op->peer &&
-                               k->msgs[found].kind == (op->kind == RP_OP_RECV_ACT) &&
-                               k->msgs[found].mb == op->mb))
-            before = found, found = k->msgs[found].next;
-        if (found < 0)
+        if (!take(k, w, op))
             return 0; /* blocked */
-        if (before >= 0) /* out of the list */
-            k->msgs[before].next = k->msgs[found].next;
-        else
-            k->head[w] = k->msgs[found].next;
-        if (k->tail[w] == found)
-            k->tail[w] = before;
-        k->received[k->msgs[found].from]++;
     } else if (op->kind == RP_OP_WAIT_SENDS) {
         if (k->received[w] < k->sent[w])
             return 0;
@@ -164,6 +174,89 @@ static int check_op(checker *k, int w, rp_status *st, rp_error *err) {
     }
     k->pc[w]++;
     return 1;
+}
+
+/* Each worker's reduction group (its id in reduce_group, else its stage),
+** numbered from 0, and the members of each (ids: W ints of scratch). */
+static void number_groups(checker *k, const int *reduce_group, int *ids) {
+    const rp_workplan *s = k->s;
+    int W = s->workers, G = 0;
+    for (int w = 0; w < W; w++) {
+        ids[w] = reduce_group ? reduce_group[w] : s->w[w].stage;
+        k->head[w] = k->tail[w] = -1;
+    }
+    memcpy(k->group, ids, sizeof(int) * W);
+    qsort(ids, W, sizeof(int), cmp_int);
+    for (int w = 0; w < W; w++) /* the distinct ids */
+        if (G == 0 || ids[w] != ids[G - 1])
+            ids[G++] = ids[w];
+    for (int w = 0; w < W; w++) {
+        k->group[w] = (int)((int *)bsearch(&k->group[w], ids, G, sizeof(int), cmp_int) - ids);
+        k->members[k->group[w]]++;
+    }
+}
+
+/* Every operation that can run, run, until none can: workers alone in
+** their order, a device's workers in the device's (dpc: each device's
+** next). */
+static rp_status play(checker *k, int *dpc, rp_error *err) {
+    const rp_workplan *s = k->s;
+    int W = s->workers, D = s->devices;
+    rp_status st = RP_OK;
+    for (bool progress = true; progress && !st;) {
+        progress = false;
+        for (int w = 0; w < W && !st; w++)
+            while (!(D && s->device_of) && k->pc[w] < s->w[w].num_ops && check_op(k, w, &st, err))
+                progress = true;
+        for (int d = 0; d < D && !st; d++) {
+            const rp_device_ops *dv = &s->dev[d];
+            while (dpc[d] < dv->num) {
+                int w = dv->worker[dpc[d]];
+                if (k->pc[w] != dv->op[dpc[d]]) {
+                    st = rp_fail(err, RP_ERR_INVALID,
+                                 "schedule: device %d runs operation %d of worker %d out of "
+                                 "that worker's order (its next is %d)",
+                                 d, dv->op[dpc[d]], w, k->pc[w]);
+                    break;
+                }
+                if (!check_op(k, w, &st, err))
+                    break;
+                dpc[d]++;
+                progress = true;
+            }
+        }
+    }
+    return st;
+}
+
+/* What is left once nothing runs: a worker short of its list's end waits
+** for ever, a message sent and never received. */
+static rp_status left_over(const checker *k, rp_error *err) {
+    const rp_workplan *s = k->s;
+    for (int w = 0; w < s->workers; w++) {
+        if (k->pc[w] >= s->w[w].num_ops)
+            continue;
+        const rp_op *op = &s->w[w].ops[k->pc[w]];
+        if (op->mb >= 0)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "schedule would hang: worker %d (stage %d, replica %d) waits forever "
+                           "at operation %d, %s of micro-batch %d from worker %d",
+                           w, s->w[w].stage, s->w[w].replica, k->pc[w], rp_op_name(op->kind),
+                           op->mb, op->peer);
+        return rp_fail(err, RP_ERR_INVALID,
+                       "schedule would hang: worker %d (stage %d, replica %d) waits forever "
+                       "at operation %d, %s",
+                       w, s->w[w].stage, s->w[w].replica, k->pc[w], rp_op_name(op->kind));
+    }
+    for (int w = 0; w < s->workers; w++)
+        if (k->head[w] >= 0) {
+            const check_msg *m = &k->msgs[k->head[w]];
+            return rp_fail(err, RP_ERR_INVALID,
+                           "schedule: the %s of micro-batch %d from worker %d to worker %d is "
+                           "never received",
+                           m->kind ? "activation" : "gradient", m->mb, m->from, m->to);
+        }
+    return RP_OK;
 }
 
 /* Workers alone run their operations in order; a device's workers run
@@ -188,66 +281,10 @@ rp_status rp_workplan_check(const rp_workplan *s, const int *reduce_group, rp_er
         st = rp_fail(err, RP_ERR_NOMEM, "out of memory to check the schedules of %d workers", W);
         goto done;
     }
-    for (int w = 0; w < W; w++) {
-        ids[w] = reduce_group ? reduce_group[w] : s->w[w].stage;
-        k.head[w] = k.tail[w] = -1;
-    }
-    memcpy(k.group, ids, sizeof(int) * W);
-    qsort(ids, W, sizeof(int), cmp_int);
-    int G = 0; /* the distinct ids */
-    for (int w = 0; w < W; w++)
-        if (G == 0 || ids[w] != ids[G - 1])
-            ids[G++] = ids[w];
-    for (int w = 0; w < W; w++) {
-        k.group[w] = (int)((int *)bsearch(&k.group[w], ids, G, sizeof(int), cmp_int) - ids);
-        k.members[k.group[w]]++;
-    }
-    for (bool progress = true; progress && !st;) {
-        progress = false;
-        for (int w = 0; w < W && !st; w++)
-            while (!(D && s->device_of) && k.pc[w] < s->w[w].num_ops && check_op(&k, w, &st, err))
-                progress = true;
-        for (int d = 0; d < D && !st; d++) {
-            const rp_device_ops *dv = &s->dev[d];
-            while (dpc[d] < dv->num) {
-                int w = dv->worker[dpc[d]];
-                if (k.pc[w] != dv->op[dpc[d]]) {
-                    st = rp_fail(err, RP_ERR_INVALID,
-                                 "schedule: device %d runs operation %d of worker %d out of "
-                                 "that worker's order (its next is %d)",
-                                 d, dv->op[dpc[d]], w, k.pc[w]);
-                    break;
-                }
-                if (!check_op(&k, w, &st, err))
-                    break;
-                dpc[d]++;
-                progress = true;
-            }
-        }
-    }
-    for (int w = 0; w < W && !st; w++)
-        if (k.pc[w] < s->w[w].num_ops) {
-            const rp_op *op = &s->w[w].ops[k.pc[w]];
-            if (op->mb >= 0)
-                st = rp_fail(err, RP_ERR_INVALID,
-                             "schedule would hang: worker %d (stage %d, replica %d) waits forever "
-                             "at operation %d, %s of micro-batch %d from worker %d",
-                             w, s->w[w].stage, s->w[w].replica, k.pc[w], rp_op_name(op->kind),
-                             op->mb, op->peer);
-            else
-                st = rp_fail(err, RP_ERR_INVALID,
-                             "schedule would hang: worker %d (stage %d, replica %d) waits forever "
-                             "at operation %d, %s",
-                             w, s->w[w].stage, s->w[w].replica, k.pc[w], rp_op_name(op->kind));
-        }
-    for (int w = 0; !st && w < W; w++)
-        if (k.head[w] >= 0) {
-            const check_msg *m = &k.msgs[k.head[w]];
-            st = rp_fail(err, RP_ERR_INVALID,
-                         "schedule: the %s of micro-batch %d from worker %d to worker %d is "
-                         "never received",
-                         m->kind ? "activation" : "gradient", m->mb, m->from, m->to);
-        }
+    number_groups(&k, reduce_group, ids);
+    st = play(&k, dpc, err);
+    if (!st)
+        st = left_over(&k, err);
 done:
     free(k.pc), free(k.sent), free(k.received), free(k.waiting_reduce), free(k.rounds);
     free(k.msgs), free(k.group), free(k.members), free(k.arrived), free(k.head), free(k.tail);

@@ -104,6 +104,30 @@ static rp_status push(rp_sim_actions *a, int r, int *cap, action x, rp_error *er
     return RP_OK;
 }
 
+/* Micro-batch m of stage s (line `line`): k its passes' places + 1 (0:
+** absent), a forward and one backward (B, or I then W), in order. */
+static rp_status check_passes(const int *k, int line, int s, int m, int M, const char *name,
+                              rp_error *err) {
+    int back = k[ACT_B] ? k[ACT_B] : k[ACT_I]; /* its place + 1, or 0 */
+    if (!k[ACT_F] || !back)
+        return rp_fail(err, RP_ERR_INVALID, "%s: line %d: stage %d's micro-batch %d has no %s "
+                       "(micro-batches 0 to %d appear)", name, line, s, m,
+                       k[ACT_F] ? "backward (B or I)" : "forward (F)", M - 1);
+    if (k[ACT_B] && k[ACT_I])
+        return rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dB%d and %dI%d: one backward a "
+                       "micro-batch", name, line, s, m, s, m);
+    if (k[ACT_I] && !k[ACT_W])
+        return rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dI%d has no %dW%d", name, line, s, m,
+                       s, m);
+    if (k[ACT_F] > back)
+        return rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dF%d comes after its backward", name,
+                       line, s, m);
+    if (k[ACT_W] && k[ACT_W] < back)
+        return rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dW%d comes before its B (or I)", name,
+                       line, s, m);
+    return RP_OK;
+}
+
 /* Every stage on one rank, every (stage, micro-batch) with one forward and
 ** one backward (B, or B or I then W), each in order on its rank. */
 static rp_status check(rp_sim_actions *a, const char *name, rp_error *err) {
@@ -143,31 +167,67 @@ static rp_status check(rp_sim_actions *a, const char *name, rp_error *err) {
         for (int s = 0; s < S && !st; s++)
             for (int m = 0; m < M && !st; m++) {
                 const int *k = &seen[((size_t)s * M + m) * 4];
-                int line = a->rank_of[s] + 1;
-                int back = k[ACT_B] ? k[ACT_B] : k[ACT_I]; /* its place + 1, or 0 */
                 if (pass == 0 && !k[ACT_F] && !k[ACT_B] && !k[ACT_I] && !k[ACT_W])
                     continue;
-                if (!k[ACT_F] || !back)
-                    st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: stage %d's micro-batch %d "
-                                 "has no %s (micro-batches 0 to %d appear)", name, line, s, m,
-                                 k[ACT_F] ? "backward (B or I)" : "forward (F)", M - 1);
-                else if (k[ACT_B] && k[ACT_I])
-                    st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dB%d and %dI%d: one "
-                                 "backward a micro-batch", name, line, s, m, s, m);
-                else if (k[ACT_I] && !k[ACT_W])
-                    st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dI%d has no %dW%d", name,
-                                 line, s, m, s, m);
-                else if (k[ACT_F] > back)
-                    st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dF%d comes after its "
-                                 "backward", name, line, s, m);
-                else if (k[ACT_W] && k[ACT_W] < back)
-                    st = rp_fail(err, RP_ERR_INVALID, "%s: line %d: %dW%d comes before its B "
-                                 "(or I)", name, line, s, m);
+                st = check_passes(k, a->rank_of[s] + 1, s, m, M, name, err);
                 /* a B with a W beside it is the input half (PyTorch's older name for I) */
                 a->split[(size_t)s * M + m] = k[ACT_W] > 0;
             }
     free(seen);
     return st;
+}
+
+/* Cell col of rank r's line: nothing (an idle step, or a transfer that is
+** derived here), an action, or PyTorch's overlapped pair "(0F7;7B3)OVERLAP_F_B",
+** its actions in order. */
+static rp_status parse_cell(rp_sim_actions *a, int r, int *cap, const char *cell, size_t n,
+                            size_t col, const char *name, rp_error *err) {
+    static const char overlap[] = ")OVERLAP_F_B";
+    size_t ol = sizeof overlap - 1;
+    action x;
+    if (n == 0 || is_comm(cell, n))
+        return RP_OK;
+    if (cell[0] != '(' || n <= ol + 1 || memcmp(cell + n - ol, overlap, ol) != 0) {
+        if (!parse_one(cell, n, &x))
+            return rp_fail(err, RP_ERR_PARSE, "%s: line %d, column %zu: '%.*s' is not an "
+                           "action (stage, F, B, I or W, micro-batch: 2F0, 1I3)", name, r + 1,
+                           col, (int)(n < 40 ? n : 40), cell);
+        return push(a, r, cap, x, err);
+    }
+    rp_status st = RP_OK;
+    for (size_t s0 = 1; !st && s0 < n - ol;) {
+        size_t s1 = s0;
+        while (s1 < n - ol && cell[s1] != ';')
+            s1++;
+        if (!parse_one(cell + s0, s1 - s0, &x))
+            st = rp_fail(err, RP_ERR_PARSE, "%s: line %d, column %zu: '%.*s' is not an action "
+                         "of the form 2F0", name, r + 1, col, (int)n, cell);
+        else
+            st = push(a, r, cap, x, err);
+        s0 = s1 + 1;
+    }
+    return st;
+}
+
+/* The schedule's stages and micro-batches, from the largest seen, each
+** within bounds; blank lines at the end dropped. */
+static rp_status sizes(rp_sim_actions *a, const char *name, rp_error *err) {
+    int max_stage = a->stages, max_mb = a->micro_batches;
+    if (max_stage < 0)
+        return rp_fail(err, RP_ERR_PARSE, "%s: no actions (one line per rank: 0F0,0F1,...)",
+                       name);
+    if (max_stage >= RP_MAX_STAGES)
+        return rp_fail(err, RP_ERR_INVALID, "%s: stage %d: at most %d stages", name, max_stage,
+                       RP_MAX_STAGES);
+    long long pairs = ((long long)max_stage + 1) * ((long long)max_mb + 1);
+    if (max_mb >= 65536 || pairs > 1 << 22)
+        return rp_fail(err, RP_ERR_INVALID, "%s: micro-batch %d on %d stages: at most 65536 "
+                       "micro-batches and 4194304 (stage, micro-batch) pairs", name, max_mb,
+                       max_stage + 1);
+    while (a->ranks > 1 && a->count[a->ranks - 1] == 0) /* blank lines at the end */
+        free(a->list[--a->ranks]), a->list[a->ranks] = NULL;
+    a->stages = max_stage + 1, a->micro_batches = max_mb + 1;
+    return RP_OK;
 }
 
 rp_status rp_sim_actions_parse(const char *text, size_t len, const char *name,
@@ -202,56 +262,16 @@ rp_status rp_sim_actions_parse(const char *text, size_t len, const char *name,
                 b++;
             while (e > b && (text[e - 1] == ' ' || text[e - 1] == '\t'))
                 e--;
-            const char *cell = text + b;
-            size_t n = e - b;
-            static const char overlap[] = ")OVERLAP_F_B";
-            size_t ol = sizeof overlap - 1;
-            if (n == 0 || is_comm(cell, n)) {
-                /* an idle step, or a transfer that is derived here */
-            } else if (cell[0] == '(' && n > ol + 1 && memcmp(cell + n - ol, overlap, ol) == 0) {
-                for (size_t s0 = 1; !st && s0 < n - ol;) { /* "(0F7;7B3)": in order */
-                    size_t s1 = s0;
-                    while (s1 < n - ol && cell[s1] != ';')
-                        s1++;
-                    action x;
-                    if (!parse_one(cell + s0, s1 - s0, &x))
-                        st = rp_fail(err, RP_ERR_PARSE, "%s: line %d, column %zu: '%.*s' is not "
-                                     "an action of the form 2F0", name, r + 1, col, (int)n, cell);
-                    else
-                        st = push(a, r, &cap[r], x, err);
-                    s0 = s1 + 1;
-                }
-            } else {
-                action x;
-                if (!parse_one(cell, n, &x))
-                    st = rp_fail(err, RP_ERR_PARSE, "%s: line %d, column %zu: '%.*s' is not an "
-                                 "action (stage, F, B, I or W, micro-batch: 2F0, 1I3)", name,
-                                 r + 1, col, (int)(n < 40 ? n : 40), cell);
-                else
-                    st = push(a, r, &cap[r], x, err);
-            }
+            st = parse_cell(a, r, &cap[r], text + b, e - b, col, name, err);
             c0 = c1 + 1;
         }
         at = end + 1;
     }
     free(cap);
-    int max_stage = a->stages, max_mb = a->micro_batches;
-    if (!st && max_stage < 0)
-        st = rp_fail(err, RP_ERR_PARSE, "%s: no actions (one line per rank: 0F0,0F1,...)", name);
-    if (!st && max_stage >= RP_MAX_STAGES)
-        st = rp_fail(err, RP_ERR_INVALID, "%s: stage %d: at most %d stages", name, max_stage,
-                     RP_MAX_STAGES);
-    long long pairs = ((long long)max_stage + 1) * ((long long)max_mb + 1);
-    if (!st && (max_mb >= 65536 || pairs > 1 << 22))
-        st = rp_fail(err, RP_ERR_INVALID, "%s: micro-batch %d on %d stages: at most 65536 "
-                     "micro-batches and 4194304 (stage, micro-batch) pairs", name, max_mb,
-                     max_stage + 1);
-    while (!st && a->ranks > 1 && a->count[a->ranks - 1] == 0) /* blank lines at the end */
-        free(a->list[--a->ranks]), a->list[a->ranks] = NULL;
-    if (!st) {
-        a->stages = max_stage + 1, a->micro_batches = max_mb + 1;
+    if (!st)
+        st = sizes(a, name, err);
+    if (!st)
         st = check(a, name, err);
-    }
     if (st) {
         rp_sim_actions_free(a);
         return st;
@@ -264,6 +284,113 @@ rp_status rp_sim_actions_parse(const char *text, size_t len, const char *name,
 static double hop(const rp_sim_actions *a, const rpi_cluster *net, int s, int t, double bytes) {
     int rs = a->rank_of[s], rt = a->rank_of[t];
     return rs == rt ? 0 : net->latency + bytes / net->bw[rpi_level_of(net, rs, rt)];
+}
+
+/* The replay's state: each rank's next action and when it is free, what
+** each micro-batch's passes finished at (-1: not yet). */
+typedef struct replay {
+    const rp_sim_actions *a;
+    const rpi_cluster *net;
+    const rpi_stage_costs *c;
+    double *done_f, *done_b, *free_at, end;
+    int *pc, *held;
+} replay;
+
+/* Rank r's next action, where what it waits for is done: its event added
+** to res. False where it must wait. */
+static bool play_next(replay *p, int r, rp_sim_result *res) {
+    const rp_sim_actions *a = p->a;
+    const rpi_stage_costs *c = p->c;
+    int S = a->stages, M = a->micro_batches;
+    action x = a->list[r][p->pc[r]];
+    size_t k = (size_t)x.stage * M + x.mb;
+    double ready = p->free_at[r], t = 0;
+    int kind = RP_OP_FORWARD;
+    if (x.kind == ACT_F) {
+        if (x.stage > 0) {
+            double d = p->done_f[k - M];
+            if (d < 0)
+                return false;
+            d += hop(a, p->net, x.stage - 1, x.stage, c->act[x.stage - 1]);
+            ready = d > ready ? d : ready;
+        }
+        t = c->f[x.stage];
+        if (++p->held[r] > res->in_flight[r])
+            res->in_flight[r] = p->held[r];
+    } else if (x.kind == ACT_W) {
+        if (p->done_b[k] < 0) /* its B is earlier on this rank: only out of order */
+            return false;
+        t = c->bw[x.stage], kind = RP_OP_BACKWARD_WEIGHT;
+        p->held[r]--;
+    } else { /* B or I: the gradient from the next stage, or the loss */
+        double d = x.stage < S - 1 ? p->done_b[k + M] : p->done_f[k];
+        if (d < 0)
+            return false;
+        if (x.stage < S - 1)
+            d += hop(a, p->net, x.stage + 1, x.stage, c->act[x.stage]);
+        ready = d > ready ? d : ready;
+        bool split = a->split[k];
+        t = split ? c->bi[x.stage] : c->b[x.stage];
+        kind = split ? RP_OP_BACKWARD_INPUT : RP_OP_BACKWARD;
+        if (!split)
+            p->held[r]--;
+    }
+    double t1 = ready + t;
+    res->events[res->num_events++] = (rp_sim_event){r, kind, x.mb, ready, t1};
+    res->busy[r] += t;
+    p->free_at[r] = t1;
+    p->end = t1 > p->end ? t1 : p->end;
+    if (x.kind == ACT_F)
+        p->done_f[k] = t1;
+    else if (x.kind != ACT_W)
+        p->done_b[k] = t1;
+    p->pc[r]++;
+    return true;
+}
+
+/* Fails naming each rank's action that waits, where some rank did not
+** finish its list. */
+static rp_status stuck(const replay *p, rp_error *err) {
+    const rp_sim_actions *a = p->a;
+    char what[512];
+    size_t at = 0;
+    for (int q = 0; q < a->ranks && at < sizeof what - 64; q++)
+        if (p->pc[q] < a->count[q]) {
+            action x = a->list[q][p->pc[q]];
+            at += (size_t)snprintf(what + at, sizeof what - at, "%srank %d at %d%c%d",
+                                   at ? ", " : "", q, x.stage, "FBIW"[x.kind], x.mb);
+        }
+    if (!at)
+        return RP_OK;
+    return rp_fail(err, RP_ERR_INVALID, "the schedule waits for ever: %s (each waits for an "
+                   "action that comes later on its rank or another)", what);
+}
+
+/* The result's arrays: an event an action, a figure a rank. */
+static bool result_arrays(const rp_sim_actions *a, rp_sim_result *res) {
+    int total = 0, R = a->ranks;
+    for (int r = 0; r < R; r++)
+        total += a->count[r];
+    res->events = malloc(sizeof(rp_sim_event) * (total ? total : 1));
+    res->busy = calloc(R, sizeof(double));
+    res->in_flight = calloc(R, sizeof(int));
+    res->stage_of = malloc(sizeof(int) * R);
+    return res->events && res->busy && res->in_flight && res->stage_of;
+}
+
+/* An update of `end` seconds on R ranks: each rank's busy share, and the
+** bubble. */
+static void finish(rp_sim_result *res, int R, int S, int levels, double end) {
+    double busy = 0;
+    res->update_time = end;
+    res->workers = R;
+    res->stages = S;
+    res->num_levels = levels;
+    for (int r = 0; r < R; r++) {
+        busy += res->busy[r];
+        res->busy[r] = end > 0 ? res->busy[r] / end : 0;
+    }
+    res->bubble_fraction = end > 0 ? 1 - busy / (R * end) : 0;
 }
 
 rp_status rp_simulate_actions(const rp_config *cfg, const rp_sim_actions *a,
@@ -287,107 +414,32 @@ rp_status rp_simulate_actions(const rp_config *cfg, const rp_sim_actions *a,
     rpi_stage_costs_make(cfg, counts, S, fwd_ms, bwd_ms, out_bytes, param_bytes, num_layers, opt,
                          &c);
     size_t cells = (size_t)S * M;
-    double *done_f = malloc(sizeof(double) * cells), *done_b = malloc(sizeof(double) * cells);
-    int *pc = calloc(R, sizeof(int)), *held = calloc(R, sizeof(int)), total = 0;
-    double *free_at = calloc(R, sizeof(double));
-    for (int r = 0; r < R; r++)
-        total += a->count[r];
-    res->events = malloc(sizeof(rp_sim_event) * (total ? total : 1));
-    res->busy = calloc(R, sizeof(double));
-    res->in_flight = calloc(R, sizeof(int));
-    res->stage_of = malloc(sizeof(int) * R);
-    if (!done_f || !done_b || !pc || !held || !free_at || !res->events || !res->busy ||
-        !res->in_flight || !res->stage_of) {
-        free(done_f), free(done_b), free(pc), free(held), free(free_at);
-        rp_sim_result_free(res);
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the simulation of %d ranks", R);
-    }
-    for (size_t i = 0; i < cells; i++)
-        done_f[i] = done_b[i] = -1;
-    for (int r = 0; r < R; r++)
-        res->stage_of[r] = S;
-    for (int s = S - 1; s >= 0; s--)
-        res->stage_of[a->rank_of[s]] = s;
-    double end = 0;
-    for (bool moved = true; moved;) {
-        moved = false;
-        for (int r = 0; r < R; r++) {
-            while (pc[r] < a->count[r]) {
-                action x = a->list[r][pc[r]];
-                size_t k = (size_t)x.stage * M + x.mb;
-                double ready = free_at[r], t = 0;
-                int kind = RP_OP_FORWARD;
-                if (x.kind == ACT_F) {
-                    if (x.stage > 0) {
-                        double d = done_f[k - M];
-                        if (d < 0)
-                            break;
-                        d += hop(a, &net, x.stage - 1, x.stage, c.act[x.stage - 1]);
-                        ready = d > ready ? d : ready;
-                    }
-                    t = c.f[x.stage];
-                    if (++held[r] > res->in_flight[r])
-                        res->in_flight[r] = held[r];
-                } else if (x.kind == ACT_W) {
-                    if (done_b[k] < 0) /* its B is earlier on this rank: only out of order */
-                        break;
-                    t = c.bw[x.stage], kind = RP_OP_BACKWARD_WEIGHT;
-                    held[r]--;
-                } else { /* B or I: the gradient from the next stage, or the loss */
-                    double d = x.stage < S - 1 ? done_b[k + M] : done_f[k];
-                    if (d < 0)
-                        break;
-                    if (x.stage < S - 1)
-                        d += hop(a, &net, x.stage + 1, x.stage, c.act[x.stage]);
-                    ready = d > ready ? d : ready;
-                    bool split = a->split[k];
-                    t = split ? c.bi[x.stage] : c.b[x.stage];
-                    kind = split ? RP_OP_BACKWARD_INPUT : RP_OP_BACKWARD;
-                    if (!split)
-                        held[r]--;
-                }
-                double t1 = ready + t;
-                res->events[res->num_events++] = (rp_sim_event){r, kind, x.mb, ready, t1};
-                res->busy[r] += t;
-                free_at[r] = t1;
-                end = t1 > end ? t1 : end;
-                if (x.kind == ACT_F)
-                    done_f[k] = t1;
-                else if (x.kind != ACT_W)
-                    done_b[k] = t1;
-                pc[r]++;
-                moved = true;
-            }
+    replay p = {.a = a, .net = &net, .c = &c, .done_f = malloc(sizeof(double) * cells),
+                .done_b = malloc(sizeof(double) * cells), .free_at = calloc(R, sizeof(double)),
+                .pc = calloc(R, sizeof(int)), .held = calloc(R, sizeof(int))};
+    if (!p.done_f || !p.done_b || !p.pc || !p.held || !p.free_at || !result_arrays(a, res))
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory for the simulation of %d ranks", R);
+    if (!st) {
+        for (size_t i = 0; i < cells; i++)
+            p.done_f[i] = p.done_b[i] = -1;
+        for (int r = 0; r < R; r++)
+            res->stage_of[r] = S;
+        for (int s = S - 1; s >= 0; s--)
+            res->stage_of[a->rank_of[s]] = s;
+        for (bool moved = true; moved;) {
+            moved = false;
+            for (int r = 0; r < R; r++)
+                while (p.pc[r] < a->count[r] && play_next(&p, r, res))
+                    moved = true;
         }
+        st = stuck(&p, err);
     }
-    for (int r = 0; r < R && !st; r++)
-        if (pc[r] < a->count[r]) {
-            char what[512];
-            size_t at = 0;
-            for (int q = 0; q < R && at < sizeof what - 64; q++)
-                if (pc[q] < a->count[q]) {
-                    action x = a->list[q][pc[q]];
-                    at += (size_t)snprintf(what + at, sizeof what - at, "%srank %d at %d%c%d",
-                                           at ? ", " : "", q, x.stage, "FBIW"[x.kind], x.mb);
-                }
-            st = rp_fail(err, RP_ERR_INVALID, "the schedule waits for ever: %s (each waits for "
-                         "an action that comes later on its rank or another)", what);
-        }
-    free(done_f), free(done_b), free(pc), free(held), free(free_at);
+    free(p.done_f), free(p.done_b), free(p.pc), free(p.held), free(p.free_at);
     if (st) {
         rp_sim_result_free(res);
         return st;
     }
-    res->update_time = end;
-    res->workers = R;
-    res->stages = S;
-    res->num_levels = net.levels;
-    double busy = 0;
-    for (int r = 0; r < R; r++) {
-        busy += res->busy[r];
-        res->busy[r] = end > 0 ? res->busy[r] / end : 0;
-    }
-    res->bubble_fraction = end > 0 ? 1 - busy / (R * end) : 0;
+    finish(res, R, S, net.levels, p.end);
     return RP_OK;
 }
 

@@ -5,7 +5,7 @@
 */
 #include <stdbool.h>
 
-#include "repipe/model.h"
+#include "repipe/layers.h"
 #include "repipe/schedule.h"
 #include "repipe/session.h"
 #include "repipe/simulate.h"

@@ -5,7 +5,7 @@
 #ifndef REPIPE_BLOCK_VARS_H
 #define REPIPE_BLOCK_VARS_H
 
-#include "repipe/model.h"
+#include "repipe/spec.h"
 
 /* in the order a block holds them */
 enum {

@@ -5,7 +5,7 @@
 #ifndef REPIPE_GRAPH_H
 #define REPIPE_GRAPH_H
 
-#include "repipe/model.h"
+#include "repipe/spec.h"
 
 /* Fills m->last_reader and refuses an output that nothing reads (but the
 ** last layer's); errors name the file `name` and the line. */

@@ -13,7 +13,7 @@
 
 #include "../core/util.h"
 #include "block_vars.h"
-#include "repipe/model.h"
+#include "repipe/spec.h"
 
 const char *rp_layer_name(rp_layer_type t) {
     switch (t) {

@@ -5,7 +5,7 @@
 */
 #include <stdio.h>
 
-#include "repipe/model.h"
+#include "repipe/spec.h"
 
 size_t rp_shape_size(const rp_shape *s) {
     size_t n = 1;

@@ -14,7 +14,7 @@
 #include "graph.h"
 #include "spec_impl.h"
 #include "block_vars.h"
-#include "repipe/model.h"
+#include "repipe/spec.h"
 
 
 static void split_words(char *s, rpi_words *out) {
@@ -193,17 +193,14 @@ static rp_status add_layer(pctx *c, rp_model *m, int *cap, rpi_words *w, char **
     return RP_OK;
 }
 
-/* A LLaMA-family block on one line, "[NAME =] llama_block heads=H
-** [kv_heads=K] [mlp=M] [rope_theta=T] [eps=E] [< IN]": the twelve layers of
-** docs/training.md's block graph, with names of their own that no spec can
-** write (they begin with '#', which starts a comment), so that a pipeline
-** may still cut inside it and the LLaMA name schemes find it as they find
-** the written-out graph. M defaults to 8 C / 3 rounded up to a multiple of
-** 8 (344 for C 128), T to 10000, E to rmsnorm's 1e-6. */
-static rp_status add_llama_block(pctx *c, rp_model *m, int *cap, rpi_words *w, char **ins, int nin,
-                                 const char *lname, name_table *nt) {
-    int H = 0, K = 0, M = 0;
-    double theta = 10000, eps = 1e-6;
+/* A llama_block line's options. */
+typedef struct llama_opts {
+    int H, K, M;
+    double theta, eps;
+} llama_opts;
+
+/* Reads a llama_block's key=value options (options only). */
+static rp_status llama_options(pctx *c, rpi_words *w, llama_opts *o) {
     for (int i = 1; i < w->n; i++) {
         char *eq = strchr(w->w[i], '=');
         rp_status s = RP_OK;
@@ -215,13 +212,13 @@ static rp_status add_llama_block(pctx *c, rp_model *m, int *cap, rpi_words *w, c
         *eq = '\0';
         const char *k = w->w[i], *v = eq + 1;
         if (strcmp(k, "heads") == 0)
-            s = rpi_spec_want_int(c, k, v, 1, 1 << 16, &H);
+            s = rpi_spec_want_int(c, k, v, 1, 1 << 16, &o->H);
         else if (strcmp(k, "kv_heads") == 0)
-            s = rpi_spec_want_int(c, k, v, 1, 1 << 16, &K);
+            s = rpi_spec_want_int(c, k, v, 1, 1 << 16, &o->K);
         else if (strcmp(k, "mlp") == 0)
-            s = rpi_spec_want_int(c, k, v, 1, 1 << 24, &M);
+            s = rpi_spec_want_int(c, k, v, 1, 1 << 24, &o->M);
         else if (strcmp(k, "rope_theta") == 0 || strcmp(k, "eps") == 0) {
-            double *d = strcmp(k, "eps") == 0 ? &eps : &theta;
+            double *d = strcmp(k, "eps") == 0 ? &o->eps : &o->theta;
             if (!rpi_spec_parse_float(v, d) || *d < 0 || *d > 1e12)
                 s = rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s: '%s' is not a number in [0, 1e12]",
                             c->name, c->line, k, v);
@@ -233,27 +230,14 @@ static rp_status add_llama_block(pctx *c, rp_model *m, int *cap, rpi_words *w, c
         if (s)
             return s;
     }
-    if (H == 0)
-        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: llama_block needs heads=H", c->name, c->line);
-    K = K ? K : H;
-    int x = m->num_layers - 1; /* the block's input: the line above, or the one named */
-    if (nin > 1)
-        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: llama_block reads one input, not %d",
-                       c->name, c->line, nin);
-    rp_status st = nin ? find_name(c, nt->names, nt->n, ins[0], &x) : RP_OK;
-    if (st)
-        return st;
-    const rp_shape *in = rp_model_tensor_shape(m, x);
-    int C = in->dim[in->ndim - 1];
-    if (in->ndim != 2 || C % H || H % K || (C / H) % 2)
-        return rp_fail(c->err, RP_ERR_INVALID,
-                       "%s:%d: llama_block needs a (T x C) input with C divisible by heads, an "
-                       "even head size and heads divisible by kv_heads (C %d, heads %d, kv_heads "
-                       "%d)",
-                       c->name, c->line, C, H, K);
-    if (!M)
-        M = (8 * C / 3 + 7) / 8 * 8;
-    /* the block's graph: a line of words each, its inputs, the name its output takes */
+    return RP_OK;
+}
+
+/* The block's layers, reading tensor x: a line of words each, its inputs,
+** the name its output takes (the last one's, lname where given). */
+static rp_status add_block_layers(pctx *c, rp_model *m, int *cap, int x, int H, int K, int M,
+                                  int C, double theta, double eps, const char *lname,
+                                  name_table *nt) {
     char text[12][160];
     snprintf(text[0], sizeof text[0], "rmsnorm eps=%.9g", eps);
     snprintf(text[1], sizeof text[1], "linear %d bias=false", (H + 2 * K) * (C / H));
@@ -289,6 +273,122 @@ static rp_status add_llama_block(pctx *c, rp_model *m, int *cap, rpi_words *w, c
     return s;
 }
 
+/* A LLaMA-family block on one line, "[NAME =] llama_block heads=H
+** [kv_heads=K] [mlp=M] [rope_theta=T] [eps=E] [< IN]": the twelve layers of
+** docs/training.md's block graph, with names of their own that no spec can
+** write (they begin with '#', which starts a comment), so that a pipeline
+** may still cut inside it and the LLaMA name schemes find it as they find
+** the written-out graph. M defaults to 8 C / 3 rounded up to a multiple of
+** 8 (344 for C 128), T to 10000, E to rmsnorm's 1e-6. */
+static rp_status add_llama_block(pctx *c, rp_model *m, int *cap, rpi_words *w, char **ins, int nin,
+                                 const char *lname, name_table *nt) {
+    llama_opts o = {.theta = 10000, .eps = 1e-6};
+    rp_status st = llama_options(c, w, &o);
+    if (st)
+        return st;
+    int H = o.H, K = o.K, M = o.M;
+    double theta = o.theta, eps = o.eps;
+    if (H == 0)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: llama_block needs heads=H", c->name, c->line);
+    K = K ? K : H;
+    int x = m->num_layers - 1; /* the block's input: the line above, or the one named */
+    if (nin > 1)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: llama_block reads one input, not %d",
+                       c->name, c->line, nin);
+    st = nin ? find_name(c, nt->names, nt->n, ins[0], &x) : RP_OK;
+    if (st)
+        return st;
+    const rp_shape *in = rp_model_tensor_shape(m, x);
+    int C = in->dim[in->ndim - 1];
+    if (in->ndim != 2 || C % H || H % K || (C / H) % 2)
+        return rp_fail(c->err, RP_ERR_INVALID,
+                       "%s:%d: llama_block needs a (T x C) input with C divisible by heads, an "
+                       "even head size and heads divisible by kv_heads (C %d, heads %d, kv_heads "
+                       "%d)",
+                       c->name, c->line, C, H, K);
+    if (!M)
+        M = (8 * C / 3 + 7) / 8 * 8;
+    return add_block_layers(c, m, cap, x, H, K, M, C, theta, eps, lname, nt);
+}
+
+/* The `input` line: the shape of one sample, named "input" and whatever
+** else the line calls it. */
+static rp_status input_line(pctx *c, rp_model *m, const rpi_words *w, const char *lname, int nin,
+                            bool have_input, name_table *nt) {
+    const char *name = c->name;
+    if (nin)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: the input reads nothing", name, c->line);
+    if (have_input)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: a second 'input' line (a model has one)",
+                       name, c->line);
+    if (m->num_layers)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: 'input' must come before the layers", name,
+                       c->line);
+    if (w->n < 2 || w->n > 4)
+        return rp_fail(c->err, RP_ERR_PARSE,
+                       "%s:%d: input takes 1 to 3 dimensions (e.g. 'input 1 28 28')", name,
+                       c->line);
+    m->input.ndim = w->n - 1;
+    for (int i = 1; i < w->n; i++) {
+        rp_status s = rpi_spec_want_int(c, "input dimension", w->w[i], 1, 1 << 24,
+                                        &m->input.dim[i - 1]);
+        if (s)
+            return s;
+    }
+    if (rp_shape_size(&m->input) > (1u << 28))
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: the input is too large", name, c->line);
+    rp_status s = add_name(c, &nt->names, &nt->n, &nt->cap, "input", -1);
+    if (!s && lname && strcmp(lname, "input") != 0)
+        s = add_name(c, &nt->names, &nt->n, &nt->cap, lname, -1);
+    return s;
+}
+
+/* Every line of the spec in buf (NUL-terminated, written over): comments
+** cut, words split, the input line first, then a layer (or a llama_block's
+** layers) a line. */
+static rp_status lines(pctx *c, rp_model *m, int *cap, char *buf, name_table *nt) {
+    bool have_input = false;
+    char *lname, *ins[RP_MAX_INPUTS];
+    int nin;
+    for (char *line = buf; line;) {
+        c->line++;
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        rpi_words w;
+        split_words(line, &w);
+        line = nl ? nl + 1 : NULL;
+        if (w.n == 0)
+            continue;
+        if (w.n == 32)
+            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: too many words on one line", c->name,
+                           c->line);
+        rp_status s = graph_words(c, &w, &lname, ins, &nin);
+        if (s)
+            return s;
+        if (strcmp(w.w[0], "input") == 0) {
+            if ((s = input_line(c, m, &w, lname, nin, have_input, nt)))
+                return s;
+            have_input = true;
+            continue;
+        }
+        if (!have_input)
+            return rp_fail(c->err, RP_ERR_PARSE,
+                           "%s:%d: the first line must declare the input shape ('input 1 28 "
+                           "28')", c->name, c->line);
+        if ((s = strcmp(w.w[0], "llama_block") == 0
+                     ? add_llama_block(c, m, cap, &w, ins, nin, lname, nt)
+                     : add_layer(c, m, cap, &w, ins, nin, lname, nt)))
+            return s;
+    }
+    if (!have_input)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s: no 'input' line: the model is empty", c->name);
+    return RP_OK;
+}
+
 rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const char *name,
                          rp_error *err) {
     *out = NULL;
@@ -306,100 +406,21 @@ rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const cha
     }
     memcpy(buf, text, len);
     buf[len] = '\0';
-    rp_status s = RP_OK;
     pctx c = {name, 0, err};
-    bool have_input = false;
     name_table nt = {NULL, 0, 0};
-    char *lname, *ins[RP_MAX_INPUTS];
-    int nin;
-    if (memchr(text, '\0', len)) {
-        s = rp_fail(err, RP_ERR_PARSE, "%s: the file contains a NUL byte; not a model spec", name);
-        goto done;
-    }
-    char *line = buf;
-    while (line) {
-        c.line++;
-        char *nl = strchr(line, '\n');
-        if (nl)
-            *nl = '\0';
-        char *hash = strchr(line, '#');
-        if (hash)
-            *hash = '\0';
-        rpi_words w;
-        split_words(line, &w);
-        line = nl ? nl + 1 : NULL;
-        if (w.n == 0)
-            continue;
-        if (w.n == 32) {
-            s = rp_fail(err, RP_ERR_PARSE, "%s:%d: too many words on one line", name, c.line);
-            goto done;
-        }
-        if ((s = graph_words(&c, &w, &lname, ins, &nin)))
-            goto done;
-        if (strcmp(w.w[0], "input") == 0) {
-            if (nin) {
-                s = rp_fail(err, RP_ERR_PARSE, "%s:%d: the input reads nothing", name, c.line);
-                goto done;
-            }
-            if (have_input) {
-                s = rp_fail(err, RP_ERR_PARSE, "%s:%d: a second 'input' line (a model has one)",
-                            name, c.line);
-                goto done;
-            }
-            if (m->num_layers) {
-                s = rp_fail(err, RP_ERR_PARSE, "%s:%d: 'input' must come before the layers", name,
-                            c.line);
-                goto done;
-            }
-            if (w.n < 2 || w.n > 4) {
-                s = rp_fail(err, RP_ERR_PARSE,
-                            "%s:%d: input takes 1 to 3 dimensions (e.g. 'input 1 28 28')", name,
-                            c.line);
-                goto done;
-            }
-            m->input.ndim = w.n - 1;
-            for (int i = 1; i < w.n; i++)
-                if ((s = rpi_spec_want_int(&c, "input dimension", w.w[i], 1, 1 << 24,
-                                  &m->input.dim[i - 1])))
-                    goto done;
-            if (rp_shape_size(&m->input) > (1u << 28)) {
-                s = rp_fail(err, RP_ERR_PARSE, "%s:%d: the input is too large", name, c.line);
-                goto done;
-            }
-            /* "input" names it whatever else it is called */
-            if ((s = add_name(&c, &nt.names, &nt.n, &nt.cap, "input", -1)) ||
-                (lname && strcmp(lname, "input") != 0 &&
-                 (s = add_name(&c, &nt.names, &nt.n, &nt.cap, lname, -1))))
-                goto done;
-            have_input = true;
-            continue;
-        }
-        if (!have_input) {
-            s = rp_fail(err, RP_ERR_PARSE,
-                        "%s:%d: the first line must declare the input shape ('input 1 28 28')",
-                        name, c.line);
-            goto done;
-        }
-        if ((s = strcmp(w.w[0], "llama_block") == 0
-                     ? add_llama_block(&c, m, &cap, &w, ins, nin, lname, &nt)
-                     : add_layer(&c, m, &cap, &w, ins, nin, lname, &nt)))
-            goto done;
-    }
-    if (!have_input) {
-        s = rp_fail(err, RP_ERR_PARSE, "%s: no 'input' line: the model is empty", name);
-        goto done;
-    }
-    if (m->num_layers == 0) {
+    rp_status s = memchr(text, '\0', len)
+                      ? rp_fail(err, RP_ERR_PARSE, "%s: the file contains a NUL byte; not a "
+                                "model spec", name)
+                      : lines(&c, m, &cap, buf, &nt);
+    if (!s && m->num_layers == 0)
         s = rp_fail(err, RP_ERR_PARSE, "%s: the model has no layers", name);
-        goto done;
-    }
-    if ((s = rpi_model_link(m, name, err)))
-        goto done;
-    s = rpi_spec_layout(m, err);
+    if (!s)
+        s = rpi_model_link(m, name, err);
+    if (!s)
+        s = rpi_spec_layout(m, err);
     if (!s && m->num_params > ((size_t)1 << 31))
         s = rp_fail(err, RP_ERR_INVALID, "%s: %zu parameters: more than 2^31 is not supported",
                     name, m->num_params);
-done:
     free(buf);
     free(nt.names);
     if (s) {

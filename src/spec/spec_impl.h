@@ -5,7 +5,7 @@
 #ifndef REPIPE_SPEC_IMPL_H
 #define REPIPE_SPEC_IMPL_H
 
-#include "repipe/model.h"
+#include "repipe/spec.h"
 
 /* where the parser is, for its messages */
 typedef struct pctx {

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "repipe/model.h"
+#include "repipe/weights.h"
 
 #define MAX_SLOTS(m) (9 * (m)->num_layers + 3)
 
@@ -94,6 +94,82 @@ static rp_status not_llama(const rp_model *m, int l, const char *what, rp_error 
                    m->layers[l].line, rp_layer_name(m->layers[l].type), what);
 }
 
+/* The block of attention layer a, its layers found around it (rmsnorm, the
+** Q, K, V linear, attention, the output linear and the residual; rmsnorm,
+** SwiGLU and the residual), as slots in the scheme's order. */
+static rp_status block(const rp_model *m, rp_llama_names names, int a, int b, slot *s, int *ns,
+                       rp_error *err) {
+    const rp_layer *ly = m->layers;
+    int n = m->num_layers;
+    int qkv = ly[a].inputs[0];
+    if (qkv < 0 || ly[qkv].type != RP_LAYER_LINEAR || ly[qkv].bias)
+        return not_llama(m, a, "attention must read a linear without bias (Q, K, V)", err);
+    int norm1 = ly[qkv].inputs[0], x = norm1 >= 0 ? ly[norm1].inputs[0] : -1;
+    if (norm1 < 0 || ly[norm1].type != RP_LAYER_RMSNORM)
+        return not_llama(m, qkv, "the Q, K, V linear must read an rmsnorm", err);
+    int o = reader(m, a, RP_LAYER_LINEAR), r1 = o >= 0 ? reader(m, o, RP_LAYER_ADD) : -1;
+    if (o < 0 || ly[o].bias || r1 < 0 || ly[r1].num_inputs != 2 || !reads(&ly[r1], x))
+        return not_llama(m, a,
+                         "attention must feed one linear without bias, added to the "
+                         "block's input",
+                         err);
+    int norm2 = reader(m, r1, RP_LAYER_RMSNORM);
+    if (norm2 < 0)
+        return not_llama(m, r1, "the residual must feed one rmsnorm (the MLP's)", err);
+    int gate = -1, up = -1, silu = -1;
+    for (int l = norm2 + 1; l < n; l++) {
+        if (ly[l].type != RP_LAYER_LINEAR || !reads(&ly[l], norm2))
+            continue;
+        int sl = reader(m, l, RP_LAYER_SILU);
+        if (sl >= 0 && gate < 0)
+            gate = l, silu = sl;
+        else if (up < 0)
+            up = l;
+        else
+            gate = -2;
+    }
+    int mul = silu >= 0 ? reader(m, silu, RP_LAYER_MUL) : -1;
+    int down = mul >= 0 ? reader(m, mul, RP_LAYER_LINEAR) : -1;
+    if (gate < 0 || up < 0 || ly[gate].bias || ly[up].bias || mul < 0 ||
+        !reads(&ly[mul], up) || down < 0 || ly[down].bias)
+        return not_llama(m, norm2,
+                         "the MLP must be SwiGLU: linear -> silu and linear, their mul, a "
+                         "linear, all without bias",
+                         err);
+    int H = ly[a].heads, K = ly[a].kv_heads ? ly[a].kv_heads : H;
+    int rows = var_rows(m, ly[qkv].first_var), hs = rows / (H + 2 * K);
+    if (hs % 2)
+        return not_llama(m, a, "rotary embeddings need an even head size", err);
+    int at[ROLES], row0[ROLES] = {0}, nrows[ROLES], heads[ROLES] = {0};
+    at[WQ] = at[WK] = at[WV] = qkv; /* [Q; K; V] */
+    row0[WK] = H * hs, row0[WV] = (H + K) * hs;
+    nrows[WQ] = H * hs, nrows[WK] = nrows[WV] = K * hs;
+    heads[WQ] = ly[a].rope_theta > 0 ? H : 0, heads[WK] = ly[a].rope_theta > 0 ? K : 0;
+    at[WO] = o, at[W1] = gate, at[W2] = down, at[W3] = up, at[NORM1] = norm1, at[NORM2] = norm2;
+    for (int k = 0; k < 9; k++) {
+        int r = BLOCK_ORDER[names][k], v = ly[at[r]].first_var;
+        add(s, ns, names, r, b, v, row0[r], r >= WQ && r <= WV ? nrows[r] : var_rows(m, v),
+            heads[r]);
+    }
+    return RP_OK;
+}
+
+/* Every variable once: a layer the walk did not reach (a bias, an extra
+** projection) would otherwise keep its initial values unseen. */
+static rp_status every_var_named(const rp_model *m, const slot *s, int ns, rp_error *err) {
+    const rp_layer *ly = m->layers;
+    for (int l = 0; l < m->num_layers; l++)
+        for (int v = ly[l].first_var; v < ly[l].first_var + ly[l].num_vars; v++) {
+            int k = 0;
+            while (k < ns && s[k].var != v)
+                k++;
+            if (k == ns)
+                return not_llama(m, l, "this layer's parameters have no name in the scheme",
+                                 err);
+        }
+    return RP_OK;
+}
+
 /* The tensors of model m under `names`, in the order of that scheme's
 ** state_dict, as slots of m's variables; every variable of m must have
 ** one. */
@@ -108,58 +184,9 @@ static rp_status layout(const rp_model *m, rp_llama_names names, slot *s, int *n
     for (int a = 0; a < n; a++) {
         if (ly[a].type != RP_LAYER_ATTENTION)
             continue;
-        int qkv = ly[a].inputs[0];
-        if (qkv < 0 || ly[qkv].type != RP_LAYER_LINEAR || ly[qkv].bias)
-            return not_llama(m, a, "attention must read a linear without bias (Q, K, V)", err);
-        int norm1 = ly[qkv].inputs[0], x = norm1 >= 0 ? ly[norm1].inputs[0] : -1;
-        if (norm1 < 0 || ly[norm1].type != RP_LAYER_RMSNORM)
-            return not_llama(m, qkv, "the Q, K, V linear must read an rmsnorm", err);
-        int o = reader(m, a, RP_LAYER_LINEAR), r1 = o >= 0 ? reader(m, o, RP_LAYER_ADD) : -1;
-        if (o < 0 || ly[o].bias || r1 < 0 || ly[r1].num_inputs != 2 || !reads(&ly[r1], x))
-            return not_llama(m, a,
-                             "attention must feed one linear without bias, added to the "
-                             "block's input",
-                             err);
-        int norm2 = reader(m, r1, RP_LAYER_RMSNORM);
-        if (norm2 < 0)
-            return not_llama(m, r1, "the residual must feed one rmsnorm (the MLP's)", err);
-        int gate = -1, up = -1, silu = -1;
-        for (int l = norm2 + 1; l < n; l++) {
-            if (ly[l].type != RP_LAYER_LINEAR || !reads(&ly[l], norm2))
-                continue;
-            int sl = reader(m, l, RP_LAYER_SILU);
-            if (sl >= 0 && gate < 0)
-                gate = l, silu = sl;
-            else if (up < 0)
-                up = l;
-            else
-                gate = -2;
-        }
-        int mul = silu >= 0 ? reader(m, silu, RP_LAYER_MUL) : -1;
-        int down = mul >= 0 ? reader(m, mul, RP_LAYER_LINEAR) : -1;
-        if (gate < 0 || up < 0 || ly[gate].bias || ly[up].bias || mul < 0 ||
-            !reads(&ly[mul], up) || down < 0 || ly[down].bias)
-            return not_llama(m, norm2,
-                             "the MLP must be SwiGLU: linear -> silu and linear, their mul, a "
-                             "linear, all without bias",
-                             err);
-        int H = ly[a].heads, K = ly[a].kv_heads ? ly[a].kv_heads : H;
-        int rows = var_rows(m, ly[qkv].first_var), hs = rows / (H + 2 * K);
-        if (hs % 2)
-            return not_llama(m, a, "rotary embeddings need an even head size", err);
-        int at[ROLES], row0[ROLES] = {0}, nrows[ROLES], heads[ROLES] = {0};
-        at[WQ] = at[WK] = at[WV] = qkv; /* [Q; K; V] */
-        row0[WK] = H * hs, row0[WV] = (H + K) * hs;
-        nrows[WQ] = H * hs, nrows[WK] = nrows[WV] = K * hs;
-        heads[WQ] = ly[a].rope_theta > 0 ? H : 0, heads[WK] = ly[a].rope_theta > 0 ? K : 0;
-        at[WO] = o, at[W1] = gate, at[W2] = down, at[W3] = up, at[NORM1] = norm1,
-        at[NORM2] = norm2;
-        for (int k = 0; k < 9; k++) {
-            int r = BLOCK_ORDER[names][k], v = ly[at[r]].first_var;
-            add(s, ns, names, r, blocks, v, row0[r], r >= WQ && r <= WV ? nrows[r] : var_rows(m, v),
-                heads[r]);
-        }
-        blocks++;
+        rp_status st = block(m, names, a, blocks++, s, ns, err);
+        if (st)
+            return st;
     }
     if (blocks == 0)
         return not_llama(m, -1, "it has no attention layer", err);
@@ -173,18 +200,7 @@ static rp_status layout(const rp_model *m, rp_llama_names names, slot *s, int *n
                          err);
     add(s, ns, names, NORM, 0, ly[norm].first_var, 0, var_rows(m, ly[norm].first_var), 0);
     add(s, ns, names, OUT, 0, ly[head].first_var, 0, var_rows(m, ly[head].first_var), 0);
-    /* every variable once: a layer this walk did not reach (a bias, an extra
-    ** projection) would otherwise keep its initial values unseen */
-    for (int l = 0; l < n; l++)
-        for (int v = ly[l].first_var; v < ly[l].first_var + ly[l].num_vars; v++) {
-            int k = 0;
-            while (k < *ns && s[k].var != v)
-                k++;
-            if (k == *ns)
-                return not_llama(m, l, "this layer's parameters have no name in the scheme",
-                                 err);
-        }
-    return RP_OK;
+    return every_var_named(m, s, *ns, err);
 }
 
 /* A slot's floats in params and their count; cols is one row's length. */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../spec/block_vars.h"
-#include "repipe/model.h"
+#include "repipe/weights.h"
 
 #define LLMC_MAGIC 20240326
 #define LLMC_HEADER 1024 /* bytes: 256 int32 */

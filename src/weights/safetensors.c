@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "../core/util.h"
-#include "repipe/model.h"
+#include "repipe/weights.h"
 
 #define HEADER_MAX 100000000u /* bytes, the format's own limit */
 
@@ -139,6 +139,51 @@ static void decode(const unsigned char *p, dtype dt, float *out, size_t n) {
     }
 }
 
+/* The tensors' byte ranges tile the data: sorted by their beginnings,
+** each begins where the one before it ends, and the last ends with it. */
+static rp_status check_tiling(const entry *es, int count, size_t data_len, const char *name,
+                              rp_error *err) {
+    entry *sorted = malloc(sizeof *sorted * (count ? (size_t)count : 1));
+    if (!sorted)
+        return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", name);
+    memcpy(sorted, es, sizeof *sorted * (size_t)count);
+    qsort(sorted, (size_t)count, sizeof *sorted, by_begin);
+    size_t at = 0;
+    rp_status s = RP_OK;
+    for (int i = 0; i < count && !s; i++) {
+        if (sorted[i].begin != at)
+            s = rp_fail(err, RP_ERR_PARSE,
+                        "%s: tensor '%s' begins at byte %zu of the data, not %zu where the one "
+                        "before it ends: tensors must tile the data",
+                        name, sorted[i].name, sorted[i].begin, at);
+        at = sorted[i].end;
+    }
+    if (!s && at != data_len)
+        s = rp_fail(err, RP_ERR_PARSE,
+                    "%s: %zu bytes of data, but the tensors end at byte %zu", name, data_len,
+                    at);
+    free(sorted);
+    return s;
+}
+
+/* Each entry's values as floats, in the header's order, into w. */
+static rp_status decode_all(const entry *es, int count, const unsigned char *base, rp_weights *w,
+                            const char *name, rp_error *err) {
+    for (int i = 0; i < count; i++) {
+        rp_tensor *t = &w->tensors[i];
+        size_t values = rp_shape_size(&es[i].shape);
+        snprintf(t->name, RP_NAME_MAX, "%s", es[i].name);
+        t->shape = es[i].shape;
+        t->groups = 1;
+        if (!(t->data = malloc(sizeof(float) * values)))
+            return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory for tensor '%s'", name,
+                           t->name);
+        w->num_tensors++;
+        decode(base + es[i].begin, es[i].dt, t->data, values);
+    }
+    return RP_OK;
+}
+
 rp_status rp_safetensors_parse(rp_weights **out, const unsigned char *data, size_t len,
                                const char *name, rp_error *err) {
     *out = NULL;
@@ -178,42 +223,9 @@ rp_status rp_safetensors_parse(rp_weights **out, const unsigned char *data, size
             goto done;
         count++;
     }
-    entry *sorted = malloc(sizeof *sorted * (count ? (size_t)count : 1));
-    if (!sorted) {
-        s = rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", name);
+    if ((s = check_tiling(es, count, data_len, name, err)))
         goto done;
-    }
-    memcpy(sorted, es, sizeof *sorted * (size_t)count);
-    qsort(sorted, (size_t)count, sizeof *sorted, by_begin);
-    size_t at = 0;
-    for (int i = 0; i < count && !s; i++) {
-        if (sorted[i].begin != at)
-            s = rp_fail(err, RP_ERR_PARSE,
-                        "%s: tensor '%s' begins at byte %zu of the data, not %zu where the one "
-                        "before it ends: tensors must tile the data",
-                        name, sorted[i].name, sorted[i].begin, at);
-        at = sorted[i].end;
-    }
-    if (!s && at != data_len)
-        s = rp_fail(err, RP_ERR_PARSE,
-                    "%s: %zu bytes of data, but the tensors end at byte %zu", name, data_len,
-                    at);
-    free(sorted);
-    if (s)
-        goto done;
-    for (int i = 0; i < count; i++) { /* in the header's order */
-        rp_tensor *t = &w->tensors[i];
-        size_t values = rp_shape_size(&es[i].shape);
-        snprintf(t->name, RP_NAME_MAX, "%s", es[i].name);
-        t->shape = es[i].shape;
-        t->groups = 1;
-        if (!(t->data = malloc(sizeof(float) * values))) {
-            s = rp_fail(err, RP_ERR_NOMEM, "%s: out of memory for tensor '%s'", name, t->name);
-            goto done;
-        }
-        w->num_tensors++;
-        decode(base + es[i].begin, es[i].dt, t->data, values);
-    }
+    s = decode_all(es, count, base, w, name, err);
 done:
     free(es);
     cJSON_Delete(root);
@@ -236,6 +248,27 @@ rp_status rp_safetensors_load(rp_weights **out, const char *path, rp_error *err)
     return s;
 }
 
+/* Tensor t's header entry: dtype, shape and its bytes [at, at + bytes) of
+** the data. False: out of memory. */
+static bool header_entry(cJSON *root, const rp_tensor *t, size_t at, size_t bytes) {
+    cJSON *e = cJSON_AddObjectToObject(root, t->name), *sh = cJSON_CreateArray();
+    cJSON *off = cJSON_CreateArray();
+    bool ok = e && sh && off && cJSON_AddStringToObject(e, "dtype", "F32");
+    for (int d = 0; ok && d < t->shape.ndim; d++)
+        ok = cJSON_AddItemToArray(sh, cJSON_CreateNumber(t->shape.dim[d]));
+    ok = ok && cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at)) &&
+         cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(at + bytes)));
+    if (!ok || !cJSON_AddItemToObject(e, "shape", sh)) {
+        cJSON_Delete(sh), cJSON_Delete(off);
+        return false;
+    }
+    if (!cJSON_AddItemToObject(e, "data_offsets", off)) {
+        cJSON_Delete(off);
+        return false;
+    }
+    return true;
+}
+
 rp_status rp_safetensors_serialize(const rp_weights *w, unsigned char **out, size_t *len,
                                    rp_error *err) {
     *out = NULL;
@@ -252,22 +285,7 @@ rp_status rp_safetensors_serialize(const rp_weights *w, unsigned char **out, siz
                            t->name, t->groups);
         }
         size_t bytes = sizeof(float) * rp_shape_size(&t->shape);
-        cJSON *e = cJSON_AddObjectToObject(root, t->name), *sh = cJSON_CreateArray();
-        cJSON *off = cJSON_CreateArray();
-        ok = e && sh && off && cJSON_AddStringToObject(e, "dtype", "F32");
-        for (int d = 0; ok && d < t->shape.ndim; d++)
-            ok = cJSON_AddItemToArray(sh, cJSON_CreateNumber(t->shape.dim[d]));
-        ok = ok && cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at)) &&
-             cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(at + bytes)));
-        if (!ok || !cJSON_AddItemToObject(e, "shape", sh)) {
-            cJSON_Delete(sh), cJSON_Delete(off);
-            ok = false;
-            break;
-        }
-        if (!cJSON_AddItemToObject(e, "data_offsets", off)) {
-            cJSON_Delete(off);
-            ok = false;
-        }
+        ok = header_entry(root, t, at, bytes);
         at += bytes;
     }
     char *json = ok ? cJSON_PrintUnformatted(root) : NULL;

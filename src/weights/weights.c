@@ -17,7 +17,7 @@
 #include <zlib.h>
 
 #include "../core/util.h"
-#include "repipe/model.h"
+#include "repipe/weights.h"
 
 #define MAGIC "RPWEIGHT"
 #define VERSION 1u
@@ -105,6 +105,48 @@ static bool get_u32(reader *r, uint32_t *v) {
     return true;
 }
 
+/* Tensor i of the file: its name, shape, groups and data, its name unlike
+** the earlier ones'. w counts it once its data is read. */
+static rp_status read_tensor(reader *r, rp_weights *w, uint32_t i, const char *name,
+                             rp_error *err) {
+    rp_tensor *t = &w->tensors[i];
+    uint32_t nl, nd, g;
+    if (!get_u32(r, &nl) || nl == 0 || nl >= RP_NAME_MAX || (size_t)(r->end - r->p) < nl)
+        return rp_fail(err, RP_ERR_PARSE, "%s: tensor %u: bad name", name, i);
+    memcpy(t->name, r->p, nl);
+    t->name[nl] = '\0';
+    r->p += nl;
+    if (!get_u32(r, &nd) || nd < 1 || nd > RP_MAX_DIMS)
+        return rp_fail(err, RP_ERR_PARSE, "%s: tensor '%s': bad number of dimensions", name,
+                       t->name);
+    t->shape.ndim = (int)nd;
+    size_t n = 1;
+    bool ok = true;
+    for (uint32_t d = 0; d < nd && ok; d++) {
+        uint32_t v = 0;
+        ok = get_u32(r, &v) && v >= 1 && v <= (1u << 30);
+        t->shape.dim[d] = (int)v;
+        n *= ok ? v : 1;
+        ok = ok && n <= ((size_t)1 << 32);
+    }
+    if (!ok || !get_u32(r, &g) || g < 1 || g > (1u << 20))
+        return rp_fail(err, RP_ERR_PARSE, "%s: tensor '%s': bad shape or group count", name,
+                       t->name);
+    t->groups = (int)g;
+    n *= g;
+    if ((size_t)(r->end - r->p) / sizeof(float) < n)
+        return rp_fail(err, RP_ERR_PARSE, "%s: tensor '%s': data truncated", name, t->name);
+    if (!(t->data = malloc(sizeof(float) * n)))
+        return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", name);
+    memcpy(t->data, r->p, sizeof(float) * n);
+    r->p += sizeof(float) * n;
+    w->num_tensors++;
+    for (int j = 0; j < w->num_tensors - 1; j++)
+        if (strcmp(w->tensors[j].name, t->name) == 0)
+            return rp_fail(err, RP_ERR_PARSE, "%s: tensor '%s' appears twice", name, t->name);
+    return RP_OK;
+}
+
 rp_status rp_weights_parse(rp_weights **out, const unsigned char *data, size_t len,
                            const char *name, rp_error *err) {
     *out = NULL;
@@ -130,58 +172,8 @@ rp_status rp_weights_parse(rp_weights **out, const unsigned char *data, size_t l
         return rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", name);
     }
     rp_status s = RP_OK;
-    for (uint32_t i = 0; i < count; i++) {
-        rp_tensor *t = &w->tensors[i];
-        uint32_t nl, nd, g;
-        if (!get_u32(&r, &nl) || nl == 0 || nl >= RP_NAME_MAX || (size_t)(r.end - r.p) < nl) {
-            s = rp_fail(err, RP_ERR_PARSE, "%s: tensor %u: bad name", name, i);
-            break;
-        }
-        memcpy(t->name, r.p, nl);
-        t->name[nl] = '\0';
-        r.p += nl;
-        if (!get_u32(&r, &nd) || nd < 1 || nd > RP_MAX_DIMS) {
-            s = rp_fail(err, RP_ERR_PARSE, "%s: tensor '%s': bad number of dimensions", name,
-                        t->name);
-            break;
-        }
-        t->shape.ndim = (int)nd;
-        size_t n = 1;
-        bool ok = true;
-        for (uint32_t d = 0; d < nd && ok; d++) {
-            uint32_t v = 0;
-            ok = get_u32(&r, &v) && v >= 1 && v <= (1u << 30);
-            t->shape.dim[d] = (int)v;
-            n *= ok ? v : 1;
-            ok = ok && n <= ((size_t)1 << 32);
-        }
-        if (!ok || !get_u32(&r, &g) || g < 1 || g > (1u << 20)) {
-            s = rp_fail(err, RP_ERR_PARSE, "%s: tensor '%s': bad shape or group count", name,
-                        t->name);
-            break;
-        }
-        t->groups = (int)g;
-        n *= g;
-        if ((size_t)(r.end - r.p) / sizeof(float) < n) {
-            s = rp_fail(err, RP_ERR_PARSE, "%s: tensor '%s': data truncated", name, t->name);
-            break;
-        }
-        t->data = malloc(sizeof(float) * n);
-        if (!t->data) {
-            s = rp_fail(err, RP_ERR_NOMEM, "%s: out of memory", name);
-            break;
-        }
-        memcpy(t->data, r.p, sizeof(float) * n);
-        r.p += sizeof(float) * n;
-        w->num_tensors++;
-        for (int j = 0; j < w->num_tensors - 1; j++)
-            if (strcmp(w->tensors[j].name, t->name) == 0) {
-                s = rp_fail(err, RP_ERR_PARSE, "%s: tensor '%s' appears twice", name, t->name);
-                break;
-            }
-        if (s)
-            break;
-    }
+    for (uint32_t i = 0; i < count && !s; i++)
+        s = read_tensor(&r, w, i, name, err);
     if (!s && r.p != r.end)
         s = rp_fail(err, RP_ERR_PARSE, "%s: %zu unexpected bytes after the last tensor", name,
                     (size_t)(r.end - r.p));

@@ -5,10 +5,11 @@
 ** is false, overwrites it: the first micro-batch of an update needs no
 ** zeroed gradients) and writes din (when not NULL).
 */
-#ifndef REPIPE_LAYERS_H
-#define REPIPE_LAYERS_H
+#ifndef REPIPE_LAYERS_IMPL_H
+#define REPIPE_LAYERS_IMPL_H
 
-#include "repipe/model.h"
+#include "repipe/layers.h"
+#include "repipe/spec.h"
 #include "../spec/block_vars.h"
 
 /* The element-wise loops of these kernels vectorise twice or four times as
@@ -63,7 +64,11 @@ typedef struct layer_args {
     size_t scratch_limit; /* bytes of col + tmp a product may use (0: no limit) */
     int part;        /* RPI_BACK_*: which half of backward to run */
     float *wstash;   /* what the weights' half reads (rpi_layer_wstash_floats) */
-    const rp_net_options *opt; /* a layer split inside itself calls its tensor group */
+    /* A layer split inside itself calls its tensor group (the net's
+    ** rp_net_options.tp_*; NULL calls: no group). */
+    void (*tp_allreduce)(void *ctx, float *buf, size_t n);
+    void (*tp_allgather)(void *ctx, const float *in, size_t n, float *out);
+    void *tp_ctx;
 } layer_args;
 
 /* A split backward (zero-bubble schedules) runs a layer's backward in two
@@ -176,4 +181,4 @@ size_t rpi_block_scratch(const rp_layer *L, int B);
 void rpi_block_forward(const layer_args *a);
 void rpi_block_backward(const layer_args *a, const float *dout, float *din);
 
-#endif /* REPIPE_LAYERS_H */
+#endif /* REPIPE_LAYERS_IMPL_H */

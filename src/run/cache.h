@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "repipe/model.h"
+#include "repipe/spec.h"
 #include "repipe/schedule.h"
 #include "repipe/session.h"
 

@@ -216,6 +216,45 @@ void rpi_plan_consider(const search *S, rp_autoplan_entry *e, const rp_config *c
     e->worker_bytes = bytes;
 }
 
+/* The 2 P chunks of pipeline k as cfg's schedule places them: each chunk
+** the replicas of its worker's stage, its layers to the one nearest its
+** share of the compute (weighted by its replicas), one layer a chunk at
+** least. False where no cut the trainer can make leaves every chunk a
+** layer. */
+static bool split_chunks(const search *S, const cand *k, const measured *m, double total,
+                         rp_config *cfg) {
+    int P = k->P, C = 2 * P;
+    int dev[RP_MAX_STAGES], weights = 0;
+    for (int r = 0; r < P; r++)
+        for (int j = 0; j < 2; j++)
+            dev[rp_config_chunk(cfg, P, r, j)] = r;
+    for (int c = 0; c < C; c++)
+        weights += k->reps[dev[c]];
+    double acc = 0;
+    bool cut = true;
+    for (int c = 0, l = 0, upto = 0; c < C; c++) {
+        cfg->stage_replication[c] = k->reps[dev[c]];
+        upto += k->reps[dev[c]];
+        if (c == C - 1) {
+            cfg->layers_per_stage.layers[c] = S->L - l;
+            break;
+        }
+        int layers = 0; /* to the layer nearest its share, leaving one a chunk */
+        double goal = total * upto / weights;
+        do {
+            acc += m->fw[l] + m->bw[l];
+            l++, layers++;
+        } while (l < S->L - (C - 1 - c) &&
+                 ((S->o->cuts && !S->o->cuts[l]) || acc + (m->fw[l] + m->bw[l]) / 2 < goal));
+        if (S->o->cuts && !S->o->cuts[l]) {
+            cut = false; /* no cut the trainer can make leaves every chunk a layer */
+            break;
+        }
+        cfg->layers_per_stage.layers[c] = layers;
+    }
+    return cut;
+}
+
 /* Two chunks a worker on pipeline k's workers, each worker replicated as
 ** the pipeline's stage on it is: the model cut into 2 P chunks by the
 ** profile, each worker's two of about equal forward and backward time and
@@ -250,34 +289,7 @@ int rpi_plan_interleaved(const search *S, const cand *k, rp_config cfg, rp_autop
             pass_times(S, k, cfg.zb_pass_times);
         else
             cfg.zb_pass_times[0] = cfg.zb_pass_times[1] = cfg.zb_pass_times[2] = 1;
-        int dev[RP_MAX_STAGES], weights = 0;
-        for (int r = 0; r < P; r++)
-            for (int j = 0; j < 2; j++)
-                dev[rp_config_chunk(&cfg, P, r, j)] = r;
-        for (int c = 0; c < C; c++)
-            weights += k->reps[dev[c]];
-        double acc = 0;
-        bool cut = true;
-        for (int c = 0, l = 0, upto = 0; c < C; c++) {
-            cfg.stage_replication[c] = k->reps[dev[c]];
-            upto += k->reps[dev[c]];
-            if (c == C - 1) {
-                cfg.layers_per_stage.layers[c] = S->L - l;
-                break;
-            }
-            int layers = 0; /* to the layer nearest its share, leaving one a chunk */
-            double goal = total * upto / weights;
-            do {
-                acc += m->fw[l] + m->bw[l];
-                l++, layers++;
-            } while (l < S->L - (C - 1 - c) &&
-                     ((S->o->cuts && !S->o->cuts[l]) || acc + (m->fw[l] + m->bw[l]) / 2 < goal));
-            if (S->o->cuts && !S->o->cuts[l]) {
-                cut = false; /* no cut the trainer can make leaves every chunk a layer */
-                break;
-            }
-            cfg.layers_per_stage.layers[c] = layers;
-        }
+        bool cut = split_chunks(S, k, m, total, &cfg);
         if (!cut)
             continue;
         cfg.layers_per_stage.count = C;

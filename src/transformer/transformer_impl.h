@@ -3,8 +3,8 @@
 ** embedding, a block, the head) priced for one rank of a run, which the
 ** profile writer, the memory count and the planner all read.
 */
-#ifndef REPIPE_DEVICE_TRANSFORMER_IMPL_H
-#define REPIPE_DEVICE_TRANSFORMER_IMPL_H
+#ifndef REPIPE_TRANSFORMER_IMPL_H
+#define REPIPE_TRANSFORMER_IMPL_H
 
 #include "repipe/transformer.h"
 
@@ -65,4 +65,4 @@ static inline double rpi_xf_gathered_bytes(rp_precision p) {
     return p == RP_PRECISION_FP32 ? 8 : 6;
 }
 
-#endif /* REPIPE_DEVICE_TRANSFORMER_IMPL_H */
+#endif /* REPIPE_TRANSFORMER_IMPL_H */

@@ -9,24 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-rp_status rpi_graph_build(const rp_profile *p, graph *g, unsigned char *input_source,
-                          rp_error *err) {
+/* PipeDream's reduction: Input sources (marked in input_source) and
+** __getitem__ sinks removed; the edges left, as each node's out-edges in
+** edge order, and each node's in-degree over them (indeg, outdeg, fill: n
+** ints of scratch, zero). */
+static void reduce(const rp_profile *p, graph *g, unsigned char *input_source, int *indeg,
+                   int *outdeg, int *fill) {
     int n = p->num_nodes;
-    g->n = n;
-    g->nw = (n + 63) / 64;
-    g->alive = malloc(n);
-    int *indeg = calloc(n, sizeof(int)), *outdeg = calloc(n, sizeof(int));
-    g->out_start = calloc(n + 1, sizeof(int));
-    g->out = malloc(sizeof(int) * (p->num_edges + 1));
-    g->pred = calloc((size_t)n * g->nw, sizeof(word));
-    g->succ = calloc((size_t)n * g->nw, sizeof(word));
-    g->extra = calloc((size_t)n * g->nw, sizeof(word));
-    int *order = malloc(sizeof(int) * n), *fill = calloc(n, sizeof(int));
-    if (!g->alive || !indeg || !outdeg || !g->out_start || !g->out || !g->pred || !g->succ ||
-        !g->extra || !order || !fill) {
-        free(indeg), free(outdeg), free(order), free(fill);
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    }
     memset(g->alive, 1, n);
     for (int e = 0; e < p->num_edges; e++)
         indeg[p->edges[e].to]++;
@@ -56,8 +45,13 @@ rp_status rpi_graph_build(const rp_profile *p, graph *g, unsigned char *input_so
             indeg[b]++;
         }
     }
-    /* Transitive predecessors in a topological order (Kahn). */
-    int head = 0, tail = 0;
+}
+
+/* Each node's transitive predecessors, in a topological order (Kahn's),
+** then its successors in the reverse order (order: n ints of scratch;
+** indeg is used up). */
+static void closures(graph *g, int *indeg, int *order) {
+    int n = g->n, head = 0, tail = 0;
     for (int i = 0; i < n; i++)
         if (g->alive[i] && indeg[i] == 0)
             order[tail++] = i;
@@ -84,7 +78,12 @@ rp_status rpi_graph_build(const rp_profile *p, graph *g, unsigned char *input_so
             BIT_SET(su, v);
         }
     }
-    for (int x = 0; x < n; x++) {
+}
+
+/* extra[x]: the predecessors of x with an out-edge to a node that is
+** neither x nor before it (their outputs still cross an antichain at x). */
+static void crossing(graph *g) {
+    for (int x = 0; x < g->n; x++) {
         const word *px = g->pred + (size_t)x * g->nw;
         word *ex = g->extra + (size_t)x * g->nw;
         for (int w = 0; w < g->nw; w++)
@@ -99,13 +98,75 @@ rp_status rpi_graph_build(const rp_profile *p, graph *g, unsigned char *input_so
                 }
             }
     }
+}
+
+rp_status rpi_graph_build(const rp_profile *p, graph *g, unsigned char *input_source,
+                          rp_error *err) {
+    int n = p->num_nodes;
+    g->n = n;
+    g->nw = (n + 63) / 64;
+    g->alive = malloc(n);
+    int *indeg = calloc(n, sizeof(int)), *outdeg = calloc(n, sizeof(int));
+    g->out_start = calloc(n + 1, sizeof(int));
+    g->out = malloc(sizeof(int) * (p->num_edges + 1));
+    g->pred = calloc((size_t)n * g->nw, sizeof(word));
+    g->succ = calloc((size_t)n * g->nw, sizeof(word));
+    g->extra = calloc((size_t)n * g->nw, sizeof(word));
+    int *order = malloc(sizeof(int) * n), *fill = calloc(n, sizeof(int));
+    rp_status st = RP_OK;
+    if (!g->alive || !indeg || !outdeg || !g->out_start || !g->out || !g->pred || !g->succ ||
+        !g->extra || !order || !fill) {
+        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    } else {
+        reduce(p, g, input_source, indeg, outdeg, fill);
+        closures(g, indeg, order);
+        crossing(g);
+    }
     free(indeg), free(outdeg), free(order), free(fill);
-    return RP_OK;
+    return st;
 }
 
 void rpi_graph_free(graph *g) {
     free(g->alive), free(g->out_start), free(g->out), free(g->pred), free(g->succ);
     free(g->extra);
+}
+
+/* The antichain DAG grows from the first source: a node not connected to
+** it (a chain that never joins the others) would be left out of the plan
+** without a word, so it fails naming them. adj: each node's neighbours
+** either way. */
+static rp_status connected(const rp_profile *p, const graph *g, int first, const int *adj_start,
+                           const int *adj, rp_error *err) {
+    unsigned char *seen = calloc(g->n, 1);
+    int *queue = malloc(sizeof(int) * g->n), qh = 0, qt = 0;
+    if (!seen || !queue) {
+        free(seen), free(queue);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+    seen[first] = 1;
+    queue[qt++] = first;
+    while (qh < qt) {
+        int u = queue[qh++];
+        for (int k = adj_start[u]; k < adj_start[u + 1]; k++)
+            if (!seen[adj[k]])
+                seen[adj[k]] = 1, queue[qt++] = adj[k];
+    }
+    char names[256] = "";
+    size_t at = 0;
+    int missed = 0;
+    for (int i = 0; i < g->n; i++)
+        if (g->alive[i] && !seen[i] && missed++ < 4 && at < sizeof names)
+            at += (size_t)snprintf(names + at, sizeof names - at, "%s%s (line %d)",
+                                   missed > 1 ? ", " : "", p->nodes[i].id, p->nodes[i].line);
+    free(seen), free(queue);
+    if (!missed)
+        return RP_OK;
+    return rp_fail(err, RP_ERR_INVALID,
+                   "%d node%s not connected to the first source %s (line %d): %s%s; "
+                   "the planner plans one connected graph (join them with an edge, "
+                   "or profile them apart)",
+                   missed, missed == 1 ? "" : "s", p->nodes[first].id, p->nodes[first].line,
+                   names, missed > 4 ? ", ..." : "");
 }
 
 rp_status rpi_graph_first_source(const rp_profile *p, const graph *g, int *first_out,
@@ -148,42 +209,10 @@ rp_status rpi_graph_first_source(const rp_profile *p, const graph *g, int *first
                        "the profile has no node left to plan once Input sources and "
                        "__getitem__ sinks are removed");
     }
-    /* The antichain DAG grows from the first source: a node not connected
-    ** to it (a chain that never joins the others) would be left out of the
-    ** plan without a word. */
-    {
-        unsigned char *seen = calloc(g->n, 1);
-        int *queue = malloc(sizeof(int) * g->n), qh = 0, qt = 0;
-        if (!seen || !queue) {
-            free(seen), free(queue), free(adj_start), free(adj);
-            return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-        }
-        seen[first] = 1;
-        queue[qt++] = first;
-        while (qh < qt) {
-            int u = queue[qh++];
-            for (int k = adj_start[u]; k < adj_start[u + 1]; k++)
-                if (!seen[adj[k]])
-                    seen[adj[k]] = 1, queue[qt++] = adj[k];
-        }
-        free(adj_start), free(adj);
-        char names[256] = "";
-        size_t at = 0;
-        int missed = 0;
-        for (int i = 0; i < g->n; i++)
-            if (g->alive[i] && !seen[i] && missed++ < 4 && at < sizeof names)
-                at += (size_t)snprintf(names + at, sizeof names - at, "%s%s (line %d)",
-                                       missed > 1 ? ", " : "", p->nodes[i].id, p->nodes[i].line);
-        free(seen), free(queue);
-        if (missed) {
-            return rp_fail(err, RP_ERR_INVALID,
-                           "%d node%s not connected to the first source %s (line %d): %s%s; "
-                           "the planner plans one connected graph (join them with an edge, "
-                           "or profile them apart)",
-                           missed, missed == 1 ? "" : "s", p->nodes[first].id,
-                           p->nodes[first].line, names, missed > 4 ? ", ..." : "");
-        }
-    }
+    rp_status st = connected(p, g, first, adj_start, adj, err);
+    free(adj_start), free(adj);
+    if (st)
+        return st;
     *first_out = first;
     return RP_OK;
 }

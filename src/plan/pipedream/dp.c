@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/util.h"
+#include "../../core/util.h"
 
 static inline void put(row_buf *r, int M, int j, int m, const cell *c) {
     r->c[(size_t)j * M + m] = *c;

@@ -8,9 +8,10 @@
 
 #include <stdbool.h>
 
+#include "repipe/layers.h"
 #include "repipe/planner.h"
 #include "repipe/simulate.h"
-#include "../sim/simulate_impl.h"
+#include "../../sim/simulate_impl.h"
 
 /* A shape whose stages the programme chose, with its estimate. */
 typedef struct cand {

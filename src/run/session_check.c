@@ -41,25 +41,11 @@ rp_status rp_session_check(const rp_model *m, const rp_config *cfg, rp_error *er
     return st;
 }
 
-static rp_status check(const rp_model *m, const rp_config *cfg, rp_error *err) {
-    if (m->num_classes == 0 || m->layers[m->num_layers - 1].type != RP_LAYER_SOFTMAX_CE)
-        return rp_fail(err, RP_ERR_INVALID,
-                       "the model must end with softmax_cross_entropy to be trained");
-    int counts[RP_MAX_STAGES];
-    rp_status st = rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
-    if (st)
-        return st;
-    if ((st = rp_schedule_check_config(cfg, err)))
-        return st;
-    if (rp_config_tensor_parallel(cfg) > 1) { /* the split must exist: its error names the line */
-        rp_model *lm;
-        size_t *map;
-        if ((st = rp_model_tensor_split(m, cfg->tensor_parallel, 0, rp_config_tp_flags(cfg), &lm,
-                                        &map, err)))
-            return st;
-        rp_model_free(lm);
-        free(map);
-    }
+/* The PipeDream schedules beside what they do not go with: sharded or
+** offchip state (2BW), batch normalisation's running statistics (both),
+** and under PipeDream's the features that sum over stages or replicas that
+** update apart; and its stage replicas updating together. */
+static rp_status check_pipedream(const rp_model *m, const rp_config *cfg, rp_error *err) {
     if (cfg->schedule == RP_SCHEDULE_PIPEDREAM_2BW &&
         (cfg->replicated_tensor_sharding || cfg->optimizer_state_offchip))
         return rp_fail(err, RP_ERR_INVALID,
@@ -75,31 +61,37 @@ static rp_status check(const rp_model *m, const rp_config *cfg, rp_error *err) {
                            "statistics follow the updates of one synchronous pipeline",
                            rp_schedule_name(cfg->schedule), rp_layer_name(m->layers[l].type),
                            m->layers[l].line);
-    if (cfg->schedule == RP_SCHEDULE_PIPEDREAM) {
-        const char *why = cfg->replicated_tensor_sharding ? "replicated_tensor_sharding"
-                          : cfg->optimizer_state_offchip  ? "optimizer_state_offchip"
-                          : cfg->gradient_clipping > 0    ? "gradient_clipping (a global norm "
-                                                            "over stages that update apart)"
-                          : cfg->auto_loss_scaling        ? "auto_loss_scaling"
-                          : cfg->fp16_exchange     ? "fp16_exchange"
-                          : cfg->replica_grouping.group_size != cfg->replication_factor
-                              ? "replica groupings"
-                              : NULL;
-        for (int l = 0; !why && l < m->num_layers; l++)
-            if (m->layers[l].tie || m->layers[l].group_size)
-                why = m->layers[l].tie ? "tied layers" : "per-layer replica groupings";
-        if (why)
-            return rp_fail(err, RP_ERR_INVALID, "schedule \"pipedream\" does not go with %s",
-                           why);
-        for (int t = 0; t < cfg->layers_per_stage.count; t++) {
-            int r = rp_config_stage_replicas(cfg, t);
-            if (cfg->gradient_accumulation_steps % r)
-                return rp_fail(err, RP_ERR_INVALID,
-                               "schedule \"pipedream\": stage %d's %d replicas update together, "
-                               "so gradient_accumulation_steps (%d) must be a multiple of %d",
-                               t, r, cfg->gradient_accumulation_steps, r);
-        }
+    if (cfg->schedule != RP_SCHEDULE_PIPEDREAM)
+        return RP_OK;
+    const char *why = cfg->replicated_tensor_sharding ? "replicated_tensor_sharding"
+                      : cfg->optimizer_state_offchip  ? "optimizer_state_offchip"
+                      : cfg->gradient_clipping > 0    ? "gradient_clipping (a global norm "
+                                                        "over stages that update apart)"
+                      : cfg->auto_loss_scaling        ? "auto_loss_scaling"
+                      : cfg->fp16_exchange     ? "fp16_exchange"
+                      : cfg->replica_grouping.group_size != cfg->replication_factor
+                          ? "replica groupings"
+                          : NULL;
+    for (int l = 0; !why && l < m->num_layers; l++)
+        if (m->layers[l].tie || m->layers[l].group_size)
+            why = m->layers[l].tie ? "tied layers" : "per-layer replica groupings";
+    if (why)
+        return rp_fail(err, RP_ERR_INVALID, "schedule \"pipedream\" does not go with %s", why);
+    for (int t = 0; t < cfg->layers_per_stage.count; t++) {
+        int r = rp_config_stage_replicas(cfg, t);
+        if (cfg->gradient_accumulation_steps % r)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "schedule \"pipedream\": stage %d's %d replicas update together, "
+                           "so gradient_accumulation_steps (%d) must be a multiple of %d",
+                           t, r, cfg->gradient_accumulation_steps, r);
     }
+    return RP_OK;
+}
+
+/* Tied layers (as many as the engine holds, shared by every replica, not
+** sharded apart) and embeddings whose rows split into the serialization's
+** blocks. */
+static rp_status check_layers(const rp_model *m, const rp_config *cfg, rp_error *err) {
     int nties = 0;
     for (int l = 0; l < m->num_layers; l++) {
         const rp_layer *L = &m->layers[l];
@@ -127,6 +119,30 @@ static rp_status check(const rp_model *m, const rp_config *cfg, rp_error *err) {
                                "(embedding, line %d) has %d rows, not a multiple of %d",
                                k ? "inference_" : "", f[k], l, L->line, L->vocab, f[k]);
     }
+    return RP_OK;
+}
+
+static rp_status check(const rp_model *m, const rp_config *cfg, rp_error *err) {
+    if (m->num_classes == 0 || m->layers[m->num_layers - 1].type != RP_LAYER_SOFTMAX_CE)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "the model must end with softmax_cross_entropy to be trained");
+    int counts[RP_MAX_STAGES];
+    rp_status st = rp_config_stage_layers(cfg, false, m->num_layers, counts, err);
+    if (st)
+        return st;
+    if ((st = rp_schedule_check_config(cfg, err)))
+        return st;
+    if (rp_config_tensor_parallel(cfg) > 1) { /* the split must exist: its error names the line */
+        rp_model *lm;
+        size_t *map;
+        if ((st = rp_model_tensor_split(m, cfg->tensor_parallel, 0, rp_config_tp_flags(cfg), &lm,
+                                        &map, err)))
+            return st;
+        rp_model_free(lm);
+        free(map);
+    }
+    if ((st = check_pipedream(m, cfg, err)) || (st = check_layers(m, cfg, err)))
+        return st;
     rp_derived der;
     rp_config_derive(cfg, &der);
     for (int t = 0; t < der.stages; t++)

@@ -165,109 +165,125 @@ static int add_chain(builder *b, const int *list, int len) {
     return b->nac++;
 }
 
+/* The explorer's scratch: the queue of antichains, a candidate and its
+** key, and which antichains dag_order holds. */
+typedef struct walk {
+    ivec queue, cand, keybuf, sorted;
+    unsigned char *in_order;
+    int in_order_cap;
+} walk;
+
+/* The antichain that antichain ai becomes with x replaced by its successor
+** y, its nodes that precede another dropped, as a key in k->keybuf (and
+** sorted in k->sorted): 1; 0 where y cannot join (it is in the antichain,
+** or one of its successors is); -1 out of memory. */
+static int next_key(builder *b, walk *k, int ai, int x, int y) {
+    const graph *g = &b->g;
+    const achain *a = &b->ac[ai];
+    const int *key = b->arena.v + a->key_off;
+    for (int i = 0; i < a->key_len && key[i] <= y; i++)
+        if (key[i] == y)
+            return 0; /* already in the antichain */
+    const word *sy = g->succ + (size_t)y * g->nw;
+    const int *aug = b->arena.v + a->aug_off;
+    for (int i = 0; i < a->aug_len; i++)
+        if (BIT_GET(sy, aug[i]))
+            return 0;
+    k->cand.n = 0;
+    for (int i = 0; i < a->aug_len; i++)
+        if (!iv_push(&k->cand, aug[i] == x ? y : aug[i]))
+            return -1;
+    k->keybuf.n = 0;
+    word *cbits = b->cbits, *taken = b->taken;
+    const ivec *cand = &k->cand;
+    for (int i = 0; i < cand->n; i++)
+        BIT_SET(cbits, cand->v[i]);
+    for (int i = 0; i < cand->n; i++) {
+        int u = cand->v[i];
+        const word *su = g->succ + (size_t)u * g->nw;
+        bool drop = false;
+        for (int w = 0; w < g->nw && !drop; w++)
+            drop = (su[w] & cbits[w]) != 0;
+        if (!drop && !BIT_GET(taken, u)) {
+            BIT_SET(taken, u);
+            if (!iv_push(&k->keybuf, u))
+                return -1;
+        }
+    }
+    for (int i = 0; i < cand->n; i++) { /* zero again, by the bits set */
+        cbits[cand->v[i] >> 6] = 0;
+        taken[cand->v[i] >> 6] = 0;
+    }
+    k->sorted.n = 0;
+    for (int i = 0; i < k->keybuf.n; i++)
+        if (!iv_push(&k->sorted, k->keybuf.v[i]))
+            return -1;
+    sort_ints(k->sorted.v, k->keybuf.n);
+    return 1;
+}
+
+/* The edge ai -> bi: bi queued, both ends in dag_order at their first
+** appearance. False: out of memory. */
+static bool add_dag_edge(builder *b, walk *k, int ai, int bi, ivec *dag_order) {
+    if (!iv_push(&b->ac[ai].succ, bi) || !iv_push(&k->queue, bi))
+        return false;
+    if (b->nac > k->in_order_cap) {
+        int ncap = b->nac * 2;
+        unsigned char *n2 = realloc(k->in_order, ncap);
+        if (!n2)
+            return false;
+        memset(n2 + k->in_order_cap, 0, ncap - k->in_order_cap);
+        k->in_order = n2;
+        k->in_order_cap = ncap;
+    }
+    int ends[2] = {ai, bi};
+    for (int e = 0; e < 2; e++)
+        if (!k->in_order[ends[e]]) {
+            k->in_order[ends[e]] = 1;
+            if (!iv_push(dag_order, ends[e]))
+                return false;
+        }
+    return true;
+}
+
 /* Explores the antichain DAG breadth first from `first`. dag_order gets the
 ** antichains in the order they first appear in an edge. */
 static rp_status explore(builder *b, int first, int max_states, ivec *dag_order,
                          rp_error *err) {
-    graph *g = &b->g;
-    ivec queue = {0}, cand = {0}, keybuf = {0}, sorted = {0};
-    unsigned char *in_order = NULL;
-    int in_order_cap = 0;
+    const graph *g = &b->g;
+    walk k = {0};
     rp_status s = RP_OK;
-    if (add_chain(b, &first, 1) < 0 || !iv_push(&queue, 0))
-        goto oom;
-    for (int head = 0; head < queue.n; head++) {
-        int ai = queue.v[head];
+    bool oom = add_chain(b, &first, 1) < 0 || !iv_push(&k.queue, 0);
+    for (int head = 0; !oom && !s && head < k.queue.n; head++) {
+        int ai = k.queue.v[head];
         if (b->ac[ai].expanded)
             continue;
         b->ac[ai].expanded = true;
         int aug_len = b->ac[ai].aug_len;
-        for (int xi = 0; xi < aug_len; xi++) {
+        for (int xi = 0; !oom && !s && xi < aug_len; xi++) {
             int x = b->arena.v[b->ac[ai].aug_off + xi];
-            for (int k = g->out_start[x]; k < g->out_start[x + 1]; k++) {
-                int y = g->out[k];
-                const achain *a = &b->ac[ai];
-                const int *key = b->arena.v + a->key_off;
-                bool in = false;
-                for (int i = 0; i < a->key_len && !in && key[i] <= y; i++)
-                    in = key[i] == y;
-                if (in)
-                    continue; /* already in the antichain */
-                /* y may join only if none of its successors is in the set */
-                const word *sy = g->succ + (size_t)y * g->nw;
-                const int *aug = b->arena.v + a->aug_off;
-                bool ok = true;
-                for (int i = 0; i < aug_len && ok; i++)
-                    ok = !BIT_GET(sy, aug[i]);
-                if (!ok)
+            for (int e = g->out_start[x]; !oom && !s && e < g->out_start[x + 1]; e++) {
+                int got = next_key(b, &k, ai, x, g->out[e]), len = k.keybuf.n;
+                if (got <= 0) {
+                    oom = got < 0;
                     continue;
-                /* Replace x by y, then drop nodes that precede another. */
-                cand.n = 0;
-                for (int i = 0; i < aug_len; i++)
-                    if (!iv_push(&cand, aug[i] == x ? y : aug[i]))
-                        goto oom;
-                keybuf.n = 0;
-                word *cbits = b->cbits, *taken = b->taken;
-                for (int i = 0; i < cand.n; i++)
-                    BIT_SET(cbits, cand.v[i]);
-                for (int i = 0; i < cand.n; i++) {
-                    int u = cand.v[i];
-                    const word *su = g->succ + (size_t)u * g->nw;
-                    bool drop = false;
-                    for (int w = 0; w < g->nw && !drop; w++)
-                        drop = (su[w] & cbits[w]) != 0;
-                    if (!drop && !BIT_GET(taken, u)) {
-                        BIT_SET(taken, u);
-                        if (!iv_push(&keybuf, u))
-                            goto oom;
-                    }
                 }
-                for (int i = 0; i < cand.n; i++) { /* zero again, by the bits set */
-                    cbits[cand.v[i] >> 6] = 0;
-                    taken[cand.v[i] >> 6] = 0;
-                }
-                int len = keybuf.n;
-                sorted.n = 0;
-                for (int i = 0; i < len; i++)
-                    if (!iv_push(&sorted, keybuf.v[i]))
-                        goto oom;
-                sort_ints(sorted.v, len);
-                int bi = find_chain(b, sorted.v, len, hash_ints(sorted.v, len));
-                if (bi < 0 && max_states && b->nac >= max_states) {
+                int bi = find_chain(b, k.sorted.v, len, hash_ints(k.sorted.v, len));
+                if (bi < 0 && max_states && b->nac >= max_states)
                     s = rp_fail(err, RP_ERR_INFEASIBLE, "the antichain DAG has more than %d "
                                 "states", max_states);
-                    goto done;
-                }
-                if (bi < 0 && (bi = add_chain(b, keybuf.v, len)) < 0)
-                    goto oom;
-                if (!iv_push(&b->ac[ai].succ, bi) || !iv_push(&queue, bi))
-                    goto oom;
-                if (b->nac > in_order_cap) {
-                    int ncap = b->nac * 2;
-                    unsigned char *n2 = realloc(in_order, ncap);
-                    if (!n2)
-                        goto oom;
-                    memset(n2 + in_order_cap, 0, ncap - in_order_cap);
-                    in_order = n2;
-                    in_order_cap = ncap;
-                }
-                int ends[2] = {ai, bi};
-                for (int e = 0; e < 2; e++)
-                    if (!in_order[ends[e]]) {
-                        in_order[ends[e]] = 1;
-                        if (!iv_push(dag_order, ends[e]))
-                            goto oom;
-                    }
+                else if (bi < 0 && (bi = add_chain(b, k.keybuf.v, len)) < 0)
+                    oom = true;
+                else
+                    oom = !add_dag_edge(b, &k, ai, bi, dag_order);
             }
         }
     }
-    if (dag_order->n == 0 && !iv_push(dag_order, 0)) /* a single state */
-        goto oom;
-    goto done;
-oom:
-    s = rp_fail(err, RP_ERR_NOMEM, "out of memory while building the antichain DAG");
-done:
-    free(queue.v), free(cand.v), free(keybuf.v), free(sorted.v), free(in_order);
+    if (!oom && !s && dag_order->n == 0) /* a single state */
+        oom = !iv_push(dag_order, 0);
+    if (oom)
+        s = rp_fail(err, RP_ERR_NOMEM, "out of memory while building the antichain DAG");
+    free(k.queue.v), free(k.cand.v), free(k.keybuf.v), free(k.sorted.v), free(k.in_order);
     return s;
 }
 
@@ -292,47 +308,22 @@ void rp_states_free(rp_states *s) {
     memset(s, 0, sizeof *s);
 }
 
-rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp_error *err) {
-    memset(st, 0, sizeof *st);
-    builder b = {0};
-    ivec dag_order = {0};
-    int *topo = NULL, *pos = NULL;
-    word *spred = NULL; /* transitive predecessors of each state, by rank */
-    rp_status s = RP_OK;
-    st->input_source = calloc(p->num_nodes, 1);
-    if (!st->input_source)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
-    if ((s = rpi_graph_build(p, &b.g, st->input_source, err)))
-        goto done;
-    graph *g = &b.g;
-    b.scratch = calloc(g->nw, sizeof(word));
-    b.cbits = calloc(g->nw, sizeof(word));
-    b.taken = calloc(g->nw, sizeof(word));
-    if (!b.scratch || !b.cbits || !b.taken) {
-        s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    int first;
-    if ((s = rpi_graph_first_source(p, g, &first, err)))
-        goto done;
-    if ((s = explore(&b, first, max_states, &dag_order, err)))
-        goto done;
-
-    /* Depth-first topological sort over nodes and out-edges in insertion
-    ** order; the reverse finishing order numbers the states. */
-    int N = b.nac;
-    topo = malloc(sizeof(int) * N);
-    pos = malloc(sizeof(int) * N);
+/* Depth-first topological sort of the antichains over their out-edges in
+** insertion order, from the roots in dag_order; the reverse finishing order
+** numbers the states: topo[state] is its antichain, pos[antichain] its
+** state. */
+static rp_status sort_states(const builder *b, const ivec *dag_order, int *topo, int *pos,
+                             rp_error *err) {
+    int N = b->nac;
     int *stack = malloc(sizeof(int) * N), *edge_at = calloc(N, sizeof(int));
     unsigned char *mark = calloc(N, 1);
-    if (!topo || !pos || !stack || !edge_at || !mark) {
+    if (!stack || !edge_at || !mark) {
         free(stack), free(edge_at), free(mark);
-        s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-        goto done;
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
     int done_n = 0;
-    for (int r = 0; r < dag_order.n; r++) {
-        int root = dag_order.v[r];
+    for (int r = 0; r < dag_order->n; r++) {
+        int root = dag_order->v[r];
         if (mark[root])
             continue;
         int sp = 0;
@@ -340,8 +331,8 @@ rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp
         mark[root] = 1;
         while (sp) {
             int u = stack[sp - 1];
-            if (edge_at[u] < b.ac[u].succ.n) {
-                int v = b.ac[u].succ.v[edge_at[u]++];
+            if (edge_at[u] < b->ac[u].succ.n) {
+                int v = b->ac[u].succ.v[edge_at[u]++];
                 if (!mark[v]) {
                     mark[v] = 1;
                     stack[sp++] = v;
@@ -353,31 +344,20 @@ rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp
         }
     }
     free(stack), free(edge_at), free(mark);
-    N = done_n; /* every antichain is reachable, so done_n == nac */
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < N; i++) /* every antichain is reachable: done_n == nac */
         pos[topo[i]] = i;
+    return RP_OK;
+}
 
-    st->n = N;
-    st->nwords = g->nw;
-    st->compute = calloc(N, sizeof(double));
-    st->activation = calloc(N, sizeof(double));
-    st->parameter = calloc(N, sizeof(double));
-    st->out_activation = calloc(N, sizeof(double));
-    st->covers = calloc((size_t)N * g->nw, sizeof(word));
-    st->pred = calloc(N, sizeof(int *));
-    st->num_pred = calloc(N, sizeof(int));
-    int swords = (N + 63) / 64;
-    spred = calloc((size_t)N * swords, sizeof(word));
-    if (!st->compute || !st->activation || !st->parameter || !st->out_activation ||
-        !st->covers || !st->pred || !st->num_pred || !spred) {
-        s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    for (int si = 0; si < N; si++) {
-        const achain *a = &b.ac[topo[si]];
+/* Each state's cover (the nodes at or before it) and its sums: compute,
+** activations, parameters, and the activations leaving it. */
+static void state_sums(const rp_profile *p, const builder *b, const int *topo, rp_states *st) {
+    const graph *g = &b->g;
+    for (int si = 0; si < st->n; si++) {
+        const achain *a = &b->ac[topo[si]];
         word *cov = st->covers + (size_t)si * g->nw;
         for (int i = 0; i < a->aug_len; i++) {
-            int x = b.arena.v[a->aug_off + i];
+            int x = b->arena.v[a->aug_off + i];
             const word *px = g->pred + (size_t)x * g->nw;
             for (int w = 0; w < g->nw; w++)
                 cov[w] |= px[w];
@@ -392,18 +372,22 @@ rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp
                 st->parameter[si] += nd->parameter_bytes;
             }
     }
-    /* Each state's predecessors by descending cumulative compute, ties by
-    ** descending state, the order the planner scans split points in. The
-    ** states are ranked in that order once; each state's transitive
-    ** predecessors are then a bitset over ranks, filled from the first
-    ** state on (the numbering is topological), so that its list is its
-    ** bits in ascending order, written in one sweep. */
+}
+
+/* Each state's predecessors by descending cumulative compute, ties by
+** descending state, the order the planner scans split points in. The
+** states are ranked in that order once; each state's transitive
+** predecessors are then a bitset over ranks (spred), filled from the first
+** state on (the numbering is topological), so that its list is its bits in
+** ascending order, written in one sweep. */
+static rp_status predecessors(const builder *b, const int *topo, const int *pos, word *spred,
+                              rp_states *st, rp_error *err) {
+    int N = st->n, swords = (N + 63) / 64;
     by_compute *order = malloc(sizeof(by_compute) * N);
     int *rank = malloc(sizeof(int) * N);
     if (!order || !rank) {
         free(order), free(rank);
-        s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-        goto done;
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
     }
     for (int si = 0; si < N; si++)
         order[si] = (by_compute){st->compute[si], si};
@@ -411,7 +395,7 @@ rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp
     for (int r = 0; r < N; r++)
         rank[order[r].s] = r;
     for (int si = 0; si < N; si++) {
-        const achain *a = &b.ac[topo[si]];
+        const achain *a = &b->ac[topo[si]];
         const word *ps = spred + (size_t)si * swords;
         for (int e = 0; e < a->succ.n; e++) {
             word *pt = spred + (size_t)pos[a->succ.v[e]] * swords;
@@ -432,8 +416,8 @@ rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp
     st->pred_all = malloc(sizeof(int) * (total ? total : 1));
     if (!st->pred_all) {
         free(order), free(rank);
-        s = rp_fail(err, RP_ERR_NOMEM, "out of memory: %zu predecessors of %d states", total, N);
-        goto done;
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory: %zu predecessors of %d states", total,
+                       N);
     }
     int *at = st->pred_all;
     for (int si = 0; si < N; si++) {
@@ -444,7 +428,59 @@ rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp
                 *at++ = order[w * 64 + __builtin_ctzll(bits)].s;
     }
     free(order), free(rank);
-done:
+    return RP_OK;
+}
+
+/* The states of a profile, in the steps above: the reduced graph, its
+** antichains explored from the first source, numbered topologically, each
+** with its sums and its predecessors in the planner's order. */
+rp_status rp_states_build(const rp_profile *p, int max_states, rp_states *st, rp_error *err) {
+    memset(st, 0, sizeof *st);
+    builder b = {0};
+    ivec dag_order = {0};
+    int *topo = NULL, *pos = NULL, first;
+    word *spred = NULL; /* transitive predecessors of each state, by rank */
+    st->input_source = calloc(p->num_nodes, 1);
+    if (!st->input_source)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    rp_status s = rpi_graph_build(p, &b.g, st->input_source, err);
+    if (!s) {
+        b.scratch = calloc(b.g.nw, sizeof(word));
+        b.cbits = calloc(b.g.nw, sizeof(word));
+        b.taken = calloc(b.g.nw, sizeof(word));
+        if (!b.scratch || !b.cbits || !b.taken)
+            s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+    if (!s)
+        s = rpi_graph_first_source(p, &b.g, &first, err);
+    if (!s)
+        s = explore(&b, first, max_states, &dag_order, err);
+    int N = b.nac;
+    if (!s) {
+        topo = malloc(sizeof(int) * N);
+        pos = malloc(sizeof(int) * N);
+        s = topo && pos ? sort_states(&b, &dag_order, topo, pos, err)
+                        : rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+    if (!s) {
+        st->n = N;
+        st->nwords = b.g.nw;
+        st->compute = calloc(N, sizeof(double));
+        st->activation = calloc(N, sizeof(double));
+        st->parameter = calloc(N, sizeof(double));
+        st->out_activation = calloc(N, sizeof(double));
+        st->covers = calloc((size_t)N * b.g.nw, sizeof(word));
+        st->pred = calloc(N, sizeof(int *));
+        st->num_pred = calloc(N, sizeof(int));
+        spred = calloc((size_t)N * ((N + 63) / 64), sizeof(word));
+        if (!st->compute || !st->activation || !st->parameter || !st->out_activation ||
+            !st->covers || !st->pred || !st->num_pred || !spred)
+            s = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    }
+    if (!s) {
+        state_sums(p, &b, topo, st);
+        s = predecessors(&b, topo, pos, spred, st, err);
+    }
     for (int i = 0; i < b.nac; i++)
         free(b.ac[i].succ.v);
     free(b.ac), free(b.table), free(b.scratch), free(b.cbits), free(b.taken), free(b.arena.v);

@@ -118,105 +118,79 @@ static double three_decimals(double x) {
     return strtod(buf, NULL);
 }
 
-rp_status rpi_profile_compress_branches(const rp_profile *p, rp_profile **out, int *member_of,
-                                        rp_error *err) {
-    *out = NULL;
+/* The profile's inputs and outputs of each node, in edge order (fill: n + 1
+** ints of scratch). */
+static void adjacency_of(const rp_profile *p, adjacency *a, int *fill) {
     int n = p->num_nodes, m = p->num_edges;
-    adjacency a = {calloc(n + 1, sizeof(int)), malloc(sizeof(int) * (m + 1)),
-                   calloc(n + 1, sizeof(int)), malloc(sizeof(int) * (m + 1))};
-    cgraph g = {calloc((size_t)n + m + 1, sizeof(cnode)), 0, malloc(sizeof(int) * (2 * m + 1)),
-                malloc(sizeof(int) * (2 * m + 1)), 0, malloc(sizeof(int) * (n + 1))};
-    int *fill = calloc(n + 1, sizeof(int)), *queue = malloc(sizeof(int) * (2 * m + n + 1));
-    int *walked = malloc(sizeof(int) * (n + 1)), *replaced = malloc(sizeof(int) * (n + 1));
-    unsigned char *seen = calloc(n + 1, 1);
-    rp_profile *c = calloc(1, sizeof *c);
-    rp_status s = RP_OK;
-    if (!a.in_start || !a.in || !a.out_start || !a.out || !g.nodes || !g.edge_from ||
-        !g.edge_to || !g.handle_of || !fill || !queue || !walked || !replaced || !seen || !c) {
-        s = rp_fail(err, RP_ERR_NOMEM, "out of memory compressing %d nodes", n);
-        goto done;
-    }
     for (int e = 0; e < m; e++) {
-        a.out_start[p->edges[e].from + 1]++;
-        a.in_start[p->edges[e].to + 1]++;
+        a->out_start[p->edges[e].from + 1]++;
+        a->in_start[p->edges[e].to + 1]++;
     }
     for (int v = 0; v < n; v++) {
-        a.out_start[v + 1] += a.out_start[v];
-        a.in_start[v + 1] += a.in_start[v];
+        a->out_start[v + 1] += a->out_start[v];
+        a->in_start[v + 1] += a->in_start[v];
     }
     for (int e = 0; e < m; e++)
-        a.out[a.out_start[p->edges[e].from] + fill[p->edges[e].from]++] = p->edges[e].to;
+        a->out[a->out_start[p->edges[e].from] + fill[p->edges[e].from]++] = p->edges[e].to;
     memset(fill, 0, sizeof(int) * (n + 1));
     for (int e = 0; e < m; e++)
-        a.in[a.in_start[p->edges[e].to] + fill[p->edges[e].to]++] = p->edges[e].from;
+        a->in[a->in_start[p->edges[e].to] + fill[p->edges[e].to]++] = p->edges[e].from;
+}
+
+/* Graph.compress_branches' walk: from the sources, in node order, a
+** breadth-first pass that makes each fork's branches one node each and
+** copies every other edge. replaced[v]: the branch node that stands for
+** profile node v (-1: none). */
+static void walk(const rp_profile *p, const adjacency *a, cgraph *g, int *queue, int *walked,
+                 int *replaced, unsigned char *seen) {
+    int n = p->num_nodes, head = 0, tail = 0, branch_id = 0;
     for (int v = 0; v < n; v++)
-        g.handle_of[v] = replaced[v] = -1;
-    int head = 0, tail = 0, branch_id = 0;
+        g->handle_of[v] = replaced[v] = -1;
     for (int v = 0; v < n; v++) /* the sources, in node order */
-        if (indeg(&a, v) == 0)
+        if (indeg(a, v) == 0)
             queue[tail++] = v;
     while (head < tail) {
         int node = queue[head++];
         if (seen[node])
             continue;
         int from = replaced[node] >= 0 ? replaced[node] : -1;
-        if (outdeg(&a, node) > 1) {
-            for (int k = a.out_start[node]; k < a.out_start[node + 1]; k++) {
-                int last, nw;
-                int cn = branch(&g, p, &a, a.out[k], branch_id++, &last, walked, &nw);
-                int src = from >= 0 ? from : orig_handle(&g, p, node);
-                if (cn == -2) {
-                    add_edge(&g, src, orig_handle(&g, p, a.out[k]));
-                } else {
-                    replaced[last] = cn;
-                    for (int w = 0; w < nw; w++)
-                        if (replaced[walked[w]] < 0)
-                            replaced[walked[w]] = cn;
-                    add_edge(&g, src, cn);
-                }
-                if (!seen[last])
-                    queue[tail++] = last;
+        bool fork = outdeg(a, node) > 1;
+        for (int k = a->out_start[node]; k < a->out_start[node + 1]; k++) {
+            int to = a->out[k], last = to, nw = 0;
+            int cn = fork ? branch(g, p, a, to, branch_id++, &last, walked, &nw) : -2;
+            int src = from >= 0 ? from : orig_handle(g, p, node); /* (after the branch's) */
+            if (!fork)
+                add_edge(g, src, replaced[to] >= 0 ? replaced[to] : orig_handle(g, p, to));
+            else if (cn == -2)
+                add_edge(g, src, orig_handle(g, p, to));
+            else {
+                replaced[last] = cn;
+                for (int w = 0; w < nw; w++)
+                    if (replaced[walked[w]] < 0)
+                        replaced[walked[w]] = cn;
+                add_edge(g, src, cn);
             }
-        } else {
-            for (int k = a.out_start[node]; k < a.out_start[node + 1]; k++) {
-                int to = a.out[k];
-                int src = from >= 0 ? from : orig_handle(&g, p, node);
-                add_edge(&g, src, replaced[to] >= 0 ? replaced[to] : orig_handle(&g, p, to));
-                if (!seen[to])
-                    queue[tail++] = to;
-            }
+            if (!seen[last])
+                queue[tail++] = last;
         }
         seen[node] = 1;
     }
-    /* Graph.add_edge adds the two ends to the graph in that order: the
-    ** compressed graph's node order is the order of first mention. */
-    int *rank = malloc(sizeof(int) * (g.n + 1)), *order = malloc(sizeof(int) * (g.n + 1));
-    if (!rank || !order) {
-        free(rank), free(order);
-        s = rp_fail(err, RP_ERR_NOMEM, "out of memory compressing %d nodes", n);
-        goto done;
-    }
-    for (int i = 0; i < g.n; i++)
-        rank[i] = -1;
-    int nn = 0;
-    for (int e = 0; e < g.ne; e++) {
-        int ends[2] = {g.edge_from[e], g.edge_to[e]};
-        for (int k = 0; k < 2; k++)
-            if (rank[ends[k]] < 0) {
-                rank[ends[k]] = nn;
-                order[nn++] = ends[k];
-            }
-    }
+}
+
+/* The compressed graph as a profile: Graph.add_edge adds the two ends to
+** the graph in that order, so its node order is the order of first
+** mention (rank[cnode]); the file lists each node's inputs, node after
+** node, and PipeDream reads the edges back in that order. */
+static rp_status write_profile(const rp_profile *p, const cgraph *g, const int *rank,
+                               const int *order, int nn, rp_profile *c, rp_error *err) {
+    int n = p->num_nodes;
     c->num_nodes = nn;
     c->nodes = calloc(nn ? nn : 1, sizeof(rp_profile_node));
-    c->edges = calloc(g.ne ? g.ne : 1, sizeof(rp_profile_edge));
-    if (!c->nodes || !c->edges) {
-        free(rank), free(order);
-        s = rp_fail(err, RP_ERR_NOMEM, "out of memory compressing %d nodes", n);
-        goto done;
-    }
+    c->edges = calloc(g->ne ? g->ne : 1, sizeof(rp_profile_edge));
+    if (!c->nodes || !c->edges)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory compressing %d nodes", n);
     for (int i = 0; i < nn; i++) {
-        const cnode *cn = &g.nodes[order[i]];
+        const cnode *cn = &g->nodes[order[i]];
         rp_profile_node *nd = &c->nodes[i];
         const rp_profile_node *o = cn->orig >= 0 ? &p->nodes[cn->orig] : NULL;
         nd->id = strdup(o ? o->id : cn->id);
@@ -229,37 +203,82 @@ rp_status rpi_profile_compress_branches(const rp_profile *p, rp_profile **out, i
         nd->line = o ? o->line : 0;
         if (!nd->id || !nd->desc) {
             c->num_nodes = i + 1;
-            free(rank), free(order);
-            s = rp_fail(err, RP_ERR_NOMEM, "out of memory compressing %d nodes", n);
-            goto done;
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory compressing %d nodes", n);
         }
     }
-    /* the file lists each node's inputs, node after node; PipeDream reads the
-    ** edges back in that order */
-    int *start = calloc((size_t)nn + 1, sizeof(int)), *by_to = malloc(sizeof(int) * (g.ne + 1));
+    int *start = calloc((size_t)nn + 1, sizeof(int)), *by_to = malloc(sizeof(int) * (g->ne + 1));
     if (!start || !by_to) {
-        free(rank), free(order), free(start), free(by_to);
-        s = rp_fail(err, RP_ERR_NOMEM, "out of memory compressing %d nodes", n);
-        goto done;
+        free(start), free(by_to);
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory compressing %d nodes", n);
     }
-    for (int e = 0; e < g.ne; e++) /* a stable bucket sort of the edges by target */
-        start[rank[g.edge_to[e]] + 1]++;
+    for (int e = 0; e < g->ne; e++) /* a stable bucket sort of the edges by target */
+        start[rank[g->edge_to[e]] + 1]++;
     for (int i = 0; i < nn; i++)
         start[i + 1] += start[i];
-    for (int e = 0; e < g.ne; e++)
-        by_to[start[rank[g.edge_to[e]]]++] = e;
-    for (int k = 0; k < g.ne; k++) {
+    for (int e = 0; e < g->ne; e++)
+        by_to[start[rank[g->edge_to[e]]]++] = e;
+    for (int k = 0; k < g->ne; k++) {
         rp_profile_edge *ed = &c->edges[c->num_edges++];
-        ed->from = rank[g.edge_from[by_to[k]]];
-        ed->to = rank[g.edge_to[by_to[k]]];
+        ed->from = rank[g->edge_from[by_to[k]]];
+        ed->to = rank[g->edge_to[by_to[k]]];
     }
     free(start), free(by_to);
-    for (int v = 0; v < n; v++) {
+    return RP_OK;
+}
+
+/* The nodes in the order of their first mention by an edge: rank[cnode]
+** its place, order[place] the cnode; *nn how many. */
+static void first_mention(const cgraph *g, int *rank, int *order, int *nn) {
+    for (int i = 0; i < g->n; i++)
+        rank[i] = -1;
+    *nn = 0;
+    for (int e = 0; e < g->ne; e++) {
+        int ends[2] = {g->edge_from[e], g->edge_to[e]};
+        for (int k = 0; k < 2; k++)
+            if (rank[ends[k]] < 0) {
+                rank[ends[k]] = *nn;
+                order[(*nn)++] = ends[k];
+            }
+    }
+}
+
+/* The compression, in the steps above: the profile's adjacency, the walk
+** that makes the branches, the compressed graph as a profile, and each
+** profile node's compressed node. */
+rp_status rpi_profile_compress_branches(const rp_profile *p, rp_profile **out, int *member_of,
+                                        rp_error *err) {
+    *out = NULL;
+    int n = p->num_nodes, m = p->num_edges;
+    adjacency a = {calloc(n + 1, sizeof(int)), malloc(sizeof(int) * (m + 1)),
+                   calloc(n + 1, sizeof(int)), malloc(sizeof(int) * (m + 1))};
+    cgraph g = {calloc((size_t)n + m + 1, sizeof(cnode)), 0, malloc(sizeof(int) * (2 * m + 1)),
+                malloc(sizeof(int) * (2 * m + 1)), 0, malloc(sizeof(int) * (n + 1))};
+    int *fill = calloc(n + 1, sizeof(int)), *queue = malloc(sizeof(int) * (2 * m + n + 1));
+    int *walked = malloc(sizeof(int) * (n + 1)), *replaced = malloc(sizeof(int) * (n + 1));
+    int *rank = NULL, *order = NULL, nn = 0;
+    unsigned char *seen = calloc(n + 1, 1);
+    rp_profile *c = calloc(1, sizeof *c);
+    rp_status s = RP_OK;
+    if (!a.in_start || !a.in || !a.out_start || !a.out || !g.nodes || !g.edge_from ||
+        !g.edge_to || !g.handle_of || !fill || !queue || !walked || !replaced || !seen || !c)
+        s = rp_fail(err, RP_ERR_NOMEM, "out of memory compressing %d nodes", n);
+    if (!s) {
+        adjacency_of(p, &a, fill);
+        walk(p, &a, &g, queue, walked, replaced, seen);
+        rank = malloc(sizeof(int) * (g.n + 1));
+        order = malloc(sizeof(int) * (g.n + 1));
+        if (!rank || !order)
+            s = rp_fail(err, RP_ERR_NOMEM, "out of memory compressing %d nodes", n);
+    }
+    if (!s) {
+        first_mention(&g, rank, order, &nn);
+        s = write_profile(p, &g, rank, order, nn, c, err);
+    }
+    for (int v = 0; !s && v < n; v++) {
         int h = replaced[v] >= 0 ? replaced[v] : g.handle_of[v];
         member_of[v] = h >= 0 ? rank[h] : -1;
     }
     free(rank), free(order);
-done:
     free(a.in_start), free(a.in), free(a.out_start), free(a.out);
     free(g.nodes), free(g.edge_from), free(g.edge_to), free(g.handle_of);
     free(fill), free(queue), free(walked), free(replaced), free(seen);

@@ -11,8 +11,8 @@
 
 #include "../core/blas.h"
 #include "../core/util.h"
-#include "repipe/measure.h"
-#include "repipe/planner.h"
+#include "repipe/profile.h"
+#include "repipe/net.h"
 
 static char *dupstr(const char *s) {
     size_t n = strlen(s) + 1;
@@ -25,6 +25,39 @@ static char *dupstr(const char *s) {
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof(double), rp_cmp_double);
     return v[n / 2];
+}
+
+/* The passes whole_passes times: a warm-up, then each repeat a whole
+** backward and (any: some layer has parameters) a split one; the net's
+** input needs no gradient, as on a first stage. t: per layer and repeat,
+** forward, backward, and the split's halves. */
+static rp_status time_passes(rp_net *net, rp_acts *acts, int L, int batch, int repeats, bool any,
+                             const float *x, const float *dy, const int32_t *labels,
+                             const int64_t *ids, double *clk, double *t, rp_error *err) {
+    rp_step_ctx ctx = {.training = true, .sample_id = ids, .labels = labels,
+                       .loss_scale = 1.0 / batch};
+    for (int r = -1; r < repeats; r++) {
+        memset(clk, 0, sizeof(double) * 3 * L);
+        rp_net_time_layers(net, clk);
+        if (!rp_net_forward(net, acts, x, batch, &ctx, NULL)) {
+            return rp_fail(err, RP_ERR_INVALID, "profile: %s", rp_net_error(net));
+        }
+        rp_net_backward(net, acts, dy, &ctx, false);
+        for (int l = 0; r >= 0 && l < L; l++)
+            t[(0 * L + l) * repeats + r] = clk[3 * l], t[(1 * L + l) * repeats + r] = clk[3 * l + 1];
+        rp_net_time_layers(net, NULL);
+        if (!any || r < 0)
+            continue;
+        rp_net_forward(net, acts, x, batch, &ctx, NULL);
+        memset(clk, 0, sizeof(double) * 3 * L);
+        rp_net_time_layers(net, clk);
+        rp_net_backward_input(net, acts, dy, &ctx, false);
+        rp_net_backward_weight(net, acts, &ctx);
+        rp_net_time_layers(net, NULL);
+        for (int l = 0; l < L; l++)
+            t[(2 * L + l) * repeats + r] = clk[3 * l + 1], t[(3 * L + l) * repeats + r] = clk[3 * l + 2];
+    }
+    return RP_OK;
 }
 
 /* Every layer timed inside whole passes of the model, as a stage runs
@@ -81,32 +114,8 @@ static rp_status whole_passes(const rp_model *m, int batch, int repeats,
         x[i] = vocab ? (float)(i % vocab) : (float)((i % 17) * 0.1);
     for (size_t i = 0; i < no; i++)
         dy[i] = 1e-3f;
-    rp_step_ctx ctx = {.training = true, .sample_id = ids, .labels = labels,
-                       .loss_scale = 1.0 / batch};
-    /* a warm-up pass, then each repeat a whole backward and a split one;
-    ** the net's input needs no gradient, as on a first stage */
-    for (int r = -1; r < repeats; r++) {
-        memset(clk, 0, sizeof(double) * 3 * L);
-        rp_net_time_layers(net, clk);
-        if (!rp_net_forward(net, acts, x, batch, &ctx, NULL)) {
-            st = rp_fail(err, RP_ERR_INVALID, "profile: %s", rp_net_error(net));
-            goto done;
-        }
-        rp_net_backward(net, acts, dy, &ctx, false);
-        for (int l = 0; r >= 0 && l < L; l++)
-            t[(0 * L + l) * repeats + r] = clk[3 * l], t[(1 * L + l) * repeats + r] = clk[3 * l + 1];
-        rp_net_time_layers(net, NULL);
-        if (!any || r < 0)
-            continue;
-        rp_net_forward(net, acts, x, batch, &ctx, NULL);
-        memset(clk, 0, sizeof(double) * 3 * L);
-        rp_net_time_layers(net, clk);
-        rp_net_backward_input(net, acts, dy, &ctx, false);
-        rp_net_backward_weight(net, acts, &ctx);
-        rp_net_time_layers(net, NULL);
-        for (int l = 0; l < L; l++)
-            t[(2 * L + l) * repeats + r] = clk[3 * l + 1], t[(3 * L + l) * repeats + r] = clk[3 * l + 2];
-    }
+    if ((st = time_passes(net, acts, L, batch, repeats, any, x, dy, labels, ids, clk, t, err)))
+        goto done;
     for (int k = 0; k < (any ? 4 : 2); k++)
         for (int l = 0; l < L; l++)
             ms[4 * l + k] = 1e3 * median(t + (k * L + l) * repeats, repeats);
@@ -178,6 +187,49 @@ done:
     return st;
 }
 
+/* Layer l's node, after the input's: its times (t: forward, backward and
+** the split backward's halves), its output's and parameters' bytes, its
+** memory as a net lays it out (which the simulator counts) in its
+** description, and an edge from the maker of each tensor it reads (node
+** k + 1 made tensor k). */
+static rp_status add_node(const rp_model *m, int l, int batch, const double *t, rp_profile *p,
+                          rp_error *err) {
+    const rp_layer *L = &m->layers[l];
+    rp_profile_node *n = &p->nodes[p->num_nodes];
+    char id[32], desc[320];
+    snprintf(id, sizeof id, "node%d", l + 1);
+    int dl = snprintf(desc, sizeof desc, "%s (layer %d, line %d)", rp_layer_name(L->type), l,
+                      L->line);
+    if (L->param_count > 0) /* the halves as they run: their sum is the whole's and the split's copies */
+        dl += snprintf(desc + dl, sizeof desc - dl,
+                       " backward_input_time=%.3f backward_weight_time=%.3f", t[2], t[3]);
+    rp_layer_bytes lb;
+    rp_layer_memory(m, l, batch, &lb);
+    snprintf(desc + dl, sizeof desc - dl,
+             " saved_bytes=%zu checkpoint_bytes=%zu wstash_bytes=%zu scratch_bytes=%zu"
+             " grad_bytes=%zu",
+             lb.saved, lb.checkpoint, lb.wstash, lb.scratch, lb.grads);
+    n->id = dupstr(id);
+    n->desc = dupstr(desc);
+    n->forward_ms = t[0];
+    n->backward_ms = t[1];
+    n->activation_bytes = sizeof(float) * rp_shape_size(&L->out) * (double)batch;
+    n->parameter_bytes = sizeof(float) * (double)L->param_count;
+    n->stage_id = -1;
+    n->line = L->line;
+    p->num_nodes++;
+    for (int i = 0; i < L->num_inputs; i++) {
+        bool seen = false;
+        for (int j = 0; j < i; j++)
+            seen = seen || L->inputs[j] == L->inputs[i];
+        if (!seen)
+            p->edges[p->num_edges++] = (rp_profile_edge){L->inputs[i] + 1, l + 1, 0};
+    }
+    if (!n->id || !n->desc)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    return RP_OK;
+}
+
 static rp_status measure(const rp_model *m, int batch, int repeats, bool alone,
                          rp_profile **out, rp_error *err) {
     *out = NULL;
@@ -220,40 +272,7 @@ static rp_status measure(const rp_model *m, int batch, int repeats, bool alone,
                                            ids, t + 4 * l, err)))
             break;
         below = below || L->param_count > 0;
-        rp_profile_node *n = &p->nodes[p->num_nodes];
-        char id[32], desc[320];
-        snprintf(id, sizeof id, "node%d", l + 1);
-        int dl = snprintf(desc, sizeof desc, "%s (layer %d, line %d)", rp_layer_name(L->type), l,
-                          L->line);
-        if (L->param_count > 0) /* the halves as they run: their sum is the whole's and the split's copies */
-            dl += snprintf(desc + dl, sizeof desc - dl,
-                           " backward_input_time=%.3f backward_weight_time=%.3f", t[4 * l + 2],
-                           t[4 * l + 3]);
-        /* its memory as a net lays it out, which the simulator counts */
-        rp_layer_bytes lb;
-        rp_layer_memory(m, l, batch, &lb);
-        snprintf(desc + dl, sizeof desc - dl,
-                 " saved_bytes=%zu checkpoint_bytes=%zu wstash_bytes=%zu scratch_bytes=%zu"
-                 " grad_bytes=%zu",
-                 lb.saved, lb.checkpoint, lb.wstash, lb.scratch, lb.grads);
-        n->id = dupstr(id);
-        n->desc = dupstr(desc);
-        n->forward_ms = t[4 * l];
-        n->backward_ms = t[4 * l + 1];
-        n->activation_bytes = sizeof(float) * rp_shape_size(&L->out) * (double)batch;
-        n->parameter_bytes = sizeof(float) * (double)L->param_count;
-        n->stage_id = -1;
-        n->line = L->line;
-        p->num_nodes++;
-        for (int i = 0; i < L->num_inputs; i++) { /* node t + 1 is tensor t's maker */
-            bool seen = false;
-            for (int j = 0; j < i; j++)
-                seen = seen || L->inputs[j] == L->inputs[i];
-            if (!seen)
-                p->edges[p->num_edges++] = (rp_profile_edge){L->inputs[i] + 1, l + 1, 0};
-        }
-        if (!n->id || !n->desc)
-            st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        st = add_node(m, l, batch, t + 4 * l, p, err);
     }
     /* the micro-batch rides in the description, where PipeDream's reader
     ** ignores it and simulate and plan find it (rp_profile_micro_batch) */

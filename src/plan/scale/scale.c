@@ -29,7 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transformer_impl.h"
+#include "repipe/planner.h"
+#include "../../transformer/transformer_impl.h"
 
 void rp_scale_options_default(rp_scale_options *o) {
     memset(o, 0, sizeof *o);
@@ -355,11 +356,186 @@ static rp_status nothing_to_try(const rp_transformer *m, const rp_cluster *c,
                    t || cp || pp || b ? " with the sizes given" : "");
 }
 
+/* The shapes priced so far: those that fit, and how many were tried. */
+typedef struct cand_list {
+    cand *cs;
+    int n, cap, shapes;
+} cand_list;
+
+static bool push_cand(cand_list *l, const cand *k) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 256;
+        cand *more = realloc(l->cs, sizeof(cand) * (size_t)cap);
+        if (!more)
+            return false;
+        l->cs = more, l->cap = cap;
+    }
+    l->cs[l->n++] = *k;
+    return true;
+}
+
+/* Whether virtual stages v (0: DualPipeV's two) go with p stages of mb
+** micro-batches under the schedules and options asked for. */
+static bool admits_chunks(const rp_transformer *m, const rp_scale_options *o, unsigned sched,
+                          int p, long long mb, int v) {
+    bool dv = v == 0;
+    int vv = dv ? 2 : v, L = m->layers + 2;
+    int kind = dv ? RP_SCHEDULE_DUALPIPEV : v > 1 ? RP_SCHEDULE_INTERLEAVED : RP_SCHEDULE_1F1B;
+    return (sched & (1u << kind)) && (!o->virtual_stages || vv == o->virtual_stages || dv) &&
+           !(v > 1 && (p < 2 || p * v > L || p * v > RP_MAX_STAGES || mb % p)) &&
+           !(dv && (p < 2 || 2 * p > L || mb < 2 * p)) &&
+           !(o->even_stages && m->layers % (p * vv));
+}
+
+/* Every pipeline, chunking and sharding of one run (its tensor, context
+** group and micro-batch) on N devices, priced in closed form; those that
+** fit kept. False: out of memory. */
+static bool shapes_of_run(const rp_transformer *m, const rp_cluster *c, const rp_scale_options *o,
+                          const rp_transformer_run *run, double memory, cand_list *l) {
+    long long B = o->global_batch;
+    int t = run->tensor_parallel, cp = run->context_parallel, b = run->micro_batch;
+    int left = o->devices / (t * cp), L = m->layers + 2;
+    unsigned sched = o->schedules ? o->schedules
+                                  : 1u << RP_SCHEDULE_1F1B | 1u << RP_SCHEDULE_INTERLEAVED;
+    rpi_xf_part x[RPI_XF_PARTS];
+    rpi_xf_parts(m, c, run, x);
+    for (int p = 1; p <= left && p <= L && p <= RP_MAX_STAGES; p++) {
+        if (!admits(o->pipeline_parallel, p) || left % p)
+            continue;
+        int d = left / p;
+        if (B % ((long long)b * d))
+            continue;
+        long long mb = B / ((long long)b * d);
+        if (mb > 1 << 20)
+            continue;
+        /* v = 1, then interleaved's chunks, then (v = 0) DualPipeV's two */
+        for (int v = 1; v <= 16; v = v == 16 ? 0 : v + 1) {
+            for (int sh = RP_SHARD_NONE; admits_chunks(m, o, sched, p, mb, v) &&
+                                         sh <= RP_SHARD_FULL; sh++) {
+                if ((o->sharding >= 0 ? sh != o->sharding : sh == RP_SHARD_NONE && d * cp > 1) ||
+                    (sh != RP_SHARD_NONE && d * cp == 1))
+                    continue;
+                cand k = {.run = *run, .p = p, .d = d, .v = v ? v : 2, .m = (int)mb,
+                          .dv = v == 0, .sharding = (rp_sharding)sh};
+                l->shapes++;
+                k.estimate = estimate(m, c, x, &k, memory, o->even_stages);
+                if (k.estimate != DBL_MAX && !push_cand(l, &k))
+                    return false;
+            }
+            if (v == 0)
+                break;
+        }
+    }
+    return true;
+}
+
+/* The sizes tried: the powers of two, or the one asked for (any); each
+** tensor and context group and micro-batch under every run the options
+** admit. */
+static rp_status enumerate(const rp_transformer *m, const rp_cluster *c,
+                           const rp_scale_options *o, double memory, cand_list *l,
+                           rp_error *err) {
+    int N = o->devices;
+    int t0 = o->tensor_parallel > 0 ? o->tensor_parallel : 1;
+    int c0 = o->context_parallel > 0 ? o->context_parallel : 1;
+    int b0 = o->micro_batch > 0 ? o->micro_batch : 1;
+    for (int t = t0; t <= (o->tensor_parallel > 0 ? t0 : c->per_node); t *= 2)
+        for (int cp = c0; cp <= (o->context_parallel > 0 ? c0 : 64); cp *= 2)
+            for (int b = b0; b <= (o->micro_batch > 0 ? b0 : 8); b *= 2) {
+                if (N % (t * cp) || o->global_batch % b)
+                    continue;
+                rp_transformer_run runs[6];
+                int nr = runs_of(m, c, o, t, cp, b, runs);
+                for (int ri = 0; ri < nr; ri++)
+                    if (!shapes_of_run(m, c, o, &runs[ri], memory, l))
+                        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+            }
+    return RP_OK;
+}
+
+/* Simulates shape k; where it fits and beats the plan so far, it becomes
+** the plan. *fits: whether it fits. */
+static rp_status try_cand(const rp_transformer *m, const rp_cluster *c,
+                          const rp_scale_options *o, const cand *k, double memory,
+                          rp_scale_plan *out, bool *fits, rp_error *err) {
+    rpi_xf_part x[RPI_XF_PARTS];
+    rpi_xf_parts(m, c, &k->run, x);
+    double cost[RPI_XF_PARTS];
+    pass_costs(x, k->run.recompute == RP_RECOMPUTE_FULL, cost);
+    int counts[RP_MAX_STAGES];
+    int C = k->p * (k->dv ? 2 : k->v);
+    if (o->even_stages)
+        rpi_xf_split(m->layers, C, counts);
+    else
+        spread(m->layers, cost, C, counts);
+    rp_config cfg;
+    config_of(k, counts, &cfg);
+    double sec;
+    rp_transformer_memory mem;
+    rp_status st = rp_scale_simulate(m, c, &k->run, k->sharding, &cfg, &sec, &mem, err);
+    if (st)
+        return st;
+    out->simulated++;
+    *fits = mem.total <= memory;
+    if (!*fits || (out->seconds > 0 && sec >= out->seconds))
+        return RP_OK;
+    out->cfg = cfg;
+    out->run = k->run;
+    out->t = k->run.tensor_parallel, out->cp = k->run.context_parallel;
+    out->p = k->p, out->d = k->d, out->b = k->run.micro_batch, out->v = k->dv ? 2 : k->v;
+    out->sharding = k->sharding;
+    out->seconds = sec;
+    out->memory = mem;
+    return RP_OK;
+}
+
+/* The best estimates, simulated; those that do not fit make room for the
+** next; DualPipeV's best few too, where asked for (the closed form prices
+** it as interleaving's two chunks, not its overlap of passes); and the best
+** of each kind of shape (no pipeline, 1F1B, interleaving; by sharding)
+** within 5 % of the best estimate: the estimates come within a few percent
+** of the simulation, and where kinds of shape are that close the
+** simulation is to choose between them. *fit: how many fitted. */
+static rp_status simulate_best(const rp_transformer *m, const rp_cluster *c,
+                               const rp_scale_options *o, const cand_list *l, double memory,
+                               rp_scale_plan *out, int *fit, rp_error *err) {
+    const cand *cs = l->cs;
+    int want = o->candidates > 0 ? o->candidates : 3, dv_tried = 0, dv_left = 0;
+    for (int i = 0; i < l->n; i++)
+        dv_left += cs[i].dv;
+    bool kind_seen[2][2][3] = {{{false}}};
+    *fit = 0;
+    for (int i = 0; i < l->n; i++) {
+        /* (an estimate a tenth worse than the best is not simulated) */
+        bool best = *fit < want && i < 4 * want && cs[i].estimate <= 1.1 * cs[0].estimate;
+        bool dv = cs[i].dv && dv_tried < want;
+        bool *seen = &kind_seen[cs[i].p > 1][cs[i].v > 1][cs[i].sharding];
+        bool kind = !cs[i].dv && !*seen && cs[i].estimate <= 1.05 * cs[0].estimate;
+        *seen = *seen || !cs[i].dv;
+        dv_left -= cs[i].dv;
+        if (!best && !dv && !kind) {
+            if (*fit >= want && cs[i].estimate > 1.05 * cs[0].estimate &&
+                (dv_tried >= want || dv_left == 0))
+                break;
+            continue;
+        }
+        dv_tried += cs[i].dv;
+        bool fits;
+        rp_status st = try_cand(m, c, o, &cs[i], memory, out, &fits, err);
+        if (st)
+            return st;
+        *fit += fits;
+    }
+    return RP_OK;
+}
+
+/* The plan's search, in the steps above: every shape priced in closed form,
+** the best simulated, the winner's busiest rank and rates. */
 rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
                                 const rp_scale_options *o, rp_scale_plan *out, rp_error *err) {
     memset(out, 0, sizeof *out);
     long long B = o->global_batch;
-    int N = o->devices, L = m->layers + 2;
+    int N = o->devices, fit = 0;
     double memory = o->memory_bytes > 0 ? o->memory_bytes : c->device.memory_bytes;
     if (B < 1 || N < 1)
         return rp_fail(err, RP_ERR_INVALID, "plan: a global batch and a number of devices of 1 "
@@ -367,166 +543,35 @@ rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
     if (N > RP_SCALE_MAX_DEVICES || B > RP_SCALE_MAX_BATCH)
         return rp_fail(err, RP_ERR_INVALID, "plan: at most %d devices and %lld sequences an "
                        "update", RP_SCALE_MAX_DEVICES, (long long)RP_SCALE_MAX_BATCH);
-    unsigned sched = o->schedules ? o->schedules
-                                  : 1u << RP_SCHEDULE_1F1B | 1u << RP_SCHEDULE_INTERLEAVED;
-    cand *cs = NULL;
-    int n = 0, cap = 0, shapes = 0;
-    rp_status st = RP_OK;
-    /* the sizes tried: the powers of two, or the one asked for (any) */
-    int t0 = o->tensor_parallel > 0 ? o->tensor_parallel : 1;
-    int c0 = o->context_parallel > 0 ? o->context_parallel : 1;
-    int b0 = o->micro_batch > 0 ? o->micro_batch : 1;
-    for (int t = t0; t <= (o->tensor_parallel > 0 ? t0 : c->per_node); t *= 2)
-        for (int cp = c0; cp <= (o->context_parallel > 0 ? c0 : 64); cp *= 2)
-            for (int b = b0; b <= (o->micro_batch > 0 ? b0 : 8); b *= 2) {
-                if (N % (t * cp) || B % b)
-                    continue;
-                rp_transformer_run runs[6];
-                int nr = runs_of(m, c, o, t, cp, b, runs);
-                for (int ri = 0; ri < nr; ri++) {
-                    rpi_xf_part x[RPI_XF_PARTS];
-                    rpi_xf_parts(m, c, &runs[ri], x);
-                    int left = N / (t * cp);
-                    for (int p = 1; p <= left && p <= L && p <= RP_MAX_STAGES; p++) {
-                        if (!admits(o->pipeline_parallel, p) || left % p)
-                            continue;
-                        int d = left / p;
-                        if (B % ((long long)b * d))
-                            continue;
-                        long long mb = B / ((long long)b * d);
-                        if (mb > 1 << 20)
-                            continue;
-                        /* v = 1, then interleaved's chunks, then (v = 0) DualPipeV's two */
-                        for (int v = 1; v <= 16; v = v == 16 ? 0 : v + 1) {
-                            bool dv = v == 0;
-                            int vv = dv ? 2 : v;
-                            if (!(sched & (1u << (dv ? RP_SCHEDULE_DUALPIPEV
-                                                : v > 1 ? RP_SCHEDULE_INTERLEAVED
-                                                        : RP_SCHEDULE_1F1B))) ||
-                                (o->virtual_stages && vv != o->virtual_stages && !dv) ||
-                                (v > 1 && (p < 2 || p * v > L || p * v > RP_MAX_STAGES ||
-                                           mb % p)) ||
-                                (dv && (p < 2 || 2 * p > L || mb < 2 * p)) ||
-                                (o->even_stages && m->layers % (p * vv)))
-                                goto next_v;
-                            for (int sh = RP_SHARD_NONE; sh <= RP_SHARD_FULL; sh++) {
-                                if (o->sharding >= 0 ? sh != o->sharding
-                                                     : sh == RP_SHARD_NONE && d * cp > 1)
-                                    continue;
-                                if (sh != RP_SHARD_NONE && d * cp == 1)
-                                    continue;
-                                cand k = {.run = runs[ri], .p = p, .d = d, .v = vv,
-                                          .m = (int)mb, .dv = dv, .sharding = (rp_sharding)sh};
-                                shapes++;
-                                k.estimate = estimate(m, c, x, &k, memory, o->even_stages);
-                                if (k.estimate == DBL_MAX)
-                                    continue;
-                                if (n == cap) {
-                                    cand *more = realloc(cs, sizeof(cand) *
-                                                             (size_t)(cap = cap ? 2 * cap : 256));
-                                    if (!more) {
-                                        st = rp_fail(err, RP_ERR_NOMEM, "out of memory");
-                                        goto done;
-                                    }
-                                    cs = more;
-                                }
-                                cs[n++] = k;
-                            }
-                        next_v:;
-                            if (dv)
-                                break;
-                        }
-                    }
-                }
-            }
-    out->considered = shapes;
-    if (shapes == 0) {
+    cand_list l = {0};
+    rp_status st = enumerate(m, c, o, memory, &l, err);
+    out->considered = l.shapes;
+    if (!st && l.shapes == 0)
         st = nothing_to_try(m, c, o, err);
-        goto done;
-    }
-    if (n == 0) {
+    else if (!st && l.n == 0)
         st = rp_fail(err, RP_ERR_INFEASIBLE,
                      "plan: no shape of %d devices fits %.0f bytes a device for %lld sequences "
                      "an update (%d shapes tried: tensor, context and pipeline sizes, "
                      "micro-batches of 1 to 8, recomputation, sharded state)",
-                     N, memory, B, shapes);
-        goto done;
+                     N, memory, B, l.shapes);
+    if (!st) {
+        qsort(l.cs, (size_t)l.n, sizeof *l.cs, by_estimate);
+        st = simulate_best(m, c, o, &l, memory, out, &fit, err);
     }
-    qsort(cs, (size_t)n, sizeof *cs, by_estimate);
-    /* the best estimates, simulated; those that do not fit make room for
-    ** the next; DualPipeV's best few too, where asked for (the closed form
-    ** prices it as interleaving's two chunks, not its overlap of passes) */
-    int want = o->candidates > 0 ? o->candidates : 3, fit = 0, dv_tried = 0, dv_left = 0;
-    for (int i = 0; i < n; i++)
-        dv_left += cs[i].dv;
-    /* ...and the best of each kind of shape (no pipeline, 1F1B, interleaving;
-    ** by sharding) within 5 % of the best estimate: the estimates come within
-    ** a few percent of the simulation, and where kinds of shape are that close
-    ** the simulation is to choose between them */
-    bool kind_seen[2][2][3] = {{{false}}};
-    for (int i = 0; i < n; i++) {
-        /* (an estimate a tenth worse than the best is not simulated) */
-        bool best = fit < want && i < 4 * want && cs[i].estimate <= 1.1 * cs[0].estimate;
-        bool dv = cs[i].dv && dv_tried < want;
-        bool *seen = &kind_seen[cs[i].p > 1][cs[i].v > 1][cs[i].sharding];
-        bool kind = !cs[i].dv && !*seen && cs[i].estimate <= 1.05 * cs[0].estimate;
-        *seen = *seen || !cs[i].dv;
-        dv_left -= cs[i].dv;
-        if (!best && !dv && !kind) {
-            if (fit >= want && cs[i].estimate > 1.05 * cs[0].estimate &&
-                (dv_tried >= want || dv_left == 0))
-                break;
-            continue;
-        }
-        dv_tried += cs[i].dv;
-        const cand *k = &cs[i];
-        rpi_xf_part x[RPI_XF_PARTS];
-        rpi_xf_parts(m, c, &k->run, x);
-        double cost[RPI_XF_PARTS];
-        pass_costs(x, k->run.recompute == RP_RECOMPUTE_FULL, cost);
-        int counts[RP_MAX_STAGES];
-        int C = k->p * (k->dv ? 2 : k->v);
-        if (o->even_stages)
-            rpi_xf_split(m->layers, C, counts);
-        else
-            spread(m->layers, cost, C, counts);
-        rp_config cfg;
-        config_of(k, counts, &cfg);
-        double sec;
-        rp_transformer_memory mem;
-        if ((st = rp_scale_simulate(m, c, &k->run, k->sharding, &cfg, &sec, &mem, err)))
-            goto done;
-        out->simulated++;
-        if (mem.total > memory)
-            continue;
-        fit++;
-        if (out->seconds > 0 && sec >= out->seconds)
-            continue;
-        out->cfg = cfg;
-        out->run = k->run;
-        out->t = k->run.tensor_parallel, out->cp = k->run.context_parallel;
-        out->p = k->p, out->d = k->d, out->b = k->run.micro_batch, out->v = k->dv ? 2 : k->v;
-        out->sharding = k->sharding;
-        out->seconds = sec;
-        out->memory = mem;
-    }
-    if (!fit) {
+    free(l.cs);
+    if (!st && !fit)
         st = rp_fail(err, RP_ERR_INFEASIBLE,
                      "plan: the %d best estimates of %d devices do not fit %.0f bytes a device "
                      "when simulated", out->simulated, N, memory);
-        goto done;
-    }
-    {
-        int at;
-        (void)ranks_memory(m, &out->run, out->sharding, &out->cfg, &out->memory, &at, err);
-        out->busiest_rank = at;
-        double sec = out->seconds * N;
-        out->tflops_per_device = rp_transformer_flops_megatron(m, out->t, (double)B) / sec / 1e12;
-        out->tflops_eq3 = rp_transformer_flops_eq3(m, (double)B) / sec / 1e12;
-        double peak = rp_precision_peak(&c->device, out->run.precision);
-        out->mfu = rp_transformer_flops_6n(m, (double)B) / sec / peak;
-    }
-done:
-    free(cs);
-    return st;
+    if (st)
+        return st;
+    int at;
+    (void)ranks_memory(m, &out->run, out->sharding, &out->cfg, &out->memory, &at, err);
+    out->busiest_rank = at;
+    double sec = out->seconds * N;
+    out->tflops_per_device = rp_transformer_flops_megatron(m, out->t, (double)B) / sec / 1e12;
+    out->tflops_eq3 = rp_transformer_flops_eq3(m, (double)B) / sec / 1e12;
+    double peak = rp_precision_peak(&c->device, out->run.precision);
+    out->mfu = rp_transformer_flops_6n(m, (double)B) / sec / peak;
+    return RP_OK;
 }

@@ -159,6 +159,38 @@ static int get_int(reader *r, int lo, int hi) {
     return v;
 }
 
+/* A worker's list, each operation in range: a pass in one of its slots, a
+** receive of activations feeding the forward after it, a send taking the
+** forward before it; r->bad where not. */
+static void read_worker(reader *r, rp_worker_ops *w, int workers, int stages, int ga) {
+    w->stage = get_int(r, 0, stages - 1);
+    w->replica = get_int(r, 0, workers - 1);
+    w->stage_replica = get_int(r, 0, workers - 1);
+    w->slots = get_int(r, 0, ga);
+    int n = get_int(r, 0, 8 * ga + 8);
+    if (r->bad || !(w->ops = calloc((size_t)n + 1, sizeof(rp_op)))) {
+        r->bad = true;
+        return;
+    }
+    w->num_ops = n;
+    for (int k = 0; k < n && !r->bad; k++) {
+        rp_op *op = &w->ops[k];
+        op->kind = (rp_op_kind)get_int(r, RP_OP_RECV_ACT, RP_OP_COUNT - 1);
+        op->mb = get_int(r, -1, ga - 1);
+        op->peer = get_int(r, -1, workers - 1);
+        op->slot = get_int(r, -1, ga - 1);
+        bool pass = op->kind == RP_OP_FORWARD || op->kind == RP_OP_BACKWARD ||
+                    op->kind == RP_OP_BACKWARD_INPUT || op->kind == RP_OP_BACKWARD_WEIGHT;
+        if (pass && (op->slot < 0 || op->slot >= w->slots))
+            r->bad = true;
+    }
+    for (int k = 0; k < w->num_ops && !r->bad; k++)
+        if ((w->ops[k].kind == RP_OP_RECV_ACT &&
+             (k + 1 == w->num_ops || w->ops[k + 1].kind != RP_OP_FORWARD)) ||
+            (w->ops[k].kind == RP_OP_SEND_ACT && (k == 0 || w->ops[k - 1].kind != RP_OP_FORWARD)))
+            r->bad = true;
+}
+
 cache_result rpi_cache_parse(const unsigned char *d, size_t len, uint64_t key, int workers,
                          int stages, int ga, rp_workplan **plan, rp_memory *mem, char *why,
                          size_t why_n) {
@@ -201,37 +233,8 @@ cache_result rpi_cache_parse(const unsigned char *d, size_t len, uint64_t key, i
         goto done;
     }
     pl->workers = workers, pl->stages = stages;
-    for (int i = 0; i < workers && !r.bad; i++) {
-        rp_worker_ops *w = &pl->w[i];
-        w->stage = get_int(&r, 0, stages - 1);
-        w->replica = get_int(&r, 0, workers - 1);
-        w->stage_replica = get_int(&r, 0, workers - 1);
-        w->slots = get_int(&r, 0, ga);
-        int n = get_int(&r, 0, 8 * ga + 8);
-        if (r.bad || !(w->ops = calloc((size_t)n + 1, sizeof(rp_op)))) {
-            r.bad = true;
-            break;
-        }
-        w->num_ops = n;
-        for (int k = 0; k < n && !r.bad; k++) {
-            rp_op *op = &w->ops[k];
-            op->kind = (rp_op_kind)get_int(&r, RP_OP_RECV_ACT, RP_OP_COUNT - 1);
-            op->mb = get_int(&r, -1, ga - 1);
-            op->peer = get_int(&r, -1, workers - 1);
-            op->slot = get_int(&r, -1, ga - 1);
-            bool pass = op->kind == RP_OP_FORWARD || op->kind == RP_OP_BACKWARD ||
-                        op->kind == RP_OP_BACKWARD_INPUT || op->kind == RP_OP_BACKWARD_WEIGHT;
-            if (pass && (op->slot < 0 || op->slot >= w->slots))
-                r.bad = true;
-        }
-        /* a receive of activations feeds the forward after it, a send
-        ** takes the forward before it */
-        for (int k = 0; k < w->num_ops && !r.bad; k++)
-            if ((w->ops[k].kind == RP_OP_RECV_ACT &&
-                 (k + 1 == w->num_ops || w->ops[k + 1].kind != RP_OP_FORWARD)) ||
-                (w->ops[k].kind == RP_OP_SEND_ACT && (k == 0 || w->ops[k - 1].kind != RP_OP_FORWARD)))
-                r.bad = true;
-    }
+    for (int i = 0; i < workers && !r.bad; i++)
+        read_worker(&r, &pl->w[i], workers, stages, ga);
     if (r.bad || r.left) {
         snprintf(why, why_n, "damaged: inconsistent contents");
         goto done;

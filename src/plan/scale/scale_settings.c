@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transformer_impl.h"
+#include "repipe/planner.h"
+#include "../../transformer/transformer_impl.h"
 
 /* Megatron-LM's --pipeline-model-parallel-layout of the plan's chunks in
 ** order (chunk c p + r on rank r): E for the embedding, t*k for k blocks,

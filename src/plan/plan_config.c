@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "../core/util.h"
-#include "repipe/measure.h"
+#include "repipe/profile.h"
 #include "repipe/planner.h"
 
 rp_status rp_plan_to_config(const rp_plan *plan, const rp_profile *prof, rp_config *cfg,

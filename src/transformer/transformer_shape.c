@@ -79,6 +79,30 @@ static int default_ffn(const rp_transformer *m) {
     return m->mlp == RP_MLP_SWIGLU ? (int)(4.0 * m->hidden * 2 / 3 / 64) * 64 : 4 * m->hidden;
 }
 
+/* A key whose value is a word (mlp, norm, position, bias): its index among
+** the key's words. */
+static rp_status word_value(const char *spec, int key, const char *v, size_t vn,
+                            rp_transformer *m, rp_error *err) {
+    int w = 0;
+    while (w < 4 && WORDS[key][w] &&
+           !(strlen(WORDS[key][w]) == vn && strncmp(v, WORDS[key][w], vn) == 0))
+        w++;
+    if (w == 4 || !WORDS[key][w])
+        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': %s is %s%s%s%s%s, not '%.*s'",
+                       spec, KEYS[key], WORDS[key][0], WORDS[key][2] ? ", " : " or ",
+                       WORDS[key][1], WORDS[key][2] ? " or " : "",
+                       WORDS[key][2] ? WORDS[key][2] : "", (int)vn, v);
+    if (key == K_MLP)
+        m->mlp = (rp_mlp_kind)w;
+    else if (key == K_NORM)
+        m->norm = (rp_norm_kind)w;
+    else if (key == K_POSITION)
+        m->position = (rp_position_kind)w;
+    else
+        m->bias = (rp_bias_kind)w;
+    return RP_OK;
+}
+
 /* Applies one KEY=VALUE (n characters at p) to m. */
 static rp_status apply(const char *spec, const char *p, size_t n, rp_transformer *m,
                        unsigned *seen, rp_error *err) {
@@ -99,26 +123,8 @@ static rp_status apply(const char *spec, const char *p, size_t n, rp_transformer
                        KEYS[key]);
     *seen |= 1u << key;
     const char *v = eq + 1;
-    if (WORDS[key][0]) {
-        int w = 0;
-        while (w < 4 && WORDS[key][w] &&
-               !(strlen(WORDS[key][w]) == vn && strncmp(v, WORDS[key][w], vn) == 0))
-            w++;
-        if (w == 4 || !WORDS[key][w])
-            return rp_fail(err, RP_ERR_INVALID, "transformer '%s': %s is %s%s%s%s%s, not '%.*s'",
-                           spec, KEYS[key], WORDS[key][0], WORDS[key][2] ? ", " : " or ",
-                           WORDS[key][1], WORDS[key][2] ? " or " : "",
-                           WORDS[key][2] ? WORDS[key][2] : "", (int)vn, v);
-        if (key == K_MLP)
-            m->mlp = (rp_mlp_kind)w;
-        else if (key == K_NORM)
-            m->norm = (rp_norm_kind)w;
-        else if (key == K_POSITION)
-            m->position = (rp_position_kind)w;
-        else
-            m->bias = (rp_bias_kind)w;
-        return RP_OK;
-    }
+    if (WORDS[key][0])
+        return word_value(spec, key, v, vn, m, err);
     long x = 0;
     size_t i = 0;
     for (; i < vn && v[i] >= '0' && v[i] <= '9'; i++)

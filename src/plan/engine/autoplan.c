@@ -1,0 +1,596 @@
+/*
+** The engine's planner: stages, stage replication, replicas, micro-batch and
+** accumulation chosen for repipe's synchronous pipelines, by the time per
+** update that rp_simulate predicts on the given machines.
+**
+** The search has two steps. For every shape of the run — workers per
+** replica `per`, replicas R, accumulation GA (B = global batch / (R GA)),
+** with or without recomputation and sharded optimizer state — a dynamic
+** programme over the layers, from the last one back, finds the stages and
+** their replication that minimise the busiest stage's time per update:
+**
+**     cost(stage) = GA / r * t(stage) + allreduce(stage) + step(stage)
+**
+** where t is a micro-batch's forward and backward on one worker, and the
+** allreduce runs over the R r workers that hold the stage, at the slowest
+** level they span (the layout is known: going backwards, a stage's offset
+** in its replica is per minus the workers it and the later stages take).
+** A stage has at most GA replicas, so every one gets micro-batches (the
+** busiest ceil(GA / r) of them),
+** and a worker's memory (with 1F1B's in-flight count, which depends only
+** on the workers of the later stages) must fit. The programme's bottleneck
+** plus the pipeline's fill estimates each shape's time; the best few
+** estimates, single-worker and data-parallel runs, and PipeDream's plan at
+** every accumulation are then simulated exactly, and the fastest wins —
+** the simplest, with the micro-batch nearest the profile's, within 1 %.
+** Where reductions leave a machine, each simulation also tries the
+** reductions that pay on a slow link (workers_per_server, then
+** reduction_bucket_mb) and keeps them where they are faster. This file
+** searches the shapes; autoplan_try.c prices and chooses them.
+*/
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autoplan_impl.h"
+
+void rp_autoplan_options_default(rp_autoplan_options *o) {
+    *o = (rp_autoplan_options){
+        .num_levels = 0,
+        .global_batch = 0,
+        .memory_size = 0,
+        .max_accumulation = 64,
+        .min_micro_batch = 1,
+        .candidates = 24,
+        .latency = 2e-5,
+    };
+}
+
+size_t rp_autoplan_options_size(void) { return sizeof(rp_autoplan_options); }
+size_t rp_autoplan_size(void) { return sizeof(rp_autoplan); }
+
+static bool push(search *S, const cand *k) {
+    if (S->n == S->cap) {
+        int cap = S->cap ? 2 * S->cap : 64;
+        cand *c = realloc(S->c, sizeof(cand) * cap);
+        if (!c)
+            return false;
+        S->c = c;
+        S->cap = cap;
+    }
+    S->c[S->n++] = *k;
+    return true;
+}
+
+/* The programme for one shape; pushes its best plan for every number of
+** stages up to RP_AUTOPLAN_STAGES (fewer stages, fewer messages: the
+** programme's bottleneck does not see them, the estimate and the
+** simulation do). best[p][i][k]: the busiest stage of layers i..L-1 in p
+** stages on k workers. */
+#define RP_AUTOPLAN_STAGES 8
+#define AT(p, i, k) ((((size_t)(p) * (L + 1)) + (i)) * W1 + (k))
+
+/* The least of v over a stage's devices: workers off .. off + r - 1 of each
+** of the R replicas of per workers. */
+static double stage_least(const double *v, int R, int per, int off, int r) {
+    double least = DBL_MAX;
+    for (int q = 0; q < R; q++)
+        for (int i = off; i < off + r; i++)
+            least = v[q * per + i] < least ? v[q * per + i] : least;
+    return least;
+}
+
+/* How much longer a stage's passes take than the profile's: its
+** micro-batches dealt round-robin, the slowest device sets the pace. */
+static double stage_slowness(const search *S, int R, int per, int off, int r) {
+    return S->o->device_speed ? 1 / stage_least(S->o->device_speed, R, per, off, r) : 1;
+}
+
+/* The bytes a worker of the stage may hold: the least of its devices' (0:
+** no limit). */
+static double stage_memory(const search *S, int R, int per, int off, int r) {
+    return S->o->device_memory ? stage_least(S->o->device_memory, R, per, off, r)
+                               : S->o->memory_size;
+}
+
+/* One shape the programme plans: R replicas of per workers, GA
+** micro-batches of B samples an update, priced from profile prof (M)
+** scaled to B rows, with recomputation and sharding as asked; PM stages at
+** most. */
+typedef struct shape {
+    int R, per, GA, B, prof, PM;
+    const measured *M;
+    double scale;
+    bool recompute, shard;
+    rp_config cfg;
+} shape;
+
+/* Stage i..j-1 on r of the k workers left, under the rest's best: its
+** busiest time (a worker's micro-batches, the reduction, the step), or
+** DBL_MAX where it does not fit the memory or beat best. */
+static double stage_cost(const search *S, const shape *h, int i, int j, int k, int r, double rest,
+                         double best) {
+    const measured *M = h->M;
+    int R = h->R, per = h->per, GA = h->GA;
+    double f = (M->cf[j] - M->cf[i]) * h->scale;
+    double t = f + (M->cb[j] - M->cb[i]) * h->scale;
+    if (h->cfg.recompute_checkpoint_every_layer)
+        t += f;
+    double par = M->cp[j] - M->cp[i];
+    /* this stage's workers: offset per - k in every replica */
+    int off = per - k;
+    int top = rpi_level_of(&S->net, off, (R - 1) * per + off + r - 1);
+    double slow = stage_slowness(S, R, per, off, r);
+    double cost = (double)((GA + r - 1) / r) * t * slow +
+                  rpi_allreduce_time(R * r, par, S->net.bw[top], S->net.latency) +
+                  par / S->sim.memory_bandwidth * slow;
+    double m = cost > rest ? cost : rest;
+    if (m >= best)
+        return DBL_MAX;
+    double cap = stage_memory(S, R, per, off, r);
+    if (cap > 0) {
+        int inflight = k < GA ? k : GA, slots = (inflight + r - 1) / r;
+        if (rpi_stage_bytes(&h->cfg, M->out, M->par, i, j - i, r, slots, h->scale, &S->sim) >
+            cap)
+            return DBL_MAX;
+    }
+    return m;
+}
+
+/* The programme's table: best[p][i][k], the busiest stage of layers
+** i..L-1 in p stages on k workers, with the cut and the replicas that make
+** it. */
+static void fill_table(search *S, const shape *h) {
+    int L = S->L, per = h->per, W1 = per + 1, GA = h->GA;
+    for (size_t x = 0; x < AT(h->PM + 1, 0, 0); x++)
+        S->best[x] = DBL_MAX;
+    S->best[AT(0, L, 0)] = 0;
+    int rmax = S->o->one_worker_a_stage ? 1 : GA;
+    for (int p = 1; p <= h->PM; p++)
+        for (int i = L - 1; i >= 0; i--)
+            for (int k = p; k <= per; k++) {
+                double *b = &S->best[AT(p, i, k)];
+                for (int j = i + 1; j <= L - (p - 1); j++) {
+                    if (j < L && S->o->cuts && !S->o->cuts[j])
+                        continue; /* (a cut the trainer cannot make) */
+                    for (int r = 1; r <= k - (p - 1) && r <= rmax; r++) {
+                        double rest = S->best[AT(p - 1, j, k - r)]; /* finite: stages fill k */
+                        if (rest == DBL_MAX)
+                            continue;
+                        double m = stage_cost(S, h, i, j, k, r, rest, *b);
+                        if (m == DBL_MAX)
+                            continue;
+                        *b = m;
+                        S->cut[AT(p, i, k)] = j;
+                        S->rep[AT(p, i, k)] = r;
+                    }
+                }
+            }
+}
+
+/* The table's plan of P stages as a candidate, with its estimate: the
+** busiest stage, plus a micro-batch through the others and the messages
+** between them (fill and drain). */
+static cand unfold_plan(const search *S, const shape *h, int P) {
+    int L = S->L, per = h->per, W1 = per + 1;
+    const measured *M = h->M;
+    double wire = S->base->fp16_exchange ? 0.5 : 1.0;
+    cand c = {.R = h->R, .per = per, .GA = h->GA, .B = h->B, .recompute = h->recompute,
+              .shard = h->shard, .P = P, .prof = h->prof};
+    double sum = 0, most = 0;
+    for (int p = P, i = 0, k = per; p > 0; p--) {
+        int j = S->cut[AT(p, i, k)], r = S->rep[AT(p, i, k)];
+        c.layers[P - p] = j - i;
+        c.reps[P - p] = r;
+        double t = (M->cf[j] - M->cf[i] + M->cb[j] - M->cb[i]) * h->scale *
+                   stage_slowness(S, h->R, per, per - k, r);
+        sum += t;
+        most = t > most ? t : most;
+        if (j < L) { /* the activation out and its gradient back, at the level they cross */
+            int l = rpi_level_of(&S->net, per - k + r - 1, per - k + r);
+            sum += 2 * (S->net.latency + M->cut[j] * h->scale * wire / S->net.bw[l]);
+        }
+        i = j, k -= r;
+    }
+    c.estimate = S->best[AT(P, 0, per)] + sum - most;
+    return c;
+}
+
+static bool programme(search *S, int R, int per, int GA, bool recompute, bool shard) {
+    int L = S->L, W1 = per + 1;
+    shape h = {.R = R, .per = per, .GA = GA, .recompute = recompute, .shard = shard,
+               .PM = per < RP_AUTOPLAN_STAGES ? per : RP_AUTOPLAN_STAGES};
+    if (h.PM > L)
+        h.PM = L;
+    h.B = (int)(S->o->global_batch / ((long long)R * GA));
+    h.prof = rpi_plan_nearest(S, h.B);
+    h.M = &S->m[h.prof];
+    h.scale = h.B / h.M->batch;
+    h.cfg = *S->base;
+    h.cfg.recompute_checkpoint_every_layer = S->base->recompute_checkpoint_every_layer || recompute;
+    h.cfg.replicated_tensor_sharding = S->base->replicated_tensor_sharding || shard;
+    h.cfg.replica_grouping = rp_grouping_all(R);
+    fill_table(S, &h);
+    for (int P = 1; P <= h.PM; P++) {
+        if (S->best[AT(P, 0, per)] == DBL_MAX)
+            continue; /* nothing fits */
+        if (S->o->pipeline_stages > 0 && P != S->o->pipeline_stages)
+            continue;
+        cand c = unfold_plan(S, &h, P);
+        if (!push(S, &c))
+            return false;
+    }
+    return true;
+}
+
+static int by_estimate(const void *a, const void *b) {
+    double x = ((const cand *)a)->estimate, y = ((const cand *)b)->estimate;
+    return x < y ? -1 : x > y;
+}
+
+/* Why no configuration was found, by its cause: the layers too few for the
+** stages asked, the cuts a trainer can make, or the memory. */
+static rp_status none_found(const search *S, int W, const rp_autoplan_options *o,
+                            rp_error *err) {
+    int P = o->pipeline_stages, cuts = 0;
+    if (P > S->L)
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: pipelines of %d stages need %d layers or "
+                       "more; the profile has %d (a stage holds one layer at least)", P, P, S->L);
+    for (int j = 1; o->cuts && j < S->L; j++)
+        cuts += o->cuts[j] != 0;
+    if (o->cuts && P > 1 && cuts < P - 1)
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: the trainer can begin a stage at %d of the "
+                       "%d layers, too few for pipelines of %d stages", cuts, S->L, P);
+    if (!(o->memory_size > 0) && !o->device_memory)
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: no configuration of %d workers%s splits "
+                       "the update's samples evenly (accumulation up to %d, micro-batches of %d "
+                       "samples at least)", W, P ? " in pipelines of that many stages" : "",
+                       o->max_accumulation, o->min_micro_batch);
+    return rp_fail(err, RP_ERR_INFEASIBLE,
+                   "plan: no configuration of %d workers fits %.0f bytes per worker, even with "
+                   "recomputation, sharded optimizer state and every accumulation up to %d "
+                   "(micro-batches of %d samples at least)",
+                   W, o->memory_size, o->max_accumulation, o->min_micro_batch);
+}
+
+/* The options, each in its range; the number of workers in *W. */
+static rp_status check_options(const rp_autoplan_options *o, int num_profiles, int *W,
+                               rp_error *err) {
+    if (o->global_batch < 1 || o->global_batch > RP_MAX_SAMPLES)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "plan: the engine objective needs a global batch of 1 to %lld samples, "
+                       "not %lld",
+                       (long long)RP_MAX_SAMPLES, o->global_batch);
+    if (!(o->memory_size >= 0) || isinf(o->memory_size))
+        return rp_fail(err, RP_ERR_INVALID,
+                       "plan: memory_size must be a number of bytes >= 0 (0: no limit), not %g",
+                       o->memory_size);
+    if (o->max_accumulation < 1)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "plan: max_accumulation must be at least 1 (one micro-batch an update), "
+                       "not %d",
+                       o->max_accumulation);
+    if (!(o->latency >= 0))
+        return rp_fail(err, RP_ERR_INVALID, "plan: latency must be >= 0 seconds, not %g",
+                       o->latency);
+    if (o->pipeline_stages < 0 || o->pipeline_stages > RP_AUTOPLAN_STAGES)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "plan: pipeline_stages must be 0 (any) to %d, not %d",
+                       RP_AUTOPLAN_STAGES, o->pipeline_stages);
+    if (o->cores < 0)
+        return rp_fail(err, RP_ERR_INVALID, "plan: cores must be >= 0 (0: one a worker), not %d",
+                       o->cores);
+    if (num_profiles < 1 || num_profiles > RP_AUTOPLAN_MAX_PROFILES)
+        return rp_fail(err, RP_ERR_INVALID, "plan: %d profiles (1 to %d)", num_profiles,
+                       RP_AUTOPLAN_MAX_PROFILES);
+    *W = 1;
+    for (int l = 0; l < o->num_levels; l++)
+        *W *= o->machines[l];
+    for (int d = 0; o->device_speed && d < *W; d++)
+        if (!(o->device_speed[d] > 0) || isinf(o->device_speed[d]))
+            return rp_fail(err, RP_ERR_INVALID,
+                           "plan: device %d's speed is %g (a positive number, 1 for the "
+                           "profile's device)", d, o->device_speed[d]);
+    for (int d = 0; o->device_memory && d < *W; d++)
+        if (!(o->device_memory[d] > 0) || isinf(o->device_memory[d]))
+            return rp_fail(err, RP_ERR_INVALID,
+                           "plan: device %d's memory is %g bytes (a positive number)", d,
+                           o->device_memory[d]);
+    return RP_OK;
+}
+
+/* Profile i's rows into S->m[i], with their running sums; S->nm counts
+** each profile begun, so that free_search frees what it holds. */
+static rp_status read_profile(search *S, const rp_profile *p, double batch, rp_error *err) {
+    int i = S->nm++, *node = NULL, L;
+    measured *m = &S->m[i];
+    if (!(batch > 0))
+        return rp_fail(err, RP_ERR_INVALID, "plan: profile %d: its micro-batch is %g", i + 1,
+                       batch);
+    m->batch = batch;
+    rp_status st = rp_profile_layers(p, &m->fw, &m->bw, &m->out, &m->par, &node, &L, err);
+    if (!st)
+        st = rp_profile_cut_bytes(p, node, L, &m->cut, err);
+    if (!st)
+        st = rp_profile_split_ms(p, node, L, &m->bi, &m->bwt, err);
+    if (!st)
+        st = rp_profile_memory(p, node, L, m->mem, err);
+    free(node);
+    if (st)
+        return st;
+    m->cf = calloc(L + 1, sizeof(double));
+    m->cb = calloc(L + 1, sizeof(double));
+    m->cp = calloc(L + 1, sizeof(double));
+    if (!m->cf || !m->cb || !m->cp)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for %d layers", L);
+    for (int l = 0; l < L; l++) {
+        m->cf[l + 1] = m->cf[l] + m->fw[l] * 1e-3;
+        m->cb[l + 1] = m->cb[l] + m->bw[l] * 1e-3;
+        m->cp[l + 1] = m->cp[l] + m->par[l];
+    }
+    if (i == 0)
+        S->L = L;
+    else if (L != S->L || m->cp[L] != S->m[0].cp[L])
+        return rp_fail(err, RP_ERR_INVALID,
+                       "plan: profile %d has %d layers and %.0f parameter bytes, the first %d "
+                       "and %.0f: profiles of one model are needed",
+                       i + 1, L, m->cp[L], S->L, S->m[0].cp[S->L]);
+    return RP_OK;
+}
+
+/* The simulator's options and cluster, and the programme's tables. */
+static rp_status prepare(search *S, int W, rp_error *err) {
+    const rp_autoplan_options *o = S->o;
+    rp_sim_options_default(&S->sim);
+    S->sim.num_levels = o->num_levels;
+    S->sim.cores = o->cores;
+    S->sim.latency = o->latency;
+    S->sim.polling = o->polling;
+    memcpy(S->sim.machines, o->machines, sizeof o->machines);
+    memcpy(S->sim.bandwidth, o->bandwidth, sizeof o->bandwidth);
+    S->sim.tensor_split = o->tensor_split;
+    S->sim.device_speed = o->device_speed;
+    size_t cells = (size_t)(RP_AUTOPLAN_STAGES + 1) * (S->L + 1) * (W + 1);
+    S->best = malloc(sizeof(double) * cells);
+    S->cut = malloc(sizeof(int) * cells);
+    S->rep = malloc(sizeof(int) * cells);
+    if (!S->best || !S->cut || !S->rep)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner (%d layers, "
+                                          "%d workers)", S->L, W);
+    return rpi_cluster_make(&S->sim, W, &S->net, err);
+}
+
+/* Every shape: workers per replica, replicas, accumulation; where memory
+** is short, the savings the engine has, cheapest first: sharding the
+** optimizer state over a stage's workers (its reduction becomes a
+** reduce-scatter and a gather, as much traffic), then recomputation (a
+** second forward), then both. Each shape's stages come from the
+** programme; *too_big: shapes passed over, their micro-batches beyond an
+** int. */
+static rp_status enumerate_shapes(search *S, int W, bool *too_big, rp_error *err) {
+    static const bool ladder[4][2] = {{false, false}, {false, true}, {true, false},
+                                      {true, true}};
+    const rp_autoplan_options *o = S->o;
+    const rp_config *base = S->base;
+    long long N = o->global_batch;
+    bool saves_shard = !base->replicated_tensor_sharding && W > 1 &&
+                       rp_optimizer_state_per_param(&base->optimizer) != 0 &&
+                       base->reduction_bucket_mb <= 0; /* (buckets refuse sharding) */
+    *too_big = false;
+    for (int per = 1; per <= W && per <= S->L; per++)
+        for (int R = 1; R * per <= W; R++) {
+            if (per < o->pipeline_stages || N % R)
+                continue; /* (fewer workers than the stages asked for) */
+            for (int GA = 1; GA <= o->max_accumulation && GA <= N / R; GA++) {
+                if ((N / R) % GA)
+                    continue;
+                if (N / R / GA > INT_MAX) { /* a micro-batch is an int of samples */
+                    *too_big = true;
+                    continue;
+                }
+                if (N / R / GA < o->min_micro_batch)
+                    continue;
+                int before = S->n;
+                for (int q = 0; q < 4 && S->n == before; q++) {
+                    bool rc = ladder[q][0], sh = ladder[q][1];
+                    if (q > 0 && !(o->memory_size > 0) && !o->device_memory)
+                        break;
+                    if ((rc && base->recompute_checkpoint_every_layer) || (sh && !saves_shard))
+                        continue; /* already on, or saves nothing */
+                    if (!programme(S, R, per, GA, rc, sh))
+                        return rp_fail(err, RP_ERR_NOMEM,
+                                       "out of memory for the engine's planner");
+                }
+            }
+        }
+    return RP_OK;
+}
+
+/* Simulated exactly: the best estimates; and, whatever their estimates,
+** every single-worker and data-parallel shape. A pipeline's shape under
+** the zero-bubble schedules, two chunks a worker and DualPipe too, which
+** fill its bubble at more activation memory. */
+static void simulate_shapes(const search *S, int W, rp_autoplan *out) {
+    for (int i = 0; i < S->n; i++) {
+        const cand *k = &S->c[i];
+        bool single = k->R == 1 && k->per == 1, dp = k->per == 1 && k->R * k->per == W;
+        if (i >= S->o->candidates && !single && !dp)
+            continue;
+        rp_config cfg;
+        double t, bytes;
+        rpi_plan_config(S, k, &cfg);
+        if (!rpi_plan_simulate(S, &cfg, &t, &bytes))
+            continue;
+        out->simulated++;
+        if (single)
+            rpi_plan_consider(S, &out->single, &cfg, t, bytes);
+        if (dp)
+            rpi_plan_consider(S, &out->data_parallel, &cfg, t, bytes);
+        rpi_plan_consider(S, &out->best, &cfg, t, bytes);
+        if (k->P < 2)
+            continue;
+        rpi_plan_consider(S, &out->pipeline_1f1b, &cfg, t, bytes);
+        out->simulated += rpi_plan_zero_bubble(S, k, cfg, &out->pipeline_zero_bubble, &out->best);
+        out->simulated += rpi_plan_interleaved(S, k, cfg, &out->pipeline_interleaved, &out->best);
+        out->simulated += rpi_plan_dualpipe(S, k, cfg, &out->pipeline_interleaved, &out->best);
+    }
+}
+
+/* A third axis: the shapes of W / t workers, each split over tensor groups
+** of t inside a unit of the innermost level (Megatron-LM's placement), the
+** best estimates of each t simulated exactly under 1f1b and, for a
+** pipeline, the zero-bubble schedules and two chunks a worker. */
+static void tensor_shapes(const search *S, int W, rp_autoplan *out) {
+    const rp_autoplan_options *o = S->o;
+    for (int t = 2; t <= 8 && o->tensor_split && o->num_levels > 0; t *= 2) {
+        if (!(o->tensor_degrees & (1u << t)) || o->machines[0] % t)
+            continue;
+        for (int i = 0, tried = 0; i < S->n && tried < o->candidates; i++) {
+            const cand *k = &S->c[i];
+            if (k->per * k->R * t != W)
+                continue;
+            tried++;
+            rp_config cfg;
+            double sec, bytes;
+            rpi_plan_config(S, k, &cfg);
+            cfg.tensor_parallel = t;
+            if (rpi_plan_simulate(S, &cfg, &sec, &bytes)) {
+                out->simulated++;
+                rpi_plan_consider(S, &out->tensor_parallel, &cfg, sec, bytes);
+                rpi_plan_consider(S, &out->best, &cfg, sec, bytes);
+            }
+            if (k->P > 1) {
+                out->simulated +=
+                    rpi_plan_zero_bubble(S, k, cfg, &out->tensor_parallel, &out->best);
+                out->simulated +=
+                    rpi_plan_interleaved(S, k, cfg, &out->tensor_parallel, &out->best);
+            }
+        }
+    }
+}
+
+/* PipeDream's plan, run synchronously at each accumulation that fits. It
+** wins where faster, and where it is what the options ask for: as many
+** stages as pipeline_stages, none replicated with one_worker_a_stage, 1f1b
+** among the schedules. */
+static void pipedream_shape(const search *S, const rp_profile *profile, const rp_plan *pipedream,
+                            rp_autoplan *out, rp_error *err) {
+    const rp_autoplan_options *o = S->o;
+    long long N = o->global_batch;
+    rp_config pd = *S->base;
+    if (!pipedream || rp_plan_to_config(pipedream, profile, &pd, NULL, 0, err))
+        return;
+    int R = pd.replication_factor, most = 1;
+    for (int s = 0; s < pd.layers_per_stage.count; s++)
+        most = rp_config_stage_replicas(&pd, s) > most ? rp_config_stage_replicas(&pd, s) : most;
+    for (int GA = most; N % R == 0 && GA <= o->max_accumulation && GA <= N / R; GA++) {
+        if ((N / R) % GA || N / R / GA > INT_MAX || N / R / GA < o->min_micro_batch)
+            continue;
+        pd.gradient_accumulation_steps = GA;
+        pd.micro_batch_size = (int)(N / R / GA);
+        pd.schedule = RP_SCHEDULE_1F1B;
+        double t, bytes;
+        if (!rpi_plan_simulate(S, &pd, &t, &bytes))
+            continue;
+        out->simulated++;
+        rpi_plan_consider(S, &out->pipedream, &pd, t, bytes);
+    }
+    const rp_config *q = &out->pipedream.cfg;
+    bool replicated = false;
+    for (int s = 0; s < q->layers_per_stage.count; s++)
+        replicated = replicated || rp_config_stage_replicas(q, s) > 1;
+    bool allowed = (!o->pipeline_stages || q->layers_per_stage.count == o->pipeline_stages) &&
+                   (!o->one_worker_a_stage || !replicated) &&
+                   (!o->schedules || (o->schedules & (1u << RP_SCHEDULE_1F1B)));
+    if (out->pipedream.found && allowed &&
+        (!out->best.found || out->pipedream.seconds < out->best.seconds))
+        out->best = out->pipedream;
+}
+
+/* Devices of several kinds: what a planner that takes them as equal would
+** run, on these (out->equal_devices; nothing where it finds nothing). */
+static rp_status equal_devices(const search *S, int W, const rp_profile *const *profiles,
+                               const double *batches, int num_profiles,
+                               const rp_plan *pipedream, rp_autoplan *out, rp_error *err) {
+    const rp_autoplan_options *o = S->o;
+    rp_autoplan_options eq = *o;
+    eq.device_speed = NULL;
+    if (o->device_memory) { /* equal: each the least of them */
+        eq.device_memory = NULL;
+        eq.memory_size = DBL_MAX;
+        for (int d = 0; d < W; d++)
+            eq.memory_size = o->device_memory[d] < eq.memory_size ? o->device_memory[d]
+                                                                  : eq.memory_size;
+    }
+    rp_autoplan *e = malloc(sizeof *e);
+    if (!e)
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    rp_error ignored; /* (nothing for equal devices: no row) */
+    double t, bytes, far;
+    if (!rp_autoplan_compute(profiles, batches, num_profiles, S->base, pipedream, &eq, e,
+                             &ignored) &&
+        rpi_plan_simulate_as_is(S, &e->best.cfg, &t, &bytes, &far)) {
+        out->equal_devices = (rp_autoplan_entry){true, e->best.cfg, t, bytes};
+        out->simulated++;
+    }
+    free(e);
+    return RP_OK;
+}
+
+static void free_search(search *S) {
+    for (int k = 0; k < S->nm; k++) {
+        measured *m = &S->m[k];
+        free(m->fw), free(m->bw), free(m->out), free(m->par), free(m->cut);
+        free(m->cf), free(m->cb), free(m->cp), free(m->bi), free(m->bwt);
+        for (int j = 0; j < 5; j++)
+            free(m->mem[j]);
+    }
+    free(S->best), free(S->cut), free(S->rep);
+    free(S->c);
+}
+
+/* The search, in the steps above: the options and profiles read, every
+** shape's stages by the programme, the best estimates simulated (with the
+** zero-bubble, interleaved and DualPipe schedules, and tensor groups),
+** PipeDream's plan beside them, and equal devices' choice where they are
+** not. */
+rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *batches,
+                              int num_profiles, const rp_config *base, const rp_plan *pipedream,
+                              const rp_autoplan_options *o, rp_autoplan *out, rp_error *err) {
+    memset(out, 0, sizeof *out);
+    int W = 1;
+    rp_status st = check_options(o, num_profiles, &W, err);
+    if (st)
+        return st;
+    double fastest = DBL_MAX;
+    search S = {.base = base, .o = o, .fastest = &fastest};
+    while (!st && S.nm < num_profiles)
+        st = read_profile(&S, profiles[S.nm], batches[S.nm], err);
+    if (!st)
+        st = prepare(&S, W, err);
+    bool too_big = false;
+    if (!st)
+        st = enumerate_shapes(&S, W, &too_big, err);
+    if (!st && S.n == 0 && too_big)
+        st = rp_fail(err, RP_ERR_INFEASIBLE,
+                     "plan: %lld samples per update split over at most %d replicas and %d "
+                     "micro-batches an update (max_accumulation) leave micro-batches of more "
+                     "than %d samples: give a smaller global batch, or one with more divisors",
+                     o->global_batch, W, o->max_accumulation, INT_MAX);
+    if (!st && S.n == 0)
+        st = none_found(&S, W, o, err);
+    if (!st) {
+        qsort(S.c, S.n, sizeof(cand), by_estimate);
+        simulate_shapes(&S, W, out);
+        tensor_shapes(&S, W, out);
+        pipedream_shape(&S, profiles[0], pipedream, out, err);
+        if (!out->best.found)
+            st = none_found(&S, W, o, err);
+    }
+    if (!st && (o->device_speed || o->device_memory))
+        st = equal_devices(&S, W, profiles, batches, num_profiles, pipedream, out, err);
+    free_search(&S);
+    return st;
+}
