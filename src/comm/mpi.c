@@ -188,13 +188,20 @@ static rp_status count_ok(size_t n, const char *what, rp_error *err) {
     return RP_OK;
 }
 
+/* A message's size within MPI's counts; its request, where it does not
+** wait, a point-to-point one. */
+static rp_status begin_message(size_t bytes, bool wait, rp_request *req, rp_error *err) {
+    rp_status st = count_ok(bytes, "a message", err);
+    if (!st && !wait)
+        ((mreq *)req->opaque)->kind = 0;
+    return st;
+}
+
 rp_status rpi_mpi_send(rp_comm *c, int dst, int tag, const void *buf, size_t bytes, bool wait,
                    rp_request *req, rp_error *err) {
-    rp_status st = count_ok(bytes, "a message", err);
+    rp_status st = begin_message(bytes, wait, req, err);
     if (st)
         return st;
-    if (!wait)
-        ((mreq *)req->opaque)->kind = 0;
     int rc = wait ? MPI_Send(buf, (int)bytes, MPI_BYTE, dst, tag, S(c)->comm)
                   : MPI_Isend(buf, (int)bytes, MPI_BYTE, dst, tag, S(c)->comm,
                               ((mreq *)req->opaque)->r);
@@ -203,11 +210,9 @@ rp_status rpi_mpi_send(rp_comm *c, int dst, int tag, const void *buf, size_t byt
 
 rp_status rpi_mpi_recv(rp_comm *c, int src, int tag, void *buf, size_t bytes, bool wait,
                    rp_request *req, rp_error *err) {
-    rp_status st = count_ok(bytes, "a message", err);
+    rp_status st = begin_message(bytes, wait, req, err);
     if (st)
         return st;
-    if (!wait)
-        ((mreq *)req->opaque)->kind = 0;
     int rc = wait ? MPI_Recv(buf, (int)bytes, MPI_BYTE, src, tag, S(c)->comm, MPI_STATUS_IGNORE)
                   : MPI_Irecv(buf, (int)bytes, MPI_BYTE, src, tag, S(c)->comm,
                               ((mreq *)req->opaque)->r);

@@ -261,9 +261,9 @@ static rp_status read_counts(og_read *o) {
 /* The switches: optimizer state and recomputation, half partials and the
 ** encoder on the host (both said to have no effect). */
 static rp_status read_flags(og_read *o) {
-    rpi_load *c = o->c;
-    rp_config *cfg = c->cfg;
-    const og_file *f = o->f;
+    rp_config *cfg = o->c->cfg;
+    const cJSON *half = o->f->raw[K_HALF];
+    bool encoder = false;
     rp_status s;
     if ((s = rpi_og_bool(o, K_OFFCHIP, &cfg->optimizer_state_offchip)) ||
         (s = rpi_og_bool(o, K_RTS, &cfg->replicated_tensor_sharding)) ||
@@ -271,17 +271,16 @@ static rp_status read_flags(og_read *o) {
         (s = rpi_og_bool(o, K_HALF, &cfg->enable_half_partials)) ||
         (s = rpi_og_bool(o, K_ALS, &cfg->auto_loss_scaling)))
         return s;
-    if (cfg->enable_half_partials && f->raw[K_HALF] && !cJSON_IsNull(f->raw[K_HALF]))
+    if (cfg->enable_half_partials && half && !cJSON_IsNull(half))
         rpi_warn(cfg, "%s: key 'enable_half_partials': fp16 partial sums of products are an "
                  "IPU's; repipe's products sum in fp32, so it has no effect (fp16 traffic "
-                 "between stages is 'fp16_exchange')", c->name);
-    bool encoder = false;
+                 "between stages is 'fp16_exchange')", o->c->name);
     if ((s = rpi_og_bool(o, K_ENCODER_CPU, &encoder)))
         return s;
     if (encoder) /* IPUConfig loads it and refuses it only in to_options() */
         rpi_warn(cfg, "%s: key 'execute_encoder_on_cpu_for_generation': text generation's "
                  "encoder on the host, which repipe does not run: no effect (IPUConfig loads "
-                 "it; its to_options() says \"not supported yet\")", c->name);
+                 "it; its to_options() says \"not supported yet\")", o->c->name);
     return RP_OK;
 }
 
