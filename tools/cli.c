@@ -35,13 +35,14 @@ void cli_help(FILE *f, const cli_cmd *cmd) {
         fprintf(f, "\n%s\n", cmd->details);
 }
 
-void cli_error(const cli_cmd *cmd, const char *fmt, ...) {
+bool cli_error(const cli_cmd *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "repipe %s: ", cmd->name);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+    return false;
 }
 
 int cli_next(const cli_cmd *cmd, int argc, char **argv, const char **arg, bool *help_shown) {

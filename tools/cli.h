@@ -128,8 +128,9 @@ rp_status cli_load_model_weights(const char *path, const rp_model *m, rp_weights
 /* One line: the hierarchy innermost first, as --machines takes it. */
 void cli_print_machines(FILE *f, const int *machines, const double *bandwidth, int levels);
 
-/* Prints "repipe NAME: message" to stderr. */
-void cli_error(const cli_cmd *cmd, const char *fmt, ...)
+/* Prints "repipe NAME: message" to stderr; false, so that a check that
+** fails can return it. */
+bool cli_error(const cli_cmd *cmd, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif

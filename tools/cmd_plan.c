@@ -219,8 +219,7 @@ static bool other_option(const cli_cmd *cmd, int i, const char *arg, int argc, c
         else if (a->num_more < RP_AUTOPLAN_MAX_PROFILES - 1)
             a->more[a->num_more++] = arg;
         else
-            return cli_error(cmd, "--profile: at most %d profiles", RP_AUTOPLAN_MAX_PROFILES),
-                   false;
+            return cli_error(cmd, "--profile: at most %d profiles", RP_AUTOPLAN_MAX_PROFILES);
         return true;
     case OPT_MACHINES:
         if ((n = cli_machines(cmd, arg, argc, argv, o->machines, RP_PLAN_MAX_LEVELS)) < 0)
@@ -249,12 +248,14 @@ static bool other_option(const cli_cmd *cmd, int i, const char *arg, int argc, c
         if (!cli_double(name, arg, &o->activation_compression))
             return false;
         if (!(o->activation_compression > 0))
-            return cli_error(cmd, "--activation-compression must be > 0"), false;
+            return cli_error(cmd, "--activation-compression must be > 0");
         return true;
     case OPT_SCHEDULE:
-        return one_of(cmd, name, arg, "gpipe", "1f1b") && (a->schedule = arg);
+        a->schedule = arg;
+        return one_of(cmd, name, arg, "gpipe", "1f1b");
     case OPT_OBJECTIVE:
-        return one_of(cmd, name, arg, "engine", "pipedream") && (a->objective = arg);
+        a->objective = arg;
+        return one_of(cmd, name, arg, "engine", "pipedream");
     case OPT_EMIT:
         if (!one_of(cmd, name, arg, "torchtitan", "megatron"))
             return false;
@@ -269,7 +270,7 @@ static bool other_option(const cli_cmd *cmd, int i, const char *arg, int argc, c
         if (!cli_double(name, arg, &a->latency))
             return false;
         if (a->latency < 0)
-            return cli_error(cmd, "--latency takes seconds >= 0, not '%s'", arg), false;
+            return cli_error(cmd, "--latency takes seconds >= 0, not '%s'", arg);
         return true;
     case OPT_BACKEND:
         return cli_backend(cmd, arg, &a->polling);

@@ -337,15 +337,15 @@ static bool rows_and_machines(const cli_cmd *cmd, sim_job *j, rp_error *err) {
     if (rp_profile_layers(j->p, &j->fw, &j->bw, &j->ob, &j->pb, &j->node, &j->L, err) ||
         rp_profile_cut_bytes(j->p, j->node, j->L, &j->cut, err) ||
         rp_profile_split_ms(j->p, j->node, j->L, &j->bi, &j->bwt, err))
-        return cli_error(cmd, "%s", err->msg), false;
+        return cli_error(cmd, "%s", err->msg);
     if (j->cluster && (opt->num_levels || j->nbw))
         return cli_error(cmd, "--cluster gives the machines: no --machines, --bandwidth or "
-                              "--plan's"), false;
+                              "--plan's");
     if (!sim_cluster_setup(cmd, j->cluster, j->p, &j->cfg, opt, &j->sc))
         return false;
     /* what each layer keeps for its backward, where the profile says */
     if (rp_profile_memory(j->p, j->node, j->L, j->mem, err))
-        return cli_error(cmd, "%s", err->msg), false;
+        return cli_error(cmd, "%s", err->msg);
     rp_sim_options_memory(opt, j->mem);
     rp_config_derive(&j->cfg, &j->d);
     if (!opt->num_levels && j->nbw) { /* --bandwidth alone: one level of every worker */
@@ -400,14 +400,14 @@ static bool schedule_csvs(const cli_cmd *cmd, sim_job *j, rp_error *err) {
     int stages = j->d.stages;
     if (j->virtual_stages && j->csv_in)
         return cli_error(cmd, "--virtual-stages makes the schedule; --schedule-csv reads one: "
-                              "give one"), false;
+                              "give one");
     if (j->virtual_stages && stages % j->virtual_stages)
         return cli_error(cmd, "--virtual-stages %lld: the configuration's %d stages are not a "
-                              "multiple of it", j->virtual_stages, stages), false;
+                              "multiple of it", j->virtual_stages, stages);
     if (j->virtual_stages &&
         rp_schedule_csv_interleaved(stages / (int)j->virtual_stages, (int)j->virtual_stages,
                                     j->cfg.gradient_accumulation_steps, &j->interleaved, err))
-        return cli_error(cmd, "%s", err->msg), false;
+        return cli_error(cmd, "%s", err->msg);
     if (!j->csv_out)
         return true;
     char *csv = NULL;
@@ -417,7 +417,7 @@ static bool schedule_csvs(const cli_cmd *cmd, sim_job *j, rp_error *err) {
         st = rp_write_file_atomic(j->csv_out, text, strlen(text), err);
     free(csv);
     if (st)
-        return cli_error(cmd, "%s", err->msg), false;
+        return cli_error(cmd, "%s", err->msg);
     fprintf(j->json && strcmp(j->json, "-") == 0 ? stderr : stdout,
             "%s's schedule written to %s, a rank a line\n", j->config_path, j->csv_out);
     return true;
@@ -501,8 +501,10 @@ static int simulate(const cli_cmd *cmd, sim_job *j) {
     rp_error err;
     rp_sim_result res;
     const rp_config *cfg = &j->cfg;
-    if (rp_simulate(cfg, j->fw, j->bw, j->ob, j->pb, j->L, &j->opt, &res, &err))
-        return cli_error(cmd, "%s", err.msg), 1;
+    if (rp_simulate(cfg, j->fw, j->bw, j->ob, j->pb, j->L, &j->opt, &res, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 1;
+    }
     if (rp_simulate_steady(cfg, j->fw, j->bw, j->ob, j->pb, j->L, &j->opt, &res, &err)) {
         cli_error(cmd, "%s", err.msg);
         rp_sim_result_free(&res);

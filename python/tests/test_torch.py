@@ -460,15 +460,20 @@ class Clocks(unittest.TestCase):
 
         clock = Events()
 
-        class Device(torch.autograd.Function):  # 2 s on the device in backward
-            @staticmethod
-            def forward(ctx, x):
-                return x * 1
+        def backward_takes(seconds):
+            """An identity whose backward takes `seconds` on the device."""
+            class Timed(torch.autograd.Function):
+                @staticmethod
+                def forward(ctx, x):
+                    return x * 1
 
-            @staticmethod
-            def backward(ctx, g):
-                clock.now += 2.0
-                return g
+                @staticmethod
+                def backward(ctx, g):
+                    clock.now += seconds
+                    return g
+            return Timed
+
+        Device = backward_takes(2.0)  # 2 s on the device in backward
 
         class Kernel(nn.Module):  # 3 s on the device in forward, 2 in backward
             def forward(s, x):
@@ -491,15 +496,7 @@ class Clocks(unittest.TestCase):
 
         # a loss of 5 s forward and 7 s backward: in the node that makes the output, as the
         # last stage runs it; the kernel's times as they were
-        class LossBackward(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, x):
-                return x * 1
-
-            @staticmethod
-            def backward(ctx, g):
-                clock.now += 7.0
-                return g
+        LossBackward = backward_takes(7.0)
 
         def loss_fn(out, target):
             clock.now += 5.0
