@@ -255,16 +255,14 @@ rp_status rp_checkpoint_parse(rp_checkpoint *out, const unsigned char *data, siz
     return st;
 }
 
+static rp_status parse_checkpoint(const char *data, size_t len, const char *path, void *out,
+                                  rp_error *err) {
+    return rp_checkpoint_parse(out, (const unsigned char *)data, len, path, err);
+}
+
 rp_status rp_checkpoint_load(rp_checkpoint *out, const char *path, rp_error *err) {
     memset(out, 0, sizeof *out);
-    char *data;
-    size_t len;
-    rp_status st = rp_read_regular_file(path, &data, &len, err);
-    if (st)
-        return st;
-    st = rp_checkpoint_parse(out, (const unsigned char *)data, len, path, err);
-    free(data);
-    return st;
+    return rp_parse_file(path, true, parse_checkpoint, out, err);
 }
 
 /* ---- a header alone ------------------------------------------------------------ */

@@ -45,16 +45,22 @@ rp_status rp_config_load_string(rp_config *cfg, const char *text, size_t len, co
     return rp_config_load_string_opts(cfg, text, len, name, NULL, err);
 }
 
+/* A configuration file's parse: where it goes and how it is read. */
+struct config_file {
+    rp_config *cfg;
+    const rp_config_load_options *opts;
+};
+
+static rp_status parse_config(const char *text, size_t len, const char *path, void *out,
+                              rp_error *err) {
+    const struct config_file *f = out;
+    return rp_config_load_string_opts(f->cfg, text, len, path, f->opts, err);
+}
+
 rp_status rp_config_load_file_opts(rp_config *cfg, const char *path,
                                    const rp_config_load_options *opts, rp_error *err) {
-    char *text;
-    size_t len;
-    rp_status s = rp_read_file(path, &text, &len, err);
-    if (s)
-        return s;
-    s = rp_config_load_string_opts(cfg, text, len, path, opts, err);
-    free(text);
-    return s;
+    struct config_file f = {cfg, opts};
+    return rp_parse_file(path, false, parse_config, &f, err);
 }
 
 rp_status rp_config_load_file(rp_config *cfg, const char *path, rp_error *err) {

@@ -280,3 +280,12 @@ rp_status rp_json_parse_config(const char *text, size_t len, const char *name, c
     }
     return RP_OK;
 }
+
+static rp_status parse_json(const char *text, size_t len, const char *path, void *out,
+                            rp_error *err) {
+    return rp_json_parse(text, len, path, out, err);
+}
+
+rp_status rp_json_read(const char *path, cJSON **out, rp_error *err) {
+    return rp_parse_file(path, true, parse_json, out, err);
+}

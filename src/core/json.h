@@ -132,6 +132,10 @@ void rpi_cJSON_free(void *p);
 rp_status rp_json_parse(const char *text, size_t len, const char *name, cJSON **out,
                         rp_error *err);
 
+/* rp_json_parse() of a regular file's text (a file found, or named, that
+** must not block: a device's, a model's config.json). */
+rp_status rp_json_read(const char *path, cJSON **out, rp_error *err);
+
 /* Parses a configuration's JSON as Python's json module reads it: a key
 ** given twice in an object keeps its last value (the earlier items are
 ** removed; *duplicates counts them and `first_duplicate` names the first,

@@ -153,6 +153,18 @@ rp_status rp_read_regular_file(const char *path, char **out, size_t *len, rp_err
     return read_file(path, false, out, len, err);
 }
 
+rp_status rp_parse_file(const char *path, bool regular_only, rp_text_parser parse, void *out,
+                        rp_error *err) {
+    char *text;
+    size_t len;
+    rp_status s = read_file(path, !regular_only, &text, &len, err);
+    if (s)
+        return s;
+    s = parse(text, len, path, out, err);
+    free(text);
+    return s;
+}
+
 /* Writes data to a new temporary file beside path (its name into *tmp,
 ** which the caller frees), synced. */
 static rp_status write_temporary(const char *path, const char *data, size_t len, char **tmp,

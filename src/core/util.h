@@ -4,6 +4,7 @@
 #ifndef REPIPE_UTIL_H
 #define REPIPE_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +19,14 @@ rp_status rp_read_file(const char *path, char **out, size_t *len, rp_error *err)
 ** only a regular file is read, so that nothing found can block or never
 ** end. */
 rp_status rp_read_regular_file(const char *path, char **out, size_t *len, rp_error *err);
+/* What a file's text is handed to: parses text (len bytes, NUL after them)
+** read from path into out. */
+typedef rp_status (*rp_text_parser)(const char *text, size_t len, const char *path, void *out,
+                                    rp_error *err);
+/* The one way a file is loaded: read as rp_read_file reads it (or as
+** rp_read_regular_file, where `regular_only`), handed to parse, freed. */
+rp_status rp_parse_file(const char *path, bool regular_only, rp_text_parser parse, void *out,
+                        rp_error *err);
 /* Fails, naming what path is, unless it is a regular file. */
 rp_status rp_check_regular(const char *path, rp_error *err);
 

@@ -51,16 +51,25 @@ rp_status rp_tokens_parse(const unsigned char *b, size_t len, bool llmc, const c
     return RP_OK;
 }
 
+/* A token file's parse: its kind and where its tokens go. */
+struct tokens_file {
+    bool llmc;
+    int32_t **tokens;
+    size_t *count;
+    int *vocab;
+};
+
+static rp_status parse_tokens(const char *data, size_t len, const char *path, void *out,
+                              rp_error *err) {
+    const struct tokens_file *f = out;
+    return rp_tokens_parse((const unsigned char *)data, len, f->llmc, path, f->tokens, f->count,
+                           f->vocab, err);
+}
+
 rp_status rp_tokens_read(const char *path, bool llmc, int32_t **tokens, size_t *count,
                          int *vocab, rp_error *err) {
-    char *data;
-    size_t len;
-    rp_status st = rp_read_file(path, &data, &len, err);
-    if (st)
-        return st;
-    st = rp_tokens_parse((const unsigned char *)data, len, llmc, path, tokens, count, vocab, err);
-    free(data);
-    return st;
+    struct tokens_file f = {llmc, tokens, count, vocab};
+    return rp_parse_file(path, false, parse_tokens, &f, err);
 }
 
 rp_status rp_dataset_from_tokens(const int32_t *tokens, size_t count, int T, int vocab,

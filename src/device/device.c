@@ -185,17 +185,6 @@ static rp_status device_json(const cJSON *o, const char *file, rp_device *d, rp_
     return RP_OK;
 }
 
-static rp_status load(const char *file, cJSON **out, rp_error *err) {
-    char *text;
-    size_t len;
-    rp_status st = rp_read_regular_file(file, &text, &len, err);
-    if (st)
-        return st;
-    st = rp_json_parse(text, len, file, out, err);
-    free(text);
-    return st;
-}
-
 static bool preset_device(const char *name, rp_device *out) {
     for (size_t i = 0; i < sizeof DEVICES / sizeof *DEVICES; i++)
         if (strcmp(name, DEVICES[i].name) == 0) {
@@ -213,7 +202,7 @@ rp_status rp_device_get(const char *what, rp_device *out, rp_error *err) {
         return rp_fail(err, RP_ERR_INVALID, "device '%s': not a preset (%s) or a JSON file", what,
                        names_of(rp_device_presets(), names, sizeof names));
     cJSON *o;
-    rp_status st = load(what, &o, err);
+    rp_status st = rp_json_read(what, &o, err);
     if (st)
         return st;
     st = device_json(o, what, out, err);
@@ -238,7 +227,7 @@ rp_status rp_cluster_get(const char *what, rp_cluster *out, rp_error *err) {
         return rp_fail(err, RP_ERR_INVALID, "cluster '%s': not a preset (%s) or a JSON file", what,
                        names_of(rp_cluster_presets(), names, sizeof names));
     cJSON *o;
-    rp_status st = load(what, &o, err);
+    rp_status st = rp_json_read(what, &o, err);
     if (st)
         return st;
     static const char *const keys[] = {"name", "device", "per_node", "node_bandwidth",

@@ -401,15 +401,13 @@ rp_status rp_profile_parse(rp_profile **out, const char *text, size_t len, const
     return s;
 }
 
+static rp_status parse_profile(const char *text, size_t len, const char *path, void *out,
+                               rp_error *err) {
+    return rp_profile_parse(out, text, len, path, err);
+}
+
 rp_status rp_profile_read(rp_profile **out, const char *path, rp_error *err) {
-    char *text;
-    size_t len;
-    rp_status s = rp_read_file(path, &text, &len, err);
-    if (s)
-        return s;
-    s = rp_profile_parse(out, text, len, path, err);
-    free(text);
-    return s;
+    return rp_parse_file(path, false, parse_profile, out, err);
 }
 
 /* A growable string. */

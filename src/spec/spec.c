@@ -431,13 +431,11 @@ rp_status rp_model_parse(rp_model **out, const char *text, size_t len, const cha
     return RP_OK;
 }
 
+static rp_status parse_model(const char *text, size_t len, const char *path, void *out,
+                             rp_error *err) {
+    return rp_model_parse(out, text, len, path, err);
+}
+
 rp_status rp_model_load(rp_model **out, const char *path, rp_error *err) {
-    char *text;
-    size_t len;
-    rp_status s = rp_read_file(path, &text, &len, err);
-    if (s)
-        return s;
-    s = rp_model_parse(out, text, len, path, err);
-    free(text);
-    return s;
+    return rp_parse_file(path, false, parse_model, out, err);
 }

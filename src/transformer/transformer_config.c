@@ -171,14 +171,8 @@ static rp_status merge(const char *spec, const char *overrides, char *out, size_
 rp_status rp_transformer_from_config(const char *path, const char *overrides,
                                      rp_transformer *m, char **unknown, rp_error *err) {
     *unknown = NULL;
-    char *text;
-    size_t len;
     cJSON *o;
-    rp_status st = rp_read_regular_file(path, &text, &len, err);
-    if (st)
-        return st;
-    st = rp_json_parse(text, len, path, &o, err);
-    free(text);
+    rp_status st = rp_json_read(path, &o, err);
     if (st)
         return st;
     char spec[512], all[1024];

@@ -237,15 +237,13 @@ done:
     return RP_OK;
 }
 
+static rp_status parse_safetensors(const char *data, size_t len, const char *path, void *out,
+                                   rp_error *err) {
+    return rp_safetensors_parse(out, (const unsigned char *)data, len, path, err);
+}
+
 rp_status rp_safetensors_load(rp_weights **out, const char *path, rp_error *err) {
-    char *data;
-    size_t len;
-    rp_status s = rp_read_file(path, &data, &len, err);
-    if (s)
-        return s;
-    s = rp_safetensors_parse(out, (const unsigned char *)data, len, path, err);
-    free(data);
-    return s;
+    return rp_parse_file(path, false, parse_safetensors, out, err);
 }
 
 /* Tensor t's header entry: dtype, shape and its bytes [at, at + bytes) of

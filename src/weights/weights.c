@@ -185,15 +185,13 @@ rp_status rp_weights_parse(rp_weights **out, const unsigned char *data, size_t l
     return RP_OK;
 }
 
+static rp_status parse_weights(const char *data, size_t len, const char *path, void *out,
+                               rp_error *err) {
+    return rp_weights_parse(out, (const unsigned char *)data, len, path, err);
+}
+
 rp_status rp_weights_load(rp_weights **out, const char *path, rp_error *err) {
-    char *data;
-    size_t len;
-    rp_status s = rp_read_file(path, &data, &len, err);
-    if (s)
-        return s;
-    s = rp_weights_parse(out, (const unsigned char *)data, len, path, err);
-    free(data);
-    return s;
+    return rp_parse_file(path, false, parse_weights, out, err);
 }
 
 rp_status rp_weights_from_params(const rp_model *m, const float *params, rp_weights **out,
