@@ -104,11 +104,40 @@ static int compare(const cli_cmd *cmd, const char *pa, const char *pb, double rt
 }
 
 /* The model of a conversion, and room for its parameters. */
-static rp_status load_model(const char *path, rp_model **m, float **params, rp_error *err) {
-    rp_status st = rp_model_load(m, path, err);
-    if (!st && !(*params = malloc(sizeof(float) * ((*m)->num_params ? (*m)->num_params : 1))))
-        st = rp_fail(err, RP_ERR_NOMEM, "out of memory for %zu parameters", (*m)->num_params);
+/* What a conversion holds: the model, its parameters, the weights read
+** and made, the bytes read or written. */
+typedef struct conversion {
+    rp_model *m;
+    float *params;
+    rp_weights *w, *made;
+    char *data;
+    rp_error err;
+} conversion;
+
+/* The model at path and room for its parameters. */
+static rp_status conversion_open(conversion *c, const char *path) {
+    rp_status st = rp_model_load(&c->m, path, &c->err);
+    size_t n = st ? 0 : c->m->num_params;
+    if (!st && !(c->params = malloc(sizeof(float) * (n ? n : 1))))
+        st = rp_fail(&c->err, RP_ERR_NOMEM, "out of memory for %zu parameters", n);
     return st;
+}
+
+/* The weight file at path, read into the parameters. */
+static rp_status conversion_read_weights(conversion *c, const char *path) {
+    rp_status st = cli_load_weights(path, &c->w, &c->err);
+    return st ? st : rp_weights_to_params(c->m, c->w, 0, c->params, &c->err);
+}
+
+/* Says the error where rc is not 0, frees what c holds; rc. */
+static int conversion_close(const cli_cmd *cmd, conversion *c, int rc) {
+    if (rc)
+        cli_error(cmd, "%s", c->err.msg);
+    free(c->data), free(c->params);
+    rp_weights_free(c->w);
+    rp_weights_free(c->made);
+    rp_model_free(c->m);
+    return rc;
 }
 
 /* llm.c checkpoint -> weight file (to_llmc false), or back */
@@ -118,38 +147,30 @@ static int llmc(const cli_cmd *cmd, const char *in, const char *model, const cha
         cli_error(cmd, "%s needs --model and --out", to_llmc ? "export-llmc" : "import-llmc");
         return 2;
     }
-    rp_error err;
-    rp_model *m = NULL;
-    rp_weights *w = NULL;
-    char *data = NULL;
+    conversion c = {0};
     size_t len = 0;
-    float *params = NULL;
     int rc = 1;
-    if (load_model(model, &m, &params, &err))
+    if (conversion_open(&c, model))
         goto done;
     if (to_llmc) {
         unsigned char *b = NULL;
-        if (cli_load_weights(in, &w, &err) || rp_weights_to_params(m, w, 0, params, &err) ||
-            rp_llmc_export(m, params, &b, &len, &err))
+        if (conversion_read_weights(&c, in) ||
+            rp_llmc_export(c.m, c.params, &b, &len, &c.err))
             goto done;
-        data = (char *)b;
-        if (rp_write_file_atomic(out, data, len, &err))
+        c.data = (char *)b;
+        if (rp_write_file_atomic(out, c.data, len, &c.err))
             goto done;
     } else {
-        if (rp_read_file(in, &data, &len, &err) ||
-            rp_llmc_import(m, (const unsigned char *)data, len, in, params, &err) ||
-            rp_weights_from_params(m, params, &w, &err) || rp_weights_save(w, out, &err))
+        if (rp_read_file(in, &c.data, &len, &c.err) ||
+            rp_llmc_import(c.m, (const unsigned char *)c.data, len, in, c.params, &c.err) ||
+            rp_weights_from_params(c.m, c.params, &c.made, &c.err) ||
+            rp_weights_save(c.made, out, &c.err))
             goto done;
     }
     printf("%s written to %s\n", to_llmc ? "llm.c checkpoint" : "weights", out);
     rc = 0;
 done:
-    if (rc)
-        cli_error(cmd, "%s", err.msg);
-    free(data), free(params);
-    rp_weights_free(w);
-    rp_model_free(m);
-    return rc;
+    return conversion_close(cmd, &c, rc);
 }
 
 /* safetensors file -> weight file (export false), or back; names "repipe",
@@ -167,45 +188,37 @@ static int safetensors(const cli_cmd *cmd, const char *in, const char *model, co
         cli_error(cmd, "--names: '%s' is not repipe, meta or hf", names);
         return 2;
     }
-    rp_error err;
-    rp_model *m = NULL;
-    rp_weights *w = NULL, *conv = NULL;
-    float *params = NULL;
+    conversion c = {0};
     int rc = 1;
-    if (load_model(model, &m, &params, &err))
+    if (conversion_open(&c, model))
         goto done;
     /* -1: repipe's names, else a LLaMA scheme */
     int scheme = !names || strcmp(names, "repipe") == 0 ? -1
                  : strcmp(names, "meta") == 0         ? RP_LLAMA_META
                                                       : RP_LLAMA_HF;
     if (export) {
-        if (cli_load_weights(in, &w, &err) || rp_weights_to_params(m, w, 0, params, &err) ||
-            (scheme >= 0 ? rp_llama_export(m, params, (rp_llama_names)scheme, &conv, &err)
-                         : rp_weights_from_params(m, params, &conv, &err)) ||
-            rp_safetensors_save(conv, out, &err))
+        if (conversion_read_weights(&c, in) ||
+            (scheme >= 0
+                 ? rp_llama_export(c.m, c.params, (rp_llama_names)scheme, &c.made, &c.err)
+                 : rp_weights_from_params(c.m, c.params, &c.made, &c.err)) ||
+            rp_safetensors_save(c.made, out, &c.err))
             goto done;
     } else {
-        if (rp_safetensors_load(&w, in, &err))
+        if (rp_safetensors_load(&c.w, in, &c.err))
             goto done;
         rp_llama_names found;
         if (!names)
-            scheme = rp_llama_names_of(w, &found) ? (int)found : -1;
-        if ((scheme >= 0 ? rp_llama_import(m, w, (rp_llama_names)scheme, in, params, &err)
-                         : rp_weights_to_params(m, w, 0, params, &err)) ||
-            rp_weights_from_params(m, params, &conv, &err) ||
-            rp_weights_check_finite(conv, in, &err) || rp_weights_save(conv, out, &err))
+            scheme = rp_llama_names_of(c.w, &found) ? (int)found : -1;
+        if ((scheme >= 0 ? rp_llama_import(c.m, c.w, (rp_llama_names)scheme, in, c.params, &c.err)
+                         : rp_weights_to_params(c.m, c.w, 0, c.params, &c.err)) ||
+            rp_weights_from_params(c.m, c.params, &c.made, &c.err) ||
+            rp_weights_check_finite(c.made, in, &c.err) || rp_weights_save(c.made, out, &c.err))
             goto done;
     }
     printf("%s written to %s\n", export ? "safetensors file" : "weights", out);
     rc = 0;
 done:
-    if (rc)
-        cli_error(cmd, "%s", err.msg);
-    free(params);
-    rp_weights_free(w);
-    rp_weights_free(conv);
-    rp_model_free(m);
-    return rc;
+    return conversion_close(cmd, &c, rc);
 }
 
 static int run(const cli_cmd *cmd, int argc, char **argv) {

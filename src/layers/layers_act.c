@@ -253,14 +253,26 @@ void rpi_tanh_backward(const float *y, const float *dy, float *dx, size_t n) {
         dx[i] = dy[i] * (1.0f - y[i] * y[i]);
 }
 
-/* add: the inputs summed in their order, ((x0 + x1) + x2) ... */
+/* y = x0 + x1 or x0 x1 over a batch of the layer's output: add's first
+** step and mul's whole. */
 RP_HOT
-void rpi_add_forward(const layer_args *a) {
+static size_t first_two(const layer_args *a, bool product) {
     size_t n = rp_shape_size(&a->L->out) * a->B;
     const float *restrict x0 = a->ins[0], *restrict x1 = a->ins[1];
     float *restrict y = a->out;
-    for (size_t i = 0; i < n; i++)
-        y[i] = x0[i] + x1[i];
+    if (product)
+        for (size_t i = 0; i < n; i++)
+            y[i] = x0[i] * x1[i];
+    else
+        for (size_t i = 0; i < n; i++)
+            y[i] = x0[i] + x1[i];
+    return n;
+}
+
+/* add: the inputs summed in their order, ((x0 + x1) + x2) ... */
+void rpi_add_forward(const layer_args *a) {
+    size_t n = first_two(a, false);
+    float *restrict y = a->out;
     for (int k = 2; k < a->L->num_inputs; k++) {
         const float *restrict xk = a->ins[k];
         for (size_t i = 0; i < n; i++)
@@ -320,13 +332,8 @@ void rpi_silu_backward(const float *x, const float *dy, float *dx, size_t n) {
     }
 }
 
-RP_HOT
 void rpi_mul_forward(const layer_args *a) {
-    size_t n = rp_shape_size(&a->L->out) * a->B;
-    const float *restrict x0 = a->ins[0], *restrict x1 = a->ins[1];
-    float *restrict y = a->out;
-    for (size_t i = 0; i < n; i++)
-        y[i] = x0[i] * x1[i];
+    first_two(a, true);
 }
 
 RP_HOT

@@ -195,90 +195,74 @@ static const int *conv_masks(const rp_layer *L, int *mask) {
     return mask;
 }
 
-/* in: B samples (C, H, W); col: (C K K, B OH OW), a row per kernel tap and
-** a column per output position */
+/* One output row of a kernel tap's columns from a row of the input plane
+** (src, already shifted by the tap): zeros where the tap falls in the
+** padding, [0, lo) and [hi, OW). */
+static inline void row_to_col(float *restrict dst, const float *restrict src, int lo, int hi,
+                              int OW, int S) {
+    for (int ow = 0; ow < lo; ow++)
+        dst[ow] = 0.0f;
+    if (S == 1)
+        memcpy(dst + lo, src + lo, sizeof(float) * (hi - lo));
+    else
+        for (int ow = lo; ow < hi; ow++)
+            dst[ow] = src[ow * S];
+    for (int ow = hi; ow < OW; ow++)
+        dst[ow] = 0.0f;
+}
+
+/* Its adjoint: the row's columns [lo, hi) added back into the plane's row. */
+static inline void col_to_row(float *restrict dst, const float *restrict src, int lo, int hi,
+                              int S) {
+    if (S == 1)
+        for (int ow = lo; ow < hi; ow++)
+            dst[ow] += src[ow];
+    else
+        for (int ow = lo; ow < hi; ow++)
+            dst[ow * S] += src[ow];
+}
+
+/* im2col (in: B samples (C, H, W), to col: (C T, B OH OW), a row per kept
+** kernel tap and a column per output position) or col2im (cin's columns
+** added back into din, zeroed first): one of the two pairs is given, the
+** other NULL, as for same_cols, which takes a same-size convolution's. */
 RP_HOT
-static void im2col(const rp_layer *L, int B, const int *mask, const lowering *lw, const float *in,
-                   float *col) {
+static void lower(const rp_layer *L, int B, const int *mask, const lowering *lw, const float *in,
+                  float *col, const float *cin, float *din) {
     int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
     int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride, P = L->pad;
     size_t ncols = (size_t)B * OH * OW;
+    bool to_col = in != NULL;
+    if (!to_col)
+        memset(din, 0, sizeof(float) * (size_t)B * C * H * W);
     if (mask && !lw->reduced) {
-        same_cols(L, B, mask, in, col, NULL, NULL);
+        same_cols(L, B, mask, in, col, cin, din);
         return;
     }
     for (int c = 0; c < C; c++)
         for (int t = 0; t < lw->T; t++) {
-            int ki = (lw->reduced ? lw->tap[t] : t) / K, kj = (lw->reduced ? lw->tap[t] : t) % K;
-                float *row = col + ((size_t)c * lw->T + t) * ncols;
-                int lo, hi;
-                valid_cols(OW, W, S, P, kj, &lo, &hi);
-                for (int b = 0; b < B; b++) {
-                    const float *plane = in + ((size_t)b * C + c) * H * W;
-                    for (int oh = 0; oh < OH; oh++) {
-                        int h = oh * S - P + ki;
-                        float *dst = row + ((size_t)b * OH + oh) * OW;
-                        if (h < 0 || h >= H) {
-                            memset(dst, 0, sizeof(float) * OW);
-                            continue;
-                        }
-                        const float *src = plane + (size_t)h * W - P + kj;
-                        for (int ow = 0; ow < lo; ow++)
-                            dst[ow] = 0.0f;
-                        if (S == 1)
-                            memcpy(dst + lo, src + lo, sizeof(float) * (hi - lo));
-                        else
-                            for (int ow = lo; ow < hi; ow++)
-                                dst[ow] = src[ow * S];
-                        for (int ow = hi; ow < OW; ow++)
-                            dst[ow] = 0.0f;
-                    }
+            int tap = lw->reduced ? lw->tap[t] : t, ki = tap / K, kj = tap % K, lo, hi;
+            size_t row = ((size_t)c * lw->T + t) * ncols;
+            valid_cols(OW, W, S, P, kj, &lo, &hi);
+            for (int b = 0; b < B; b++) {
+                size_t plane = ((size_t)b * C + c) * H * W;
+                for (int oh = 0; oh < OH; oh++) {
+                    int h = oh * S - P + ki;
+                    size_t at = row + ((size_t)b * OH + oh) * OW;
+                    bool inside = h >= 0 && h < H;
+                    /* the plane's row h, shifted left by the tap (P - kj) */
+                    ptrdiff_t px = (ptrdiff_t)plane + (ptrdiff_t)h * W - P + kj;
+                    if (to_col && !inside)
+                        memset(col + at, 0, sizeof(float) * OW);
+                    else if (to_col)
+                        row_to_col(col + at, in + px, lo, hi, OW, S);
+                    else if (inside)
+                        col_to_row(din + px, cin + at, lo, hi, S);
                 }
             }
+        }
 }
 
-/* col: (C T, B OH OW) added back into din: B samples (C, H, W) */
-RP_HOT
-static void col2im(const rp_layer *L, int B, const int *mask, const lowering *lw,
-                   const float *col, float *din) {
-    int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2];
-    int OH = L->out.dim[1], OW = L->out.dim[2], K = L->kernel, S = L->stride, P = L->pad;
-    size_t ncols = (size_t)B * OH * OW;
-    memset(din, 0, sizeof(float) * (size_t)B * C * H * W);
-    if (mask && !lw->reduced) {
-        same_cols(L, B, mask, NULL, NULL, col, din);
-        return;
-    }
-    for (int c = 0; c < C; c++)
-        for (int t = 0; t < lw->T; t++) {
-            int ki = (lw->reduced ? lw->tap[t] : t) / K, kj = (lw->reduced ? lw->tap[t] : t) % K;
-                const float *row = col + ((size_t)c * lw->T + t) * ncols;
-                int lo, hi;
-                valid_cols(OW, W, S, P, kj, &lo, &hi);
-                for (int b = 0; b < B; b++) {
-                    float *plane = din + ((size_t)b * C + c) * H * W;
-                    for (int oh = 0; oh < OH; oh++) {
-                        int h = oh * S - P + ki;
-                        if (h < 0 || h >= H)
-                            continue;
-                        const float *restrict src = row + ((size_t)b * OH + oh) * OW;
-                        float *restrict dst = plane + (size_t)h * W - P + kj;
-                        if (S == 1)
-                            for (int ow = lo; ow < hi; ow++)
-                                dst[ow] += src[ow];
-                        else
-                            for (int ow = lo; ow < hi; ow++)
-                                dst[ow * S] += src[ow];
-                    }
-                }
-            }
-}
-
-/* in: (B, C, H, W); out: (B, O, OH, OW); weight (O, C / G, K, K), bias (O);
-** tiled over a few samples at a time through col and tmp. With G groups,
-** group g's output channels read its C / G input channels alone: rows
-** g C K K / G onwards of the columns, one product per group. */
-RP_HOT
 /* A reduced lowering's weights: wr (O x Cg T) from w (O x Cg K K). */
 static void gather_taps(const rp_layer *L, const lowering *lw, const float *w, float *wr) {
     int KK = L->kernel * L->kernel, Cg = L->in.dim[0] / L->groups;
@@ -302,6 +286,11 @@ static void scatter_taps(const rp_layer *L, const lowering *lw, const float *dwr
     }
 }
 
+/* in: (B, C, H, W); out: (B, O, OH, OW); weight (O, C / G, K, K), bias (O);
+** tiled over a few samples at a time through col and tmp. With G groups,
+** group g's output channels read its C / G input channels alone: rows
+** g C K K / G onwards of the columns, one product per group. */
+RP_HOT
 void rpi_conv_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     int G = L->groups, O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
@@ -323,7 +312,7 @@ void rpi_conv_forward(const layer_args *a) {
     }
     for (int b0 = 0; b0 < a->B; b0 += tile) {
         int nb = a->B - b0 < tile ? a->B - b0 : tile, ncols = nb * HW;
-        im2col(L, nb, mask, &lw, a->in + b0 * in_per, a->col);
+        lower(L, nb, mask, &lw, a->in + b0 * in_per, a->col, NULL, NULL);
         for (int g = 0; g < G; g++)
             rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Og, ncols, R, 1.0f,
                         w + (size_t)g * Og * R, R, a->col + (size_t)g * R * ncols,
@@ -397,7 +386,7 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
                     db[o] += sum;
             }
         if (want_w) {
-            im2col(L, nb, mask, &lw, a->in + b0 * in_per, a->col);
+            lower(L, nb, mask, &lw, a->in + b0 * in_per, a->col, NULL, NULL);
             bool add = (a->accumulate && !lw.reduced) || b0 > 0;
             for (int g = 0; g < G; g++)
                 rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Og, R, ncols, 1.0f,
@@ -411,7 +400,7 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
             rpi_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, ncols, Og, 1.0f,
                         w + (size_t)g * Og * R, R, a->tmp + (size_t)g * Og * ncols,
                         ncols, 0.0f, a->col + (size_t)g * R * ncols, ncols);
-        col2im(L, nb, mask, &lw, a->col, din + b0 * in_per);
+        lower(L, nb, mask, &lw, NULL, NULL, a->col, din + b0 * in_per);
     }
     if (dwr && want_w)
         scatter_taps(L, &lw, dwr, a->dw, a->accumulate);
