@@ -551,8 +551,112 @@ static void gelu_tanh_accuracy(void) {
            worst_d);
 }
 
+/* oneDNN's convolutions against im2col's on the same net, input and
+** output gradient: the output, the input's gradient and the weights'
+** (written, then added to: the accumulating path) within 1e-5 of the
+** largest value, whole and in a split backward's two halves. Each spec
+** says which kernel its layer gets where oneDNN is built in
+** (REPIPE_EXPECT_DNNL): oneDNN unless the lowering keeps only some taps. */
+static void onednn_equals_im2col(const char *spec, int B, const char *kernel) {
+    rp_model *m;
+    rp_error err;
+    if (rp_model_parse(&m, spec, strlen(spec), "onednn", &err) != RP_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        test_failures++;
+        return;
+    }
+    int l = m->num_layers - 1;
+    size_t in = rp_shape_size(&m->input) * B, out = rp_shape_size(&m->layers[l].out) * B;
+    size_t np = m->num_params;
+    rp_net *net[2];
+    rp_acts *acts[2];
+    float *x = malloc(sizeof(float) * in), *r = malloc(sizeof(float) * out);
+    for (size_t i = 0; i < in; i++)
+        x[i] = (float)(urand() * 2 - 1);
+    for (size_t i = 0; i < out; i++)
+        r[i] = (float)(urand() * 2 - 1);
+    int64_t ids[16] = {0};
+    rp_step_ctx ctx = {.training = true, .seed = 5, .sample_id = ids, .loss_scale = 1.0};
+    const float *y[2], *din[2];
+    float *g[2][3]; /* each net's gradients: written, then twice that, then split */
+    for (int k = 0; k < 2; k++) {
+        rp_net_options o = {.conv_im2col = k == 1, .split_backward = true};
+        CHECK(rp_net_create_with(m, 0, m->num_layers, B, &o, &net[k], &err) == RP_OK);
+        CHECK(rp_acts_create(net[k], B, &acts[k], &err) == RP_OK);
+        float *p = rp_net_params(net[k]);
+        srand(7);
+        for (size_t i = 0; i < np; i++)
+            p[i] = (float)rand() / RAND_MAX - 0.5f;
+        y[k] = rp_net_forward(net[k], acts[k], x, B, &ctx, NULL);
+        rp_net_zero_grads(net[k]);
+        din[k] = rp_net_backward(net[k], acts[k], r, &ctx, true);
+        for (int j = 0; j < 3; j++)
+            g[k][j] = malloc(sizeof(float) * (np + 1));
+        memcpy(g[k][0], rp_net_grads(net[k]), sizeof(float) * np);
+        rp_net_backward(net[k], acts[k], r, &ctx, false);
+        memcpy(g[k][1], rp_net_grads(net[k]), sizeof(float) * np);
+        rp_net_zero_grads(net[k]);
+        rp_net_backward_input(net[k], acts[k], r, &ctx, true);
+        rp_net_backward_weight(net[k], acts[k], &ctx);
+        memcpy(g[k][2], rp_net_grads(net[k]), sizeof(float) * np);
+    }
+    const char *got = rp_net_conv_kernel(net[0], l);
+#ifndef REPIPE_EXPECT_DNNL
+    kernel = "im2col";
+#endif
+    if (getenv("REPIPE_CONV") && strcmp(getenv("REPIPE_CONV"), "im2col") == 0)
+        kernel = "im2col"; /* the process keeps im2col everywhere */
+    CHECKF(got && strcmp(got, kernel) == 0, "%s: the kernel is %s, not %s", spec,
+           got ? got : "none", kernel);
+    CHECK(strcmp(rp_net_conv_kernel(net[1], l), "im2col") == 0);
+    struct { const float *a, *b; size_t n; const char *what; } pairs[] = {
+        {y[0], y[1], out, "output"},          {din[0], din[1], in, "input gradient"},
+        {g[0][0], g[1][0], np, "weights' gradient"}, {g[0][1], g[1][1], np, "accumulated"},
+        {g[0][2], g[1][2], np, "split backward's"},
+    };
+    for (size_t q = 0; q < sizeof pairs / sizeof *pairs; q++) {
+        double big = 0, diff = 0;
+        for (size_t i = 0; i < pairs[q].n; i++) {
+            big = fmax(big, fabs(pairs[q].b[i]));
+            diff = fmax(diff, fabs((double)pairs[q].a[i] - pairs[q].b[i]));
+        }
+        CHECKF(diff <= 1e-5 * (big + 1e-30) && big > 0, "%s: %s differs by %g (largest %g)", spec,
+               pairs[q].what, diff, big);
+    }
+    for (int k = 0; k < 2; k++) {
+        for (int j = 0; j < 3; j++)
+            free(g[k][j]);
+        rp_acts_free(acts[k]);
+        rp_net_free(net[k]);
+    }
+    free(x), free(r);
+    rp_model_free(m);
+}
+
 int main(void) {
     gelu_tanh_accuracy();
+    /* the convolutions of torchvision's ResNets, VGG, MobileNet and DenseNet:
+    ** 7 x 7 stride 2, 3 x 3 with and without stride, 1 x 1 with stride,
+    ** groups and depthwise, bias or none, a batch not a tile's multiple */
+    onednn_equals_im2col("input 3 16 16\nconv2d 8 kernel=7 stride=2 pad=3 bias=false\n",
+                         3, "onednn");
+    onednn_equals_im2col("input 8 7 7\nconv2d 8 kernel=3 pad=1 bias=false\n",
+                         5, "onednn");
+    onednn_equals_im2col("input 8 7 7\nconv2d 16 kernel=3 stride=2 pad=1\n",
+                         2, "onednn");
+    onednn_equals_im2col("input 8 7 7\nconv2d 16 kernel=1 stride=2 bias=false\n",
+                         3, "onednn");
+    onednn_equals_im2col("input 3 9 9\nconv2d 4 kernel=3 pad=1\n",
+                         4, "onednn");
+    onednn_equals_im2col("input 8 6 6\nconv2d 8 kernel=3 pad=1 groups=8 bias=false\n",
+                         3, "onednn");
+    onednn_equals_im2col("input 4 6 5\nconv2d 6 kernel=3 pad=1 groups=2\n",
+                         2, "onednn");
+    onednn_equals_im2col("input 6 5 5\nconv2d 4 kernel=1\n",
+                         3, "onednn");
+    /* a 3 x 3 kernel on a 1 x 1 plane: one tap reaches it; im2col keeps that one */
+    onednn_equals_im2col("input 8 1 1\nconv2d 8 kernel=3 pad=1\n",
+                         3, "im2col");
     check_layer("input 3 5\nlinear 4\n", 3);
     check_layer("input 6\nlinear 2 bias=false\n", 2);
     /* output of the input's size: the flat im2col and col2im */

@@ -67,7 +67,13 @@ typedef struct rp_net_options {
     ** (the group's size x n), in rank order; a vocabulary-split loss's. */
     void (*tp_allgather)(void *ctx, const float *in, size_t n, float *out);
     void *tp_ctx;
+    /* Every convolution lowered to a matrix product (im2col), none through
+    ** oneDNN's kernels; REPIPE_CONV=im2col does the same for a process. */
+    bool conv_im2col;
 } rp_net_options;
+/* The kernel that runs convolution layer l of the net: "onednn" or
+** "im2col" (NULL: l is not a convolution of the net). */
+const char *rp_net_conv_kernel(const rp_net *net, int l);
 
 rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_batch,
                              const rp_net_options *opt, rp_net **out, rp_error *err);

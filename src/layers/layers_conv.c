@@ -91,6 +91,12 @@ static void conv_lowering(const rp_layer *L, lowering *lw) {
     }
 }
 
+bool rpi_conv_reduced(const rp_layer *L) {
+    lowering lw;
+    conv_lowering(L, &lw);
+    return lw.reduced;
+}
+
 void rpi_conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp) {
     size_t positions = (size_t)conv_tile(L, B, limit) * L->out.dim[1] * L->out.dim[2];
     lowering lw;
@@ -292,6 +298,8 @@ static void scatter_taps(const rp_layer *L, const lowering *lw, const float *dwr
 ** g C K K / G onwards of the columns, one product per group. */
 RP_HOT
 void rpi_conv_forward(const layer_args *a) {
+    if (rpi_conv_accel_forward(a->accel, a))
+        return;
     const rp_layer *L = a->L;
     int G = L->groups, O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
     int Og = O / G, CKKg = CKK / G;
@@ -334,6 +342,8 @@ void rpi_conv_forward(const layer_args *a) {
 /* dout: (B, O, OH, OW); dW (O, C / G, K, K), db (O); din: (B, C, H, W) */
 RP_HOT
 void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
+    if (rpi_conv_accel_backward(a->accel, a, dout, din))
+        return;
     const rp_layer *L = a->L;
     int G = L->groups, O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
     int Og = O / G, CKKg = CKK / G;

@@ -59,6 +59,8 @@ typedef struct layer_args {
     void *aux;      /* per micro-batch state kept for backward */
     float *stats;   /* batchnorm: the update's statistics slots (NULL: none kept) */
     float *col, *tmp; /* scratch for convolutions */
+    struct rpi_conv_accel *accel; /* a convolution's oneDNN kernels (NULL: im2col) */
+    void *accel_ws;               /* their workspace, 64-byte aligned */
     const rp_step_ctx *ctx;
     bool accumulate; /* false: dw holds garbage, to be overwritten */
     size_t scratch_limit; /* bytes of col + tmp a product may use (0: no limit) */
@@ -133,6 +135,22 @@ void rpi_position_backward(const layer_args *a, const float *dout, float *din);
 /* layers_conv.c */
 void rpi_conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp);
 void rpi_conv_forward(const layer_args *a);
+/* Whether the convolution's lowering keeps only some kernel taps (some
+** reach only padding); im2col then beats a direct kernel. */
+bool rpi_conv_reduced(const rp_layer *L);
+
+/* A convolution's kernels from oneDNN for batches of B (layers_dnnl.c):
+** NULL where oneDNN is not there, refuses the shape, or the lowering is
+** reduced; *ws_bytes the workspace they need. The forward and backward
+** return false, touching nothing, where the call is not theirs to make (a
+** batch other than B): im2col runs instead. */
+typedef struct rpi_conv_accel rpi_conv_accel;
+bool rpi_conv_accel_wanted(const rp_layer *L);
+rpi_conv_accel *rpi_conv_accel_create(const rp_layer *L, int B, size_t *ws_bytes);
+void rpi_conv_accel_free(rpi_conv_accel *c);
+bool rpi_conv_accel_forward(rpi_conv_accel *c, const layer_args *a);
+bool rpi_conv_accel_backward(rpi_conv_accel *c, const layer_args *a, const float *dout,
+                             float *din);
 void rpi_conv_backward(const layer_args *a, const float *dout, float *din);
 void rpi_maxpool_forward(const layer_args *a);
 void rpi_maxpool_backward(const layer_args *a, const float *dout, float *din);

@@ -71,6 +71,39 @@ static rp_status plan_recompute(rp_net *n, rp_error *err) {
     return RP_OK;
 }
 
+/* The convolutions' oneDNN kernels for max_batch rows, built here so that
+** the step loop builds nothing, and their one workspace. A layer oneDNN
+** does not take keeps im2col. */
+static rp_status make_accels(rp_net *n, rp_error *err) {
+    size_t ws = 0;
+    for (int l = n->first; l < n->last; l++) {
+        const rp_layer *L = &n->m->layers[l];
+        if (n->opt.conv_im2col || n->opt.scratch_least || !rpi_conv_accel_wanted(L) ||
+            rpi_conv_reduced(L)) /* where the lowering keeps some taps, it is ahead */
+            continue;
+        if (!n->accel && !(n->accel = calloc(n->last - n->first, sizeof *n->accel)))
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        size_t need;
+        rpi_conv_accel *c = rpi_conv_accel_create(L, n->max_batch, &need);
+        if (c && n->opt.scratch_limit && need > n->opt.scratch_limit) {
+            rpi_conv_accel_free(c); /* matmul_proportion's bound holds for oneDNN too */
+            c = NULL;
+        }
+        n->accel[l - n->first] = c;
+        ws = c && need > ws ? need : ws;
+    }
+    n->accel_bytes = (ws + 63) & ~(size_t)63;
+    if (ws && !(n->accel_ws = aligned_alloc(64, n->accel_bytes)))
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the convolutions' workspace");
+    return RP_OK;
+}
+
+const char *rp_net_conv_kernel(const rp_net *n, int l) {
+    if (l < n->first || l >= n->last || n->m->layers[l].type != RP_LAYER_CONV2D)
+        return NULL;
+    return n->accel && n->accel[l - n->first] ? "onednn" : "im2col";
+}
+
 rp_status rp_net_create(const rp_model *m, int first, int last, int max_batch, rp_net **out,
                         rp_error *err) {
     return rp_net_create_with(m, first, last, max_batch, NULL, out, err);
@@ -130,7 +163,9 @@ rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_bat
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a net of %zu parameters", count);
     }
     n->graph = !rp_model_is_chain(m);
-    rp_status st = n->graph ? rpi_net_plan_graph(n, err) : RP_OK;
+    rp_status st = make_accels(n, err);
+    if (!st && n->graph)
+        st = rpi_net_plan_graph(n, err);
     if (!st)
         st = rpi_net_plan_stats(n, err);
     if (!st)
@@ -146,6 +181,9 @@ rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_bat
 void rp_net_free(rp_net *n) {
     if (!n)
         return;
+    for (int l = 0; n->accel && l < n->last - n->first; l++)
+        rpi_conv_accel_free(n->accel[l]);
+    free(n->accel), free(n->accel_ws);
     free(n->params), free(n->grads), free(n->col), free(n->tmp), free(n->g[0]), free(n->g[1]);
     free(n->keep_out), free(n->keep_aux), free(n->ov_out), free(n->ov_aux), free(n->overlay);
     free(n->alias), free(n->dirty);
@@ -189,7 +227,7 @@ const char *rp_net_error(const rp_net *n) { return n->err.msg; }
 size_t rp_net_scratch_bytes(const rp_net *n) {
     return sizeof(float) * (n->col_n + n->tmp_n + 2 * n->gmax * n->max_batch + n->stats_n +
                             n->running_n) +
-           n->overlay_bytes + n->graph_bytes;
+           n->overlay_bytes + n->graph_bytes + n->accel_bytes;
 }
 
 /* Layout of an activation set: input, then each kept output and aux state,

@@ -50,6 +50,11 @@ struct rp_net {
     ** the whole backward or its input half, and in the weights' half (NULL:
     ** not timed) */
     double *clock;
+    /* per layer of the net: a convolution's oneDNN kernels for max_batch
+    ** rows (NULL: im2col), and the workspace they share */
+    struct rpi_conv_accel **accel;
+    void *accel_ws;
+    size_t accel_bytes;
     rp_error err;
 };
 
