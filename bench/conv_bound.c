@@ -11,17 +11,114 @@
 ** layer, fed what it reads). Best of R runs of each. kept / layer is the
 ** fraction of a layer's time its products take: the rest is im2col,
 ** col2im, bias and copies.
+** Where the engine runs a layer through oneDNN (column "kernel"), its bound
+** is oneDNN's three kernels alone (forward, the input's gradient, the
+** weights'), each in the layouts it chose, timed here with oneDNN itself:
+** bound / layer is then the fraction the kernels take of the layer as run,
+** the rest the reorders to and from the engine's NCHW buffers. Without
+** oneDNN's header at build, that column reads "-".
 ** Usage: bench_conv_bound MODEL [B] [R]
 */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../src/core/util.h"
 #include "repipe/repipe.h"
 
 static double best_of(double a, double b) { return a < b ? a : b; }
+
+#ifdef REPIPE_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+
+/* A memory object of md, filled with small values. */
+static dnnl_memory_t filled(dnnl_engine_t e, const dnnl_memory_desc_t *md) {
+    dnnl_memory_t m;
+    void *h;
+    dnnl_memory_create(&m, md, e, DNNL_MEMORY_ALLOCATE);
+    dnnl_memory_get_data_handle(m, &h);
+    for (size_t i = 0; i < dnnl_memory_desc_get_size(md) / sizeof(float); i++)
+        ((float *)h)[i] = (float)(i % 13) * 0.01f;
+    return m;
+}
+
+/* One kernel of pd run R times with its arguments' layouts as pd chose
+** them: the best time. */
+static double kernel_time(dnnl_engine_t e, dnnl_stream_t s, const_dnnl_primitive_desc_t pd,
+                          const int *args, const dnnl_query_t *q, int n, int R) {
+    dnnl_primitive_t p;
+    dnnl_exec_arg_t a[4];
+    dnnl_primitive_create(&p, pd);
+    for (int i = 0; i < n; i++)
+        a[i] = (dnnl_exec_arg_t){args[i], filled(e, dnnl_primitive_desc_query_md(pd, q[i], 0))};
+    double best = 1e30;
+    for (int r = 0; r <= R; r++) {
+        double t = rp_now();
+        dnnl_primitive_execute(p, s, n, a);
+        dnnl_stream_wait(s);
+        if (r > 0)
+            best = best_of(best, rp_now() - t);
+    }
+    for (int i = 0; i < n; i++)
+        dnnl_memory_destroy(a[i].memory);
+    dnnl_primitive_destroy(p);
+    return best;
+}
+
+/* oneDNN's forward, input-gradient and weight-gradient kernels of layer L
+** at batch B (no bias: the layers here have none, or a bias's share is
+** small), one thread, layouts of oneDNN's choosing. */
+static double dnnl_bound(const rp_layer *L, int B, int R) {
+    static dnnl_engine_t e;
+    static dnnl_stream_t s;
+    if (!e && (dnnl_engine_create(&e, dnnl_cpu, 0) ||
+               dnnl_stream_create(&s, e, dnnl_stream_default_flags)))
+        return -1;
+    int G = L->groups;
+    dnnl_dims_t src = {B, L->in.dim[0], L->in.dim[1], L->in.dim[2]};
+    dnnl_dims_t dst = {B, L->out.dim[0], L->out.dim[1], L->out.dim[2]};
+    dnnl_dims_t w4 = {L->units, L->in.dim[0], L->kernel, L->kernel};
+    dnnl_dims_t w5 = {G, L->units / G, L->in.dim[0] / G, L->kernel, L->kernel};
+    dnnl_dims_t st = {L->stride, L->stride}, pad = {L->pad, L->pad};
+    dnnl_memory_desc_t ms, mw, md;
+    dnnl_memory_desc_init_by_tag(&ms, 4, src, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&md, 4, dst, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&mw, G > 1 ? 5 : 4, G > 1 ? w5 : w4, dnnl_f32,
+                                 dnnl_format_tag_any);
+    dnnl_convolution_desc_t f, bd, bw;
+    dnnl_primitive_desc_t pf, pbd, pbw;
+    if (dnnl_convolution_forward_desc_init(&f, dnnl_forward_training, dnnl_convolution_direct,
+                                           &ms, &mw, NULL, &md, st, pad, pad) ||
+        dnnl_primitive_desc_create(&pf, &f, NULL, e, NULL) ||
+        dnnl_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &ms, &mw, &md, st,
+                                                 pad, pad) ||
+        dnnl_primitive_desc_create(&pbd, &bd, NULL, e, pf) ||
+        dnnl_convolution_backward_weights_desc_init(&bw, dnnl_convolution_direct, &ms, &mw, NULL,
+                                                    &md, st, pad, pad) ||
+        dnnl_primitive_desc_create(&pbw, &bw, NULL, e, pf))
+        return -1;
+    static const int fa[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+    static const dnnl_query_t fq[] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md};
+    static const int da[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
+    static const dnnl_query_t dq[] = {dnnl_query_diff_dst_md, dnnl_query_weights_md,
+                                      dnnl_query_diff_src_md};
+    static const int wa[] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS};
+    static const dnnl_query_t wq[] = {dnnl_query_src_md, dnnl_query_diff_dst_md,
+                                      dnnl_query_diff_weights_md};
+    double t = kernel_time(e, s, pf, fa, fq, 3, R) + kernel_time(e, s, pbd, da, dq, 3, R) +
+               kernel_time(e, s, pbw, wa, wq, 3, R);
+    dnnl_primitive_desc_destroy(pf), dnnl_primitive_desc_destroy(pbd);
+    dnnl_primitive_desc_destroy(pbw);
+    return t;
+}
+#else
+static double dnnl_bound(const rp_layer *L, int B, int R) {
+    (void)L, (void)B, (void)R;
+    return -1;
+}
+#endif
 
 /* Kernel offsets k whose input index o S - P + k lies inside [0, n) for
 ** some output o: the engine's rule for the taps it keeps. */
@@ -73,9 +170,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     openblas_set_num_threads(1);
-    double full_total = 0, gemm_total = 0, layer_total = 0;
-    printf("%-6s %-28s %10s %10s %10s %12s\n", "layer", "shape (O, CKK/G, B*HW)", "full",
-           "kept", "layer", "kept / layer");
+    double full_total = 0, gemm_total = 0, layer_total = 0, bound_total = 0;
+    printf("%-6s %-28s %10s %10s %8s %10s %10s %13s\n", "layer", "shape (O, CKK/G, B*HW)", "full",
+           "kept", "kernel", "bound", "layer", "bound / layer");
     for (int l = 0; l < m->num_layers; l++) {
         const rp_layer *L = &m->layers[l];
         if (L->type != RP_LAYER_CONV2D)
@@ -89,6 +186,7 @@ int main(int argc, char **argv) {
         double full = products(G, O, K, N, R);
         double g = T == L->kernel * L->kernel ? full
                                               : products(G, O, L->in.dim[0] / G * T, N, R);
+        double bound = g; /* im2col's: the kept products */
         /* the layer as the engine runs it */
         rp_net *net;
         rp_acts *acts;
@@ -98,6 +196,9 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_conv_bound: %s\n", err.msg);
             return 1;
         }
+        const char *kernel = rp_net_conv_kernel(net, l);
+        if (strcmp(kernel, "onednn") == 0)
+            bound = dnnl_bound(L, B, R);
         size_t ni = rp_net_in_size(net) * B, no = rp_net_out_size(net) * B;
         float *x = malloc(sizeof(float) * ni), *dy = malloc(sizeof(float) * no);
         for (size_t i = 0; i < ni; i++)
@@ -119,12 +220,12 @@ int main(int argc, char **argv) {
         rp_net_free(net);
         char shape[64];
         snprintf(shape, sizeof shape, "%d x (%d, %d, %d)", G, O, K, N);
-        printf("%-6d %-28s %7.2f ms %7.2f ms %7.2f ms %12.2f\n", l, shape, full * 1e3, g * 1e3,
-               lt * 1e3, g / lt);
-        full_total += full, gemm_total += g, layer_total += lt;
+        printf("%-6d %-28s %7.2f ms %7.2f ms %8s %7.2f ms %7.2f ms %13.2f\n", l, shape,
+               full * 1e3, g * 1e3, kernel, bound * 1e3, lt * 1e3, bound / lt);
+        full_total += full, gemm_total += g, layer_total += lt, bound_total += bound;
     }
-    printf("all    %-28s %7.2f ms %7.2f ms %7.2f ms %12.2f\n", "", full_total * 1e3,
-           gemm_total * 1e3, layer_total * 1e3, gemm_total / layer_total);
+    printf("all    %-28s %7.2f ms %7.2f ms %8s %7.2f ms %7.2f ms %13.2f\n", "", full_total * 1e3,
+           gemm_total * 1e3, "", bound_total * 1e3, layer_total * 1e3, bound_total / layer_total);
     rp_model_free(m);
     return 0;
 }

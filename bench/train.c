@@ -8,8 +8,10 @@
 ** workers copy their rows from the dataset (rp_session_run_samples);
 ** PyTorch's loop takes contiguous slices of its tensors and copies none.
 ** Prints one JSON line (rank 0 under MPI). With --text FILE a token model
-** trains on FILE's bytes instead of Fashion-MNIST.
-** Usage: bench_train MODEL CONFIG STEPS [--mpi] [--text FILE] [--warmup N]
+** trains on FILE's bytes instead of Fashion-MNIST; with --synthetic K an
+** image model on 4096 random samples of its input's shape in K classes.
+** Usage: bench_train MODEL CONFIG STEPS [--mpi] [--text FILE] [--synthetic K]
+**        [--warmup N]
 */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -22,17 +24,20 @@
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_train MODEL CONFIG STEPS [--mpi] [--text FILE] [--warmup N]\n");
+        fprintf(stderr, "usage: bench_train MODEL CONFIG STEPS [--mpi] [--text FILE] "
+                        "[--synthetic K] [--warmup N]\n");
         return 2;
     }
     const char *text = NULL;
     bool use_mpi = false;
-    int warmup = 20;
+    int warmup = 20, classes = 0;
     for (int i = 4; i < argc; i++) {
         if (strcmp(argv[i], "--mpi") == 0)
             use_mpi = true;
         else if (strcmp(argv[i], "--text") == 0 && i + 1 < argc)
             text = argv[++i];
+        else if (strcmp(argv[i], "--synthetic") == 0 && i + 1 < argc)
+            classes = atoi(argv[++i]);
         else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc)
             warmup = atoi(argv[++i]);
         else {
@@ -61,7 +66,8 @@ int main(int argc, char **argv) {
     if (rp_model_load(&m, argv[1], &err) || rp_config_load_file(&cfg, argv[2], &err) ||
         (text ? rp_tokens_read(text, false, &tokens, &count, &vocab, &err) ||
                     rp_dataset_from_tokens(tokens, count, m->input.dim[0], vocab, text, &d, &err)
-              : rp_dataset_load_idx(&d, RP_FASHION_MNIST_DIR, true, &err)) ||
+         : classes > 0 ? rp_dataset_synthetic(&d, 4096, m->input, classes, 1, &err)
+                       : rp_dataset_load_idx(&d, RP_FASHION_MNIST_DIR, true, &err)) ||
         (comm ? rp_session_create_mpi(m, &cfg, comm, &s, &err)
               : rp_session_create(m, &cfg, &s, &err))) {
         fprintf(stderr, "bench_train: %s\n", err.msg);

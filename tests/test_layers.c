@@ -580,7 +580,8 @@ static void onednn_equals_im2col(const char *spec, int B, const char *kernel) {
     const float *y[2], *din[2];
     float *g[2][3]; /* each net's gradients: written, then twice that, then split */
     for (int k = 0; k < 2; k++) {
-        rp_net_options o = {.conv_im2col = k == 1, .split_backward = true};
+        rp_net_options o = {.conv_kernel = k == 1 ? RP_CONV_IM2COL : RP_CONV_ONEDNN,
+                            .split_backward = true};
         CHECK(rp_net_create_with(m, 0, m->num_layers, B, &o, &net[k], &err) == RP_OK);
         CHECK(rp_acts_create(net[k], B, &acts[k], &err) == RP_OK);
         float *p = rp_net_params(net[k]);
@@ -633,8 +634,39 @@ static void onednn_equals_im2col(const char *spec, int B, const char *kernel) {
     rp_model_free(m);
 }
 
+/* The kernel a net chooses by itself (RP_CONV_AUTO): oneDNN's for 8 or
+** more input channels a group (or groups) and 256 or more output
+** positions, im2col's for the rest. */
+static void conv_kernel_choice(void) {
+    static const struct { const char *spec; int B; const char *kernel; } cases[] = {
+        {"input 1 28 28\nconv2d 8 kernel=7 stride=2 pad=3\n", 4, "im2col"}, /* a stem */
+        {"input 16 8 8\nconv2d 16 kernel=3 pad=1\n", 4, "onednn"},         /* 256 positions */
+        {"input 16 8 8\nconv2d 16 kernel=3 pad=1\n", 3, "im2col"},         /* 192 */
+        {"input 16 8 8\nconv2d 16 kernel=3 pad=1 groups=16\n", 4, "onednn"},
+        {"input 16 1 1\nconv2d 16 kernel=3 pad=1\n", 512, "im2col"}, /* taps kept */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        rp_model *m;
+        rp_net *net;
+        rp_error err;
+        CHECK(rp_model_parse(&m, cases[i].spec, strlen(cases[i].spec), "choice", &err) == RP_OK);
+        CHECK(rp_net_create(m, 0, m->num_layers, cases[i].B, &net, &err) == RP_OK);
+        const char *want = cases[i].kernel, *got = rp_net_conv_kernel(net, 0);
+#ifndef REPIPE_EXPECT_DNNL
+        want = "im2col";
+#endif
+        if (getenv("REPIPE_CONV") && strcmp(getenv("REPIPE_CONV"), "im2col") == 0)
+            want = "im2col";
+        CHECKF(got && strcmp(got, want) == 0, "%s at batch %d: %s, not %s", cases[i].spec,
+               cases[i].B, got ? got : "none", want);
+        rp_net_free(net);
+        rp_model_free(m);
+    }
+}
+
 int main(void) {
     gelu_tanh_accuracy();
+    conv_kernel_choice();
     /* the convolutions of torchvision's ResNets, VGG, MobileNet and DenseNet:
     ** 7 x 7 stride 2, 3 x 3 with and without stride, 1 x 1 with stride,
     ** groups and depthwise, bias or none, a batch not a tile's multiple */

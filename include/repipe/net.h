@@ -67,10 +67,14 @@ typedef struct rp_net_options {
     ** (the group's size x n), in rank order; a vocabulary-split loss's. */
     void (*tp_allgather)(void *ctx, const float *in, size_t n, float *out);
     void *tp_ctx;
-    /* Every convolution lowered to a matrix product (im2col), none through
-    ** oneDNN's kernels; REPIPE_CONV=im2col does the same for a process. */
-    bool conv_im2col;
+    /* Which kernel runs the convolutions: RP_CONV_AUTO (0) chooses each
+    ** layer's by its shape (rp_net_conv_kernel says which it chose);
+    ** RP_CONV_IM2COL lowers every one to a matrix product (as
+    ** REPIPE_CONV=im2col does for a process); RP_CONV_ONEDNN runs every one
+    ** oneDNN takes through it, but where the lowering keeps only some taps. */
+    int conv_kernel;
 } rp_net_options;
+enum { RP_CONV_AUTO = 0, RP_CONV_IM2COL, RP_CONV_ONEDNN };
 /* The kernel that runs convolution layer l of the net: "onednn" or
 ** "im2col" (NULL: l is not a convolution of the net). */
 const char *rp_net_conv_kernel(const rp_net *net, int l);

@@ -97,6 +97,23 @@ bool rpi_conv_reduced(const rp_layer *L) {
     return lw.reduced;
 }
 
+/* Measured layer by layer (bench/conv_bound.c, one core, forward and
+** backward) on torchvision's resnet18 at 28 x 28, batch 64, and resnet50 at
+** 64 x 64, batch 32: oneDNN's kernels, reorders included, ahead of im2col
+** by 1.1 to 1.7 times on every layer with 8 or more input channels a group
+** and 256 or more output positions (B OH OW), within 5 % either way at 512
+** positions and 1 x 1 kernels, and behind on the rest: the stems (1 and 3
+** input channels: 4.2 against 11.7 ms, 33 against 43) and the last stage's
+** 2 x 2 and 1 x 1 planes at 64 and 128 positions (up to 19 against 30 ms),
+** where the reorders outweigh the kernels. Depthwise and grouped ones go to
+** oneDNN, which has kernels for them. The rule is the shape's alone, so
+** the same configuration always computes with the same kernels. */
+bool rpi_conv_direct(const rp_layer *L, int B) {
+    size_t positions = (size_t)B * L->out.dim[1] * L->out.dim[2];
+    int per_group = L->in.dim[0] / L->groups;
+    return !rpi_conv_reduced(L) && positions >= 256 && (per_group >= 8 || L->groups > 1);
+}
+
 void rpi_conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp) {
     size_t positions = (size_t)conv_tile(L, B, limit) * L->out.dim[1] * L->out.dim[2];
     lowering lw;

@@ -129,6 +129,7 @@ struct rpi_conv_accel {
     dnnl_stream_t stream;
     kernel fwd, bdata, bweights;
     size_t acc_off; /* the weights' gradient made here, then added, when accumulating */
+    bool share_dout; /* the backward kernels read the output's gradient in one layout */
 };
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -263,8 +264,11 @@ static bool describe(const rp_layer *L, const dnnl_memory_desc_t md[4],
 
 /* The three kernels' ports, in the order their callers pass buffers:
 ** forward (input, weights, output, bias), the input's gradient (output's
-** gradient, weights, input's gradient), the weights' (input, output's
-** gradient, weights' gradient, bias's); ws[k] the workspace of each. */
+** gradient, weights, input's gradient), the weights' (output's gradient,
+** input, weights' gradient, bias's); ws[k] the workspace of each. The two
+** backward kernels take the output's gradient first, at the same place in
+** the workspace: where they want it in one layout, the input's kernel
+** reads what the weights' reordered. */
 static bool make_ports(rpi_conv_accel *c, const rp_layer *L, const dnnl_memory_desc_t md[4],
                        dnnl_primitive_desc_t pd[3], size_t ws[3]) {
     kernel *f = &c->fwd, *d = &c->bdata, *w = &c->bweights;
@@ -280,8 +284,8 @@ static bool make_ports(rpi_conv_accel *c, const rp_layer *L, const dnnl_memory_d
            add_port(d, pd[1], dnnl_query_weights_md, DNNL_ARG_WEIGHTS, false, wt, &ws[1]) &&
            add_port(d, pd[1], dnnl_query_diff_src_md, DNNL_ARG_DIFF_SRC, true, in, &ws[1]) &&
            make_kernel(d, pd[1], &ws[1]) &&
-           add_port(w, pd[2], dnnl_query_src_md, DNNL_ARG_SRC, false, in, &ws[2]) &&
            add_port(w, pd[2], dnnl_query_diff_dst_md, DNNL_ARG_DIFF_DST, false, out, &ws[2]) &&
+           add_port(w, pd[2], dnnl_query_src_md, DNNL_ARG_SRC, false, in, &ws[2]) &&
            add_port(w, pd[2], dnnl_query_diff_weights_md, DNNL_ARG_DIFF_WEIGHTS, true, wt,
                     &ws[2]) &&
            (!L->bias || add_port(w, pd[2], dnnl_query_diff_weights_md, DNNL_ARG_DIFF_BIAS, true,
@@ -307,6 +311,14 @@ rpi_conv_accel *rpi_conv_accel_create(const rp_layer *L, int B, size_t *ws_bytes
     bool ok = c && describe(L, md, pd) &&
               !p_dnnl_stream_create(&c->stream, engine, dnnl_stream_default_flags) &&
               make_ports(c, L, md, pd, ws);
+    if (ok) {
+        c->B = B;
+        const port *wd = &c->bweights.ports[0], *dd = &c->bdata.ports[0];
+        c->share_dout = wd->reorder && dd->reorder && wd->off == dd->off &&
+                        p_dnnl_memory_desc_equal(
+                            p_dnnl_primitive_desc_query_md(pd[1], dnnl_query_diff_dst_md, 0),
+                            p_dnnl_primitive_desc_query_md(pd[2], dnnl_query_diff_dst_md, 0));
+    }
     for (int i = 0; i < 3; i++)
         if (pd[i])
             p_dnnl_primitive_desc_destroy(pd[i]);
@@ -314,10 +326,11 @@ rpi_conv_accel *rpi_conv_accel_create(const rp_layer *L, int B, size_t *ws_bytes
         rpi_conv_accel_free(c);
         return NULL;
     }
-    c->B = B;
     /* the kernels run one after another and keep nothing in the workspace
-    ** between calls: they share it; the weights' gradient, when added to
-    ** what is there, is made after the weights' kernel's own */
+    ** between calls (but the output's gradient, reordered, from the
+    ** weights' kernel to the input's in one backward): they share it; the
+    ** weights' gradient, when added to what is there, is made after the
+    ** weights' kernel's own */
     size_t nw = (size_t)L->units * (L->in.dim[0] / L->groups) * L->kernel * L->kernel;
     c->acc_off = ws[2];
     ws[2] += align64(sizeof(float) * (nw + (size_t)L->units));
@@ -326,8 +339,10 @@ rpi_conv_accel *rpi_conv_accel_create(const rp_layer *L, int B, size_t *ws_bytes
     return c;
 }
 
-/* Runs kernel k: the user's buffers ptr[i] for its ports, ws its workspace. */
-static bool run(rpi_conv_accel *c, kernel *k, void *const *ptr, unsigned char *ws) {
+/* Runs kernel k: the user's buffers ptr[i] for its ports, ws its workspace;
+** where `reordered`, its first port's reorder is in the workspace already. */
+static bool run(rpi_conv_accel *c, kernel *k, void *const *ptr, unsigned char *ws,
+                bool reordered) {
     dnnl_exec_arg_t args[5];
     bool ok = true;
     for (int i = 0; i < k->n && ok; i++) {
@@ -336,7 +351,7 @@ static bool run(rpi_conv_accel *c, kernel *k, void *const *ptr, unsigned char *w
         if (p->reorder) {
             ok = ok && !p_dnnl_memory_set_data_handle(p->prim, ws + p->off);
             dnnl_exec_arg_t r[2] = {{DNNL_ARG_FROM, p->user}, {DNNL_ARG_TO, p->prim}};
-            if (!p->out)
+            if (!p->out && !(reordered && i == 0))
                 ok = ok && !p_dnnl_primitive_execute(p->reorder, c->stream, 2, r);
         }
         args[i] = (dnnl_exec_arg_t){p->arg, p->reorder ? p->prim : p->user};
@@ -361,7 +376,7 @@ bool rpi_conv_accel_forward(rpi_conv_accel *c, const layer_args *a) {
     const rp_layer *L = a->L;
     size_t nw = (size_t)L->units * (L->in.dim[0] / L->groups) * L->kernel * L->kernel;
     void *ptr[4] = {(void *)a->in, (void *)a->w, a->out, (void *)(a->w + nw)};
-    return run(c, &c->fwd, ptr, a->accel_ws);
+    return run(c, &c->fwd, ptr, a->accel_ws, false);
 }
 
 bool rpi_conv_accel_backward(rpi_conv_accel *c, const layer_args *a, const float *dout,
@@ -378,8 +393,8 @@ bool rpi_conv_accel_backward(rpi_conv_accel *c, const layer_args *a, const float
     if (a->part != RPI_BACK_INPUT) {
         float *acc = (float *)(ws + c->acc_off);
         float *dw = a->accumulate ? acc : a->dw;
-        void *ptr[4] = {(void *)a->in, (void *)dout, dw, dw + nw};
-        if (!run(c, &c->bweights, ptr, ws))
+        void *ptr[4] = {(void *)dout, (void *)a->in, dw, dw + nw};
+        if (!run(c, &c->bweights, ptr, ws, false))
             return false;
         if (a->accumulate) {
             size_t n = nw + (L->bias ? (size_t)L->units : 0);
@@ -390,7 +405,7 @@ bool rpi_conv_accel_backward(rpi_conv_accel *c, const layer_args *a, const float
     if (a->part == RPI_BACK_WEIGHT || !din)
         return true;
     void *ptr[3] = {(void *)dout, (void *)a->w, din};
-    return run(c, &c->bdata, ptr, ws);
+    return run(c, &c->bdata, ptr, ws, c->share_dout && a->part == RPI_BACK_BOTH);
 }
 
 #endif /* REPIPE_HAVE_DNNL */

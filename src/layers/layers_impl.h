@@ -138,6 +138,9 @@ void rpi_conv_forward(const layer_args *a);
 /* Whether the convolution's lowering keeps only some kernel taps (some
 ** reach only padding); im2col then beats a direct kernel. */
 bool rpi_conv_reduced(const rp_layer *L);
+/* Whether a direct kernel (oneDNN's) is ahead of im2col for the layer at
+** batch B, by the rule layers_conv.c measures. */
+bool rpi_conv_direct(const rp_layer *L, int B);
 
 /* A convolution's kernels from oneDNN for batches of B (layers_dnnl.c):
 ** NULL where oneDNN is not there, refuses the shape, or the lowering is

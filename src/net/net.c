@@ -78,8 +78,10 @@ static rp_status make_accels(rp_net *n, rp_error *err) {
     size_t ws = 0;
     for (int l = n->first; l < n->last; l++) {
         const rp_layer *L = &n->m->layers[l];
-        if (n->opt.conv_im2col || n->opt.scratch_least || !rpi_conv_accel_wanted(L) ||
-            rpi_conv_reduced(L)) /* where the lowering keeps some taps, it is ahead */
+        int k = n->opt.conv_kernel;
+        if (k == RP_CONV_IM2COL || n->opt.scratch_least || L->type != RP_LAYER_CONV2D ||
+            rpi_conv_reduced(L) || (k == RP_CONV_AUTO && !rpi_conv_direct(L, n->max_batch)) ||
+            !rpi_conv_accel_wanted(L))
             continue;
         if (!n->accel && !(n->accel = calloc(n->last - n->first, sizeof *n->accel)))
             return rp_fail(err, RP_ERR_NOMEM, "out of memory");
