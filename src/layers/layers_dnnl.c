@@ -128,6 +128,7 @@ struct rpi_conv_accel {
     int B;
     dnnl_stream_t stream;
     kernel fwd, bdata, bweights;
+    size_t nw;      /* the weights' count; the bias follows them */
     size_t acc_off; /* the weights' gradient made here, then added, when accumulating */
     bool share_dout; /* the backward kernels read the output's gradient in one layout */
 };
@@ -331,9 +332,9 @@ rpi_conv_accel *rpi_conv_accel_create(const rp_layer *L, int B, size_t *ws_bytes
     ** weights' kernel to the input's in one backward): they share it; the
     ** weights' gradient, when added to what is there, is made after the
     ** weights' kernel's own */
-    size_t nw = (size_t)L->units * (L->in.dim[0] / L->groups) * L->kernel * L->kernel;
+    c->nw = (size_t)L->units * (L->in.dim[0] / L->groups) * L->kernel * L->kernel;
     c->acc_off = ws[2];
-    ws[2] += align64(sizeof(float) * (nw + (size_t)L->units));
+    ws[2] += align64(sizeof(float) * (c->nw + (size_t)L->units));
     for (int i = 0; i < 3; i++)
         *ws_bytes = ws[i] > *ws_bytes ? ws[i] : *ws_bytes;
     return c;
@@ -368,25 +369,28 @@ static bool run(rpi_conv_accel *c, kernel *k, void *const *ptr, unsigned char *w
     return ok && !p_dnnl_stream_wait(c->stream);
 }
 
-bool rpi_conv_accel_forward(rpi_conv_accel *c, const layer_args *a) {
+/* Whether the call is the kernels' to make (a batch of B, a workspace),
+** with OpenMP's count of threads for this thread set to one. */
+static bool ready(const rpi_conv_accel *c, const layer_args *a) {
     if (!c || c->B != a->B || !a->accel_ws)
         return false;
     if (set_omp_threads)
         set_omp_threads(1);
-    const rp_layer *L = a->L;
-    size_t nw = (size_t)L->units * (L->in.dim[0] / L->groups) * L->kernel * L->kernel;
-    void *ptr[4] = {(void *)a->in, (void *)a->w, a->out, (void *)(a->w + nw)};
+    return true;
+}
+
+bool rpi_conv_accel_forward(rpi_conv_accel *c, const layer_args *a) {
+    if (!ready(c, a))
+        return false;
+    void *ptr[4] = {(void *)a->in, (void *)a->w, a->out, (void *)(a->w + c->nw)};
     return run(c, &c->fwd, ptr, a->accel_ws, false);
 }
 
 bool rpi_conv_accel_backward(rpi_conv_accel *c, const layer_args *a, const float *dout,
                              float *din) {
-    if (!c || c->B != a->B || !a->accel_ws)
+    if (!ready(c, a))
         return false;
-    if (set_omp_threads)
-        set_omp_threads(1);
-    const rp_layer *L = a->L;
-    size_t nw = (size_t)L->units * (L->in.dim[0] / L->groups) * L->kernel * L->kernel;
+    size_t nw = c->nw;
     unsigned char *ws = a->accel_ws;
     /* the weights' gradient first: din may be where the net kept the
     ** layer's input, which it reads */
@@ -397,7 +401,7 @@ bool rpi_conv_accel_backward(rpi_conv_accel *c, const layer_args *a, const float
         if (!run(c, &c->bweights, ptr, ws, false))
             return false;
         if (a->accumulate) {
-            size_t n = nw + (L->bias ? (size_t)L->units : 0);
+            size_t n = nw + (a->L->bias ? (size_t)a->L->units : 0);
             for (size_t i = 0; i < n; i++)
                 a->dw[i] += acc[i];
         }
