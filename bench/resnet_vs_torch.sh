@@ -3,7 +3,9 @@
 # PyTorch training the same module: one thread each, batch 64, SGD, the same number of
 # updates, in one run. Each side runs ROUNDS times, alternating; the median samples/s of each
 # is compared. PyTorch and torchvision: PyPI's, the project's environment (scripts/python-env),
-# named by version and build on the last line.
+# named by version and build on the last line. Beside them, the model's bound: its
+# convolutions' kernels alone (bench_conv_bound: oneDNN's kernels, or im2col's products, for
+# each layer as the engine chooses it), as samples/s at most.
 # ARCH=resnet50 times torchvision's resnet50 on random 3 x 64 x 64 images instead (batch
 # BATCH, 32 by default; 5 warm-up updates).
 # Usage: [ARCH=resnet50] bench/resnet_vs_torch.sh BUILD_DIR [ROUNDS] [STEPS]
@@ -44,5 +46,7 @@ printf '%-9s %6s %14s %14s %8s   (median of %d alternating rounds)\n' model step
 printf '%-9s %6s %14s %14s %7.2fx\n' "$arch" "$steps" "$r" "$t" \
   "$(awk -v r="$r" -v t="$t" 'BEGIN { print r / t }')"
 echo "rounds: repipe $(rates < "$tmp/r" | tr '\n' ' ')| PyTorch $(rates < "$tmp/t" | tr '\n' ' ')"
+bound=$("$build/bench/bench_conv_bound" "$tmp/model" "$batch" 3 | awk '$1 == "all" { print $(NF - 4) }')
+awk -v b="$bound" -v B="$batch" -v r="$r" 'BEGIN { printf "bound: the convolutions alone %.1f ms a step, %.1f samples/s at most; repipe at %.2f of it\n", b, B * 1000 / b, r / (B * 1000 / b) }'
 "$py" -c 'import torch; c = torch.__config__.show(); print("PyTorch", torch.__version__,
   "(PyPI; oneDNN:", torch.backends.mkldnn.is_available(), "; MKL:", torch.backends.mkl.is_available(), ")")'
