@@ -30,6 +30,34 @@ SHAPE = Shape(V=256, T=64, C=128, H=8, K=2, M=344, blocks=4, eps=1e-6, theta=100
 T, V = SHAPE.T, SHAPE.V
 
 
+def gemm_bound(B):
+    """The step's matrix products alone, as one thread runs them (numpy's matmul on its own
+    OpenBLAS, best of 5 each, tokens/s): per block q and o (C x C), k and v (C x K C / H),
+    gate and up (C x M), down (M x C), each head's scores and mixing (T x T x C / H); the head
+    (C x V). Backward takes two products a forward one (both gradients), but none for the
+    embedding's input; causal attention is counted whole, as the engine multiplies it."""
+    import time
+    Sh = SHAPE
+    N, hd = B * Sh.T, Sh.C // Sh.H
+    kv = Sh.K * hd
+    blocks = [(N, Sh.C, Sh.C)] * 2 + [(N, Sh.C, kv)] * 2 + [(N, Sh.C, Sh.M)] * 2 + \
+        [(N, Sh.M, Sh.C)]
+    heads = [(Sh.T, hd, Sh.T), (Sh.T, Sh.T, hd)]  # every sample's and head's at once
+
+    def best(m, k, n, batch=()):
+        x = np.ones(batch + (m, k), np.float32)
+        w = np.ones(batch + (k, n), np.float32)
+        t = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            x @ w
+            t.append(time.perf_counter() - t0)
+        return min(t)
+    step = Sh.blocks * (sum(best(*s) for s in blocks) +
+                        sum(best(*s, batch=(B * Sh.H,)) for s in heads)) + best(N, Sh.C, Sh.V)
+    return N / (3 * step)
+
+
 def speed(a, model, opt, xs, ys, torch_model):
     """Tokens per second of both trainers, rounds interleaved so that the machine's drift
     falls on both; the first update of each round is not timed (warm-up)."""
@@ -62,6 +90,10 @@ def speed(a, model, opt, xs, ys, torch_model):
     print("  PyTorch %s tokens/s" % " ".join("%.0f" % v for v in theirs))
     print("  repipe / PyTorch: median %.3f (range %.3f to %.3f)" %
           (ratios[len(ratios) // 2], ratios[0], ratios[-1]))
+    bound = gemm_bound(B)
+    best = sorted(ours)[len(ours) // 2]
+    print("  bound: the step's matrix products alone %.0f tokens/s; repipe's median at %.2f of it"
+          % (bound, best / bound))
 
 
 def main():
