@@ -3,17 +3,16 @@
 ** OpenBLAS and cJSON are (core/dlib.h).
 **
 ** Why: lowered to one matrix product (im2col, layers_conv.c), a
-** convolution pays for writing and reading its columns, and a product
-** as narrow as a late ResNet layer's (B OH OW of 64 or 256 columns) runs
-** far below the GEMM's rate. oneDNN's direct kernels read the input in
-** place, in a channel-blocked layout. On one core (Xeon, AVX-512) the
-** convolutions of torchvision's resnet18 on 28 x 28 images, batch 64, took
-** 137 ms forward and backward by im2col and 98 ms by oneDNN 2.6 (blocked
-** layouts, the reorders to and from them counted), each layer's kernel
-** ahead but for the layers whose kernel reaches past a 1 x 1 or 2 x 2
-** plane into padding alone: there the lowering keeps only the taps that
-** reach the input (the products shrink by up to nine times), and im2col
-** stays (bench/conv_bound.c measures both).
+** convolution pays for writing and reading its columns. oneDNN's direct
+** kernels read the input in place, in a channel-blocked layout. On one
+** core (Xeon, AVX-512), torchvision's resnet18 on 28 x 28 images, batch 64:
+** the convolutions took 132 ms forward and backward by im2col, 99 ms with
+** oneDNN's where they are ahead (its 3 x 3 layers 5.5 against 8.6 ms at 64
+** channels on 7 x 7). Where they are not, im2col stays: few input
+** channels (a stem), few output positions (the last stage's 2 x 2 and
+** 1 x 1 planes), or a lowering that keeps only the taps that reach the
+** input; rpi_conv_direct (layers_conv.c) holds the rule and its
+** measurements, bench/conv_bound.c measures both.
 **
 ** The engine's buffers stay in its flat NCHW layout: each call reorders
 ** what a kernel wants in a blocked layout into the net's workspace and
