@@ -243,18 +243,17 @@ class Profiles(unittest.TestCase):
                              + ["h.%d: Block" % i for i in range(4)]
                              + ["ln_f: LayerNorm", "lm_head: Linear"])
             self.assertEqual(nodes["node9"][1]["parameter_size"], 0)  # the tied head
-        # attention that costs more than everything else: the profile's forward holds it
+        # attention that costs more than everything else (384 positions, width 8, a
+        # vocabulary of 8): the profile's forward holds it, in the blocks. Read within the one
+        # profile (the blocks' share of its forward), not against a second timing that a busy
+        # machine could slow apart: without the attention's time the blocks would hold a
+        # layernorm and two 8-wide products, less than the embeddings and the head.
         model = torch_models.GPT(vocab=8, seq=384, d=8, heads=1, layers=2)
         x, _ = torch_models.gpt_batch(4, vocab=8, seq=384)
         path, (nodes, _) = self.profile(model, x)
-        whole = []
-        with torch.no_grad():
-            for _ in range(5):
-                t = time.perf_counter()
-                model(x)
-                whole.append(time.perf_counter() - t)
-        profiled = sum(v["forward_compute_time"] for _, v in nodes.values()) / 1e3
-        self.assertGreater(profiled, 0.5 * min(whole), (profiled, whole))
+        times = {d: v["forward_compute_time"] for d, v in nodes.values()}
+        blocks = sum(t for d, t in times.items() if d.endswith(": Block"))
+        self.assertGreater(blocks, 0.5 * sum(times.values()), times)
 
 
 if __name__ == "__main__":

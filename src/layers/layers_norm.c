@@ -12,40 +12,47 @@
 
 #include "layers_impl.h"
 
-/* Sums over a channel's n values in double, in eight running sums (a fixed
-** order, so every run gives the same bits, and the loop vectorises):
-** sum(x - shift) and sum((x - shift)^2); or, with y, sum(y) and
-** sum(y (x - shift) k). */
+/* Sums over a channel's n values in double, in 32 running sums (a fixed
+** order, so every run gives the same bits; four vectors of them, so the
+** loop is not held to one addition's latency): sum(x - shift) and
+** sum((x - shift)^2); or, with y, sum(y) and sum(y (x - shift) k). */
+#define LANES 32
 static inline void sums(const float *restrict x, const float *restrict y, size_t n, double shift,
-                        double k, double acc[2][8]) {
+                        double k, double acc[2][LANES]) {
     size_t p = 0;
     if (!y) {
-        for (; p + 8 <= n; p += 8)
-            for (int j = 0; j < 8; j++) {
+        for (; p + LANES <= n; p += LANES)
+            for (int j = 0; j < LANES; j++) {
                 double d = x[p + j] - shift;
                 acc[0][j] += d;
                 acc[1][j] += d * d;
             }
         for (; p < n; p++) {
             double d = x[p] - shift;
-            acc[0][0] += d;
-            acc[1][0] += d * d;
+            acc[0][p % LANES] += d;
+            acc[1][p % LANES] += d * d;
         }
         return;
     }
-    for (; p + 8 <= n; p += 8)
-        for (int j = 0; j < 8; j++) {
+    for (; p + LANES <= n; p += LANES)
+        for (int j = 0; j < LANES; j++) {
             acc[0][j] += y[p + j];
             acc[1][j] += y[p + j] * ((x[p + j] - shift) * k);
         }
     for (; p < n; p++) {
-        acc[0][0] += y[p];
-        acc[1][0] += y[p] * ((x[p] - shift) * k);
+        acc[0][p % LANES] += y[p];
+        acc[1][p % LANES] += y[p] * ((x[p] - shift) * k);
     }
 }
 
+/* The running sums added pairwise, in a fixed tree. */
 static inline double total(const double *a) {
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    double t[LANES];
+    memcpy(t, a, sizeof t);
+    for (int w = LANES / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++)
+            t[j] += t[j + w];
+    return t[0];
 }
 
 /* channels, and values per channel in one sample */
@@ -86,7 +93,7 @@ rp_status rpi_batchnorm_forward(const layer_args *a, rp_error *err) {
     for (int c = 0; c < C; c++) {
         /* two passes in double: the mean, then the squares about it (no
         ** cancellation) */
-        double acc[2][8] = {{0}};
+        double acc[2][LANES] = {{0}};
         for (int b = 0; b < a->B; b++)
             sums(a->in + b * per + (size_t)c * HW, NULL, HW, 0.0, 0.0, acc);
         double mu = total(acc[0]) / N;
@@ -126,7 +133,7 @@ void rpi_batchnorm_backward(const layer_args *a, const float *dout, float *din) 
     double N = (double)a->B * HW;
     for (int c = 0; c < C; c++) {
         float m = mean[c], r = rstd[c];
-        double acc[2][8] = {{0}};
+        double acc[2][LANES] = {{0}};
         for (int b = 0; b < a->B; b++)
             sums(a->in + b * per + (size_t)c * HW, dout + b * per + (size_t)c * HW, HW, m, r, acc);
         double sg = total(acc[0]), sgx = total(acc[1]);
@@ -159,7 +166,7 @@ void rpi_rmsnorm_forward(const layer_args *a) {
     for (size_t r = 0; r < rows; r++) {
         const float *x = a->in + r * D;
         float *y = a->out + r * D;
-        double acc[2][8] = {{0}};
+        double acc[2][LANES] = {{0}};
         sums(x, NULL, (size_t)D, 0.0, 0.0, acc);
         inv[r] = (float)(1.0 / sqrt(total(acc[1]) / D + L->eps));
         for (int d = 0; d < D; d++)
