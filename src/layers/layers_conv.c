@@ -111,7 +111,7 @@ bool rpi_conv_reduced(const rp_layer *L) {
 bool rpi_conv_direct(const rp_layer *L, int B) {
     size_t positions = (size_t)B * L->out.dim[1] * L->out.dim[2];
     int per_group = L->in.dim[0] / L->groups;
-    return !rpi_conv_reduced(L) && positions >= 256 && (per_group >= 8 || L->groups > 1);
+    return positions >= 256 && (per_group >= 8 || L->groups > 1);
 }
 
 void rpi_conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_t *tmp) {

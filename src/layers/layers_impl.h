@@ -139,7 +139,8 @@ void rpi_conv_forward(const layer_args *a);
 ** reach only padding); im2col then beats a direct kernel. */
 bool rpi_conv_reduced(const rp_layer *L);
 /* Whether a direct kernel (oneDNN's) is ahead of im2col for the layer at
-** batch B, by the rule layers_conv.c measures. */
+** batch B, by the rule layers_conv.c measures, its lowering keeping every
+** tap (where it does not, im2col is ahead: rpi_conv_reduced). */
 bool rpi_conv_direct(const rp_layer *L, int B);
 
 /* A convolution's kernels from oneDNN for batches of B (layers_dnnl.c):
