@@ -27,9 +27,14 @@ except ImportError:
 
 
 def run(case, tmp, timeout=120):
+    """The case on 3 ranks: a stuck peer under torchrun itself (which ends the sleeper), the
+    others forked from one process that imported PyTorch once (fork_ranks.py)."""
     out = os.path.join(tmp, case)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-           "3", os.path.join(HERE, "torch_faults_run.py"), case, out]
+    if case.startswith("stuck"):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    else:
+        cmd = [sys.executable, os.path.join(HERE, "fork_ranks.py")]
+    cmd += ["--nproc-per-node", "3", os.path.join(HERE, "torch_faults_run.py"), case, out]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     t0 = time.monotonic()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -40,17 +40,25 @@ def plan(**keys):
     return dict(GPT_11, **keys)
 
 
-def launch(world, cases, tmp):
+def launch(world, cases, tmp, torchrun=False, preload=()):
+    """The cases on `world` ranks: under torchrun itself, or (most launches) forked from one
+    process that imported PyTorch once (fork_ranks.py: the environment torchrun gives a rank,
+    without 3 CPU-seconds of imports a rank)."""
     out = os.path.join(tmp, "result-%d.json" % world)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", str(world), os.path.join(HERE, "torch_pipeline_run.py"),
-           "--out", out]
+    if torchrun:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    else:
+        cmd = [sys.executable, os.path.join(HERE, "fork_ranks.py")]
+        for m in preload:
+            cmd += ["--preload", m]
+    cmd += ["--nproc-per-node", str(world), os.path.join(HERE, "torch_pipeline_run.py"),
+            "--out", out]
     for c in cases:
         cmd += ["--case", json.dumps(c)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if p.returncode:
-        raise AssertionError("torchrun failed (%d):\n%s" % (p.returncode, p.stderr[-6000:]))
+        raise AssertionError("the launch failed (%d):\n%s" % (p.returncode, p.stderr[-6000:]))
     with open(out) as f:
         return json.load(f)
 
@@ -116,7 +124,7 @@ class PipelineEqualsOneProcess(unittest.TestCase):
             {"name": "resnet 1f1b", "model": "resnet18", "lr": 0.01,
              "plan": plan(layers_per_stage=[6, -1])},
         ]
-        res = launch(2, cases, self.tmp.name)
+        res = launch(2, cases, self.tmp.name, torchrun=True)
         for c in cases:
             r = self.check(res, c["name"], 1e-9 if c.get("dtype") == "float64" else 1e-5)
             self.assertEqual(r["uniform"], c.get("runner") != "repipe")
@@ -271,7 +279,8 @@ class HuggingFaceModels(unittest.TestCase):
                       dict(adamw, name=name + " planned, float64"),
                       dict(adamw, name=name + " planned, float64, repipe's runner",
                            runner="repipe")]
-        res = launch(4, cases, self.tmp.name)
+        res = launch(4, cases, self.tmp.name, preload=["torch_models"] +
+                     ["transformers.models.%s" % m for m in torch_models.HF_MODULES])
         for c in cases:
             r = res[c["name"]]
             tol = 1e-9 if c.get("dtype") == "float64" else 1e-5

@@ -130,6 +130,8 @@ class Skip(nn.Module):
 # (a pipeline's stages draw their masks from other generators than one process does), and
 # untouched otherwise: rt.Pipeline and repipe.torch.profile take them as they are.
 HF_MODELS = ("gpt2", "llama", "mistral", "qwen2", "bert")
+# their modules under transformers.models (imported once before a launch forks its ranks)
+HF_MODULES = tuple("%s.modeling_%s" % (m, m) for m in HF_MODELS)
 
 
 def hf(name, layers=4, vocab=64, seq=16):
