@@ -62,6 +62,68 @@ SHAPES = [
 COMMON = ["--disable-bias-linear", "--position-embedding-type", "rope", "--bf16",
           "--make-vocab-size-divisible-by", "128"]
 
+# Mixtures of experts: (name, repipe's spec, Megatron-LM's model arguments, dense first blocks).
+# Mixtral 8x7B's shape and Qwen3-30B-A3B's at 8 blocks (their experts, widths and routing as
+# released), a shape with a shared expert and a mixture every other block (Megatron-LM's
+# --moe-layer-freq 2), and DeepSeek's dense first blocks (as a --moe-layer-freq pattern).
+LLAMA_KIND = ["--swiglu", "--normalization", "RMSNorm", "--untie-embeddings-and-output-weights",
+              "--hidden-dropout", "0", "--attention-dropout", "0"]
+MOE_SHAPES = [
+    ("mixtral-8x7b-l8", "layers=8,hidden=4096,heads=32,kv_heads=8,ffn=14336,seq=4096,vocab=32000,"
+     "mlp=swiglu,norm=rmsnorm,position=rope,bias=none,tied=0,flash=1,dropout=0,experts=8,top_k=2",
+     ["--num-layers", "8", "--hidden-size", "4096", "--num-attention-heads", "32",
+      "--group-query-attention", "--num-query-groups", "8", "--ffn-hidden-size", "14336",
+      "--seq-length", "4096", "--vocab-size", "32000", "--num-experts", "8",
+      "--moe-router-topk", "2"] + LLAMA_KIND, 0),
+    ("qwen3-moe-l8", "layers=8,hidden=2048,heads=32,kv_heads=4,head_dim=128,ffn=6144,seq=4096,"
+     "vocab=151936,mlp=swiglu,norm=rmsnorm,position=rope,bias=none,tied=0,flash=1,dropout=0,"
+     "experts=128,top_k=8,moe_ffn=768",
+     ["--num-layers", "8", "--hidden-size", "2048", "--num-attention-heads", "32",
+      "--group-query-attention", "--num-query-groups", "4", "--kv-channels", "128",
+      "--ffn-hidden-size", "6144", "--seq-length", "4096", "--vocab-size", "151936",
+      "--num-experts", "128", "--moe-router-topk", "8", "--moe-ffn-hidden-size", "768"] +
+     LLAMA_KIND, 0),
+    ("shared-every2-l8", "layers=8,hidden=2048,heads=16,kv_heads=16,ffn=5632,seq=2048,vocab=50000,"
+     "mlp=swiglu,norm=rmsnorm,position=rope,bias=none,tied=0,flash=1,dropout=0,experts=16,top_k=4,"
+     "moe_ffn=1408,shared_ffn=2816,moe_every=2",
+     ["--num-layers", "8", "--hidden-size", "2048", "--num-attention-heads", "16",
+      "--ffn-hidden-size", "5632", "--seq-length", "2048", "--vocab-size", "50000",
+      "--num-experts", "16", "--moe-router-topk", "4", "--moe-ffn-hidden-size", "1408",
+      "--moe-shared-expert-intermediate-size", "2816", "--moe-layer-freq", "2"] + LLAMA_KIND, 0),
+    ("dense-first-l8", "layers=8,hidden=2048,heads=16,kv_heads=16,ffn=5632,seq=2048,vocab=50000,"
+     "mlp=swiglu,norm=rmsnorm,position=rope,bias=none,tied=0,flash=1,dropout=0,experts=16,top_k=2,"
+     "moe_ffn=1408,shared_ffn=1408,dense_first=2",
+     ["--num-layers", "8", "--hidden-size", "2048", "--num-attention-heads", "16",
+      "--ffn-hidden-size", "5632", "--seq-length", "2048", "--vocab-size", "50000",
+      "--num-experts", "16", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "1408",
+      "--moe-shared-expert-intermediate-size", "1408", "--moe-layer-freq", "([0]*2+[1]*6)"] +
+     LLAMA_KIND, 2),
+    # DeepSeek-V3's blocks at 8 (latent attention, 256 experts of 2048, 8 a token, a shared expert;
+    # with its dense first block and multi-token prediction on one pipeline rank, without them
+    # on several)
+    ("deepseek-v3-l8", "layers=8,hidden=7168,heads=128,ffn=18432,seq=4096,vocab=129280,"
+     "mlp=swiglu,norm=rmsnorm,position=rope,bias=none,tied=0,flash=1,dropout=0,kv_lora=512,"
+     "q_lora=1536,head_dim=128,rope_dim=64,v_dim=128,mtp=1,experts=256,top_k=8,moe_ffn=2048,"
+     "shared_ffn=2048,dense_first=1",
+     ["--num-layers", "8", "--hidden-size", "7168", "--num-attention-heads", "128",
+      "--ffn-hidden-size", "18432", "--seq-length", "4096", "--vocab-size", "129280",
+      "--multi-latent-attention", "--q-lora-rank", "1536", "--kv-lora-rank", "512",
+      "--qk-head-dim", "128", "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128",
+      "--mtp-num-layers", "1", "--num-experts", "256", "--moe-router-topk", "8",
+      "--moe-ffn-hidden-size", "2048", "--moe-shared-expert-intermediate-size", "2048",
+      "--moe-layer-freq", "([0]*1+[1]*7)"] + LLAMA_KIND, 1),
+    ("mla-moe-l8", "layers=8,hidden=7168,heads=128,ffn=18432,seq=4096,vocab=129280,"
+     "mlp=swiglu,norm=rmsnorm,position=rope,bias=none,tied=0,flash=1,dropout=0,kv_lora=512,"
+     "q_lora=1536,head_dim=128,rope_dim=64,v_dim=128,experts=256,top_k=8,moe_ffn=2048,"
+     "shared_ffn=2048",
+     ["--num-layers", "8", "--hidden-size", "7168", "--num-attention-heads", "128",
+      "--ffn-hidden-size", "18432", "--seq-length", "4096", "--vocab-size", "129280",
+      "--multi-latent-attention", "--q-lora-rank", "1536", "--kv-lora-rank", "512",
+      "--qk-head-dim", "128", "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128",
+      "--num-experts", "256", "--moe-router-topk", "8", "--moe-ffn-hidden-size", "2048",
+      "--moe-shared-expert-intermediate-size", "2048"] + LLAMA_KIND, 0),
+]
+
 
 def grid():
     for (name, spec, model), t, p, v, sp, do, rc in itertools.product(
@@ -78,6 +140,22 @@ def grid():
         yield name, spec, model, dict(t=t, p=p, v=v, sp=sp, do=do, rc=rc, d=d, b=b, batch=batch)
 
 
+def moe_grid():
+    """Tensor 1/2/4, pipeline 1/2/4, expert groups 1/2/4/8 with expert tensor groups of 1 or t,
+    over 4 replicas; with tensor groups, sequence parallel (Megatron-LM's rule for experts).
+    Dense first blocks on one pipeline rank only: Megatron-LM's report spreads every block's
+    parameters evenly over the pipeline, where the first rank holds the dense ones."""
+    for (name, spec, model, dense), t, p, ep, etp_t, do in itertools.product(
+            MOE_SHAPES, (1, 2, 4), (1, 2, 4), (1, 2, 4, 8), (False, True), (False, True)):
+        etp = t if etp_t else 1
+        d = 4
+        experts = int(model[model.index("--num-experts") + 1])
+        if (etp_t and t == 1) or experts % ep or (t * d) % (ep * etp) or (dense and p > 1):
+            continue
+        yield name, spec, model, dict(t=t, p=p, v=1, sp=t > 1, do=do, rc="none", d=d, b=1,
+                                      batch=d * 2 * p, ep=ep, etp=etp)
+
+
 def main():
     warnings.filterwarnings("ignore")
     os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
@@ -91,7 +169,7 @@ def main():
     import contextlib
     import io
     records = []
-    for name, spec, model, g in grid():
+    for name, spec, model, g in itertools.chain(grid(), moe_grid()):
         argv = model + COMMON + [
             "--max-position-embeddings", model[model.index("--seq-length") + 1],
             "--tensor-model-parallel-size", str(g["t"]), "--pipeline-model-parallel-size", str(g["p"]),
@@ -102,6 +180,9 @@ def main():
             argv += ["--sequence-parallel"]
         if g["do"]:
             argv += ["--use-distributed-optimizer"]
+        if g.get("ep"):
+            argv += ["--expert-model-parallel-size", str(g["ep"]),
+                     "--expert-tensor-parallel-size", str(g["etp"])]
         if g["rc"] == "selective":
             argv += ["--recompute-granularity", "selective"]
         elif g["rc"] == "full":

@@ -165,6 +165,83 @@ static void flop_counts(void) {
     CHECK(fabs(rp_transformer_flops_6n(&m, 2) - want) < 1e-9 * want);
 }
 
+/* A mixture of experts by hand: h 64, 4 heads of 16, f 96 dense, 8 experts
+** of 32, 2 a token, a shared expert of 48, every other block from the
+** second (dense_first 1, moe_every 2: blocks 2 of 0..3; block 1 is odd, so
+** only block 2). Its parameters: attention and norms in every block, the
+** dense MLP in three, and in the mixture 8 experts, the shared expert and
+** the router; a token passes 2 experts. Megatron-LM's FLOPs: the MLPs' 3 h f
+** a dense block, 3 h (2 x 32 + 48) the mixture. */
+static void experts(void) {
+    rp_transformer m, back;
+    rp_error err;
+    const char *spec = "layers=4,hidden=64,heads=4,ffn=96,mlp=swiglu,seq=32,vocab=128,"
+                       "norm=rmsnorm,position=rope,bias=none,tied=0,experts=8,top_k=2,"
+                       "moe_ffn=32,shared_ffn=48,moe_every=2,dense_first=1";
+    CHECK(rp_transformer_parse(spec, &m, &err) == RP_OK);
+    CHECK(rp_transformer_moe_blocks(&m) == 1 && rp_transformer_moe_block(&m, 2) &&
+          !rp_transformer_moe_block(&m, 0) && !rp_transformer_moe_block(&m, 1) &&
+          !rp_transformer_moe_block(&m, 3));
+    double h = 64, att = 4 * h * h + 2 * h, mlp = 3 * h * 96;
+    double moe = 8 * 3 * h * 32 + 3 * h * 48 + h * 8, active = 2 * 3 * h * 32 + 3 * h * 48 + h * 8;
+    double rest = 2 * 128 * h + h;
+    CHECK(fabs(rp_transformer_parameters(&m) - (4 * att + 3 * mlp + moe + rest)) < 1e-9);
+    CHECK(fabs(rp_transformer_active_parameters(&m) - (4 * att + 3 * mlp + active + rest)) <
+          1e-9);
+    double s = 32, tokens = 2 * s;
+    double want = tokens * (6 * h * 3 * (3 * 96 + 2 * 32 + 48) + 4 * 6 * 4 * h * h + 6 * h * 128) +
+                  2 * s * s * 6 * h * 4;
+    CHECK(fabs(rp_transformer_flops_megatron(&m, 1, 2) - want) < 1e-9 * want);
+    char text[512];
+    rp_transformer_format(&m, text, sizeof text);
+    CHECK(rp_transformer_parse(text, &back, &err) == RP_OK && memcmp(&m, &back, sizeof m) == 0);
+    /* the defaults (top 2, the dense width), and the rules */
+    CHECK(rp_transformer_parse("layers=2,hidden=64,heads=4,seq=32,vocab=128,experts=4", &m,
+                               &err) == RP_OK && m.top_k == 2 && m.moe_ffn == 256 &&
+          m.moe_every == 1 && rp_transformer_moe_blocks(&m) == 2);
+    CHECK(rp_transformer_parse("layers=2,hidden=64,heads=4,seq=32,vocab=128,top_k=2", &m, &err) ==
+              RP_ERR_INVALID && strstr(err.msg, "give experts too"));
+    CHECK(rp_transformer_parse("layers=2,hidden=64,heads=4,seq=32,vocab=128,experts=4,top_k=5",
+                               &m, &err) == RP_ERR_INVALID &&
+          strstr(err.msg, "top_k 5 is more than the 4 experts"));
+    CHECK(rp_transformer_parse("layers=2,hidden=64,heads=4,seq=32,vocab=128,experts=4,"
+                               "dense_first=2", &m, &err) == RP_ERR_INVALID &&
+          strstr(err.msg, "dense_first 2 leaves none"));
+    /* expert groups must divide the experts, a dense model has none, and
+    ** tensor groups run sequence parallel */
+    rp_cluster c;
+    CHECK(rp_cluster_get("dgx-h100", &c, &err) == RP_OK);
+    CHECK(rp_transformer_parse(spec, &m, &err) == RP_OK);
+    rp_transformer_run r;
+    rp_transformer_run_default(&r);
+    r.expert_parallel = 3;
+    CHECK(rp_transformer_run_check(&m, &c, &r, &err) == RP_ERR_INVALID &&
+          strstr(err.msg, "expert groups of 3 must divide the 8 experts"));
+    r.expert_parallel = 4, r.tensor_parallel = 2;
+    CHECK(rp_transformer_run_check(&m, &c, &r, &err) == RP_ERR_INVALID &&
+          strstr(err.msg, "runs sequence parallel"));
+    r.sequence_parallel = true;
+    CHECK(rp_transformer_run_check(&m, &c, &r, &err) == RP_OK);
+    /* ep 4 over a stage of t 2 x d 1 ranks: refused; of t 2 x d 2, the rank
+    ** holds half the products (the vocabulary padded to 256 for t 2), the
+    ** norms and the router whole, and a quarter of the experts */
+    rp_transformer_layout lay = {.p = 1, .d = 1, .v = 1, .micro_batches = 1};
+    rp_transformer_memory mem;
+    CHECK(rp_transformer_rank_memory(&m, &r, &lay, 0, &mem, &err) == RP_ERR_INVALID &&
+          strstr(err.msg, "do not divide a stage's 2 ranks"));
+    lay.d = 2;
+    CHECK(rp_transformer_rank_memory(&m, &r, &lay, 0, &mem, &err) == RP_OK);
+    double shard = (4 * (4 * h * h) + 3 * 3 * h * 96 + 3 * h * 48 + 2 * 256 * h) / 2 +
+                   4 * 2 * h + h * 8 + h + 8.0 / 4 * 3 * h * 32;
+    CHECK(fabs(mem.parameters - shard) < 1e-6);
+    rp_transformer dense;
+    CHECK(rp_transformer_parse("llama3-8b", &dense, &err) == RP_OK);
+    rp_transformer_run_default(&r);
+    r.expert_parallel = 2;
+    CHECK(rp_transformer_run_check(&dense, &c, &r, &err) == RP_ERR_INVALID &&
+          strstr(err.msg, "need a mixture of experts"));
+}
+
 /* The profile's parameters against the paper's count of a GPT's
 ** (Narayanan et al., appendix: 12 l h^2 (1 + 13 / 12h + (V + s) / 12 l h)),
 ** the head's tied copy aside; and a tensor group's ranks hold a t-th of
@@ -392,6 +469,7 @@ int main(void) {
     user_files();
     shapes();
     flop_counts();
+    experts();
     profile_parameters();
     block_bytes();
     fp32_runs();

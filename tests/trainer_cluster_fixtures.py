@@ -9,7 +9,8 @@ Run it where megatron-core 0.19 and torchtitan 0.3 are installed (a scratch envi
 
 tests/trainers_cluster_test.py checks the records in `make test` without either package.
 Megatron-LM's validate_args asks the device's architecture only to warn about CUDA stream
-settings, and is told Hopper's (9); WORLD_SIZE is the plan's devices, as a launcher sets it."""
+settings and to check that grouped products (--moe-grouped-gemm) have kernels, and is told
+Hopper's (9, compute capability 9.0); WORLD_SIZE is the plan's devices, as a launcher sets it."""
 import contextlib
 import importlib.metadata
 import io
@@ -25,7 +26,10 @@ OUT = os.path.join(HERE, "fixtures", "trainers", "cluster_cases.json")
 sys.path.insert(0, HERE)
 from trainer_fixtures import megatron_stages, settings_argv  # noqa: E402
 
-# name, torchtitan's flavour of the model, the plan's arguments
+QWEN3_235B = ("layers=94,hidden=4096,heads=64,kv_heads=4,head_dim=128,ffn=12288,seq=4096,"
+              "vocab=151936,mlp=swiglu,norm=rmsnorm,position=rope,bias=none,tied=0,flash=1,"
+              "dropout=0,qk_norm=1,experts=128,top_k=8,moe_ffn=1536")
+# name, torchtitan's flavour of the model (None: Megatron-LM's reading only), the plan's arguments
 CASES = [
     ("llama3-8b-fp8-fsdp", "8B",
      ["--cluster", "dgx-h100", "--devices", "8", "--global-batch", "128", "--transformer",
@@ -44,6 +48,26 @@ CASES = [
     ("llama3-8b-full-balanced", "8B",
      ["--cluster", "dgx-h100", "--devices", "32", "--global-batch", "64", "--transformer",
       "llama3-8b", "--tp", "2", "--pp", "4", "--recompute", "full", "--vp", "1"]),
+    # mixtures of experts, Megatron-LM's reading only (torchtitan's are models of its own): the
+    # published H100 runs of Megatron-Bridge's summary, and repipe's own plan for one
+    ("qwen3-30b-a3b-ep16", None,
+     ["--cluster", "dgx-h100", "--devices", "16", "--global-batch", "1024",
+      "--transformer-config", os.path.join(HERE, "fixtures", "hf-configs", "qwen3-30b-a3b.json"),
+      "--transformer", "seq=4096", "--tp", "1", "--pp", "1", "--cp", "1", "--vp", "1",
+      "--micro-batch", "1", "--ep", "16", "--precision", "fp8"]),
+    ("qwen3-235b-t2-p8-v4-ep32", None,
+     ["--cluster", "dgx-h100", "--devices", "256", "--global-batch", "8192", "--transformer",
+      QWEN3_235B, "--tp", "2", "--pp", "8", "--cp", "1", "--vp", "4", "--micro-batch", "1",
+      "--ep", "32", "--precision", "fp8", "--recompute", "none"]),
+    ("deepseek-v3-t2-p8-v4-ep64", None,
+     ["--cluster", "dgx-h100", "--devices", "1024", "--global-batch", "8192",
+      "--transformer-config", os.path.join(HERE, "fixtures", "hf-configs", "deepseek-v3.json"),
+      "--transformer", "seq=4096", "--tp", "2", "--pp", "8", "--cp", "1", "--vp", "4",
+      "--micro-batch", "1", "--ep", "64", "--precision", "fp8", "--stages", "balanced"]),
+    ("mixtral-own-plan", None,
+     ["--cluster", "dgx-h100", "--devices", "64", "--global-batch", "512",
+      "--transformer-config", os.path.join(HERE, "fixtures", "hf-configs", "mixtral-8x7b.json"),
+      "--transformer", "seq=4096"]),
 ]
 MEGATRON_ARGS = [
     "num_layers", "hidden_size", "num_attention_heads", "group_query_attention",
@@ -55,7 +79,12 @@ MEGATRON_ARGS = [
     "use_distributed_optimizer", "use_megatron_fsdp", "data_parallel_sharding_strategy",
     "recompute_granularity", "recompute_method", "recompute_num_layers", "micro_batch_size",
     "global_batch_size", "bf16", "fp8", "fp8_recipe", "overlap_grad_reduce",
-    "overlap_param_gather", "tp_comm_overlap", "attention_backend"]
+    "overlap_param_gather", "tp_comm_overlap", "attention_backend",
+    "num_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+    "moe_layer_freq", "expert_model_parallel_size", "expert_tensor_parallel_size",
+    "moe_token_dispatcher_type", "moe_grouped_gemm", "overlap_moe_expert_parallel_comm",
+    "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+    "v_head_dim", "mtp_num_layers", "qk_layernorm"]
 
 
 def emit(repipe, args, trainer, tmp):
@@ -80,6 +109,9 @@ def megatron_reads(settings, devices):
     os.environ["WORLD_SIZE"] = str(devices)
     import megatron.training.arguments as arguments
     arguments.get_device_arch_version = lambda: 9  # Hopper's, as on an H100: no GPU here
+    # (and the grouped products' check of the same: an H100's compute capability)
+    import torch
+    torch.cuda.get_device_capability = lambda *a: (9, 0)
     sys.argv = ["pretrain_gpt.py"] + settings_argv(settings)
     with contextlib.redirect_stdout(io.StringIO()):
         args = arguments.validate_args(arguments.parse_args())
@@ -147,7 +179,7 @@ def main():
     cases = []
     for name, flavour, args in CASES:
         case = {"name": name, "args": args, "torchtitan_flavour": flavour}
-        for trainer in ("megatron", "torchtitan"):
+        for trainer in ("megatron", "torchtitan") if flavour else ("megatron",):
             with tempfile.TemporaryDirectory() as tmp:
                 settings, plan, why = emit(repipe, args, trainer, tmp)
             reads = (megatron_reads(settings, plan["devices"]) if trainer == "megatron"
@@ -157,7 +189,8 @@ def main():
                 "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel",
                 "micro_batch", "micro_batches", "virtual_stages", "schedule", "sequence_parallel",
                 "recompute", "sharding", "precision", "overlap", "layers_per_stage",
-                "transformer", "global_batch", "devices")}
+                "transformer", "global_batch", "devices", "expert_parallel",
+                "expert_tensor_parallel")}
             print(name, trainer, "ok")
         cases.append(case)
     versions = {"megatron-core": importlib.metadata.version("megatron-core"),

@@ -153,7 +153,8 @@ def settings_argv(settings):
 def megatron_stages(args):
     """The stages of megatron-core's layout of the parsed arguments (args'
     pipeline_model_parallel_layout, a string or its object): per pipeline rank and virtual
-    stage, whether it holds the embedding and the loss, and its transformer layers' ids."""
+    stage, whether it holds the embedding and the loss, and its transformer layers' ids (and
+    its multi-token prediction blocks, where there are)."""
     from megatron.core import parallel_state
     from megatron.core.transformer.enums import LayerType
     from megatron.core.transformer.pipeline_parallel_layer_layout import (
@@ -162,14 +163,16 @@ def megatron_stages(args):
     layout = args.pipeline_model_parallel_layout
     if isinstance(layout, str):
         layout = PipelineParallelLayerLayout.from_str(layout, pp)
-    layout.validate_layer_layout(args.num_layers, None)
+    layout.validate_layer_layout(args.num_layers, getattr(args, "mtp_num_layers", None))
     vp = args.virtual_pipeline_model_parallel_size or 1
     parallel_state.set_virtual_pipeline_model_parallel_world_size(vp if vp > 1 else None)
     return [
         {"pp_rank": r, "vp_stage": v,
          "embedding": LayerType.embedding in layout.layout[r][v],
          "loss": LayerType.loss in layout.layout[r][v],
-         "layers": layout.get_layer_id_list(vp_stage=v, pp_rank=r)}
+         "layers": layout.get_layer_id_list(vp_stage=v, pp_rank=r),
+         **({"mtp": layout.layout[r][v].count(LayerType.mtp)}
+            if getattr(args, "mtp_num_layers", None) else {})}
         for v in range(vp) for r in range(pp)]
 
 

@@ -55,7 +55,7 @@ check(len(data["cases"]) >= 5, "%d cases, megatron-core %s, torchtitan %s" % (
 for case in data["cases"]:
     name, plan = case["name"], case["plan"]
     shape = spec_of(plan["transformer"])
-    for trainer in ("megatron", "torchtitan"):
+    for trainer in ("megatron", "torchtitan") if "torchtitan" in case else ("megatron",):
         settings, why = emit(case["args"], trainer)
         check(settings == case[trainer]["settings"],
               "%s, %s: repipe writes the settings that were read back" % (name, trainer))
@@ -84,6 +84,29 @@ for case in data["cases"]:
             "add_bias_linear": shape["bias"] == "all",
             "untie_embeddings_and_output_weights": shape["tied"] == "0",
             "seq_length": int(shape["seq"]), "bf16": True}
+    if "experts" in shape:  # a mixture: its shape, which blocks, its expert groups
+        layers, dense = int(shape["layers"]), int(shape["dense_first"])
+        every = int(shape["moe_every"])
+        pattern = [int(i >= dense and i % every == 0) for i in range(layers)]
+        shared = int(shape["shared_ffn"])
+        want.update({"num_experts": int(shape["experts"]), "moe_router_topk": int(shape["top_k"]),
+                     "moe_ffn_hidden_size": int(shape["moe_ffn"]),
+                     "moe_shared_expert_intermediate_size": shared or None,
+                     "expert_model_parallel_size": plan["expert_parallel"],
+                     "expert_tensor_parallel_size": plan["expert_tensor_parallel"],
+                     "moe_token_dispatcher_type": "alltoall"})
+        got = m["moe_layer_freq"]
+        check((got if isinstance(got, list) else [int(i % got == 0) for i in range(layers)]) ==
+              pattern, "%s: Megatron-LM's mixtures in the plan's blocks" % name)
+    if "kv_lora" in shape:  # latent attention
+        want.update({"multi_latent_attention": True, "q_lora_rank": int(shape["q_lora"]) or None,
+                     "kv_lora_rank": int(shape["kv_lora"]), "qk_head_dim": int(shape["head_dim"]),
+                     "qk_pos_emb_head_dim": int(shape["rope_dim"]),
+                     "v_head_dim": int(shape["v_dim"])})
+        del want["num_query_groups"]  # (latent attention has no groups)
+    if "mtp" in shape:
+        want["mtp_num_layers"] = int(shape["mtp"])
+    want["qk_layernorm"] = shape.get("qk_norm") == "1"
     for k, v in want.items():
         check(m[k] == v, "%s: Megatron-LM read %s %r (the plan's %r)" % (name, k, m[k], v))
     if plan["pipeline_parallel"] > 1:
@@ -92,6 +115,11 @@ for case in data["cases"]:
                 (["L"] if s["loss"] else [])) for s in m["stages"]]
         check(got == chunks(plan), "%s: Megatron-LM's layout puts every layer where the plan "
               "does" % name)
+        mtp = [s.get("mtp", 0) for s in m["stages"]]
+        check(sum(mtp) == int(shape.get("mtp", 0)) and (not sum(mtp) or m["stages"][
+            mtp.index(max(mtp))]["loss"]), "%s: multi-token prediction beside the loss" % name)
+    if "torchtitan" not in case:
+        continue
     t = case["torchtitan"]["read"]
     sharded = plan["sharding"] != "none" and plan["data_parallel"] > 1
     want = {"tensor_parallel_degree": plan["tensor_parallel"],

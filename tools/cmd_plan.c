@@ -60,6 +60,8 @@ enum {
     OPT_PRECISION,
     OPT_OVERLAP,
     OPT_STAGES,
+    OPT_EP,
+    OPT_ETP,
     OPT_COUNT
 };
 
@@ -95,10 +97,12 @@ static const cli_opt OPTS[] = {
     [OPT_SCHEDULES] = {"schedules", 0, "S1,S2,...", "engine objective: choose among these schedules only (1f1b, gpipe, zb-h1, zb-h2, zb-auto, interleaved-1f1b, zb-v, dualpipev, dualpipe) [all but dualpipe, tried only where named]; with --cluster, among 1f1b, interleaved-1f1b and dualpipev [Megatron-LM's two]"},
     [OPT_CLUSTER] = {"cluster", 0, "NAME|FILE", "plan a transformer on a cluster of devices (dgx-a100, dgx-h100, dgx-h200, dgx-b200, or a JSON file): with --devices, --global-batch, and --transformer, --transformer-config or a --profile of 'repipe profile --transformer'"},
     [OPT_DEVICES] = {"devices", 0, "N", "with --cluster: the devices to use"},
-    [OPT_TRANSFORMER] = {"transformer", 0, "SPEC", "with --cluster: the shape, [PRESET,]layers=L,hidden=H,heads=A,seq=S,vocab=V[,kv_heads=G][,ffn=F][,mlp=gelu|swiglu][,norm=layernorm|rmsnorm][,position=learned|rope][,bias=all|none|qkv][,tied=0|1][,flash=0|1] (presets: llama3-8b, llama3-70b, llama3-405b, llama2-7b, llama2-70b, gpt3-175b); with --transformer-config, keys that change the file's (seq=S)"},
-    [OPT_TRANSFORMER_CONFIG] = {"transformer-config", 0, "FILE", "with --cluster: the shape from a Hugging Face config.json (GPT-2, LLaMA, Mistral, Qwen2)"},
+    [OPT_TRANSFORMER] = {"transformer", 0, "SPEC", "with --cluster: the shape, [PRESET,]layers=L,hidden=H,heads=A,seq=S,vocab=V[,kv_heads=G][,ffn=F][,mlp=gelu|swiglu][,norm=layernorm|rmsnorm][,position=learned|rope][,bias=all|none|qkv][,tied=0|1][,flash=0|1][,qk_norm=0|1]; a mixture of experts: experts=E[,top_k=K][,moe_ffn=F][,shared_ffn=S][,moe_every=N][,dense_first=N]; latent attention: kv_lora=R[,q_lora=R][,rope_dim=D][,v_dim=D]; [,mtp=N] (presets: llama3-8b, llama3-70b, llama3-405b, llama2-7b, llama2-70b, gpt3-175b); with --transformer-config, keys that change the file's (seq=S)"},
+    [OPT_TRANSFORMER_CONFIG] = {"transformer-config", 0, "FILE", "with --cluster: the shape from a Hugging Face config.json (GPT-2, LLaMA, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE, DeepSeek-V3)"},
     [OPT_TP] = {"tp", 0, "T", "with --cluster: tensor groups of T [any of 1, 2, 4, 8 that divide a node, the heads and the MLP]"},
     [OPT_CP] = {"cp", 0, "C", "with --cluster: context groups of C, each rank a C-th of every sequence (ring attention) [any of 1, 2, 4, ..., 64]"},
+    [OPT_EP] = {"ep", 0, "E", "with --cluster, a mixture of experts: expert groups of E, each rank E-th of each layer's experts, tokens exchanged by all-to-all [any power of two that divides the experts and a stage's devices]"},
+    [OPT_ETP] = {"etp", 0, "T", "with --cluster, a mixture of experts: each expert's MLP split over T ranks [1]"},
     [OPT_VP] = {"vp", 0, "V", "with --cluster: V chunks a pipeline rank (interleaved 1F1B; 1: 1F1B) [any]"},
     [OPT_MICRO_BATCH] = {"micro-batch", 0, "B", "with --cluster: micro-batches of B sequences [any of 1, 2, 4, 8]"},
     [OPT_RECOMPUTE] = {"recompute", 0, "none|selective|full", "with --cluster: recompute nothing, attention's core, or every block, in the backward (on: full, off: none) [any, as it pays]"},
@@ -143,7 +147,7 @@ typedef struct plan_args {
     int num_more;
     plan_emit emit;
     plan_scale scale;
-    long long devices, tp, cp, vp, micro, pp;
+    long long devices, tp, cp, vp, micro, pp, ep, etp;
     unsigned long long given; /* the options seen, by OPT_ */
     unsigned schedules;
     long long micro_batches, global_batch, profile_batch, cores, min_micro;
@@ -165,6 +169,8 @@ static long long *int_option(plan_args *a, int i, long long *lo, long long *hi) 
     case OPT_DEVICES: *hi = RP_SCALE_MAX_DEVICES; return &a->devices;
     case OPT_TP: *hi = 4096; return &a->tp;
     case OPT_CP: *hi = 4096; return &a->cp;
+    case OPT_EP: *hi = 1 << 16; return &a->ep;
+    case OPT_ETP: *hi = 4096; return &a->etp;
     case OPT_VP: *hi = RP_MAX_STAGES; return &a->vp;
     case OPT_MICRO_BATCH: *hi = 1 << 20; return &a->micro;
     case OPT_PP: *hi = RP_MAX_STAGES; return &a->pp;
@@ -308,7 +314,7 @@ static int run_cluster(const cli_cmd *cmd, plan_args *a) {
         OPT_CLUSTER, OPT_DEVICES, OPT_TRANSFORMER, OPT_TRANSFORMER_CONFIG, OPT_PROFILE,
         OPT_TP, OPT_CP, OPT_VP, OPT_PP, OPT_MICRO_BATCH, OPT_RECOMPUTE,
         OPT_SEQUENCE_PARALLEL, OPT_SHARDING, OPT_PRECISION, OPT_OVERLAP, OPT_STAGES,
-        OPT_GLOBAL_BATCH,
+        OPT_GLOBAL_BATCH, OPT_EP, OPT_ETP,
         OPT_SCHEDULES, OPT_JSON, OPT_CONFIG_OUT, OPT_EMIT, OPT_EMIT_OUT, OPT_MEMORY_SIZE};
     unsigned long long allowed = 0;
     for (size_t k = 0; k < sizeof cluster_opts / sizeof *cluster_opts; k++)
@@ -337,6 +343,7 @@ static int run_cluster(const cli_cmd *cmd, plan_args *a) {
     s->o.devices = (int)a->devices, s->o.global_batch = a->global_batch;
     s->o.tensor_parallel = (int)a->tp, s->o.pipeline_parallel = (int)a->pp;
     s->o.context_parallel = (int)a->cp, s->o.virtual_stages = (int)a->vp;
+    s->o.expert_parallel = (int)a->ep, s->o.expert_tensor_parallel = (int)a->etp;
     s->o.micro_batch = (int)a->micro;
     s->o.memory_bytes = a->memory_given ? a->mem_v[0] : 0;
     s->o.schedules = a->schedules;
@@ -349,7 +356,7 @@ static int check_profile_options(const cli_cmd *cmd, const plan_args *a) {
     static const int scale_only[] = {OPT_DEVICES, OPT_TRANSFORMER, OPT_TRANSFORMER_CONFIG,
                                      OPT_TP, OPT_CP, OPT_VP, OPT_MICRO_BATCH, OPT_RECOMPUTE,
                                      OPT_SEQUENCE_PARALLEL, OPT_SHARDING, OPT_PRECISION,
-                                     OPT_OVERLAP, OPT_STAGES};
+                                     OPT_OVERLAP, OPT_STAGES, OPT_EP, OPT_ETP};
     for (size_t k = 0; k < sizeof scale_only / sizeof *scale_only; k++)
         if (a->given & (1ull << scale_only[k])) {
             cli_error(cmd, "--%s plans a transformer on a cluster: it needs --cluster",

@@ -25,6 +25,7 @@ enum {
     OPT_RECOMPUTE,
     OPT_PRECISION,
     OPT_OVERLAP,
+    OPT_EXPERT_PARALLEL,
     OPT_COUNT
 };
 
@@ -38,12 +39,13 @@ static const cli_opt OPTS[] = {
     [OPT_DEVICE] = {"device", 0, "NAME|FILE", "with --transformer: the device (a100-80gb, h100-80gb, h200-141gb, b200, v100-32gb, or a JSON file); with --cluster, in place of its nodes' devices"},
     [OPT_CLUSTER] = {"cluster", 0, "NAME|FILE", "with --transformer: the cluster, whose nodes' link the tensor groups' collectives take (dgx-a100, dgx-h100, dgx-h200, dgx-b200, or a JSON file) [the device's DGX]"},
     [OPT_TENSOR_PARALLEL] = {"tensor-parallel", 't', "T", "with --transformer: each node is one rank of a tensor group of T [1]"},
-    [OPT_TRANSFORMER_CONFIG] = {"transformer-config", 0, "FILE", "no model: the shape of a Hugging Face config.json (GPT-2, LLaMA, Mistral, Qwen2)"},
+    [OPT_TRANSFORMER_CONFIG] = {"transformer-config", 0, "FILE", "no model: the shape of a Hugging Face config.json (GPT-2, LLaMA, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE, DeepSeek-V3)"},
     [OPT_CONTEXT_PARALLEL] = {"context-parallel", 0, "C", "with --transformer: ... and of a context group of C, a C-th of each sequence [1]"},
     [OPT_SEQUENCE_PARALLEL] = {"sequence-parallel", 0, "on|off", "with --transformer: the activations outside the products split over the tensor group too [off]"},
     [OPT_RECOMPUTE] = {"recompute", 0, "none|selective|full", "with --transformer: what is recomputed in the backward (full: the configuration's recompute_checkpoint_every_layer does it; the profile says what a block keeps then) [none]"},
     [OPT_PRECISION] = {"precision", 0, "bf16|fp8|fp32", "with --transformer: the products' precision (fp32: fp32 throughout, on a device with peak_fp32) [bf16]"},
     [OPT_OVERLAP] = {"overlap", 0, "on|off", "with --transformer: the tensor group's collectives behind its products, with sequence parallelism [on]"},
+    [OPT_EXPERT_PARALLEL] = {"expert-parallel", 0, "E", "with --transformer, a mixture of experts: ... and of an expert group of E, holding an E-th of each layer's experts, its tokens exchanged by all-to-all [1]"},
     [OPT_COUNT] = {NULL, 0, NULL, NULL},
 };
 
@@ -51,7 +53,7 @@ static const cli_opt OPTS[] = {
 typedef struct xf_args {
     const char *spec, *config, *device, *cluster, *sequence_parallel, *recompute, *precision;
     const char *overlap, *out;
-    long long b, t, cp;
+    long long b, t, cp, ep;
 } xf_args;
 
 static bool on_off(const cli_cmd *cmd, const char *opt, const char *w, bool *out) {
@@ -150,6 +152,7 @@ static int transformer(const cli_cmd *cmd, const xf_args *a) {
     int k;
     rp_transformer_run_default(&r);
     r.micro_batch = (int)a->b, r.tensor_parallel = (int)a->t, r.context_parallel = (int)a->cp;
+    r.expert_parallel = (int)a->ep;
     if (!on_off(cmd, "sequence-parallel", a->sequence_parallel, &r.sequence_parallel) ||
         !on_off(cmd, "overlap", a->overlap, &r.overlap))
         return 2;
@@ -185,7 +188,7 @@ typedef struct profile_args {
 
 /* Reads the options into a; -1 to go on, else the exit code. */
 static int parse_options(const cli_cmd *cmd, int argc, char **argv, profile_args *a) {
-    *a = (profile_args){.batch = 64, .repeats = 20, .x = {.t = 1, .cp = 1}};
+    *a = (profile_args){.batch = 64, .repeats = 20, .x = {.t = 1, .cp = 1, .ep = 1}};
     xf_args *x = &a->x;
     bool help;
     const char *arg;
@@ -199,6 +202,7 @@ static int parse_options(const cli_cmd *cmd, int argc, char **argv, profile_args
         case OPT_REPEATS: ok = cli_int("repeats", arg, 1, 100000, &a->repeats); break;
         case OPT_TENSOR_PARALLEL: ok = cli_int("tensor-parallel", arg, 1, 4096, &x->t); break;
         case OPT_CONTEXT_PARALLEL: ok = cli_int("context-parallel", arg, 1, 4096, &x->cp); break;
+        case OPT_EXPERT_PARALLEL: ok = cli_int("expert-parallel", arg, 1, 1 << 16, &x->ep); break;
         case OPT_MODEL: a->model_path = arg; break;
         case OPT_OUT: x->out = arg; break;
         case OPT_ALONE: a->alone = true; break;
@@ -263,7 +267,8 @@ static int run(const cli_cmd *cmd, int argc, char **argv) {
     unsigned shaped = 1u << OPT_TRANSFORMER | 1u << OPT_TRANSFORMER_CONFIG | 1u << OPT_DEVICE |
                       1u << OPT_CLUSTER | 1u << OPT_TENSOR_PARALLEL |
                       1u << OPT_CONTEXT_PARALLEL | 1u << OPT_SEQUENCE_PARALLEL |
-                      1u << OPT_RECOMPUTE | 1u << OPT_PRECISION | 1u << OPT_OVERLAP;
+                      1u << OPT_RECOMPUTE | 1u << OPT_PRECISION | 1u << OPT_OVERLAP |
+                      1u << OPT_EXPERT_PARALLEL;
     int k;
     if (a.given & (1u << OPT_TRANSFORMER | 1u << OPT_TRANSFORMER_CONFIG)) {
         if ((k = first_given(a.given, measured)) >= 0) {

@@ -132,9 +132,16 @@ static void describe_model(FILE *f, const rp_transformer *m) {
     fprintf(f, "a transformer of %d layers (hidden %d, %d heads", m->layers, m->hidden, m->heads);
     if (m->kv_heads != m->heads)
         fprintf(f, ", %d key/value heads", m->kv_heads);
-    fprintf(f, ", %s of %d, sequences of %d, vocabulary %d%s; %.2fB parameters)",
-            m->mlp == RP_MLP_SWIGLU ? "SwiGLU" : "GELU MLP", m->ffn, m->seq, m->vocab,
-            m->untied ? ", untied head" : "", rp_transformer_parameters(m) / 1e9);
+    fprintf(f, ", %s of %d, sequences of %d, vocabulary %d%s", m->mlp == RP_MLP_SWIGLU ?
+            "SwiGLU" : "GELU MLP", m->ffn, m->seq, m->vocab, m->untied ? ", untied head" : "");
+    if (m->experts)
+        fprintf(f, "; %d of %d blocks a mixture of %d experts of %d, %d a token%s%.0d; %.2fB "
+                "parameters, %.2fB active)", rp_transformer_moe_blocks(m), m->layers,
+                m->experts, m->moe_ffn, m->top_k, m->shared_ffn ? ", a shared expert of " : "",
+                m->shared_ffn, rp_transformer_parameters(m) / 1e9,
+                rp_transformer_active_parameters(m) / 1e9);
+    else
+        fprintf(f, "; %.2fB parameters)", rp_transformer_parameters(m) / 1e9);
 }
 
 static void describe_plan(FILE *f, const rp_scale_plan *r, const rp_cluster *c, int devices) {
@@ -143,6 +150,9 @@ static void describe_plan(FILE *f, const rp_scale_plan *r, const rp_cluster *c, 
             r->run.sequence_parallel ? " with sequence parallelism" : "");
     if (r->cp > 1)
         fprintf(f, ", context groups of %d", r->cp);
+    if (r->run.expert_parallel > 1 || r->run.expert_tensor_parallel > 1)
+        fprintf(f, ", expert groups of %d (each expert over %d)", r->run.expert_parallel,
+                r->run.expert_tensor_parallel > 1 ? r->run.expert_tensor_parallel : 1);
     fprintf(f, ", %d pipeline rank%s", r->p, r->p == 1 ? "" : "s");
     if (r->v > 1)
         fprintf(f, " of %d chunks each", r->v);
@@ -168,43 +178,8 @@ static void describe_plan(FILE *f, const rp_scale_plan *r, const rp_cluster *c, 
     (void)devices;
 }
 
-static char *json_of(const rp_scale_plan *r, const rp_cluster *c, const rp_transformer *m,
-                     const rp_scale_options *o) {
-    char *text = NULL, shape[512];
-    size_t len;
-    FILE *j = open_memstream(&text, &len);
-    if (!j)
-        return NULL;
-    rp_transformer_format(m, shape, sizeof shape);
-    fprintf(j, "{\n\t\"cluster\":\t\"%s\",\n\t\"device\":\t\"%s\",\n\t\"devices\":\t%d,\n"
-               "\t\"global_batch\":\t%lld,\n\t\"transformer\":\t\"%s\",\n"
-               "\t\"parameters\":\t%.0f,\n"
-               "\t\"tensor_parallel\":\t%d,\n\t\"context_parallel\":\t%d,\n"
-               "\t\"pipeline_parallel\":\t%d,\n\t\"data_parallel\":\t%d,\n\t\"micro_batch\":\t%d,\n"
-               "\t\"micro_batches\":\t%d,\n\t\"virtual_stages\":\t%d,\n\t\"schedule\":\t\"%s\",\n"
-               "\t\"sequence_parallel\":\t%s,\n\t\"recompute\":\t\"%s\",\n\t\"sharding\":\t\"%s\",\n"
-               "\t\"precision\":\t\"%s\",\n\t\"overlap\":\t%s,\n"
-               "\t\"seconds_per_update\":\t%.9g,\n\t\"tflops_per_device\":\t%.6g,\n"
-               "\t\"tflops_per_device_eq3\":\t%.6g,\n\t\"mfu\":\t%.6g,\n"
-               "\t\"flops_per_update\":\t{\"megatron\": %.17g, \"eq3\": %.17g, \"6n\": %.17g},\n"
-               "\t\"peak_memory_bytes\":\t%.0f,\n\t\"busiest_rank\":\t%d,\n"
-               "\t\"memory\":\t{\"parameters\": %.0f, \"weights_and_optimizer\": %.0f, "
-               "\"activations\": %.0f},\n"
-               "\t\"considered\":\t%d,\n\t\"simulated\":\t%d,\n\t\"layers_per_stage\":\t[",
-            c->name, c->device.name, o->devices, o->global_batch, shape,
-            rp_transformer_parameters(m), r->t, r->cp, r->p, r->d, r->b,
-            r->cfg.gradient_accumulation_steps, r->v, rp_schedule_name(r->cfg.schedule),
-            r->run.sequence_parallel ? "true" : "false", rp_recompute_name(r->run.recompute),
-            rp_sharding_name(r->sharding), rp_precision_name(r->run.precision),
-            r->run.overlap ? "true" : "false", r->seconds, r->tflops_per_device, r->tflops_eq3,
-            r->mfu, rp_transformer_flops_megatron(m, r->t, (double)o->global_batch),
-            rp_transformer_flops_eq3(m, (double)o->global_batch),
-            rp_transformer_flops_6n(m, (double)o->global_batch), r->memory.total,
-            r->busiest_rank, r->memory.parameters, r->memory.weights, r->memory.activations,
-            r->considered, r->simulated);
-    for (int s = 0; s < r->cfg.layers_per_stage.count; s++)
-        fprintf(j, "%s%d", s ? ", " : "", r->cfg.layers_per_stage.layers[s]);
-    /* each pipeline rank's memory, as the plan counts it */
+/* each pipeline rank's memory, as the plan counts it */
+static void memory_by_rank(FILE *j, const rp_scale_plan *r, const rp_transformer *m) {
     fprintf(j, "],\n\t\"memory_by_rank\":\t[");
     rp_transformer_layout lay = {
         .p = r->p, .d = r->d, .v = r->v, .v_shape = r->cfg.schedule == RP_SCHEDULE_DUALPIPEV,
@@ -220,6 +195,50 @@ static char *json_of(const rp_scale_plan *r, const rp_cluster *c, const rp_trans
                    "\"activations\": %.0f}", k ? ", " : "", x.parameters, x.weights,
                 x.activations);
     }
+}
+
+static char *json_of(const rp_scale_plan *r, const rp_cluster *c, const rp_transformer *m,
+                     const rp_scale_options *o) {
+    char *text = NULL, shape[512];
+    size_t len;
+    FILE *j = open_memstream(&text, &len);
+    if (!j)
+        return NULL;
+    rp_transformer_format(m, shape, sizeof shape);
+    fprintf(j, "{\n\t\"cluster\":\t\"%s\",\n\t\"device\":\t\"%s\",\n\t\"devices\":\t%d,\n"
+               "\t\"global_batch\":\t%lld,\n\t\"transformer\":\t\"%s\",\n"
+               "\t\"parameters\":\t%.0f,\n"
+               "\t\"active_parameters\":\t%.0f,\n"
+               "\t\"tensor_parallel\":\t%d,\n\t\"context_parallel\":\t%d,\n"
+               "\t\"expert_parallel\":\t%d,\n\t\"expert_tensor_parallel\":\t%d,\n"
+               "\t\"pipeline_parallel\":\t%d,\n\t\"data_parallel\":\t%d,\n\t\"micro_batch\":\t%d,\n"
+               "\t\"micro_batches\":\t%d,\n\t\"virtual_stages\":\t%d,\n\t\"schedule\":\t\"%s\",\n"
+               "\t\"sequence_parallel\":\t%s,\n\t\"recompute\":\t\"%s\",\n\t\"sharding\":\t\"%s\",\n"
+               "\t\"precision\":\t\"%s\",\n\t\"overlap\":\t%s,\n"
+               "\t\"seconds_per_update\":\t%.9g,\n\t\"tflops_per_device\":\t%.6g,\n"
+               "\t\"tflops_per_device_eq3\":\t%.6g,\n\t\"mfu\":\t%.6g,\n"
+               "\t\"flops_per_update\":\t{\"megatron\": %.17g, \"eq3\": %.17g, \"6n\": %.17g},\n"
+               "\t\"peak_memory_bytes\":\t%.0f,\n\t\"busiest_rank\":\t%d,\n"
+               "\t\"memory\":\t{\"parameters\": %.0f, \"weights_and_optimizer\": %.0f, "
+               "\"activations\": %.0f},\n"
+               "\t\"considered\":\t%d,\n\t\"simulated\":\t%d,\n\t\"layers_per_stage\":\t[",
+            c->name, c->device.name, o->devices, o->global_batch, shape,
+            rp_transformer_parameters(m), rp_transformer_active_parameters(m), r->t, r->cp,
+            r->run.expert_parallel > 1 ? r->run.expert_parallel : 1,
+            r->run.expert_tensor_parallel > 1 ? r->run.expert_tensor_parallel : 1, r->p, r->d,
+            r->b,
+            r->cfg.gradient_accumulation_steps, r->v, rp_schedule_name(r->cfg.schedule),
+            r->run.sequence_parallel ? "true" : "false", rp_recompute_name(r->run.recompute),
+            rp_sharding_name(r->sharding), rp_precision_name(r->run.precision),
+            r->run.overlap ? "true" : "false", r->seconds, r->tflops_per_device, r->tflops_eq3,
+            r->mfu, rp_transformer_flops_megatron(m, r->t, (double)o->global_batch),
+            rp_transformer_flops_eq3(m, (double)o->global_batch),
+            rp_transformer_flops_6n(m, (double)o->global_batch), r->memory.total,
+            r->busiest_rank, r->memory.parameters, r->memory.weights, r->memory.activations,
+            r->considered, r->simulated);
+    for (int s = 0; s < r->cfg.layers_per_stage.count; s++)
+        fprintf(j, "%s%d", s ? ", " : "", r->cfg.layers_per_stage.layers[s]);
+    memory_by_rank(j, r, m);
     fprintf(j, "]\n}\n");
     if (fclose(j) != 0) {
         free(text);

@@ -292,6 +292,10 @@ typedef struct rp_scale_options {
     ** what is left; micro-batches: 1, 2, 4, 8; virtual: 1 (1f1b) and the
     ** chunks a rank that divide the layers */
     int tensor_parallel, context_parallel, pipeline_parallel, micro_batch, virtual_stages;
+    /* a mixture's expert groups (0: any; expert groups of the powers of two
+    ** that divide the experts and a stage's ranks) and each expert's tensor
+    ** group [0: 1] */
+    int expert_parallel, expert_tensor_parallel;
     int sequence_parallel; /* 0: either; 1: on; -1: off */
     int recompute;         /* -1: any; else an rp_recompute */
     int sharding;          /* -1: any; else an rp_sharding */
@@ -315,7 +319,7 @@ void rp_scale_options_default(rp_scale_options *o);
 
 typedef struct rp_scale_plan {
     rp_config cfg; /* the configuration (repipe's form: layers_per_stage, schedule, ...) */
-    rp_transformer_run run;
+    rp_transformer_run run; /* (its expert groups: run.expert_parallel, ...) */
     int t, cp, p, d, b, v;
     rp_sharding sharding;
     double seconds;           /* simulated, an update */

@@ -58,12 +58,46 @@ typedef struct rp_transformer {
     bool untied;   /* the head has weights of its own (not the embedding's) */
     bool flash;    /* a fused attention kernel: the scores are never stored */
     bool dropout;  /* dropout after attention and the MLP (GPT-2's; LLaMA has none) */
+    bool qk_norm;  /* an RMSNorm on each head's queries and keys (Qwen3's, OLMo 2's) */
+    /* Latent attention (DeepSeek's MLA) where kv_lora > 0: keys and values
+    ** from a latent of kv_lora (a product down from hidden, normed, and up
+    ** to every head's head_dim + v_dim), queries likewise through a latent of
+    ** q_lora (0: straight from hidden), each head's query and key
+    ** head_dim + rope_dim wide (rope_dim of them rotary, shared by the heads'
+    ** keys), its value v_dim [head_dim]. */
+    int q_lora, kv_lora, rope_dim, v_dim;
+    /* multi-token prediction (DeepSeek-V3's): mtp more blocks after the last,
+    ** each predicting one token further, with its projection, norms and the
+    ** head again; trained, not part of the model's parameters */
+    int mtp;
+    /* A mixture of experts where experts > 0: in block i (from 0) with
+    ** i >= dense_first and i % moe_every == 0 (Megatron-LM's --moe-layer-freq),
+    ** the MLP is `experts` MLPs of moe_ffn each, top_k of them a token, chosen
+    ** by a router (hidden x experts), beside a shared expert of shared_ffn
+    ** (0: none) every token passes; the other blocks keep the dense MLP. */
+    int experts, top_k, moe_ffn, shared_ffn, moe_every, dense_first;
 } rp_transformer;
+
+/* Multiply-adds a token of a block's attention products (QKV and the
+** output; latent attention's down and up products). */
+double rp_transformer_attention_macs(const rp_transformer *m);
+/* A head's query-key width and value width summed over the heads: 2 heads
+** head_dim, or latent attention's heads (head_dim + rope_dim + v_dim) --
+** what attention's core multiplies by s^2 a sequence. */
+double rp_transformer_qkv_width(const rp_transformer *m);
+
+/* Whether block i (from 0) is a mixture of experts, and how many are. */
+bool rp_transformer_moe_block(const rp_transformer *m, int i);
+int rp_transformer_moe_blocks(const rp_transformer *m);
 
 /* "[PRESET,]KEY=VALUE,...": layers, hidden, heads, seq, vocab (required
 ** unless a preset gives them), kv_heads, head_dim, ffn, mlp=gelu|swiglu,
 ** norm=layernorm|rmsnorm, position=learned|rope, bias=all|none|qkv,
-** tied=0|1, flash=0|1, dropout=0|1. A key given twice is an error.
+** tied=0|1, flash=0|1, dropout=0|1, qk_norm=0|1; a mixture of experts: experts,
+** top_k [2], moe_ffn [ffn], shared_ffn [0], moe_every [1], dense_first [0]
+** (the last five only with experts); latent attention: kv_lora, q_lora [0],
+** rope_dim [0], v_dim [head_dim] (the last three only with kv_lora); mtp [0].
+** A key given twice is an error.
 ** Without a preset the shape is GPT-2's kind (GELU, LayerNorm, learned
 ** positions, biases, tied, dropout, no flash). */
 rp_status rp_transformer_parse(const char *spec, rp_transformer *out, rp_error *err);
@@ -73,7 +107,8 @@ rp_status rp_transformer_parse(const char *spec, rp_transformer *out, rp_error *
 const char *const *rp_transformer_presets(void);
 bool rp_transformer_preset(const char *name, rp_transformer *out);
 
-/* A Hugging Face config.json (GPT-2, LLaMA, Mistral, Qwen2 keys) as a shape.
+/* A Hugging Face config.json (GPT-2, LLaMA, Mistral, Qwen2, Qwen3, and the
+** mixtures of experts of Mixtral, Qwen2-MoE and Qwen3-MoE) as a shape.
 ** Keys that change the arithmetic in ways this model does not price
 ** (mixtures of experts, sliding windows, latent attention) are an error
 ** that names them; keys it knows to change nothing (token ids, rope's
@@ -93,8 +128,10 @@ void rp_transformer_format(const rp_transformer *m, char *out, size_t cap);
 double rp_transformer_padded_vocab(const rp_transformer *m, int t);
 
 /* Parameters of the model, as a count (the position table and biases
-** included). */
+** included), and those a token passes through (a mixture's top_k experts
+** of its `experts`; the same for a dense model). */
 double rp_transformer_parameters(const rp_transformer *m);
+double rp_transformer_active_parameters(const rp_transformer *m);
 
 /* FLOPs of an update of `samples` sequences:
 ** - rp_transformer_flops_megatron: Megatron-LM's own count
@@ -106,15 +143,18 @@ double rp_transformer_parameters(const rp_transformer *m);
 **   96 B s l h^2 (1 + s / 6h + V / 16 l h) for their GPTs (a recomputed
 **   forward included), generalised to any MLP and GQA;
 ** - rp_transformer_flops_6n: as PyTorch users count MFU (torchtitan): 6 N a
-**   token, N the parameters but the embedding's, plus attention's
-**   12 l heads head_dim s; no recomputation. */
+**   token, N the active parameters but the embedding's, plus attention's
+**   12 l heads head_dim s; no recomputation.
+** A mixture's router is in none of the three (Megatron-LM leaves it out). */
 double rp_transformer_flops_megatron(const rp_transformer *m, int t, double samples);
 double rp_transformer_flops_eq3(const rp_transformer *m, double samples);
 double rp_transformer_flops_6n(const rp_transformer *m, double samples);
 
 typedef enum rp_recompute {
     RP_RECOMPUTE_NONE = 0,
-    RP_RECOMPUTE_SELECTIVE, /* attention's core (softmax, dropout, the products with Q, K, V) */
+    RP_RECOMPUTE_SELECTIVE, /* attention's core (softmax, dropout, the products with Q, K, V);
+                            ** with latent attention its up products too (Megatron-LM's
+                            ** mla_up_proj) */
     RP_RECOMPUTE_FULL       /* every block from its input */
 } rp_recompute;
 /* bf16: bf16 products, weights and activations, fp32 master weights,
@@ -143,9 +183,14 @@ void rp_cluster_sim_precision(const rp_cluster *c, rp_precision p, rp_sim_option
 const char *rp_sharding_name(rp_sharding s);
 
 /* How the model runs: one micro-batch of `micro_batch` sequences on a rank
-** of a tensor group of t and a context group of cp. */
+** of a tensor group of t and a context group of cp. A mixture's experts are
+** split over expert groups of ep ranks (each holding experts / ep of them)
+** and each expert over etp ranks (its MLP's columns, as the tensor group
+** splits a dense one); Megatron-LM folds the expert groups into the same
+** devices as t x cp x d (its expert data parallelism is t cp d / (ep etp)). */
 typedef struct rp_transformer_run {
     int micro_batch, tensor_parallel, context_parallel;
+    int expert_parallel, expert_tensor_parallel;
     bool sequence_parallel;
     rp_recompute recompute;
     rp_precision precision;
@@ -154,15 +199,23 @@ typedef struct rp_transformer_run {
     ** sequence parallelism), the replicas' reduction in buckets during the
     ** last backward (--overlap-grad-reduce); off, as Megatron-LM ran in 2021 */
     bool overlap;
+    /* a mixture's all-to-alls of one micro-batch behind another's
+    ** computation: DualPipe's pairing of a forward with a backward, and
+    ** Megatron-LM's --overlap-moe-expert-parallel-comm under interleaved
+    ** 1F1B (what a schedule with such pairs runs; the planner sets it) */
+    bool a2a_overlap;
 } rp_transformer_run;
 
-/* b 1, t 1, cp 1, no sequence parallelism, no recomputation, bf16, overlap. */
+/* b 1, t 1, cp 1, ep 1, etp 1, no sequence parallelism, no recomputation,
+** bf16, overlap. */
 void rp_transformer_run_default(rp_transformer_run *r);
 
 /* Fails, naming the rule, where the run cannot split the model: t must
 ** divide the heads, the key/value heads (or be divided by them) and the
 ** MLP; cp the sequence (into 2 cp chunks, for the causal mask's balance);
-** t the cluster's nodes. */
+** t the cluster's nodes; ep the experts, etp the expert's MLP (and ep and
+** etp are 1 for a dense model). Whether ep etp divides t cp d is the
+** layout's (rp_transformer_rank_memory's) check. */
 rp_status rp_transformer_run_check(const rp_transformer *m, const rp_cluster *c,
                                    const rp_transformer_run *r, rp_error *err);
 

@@ -35,6 +35,7 @@
 
 void rp_transformer_run_default(rp_transformer_run *r) {
     *r = (rp_transformer_run){.micro_batch = 1, .tensor_parallel = 1, .context_parallel = 1,
+                              .expert_parallel = 1, .expert_tensor_parallel = 1,
                               .recompute = RP_RECOMPUTE_NONE, .precision = RP_PRECISION_BF16,
                               .overlap = true};
 }
@@ -93,6 +94,18 @@ rp_status rp_transformer_run_check(const rp_transformer *m, const rp_cluster *c,
     if (r->sequence_parallel && t < 2)
         return rp_fail(err, RP_ERR_INVALID, "transformer: sequence parallelism splits over a "
                        "tensor group: it needs tensor groups of 2 or more");
+    int ep = rpi_xf_ep(r), etp = rpi_xf_etp(r);
+    if (!m->experts && (ep > 1 || etp > 1))
+        return rp_fail(err, RP_ERR_INVALID, "transformer: expert groups (ep %d, etp %d) need a "
+                       "mixture of experts (experts=E in the shape)", ep, etp);
+    if (m->experts && (m->experts % ep || m->moe_ffn % etp))
+        return rp_fail(err, RP_ERR_INVALID, "transformer: expert groups of %d must divide the "
+                       "%d experts, and expert tensor groups of %d their MLP's %d", ep,
+                       m->experts, etp, m->moe_ffn);
+    if (m->experts && t > 1 && !r->sequence_parallel)
+        return rp_fail(err, RP_ERR_INVALID, "transformer: a mixture of experts with tensor "
+                       "groups of %d runs sequence parallel (Megatron-LM's rule: each rank "
+                       "routes its own tokens)", t);
     return RP_OK;
 }
 
@@ -139,40 +152,158 @@ static double ring(const rp_cluster *c, int n, double bytes) {
     return 2.0 * (n - 1) / n * bytes / c->node_bandwidth + 2.0 * (n - 1) * c->latency;
 }
 
+/* A block's MLP for one rank: a dense one, or a mixture's router, experts
+** and shared expert. */
+typedef struct mlp_cost {
+    double linear;        /* the products' seconds, forward (and each backward half) */
+    double elem;          /* bytes read and written by its elementwise kernels, forward */
+    double comm_f, comm_b; /* the expert groups' all-to-alls' seconds */
+    double kept;          /* bytes kept for the backward, beyond the MLP's input */
+    double params, expert_params;
+} mlp_cost;
+
+/* A dense MLP of width f split over the tensor group: up (and gate) and
+** down; GELU's activation reads and writes 4 B S f / t bytes, SwiGLU's 6;
+** kept: the activation's input and output (w bytes an element: fp8's copy
+** or bf16's). */
+static mlp_cost dense_mlp(const rp_transformer *m, const rates *x, double BS, double T,
+                          double f, double w) {
+    double H = m->hidden, up = m->mlp == RP_MLP_SWIGLU ? 2 : 1, vb = x->vb;
+    mlp_cost c = {.linear = gemm(x, BS, H, up * f / T, 1) + gemm(x, BS, f / T, H, 1),
+                  .elem = vb * (2 + 2 * up) * BS * f / T,
+                  .kept = (2 * vb * up * BS * f + w * BS * f) / T,
+                  .params = (up * H * f + f * H + (m->bias == RP_BIAS_ALL ? up * f : 0)) / T +
+                            (m->bias == RP_BIAS_ALL ? H : 0)};
+    return c;
+}
+
+/* An all-to-all of `bytes` from each of the ep ranks of an expert group
+** whose ranks lie etp apart (Megatron-LM's expert order: etp, then ep):
+** what stays in a node moves at the node's link, what leaves it at the
+** network's, both at once. */
+static double all_to_all(const rp_cluster *c, int ep, int etp, double bytes) {
+    if (ep < 2)
+        return 0;
+    int in_node = c->per_node / etp < ep ? c->per_node / etp : ep; /* the group's ranks a node */
+    if (in_node < 1)
+        in_node = 1;
+    double near = (in_node - 1.0) / ep * bytes / c->node_bandwidth;
+    double far = (double)(ep - in_node) / ep * bytes / c->network_bandwidth;
+    return fmax(near, far) + c->latency;
+}
+
+/* A mixture's MLP on one rank. The rank's B S / t tokens (the tensor group
+** splits them, sequence parallel) are routed, each to top_k experts: N
+** slots a rank, sent by all-to-all to the ranks of the expert group that
+** hold their experts (experts / ep a rank), gathered over the expert's etp
+** ranks, and back (dispatch and combine, forward and backward). With the
+** routing balanced a rank computes N etp slots at moe_ffn / etp, its
+** local experts' products each of N etp ep / experts tokens: the same
+** FLOPs as a dense MLP of top_k moe_ffn over t, in smaller products. */
+static mlp_cost moe_mlp(const rp_transformer *m, const rates *x, const rp_transformer_run *r,
+                        double BS, double T, double w) {
+    double H = m->hidden, up = m->mlp == RP_MLP_SWIGLU ? 2 : 1, vb = x->vb;
+    double E = m->experts, F = m->moe_ffn, ep = rpi_xf_ep(r), etp = rpi_xf_etp(r);
+    double N = BS * m->top_k / T, local = E / ep, tokens = N * etp * ep / E;
+    mlp_cost c = {0};
+    if (m->shared_ffn)
+        c = dense_mlp(m, x, BS, T, m->shared_ffn, w);
+    double router = gemm(x, BS / T, H, E, 1);
+    c.linear += router + gemm(x, tokens, H, up * F / etp, local) +
+                gemm(x, tokens, F / etp, H, local);
+    /* the router's softmax and choice (fp32, 3 passes), the slots' copies
+    ** into and out of expert order, the experts' activations */
+    c.elem += 12 * BS / T * E + 8 * vb * N * etp * H + vb * (2 + 2 * up) * N * F;
+    double slots = 2 * vb * N * H;
+    double a2a = all_to_all(x->c, (int)ep, (int)etp, slots) +
+                 (etp > 1 ? ring(x->c, (int)etp, slots * etp) / 2 : 0);
+    c.comm_f = 2 * a2a;
+    c.comm_b = 2 * a2a;
+    /* kept: the router's probabilities, the slots the experts read (as
+    ** their products keep them: fp8's copy or bf16's), their up products
+    ** and activations, their outputs (for the gates' gradients) */
+    c.kept += 4 * BS / T * E + (w + 2 * vb) * N * etp * H + 2 * vb * up * N * F + w * N * F;
+    c.params += H * E + (m->bias == RP_BIAS_ALL ? E : 0);
+    c.expert_params = local * ((up * H * F + F * H) / etp +
+                               (m->bias == RP_BIAS_ALL ? up * F / etp + H : 0));
+    return c;
+}
+
+/* A block's attention for one rank: its products' seconds and parameters,
+** and the widths (over the rank's heads) of what it keeps: queries, keys,
+** values, the output, and latent attention's latents (whole on each rank). */
+typedef struct attn_cost {
+    double linear, params;
+    double up; /* latent attention's up products' seconds (what selective recomputation redoes) */
+    double q, k, v, out, latents;
+} attn_cost;
+
+static attn_cost attention_products(const rp_transformer *m, const rates *x, double BS,
+                                    double T) {
+    double H = m->hidden, A = m->heads, D = m->head_dim, norm = m->norm == RP_NORM_LAYER ? 2 : 1;
+    attn_cost a = {0};
+    if (!m->kv_lora) { /* QKV (each key/value head's D) and the output */
+        double Q = A * D, K = (double)m->kv_heads * D;
+        double col_bias = m->bias == RP_BIAS_ALL || m->bias == RP_BIAS_QKV ? Q + 2 * K : 0;
+        a.linear = gemm(x, BS, H, (Q + 2 * K) / T, 1) + gemm(x, BS, Q / T, H, 1);
+        a.params = (H * (Q + 2 * K) + Q * H + col_bias) / T + (m->bias == RP_BIAS_ALL ? H : 0);
+        a.q = Q / T, a.k = a.v = K / T, a.out = Q / T;
+        return a;
+    }
+    /* latent attention: the down products (to the query's latent, to the
+    ** keys' and values' latent and the shared rotary key) on every rank of
+    ** the tensor group, the up products and the output split over it */
+    double qk = D + m->rope_dim, ql = m->q_lora, kl = m->kv_lora, vd = m->v_dim;
+    double down = H * (ql + kl + m->rope_dim);
+    a.up = gemm(x, BS, kl, A * (D + vd) / T, 1) + (ql ? gemm(x, BS, ql, A * qk / T, 1) : 0);
+    a.linear = a.up + gemm(x, BS, H, kl + m->rope_dim, 1) + gemm(x, BS, A * vd / T, H, 1) +
+               (ql ? gemm(x, BS, H, ql, 1) : gemm(x, BS, H, A * qk / T, 1));
+    a.params = down + norm * (ql + kl) +
+               ((ql ? ql * A * qk : H * A * qk) + kl * A * (D + vd) + A * vd * H) / T;
+    a.q = a.k = A * qk / T, a.v = a.out = A * vd / T, a.latents = ql + kl + m->rope_dim;
+    return a;
+}
+
 static void block(const rp_transformer *m, const rates *x, const rp_transformer_run *r,
-                  rpi_xf_part *p) {
+                  bool moe, rpi_xf_part *p) {
     const rp_cluster *c = x->c;
     double T = r->tensor_parallel, C = r->context_parallel, B = r->micro_batch;
     double S = (double)m->seq / C, Sk = m->seq, H = m->hidden, A = m->heads;
-    double D = m->head_dim, Q = A * D, K = (double)m->kv_heads * D, F = m->ffn;
-    double up = m->mlp == RP_MLP_SWIGLU ? 2 : 1, BS = B * S, vb = x->vb;
+    double BS = B * S, vb = x->vb;
     double rep = r->sequence_parallel ? T : 1; /* what lies outside the products */
     bool fp8 = r->precision == RP_PRECISION_FP8;
-    /* the products: QKV, the projection, the MLP's up (and gate) and down */
-    double linear = gemm(x, BS, H, (Q + 2 * K) / T, 1) + gemm(x, BS, Q / T, H, 1) +
-                    gemm(x, BS, H, up * F / T, 1) + gemm(x, BS, F / T, H, 1);
+    double w = fp8 ? 1 : 2 * vb; /* a product's input kept: fp8's copy, or bf16's */
+    mlp_cost mlp = moe ? moe_mlp(m, x, r, BS, T, w) : dense_mlp(m, x, BS, T, m->ffn, w);
+    attn_cost at = attention_products(m, x, BS, T);
+    /* the products: attention's, then the MLP's */
+    double linear = at.linear + mlp.linear;
     /* attention's core: each rank's s / cp queries against all s keys, of
-    ** its a / t heads; a fused kernel skips what the causal mask hides */
+    ** its a / t heads (query-key and value widths a head); a fused kernel
+    ** skips what the causal mask hides */
+    double dqk = at.q * T / A, dv = at.v * T / A * (m->kv_lora ? 1 : (double)m->heads / m->kv_heads);
     double core_f, core_b, scores;
     if (m->flash) {
-        double flops = 4 * B * (A / T) * S * Sk * D / 2;
+        double flops = 2 * B * (A / T) * S * Sk * (dqk + dv) / 2;
         core_f = flops / x->attn_flops;
         core_b = 2.5 * core_f;
         scores = 4 * B * (A / T) * S; /* the softmax's statistics, fp32 */
     } else {
-        core_f = gemm16(x, S, D, Sk, B * A / T) + gemm16(x, S, Sk, D, B * A / T);
+        core_f = gemm16(x, S, dqk, Sk, B * A / T) + gemm16(x, S, Sk, dv, B * A / T);
         core_b = 2 * core_f;
         scores = 5 * vb * B * (A / T) * S * Sk; /* softmax's output, its dropout mask and output */
     }
     /* bytes read and written: two norms (8 B S H), residual adds (12 B S H,
-    ** and 2 more for dropout's masks), the MLP's activation (GELU: 4 B S F / t; SwiGLU
-    ** 6), rotary embeddings on Q and K, an unfused softmax and its dropout
-    ** (9 B a s^2 / t), and fp8's casts of the products' inputs (3 bytes an
-    ** element); twice as many in fp32 */
-    double elem = vb * (((m->dropout ? 22 : 20) * BS * H) / rep + (2 + 2 * up) * BS * F / T +
-                        (m->position == RP_POSITION_ROPE ? 4 * BS * (Q + K) / T : 0) +
-                        (m->flash ? 0 : 9 * B * (A / T) * S * Sk));
-    double casts = fp8 ? 3 * BS * (2 * H + Q / T + F / T) : 0;
+    ** and 2 more for dropout's masks), the MLP's, rotary embeddings on the
+    ** queries and keys (latent attention's: their rope_dim columns), an
+    ** unfused softmax and its dropout (9 B a s^2 / t), and fp8's casts of
+    ** the products' inputs (3 bytes an element); twice as many in fp32 */
+    double F = moe ? (double)m->moe_ffn * m->top_k + m->shared_ffn : m->ffn; /* (fp8's casts) */
+    double rope = m->kv_lora ? A * m->rope_dim / T + m->rope_dim : at.q + at.k;
+    double elem = vb * (((m->dropout ? 22 : 20) * BS * H) / rep +
+                        (m->position == RP_POSITION_ROPE ? 4 * BS * rope : 0) +
+                        (m->flash ? 0 : 9 * B * (A / T) * S * Sk)) +
+                  mlp.elem;
+    double casts = fp8 ? 3 * BS * (2 * H + at.out + F / T) : 0;
     double ef = stream(x, elem + casts), eb = stream(x, 2 * elem + 2 * casts);
     /* the tensor group's collectives: two all-reduces of the block's output
     ** each way, or with sequence parallelism as many all-gathers and
@@ -186,34 +317,45 @@ static void block(const rp_transformer *m, const rates *x, const rp_transformer_
     }
     /* the context group: K and V (and in backward their gradients) passed
     ** round the cp ranks, each pass behind the block of attention it feeds */
-    double kv = 2 * 2 * vb * BS * K / T * (C - 1);
+    double kv = 2 * vb * BS * (at.k + at.v) * (C - 1);
     double cpf = C > 1 ? fmax(0, kv / x->cp_bw - core_f) + 2 * (C - 1) * c->latency : 0;
     double cpb = C > 1 ? fmax(0, 2 * kv / x->cp_bw - core_b) + 2 * (C - 1) * c->latency : 0;
     bool selective = r->recompute == RP_RECOMPUTE_SELECTIVE;
-    p->f = linear + core_f + ef + tpf + cpf;
-    p->bi = linear + core_b + eb + tpb + cpb + (selective ? core_f + (m->flash ? 0 : ef / 4) : 0);
+    double a2a_f = mlp.comm_f, a2a_b = mlp.comm_b;
+    if (r->a2a_overlap) {
+        /* a forward's all-to-alls behind the paired backward's computation
+        ** (two products a product and attention's backward), a backward's
+        ** behind the paired forward's, at what overlapped communication
+        ** still costs */
+        double fwd = linear + core_f + ef, bwd = 2 * linear + core_b + eb;
+        a2a_f = fmax(0, a2a_f - bwd) + OVERLAP_COST * fmin(a2a_f, bwd);
+        a2a_b = fmax(0, a2a_b - fwd) + OVERLAP_COST * fmin(a2a_b, fwd);
+    }
+    /* selective recomputation redoes attention's core (and latent
+    ** attention's up products, as Megatron-LM's mla_up_proj does: their
+    ** queries, keys and values are not kept) */
+    p->f = linear + core_f + ef + tpf + cpf + a2a_f;
+    p->bi = linear + core_b + eb + tpb + cpb + a2a_b +
+            (selective ? core_f + at.up + (m->flash ? 0 : ef / 4) : 0);
     p->bw = linear;
     p->out = 2 * vb * BS * H / T; /* sent in t pieces, gathered on the next rank */
-    /* kept: the norms' inputs, QKV's and the MLP's inputs (fp8 copies where
-    ** the products run in fp8, as Transformer Engine keeps them), the dropout
-    ** masks where there is dropout (a byte an element), all split with
-    ** sequence parallelism; Q, K, V; attention's output (the projection's
-    ** input, a fused kernel's own too, and its fp8 copy); the MLP's
-    ** activation's input and output; attention's scores unless fused or
+    /* kept: the norms' inputs, the attention's and the MLP's inputs (fp8
+    ** copies where the products run in fp8, as Transformer Engine keeps
+    ** them), the dropout masks where there is dropout (a byte an element),
+    ** all split with sequence parallelism; latent attention's latents; Q, K,
+    ** V; attention's output (the projection's input, a fused kernel's own
+    ** too, and its fp8 copy); the MLP's; attention's scores unless fused or
     ** recomputed */
-    double w = fp8 ? 1 : 2 * vb;
+    bool redo_qkv = selective && m->kv_lora;
     double kept = (4 * vb + 2 * w + (m->dropout ? 2 : 0)) * BS * H / rep +
-                  (2 * vb * BS * (Q + 2 * K) + (2 * vb + (fp8 && m->flash ? 1 : 0)) * BS * Q +
-                   2 * vb * up * BS * F + w * BS * F) / T;
+                  2 * vb * BS * at.latents +
+                  (redo_qkv ? 0 : 2 * vb * BS * (at.q + at.k + at.v)) +
+                  (2 * vb + (fp8 && m->flash ? 1 : 0)) * BS * at.out + mlp.kept;
     p->saved = kept + (selective && !m->flash ? 0 : scores);
     p->checkpoint = 2 * vb * BS * H / rep;
-    double h = H, norm = m->norm == RP_NORM_LAYER ? 2 : 1;
-    double col_bias = m->bias == RP_BIAS_ALL ? Q + 2 * K + up * F
-                      : m->bias == RP_BIAS_QKV ? Q + 2 * K
-                                               : 0;
-    double row_bias = m->bias == RP_BIAS_ALL ? 2 * h : 0; /* the projection's and down's: whole */
-    p->params = (h * (Q + 2 * K) + Q * h + up * h * F + F * h + col_bias) / T + row_bias +
-                2 * norm * h;
+    double norm = m->norm == RP_NORM_LAYER ? 2 : 1;
+    p->params = at.params + 2 * norm * H + mlp.params + (m->qk_norm ? 2 * m->head_dim : 0);
+    p->expert_params = mlp.expert_params;
 }
 
 static void embedding(const rp_transformer *m, const rates *x, const rp_transformer_run *r,
@@ -255,6 +397,28 @@ static void head(const rp_transformer *m, const rates *x, const rp_transformer_r
                                                                      ** or its own */
 }
 
+/* Multi-token prediction with the head: each of its mtp depths the two
+** norms and the projection (2 h to h) of the hidden state and the next
+** token's embedding, a block of the last block's kind, and the head's
+** products and loss again (its weights the head's). */
+static void predict_further(const rp_transformer *m, const rates *x, const rp_transformer_run *r,
+                            rpi_xf_part parts[RPI_XF_PARTS]) {
+    double T = r->tensor_parallel, BS = (double)r->micro_batch * m->seq / r->context_parallel;
+    double H = m->hidden, k = m->mtp, rep = r->sequence_parallel ? T : 1;
+    double norm = m->norm == RP_NORM_LAYER ? 2 : 1;
+    const rpi_xf_part b = parts[rp_transformer_moe_block(m, m->layers - 1) ? RPI_XF_MOE
+                                                                           : RPI_XF_BLOCK];
+    rpi_xf_part *h = &parts[RPI_XF_HEAD], h0 = *h;
+    double proj = gemm(x, BS, 2 * H, H / T, 1) + stream(x, 12 * x->vb * BS * H / rep);
+    h->f += k * (proj + b.f + h0.f);
+    h->bi += k * (proj + b.bi + h0.bi);
+    h->bw += k * (proj + b.bw + h0.bw);
+    h->saved += k * (4 * x->vb * BS * H / rep + b.saved + h0.saved);
+    h->checkpoint += k * (4 * x->vb * BS * H / rep + b.checkpoint + h0.checkpoint);
+    h->params += k * (2 * H * H / T + 3 * norm * H + b.params);
+    h->expert_params += k * b.expert_params;
+}
+
 void rpi_xf_parts(const rp_transformer *m, const rp_cluster *c, const rp_transformer_run *r,
                   rpi_xf_part parts[RPI_XF_PARTS]) {
     const rp_device *d = &c->device;
@@ -274,8 +438,12 @@ void rpi_xf_parts(const rp_transformer *m, const rp_cluster *c, const rp_transfo
                             : c->network_bandwidth};
     memset(parts, 0, sizeof(rpi_xf_part) * RPI_XF_PARTS);
     embedding(m, &x, r, &parts[RPI_XF_EMBED]);
-    block(m, &x, r, &parts[RPI_XF_BLOCK]);
+    block(m, &x, r, false, &parts[RPI_XF_BLOCK]);
     head(m, &x, r, &parts[RPI_XF_HEAD]);
+    if (m->experts)
+        block(m, &x, r, true, &parts[RPI_XF_MOE]);
+    if (m->mtp)
+        predict_further(m, &x, r, parts);
 }
 
 /* The description of the profile's Input, which rp_transformer_of_profile
@@ -290,6 +458,10 @@ static void describe(const rp_transformer *m, const rp_cluster *c, const rp_tran
              r->micro_batch, shape, r->tensor_parallel, r->context_parallel,
              r->sequence_parallel, rp_recompute_name(r->recompute),
              rp_precision_name(r->precision), r->overlap, c->device.name);
+    size_t n = strlen(out);
+    if (m->experts && n < cap)
+        snprintf(out + n, cap - n, " expert_parallel=%d expert_tensor_parallel=%d a2a_overlap=%d",
+                 rpi_xf_ep(r), rpi_xf_etp(r), r->a2a_overlap);
 }
 
 rp_status rp_transformer_profile(const rp_transformer *m, const rp_cluster *c,
@@ -301,7 +473,8 @@ rp_status rp_transformer_profile(const rp_transformer *m, const rp_cluster *c,
     rpi_xf_part parts[RPI_XF_PARTS];
     rpi_xf_parts(m, c, r, parts);
     for (int k = 0; k < RPI_XF_PARTS; k++) /* a device too slow or too small to price */
-        if (!isfinite(parts[k].f + parts[k].bi + parts[k].bw + parts[k].saved + parts[k].params))
+        if (!isfinite(parts[k].f + parts[k].bi + parts[k].bw + parts[k].saved + parts[k].params +
+                      parts[k].expert_params))
             return rp_fail(err, RP_ERR_INVALID, "transformer: on %s the model's times or bytes "
                            "overflow", c->device.name);
     /* a line is at most the description (~600 bytes) or a node (~300 with
@@ -316,13 +489,15 @@ rp_status rp_transformer_profile(const rp_transformer *m, const rp_cluster *c,
                           "backward_compute_time=0, activation_size=%.0f, parameter_size=0\n",
                           desc, 4.0 * r->micro_batch * m->seq);
     for (size_t l = 0; l < L + 2 && n < cap; l++) {
-        int kind = rpi_xf_kind((int)l, m->layers);
+        int kind = rpi_xf_kind(m, (int)l);
         const rpi_xf_part *x = &parts[kind];
         char name[48];
         if (kind == RPI_XF_EMBED)
             snprintf(name, sizeof name, "embedding: Embedding");
         else if (kind == RPI_XF_BLOCK)
             snprintf(name, sizeof name, "layers.%zu: TransformerBlock", l - 1);
+        else if (kind == RPI_XF_MOE)
+            snprintf(name, sizeof name, "layers.%zu: MoEBlock", l - 1);
         else
             snprintf(name, sizeof name, "head: OutputLayer");
         n += (size_t)snprintf(s + n, cap - n,
@@ -331,7 +506,8 @@ rp_status rp_transformer_profile(const rp_transformer *m, const rp_cluster *c,
                               "forward_compute_time=%.6g, backward_compute_time=%.6g, "
                               "activation_size=%.0f, parameter_size=%.0f\n",
                               l + 1, name, x->bi * 1e3, x->bw * 1e3, x->saved, x->checkpoint,
-                              x->f * 1e3, (x->bi + x->bw) * 1e3, x->out, 4 * x->params);
+                              x->f * 1e3, (x->bi + x->bw) * 1e3, x->out,
+                              4 * (x->params + x->expert_params));
     }
     for (size_t l = 0; l < L + 2 && n < cap; l++)
         n += (size_t)snprintf(s + n, cap - n, "\tnode%zu -- node%zu\n", l, l + 1);
@@ -367,14 +543,19 @@ bool rp_transformer_of_profile(const char *desc, rp_transformer *m, rp_transform
         rp_transformer_parse(spec, m, &err) != RP_OK)
         return false;
     rp_transformer_run_default(r);
-    if (field(desc, "micro_batch", v, sizeof v))
-        r->micro_batch = atoi(v);
-    if (field(desc, "tensor_parallel", v, sizeof v))
-        r->tensor_parallel = atoi(v);
-    if (field(desc, "context_parallel", v, sizeof v))
-        r->context_parallel = atoi(v);
-    if (field(desc, "sequence_parallel", v, sizeof v))
-        r->sequence_parallel = atoi(v) != 0;
+    const struct { const char *key; int *at; } counts[] = {
+        {"micro_batch", &r->micro_batch},         {"tensor_parallel", &r->tensor_parallel},
+        {"context_parallel", &r->context_parallel}, {"expert_parallel", &r->expert_parallel},
+        {"expert_tensor_parallel", &r->expert_tensor_parallel}};
+    const struct { const char *key; bool *at; } flags[] = {
+        {"sequence_parallel", &r->sequence_parallel}, {"overlap", &r->overlap},
+        {"a2a_overlap", &r->a2a_overlap}};
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
+        if (field(desc, counts[i].key, v, sizeof v))
+            *counts[i].at = atoi(v);
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
+        if (field(desc, flags[i].key, v, sizeof v))
+            *flags[i].at = atoi(v) != 0;
     if (field(desc, "recompute", v, sizeof v))
         r->recompute = strcmp(v, "selective") == 0 ? RP_RECOMPUTE_SELECTIVE
                        : strcmp(v, "full") == 0    ? RP_RECOMPUTE_FULL
@@ -383,7 +564,5 @@ bool rp_transformer_of_profile(const char *desc, rp_transformer *m, rp_transform
         r->precision = strcmp(v, "fp8") == 0    ? RP_PRECISION_FP8
                        : strcmp(v, "fp32") == 0 ? RP_PRECISION_FP32
                                                 : RP_PRECISION_BF16;
-    if (field(desc, "overlap", v, sizeof v))
-        r->overlap = atoi(v) != 0;
     return r->micro_batch >= 1 && r->tensor_parallel >= 1 && r->context_parallel >= 1;
 }

@@ -1,7 +1,9 @@
 /*
 ** A Hugging Face config.json as a transformer shape: the keys transformers'
 ** own config classes write for GPT-2 (GPT2Config), LLaMA (LlamaConfig),
-** Mistral (MistralConfig) and Qwen2 (Qwen2Config).
+** Mistral (MistralConfig), Qwen2 (Qwen2Config), Qwen3 (Qwen3Config) and the
+** mixtures of experts of Mixtral (MixtralConfig), Qwen3 (Qwen3MoeConfig) and
+** DeepSeek-V3 (DeepseekV3Config: latent attention, multi-token prediction).
 **
 ** Every key is one of three kinds. A shape's key is read. A key that cannot
 ** change the arithmetic (token ids, rope's theta, epsilons, dropout rates,
@@ -30,12 +32,25 @@ static const char *const INERT[] = {
     "reorder_and_upcast_attn", "pretraining_tp", "output_attentions", "output_hidden_states",
     "return_dict", "id2label", "label2id", "task_specific_params", "_name_or_path",
     "use_sliding_window", "max_window_layers", "hidden_act", "activation_function",
-    "attention_bias", "mlp_bias", "sliding_window", "layer_types", "n_ctx", NULL};
+    "attention_bias", "mlp_bias", "sliding_window", "layer_types", "n_ctx",
+    "router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "norm_topk_prob",
+    /* DeepSeek's routing among groups of experts and its scaling: the same
+    ** experts a token */
+    "n_group", "topk_group", "routed_scaling_factor", "scoring_func", "topk_method",
+    "aux_loss_alpha", "seq_aux", "ep_size", "rope_interleave", NULL};
 
-/* Keys of models this one does not price. */
-static const char *const UNPRICED[] = {
-    "num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok",
-    "moe_intermediate_size", "kv_lora_rank", "q_lora_rank", "n_shared_experts", NULL};
+/* Latent attention's and multi-token prediction's keys: read in a
+** DeepSeek-V3 config, refused in another's. */
+static const char *const LATENT[] = {
+    "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "qk_head_dim", "num_nextn_predict_layers", NULL};
+
+/* A mixture's keys: read in a Mixtral's, a Qwen3-MoE's or a DeepSeek-V3's
+** config, refused in another's. */
+static const char *const EXPERTS[] = {
+    "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
+    "n_routed_experts", "n_shared_experts", "first_k_dense_replace", "moe_layer_freq", NULL};
 
 static bool listed(const char *const *list, const char *key) {
     for (int i = 0; list[i]; i++)
@@ -62,21 +77,126 @@ static rp_status whole(const cJSON *o, const char *path, const char *key, const 
     return RP_OK;
 }
 
+/* A count at key that may be 0, into *v (0 where absent or null). */
+static rp_status count(const cJSON *o, const char *path, const char *key, long long *v,
+                       rp_error *err) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (cJSON_IsNumber(x) && x->valuedouble == 0) {
+        *v = 0;
+        return RP_OK;
+    }
+    return whole(o, path, key, NULL, v, err);
+}
+
 static bool truth(const cJSON *o, const char *key, bool dflt) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsBool(x) ? cJSON_IsTrue(x) : dflt;
+}
+
+static const char *model_type(const cJSON *o) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "model_type");
+    return cJSON_IsString(type) ? type->valuestring : "";
+}
+
+static bool deepseek(const char *type) {
+    return strcmp(type, "deepseek_v3") == 0;
+}
+
+static bool has_experts(const char *type) {
+    return strcmp(type, "mixtral") == 0 || strcmp(type, "qwen3_moe") == 0 || deepseek(type);
+}
+
+/* DeepSeek-V3's latent attention, multi-token prediction and experts as
+** KEY=VALUE text: its routed experts and shared ones (n_shared_experts of
+** moe_intermediate_size, as one shared expert of their sum), the dense
+** first blocks (first_k_dense_replace) and moe_layer_freq, which counts as
+** Megatron-LM's does; each head's query and key qk_nope_head_dim wide
+** beside the shared rotary qk_rope_head_dim (transformers writes head_dim
+** as the rotary part: read past). */
+static rp_status deepseek_text(const cJSON *o, const char *path, char *out, size_t cap,
+                               rp_error *err) {
+    long long E, k, f, shared, dense, every, ql, kl, nope, rope, vd, mtp;
+    rp_status st;
+    if ((st = whole(o, path, "n_routed_experts", NULL, &E, err)) ||
+        (st = whole(o, path, "num_experts_per_tok", NULL, &k, err)) ||
+        (st = whole(o, path, "moe_intermediate_size", NULL, &f, err)) ||
+        (st = count(o, path, "n_shared_experts", &shared, err)) ||
+        (st = count(o, path, "first_k_dense_replace", &dense, err)) ||
+        (st = whole(o, path, "moe_layer_freq", NULL, &every, err)) ||
+        (st = count(o, path, "q_lora_rank", &ql, err)) ||
+        (st = whole(o, path, "kv_lora_rank", NULL, &kl, err)) ||
+        (st = whole(o, path, "qk_nope_head_dim", NULL, &nope, err)) ||
+        (st = count(o, path, "qk_rope_head_dim", &rope, err)) ||
+        (st = whole(o, path, "v_head_dim", NULL, &vd, err)) ||
+        (st = count(o, path, "num_nextn_predict_layers", &mtp, err)))
+        return st;
+    if (!E || !k || !f || !kl || !nope || !vd)
+        return rp_fail(err, RP_ERR_INVALID, "%s: a deepseek_v3 config needs n_routed_experts, "
+                       "num_experts_per_tok, moe_intermediate_size, kv_lora_rank, "
+                       "qk_nope_head_dim and v_head_dim", path);
+    if ((size_t)snprintf(out, cap, ",experts=%lld,top_k=%lld,moe_ffn=%lld,shared_ffn=%lld,"
+                         "dense_first=%lld,moe_every=%lld,kv_lora=%lld,q_lora=%lld,head_dim=%lld,"
+                         "rope_dim=%lld,v_dim=%lld,mtp=%lld", E, k, f, shared * f, dense,
+                         every ? every : 1, kl, ql, nope, rope, vd, mtp) >= cap)
+        return rp_fail(err, RP_ERR_INVALID, "%s: the shape does not fit", path);
+    return RP_OK;
+}
+
+/* A mixture's keys (Mixtral's num_local_experts of intermediate_size each;
+** Qwen3-MoE's num_experts, as Qwen's files write it, or num_local_experts,
+** as transformers 5 does, of moe_intermediate_size, its dense blocks'
+** intermediate_size) as KEY=VALUE text. Qwen's mlp_only_layers are read
+** where they are the first blocks (dense_first); its decoder_sparse_step
+** counts from the k-th block where Megatron-LM's --moe-layer-freq counts
+** from the first, so only 1 (every block) is read. */
+static rp_status experts_text(const cJSON *o, const char *path, const char *type,
+                              long long layers, char *out, size_t cap, rp_error *err) {
+    out[0] = '\0';
+    if (deepseek(type))
+        return deepseek_text(o, path, out, cap, err);
+    if (!has_experts(type))
+        return RP_OK;
+    bool mixtral = strcmp(type, "mixtral") == 0;
+    long long E, k, f, step;
+    rp_status st;
+    if ((st = whole(o, path, "num_local_experts", "num_experts", &E, err)) ||
+        (st = whole(o, path, "num_experts_per_tok", NULL, &k, err)) ||
+        (st = whole(o, path, mixtral ? "intermediate_size" : "moe_intermediate_size", NULL, &f,
+                    err)) ||
+        (st = whole(o, path, "decoder_sparse_step", NULL, &step, err)))
+        return st;
+    if (!E || !k || !f)
+        return rp_fail(err, RP_ERR_INVALID, "%s: a %s config needs its experts, experts a token "
+                       "and their MLP's width (num_local_experts or num_experts, "
+                       "num_experts_per_tok, %s)", path, type,
+                       mixtral ? "intermediate_size" : "moe_intermediate_size");
+    if (step > 1)
+        return rp_fail(err, RP_ERR_INVALID, "%s: \"decoder_sparse_step\" %lld: repipe reads "
+                       "mixtures in every block, or after dense first blocks", path, step);
+    const cJSON *only = cJSON_GetObjectItemCaseSensitive(o, "mlp_only_layers");
+    long long dense = 0;
+    for (const cJSON *x = cJSON_IsArray(only) ? only->child : NULL; x; x = x->next, dense++)
+        if (!cJSON_IsNumber(x) || x->valuedouble != (double)dense || dense >= layers - 1)
+            return rp_fail(err, RP_ERR_INVALID, "%s: \"mlp_only_layers\": repipe reads dense "
+                           "blocks that come first (0, 1, ...), leaving one a mixture", path);
+    if ((size_t)snprintf(out, cap, ",experts=%lld,top_k=%lld,moe_ffn=%lld,dense_first=%lld", E,
+                         k, f, dense) >= cap)
+        return rp_fail(err, RP_ERR_INVALID, "%s: the shape does not fit", path);
+    return RP_OK;
 }
 
 /* The shape's keys as KEY=VALUE text for rp_transformer_parse, which checks
 ** them as it checks any shape. */
 static rp_status shape_text(const cJSON *o, const char *path, char *spec, size_t cap,
                             rp_error *err) {
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "model_type");
-    const char *t = cJSON_IsString(type) ? type->valuestring : "";
+    const char *t = model_type(o);
     bool gpt2 = strcmp(t, "gpt2") == 0, qwen2 = strcmp(t, "qwen2") == 0;
-    if (!gpt2 && !qwen2 && strcmp(t, "llama") != 0 && strcmp(t, "mistral") != 0)
+    bool qwen3 = strncmp(t, "qwen3", 5) == 0;
+    if (!gpt2 && !qwen2 && !qwen3 && strcmp(t, "llama") != 0 && strcmp(t, "mistral") != 0 &&
+        strcmp(t, "mixtral") != 0 && !deepseek(t))
         return rp_fail(err, RP_ERR_INVALID, "%s: \"model_type\" '%s' is not one repipe reads "
-                       "(gpt2, llama, mistral, qwen2)", path, t);
+                       "(gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, deepseek_v3)",
+                       path, t);
     long long layers, hidden, heads, kv, head_dim, ffn, vocab, seq;
     rp_status st;
     if ((st = whole(o, path, "num_hidden_layers", "n_layer", &layers, err)) ||
@@ -132,13 +252,17 @@ static rp_status shape_text(const cJSON *o, const char *path, char *spec, size_t
                                 bias, truth(o, "tie_word_embeddings", gpt2), dropout);
     if (kv && n < cap)
         n += (size_t)snprintf(spec + n, cap - n, ",kv_heads=%lld", kv);
-    if (head_dim && n < cap)
+    if (head_dim && n < cap && !deepseek(t)) /* (DeepSeek's: its qk_nope_head_dim) */
         n += (size_t)snprintf(spec + n, cap - n, ",head_dim=%lld", head_dim);
     if (ffn && n < cap)
         n += (size_t)snprintf(spec + n, cap - n, ",ffn=%lld", ffn);
     else if (gpt2 && n < cap)
         n += (size_t)snprintf(spec + n, cap - n, ",ffn=%lld", 4 * hidden);
-    if (n >= cap)
+    if (qwen3 && n < cap) /* each head's queries and keys normed */
+        n += (size_t)snprintf(spec + n, cap - n, ",qk_norm=1");
+    if (n < cap && (st = experts_text(o, path, t, layers, spec + n, cap - n, err)))
+        return st;
+    if (strlen(spec) >= cap - 1)
         return rp_fail(err, RP_ERR_INVALID, "%s: the shape does not fit %zu characters", path, cap);
     return RP_OK;
 }
@@ -181,11 +305,20 @@ rp_status rp_transformer_from_config(const char *path, const char *overrides,
         st = rp_fail(err, RP_ERR_INVALID, "%s: a config.json is an object of keys", path);
         goto done;
     }
+    bool experts = has_experts(model_type(o));
     for (const cJSON *k = o->child; k; k = k->next) {
-        if (listed(UNPRICED, k->string) && !cJSON_IsNull(k) &&
-            !(cJSON_IsNumber(k) && k->valuedouble == 0)) {
-            st = rp_fail(err, RP_ERR_INVALID, "%s: \"%s\": a mixture of experts or latent "
-                         "attention, which repipe does not price", path, k->string);
+        bool set = !cJSON_IsNull(k) && !(cJSON_IsNumber(k) && k->valuedouble == 0) &&
+                   !(cJSON_IsArray(k) && !k->child);
+        if (set && !deepseek(model_type(o)) && listed(LATENT, k->string)) {
+            st = rp_fail(err, RP_ERR_INVALID, "%s: \"%s\": latent attention or multi-token "
+                         "prediction in a '%s' config, whose model has neither (repipe reads "
+                         "them in deepseek_v3 configs)", path, k->string, model_type(o));
+            goto done;
+        }
+        if (set && !experts && listed(EXPERTS, k->string)) {
+            st = rp_fail(err, RP_ERR_INVALID, "%s: \"%s\": a mixture of experts in a '%s' "
+                         "config, whose model has none (repipe reads experts in mixtral, "
+                         "qwen3_moe and deepseek_v3 configs)", path, k->string, model_type(o));
             goto done;
         }
         cap += strlen(k->string) + 2;
@@ -210,7 +343,7 @@ rp_status rp_transformer_from_config(const char *path, const char *overrides,
         "max_position_embeddings", "n_positions", "tie_word_embeddings", NULL};
     for (const cJSON *k = o->child; k; k = k->next)
         if (!listed(INERT, k->string) && !listed(SHAPE, k->string) &&
-            !listed(UNPRICED, k->string))
+            !listed(LATENT, k->string) && !listed(EXPERTS, k->string))
             n += (size_t)snprintf(*unknown + n, cap - n, "%s%s", n ? ", " : "", k->string);
 done:
     cJSON_Delete(o);

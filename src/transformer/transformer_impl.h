@@ -8,7 +8,8 @@
 
 #include "repipe/transformer.h"
 
-enum { RPI_XF_EMBED = 0, RPI_XF_BLOCK, RPI_XF_HEAD, RPI_XF_PARTS };
+/* the embedding, a dense block, the head, a mixture-of-experts block */
+enum { RPI_XF_EMBED = 0, RPI_XF_BLOCK, RPI_XF_HEAD, RPI_XF_MOE, RPI_XF_PARTS };
 
 /* One rank's share of a node, for one micro-batch. */
 typedef struct rpi_xf_part {
@@ -17,10 +18,12 @@ typedef struct rpi_xf_part {
     double out;        /* bytes sent to the next stage */
     double saved;      /* bytes kept for the backward (none or selective recomputation) */
     double checkpoint; /* bytes kept under full recomputation: the input */
-    double params;     /* parameters the rank holds, a count */
+    double params;     /* parameters the rank holds, a count: the tensor group's share... */
+    double expert_params; /* ...and apart, its experts' (replicated over t cp d / (ep etp)) */
 } rpi_xf_part;
 
-/* parts[RPI_XF_EMBED], [RPI_XF_BLOCK] (every block is alike), [RPI_XF_HEAD]
+/* parts[RPI_XF_EMBED], [RPI_XF_BLOCK] (every dense block is alike),
+** [RPI_XF_HEAD], [RPI_XF_MOE] (a mixture's blocks; zeros for a dense model)
 ** for run r on cluster c (checked by rp_transformer_run_check). */
 void rpi_xf_parts(const rp_transformer *m, const rp_cluster *c, const rp_transformer_run *r,
                   rpi_xf_part parts[RPI_XF_PARTS]);
@@ -37,8 +40,23 @@ void rpi_xf_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
                         const int *counts, int rank, rp_transformer_memory *out);
 
 /* The part of layer l of L + 2 (the embedding first, the head last). */
-static inline int rpi_xf_kind(int l, int layers) {
-    return l == 0 ? RPI_XF_EMBED : l <= layers ? RPI_XF_BLOCK : RPI_XF_HEAD;
+static inline int rpi_xf_kind(const rp_transformer *m, int l) {
+    return l == 0             ? RPI_XF_EMBED
+           : l > m->layers    ? RPI_XF_HEAD
+           : rp_transformer_moe_block(m, l - 1) ? RPI_XF_MOE
+                                                : RPI_XF_BLOCK;
+}
+
+static inline bool rpi_xf_is_block(int kind) {
+    return kind == RPI_XF_BLOCK || kind == RPI_XF_MOE;
+}
+
+/* A run's expert groups: ep and etp, 1 where unset. */
+static inline int rpi_xf_ep(const rp_transformer_run *r) {
+    return r->expert_parallel > 1 ? r->expert_parallel : 1;
+}
+static inline int rpi_xf_etp(const rp_transformer_run *r) {
+    return r->expert_tensor_parallel > 1 ? r->expert_tensor_parallel : 1;
 }
 
 /* Bytes a parameter the rank holds costs, by sharding over n = d cp ranks:

@@ -32,28 +32,33 @@ void rpi_xf_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
                         const int *counts, int rank, rp_transformer_memory *out) {
     int p = lay->p, v = lay->v > 1 ? lay->v : 1, C = p * v;
     bool full = r->recompute == RP_RECOMPUTE_FULL;
-    const rpi_xf_part *e = &parts[RPI_XF_EMBED], *b = &parts[RPI_XF_BLOCK], *h = &parts[RPI_XF_HEAD];
-    double params = 0, kept = 0, most = 0;
+    double params = 0, experts = 0, kept = 0, most = 0, gathered = 0;
+    int first[RP_MAX_STAGES + 1]; /* chunk c's first layer */
+    first[0] = 0;
+    for (int c = 0; c < C; c++)
+        first[c + 1] = first[c] + counts[c];
     for (int k = 0; k < v; k++) {
         /* chunk k of the rank: interleaved, k p + rank; in a V (DualPipeV),
         ** rank and 2 p - 1 - rank; the embedding opens the first chunk, the
         ** head closes the last, blocks between */
         int c = lay->v_shape ? (k == 0 ? rank : 2 * p - 1 - rank) : k * p + rank;
-        bool embed = c == 0, head = c == C - 1;
-        double blocks = counts[c] - embed - head;
-        params += blocks * b->params;
-        kept += blocks * (full ? b->checkpoint : b->saved);
-        most = fmax(most, blocks > 0 ? b->saved : 0);
-        if (embed)
-            params += e->params, kept += e->saved, most = fmax(most, e->saved);
-        if (head) /* a tied head on the embedding's rank is the embedding's table */
-            params += h->params - (!m->untied && C == 1 ? rp_transformer_padded_vocab(
-                                                              m, r->tensor_parallel) *
-                                                              m->hidden / r->tensor_parallel
-                                                        : 0),
-                kept += h->saved, most = fmax(most, h->saved);
+        for (int l = first[c]; l < first[c + 1]; l++) {
+            int kind = rpi_xf_kind(m, l);
+            const rpi_xf_part *x = &parts[kind];
+            bool block = rpi_xf_is_block(kind);
+            params += x->params, experts += x->expert_params;
+            kept += block && full ? x->checkpoint : x->saved;
+            most = fmax(most, x->saved);
+            gathered = fmax(gathered, block ? x->params + x->expert_params : 0);
+            /* a tied head on the embedding's rank is the embedding's table */
+            if (kind == RPI_XF_HEAD && !m->untied && C == 1)
+                params -= rp_transformer_padded_vocab(m, r->tensor_parallel) * m->hidden /
+                          r->tensor_parallel;
+        }
     }
     double n = (double)lay->d * r->context_parallel;
+    /* the experts' replicas: the t cp d ranks of a stage over ep etp */
+    double ne = (double)r->tensor_parallel * n / (rpi_xf_ep(r) * rpi_xf_etp(r));
     double flight;
     long long mb = lay->micro_batches > 0 ? lay->micro_batches : p;
     if (lay->v_shape)
@@ -62,10 +67,11 @@ void rpi_xf_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
         flight = fmin(p - rank, (double)mb);
     else
         flight = fmin((2.0 * (p - rank - 1) + (v - 1.0) * p + 1) / v, (double)mb);
-    out->parameters = params;
-    out->weights = params * rpi_xf_bytes_per_parameter(lay->sharding, n, C > 1, r->precision);
+    out->parameters = params + experts;
+    out->weights = params * rpi_xf_bytes_per_parameter(lay->sharding, n, C > 1, r->precision) +
+                   experts * rpi_xf_bytes_per_parameter(lay->sharding, ne, C > 1, r->precision);
     if (lay->sharding == RP_SHARD_FULL && C == 1) /* two blocks gathered: one computing, the next */
-        out->weights += 2 * rpi_xf_gathered_bytes(r->precision) * b->params;
+        out->weights += 2 * rpi_xf_gathered_bytes(r->precision) * gathered;
     out->activations = flight * kept + (full ? most : 0);
     out->total = out->weights + out->activations;
 }
@@ -79,6 +85,11 @@ rp_status rp_transformer_rank_memory(const rp_transformer *m, const rp_transform
         return rp_fail(err, RP_ERR_INVALID, "transformer memory: pipeline rank %d of %d, %d "
                        "chunks each, %d replicas, for %d layers and the embedding and head",
                        rank, p, v, lay->d, m->layers);
+    long long width = (long long)r->tensor_parallel * r->context_parallel * lay->d;
+    if (width % ((long long)rpi_xf_ep(r) * rpi_xf_etp(r)))
+        return rp_fail(err, RP_ERR_INVALID, "transformer memory: expert groups of ep %d x etp %d "
+                       "do not divide a stage's %lld ranks (t %d x cp %d x d %d)", rpi_xf_ep(r),
+                       rpi_xf_etp(r), width, r->tensor_parallel, r->context_parallel, lay->d);
     int counts[RP_MAX_STAGES];
     if (lay->layers_per_stage) {
         int sum = 0;

@@ -53,11 +53,15 @@ bool rp_transformer_preset(const char *name, rp_transformer *out) {
 
 enum key {
     K_LAYERS, K_HIDDEN, K_HEADS, K_SEQ, K_VOCAB, K_KV_HEADS, K_HEAD_DIM, K_FFN, K_MLP, K_NORM,
-    K_POSITION, K_BIAS, K_TIED, K_FLASH, K_DROPOUT, K_COUNT
+    K_POSITION, K_BIAS, K_TIED, K_FLASH, K_DROPOUT, K_EXPERTS, K_TOP_K, K_MOE_FFN,
+    K_SHARED_FFN, K_MOE_EVERY, K_DENSE_FIRST, K_QK_NORM, K_Q_LORA, K_KV_LORA, K_ROPE_DIM,
+    K_V_DIM, K_MTP, K_COUNT
 };
-static const char *const KEYS[K_COUNT] = {"layers", "hidden", "heads", "seq", "vocab",
-                                          "kv_heads", "head_dim", "ffn", "mlp", "norm",
-                                          "position", "bias", "tied", "flash", "dropout"};
+static const char *const KEYS[K_COUNT] = {
+    "layers", "hidden", "heads", "seq", "vocab", "kv_heads", "head_dim", "ffn", "mlp", "norm",
+    "position", "bias", "tied", "flash", "dropout", "experts", "top_k", "moe_ffn",
+    "shared_ffn", "moe_every", "dense_first", "qk_norm", "q_lora", "kv_lora", "rope_dim",
+    "v_dim", "mtp"};
 /* the largest value of each whole-number key */
 static const long MAX[K_COUNT] = {
     [K_LAYERS] = RP_TRANSFORMER_MAX_LAYERS, [K_HIDDEN] = RP_TRANSFORMER_MAX_WIDTH,
@@ -65,7 +69,13 @@ static const long MAX[K_COUNT] = {
     [K_VOCAB] = RP_TRANSFORMER_MAX_VOCAB,   [K_KV_HEADS] = RP_TRANSFORMER_MAX_WIDTH,
     [K_HEAD_DIM] = RP_TRANSFORMER_MAX_WIDTH, [K_FFN] = RP_TRANSFORMER_MAX_WIDTH,
     [K_TIED] = 1,                           [K_FLASH] = 1,
-    [K_DROPOUT] = 1};
+    [K_DROPOUT] = 1,                        [K_EXPERTS] = 1 << 16,
+    [K_TOP_K] = 1 << 16,                    [K_MOE_FFN] = RP_TRANSFORMER_MAX_WIDTH,
+    [K_SHARED_FFN] = RP_TRANSFORMER_MAX_WIDTH, [K_MOE_EVERY] = RP_TRANSFORMER_MAX_LAYERS,
+    [K_DENSE_FIRST] = RP_TRANSFORMER_MAX_LAYERS, [K_QK_NORM] = 1,
+    [K_Q_LORA] = RP_TRANSFORMER_MAX_WIDTH,  [K_KV_LORA] = RP_TRANSFORMER_MAX_WIDTH,
+    [K_ROPE_DIM] = RP_TRANSFORMER_MAX_WIDTH, [K_V_DIM] = RP_TRANSFORMER_MAX_WIDTH,
+    [K_MTP] = 16};
 static const char *const WORDS[K_COUNT][4] = {
     [K_MLP] = {"gelu", "swiglu"},
     [K_NORM] = {"layernorm", "rmsnorm"},
@@ -117,7 +127,9 @@ static rp_status apply(const char *spec, const char *p, size_t n, rp_transformer
     if (key == K_COUNT)
         return rp_fail(err, RP_ERR_INVALID, "transformer '%s': '%.*s' is not one of layers, "
                        "hidden, heads, seq, vocab, kv_heads, head_dim, ffn, mlp, norm, position, "
-                       "bias, tied, flash, dropout", spec, (int)k, p);
+                       "bias, tied, flash, dropout, experts, top_k, moe_ffn, shared_ffn, "
+                       "moe_every, dense_first, qk_norm, q_lora, kv_lora, rope_dim, v_dim, mtp",
+                       spec, (int)k, p);
     if (*seen & 1u << key)
         return rp_fail(err, RP_ERR_INVALID, "transformer '%s': %s is given twice", spec,
                        KEYS[key]);
@@ -133,22 +145,90 @@ static rp_status apply(const char *spec, const char *p, size_t n, rp_transformer
     if (vn == 0 || (i < vn && !(v[i] >= '0' && v[i] <= '9')))
         return rp_fail(err, RP_ERR_INVALID, "transformer '%s': %s needs a whole number, not '%.*s'",
                        spec, KEYS[key], (int)vn, v);
-    bool flag = key == K_TIED || key == K_FLASH || key == K_DROPOUT;
+    bool flag = key == K_TIED || key == K_FLASH || key == K_DROPOUT || key == K_QK_NORM ||
+                key == K_SHARED_FFN || key == K_DENSE_FIRST || key == K_Q_LORA ||
+                key == K_ROPE_DIM || key == K_MTP; /* (those that may be 0) */
     if (x > MAX[key] || (x < 1 && !flag))
         return rp_fail(err, RP_ERR_INVALID, "transformer '%s': %s is %s, from %d to %ld", spec,
                        KEYS[key], x > MAX[key] ? "too large" : "too small", flag ? 0 : 1,
                        MAX[key]);
     int *field[K_COUNT] = {&m->layers, &m->hidden, &m->heads, &m->seq, &m->vocab,
-                           &m->kv_heads, &m->head_dim, &m->ffn};
+                           &m->kv_heads, &m->head_dim, &m->ffn,
+                           [K_EXPERTS] = &m->experts, [K_TOP_K] = &m->top_k,
+                           [K_MOE_FFN] = &m->moe_ffn, [K_SHARED_FFN] = &m->shared_ffn,
+                           [K_MOE_EVERY] = &m->moe_every, [K_DENSE_FIRST] = &m->dense_first,
+                           [K_Q_LORA] = &m->q_lora, [K_KV_LORA] = &m->kv_lora,
+                           [K_ROPE_DIM] = &m->rope_dim, [K_V_DIM] = &m->v_dim, [K_MTP] = &m->mtp};
     if (key == K_TIED)
         m->untied = x == 0;
     else if (key == K_FLASH)
         m->flash = x == 1;
     else if (key == K_DROPOUT)
         m->dropout = x == 1;
+    else if (key == K_QK_NORM)
+        m->qk_norm = x == 1;
     else
         *field[key] = (int)x;
     return RP_OK;
+}
+
+/* A mixture's keys: only with experts, the defaults filled (Megatron-LM's:
+** top 2, each expert the dense MLP's width, every block). */
+static rp_status experts_check(const char *spec, rp_transformer *m, unsigned seen,
+                               rp_error *err) {
+    unsigned moe_keys = 1u << K_TOP_K | 1u << K_MOE_FFN | 1u << K_SHARED_FFN |
+                        1u << K_MOE_EVERY | 1u << K_DENSE_FIRST;
+    if (!m->experts) {
+        if (seen & moe_keys)
+            return rp_fail(err, RP_ERR_INVALID, "transformer '%s': top_k, moe_ffn, shared_ffn, "
+                           "moe_every and dense_first describe a mixture of experts: give "
+                           "experts too", spec);
+        return RP_OK;
+    }
+    if (!m->top_k)
+        m->top_k = m->experts < 2 ? m->experts : 2;
+    if (!m->moe_ffn)
+        m->moe_ffn = m->ffn;
+    if (!m->moe_every)
+        m->moe_every = 1;
+    if (m->top_k > m->experts)
+        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': top_k %d is more than the %d "
+                       "experts", spec, m->top_k, m->experts);
+    if (m->dense_first >= m->layers)
+        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': dense_first %d leaves none of "
+                       "the %d blocks a mixture of experts", spec, m->dense_first, m->layers);
+    return RP_OK;
+}
+
+/* Latent attention's keys: only with kv_lora; every head its own key and
+** value (no groups); v_dim defaults to head_dim. */
+static rp_status latent_check(const char *spec, rp_transformer *m, unsigned seen, rp_error *err) {
+    unsigned keys = 1u << K_Q_LORA | 1u << K_ROPE_DIM | 1u << K_V_DIM;
+    if (!m->kv_lora) {
+        if (seen & keys)
+            return rp_fail(err, RP_ERR_INVALID, "transformer '%s': q_lora, rope_dim and v_dim "
+                           "describe latent attention: give kv_lora too", spec);
+        return RP_OK;
+    }
+    if (m->kv_heads != m->heads)
+        return rp_fail(err, RP_ERR_INVALID, "transformer '%s': latent attention gives every head "
+                       "its own key and value: kv_heads is the %d heads", spec, m->heads);
+    if (!m->v_dim)
+        m->v_dim = m->head_dim;
+    return RP_OK;
+}
+
+bool rp_transformer_moe_block(const rp_transformer *m, int i) {
+    return m->experts > 0 && i >= m->dense_first && i % m->moe_every == 0;
+}
+
+int rp_transformer_moe_blocks(const rp_transformer *m) {
+    if (m->experts < 1)
+        return 0;
+    int n = 0;
+    for (int i = m->dense_first; i < m->layers; i++)
+        n += i % m->moe_every == 0;
+    return n;
 }
 
 rp_status rp_transformer_parse(const char *spec, rp_transformer *m, rp_error *err) {
@@ -219,7 +299,8 @@ rp_status rp_transformer_parse(const char *spec, rp_transformer *m, rp_error *er
     if (m->ffn < 1)
         return rp_fail(err, RP_ERR_INVALID, "transformer '%s': hidden %d leaves SwiGLU's default "
                        "MLP width at 0 (give ffn)", spec, m->hidden);
-    return RP_OK;
+    rp_status st = experts_check(spec, m, seen, err);
+    return st ? st : latent_check(spec, m, seen, err);
 }
 
 void rp_transformer_format(const rp_transformer *m, char *out, size_t cap) {
@@ -228,6 +309,18 @@ void rp_transformer_format(const rp_transformer *m, char *out, size_t cap) {
              m->layers, m->hidden, m->heads, m->seq, m->vocab, m->kv_heads, m->head_dim, m->ffn,
              WORDS[K_MLP][m->mlp], WORDS[K_NORM][m->norm], WORDS[K_POSITION][m->position],
              WORDS[K_BIAS][m->bias], !m->untied, m->flash, m->dropout);
+    size_t n = strlen(out);
+    if (m->qk_norm && n < cap)
+        n += (size_t)snprintf(out + n, cap - n, ",qk_norm=1");
+    if (m->kv_lora && n < cap)
+        n += (size_t)snprintf(out + n, cap - n, ",kv_lora=%d,q_lora=%d,rope_dim=%d,v_dim=%d",
+                              m->kv_lora, m->q_lora, m->rope_dim, m->v_dim);
+    if (m->mtp && n < cap)
+        n += (size_t)snprintf(out + n, cap - n, ",mtp=%d", m->mtp);
+    if (m->experts && n < cap)
+        snprintf(out + n, cap - n, ",experts=%d,top_k=%d,moe_ffn=%d,shared_ffn=%d,moe_every=%d,"
+                 "dense_first=%d", m->experts, m->top_k, m->moe_ffn, m->shared_ffn,
+                 m->moe_every, m->dense_first);
 }
 
 double rp_transformer_padded_vocab(const rp_transformer *m, int t) {
@@ -235,33 +328,84 @@ double rp_transformer_padded_vocab(const rp_transformer *m, int t) {
     return ceil(m->vocab / k) * k;
 }
 
-/* A block's parameters (its products, their biases, its two norms). */
-static double block_parameters(const rp_transformer *m) {
+double rp_transformer_qkv_width(const rp_transformer *m) {
+    double qk = m->head_dim + (m->kv_lora ? m->rope_dim : 0);
+    return (double)m->heads * (qk + (m->kv_lora ? m->v_dim : m->head_dim));
+}
+
+double rp_transformer_attention_macs(const rp_transformer *m) {
+    double h = m->hidden, A = m->heads, D = m->head_dim;
+    if (!m->kv_lora)
+        return h * A * D + 2 * h * m->kv_heads * D + A * D * h;
+    /* queries (through their latent), the keys' and values' latent and its
+    ** rotary keys, keys and values up from it, the output */
+    double qk = D + m->rope_dim, ql = m->q_lora, kl = m->kv_lora, vd = m->v_dim;
+    return (ql ? h * ql + ql * A * qk : h * A * qk) + h * (kl + m->rope_dim) +
+           kl * A * (D + vd) + A * vd * h;
+}
+
+/* An MLP of width f: its products and, with biases everywhere, theirs. */
+static double mlp_parameters(const rp_transformer *m, double f) {
+    double h = m->hidden, up = m->mlp == RP_MLP_SWIGLU ? 2 : 1;
+    return up * h * f + f * h + (m->bias == RP_BIAS_ALL ? up * f + h : 0);
+}
+
+/* A block's parameters (its products, their biases, its two norms): of a
+** mixture, its experts (or the top_k a token passes when `active`), the
+** shared expert and the router (with a bias where every product has one). */
+static double block_parameters(const rp_transformer *m, bool moe, bool active) {
     double h = m->hidden, q = (double)m->heads * m->head_dim, k = (double)m->kv_heads * m->head_dim;
-    double f = m->ffn, up = m->mlp == RP_MLP_SWIGLU ? 2 : 1, norm = m->norm == RP_NORM_LAYER ? 2 : 1;
-    double bias = m->bias == RP_BIAS_ALL ? (q + 2 * k) + h + up * f + h
-                  : m->bias == RP_BIAS_QKV ? q + 2 * k
-                                           : 0;
-    return h * (q + 2 * k) + q * h + up * h * f + f * h + bias + 2 * norm * h;
+    double norm = m->norm == RP_NORM_LAYER ? 2 : 1;
+    double bias = m->bias == RP_BIAS_ALL ? (q + 2 * k) + h : m->bias == RP_BIAS_QKV ? q + 2 * k : 0;
+    /* latent attention: its products, and the latents' norms */
+    double products = m->kv_lora ? rp_transformer_attention_macs(m) +
+                                       norm * ((double)m->q_lora + m->kv_lora)
+                                 : h * (q + 2 * k) + q * h;
+    double attention = products + bias + 2 * norm * h + (m->qk_norm ? 2.0 * m->head_dim : 0);
+    if (!moe)
+        return attention + mlp_parameters(m, m->ffn);
+    double E = m->experts;
+    return attention + (active ? m->top_k : E) * mlp_parameters(m, m->moe_ffn) +
+           (m->shared_ffn ? mlp_parameters(m, m->shared_ffn) : 0) + h * E +
+           (m->bias == RP_BIAS_ALL ? E : 0);
+}
+
+static double parameters(const rp_transformer *m, bool active) {
+    double h = m->hidden, V = m->vocab, norm = m->norm == RP_NORM_LAYER ? 2 : 1;
+    double pos = m->position == RP_POSITION_LEARNED ? (double)m->seq * h : 0;
+    double moe = rp_transformer_moe_blocks(m);
+    return V * h + pos + (m->layers - moe) * block_parameters(m, false, active) +
+           moe * block_parameters(m, true, active) + norm * h + (m->untied ? V * h : 0);
 }
 
 double rp_transformer_parameters(const rp_transformer *m) {
-    double h = m->hidden, V = m->vocab, norm = m->norm == RP_NORM_LAYER ? 2 : 1;
-    double pos = m->position == RP_POSITION_LEARNED ? (double)m->seq * h : 0;
-    return V * h + pos + m->layers * block_parameters(m) + norm * h + (m->untied ? V * h : 0);
+    return parameters(m, false);
+}
+
+double rp_transformer_active_parameters(const rp_transformer *m) {
+    return parameters(m, true);
 }
 
 double rp_transformer_flops_megatron(const rp_transformer *m, int t, double samples) {
     /* as num_floating_point_operations writes it for a dense model of
     ** sequences of equal length: 3 passes (forward, the input's and the
     ** weights' gradients) of 2 FLOPs a multiply-add */
-    double h = m->hidden, s = m->seq, L = m->layers, V = rp_transformer_padded_vocab(m, t);
-    double q = (double)m->heads * m->head_dim, k = (double)m->kv_heads * m->head_dim;
+    double h = m->hidden, s = m->seq, V = rp_transformer_padded_vocab(m, t);
     double ffn_expansion = m->mlp == RP_MLP_SWIGLU ? 3 : 2;
-    double attention = 6 * (h * (q + 2 * k) + q * h);
-    double core = 6 * q / 2 * 2; /* the causal mask halves Q K^T and its product with V */
-    double tokens = samples * s;
-    return tokens * (6 * h * m->ffn * ffn_expansion * L + attention * L + 6 * h * V) +
+    /* latent attention's latents' norms, counted as a product's column each */
+    double attention = 6 * (rp_transformer_attention_macs(m) + (double)m->q_lora + m->kv_lora);
+    /* the causal mask halves Q K^T and its product with V */
+    double core = 6 * rp_transformer_qkv_width(m) / 2;
+    double tokens = samples * s, moe = rp_transformer_moe_blocks(m), mtp = m->mtp;
+    /* multi-token prediction's blocks are of the last block's kind */
+    bool last_moe = rp_transformer_moe_block(m, m->layers - 1);
+    double L = m->layers + mtp, dense = m->layers - moe + (last_moe ? 0 : mtp);
+    moe += last_moe ? mtp : 0;
+    /* the MLPs: dense blocks' of ffn, a mixture's top_k experts and shared
+    ** expert a token */
+    double mlp = m->ffn * dense + ((double)m->moe_ffn * m->top_k + m->shared_ffn) * moe;
+    return tokens * (6 * h * mlp * ffn_expansion + attention * L + 6 * h * V * (mtp + 1) +
+                     6 * mtp * (3 * h + 2 * h * h)) +
            samples * s * s * core * L;
 }
 
@@ -270,15 +414,17 @@ double rp_transformer_flops_eq3(const rp_transformer *m, double samples) {
     ** recomputed forward, backward's two) and the head's three: for a GPT
     ** of hidden h (4 h MLP, a = h / heads) its 24 h^2 + 4 s h a block */
     double h = m->hidden, s = m->seq, L = m->layers, V = m->vocab;
-    double q = (double)m->heads * m->head_dim, k = (double)m->kv_heads * m->head_dim;
-    double mats = m->mlp == RP_MLP_SWIGLU ? 3 : 2;
-    double block = 2 * (h * (q + 2 * k) + q * h) + 2 * mats * h * m->ffn + 4 * s * q;
-    return 4 * samples * s * L * block + 6 * samples * s * h * V;
+    double mats = m->mlp == RP_MLP_SWIGLU ? 3 : 2, moe = rp_transformer_moe_blocks(m);
+    double mlp = m->ffn * (L - moe) + ((double)m->moe_ffn * m->top_k + m->shared_ffn) * moe;
+    double block = 2 * rp_transformer_attention_macs(m) +
+                   2 * s * rp_transformer_qkv_width(m);
+    return 4 * samples * s * (L * block + 2 * mats * h * mlp) + 6 * samples * s * h * V;
 }
 
 double rp_transformer_flops_6n(const rp_transformer *m, double samples) {
     double h = m->hidden, s = m->seq;
     double pos = m->position == RP_POSITION_LEARNED ? s * h : 0;
-    double n = rp_transformer_parameters(m) - (double)m->vocab * h - pos;
-    return samples * s * (6 * n + 12.0 * m->layers * m->heads * m->head_dim * s);
+    double n = rp_transformer_active_parameters(m) - (double)m->vocab * h - pos;
+    return samples * s *
+           (6 * n + 6.0 * m->layers * rp_transformer_qkv_width(m) * s);
 }

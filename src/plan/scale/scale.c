@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "repipe/planner.h"
-#include "../../transformer/transformer_impl.h"
+#include "scale_impl.h"
 
 void rp_scale_options_default(rp_scale_options *o) {
     memset(o, 0, sizeof *o);
@@ -58,7 +58,7 @@ static int by_estimate(const void *a, const void *b) {
 ** kind of node. */
 static void pass_costs(const rpi_xf_part *x, bool full, double cost[RPI_XF_PARTS]) {
     for (int k = 0; k < RPI_XF_PARTS; k++)
-        cost[k] = x[k].f * (full && k == RPI_XF_BLOCK ? 2 : 1) + x[k].bi + x[k].bw;
+        cost[k] = x[k].f * (full && rpi_xf_is_block(k) ? 2 : 1) + x[k].bi + x[k].bw;
 }
 
 /* The blocks spread over C chunks as evenly as the embedding's and the
@@ -66,12 +66,17 @@ static void pass_costs(const rpi_xf_part *x, bool full, double cost[RPI_XF_PARTS
 ** those take, the rest alike (one more in the first ones where they do not
 ** divide), so that the chunks' times and memories are alike; counts of the
 ** L + 2 layers. */
-static void spread(int L, const double cost[RPI_XF_PARTS], int C, int *counts) {
+static void spread(const rp_transformer *m, const double cost[RPI_XF_PARTS], int C,
+                   int *counts) {
+    int L = m->layers;
     if (C == 1) {
         counts[0] = L + 2;
         return;
     }
-    double e = cost[RPI_XF_EMBED], b = cost[RPI_XF_BLOCK], h = cost[RPI_XF_HEAD];
+    /* (a mixture's blocks and the dense ones, as their mean) */
+    double moe = rp_transformer_moe_blocks(m);
+    double e = cost[RPI_XF_EMBED], h = cost[RPI_XF_HEAD];
+    double b = ((L - moe) * cost[RPI_XF_BLOCK] + moe * cost[RPI_XF_MOE]) / L;
     double target = (e + L * b + h) / C;
     int first = (int)fmax(0, floor((target - e) / b + 0.5));
     int last = (int)fmax(0, floor((target - h) / b + 0.5));
@@ -112,16 +117,15 @@ static double estimate(const rp_transformer *m, const rp_cluster *c, const rpi_x
     if (even)
         rpi_xf_split(L, C, counts);
     else
-        spread(L, cost, C, counts);
-    double rank[RP_MAX_STAGES] = {0}, most = 0;
+        spread(m, cost, C, counts);
+    double rank[RP_MAX_STAGES] = {0}, most = 0, all = 0;
     for (int c = 0, l = 0; c < C; l += counts[c++]) {
         int r = k->dv ? (c < P ? c : 2 * P - 1 - c) : c % P;
         for (int j = l; j < l + counts[c]; j++)
-            rank[r] += cost[rpi_xf_kind(j, L)];
+            rank[r] += cost[rpi_xf_kind(m, j)];
     }
     for (int r = 0; r < P; r++)
-        most = fmax(most, rank[r]);
-    double all = cost[RPI_XF_EMBED] + L * cost[RPI_XF_BLOCK] + cost[RPI_XF_HEAD];
+        most = fmax(most, rank[r]), all += rank[r];
     /* memory: every rank's, as the cut lays the layers */
     rp_transformer_layout lay = {.p = P, .d = k->d, .v = k->dv ? 2 : k->v, .v_shape = k->dv,
                                  .micro_batches = k->m, .sharding = k->sharding};
@@ -191,109 +195,6 @@ static void config_of(const cand *k, const int *counts, rp_config *cfg) {
     }
 }
 
-/* Each rank's memory of cfg; the busiest into *busiest, its rank into *at. */
-static rp_status ranks_memory(const rp_transformer *m, const rp_transformer_run *run,
-                              rp_sharding sharding, const rp_config *cfg,
-                              rp_transformer_memory *busiest, int *at, rp_error *err) {
-    rp_derived d;
-    rp_config_derive(cfg, &d);
-    bool chunked = rp_config_chunked(cfg);
-    int v = chunked ? cfg->virtual_stages : 1, P = d.stages / v;
-    rp_transformer_layout lay = {.p = P, .d = cfg->replication_factor, .v = v,
-                                 .v_shape = cfg->schedule == RP_SCHEDULE_DUALPIPEV,
-                                 .micro_batches = cfg->gradient_accumulation_steps,
-                                 .sharding = sharding,
-                                 .layers_per_stage = cfg->layers_per_stage.count > 1
-                                                         ? cfg->layers_per_stage.layers
-                                                         : NULL};
-    memset(busiest, 0, sizeof *busiest);
-    *at = 0;
-    for (int r = 0; r < P; r++) {
-        rp_transformer_memory x;
-        rp_status st = rp_transformer_rank_memory(m, run, &lay, r, &x, err);
-        if (st)
-            return st;
-        if (x.total > busiest->total)
-            *busiest = x, *at = r;
-    }
-    return RP_OK;
-}
-
-rp_status rp_scale_simulate(const rp_transformer *m, const rp_cluster *c,
-                            const rp_transformer_run *run, rp_sharding sharding,
-                            const rp_config *cfg, double *seconds,
-                            rp_transformer_memory *busiest, rp_error *err) {
-    rp_status st = rp_transformer_run_check(m, c, run, err);
-    if (st)
-        return st;
-    int L = m->layers + 2;
-    rpi_xf_part x[RPI_XF_PARTS];
-    rpi_xf_parts(m, c, run, x);
-    double *a = malloc(sizeof(double) * (size_t)L * 8);
-    if (!a)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for a profile of %d layers", L);
-    double *fw = a, *bw = a + L, *ob = a + 2 * L, *pb = a + 3 * L, *bi = a + 4 * L,
-           *bwt = a + 5 * L, *saved = a + 6 * L, *ck = a + 7 * L;
-    for (int l = 0; l < L; l++) {
-        const rpi_xf_part *p = &x[rpi_xf_kind(l, m->layers)];
-        fw[l] = p->f * 1e3, bw[l] = (p->bi + p->bw) * 1e3, bi[l] = p->bi * 1e3;
-        bwt[l] = p->bw * 1e3, ob[l] = p->out, pb[l] = 4 * p->params;
-        saved[l] = p->saved, ck[l] = p->checkpoint;
-    }
-    /* one replica played, the others' reductions priced with it */
-    rp_config sim = *cfg;
-    int d = cfg->replication_factor;
-    sim.replication_factor = 1;
-    sim.replica_grouping = rp_grouping_all(1);
-    sim.tensor_parallel = 1; /* (the profile's ranks hold it) */
-    sim.recompute_checkpoint_every_layer = run->recompute == RP_RECOMPUTE_FULL;
-    /* buckets of 40M parameters (Megatron-LM's default), moving while the
-    ** last backward computes; the engine's own sharding does not bucket,
-    ** so the state's shards are the options' */
-    sim.replicated_tensor_sharding = false;
-    sim.reduction_bucket_mb = run->overlap && d > 1 ? 160 : 0;
-    rp_derived dv;
-    rp_config_derive(&sim, &dv);
-    rp_sim_options o;
-    int width = run->tensor_parallel * run->context_parallel;
-    if ((st = rp_cluster_sim_options(c, width, rp_config_devices(&sim, &dv) * d, &o, err))) {
-        free(a);
-        return st;
-    }
-    rp_cluster_sim_precision(c, run->precision, &o);
-    o.replicas = d;
-    o.blocking_sends = !run->overlap;
-    o.profile_batch = cfg->micro_batch_size;
-    o.bwd_input_ms = bi, o.bwd_weight_ms = bwt;
-    o.kept_bytes = saved, o.recompute_kept_bytes = ck;
-    if (sharding != RP_SHARD_NONE)
-        o.state_shards = (double)d * run->context_parallel;
-    /* A long update is its steady state repeated: past a few rounds of the
-    ** pipeline, two shorter ones are played and the rest is the line through
-    ** them (each further micro-batch adds the same time once the pipeline
-    ** is full). */
-    long long mb = cfg->gradient_accumulation_steps, step = 1;
-    int P = dv.stages / (rp_config_chunked(&sim) ? sim.virtual_stages : 1);
-    if (sim.schedule == RP_SCHEDULE_INTERLEAVED || sim.schedule == RP_SCHEDULE_DUALPIPEV)
-        step = sim.schedule == RP_SCHEDULE_DUALPIPEV ? 2 : P;
-    long long m1 = (2LL * P + step - 1) / step * step, m2 = m1 + (P + step - 1) / step * step;
-    double t[2];
-    for (int k = 0; k < (mb > m2 ? 2 : 1); k++) {
-        sim.gradient_accumulation_steps = mb > m2 ? (int)(k ? m2 : m1) : (int)mb;
-        rp_sim_result r;
-        if ((st = rp_simulate(&sim, fw, bw, ob, pb, L, &o, &r, err))) {
-            free(a);
-            return st;
-        }
-        t[k] = r.update_time;
-        rp_sim_result_free(&r);
-    }
-    free(a);
-    *seconds = mb > m2 ? t[0] + (t[1] - t[0]) / (double)(m2 - m1) * (double)(mb - m1) : t[0];
-    int at;
-    return ranks_memory(m, run, sharding, cfg, busiest, &at, err);
-}
-
 /* Whether the option o (0 or -1: any) admits x. */
 static bool admits(int o, int x) {
     return o <= 0 || o == x;
@@ -312,8 +213,9 @@ static int runs_of(const rp_transformer *m, const rp_cluster *c, const rp_scale_
                                    : pr == RP_PRECISION_FP32 ||
                                          (pr == RP_PRECISION_FP8 && !(c->device.peak_fp8 > 0))))
                 continue;
-            /* selective recomputation saves nothing a fused kernel keeps */
-            if (rc == RP_RECOMPUTE_SELECTIVE && m->flash && o->recompute < 0)
+            /* selective recomputation saves nothing a fused kernel keeps
+            ** (but latent attention's up products' outputs) */
+            if (rc == RP_RECOMPUTE_SELECTIVE && m->flash && !m->kv_lora && o->recompute < 0)
                 continue;
             rp_transformer_run r;
             rp_transformer_run_default(&r);
@@ -334,6 +236,9 @@ static rp_status nothing_to_try(const rp_transformer *m, const rp_cluster *c,
                                 const rp_scale_options *o, rp_error *err) {
     int N = o->devices, t = o->tensor_parallel, cp = o->context_parallel;
     int pp = o->pipeline_parallel, b = o->micro_batch;
+    if (m->experts && t > 1 && o->sequence_parallel < 0)
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: a mixture of experts with --tp %d runs "
+                       "sequence parallel (Megatron-LM's rule): leave --sequence-parallel on", t);
     if (t && (N % t || c->per_node % t || m->heads % t || m->ffn % t))
         return rp_fail(err, RP_ERR_INFEASIBLE, "plan: --tp %d must divide the %d devices, %s's "
                        "nodes of %d, the %d heads and the MLP's %d", t, N, c->name, c->per_node,
@@ -350,6 +255,15 @@ static rp_status nothing_to_try(const rp_transformer *m, const rp_cluster *c,
     if (b && o->global_batch % b)
         return rp_fail(err, RP_ERR_INFEASIBLE, "plan: micro-batches of %d do not divide the "
                        "global batch of %lld", b, o->global_batch);
+    int ep = o->expert_parallel, etp = o->expert_tensor_parallel;
+    if ((ep > 1 || etp > 1) && !m->experts)
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: --ep and --etp split a mixture's experts: "
+                       "the model has none (experts=E in the shape)");
+    if (m->experts && ((ep && m->experts % ep) || (etp && m->moe_ffn % etp) ||
+                       (long long)(ep ? ep : 1) * (etp ? etp : 1) > N))
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: --ep %d must divide the %d experts, "
+                       "--etp %d their MLP's %d, and ep x etp the devices of a pipeline stage",
+                       ep, m->experts, etp, m->moe_ffn);
     return rp_fail(err, RP_ERR_INFEASIBLE, "plan: no tensor, context and pipeline sizes, "
                    "replicas and micro-batches multiply to %d devices and divide %lld sequences "
                    "an update%s", N, o->global_batch,
@@ -387,18 +301,55 @@ static bool admits_chunks(const rp_transformer *m, const rp_scale_options *o, un
            !(o->even_stages && m->layers % (p * vv));
 }
 
-/* Every pipeline, chunking and sharding of one run (its tensor, context
-** group and micro-batch) on N devices, priced in closed form; those that
-** fit kept. False: out of memory. */
+/* Every chunking and sharding of one run on p pipeline ranks and d
+** replicas, priced in closed form; those that fit kept. False: out of
+** memory. */
+static bool shapes_of_layout(const rp_transformer *m, const rp_cluster *c,
+                             const rp_scale_options *o, const rp_transformer_run *run,
+                             const rpi_xf_part *x, const rpi_xf_part *x_a2a, int p, int d,
+                             long long mb, double memory, cand_list *l) {
+    int cp = run->context_parallel;
+    unsigned sched = o->schedules ? o->schedules
+                                  : 1u << RP_SCHEDULE_1F1B | 1u << RP_SCHEDULE_INTERLEAVED;
+    /* v = 1, then interleaved's chunks, then (v = 0) DualPipeV's two */
+    for (int v = 1; v <= 16; v = v == 16 ? 0 : v + 1) {
+        /* a schedule that pairs one micro-batch's forward with another's
+        ** backward (interleaved 1F1B's, DualPipeV's) hides a mixture's
+        ** all-to-alls where the run overlaps; not under full recomputation
+        ** (Megatron-LM's rule) */
+        bool pairs = x_a2a && v != 1 && run->recompute != RP_RECOMPUTE_FULL;
+        for (int sh = RP_SHARD_NONE; admits_chunks(m, o, sched, p, mb, v) &&
+                                     sh <= RP_SHARD_FULL; sh++) {
+            if ((o->sharding >= 0 ? sh != o->sharding : sh == RP_SHARD_NONE && d * cp > 1) ||
+                (sh != RP_SHARD_NONE && d * cp == 1))
+                continue;
+            cand k = {.run = *run, .p = p, .d = d, .v = v ? v : 2, .m = (int)mb,
+                      .dv = v == 0, .sharding = (rp_sharding)sh};
+            k.run.a2a_overlap = pairs;
+            l->shapes++;
+            k.estimate = estimate(m, c, pairs ? x_a2a : x, &k, memory, o->even_stages);
+            if (k.estimate != DBL_MAX && !push_cand(l, &k))
+                return false;
+        }
+        if (v == 0)
+            break;
+    }
+    return true;
+}
+
+/* Every pipeline, expert group, chunking and sharding of one run (its
+** tensor, context group and micro-batch) on N devices; those that fit
+** kept. A mixture's expert groups: ep of the powers of two that divide the
+** experts and a stage's t cp d ranks over etp [1, or the one asked for].
+** False: out of memory. */
 static bool shapes_of_run(const rp_transformer *m, const rp_cluster *c, const rp_scale_options *o,
                           const rp_transformer_run *run, double memory, cand_list *l) {
     long long B = o->global_batch;
     int t = run->tensor_parallel, cp = run->context_parallel, b = run->micro_batch;
     int left = o->devices / (t * cp), L = m->layers + 2;
-    unsigned sched = o->schedules ? o->schedules
-                                  : 1u << RP_SCHEDULE_1F1B | 1u << RP_SCHEDULE_INTERLEAVED;
-    rpi_xf_part x[RPI_XF_PARTS];
-    rpi_xf_parts(m, c, run, x);
+    int etp = o->expert_tensor_parallel > 0 ? o->expert_tensor_parallel : 1;
+    int ep0 = o->expert_parallel > 0 ? o->expert_parallel : 1;
+    int ep1 = o->expert_parallel > 0 ? ep0 : m->experts > 0 ? m->experts : 1;
     for (int p = 1; p <= left && p <= L && p <= RP_MAX_STAGES; p++) {
         if (!admits(o->pipeline_parallel, p) || left % p)
             continue;
@@ -408,22 +359,23 @@ static bool shapes_of_run(const rp_transformer *m, const rp_cluster *c, const rp
         long long mb = B / ((long long)b * d);
         if (mb > 1 << 20)
             continue;
-        /* v = 1, then interleaved's chunks, then (v = 0) DualPipeV's two */
-        for (int v = 1; v <= 16; v = v == 16 ? 0 : v + 1) {
-            for (int sh = RP_SHARD_NONE; admits_chunks(m, o, sched, p, mb, v) &&
-                                         sh <= RP_SHARD_FULL; sh++) {
-                if ((o->sharding >= 0 ? sh != o->sharding : sh == RP_SHARD_NONE && d * cp > 1) ||
-                    (sh != RP_SHARD_NONE && d * cp == 1))
-                    continue;
-                cand k = {.run = *run, .p = p, .d = d, .v = v ? v : 2, .m = (int)mb,
-                          .dv = v == 0, .sharding = (rp_sharding)sh};
-                l->shapes++;
-                k.estimate = estimate(m, c, x, &k, memory, o->even_stages);
-                if (k.estimate != DBL_MAX && !push_cand(l, &k))
-                    return false;
+        for (int ep = ep0; ep <= ep1; ep *= 2) {
+            rp_transformer_run r = *run;
+            r.expert_parallel = ep, r.expert_tensor_parallel = etp;
+            rp_error err;
+            if (((long long)t * cp * d) % ((long long)ep * etp) ||
+                rp_transformer_run_check(m, c, &r, &err))
+                continue;
+            rpi_xf_part x[RPI_XF_PARTS], x_a2a[RPI_XF_PARTS];
+            rpi_xf_parts(m, c, &r, x);
+            bool hide = m->experts && r.overlap && ep > 1;
+            if (hide) {
+                rp_transformer_run h = r;
+                h.a2a_overlap = true;
+                rpi_xf_parts(m, c, &h, x_a2a);
             }
-            if (v == 0)
-                break;
+            if (!shapes_of_layout(m, c, o, &r, x, hide ? x_a2a : NULL, p, d, mb, memory, l))
+                return false;
         }
     }
     return true;
@@ -467,7 +419,7 @@ static rp_status try_cand(const rp_transformer *m, const rp_cluster *c,
     if (o->even_stages)
         rpi_xf_split(m->layers, C, counts);
     else
-        spread(m->layers, cost, C, counts);
+        spread(m, cost, C, counts);
     rp_config cfg;
     config_of(k, counts, &cfg);
     double sec;
@@ -566,7 +518,7 @@ rp_status rp_scale_plan_compute(const rp_transformer *m, const rp_cluster *c,
     if (st)
         return st;
     int at;
-    (void)ranks_memory(m, &out->run, out->sharding, &out->cfg, &out->memory, &at, err);
+    (void)rpi_scale_ranks_memory(m, &out->run, out->sharding, &out->cfg, &out->memory, &at, err);
     out->busiest_rank = at;
     double sec = out->seconds * N;
     out->tflops_per_device = rp_transformer_flops_megatron(m, out->t, (double)B) / sec / 1e12;

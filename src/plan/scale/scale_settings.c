@@ -16,38 +16,76 @@
 
 /* Megatron-LM's --pipeline-model-parallel-layout of the plan's chunks in
 ** order (chunk c p + r on rank r): E for the embedding, t*k for k blocks,
-** L for the head with the loss, '|' between them. */
+** m for each multi-token prediction block and L for the head with the loss,
+** '|' between them. */
 static void layout(FILE *f, const rp_transformer *m, const rp_config *cfg) {
     fprintf(f, "--pipeline-model-parallel-layout ");
     for (int s = 0, l = 0; s < cfg->layers_per_stage.count; s++) {
         int n = cfg->layers_per_stage.layers[s], blocks = 0;
         bool embed = false, head = false;
         for (int k = 0; k < n; k++, l++) {
-            int kind = rpi_xf_kind(l, m->layers);
+            int kind = rpi_xf_kind(m, l);
             embed |= kind == RPI_XF_EMBED;
             head |= kind == RPI_XF_HEAD;
-            blocks += kind == RPI_XF_BLOCK;
+            blocks += rpi_xf_is_block(kind);
         }
         fprintf(f, "%s%s", s ? "|" : "", embed ? "E" : "");
         if (blocks > 1)
             fprintf(f, "t*%d", blocks);
         else if (blocks == 1)
             fputc('t', f);
+        for (int k = 0; head && k < m->mtp; k++) /* multi-token prediction, with the loss */
+            fputc('m', f);
         if (head)
             fputc('L', f);
     }
     fputc('\n', f);
 }
 
-static void megatron(FILE *f, const rp_transformer *m, const rp_scale_plan *p, long long B,
-                     char *why, size_t cap) {
+/* A mixture's arguments: its shape, the blocks that are mixtures
+** (--moe-layer-freq: every k-th, or a pattern where the first are dense),
+** the expert groups (Megatron-LM's expert tensor group is the tensor
+** group's size unless given: always given), the all-to-all dispatcher and
+** grouped products the expert groups are priced with. */
+static void megatron_moe(FILE *f, const rp_transformer *m, const rp_scale_plan *p) {
+    fprintf(f, "--num-experts %d\n--moe-router-topk %d\n--moe-ffn-hidden-size %d\n", m->experts,
+            m->top_k, m->moe_ffn);
+    if (m->shared_ffn)
+        fprintf(f, "--moe-shared-expert-intermediate-size %d\n", m->shared_ffn);
+    if (!m->dense_first)
+        fprintf(f, "--moe-layer-freq %d\n", m->moe_every);
+    else if (m->moe_every == 1)
+        fprintf(f, "--moe-layer-freq ([0]*%d+[1]*%d)\n", m->dense_first,
+                m->layers - m->dense_first);
+    else
+        for (int i = 0; i < m->layers; i++)
+            fprintf(f, "%s%d%s", i ? "," : "--moe-layer-freq [", rp_transformer_moe_block(m, i),
+                    i == m->layers - 1 ? "]\n" : "");
+    fprintf(f, "--expert-model-parallel-size %d\n--expert-tensor-parallel-size %d\n"
+               "--moe-token-dispatcher-type alltoall\n--moe-grouped-gemm\n",
+            p->run.expert_parallel > 1 ? p->run.expert_parallel : 1,
+            p->run.expert_tensor_parallel > 1 ? p->run.expert_tensor_parallel : 1);
+}
+
+/* Megatron-LM's arguments of the model's shape. */
+static void megatron_model(FILE *f, const rp_transformer *m, const rp_scale_plan *p) {
     fprintf(f, "--num-layers %d\n--hidden-size %d\n--num-attention-heads %d\n", m->layers,
             m->hidden, m->heads);
     if (m->kv_heads != m->heads)
         fprintf(f, "--group-query-attention\n--num-query-groups %d\n", m->kv_heads);
-    if (m->head_dim * m->heads != m->hidden)
+    if (m->kv_lora)
+        fprintf(f, "--multi-latent-attention\n--q-lora-rank %d\n--kv-lora-rank %d\n"
+                   "--qk-head-dim %d\n--qk-pos-emb-head-dim %d\n--v-head-dim %d\n",
+                m->q_lora, m->kv_lora, m->head_dim, m->rope_dim, m->v_dim);
+    else if (m->head_dim * m->heads != m->hidden)
         fprintf(f, "--kv-channels %d\n", m->head_dim);
+    if (m->mtp)
+        fprintf(f, "--mtp-num-layers %d\n", m->mtp);
+    if (m->qk_norm)
+        fprintf(f, "--qk-layernorm\n");
     fprintf(f, "--ffn-hidden-size %d\n", m->ffn);
+    if (m->experts)
+        megatron_moe(f, m, p);
     if (m->mlp == RP_MLP_SWIGLU)
         fprintf(f, "--swiglu\n");
     if (m->norm == RP_NORM_RMS)
@@ -61,6 +99,11 @@ static void megatron(FILE *f, const rp_transformer *m, const rp_scale_plan *p, l
     fprintf(f, "--seq-length %d\n--max-position-embeddings %d\n--vocab-size %d\n"
                "--make-vocab-size-divisible-by 128\n",
             m->seq, m->seq, m->vocab);
+}
+
+static void megatron(FILE *f, const rp_transformer *m, const rp_scale_plan *p, long long B,
+                     char *why, size_t cap) {
+    megatron_model(f, m, p);
     if (m->flash)
         fprintf(f, "--attention-backend flash\n");
     fprintf(f, "--tensor-model-parallel-size %d\n--pipeline-model-parallel-size %d\n", p->t, p->p);
@@ -78,7 +121,8 @@ static void megatron(FILE *f, const rp_transformer *m, const rp_scale_plan *p, l
         fprintf(f, "--use-megatron-fsdp\n--data-parallel-sharding-strategy optim_grads_params\n"
                    "--ckpt-format fsdp_dtensor\n");
     if (p->run.recompute == RP_RECOMPUTE_SELECTIVE)
-        fprintf(f, "--recompute-granularity selective\n");
+        fprintf(f, "--recompute-granularity selective\n%s",
+                m->kv_lora ? "--recompute-modules core_attn mla_up_proj\n" : "");
     else if (p->run.recompute == RP_RECOMPUTE_FULL)
         fprintf(f, "--recompute-granularity full\n--recompute-method uniform\n"
                    "--recompute-num-layers 1\n");
@@ -91,6 +135,8 @@ static void megatron(FILE *f, const rp_transformer *m, const rp_scale_plan *p, l
                 p->sharding == RP_SHARD_OPTIMIZER ? "--overlap-param-gather\n" : "");
     if (p->run.overlap && p->run.sequence_parallel)
         fprintf(f, "--tp-comm-overlap\n");
+    if (p->run.a2a_overlap && !dv) /* the experts' all-to-alls behind the paired pass */
+        fprintf(f, "--overlap-moe-expert-parallel-comm\n");
     if (dv)
         snprintf(why, cap, "Megatron-LM has no DualPipeV: the settings are its shape under 1F1B, "
                  "with Megatron-LM's own stages; repipe's engine runs the V as --config-out "
@@ -101,12 +147,38 @@ static void megatron(FILE *f, const rp_transformer *m, const rp_scale_plan *p, l
 ** and the head as norm and lm_head (torchtitan 0.3's Llama 3 names). */
 static void modules(FILE *f, const rp_transformer *m, int l, int n) {
     for (int k = 0; k < n; k++, l++) {
-        int kind = rpi_xf_kind(l, m->layers);
+        int kind = rpi_xf_kind(m, l);
         fprintf(f, "%s%s", k ? "," : "",
                 kind == RPI_XF_EMBED ? "tok_embeddings" : kind == RPI_XF_HEAD ? "norm,lm_head" : "");
-        if (kind == RPI_XF_BLOCK)
+        if (rpi_xf_is_block(kind))
             fprintf(f, "layers.%d", l - 1);
     }
+}
+
+/* torchtitan's expert groups, and what it cannot run of the plan's, said
+** after the n characters of why already written; the new length. */
+static size_t torchtitan_experts(FILE *f, const rp_transformer *m, const rp_scale_plan *p,
+                                 char *why, size_t cap, size_t n) {
+#define SAY(...) (n += (size_t)snprintf(why + n, n < cap ? cap - n : 0, __VA_ARGS__))
+    int ep = p->run.expert_parallel > 1 ? p->run.expert_parallel : 1;
+    if (ep > 1)
+        fprintf(f, "--parallelism.expert_parallel_degree %d\n", ep);
+    if (p->run.expert_tensor_parallel > 1)
+        SAY("%storchtitan 0.3 has no expert tensor parallelism: each expert whole on a rank",
+            n ? "; " : "");
+    /* torchtitan's expert groups take their ranks from FSDP's and the tensor
+    ** and context groups, not from the replicas (dp_replicate) */
+    int sharded = p->sharding != RP_SHARD_NONE && p->d > 1 ? p->d : 1;
+    if (ep > 1 && ((long long)sharded * p->cp * p->t) % ep)
+        SAY("%storchtitan's expert groups come from the sharded data-parallel, context and "
+            "tensor ranks (%d here), which %d does not divide", n ? "; " : "",
+            sharded * p->cp * p->t, ep);
+    if (m->experts)
+        SAY("%storchtitan's mixtures of experts are its own models (deepseek_v3, llama4, "
+            "qwen3), chosen by --model.name: the shape is theirs, the settings above are the "
+            "plan's", n ? "; " : "");
+#undef SAY
+    return n;
 }
 
 static void torchtitan(FILE *f, const rp_transformer *m, const rp_scale_plan *p, long long B,
@@ -161,6 +233,7 @@ static void torchtitan(FILE *f, const rp_transformer *m, const rp_scale_plan *p,
         SAY("%storchtitan's selective recomputation is per operation: it keeps the products' "
             "outputs (every other one) and redoes the rest, attention's core among it",
             n ? "; " : "");
+    n = torchtitan_experts(f, m, p, why, cap, n);
     if (p->run.precision == RP_PRECISION_FP8)
         SAY("%storchtitan 0.3 turns fp8 on in a model's config function (a "
             "Float8LinearConverter in its model_spec, as its llama3_debugmodel_float8 does), not "
