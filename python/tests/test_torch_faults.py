@@ -33,7 +33,7 @@ def run(case, tmp, timeout=120):
     if case.startswith("stuck"):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     else:
-        cmd = [sys.executable, os.path.join(HERE, "fork_ranks.py")]
+        cmd = [sys.executable, os.path.join(HERE, "fork_ranks.py"), "--warm", "torch_models:warm"]
     cmd += ["--nproc-per-node", "3", os.path.join(HERE, "torch_faults_run.py"), case, out]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     t0 = time.monotonic()

@@ -1,9 +1,11 @@
-"""rt.Pipeline on torch.distributed (gloo, torchrun): every plan's updates equal the same
-module trained in one process on the same micro-batches.
+"""rt.Pipeline on torch.distributed (gloo): every plan's updates equal the same module trained
+in one process on the same micro-batches.
 
-Each launch runs torch_pipeline_run.py under torchrun on all its ranks, case after case; rank
-0 trains the reference (the update's micro-batches in turn, gradients accumulated, one SGD
-step) and writes both runs' losses and the largest relative difference of any parameter.
+Each launch runs torch_pipeline_run.py on all its ranks, case after case, each rank forked
+with the environment torchrun gives one (fork_ranks.py; test_torch_faults.py launches under
+torchrun itself); rank 0 trains the reference (the update's micro-batches in turn, gradients
+accumulated, one SGD step) and writes both runs' losses and the largest relative difference of
+any parameter.
 float32 cases are held to 1e-5, float64 ones to 1e-9 (relative, losses and weights).
 
 The ResNet's cases with a replicated stage run in float64: its batchnorm over micro-batches
@@ -40,19 +42,14 @@ def plan(**keys):
     return dict(GPT_11, **keys)
 
 
-def launch(world, cases, tmp, torchrun=False, preload=()):
-    """The cases on `world` ranks: under torchrun itself, or (most launches) forked from one
-    process that imported PyTorch once (fork_ranks.py: the environment torchrun gives a rank,
-    without 3 CPU-seconds of imports a rank)."""
+def launch(world, cases, tmp, warm="warm"):
+    """The cases on `world` ranks, forked from one process that imported PyTorch once and ran
+    torch_models' `warm` (fork_ranks.py: the environment torchrun gives a rank, without the 3
+    CPU-seconds of imports and first uses a rank)."""
     out = os.path.join(tmp, "result-%d.json" % world)
-    if torchrun:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    else:
-        cmd = [sys.executable, os.path.join(HERE, "fork_ranks.py")]
-        for m in preload:
-            cmd += ["--preload", m]
-    cmd += ["--nproc-per-node", str(world), os.path.join(HERE, "torch_pipeline_run.py"),
-            "--out", out]
+    cmd = [sys.executable, os.path.join(HERE, "fork_ranks.py"), "--warm", "torch_models:" + warm,
+           "--nproc-per-node", str(world), os.path.join(HERE, "torch_pipeline_run.py"),
+           "--out", out]
     for c in cases:
         cmd += ["--case", json.dumps(c)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
@@ -124,7 +121,7 @@ class PipelineEqualsOneProcess(unittest.TestCase):
             {"name": "resnet 1f1b", "model": "resnet18", "lr": 0.01,
              "plan": plan(layers_per_stage=[6, -1])},
         ]
-        res = launch(2, cases, self.tmp.name, torchrun=True)
+        res = launch(2, cases, self.tmp.name)
         for c in cases:
             r = self.check(res, c["name"], 1e-9 if c.get("dtype") == "float64" else 1e-5)
             self.assertEqual(r["uniform"], c.get("runner") != "repipe")
@@ -279,8 +276,7 @@ class HuggingFaceModels(unittest.TestCase):
                       dict(adamw, name=name + " planned, float64"),
                       dict(adamw, name=name + " planned, float64, repipe's runner",
                            runner="repipe")]
-        res = launch(4, cases, self.tmp.name, preload=["torch_models"] +
-                     ["transformers.models.%s" % m for m in torch_models.HF_MODULES])
+        res = launch(4, cases, self.tmp.name, warm="warm_hf")
         for c in cases:
             r = res[c["name"]]
             tol = 1e-9 if c.get("dtype") == "float64" else 1e-5

@@ -130,8 +130,22 @@ class Skip(nn.Module):
 # (a pipeline's stages draw their masks from other generators than one process does), and
 # untouched otherwise: rt.Pipeline and repipe.torch.profile take them as they are.
 HF_MODELS = ("gpt2", "llama", "mistral", "qwen2", "bert")
-# their modules under transformers.models (imported once before a launch forks its ranks)
-HF_MODULES = tuple("%s.modeling_%s" % (m, m) for m in HF_MODELS)
+
+
+def warm():
+    """Loads what torch.export loads on first use (a small module exported as rt.Pipeline
+    exports one), for fork_ranks.py to do once before it forks the ranks."""
+    from repipe.torch_graph import Graph
+    torch.manual_seed(0)
+    Graph(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), torch.randn(2, 4))
+
+
+def warm_hf():
+    """warm(), and each Hugging Face model's forward once (transformers loads its attention
+    and mask functions on first use)."""
+    warm()
+    for name in HF_MODELS:
+        hf(name)(hf_batch(1)[0])
 
 
 def hf(name, layers=4, vocab=64, seq=16):

@@ -1,7 +1,7 @@
-"""Runs under torchrun: trains a model with rt.Pipeline on one or more plans, each on the
-whole world, and (rank 0) the same module in one process on the same global
-batches. Writes, per case, both runs' losses and the final weights' largest relative
-difference to --out (JSON).
+"""Runs under torchrun (or fork_ranks.py, which gives each rank torchrun's environment):
+trains a model with rt.Pipeline on one or more plans, each on the whole world, and (rank 0)
+the same module in one process on the same global batches. Writes, per case, both runs'
+losses and the final weights' largest relative difference to --out (JSON).
 
     torchrun --nproc-per-node 4 torch_pipeline_run.py --out r.json \\
         --case '{"name": "2x2", "model": "gpt", "plan": {...}}' ...
