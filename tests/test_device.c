@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../src/transformer/transformer_impl.h"
 #include "repipe/repipe.h"
 #include "test.h"
 
@@ -234,12 +235,31 @@ static void experts(void) {
     double shard = (4 * (4 * h * h) + 3 * 3 * h * 96 + 3 * h * 48 + 2 * 256 * h) / 2 +
                    4 * 2 * h + h * 8 + h + 8.0 / 4 * 3 * h * 32;
     CHECK(fabs(mem.parameters - shard) < 1e-6);
+    /* a capacity factor scales what the experts take (padded or dropped to
+    ** it), not the model's FLOPs; a dense model has none */
+    rpi_xf_part plain[RPI_XF_PARTS], padded[RPI_XF_PARTS], dropped[RPI_XF_PARTS];
+    r.tensor_parallel = 1, r.sequence_parallel = false, r.expert_parallel = 2;
+    rpi_xf_parts(&m, &c, &r, plain);
+    r.capacity = 1.5;
+    CHECK(rp_transformer_run_check(&m, &c, &r, &err) == RP_OK);
+    rpi_xf_parts(&m, &c, &r, padded);
+    r.capacity = 0.5;
+    rpi_xf_parts(&m, &c, &r, dropped);
+    CHECK(padded[RPI_XF_MOE].bw > plain[RPI_XF_MOE].bw && padded[RPI_XF_MOE].f > plain[RPI_XF_MOE].f &&
+          padded[RPI_XF_MOE].saved > plain[RPI_XF_MOE].saved);
+    CHECK(dropped[RPI_XF_MOE].bw < plain[RPI_XF_MOE].bw &&
+          dropped[RPI_XF_MOE].saved < plain[RPI_XF_MOE].saved);
+    CHECK(padded[RPI_XF_BLOCK].f == plain[RPI_XF_BLOCK].f &&
+          padded[RPI_XF_MOE].params == plain[RPI_XF_MOE].params);
     rp_transformer dense;
     CHECK(rp_transformer_parse("llama3-8b", &dense, &err) == RP_OK);
     rp_transformer_run_default(&r);
     r.expert_parallel = 2;
     CHECK(rp_transformer_run_check(&dense, &c, &r, &err) == RP_ERR_INVALID &&
           strstr(err.msg, "need a mixture of experts"));
+    r.expert_parallel = 1, r.capacity = 1.25;
+    CHECK(rp_transformer_run_check(&dense, &c, &r, &err) == RP_ERR_INVALID &&
+          strstr(err.msg, "a capacity factor is a mixture's"));
 }
 
 /* The profile's parameters against the paper's count of a GPT's

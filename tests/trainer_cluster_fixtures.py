@@ -64,6 +64,10 @@ CASES = [
       "--transformer-config", os.path.join(HERE, "fixtures", "hf-configs", "deepseek-v3.json"),
       "--transformer", "seq=4096", "--tp", "2", "--pp", "8", "--cp", "1", "--vp", "4",
       "--micro-batch", "1", "--ep", "64", "--precision", "fp8", "--stages", "balanced"]),
+    ("mixtral-capacity-1.25", None,
+     ["--cluster", "dgx-h100", "--devices", "64", "--global-batch", "512",
+      "--transformer-config", os.path.join(HERE, "fixtures", "hf-configs", "mixtral-8x7b.json"),
+      "--transformer", "seq=4096", "--capacity", "1.25"]),
     ("mixtral-own-plan", None,
      ["--cluster", "dgx-h100", "--devices", "64", "--global-batch", "512",
       "--transformer-config", os.path.join(HERE, "fixtures", "hf-configs", "mixtral-8x7b.json"),
@@ -84,7 +88,8 @@ MEGATRON_ARGS = [
     "moe_layer_freq", "expert_model_parallel_size", "expert_tensor_parallel_size",
     "moe_token_dispatcher_type", "moe_grouped_gemm", "overlap_moe_expert_parallel_comm",
     "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
-    "v_head_dim", "mtp_num_layers", "qk_layernorm"]
+    "v_head_dim", "mtp_num_layers", "qk_layernorm", "moe_expert_capacity_factor",
+    "moe_pad_expert_input_to_capacity"]
 
 
 def emit(repipe, args, trainer, tmp):
@@ -190,7 +195,7 @@ def main():
                 "micro_batch", "micro_batches", "virtual_stages", "schedule", "sequence_parallel",
                 "recompute", "sharding", "precision", "overlap", "layers_per_stage",
                 "transformer", "global_batch", "devices", "expert_parallel",
-                "expert_tensor_parallel")}
+                "expert_tensor_parallel", "capacity")}
             print(name, trainer, "ok")
         cases.append(case)
     versions = {"megatron-core": importlib.metadata.version("megatron-core"),

@@ -94,7 +94,9 @@ for case in data["cases"]:
                      "moe_shared_expert_intermediate_size": shared or None,
                      "expert_model_parallel_size": plan["expert_parallel"],
                      "expert_tensor_parallel_size": plan["expert_tensor_parallel"],
-                     "moe_token_dispatcher_type": "alltoall"})
+                     "moe_token_dispatcher_type": "alltoall",
+                     "moe_expert_capacity_factor": plan["capacity"] or None,
+                     "moe_pad_expert_input_to_capacity": plan["capacity"] > 0})
         got = m["moe_layer_freq"]
         check((got if isinstance(got, list) else [int(i % got == 0) for i in range(layers)]) ==
               pattern, "%s: Megatron-LM's mixtures in the plan's blocks" % name)

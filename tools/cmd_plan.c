@@ -62,6 +62,7 @@ enum {
     OPT_STAGES,
     OPT_EP,
     OPT_ETP,
+    OPT_CAPACITY,
     OPT_COUNT
 };
 
@@ -102,6 +103,7 @@ static const cli_opt OPTS[] = {
     [OPT_TP] = {"tp", 0, "T", "with --cluster: tensor groups of T [any of 1, 2, 4, 8 that divide a node, the heads and the MLP]"},
     [OPT_CP] = {"cp", 0, "C", "with --cluster: context groups of C, each rank a C-th of every sequence (ring attention) [any of 1, 2, 4, ..., 64]"},
     [OPT_EP] = {"ep", 0, "E", "with --cluster, a mixture of experts: expert groups of E, each rank E-th of each layer's experts, tokens exchanged by all-to-all [any power of two that divides the experts and a stage's devices]"},
+    [OPT_CAPACITY] = {"capacity", 0, "C", "with --cluster, a mixture of experts: each expert takes C times its share of the routed tokens, the rest dropped, its input padded to it (Megatron-LM's --moe-expert-capacity-factor with padding) [dropless]"},
     [OPT_ETP] = {"etp", 0, "T", "with --cluster, a mixture of experts: each expert's MLP split over T ranks [1]"},
     [OPT_VP] = {"vp", 0, "V", "with --cluster: V chunks a pipeline rank (interleaved 1F1B; 1: 1F1B) [any]"},
     [OPT_MICRO_BATCH] = {"micro-batch", 0, "B", "with --cluster: micro-batches of B sequences [any of 1, 2, 4, 8]"},
@@ -151,7 +153,7 @@ typedef struct plan_args {
     unsigned long long given; /* the options seen, by OPT_ */
     unsigned schedules;
     long long micro_batches, global_batch, profile_batch, cores, min_micro;
-    double latency, device_memory;
+    double latency, device_memory, capacity;
     bool memory_given, polling;
     double speed_v[RP_PLAN_MAX_MACHINES], mem_v[RP_PLAN_MAX_MACHINES];
     int nspeed, nmem, nbw;
@@ -280,6 +282,10 @@ static bool other_option(const cli_cmd *cmd, int i, const char *arg, int argc, c
         return true;
     case OPT_BACKEND:
         return cli_backend(cmd, arg, &a->polling);
+    case OPT_CAPACITY:
+        if (!cli_double(name, arg, &a->capacity) || !(a->capacity > 0 && a->capacity <= 64))
+            return cli_error(cmd, "--capacity takes a factor in (0, 64], not '%s'", arg);
+        return true;
     }
     return true;
 }
@@ -314,7 +320,7 @@ static int run_cluster(const cli_cmd *cmd, plan_args *a) {
         OPT_CLUSTER, OPT_DEVICES, OPT_TRANSFORMER, OPT_TRANSFORMER_CONFIG, OPT_PROFILE,
         OPT_TP, OPT_CP, OPT_VP, OPT_PP, OPT_MICRO_BATCH, OPT_RECOMPUTE,
         OPT_SEQUENCE_PARALLEL, OPT_SHARDING, OPT_PRECISION, OPT_OVERLAP, OPT_STAGES,
-        OPT_GLOBAL_BATCH, OPT_EP, OPT_ETP,
+        OPT_GLOBAL_BATCH, OPT_EP, OPT_ETP, OPT_CAPACITY,
         OPT_SCHEDULES, OPT_JSON, OPT_CONFIG_OUT, OPT_EMIT, OPT_EMIT_OUT, OPT_MEMORY_SIZE};
     unsigned long long allowed = 0;
     for (size_t k = 0; k < sizeof cluster_opts / sizeof *cluster_opts; k++)
@@ -344,6 +350,7 @@ static int run_cluster(const cli_cmd *cmd, plan_args *a) {
     s->o.tensor_parallel = (int)a->tp, s->o.pipeline_parallel = (int)a->pp;
     s->o.context_parallel = (int)a->cp, s->o.virtual_stages = (int)a->vp;
     s->o.expert_parallel = (int)a->ep, s->o.expert_tensor_parallel = (int)a->etp;
+    s->o.capacity = a->capacity;
     s->o.micro_batch = (int)a->micro;
     s->o.memory_bytes = a->memory_given ? a->mem_v[0] : 0;
     s->o.schedules = a->schedules;
@@ -356,7 +363,7 @@ static int check_profile_options(const cli_cmd *cmd, const plan_args *a) {
     static const int scale_only[] = {OPT_DEVICES, OPT_TRANSFORMER, OPT_TRANSFORMER_CONFIG,
                                      OPT_TP, OPT_CP, OPT_VP, OPT_MICRO_BATCH, OPT_RECOMPUTE,
                                      OPT_SEQUENCE_PARALLEL, OPT_SHARDING, OPT_PRECISION,
-                                     OPT_OVERLAP, OPT_STAGES, OPT_EP, OPT_ETP};
+                                     OPT_OVERLAP, OPT_STAGES, OPT_EP, OPT_ETP, OPT_CAPACITY};
     for (size_t k = 0; k < sizeof scale_only / sizeof *scale_only; k++)
         if (a->given & (1ull << scale_only[k])) {
             cli_error(cmd, "--%s plans a transformer on a cluster: it needs --cluster",

@@ -211,6 +211,7 @@ static char *json_of(const rp_scale_plan *r, const rp_cluster *c, const rp_trans
                "\t\"active_parameters\":\t%.0f,\n"
                "\t\"tensor_parallel\":\t%d,\n\t\"context_parallel\":\t%d,\n"
                "\t\"expert_parallel\":\t%d,\n\t\"expert_tensor_parallel\":\t%d,\n"
+               "\t\"capacity\":\t%g,\n"
                "\t\"pipeline_parallel\":\t%d,\n\t\"data_parallel\":\t%d,\n\t\"micro_batch\":\t%d,\n"
                "\t\"micro_batches\":\t%d,\n\t\"virtual_stages\":\t%d,\n\t\"schedule\":\t\"%s\",\n"
                "\t\"sequence_parallel\":\t%s,\n\t\"recompute\":\t\"%s\",\n\t\"sharding\":\t\"%s\",\n"
@@ -225,7 +226,8 @@ static char *json_of(const rp_scale_plan *r, const rp_cluster *c, const rp_trans
             c->name, c->device.name, o->devices, o->global_batch, shape,
             rp_transformer_parameters(m), rp_transformer_active_parameters(m), r->t, r->cp,
             r->run.expert_parallel > 1 ? r->run.expert_parallel : 1,
-            r->run.expert_tensor_parallel > 1 ? r->run.expert_tensor_parallel : 1, r->p, r->d,
+            r->run.expert_tensor_parallel > 1 ? r->run.expert_tensor_parallel : 1,
+            r->run.capacity, r->p, r->d,
             r->b,
             r->cfg.gradient_accumulation_steps, r->v, rp_schedule_name(r->cfg.schedule),
             r->run.sequence_parallel ? "true" : "false", rp_recompute_name(r->run.recompute),

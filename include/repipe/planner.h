@@ -296,6 +296,7 @@ typedef struct rp_scale_options {
     ** that divide the experts and a stage's ranks) and each expert's tensor
     ** group [0: 1] */
     int expert_parallel, expert_tensor_parallel;
+    double capacity;       /* a mixture's capacity factor (rp_transformer_run's) [0: dropless] */
     int sequence_parallel; /* 0: either; 1: on; -1: off */
     int recompute;         /* -1: any; else an rp_recompute */
     int sharding;          /* -1: any; else an rp_sharding */

@@ -204,6 +204,11 @@ typedef struct rp_transformer_run {
     ** Megatron-LM's --overlap-moe-expert-parallel-comm under interleaved
     ** 1F1B (what a schedule with such pairs runs; the planner sets it) */
     bool a2a_overlap;
+    /* a mixture's experts' capacity factor: each expert takes `capacity` times
+    ** its share of the routed tokens, the rest dropped, its input padded up to
+    ** it (Megatron-LM's --moe-expert-capacity-factor with
+    ** --moe-pad-expert-input-to-capacity); 0: dropless, every token its own */
+    double capacity;
 } rp_transformer_run;
 
 /* b 1, t 1, cp 1, ep 1, etp 1, no sequence parallelism, no recomputation,

@@ -102,6 +102,9 @@ rp_status rp_transformer_run_check(const rp_transformer *m, const rp_cluster *c,
         return rp_fail(err, RP_ERR_INVALID, "transformer: expert groups of %d must divide the "
                        "%d experts, and expert tensor groups of %d their MLP's %d", ep,
                        m->experts, etp, m->moe_ffn);
+    if (r->capacity < 0 || r->capacity > 64 || (r->capacity > 0 && !m->experts))
+        return rp_fail(err, RP_ERR_INVALID, "transformer: a capacity factor is a mixture's, from "
+                       "0 (dropless) to 64, not %g", r->capacity);
     if (m->experts && t > 1 && !r->sequence_parallel)
         return rp_fail(err, RP_ERR_INVALID, "transformer: a mixture of experts with tensor "
                        "groups of %d runs sequence parallel (Megatron-LM's rule: each rank "
@@ -199,12 +202,16 @@ static double all_to_all(const rp_cluster *c, int ep, int etp, double bytes) {
 ** ranks, and back (dispatch and combine, forward and backward). With the
 ** routing balanced a rank computes N etp slots at moe_ffn / etp, its
 ** local experts' products each of N etp ep / experts tokens: the same
-** FLOPs as a dense MLP of top_k moe_ffn over t, in smaller products. */
+** FLOPs as a dense MLP of top_k moe_ffn over t, in smaller products. With
+** a capacity factor each expert takes that many times its share, padded or
+** dropped to it: N scales by it. */
 static mlp_cost moe_mlp(const rp_transformer *m, const rates *x, const rp_transformer_run *r,
                         double BS, double T, double w) {
     double H = m->hidden, up = m->mlp == RP_MLP_SWIGLU ? 2 : 1, vb = x->vb;
     double E = m->experts, F = m->moe_ffn, ep = rpi_xf_ep(r), etp = rpi_xf_etp(r);
-    double N = BS * m->top_k / T, local = E / ep, tokens = N * etp * ep / E;
+    /* the slots the experts take: their share, or `capacity` times it */
+    double N = BS * m->top_k / T * (r->capacity > 0 ? r->capacity : 1);
+    double local = E / ep, tokens = N * etp * ep / E;
     mlp_cost c = {0};
     if (m->shared_ffn)
         c = dense_mlp(m, x, BS, T, m->shared_ffn, w);
@@ -460,8 +467,8 @@ static void describe(const rp_transformer *m, const rp_cluster *c, const rp_tran
              rp_precision_name(r->precision), r->overlap, c->device.name);
     size_t n = strlen(out);
     if (m->experts && n < cap)
-        snprintf(out + n, cap - n, " expert_parallel=%d expert_tensor_parallel=%d a2a_overlap=%d",
-                 rpi_xf_ep(r), rpi_xf_etp(r), r->a2a_overlap);
+        snprintf(out + n, cap - n, " expert_parallel=%d expert_tensor_parallel=%d a2a_overlap=%d "
+                 "capacity=%g", rpi_xf_ep(r), rpi_xf_etp(r), r->a2a_overlap, r->capacity);
 }
 
 rp_status rp_transformer_profile(const rp_transformer *m, const rp_cluster *c,
@@ -560,6 +567,8 @@ bool rp_transformer_of_profile(const char *desc, rp_transformer *m, rp_transform
         r->recompute = strcmp(v, "selective") == 0 ? RP_RECOMPUTE_SELECTIVE
                        : strcmp(v, "full") == 0    ? RP_RECOMPUTE_FULL
                                                    : RP_RECOMPUTE_NONE;
+    if (field(desc, "capacity", v, sizeof v))
+        r->capacity = atof(v);
     if (field(desc, "precision", v, sizeof v))
         r->precision = strcmp(v, "fp8") == 0    ? RP_PRECISION_FP8
                        : strcmp(v, "fp32") == 0 ? RP_PRECISION_FP32

@@ -223,6 +223,7 @@ static int runs_of(const rp_transformer *m, const rp_cluster *c, const rp_scale_
             r.sequence_parallel = t > 1 && o->sequence_parallel >= 0;
             r.recompute = (rp_recompute)rc, r.precision = (rp_precision)pr;
             r.overlap = !o->no_overlap;
+            r.capacity = o->capacity;
             rp_error err;
             if (rp_transformer_run_check(m, c, &r, &err) == RP_OK)
                 out[n++] = r;
@@ -256,6 +257,9 @@ static rp_status nothing_to_try(const rp_transformer *m, const rp_cluster *c,
         return rp_fail(err, RP_ERR_INFEASIBLE, "plan: micro-batches of %d do not divide the "
                        "global batch of %lld", b, o->global_batch);
     int ep = o->expert_parallel, etp = o->expert_tensor_parallel;
+    if (o->capacity > 0 && !m->experts)
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: --capacity is a mixture's experts': the "
+                       "model has none (experts=E in the shape)");
     if ((ep > 1 || etp > 1) && !m->experts)
         return rp_fail(err, RP_ERR_INFEASIBLE, "plan: --ep and --etp split a mixture's experts: "
                        "the model has none (experts=E in the shape)");

@@ -61,6 +61,9 @@ static void megatron_moe(FILE *f, const rp_transformer *m, const rp_scale_plan *
         for (int i = 0; i < m->layers; i++)
             fprintf(f, "%s%d%s", i ? "," : "--moe-layer-freq [", rp_transformer_moe_block(m, i),
                     i == m->layers - 1 ? "]\n" : "");
+    if (p->run.capacity > 0)
+        fprintf(f, "--moe-expert-capacity-factor %g\n--moe-pad-expert-input-to-capacity\n",
+                p->run.capacity);
     fprintf(f, "--expert-model-parallel-size %d\n--expert-tensor-parallel-size %d\n"
                "--moe-token-dispatcher-type alltoall\n--moe-grouped-gemm\n",
             p->run.expert_parallel > 1 ? p->run.expert_parallel : 1,
@@ -173,6 +176,8 @@ static size_t torchtitan_experts(FILE *f, const rp_transformer *m, const rp_scal
         SAY("%storchtitan's expert groups come from the sharded data-parallel, context and "
             "tensor ranks (%d here), which %d does not divide", n ? "; " : "",
             sharded * p->cp * p->t, ep);
+    if (p->run.capacity > 0)
+        SAY("%storchtitan's mixtures are dropless: no capacity factor", n ? "; " : "");
     if (m->experts)
         SAY("%storchtitan's mixtures of experts are its own models (deepseek_v3, llama4, "
             "qwen3), chosen by --model.name: the shape is theirs, the settings above are the "
