@@ -127,6 +127,12 @@ rp_status rp_comm_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *
 ** (out + i * k for member i). */
 rp_status rp_comm_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
                             float *out, rp_error *err);
+/* Every member sends block j of in (k floats at in + j * k) to member j and
+** receives member j's block for it at out + j * k, in member order: the
+** exchange of a mixture's tokens with the members holding their experts.
+** in and out are apart (in holds the group's g * k floats, as out does). */
+rp_status rp_comm_alltoall(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
+                           float *out, rp_error *err);
 
 /* Data parallelism's sum-then-update as one collective. The member calls
 ** update(ctx, at, sum, len) on pieces of its share of the group's sum of

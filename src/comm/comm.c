@@ -15,6 +15,8 @@ rp_status rpi_local_reduce_scatter(rp_comm *c, const rp_grouping *g, const float
                                float *out, rp_error *err);
 rp_status rpi_local_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
                           float *out, rp_error *err);
+rp_status rpi_local_alltoall(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
+                             float *out, rp_error *err);
 rp_status rpi_local_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
                               size_t n, rp_update_fn update, void *ctx, rp_error *err);
 rp_status rpi_local_broadcast(rp_comm *c, const rp_grouping *g, float *buf, size_t n, int root,
@@ -163,6 +165,17 @@ rp_status rp_comm_allgather(rp_comm *c, const rp_grouping *g, const float *in, s
         return s;
     return LOCAL(c) ? rpi_local_allgather(c, g, in, k, out, err)
                     : rpi_mpi->allgather(c, g, in, k, out, err);
+}
+
+rp_status rp_comm_alltoall(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
+                           float *out, rp_error *err) {
+    rp_status s = rpi_comm_check_grouping(c, g, err);
+    if (s)
+        return s;
+    if (k && in == out)
+        return rp_fail(err, RP_ERR_INVALID, "an all-to-all's input and output are apart");
+    return LOCAL(c) ? rpi_local_alltoall(c, g, in, k, out, err)
+                    : rpi_mpi->alltoall(c, g, in, k, out, err);
 }
 
 rp_status rp_comm_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,

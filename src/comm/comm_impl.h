@@ -61,6 +61,8 @@ typedef struct rpi_mpi_ops {
                                 float *out, rp_error *err);
     rp_status (*allgather)(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
                            float *out, rp_error *err);
+    rp_status (*alltoall)(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
+                          float *out, rp_error *err);
     rp_status (*reduce_update)(rp_comm *c, const rp_grouping *g, float *grads, float *params,
                                size_t n, rp_update_fn update, void *ctx, rp_error *err);
     rp_status (*split)(rp_comm *c, int color, int key, rp_comm **out, rp_error *err);

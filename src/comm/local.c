@@ -331,6 +331,20 @@ rp_status rpi_local_allgather(rp_comm *c, const rp_grouping *g, const float *in,
     return gc.g == 1 ? RP_OK : step(&gc, err);
 }
 
+/* Member i copies block i of each member's input, in member order; the
+** second arrival keeps every input alive until all have copied. */
+rp_status rpi_local_alltoall(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
+                             float *out, rp_error *err) {
+    group_call gc;
+    rp_status st = enter(c, g, in, &gc, err);
+    if (st)
+        return st;
+    for (int j = 0; j < gc.g; j++)
+        memcpy(out + j * k, (const float *)gc.s->ptr[j] + (size_t)gc.index * k,
+               sizeof(float) * k);
+    return gc.g == 1 ? RP_OK : step(&gc, err);
+}
+
 /* Member i sums its chunk block by block, as the allreduce does, and hands
 ** each block's sum to update, which writes the member's own parameters while
 ** the block is in L1. After a barrier it copies the other chunks' new values

@@ -399,6 +399,18 @@ rp_status rpi_mpi_allgather(rp_comm *c, const rp_grouping *g, const float *in, s
     return rc == MPI_SUCCESS ? RP_OK : rpi_mpi_error(rc, "Allgather", err);
 }
 
+rp_status rpi_mpi_alltoall(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
+                           float *out, rp_error *err) {
+    MPI_Comm gc;
+    rp_status st = count_ok(k, "an all-to-all", err);
+    if (st || (st = group_comm(c, g, &gc, err)))
+        return st;
+    if (k == 0)
+        return RP_OK;
+    int rc = MPI_Alltoall(in, (int)k, MPI_FLOAT, out, (int)k, MPI_FLOAT, gc);
+    return rc == MPI_SUCCESS ? RP_OK : rpi_mpi_error(rc, "Alltoall", err);
+}
+
 /* Open MPI's reduce-scatter and all-gather together take longer than its
 ** allreduce (0.67 against 0.37 ms for 4 MB on two ranks), so every member
 ** takes the allreduce's sums and updates all n elements itself. */
@@ -424,6 +436,6 @@ static const rpi_mpi_ops table = {
     rpi_mpi_send,      rpi_mpi_recv,           rpi_mpi_wait,           rpi_mpi_test,
     rpi_mpi_set_servers, rpi_mpi_barrier,      rpi_mpi_broadcast,      rpi_mpi_allreduce,
     rpi_mpi_iallreduce, rpi_mpi_allreduce_half, rpi_mpi_reduce_scatter, rpi_mpi_allgather,
-    rpi_mpi_reduce_update, rpi_mpi_split,      rpi_mpi_free,           rpi_mpi_fail,
+    rpi_mpi_alltoall,  rpi_mpi_reduce_update, rpi_mpi_split,      rpi_mpi_free,           rpi_mpi_fail,
     finalize,          defaults,
 };

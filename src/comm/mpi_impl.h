@@ -51,6 +51,8 @@ rp_status rpi_mpi_allreduce_half(rp_comm *c, const rp_grouping *g, float *buf, u
                              size_t n, rp_error *err);
 rp_status rpi_mpi_reduce_scatter(rp_comm *c, const rp_grouping *g, const float *in, size_t n,
                              float *out, rp_error *err);
+rp_status rpi_mpi_alltoall(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
+                           float *out, rp_error *err);
 rp_status rpi_mpi_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k, float *out,
                         rp_error *err);
 rp_status rpi_mpi_reduce_update(rp_comm *c, const rp_grouping *g, float *grads, float *params,
