@@ -10,6 +10,12 @@
 **   bench_comm pingpong  under mpirun, 2 ranks: the ping-pong of 1 KB alone
 **                        (a link's latency, as scripts/cluster --latency
 **                        adds it)
+**   bench_comm alltoall CLUSTER [STRIDE]
+**                        under mpirun: all-to-alls of 1, 4 and 16 MB a rank
+**                        over every rank (rp_comm_alltoall, MPI_Alltoall),
+**                        the median of 7, beside what the cluster file's
+**                        links predict (rp_cluster_all_to_all, the price a
+**                        mixture's expert group of all the ranks pays)
 ** Prints one line per case: backend, workers, bytes, best time, and the bus
 ** bandwidth 2(n-1)/n * bytes / time (the figure NCCL reports); the sweep
 ** ends with "fit latency S bandwidth B/s", what 'repipe simulate --latency
@@ -25,6 +31,7 @@
 
 #include "../src/core/util.h"
 #include "repipe/comm.h"
+#include "repipe/device.h"
 
 static const size_t SIZES[] = {4u << 20, 64u << 20};
 
@@ -200,9 +207,59 @@ static int run_pingpong(rp_comm *c) {
     return 0;
 }
 
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int run_alltoall(rp_comm *c, const char *cluster, int stride) {
+    rp_error err;
+    rp_cluster cl;
+    if (rp_cluster_get(cluster, &cl, &err)) {
+        fprintf(stderr, "bench_comm alltoall: %s\n", err.msg);
+        return 2;
+    }
+    int n = rp_comm_size(c), rank = rp_comm_rank(c);
+    static const size_t sizes[] = {1u << 20, 4u << 20, 16u << 20};
+    float *in = calloc(16u << 20, 1), *out = calloc(16u << 20, 1);
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        size_t k = sizes[s] / sizeof(float) / (size_t)n;
+        double t[7];
+        for (int r = 0; r < 7; r++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = rp_now();
+            if (rp_comm_alltoall(c, NULL, in, k, out, &err)) {
+                fprintf(stderr, "bench_comm alltoall: %s\n", err.msg);
+                return 1;
+            }
+            MPI_Barrier(MPI_COMM_WORLD);
+            t[r] = rp_now() - t0;
+        }
+        qsort(t, 7, sizeof *t, by_value);
+        double bytes = (double)k * sizeof(float) * n;
+        if (rank == 0)
+            printf("alltoall %8.0f bytes a rank on %d ranks  %9.3f ms  predicted %9.3f ms "
+                   "(%s, %d a node)\n", bytes, n, t[3] * 1e3,
+                   rp_cluster_all_to_all(&cl, n, stride, bytes) * 1e3, cl.name, cl.per_node);
+    }
+    free(in), free(out);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "local") == 0)
         return run_local(atoi(argv[2]));
+    if (argc >= 3 && strcmp(argv[1], "alltoall") == 0) {
+        rp_comm *c;
+        rp_error err;
+        if (rp_comm_mpi_init(&argc, &argv, &c, &err)) {
+            fprintf(stderr, "%s\n", err.msg);
+            return 1;
+        }
+        int rc = run_alltoall(c, argv[2], argc >= 4 ? atoi(argv[3]) : 1);
+        rp_comm_mpi_finalize(c);
+        return rc;
+    }
     bool sweep = argc >= 2 && strcmp(argv[1], "sweep") == 0;
     bool ping = argc >= 2 && strcmp(argv[1], "pingpong") == 0;
     if (sweep || ping || (argc >= 2 && strcmp(argv[1], "mpi") == 0)) {
@@ -217,6 +274,7 @@ int main(int argc, char **argv) {
         return rc;
     }
     fprintf(stderr, "usage: bench_comm local W | bench_comm mpi | bench_comm sweep | "
-                    "bench_comm pingpong (the last three under mpirun)\n");
+                    "bench_comm pingpong | bench_comm alltoall CLUSTER [STRIDE] (the last four "
+                    "under mpirun)\n");
     return 2;
 }

@@ -57,6 +57,13 @@ rp_status rp_cluster_get(const char *name_or_file, rp_cluster *out, rp_error *er
 const char *const *rp_device_presets(void);
 const char *const *rp_cluster_presets(void);
 
+/* Seconds of an all-to-all in which each of n ranks sends `bytes` in all,
+** an n-th to each (its own n-th stays), the ranks `stride` apart in a node's
+** order (a mixture's expert group: its expert tensor group's size): what
+** stays in a node moves at the node's link and what leaves it at the
+** network's, both at once, after one message's latency. */
+double rp_cluster_all_to_all(const rp_cluster *c, int n, int stride, double bytes);
+
 /* Options to simulate `workers` workers of t devices each (a tensor group,
 ** or a tensor group times a context group) on the cluster: t devices of a
 ** node share a worker, so a node holds per_node / t of them (a worker wider

@@ -278,6 +278,16 @@ done:
     return st;
 }
 
+double rp_cluster_all_to_all(const rp_cluster *c, int n, int stride, double bytes) {
+    if (n < 2)
+        return 0;
+    int per = stride > 0 ? c->per_node / stride : c->per_node; /* the group's ranks a node */
+    int in_node = per < 1 ? 1 : per < n ? per : n;
+    double near = (in_node - 1.0) / n * bytes / c->node_bandwidth;
+    double far = (double)(n - in_node) / n * bytes / c->network_bandwidth;
+    return (near > far ? near : far) + c->latency;
+}
+
 rp_status rp_cluster_sim_options(const rp_cluster *c, int t, int workers, rp_sim_options *o,
                                  rp_error *err) {
     if (t < 1 || (c->per_node % t && t % c->per_node))

@@ -180,21 +180,6 @@ static mlp_cost dense_mlp(const rp_transformer *m, const rates *x, double BS, do
     return c;
 }
 
-/* An all-to-all of `bytes` from each of the ep ranks of an expert group
-** whose ranks lie etp apart (Megatron-LM's expert order: etp, then ep):
-** what stays in a node moves at the node's link, what leaves it at the
-** network's, both at once. */
-static double all_to_all(const rp_cluster *c, int ep, int etp, double bytes) {
-    if (ep < 2)
-        return 0;
-    int in_node = c->per_node / etp < ep ? c->per_node / etp : ep; /* the group's ranks a node */
-    if (in_node < 1)
-        in_node = 1;
-    double near = (in_node - 1.0) / ep * bytes / c->node_bandwidth;
-    double far = (double)(ep - in_node) / ep * bytes / c->network_bandwidth;
-    return fmax(near, far) + c->latency;
-}
-
 /* A mixture's MLP on one rank. The rank's B S / t tokens (the tensor group
 ** splits them, sequence parallel) are routed, each to top_k experts: N
 ** slots a rank, sent by all-to-all to the ranks of the expert group that
@@ -222,7 +207,7 @@ static mlp_cost moe_mlp(const rp_transformer *m, const rates *x, const rp_transf
     ** into and out of expert order, the experts' activations */
     c.elem += 12 * BS / T * E + 8 * vb * N * etp * H + vb * (2 + 2 * up) * N * F;
     double slots = 2 * vb * N * H;
-    double a2a = all_to_all(x->c, (int)ep, (int)etp, slots) +
+    double a2a = rp_cluster_all_to_all(x->c, (int)ep, (int)etp, slots) +
                  (etp > 1 ? ring(x->c, (int)etp, slots * etp) / 2 : 0);
     c.comm_f = 2 * a2a;
     c.comm_b = 2 * a2a;
