@@ -319,30 +319,33 @@ rp_status rpi_local_reduce_scatter(rp_comm *c, const rp_grouping *g, const float
     return gc.g == 1 ? RP_OK : step(&gc, err);
 }
 
-rp_status rpi_local_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
-                          float *out, rp_error *err) {
+/* Every member's input published, member i copies k floats of each member
+** j's to out + j k: from the start of j's input (the all-gather; its own
+** block skipped where it already lies in out) or from block i of it (the
+** all-to-all). The second arrival keeps every input alive until all have
+** copied. */
+static rp_status copy_blocks(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
+                             float *out, bool own_block, rp_error *err) {
     group_call gc;
     rp_status st = enter(c, g, in, &gc, err);
     if (st)
         return st;
-    for (int j = 0; j < gc.g; j++)
-        if (out + j * k != gc.s->ptr[j]) /* in place: a member's own block is its input */
-            memcpy(out + j * k, gc.s->ptr[j], sizeof(float) * k);
+    for (int j = 0; j < gc.g; j++) {
+        const float *src = (const float *)gc.s->ptr[j] + (own_block ? (size_t)gc.index * k : 0);
+        if (out + j * k != src) /* in place: a member's own block is its input */
+            memcpy(out + j * k, src, sizeof(float) * k);
+    }
     return gc.g == 1 ? RP_OK : step(&gc, err);
 }
 
-/* Member i copies block i of each member's input, in member order; the
-** second arrival keeps every input alive until all have copied. */
+rp_status rpi_local_allgather(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
+                          float *out, rp_error *err) {
+    return copy_blocks(c, g, in, k, out, false, err);
+}
+
 rp_status rpi_local_alltoall(rp_comm *c, const rp_grouping *g, const float *in, size_t k,
                              float *out, rp_error *err) {
-    group_call gc;
-    rp_status st = enter(c, g, in, &gc, err);
-    if (st)
-        return st;
-    for (int j = 0; j < gc.g; j++)
-        memcpy(out + j * k, (const float *)gc.s->ptr[j] + (size_t)gc.index * k,
-               sizeof(float) * k);
-    return gc.g == 1 ? RP_OK : step(&gc, err);
+    return copy_blocks(c, g, in, k, out, true, err);
 }
 
 /* Member i sums its chunk block by block, as the allreduce does, and hands
