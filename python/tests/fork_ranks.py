@@ -68,7 +68,6 @@ def main():
         if pid == 0:  # the rank: the script as its __main__, then the interpreter's exit
             os.environ.update(env, RANK=str(r), LOCAL_RANK=str(r))
             sys.argv = [script] + args
-            sys.path[0] = os.path.dirname(os.path.abspath(script))
             runpy.run_path(script, run_name="__main__")
             sys.exit(0)
         pids[pid] = r

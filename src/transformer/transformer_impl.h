@@ -34,7 +34,7 @@ void rpi_xf_parts(const rp_transformer *m, const rp_cluster *c, const rp_transfo
 void rpi_xf_split(int layers, int chunks, int *counts);
 
 /* What rank `rank` of the layout holds (rp_transformer_rank_memory, of
-** the parts' bytes and the chunks' counts of the L + 2 layers), in O(v). */
+** the parts' bytes and the chunks' counts of the L + 2 layers), in O(L). */
 void rpi_xf_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
                         const rpi_xf_part parts[RPI_XF_PARTS], const rp_transformer_layout *lay,
                         const int *counts, int rank, rp_transformer_memory *out);

@@ -354,6 +354,28 @@ static bool shapes_of_run(const rp_transformer *m, const rp_cluster *c, const rp
     int etp = o->expert_tensor_parallel > 0 ? o->expert_tensor_parallel : 1;
     int ep0 = o->expert_parallel > 0 ? o->expert_parallel : 1;
     int ep1 = o->expert_parallel > 0 ? ep0 : m->experts > 0 ? m->experts : 1;
+    /* each expert group's parts, priced once (the pipeline does not change
+    ** them): as the run goes, and with its all-to-alls behind paired passes */
+    struct {
+        int ep;
+        bool hide;
+        rpi_xf_part x[RPI_XF_PARTS], x_a2a[RPI_XF_PARTS];
+    } g[18];
+    int ng = 0;
+    for (int ep = ep0; ep <= ep1 && ng < 18; ep *= 2) {
+        rp_transformer_run r = *run;
+        r.expert_parallel = ep, r.expert_tensor_parallel = etp;
+        rp_error err;
+        if (rp_transformer_run_check(m, c, &r, &err))
+            continue;
+        g[ng].ep = ep;
+        rpi_xf_parts(m, c, &r, g[ng].x);
+        g[ng].hide = m->experts && r.overlap && ep > 1;
+        r.a2a_overlap = true;
+        if (g[ng].hide)
+            rpi_xf_parts(m, c, &r, g[ng].x_a2a);
+        ng++;
+    }
     for (int p = 1; p <= left && p <= L && p <= RP_MAX_STAGES; p++) {
         if (!admits(o->pipeline_parallel, p) || left % p)
             continue;
@@ -363,22 +385,13 @@ static bool shapes_of_run(const rp_transformer *m, const rp_cluster *c, const rp
         long long mb = B / ((long long)b * d);
         if (mb > 1 << 20)
             continue;
-        for (int ep = ep0; ep <= ep1; ep *= 2) {
-            rp_transformer_run r = *run;
-            r.expert_parallel = ep, r.expert_tensor_parallel = etp;
-            rp_error err;
-            if (((long long)t * cp * d) % ((long long)ep * etp) ||
-                rp_transformer_run_check(m, c, &r, &err))
+        for (int k = 0; k < ng; k++) {
+            if (((long long)t * cp * d) % ((long long)g[k].ep * etp))
                 continue;
-            rpi_xf_part x[RPI_XF_PARTS], x_a2a[RPI_XF_PARTS];
-            rpi_xf_parts(m, c, &r, x);
-            bool hide = m->experts && r.overlap && ep > 1;
-            if (hide) {
-                rp_transformer_run h = r;
-                h.a2a_overlap = true;
-                rpi_xf_parts(m, c, &h, x_a2a);
-            }
-            if (!shapes_of_layout(m, c, o, &r, x, hide ? x_a2a : NULL, p, d, mb, memory, l))
+            rp_transformer_run r = *run;
+            r.expert_parallel = g[k].ep, r.expert_tensor_parallel = etp;
+            if (!shapes_of_layout(m, c, o, &r, g[k].x, g[k].hide ? g[k].x_a2a : NULL, p, d, mb,
+                                  memory, l))
                 return false;
         }
     }
