@@ -118,6 +118,68 @@ static void ref_block(const refctx *c, const double *x, const double *w, double 
 
 /* ---- double-precision references of one layer's forward pass ----------- */
 
+/* The balance losses the reference's moe layers add to the objective (times
+** the loss's weight), summed as ref_model runs them. */
+static double ref_balance;
+
+/* moe from its definition (layers_moe.c's comment): each token's scores,
+** its K best experts by a full sort, their gates, the SwiGLU experts; and
+** the sample's balance loss into ref_balance. */
+static void ref_moe(const refctx *c, const double *x, const double *w, double *y) {
+    const rp_layer *L = c->L;
+    int E = L->experts, K = L->top_k, F = L->ffn, C = L->in.dim[L->in.ndim - 1];
+    int T = L->in.ndim == 2 ? L->in.dim[0] : 1;
+    double u[64], f[64], P[64], h[256];
+    int order[64];
+    for (int b = 0; b < c->B; b++) {
+        for (int i = 0; i < E; i++)
+            f[i] = P[i] = 0;
+        for (int t = 0; t < T; t++) {
+            const double *xt = x + ((size_t)b * T + t) * C;
+            double *yt = y + ((size_t)b * T + t) * C, sum = 0, z = 0;
+            for (int i = 0; i < E; i++) {
+                double s = 0;
+                for (int k = 0; k < C; k++)
+                    s += w[i * C + k] * xt[k];
+                u[i] = L->gate_sigmoid ? 1 / (1 + exp(-s)) : exp(s);
+                sum += u[i];
+                order[i] = i;
+            }
+            for (int i = 0; i < E; i++) {
+                if (!L->gate_sigmoid)
+                    u[i] /= sum;
+                P[i] += u[i] / (L->gate_sigmoid ? sum : 1) / T;
+            }
+            for (int i = 1; i < E; i++) /* insertion sort, best first */
+                for (int j = i; j > 0 && u[order[j]] > u[order[j - 1]]; j--) {
+                    int keep = order[j];
+                    order[j] = order[j - 1], order[j - 1] = keep;
+                }
+            for (int k = 0; k < K; k++)
+                z += u[order[k]], f[order[k]] += (double)E / ((double)K * T);
+            for (int k = 0; k < C; k++)
+                yt[k] = 0;
+            for (int k = 0; k < K; k++) {
+                int e = order[k];
+                const double *w1 = w + E * C + (size_t)e * 3 * F * C, *w3 = w1 + F * C,
+                             *w2 = w3 + F * C;
+                double g = L->gate_norm ? u[e] / z : u[e];
+                for (int j = 0; j < F; j++) {
+                    double a = 0, bb = 0;
+                    for (int i = 0; i < C; i++)
+                        a += w1[j * C + i] * xt[i], bb += w3[j * C + i] * xt[i];
+                    h[j] = a / (1 + exp(-a)) * bb;
+                }
+                for (int i = 0; i < C; i++)
+                    for (int j = 0; j < F; j++)
+                        yt[i] += g * w2[i * F + j] * h[j];
+            }
+        }
+        for (int i = 0; i < E; i++)
+            ref_balance += c->ctx->loss_scale * L->balance * f[i] * P[i];
+    }
+}
+
 static void ref_forward(const refctx *c, const double *x, const double *w, double *y) {
     const rp_layer *L = c->L;
     int B = c->B;
@@ -330,6 +392,9 @@ static void ref_forward(const refctx *c, const double *x, const double *w, doubl
     case RP_LAYER_TRANSFORMER_BLOCK:
         ref_block(c, x, w, y);
         break;
+    case RP_LAYER_MOE:
+        ref_moe(c, x, w, y);
+        break;
     case RP_LAYER_SOFTMAX_CE: { /* a sample's loss: the mean over its T rows */
         int C = L->in.dim[L->in.ndim - 1], T = L->in.ndim == 2 ? L->in.dim[0] : 1;
         for (int b = 0; b < B; b++) {
@@ -394,9 +459,10 @@ static void ref_model(const refctx *c, const double *x, const double *w, double 
 /* The objective: sum(out * r); for the loss layer, loss_scale * sum(loss). */
 static double objective(const refctx *c, const double *x, const double *w, const double *r,
                         double *y) {
+    ref_balance = 0;
     ref_model(c, x, w, y);
     size_t out = rp_shape_size(&c->L->out) * c->B;
-    double s = 0;
+    double s = ref_balance;
     for (size_t i = 0; i < out; i++)
         s += c->L->type == RP_LAYER_SOFTMAX_CE ? y[i] * c->ctx->loss_scale : y[i] * r[i];
     return s;
@@ -738,6 +804,18 @@ int main(void) {
                 "attention heads=2 kv_heads=1 rope_theta=10000\no = linear 8 bias=false\n"
                 "x1 = add < o x\nn = rmsnorm\nlinear 12 bias=false\ns = silu\n"
                 "u = linear 12 bias=false < n\nmul < s u\nm = linear 8 bias=false\n"
+                "add < m x1\n", 2);
+    /* mixtures of experts: softmax and sigmoid gates, normalised or not, the
+    ** balance loss; one token a sample and six; every expert chosen (K = E) */
+    check_layer("input 6 5\nmoe experts=4 top_k=2 ffn=3\n", 2);
+    check_layer("input 6 5\nmoe experts=4 top_k=2 ffn=3 balance=0.5\n", 2);
+    check_layer("input 6 5\nmoe experts=5 top_k=3 ffn=4 gate=sigmoid balance=0.3\n", 2);
+    check_layer("input 4 6\nmoe experts=3 top_k=1 ffn=2 norm=false balance=1\n", 3);
+    check_layer("input 6\nmoe experts=3 top_k=3 ffn=4 gate=sigmoid norm=false\n", 3);
+    /* an MoE block as a graph: the experts replace SwiGLU's lines */
+    check_layer("x = input 4 8\nrmsnorm\nlinear 16 bias=false\n"
+                "attention heads=2 kv_heads=1 rope_theta=10000\no = linear 8 bias=false\n"
+                "x1 = add < o x\nn = rmsnorm\nm = moe experts=4 ffn=6 balance=0.1\n"
                 "add < m x1\n", 2);
     /* SwiGLU, LLaMA's MLP, as a graph: W2 (silu(W1 x) * W3 x), and a square */
     check_layer("x = input 3 6\nrmsnorm\nn = linear 8 bias=false\ng = silu\n"

@@ -188,15 +188,26 @@ static void clipped(bool use_mpi, int only_workers) {
 ** accumulated, it equals one worker on the same samples, the loss of a
 ** sample being the mean over its tokens. The GPT variant has two
 ** transformer blocks with dropout and a cosine schedule, and runs two
-** updates. */
-static void tokens(bool use_mpi, int only_workers, bool gpt) {
-    static const char *LM = "input 8\nembedding 13 6\nposition_embedding\ngelu\n"
+** updates; the MoE variant, the same with LLaMA-family blocks whose MLP is
+** a mixture of 4 experts, 2 a token, with the balance loss. */
+enum { LM, GPT, MOE };
+static void tokens(bool use_mpi, int only_workers, int kind) {
+    static const char *LM_TEXT = "input 8\nembedding 13 6\nposition_embedding\ngelu\n"
                             "linear 13\nsoftmax_cross_entropy\n";
     /* GPT-2's head: the embedding's table again, on the last stage */
-    static const char *GPT = "input 8\nembedding 13 8 std=0.3\nposition_embedding\n"
+    static const char *GPT_TEXT = "input 8\nembedding 13 8 std=0.3\nposition_embedding\n"
                              "transformer_block heads=2 dropout=0.1\n"
                              "transformer_block heads=2 mlp=2 dropout=0.1\nlayernorm\n"
                              "linear 13 bias=false tie=0\nsoftmax_cross_entropy\n";
+    static const char *MOE_GPT =
+        "input 8\nembedding 13 8 std=0.3\nx = position_embedding\nrmsnorm\n"
+        "linear 24 bias=false\nattention heads=2\no = linear 8 bias=false\nx1 = add < o x\n"
+        "n = rmsnorm\nm = moe experts=4 top_k=2 ffn=6 balance=0.1\nx2 = add < m x1\nrmsnorm\n"
+        "linear 24 bias=false\nattention heads=2\no2 = linear 8 bias=false\nx3 = add < o2 x2\n"
+        "n2 = rmsnorm\nm2 = moe experts=4 top_k=2 ffn=6 gate=sigmoid balance=0.1\n"
+        "add < m2 x3\nrmsnorm\nlinear 13 bias=false\nsoftmax_cross_entropy\n";
+    const char *const SPECS[] = {LM_TEXT, GPT_TEXT, MOE_GPT};
+    bool gpt = kind != LM;
     static const pcase lm_picks[] = {
         {2, 2, {1, 1}, 3, "1f1b"}, {2, 1, {2, 1}, 4, "gpipe"}, {3, 1, {1, 2, 1}, 3, "1f1b"}};
     static const pcase gpt_picks[] = {{2, 2, {1, 1}, 1, "1f1b"}, {2, 1, {2, 1}, 4, "gpipe"},
@@ -215,7 +226,7 @@ static void tokens(bool use_mpi, int only_workers, bool gpt) {
         const pcase *pc = &picks[k];
         if (only_workers && test_workers(pc->P, pc->r, pc->R) != only_workers)
             continue;
-        rp_model *m = test_model(gpt ? GPT : LM);
+        rp_model *m = test_model(SPECS[kind]);
         CHECK_INT(m->num_targets, 8);
         rp_config pipe = config(pc, false, adam), one = config(pc, true, adam);
         if (gpt) { /* one micro-batch of them all: rows differ, dropout must not */
@@ -271,12 +282,12 @@ static void tokens(bool use_mpi, int only_workers, bool gpt) {
             free(x), free(y), free(ids);
             rp_session_free(s);
         }
-        for (int v = 0; gpt && v < 2; v++) { /* the tie held: one table, two copies */
+        for (int v = 0; kind == GPT && v < 2; v++) { /* the tie held: one table, two copies */
             const rp_tensor *e = rp_weights_find(w[v], "0.weight"), *h = rp_weights_find(w[v], "5.weight");
             CHECK(e && h && memcmp(e->data, h->data, sizeof(float) * 13 * 8) == 0);
         }
         double d = test_weights_diff(w[0], w[1]);
-        CHECKF(d <= 1e-5, "%s P=%d R=%d r=[%d,%d,%d] GA=%d: differs by %g", gpt ? "gpt" : "tokens",
+        CHECKF(d <= 1e-5, "%s P=%d R=%d r=[%d,%d,%d] GA=%d: differs by %g", SPECS[kind],
                pc->P, pc->R, pc->r[0], pc->r[1], pc->r[2], pc->GA, d);
         CHECK(first[0] > 2.0f && first[0] < 3.5f); /* about log 13: per token, not per sample */
         rp_weights_free(w[0]), rp_weights_free(w[1]);
@@ -284,7 +295,8 @@ static void tokens(bool use_mpi, int only_workers, bool gpt) {
         run++;
     }
     CHECK(run > 0);
-    printf("%d %s pipelines compared with one worker\n", run, gpt ? "GPT" : "token-model");
+    static const char *const NAMES[] = {"token-model", "GPT", "MoE GPT"};
+    printf("%d %s pipelines compared with one worker\n", run, NAMES[kind]);
 }
 
 /* What a tie cannot be: sharded apart, or shared by some replicas only. */
@@ -457,8 +469,9 @@ int main(int argc, char **argv) {
             return 1;
         sweep(true, rp_comm_size(mpi));
         clipped(true, rp_comm_size(mpi));
-        tokens(true, rp_comm_size(mpi), false);
-        tokens(true, rp_comm_size(mpi), true);
+        tokens(true, rp_comm_size(mpi), LM);
+        tokens(true, rp_comm_size(mpi), GPT);
+        tokens(true, rp_comm_size(mpi), MOE);
         char name[64];
         snprintf(name, sizeof name, "test_pipeline (mpi rank %d)", rp_comm_rank(mpi));
         rc = test_finish(name);
@@ -467,8 +480,9 @@ int main(int argc, char **argv) {
         checker();
         sweep(false, 0);
         clipped(false, 0);
-        tokens(false, 0, false);
-        tokens(false, 0, true);
+        tokens(false, 0, LM);
+        tokens(false, 0, GPT);
+        tokens(false, 0, MOE);
         tie_refusals();
         determinism();
         rc = test_finish("test_pipeline (local)");

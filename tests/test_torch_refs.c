@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "../src/core/util.h"
+#include "../src/layers/layers_impl.h"
 #include "repipe/net.h"
 #include "test.h"
 
@@ -42,6 +43,7 @@ typedef struct entry {
     char name[64];
     int n;
     float *v;
+    double *d; /* the same numbers as read in double precision */
 } entry;
 
 typedef struct tcase {
@@ -192,14 +194,61 @@ static void model_case(const tcase *c, const rp_model *m) {
     rp_net_free(body), rp_net_free(loss);
 }
 
+/* moe's router alone, in double precision, against PyTorch's float64: the
+** chosen experts, their gates, the balance loss and the scores' gradient
+** within 1e-10 (make_refs.py's router_case). */
+static void router_case(const tcase *c, const rp_model *m) {
+    const rp_layer *L = &m->layers[0];
+    int E = L->experts, K = L->top_k, T = L->in.dim[0], B = c->batch;
+    size_t R = (size_t)B * T;
+    double *s = malloc(sizeof(double) * R * E), *u = malloc(sizeof(double) * R * E);
+    double *g = malloc(sizeof(double) * R * K), *dg = malloc(sizeof(double) * R * K);
+    double *ds = malloc(sizeof(double) * R * E);
+    int *chosen = malloc(sizeof(int) * R * K);
+    for (size_t i = 0; i < R * E; i++)
+        s[i] = value((long long)i, 3, 6.0);
+    for (size_t i = 0; i < R * K; i++)
+        dg[i] = value((long long)i, 9, 2.0);
+    rpi_moe_route(L, s, R, u, chosen, g);
+    const entry *e;
+    if ((e = get(c, "chosen")) && e->n == (int)(R * K))
+        for (size_t i = 0; i < R * K; i++)
+            CHECK_INT(chosen[i], (long long)e->d[i]);
+    if ((e = get(c, "gate")) && e->n == (int)(R * K))
+        for (size_t i = 0; i < R * K; i++)
+            CHECK_CLOSE(g[i], e->d[i], 1e-10);
+    double loss = rpi_moe_balance_loss(L, u, chosen, R, T);
+    if ((e = get(c, "loss")))
+        CHECK_CLOSE(loss, e->d[0], 1e-10);
+    rpi_moe_route_backward(L, u, chosen, g, dg, 1.0 / B, R, T, ds);
+    if ((e = get(c, "dlogits")) && e->n == (int)(R * E))
+        for (size_t i = 0; i < R * E; i++)
+            CHECK(fabs(ds[i] - e->d[i]) <= 1e-10 * (1 + fabs(e->d[i])));
+    free(s), free(u), free(g), free(dg), free(ds), free(chosen);
+}
+
+static int read_cases(const char *path);
+
 int main(int argc, char **argv) {
-    const char *path = argc > 1 ? argv[1] : "tests/torch/refs.txt";
+    int cases = 0;
+    for (int f = 1; f < argc; f++)
+        cases += read_cases(argv[f]);
+    /* every case make_refs.py writes (refs.txt, and moe_refs.txt with --moe): a missing one
+    ** is a failure */
+    CHECK_INT(cases, 36 + 7);
+    printf("%d cases compared with PyTorch\n", cases);
+    return test_finish("test_torch_refs");
+}
+
+/* The cases of one file, each compared as it ends; their number. */
+static int read_cases(const char *path) {
     char *text;
     size_t len;
     rp_error err;
     if (rp_read_file(path, &text, &len, &err)) {
         fprintf(stderr, "%s\n", err.msg);
-        return 1;
+        test_failures++;
+        return 0;
     }
     int cases = 0;
     char *save = NULL;
@@ -228,12 +277,14 @@ int main(int argc, char **argv) {
             if (m) {
                 if (strcmp(c.kind, "layer") == 0)
                     layer_case(&c, m);
+                else if (strcmp(c.kind, "router") == 0)
+                    router_case(&c, m);
                 else
                     model_case(&c, m);
                 rp_model_free(m);
             }
             for (int i = 0; i < c.num; i++)
-                free(c.e[i].v);
+                free(c.e[i].v), free(c.e[i].d);
             cases++;
         } else if (c.num < 16) {
             entry *e = &c.e[c.num++];
@@ -242,12 +293,13 @@ int main(int argc, char **argv) {
             sscanf(p, "%63s %d%n", e->name, &e->n, &used);
             p += used;
             e->v = malloc(sizeof(float) * (e->n ? e->n : 1));
-            for (int i = 0; i < e->n; i++)
-                e->v[i] = strtof(p, &p);
+            e->d = malloc(sizeof(double) * (e->n ? e->n : 1));
+            for (int i = 0; i < e->n; i++) {
+                e->d[i] = strtod(p, &p);
+                e->v[i] = (float)e->d[i];
+            }
         }
     }
     free(text);
-    CHECK_INT(cases, 36); /* every case make_refs.py writes: a missing one is a failure */
-    printf("%d cases compared with PyTorch\n", cases);
-    return test_finish("test_torch_refs");
+    return cases;
 }

@@ -66,7 +66,8 @@ typedef enum rp_layer_type {
     RP_LAYER_RMSNORM,     /* LLaMA's: over the last dimension, a weight, no bias */
     RP_LAYER_SILU,        /* x sigmoid(x) */
     RP_LAYER_MUL,         /* the element-wise product of two inputs of one shape (a gate) */
-    RP_LAYER_ATTENTION    /* causal attention on fused Q, K, V rows: grouped-query, rotary */
+    RP_LAYER_ATTENTION,   /* causal attention on fused Q, K, V rows: grouped-query, rotary */
+    RP_LAYER_MOE          /* a mixture of SwiGLU experts, each token routed to top_k of them */
 } rp_layer_type;
 
 /* Inputs a layer may read (add and concat read several). */
@@ -105,6 +106,14 @@ typedef struct rp_layer {
     int tie;          /* linear: 1 + the embedding layer whose table its weight is; 0: none */
     float std;        /* embedding: its initial values' standard deviation [1] */
     bool gelu_erf;    /* transformer_block: GELU's erf form (else GPT-2's tanh form) */
+    /* moe: its experts, the experts a token goes to, an expert's hidden
+    ** width; the gates from a softmax over the router's scores (Mixtral's,
+    ** Qwen3's) or from sigmoids (DeepSeek-V3's); whether a token's gates are
+    ** its chosen scores over their sum [true]; the weight of the
+    ** sequence-wise balance loss [0]. */
+    int experts, top_k, ffn;
+    bool gate_sigmoid, gate_norm;
+    float balance;
     int group_size;   /* replica grouping override for this layer; 0 = config's */
     /* Tensor parallelism (rp_model_tensor_split): an all-reduce over the
     ** worker's tensor group of this layer's output after forward

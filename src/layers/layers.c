@@ -3,7 +3,8 @@
 ** beside its input and output: aux state kept for backward, and scratch.
 ** The kernels are in layers_dense.c (linear, layernorm, embedding),
 ** layers_conv.c (convolution, pooling), layers_act.c (element-wise, the
-** loss) and layers_block.c (transformer_block).
+** loss), layers_attn.c (attention), layers_moe.c (mixtures of experts) and
+** layers_block.c (transformer_block).
 */
 #include <string.h>
 
@@ -19,6 +20,7 @@ size_t rpi_layer_aux_bytes(const rp_layer *L, int B) {
     case RP_LAYER_BATCHNORM2D:
     case RP_LAYER_BATCHNORM1D: return sizeof(float) * 2 * (size_t)L->in.dim[0]; /* mean, 1/std */
     case RP_LAYER_ATTENTION: return rpi_attention_aux_bytes(L, B);
+    case RP_LAYER_MOE: return rpi_moe_aux_bytes(L, B);
     case RP_LAYER_RMSNORM: /* 1 / rms per row */
         return sizeof(float) * (rp_shape_size(&L->in) / L->in.dim[L->in.ndim - 1]) * B;
     default: return 0;
@@ -54,6 +56,8 @@ void rpi_layer_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size
         *tmp = rpi_block_scratch(L, B);
     if (L->type == RP_LAYER_ATTENTION)
         *tmp = rpi_attention_scratch(L);
+    if (L->type == RP_LAYER_MOE)
+        *tmp = rpi_moe_scratch(L, B);
     if (L->type == RP_LAYER_SOFTMAX_CE && L->tp_ranks > 1) /* 3 floats a row, the group's too */
         *tmp = 3 * (size_t)B * (rp_shape_size(&L->in) / L->in.dim[L->in.ndim - 1]) *
                (L->tp_ranks + 1);
@@ -86,6 +90,7 @@ rp_status rpi_layer_forward(const layer_args *a, rp_error *err) {
     case RP_LAYER_SILU: rpi_silu_forward(a->in, a->out, n); break;
     case RP_LAYER_MUL: rpi_mul_forward(a); break;
     case RP_LAYER_ATTENTION: rpi_attention_forward(a); break;
+    case RP_LAYER_MOE: rpi_moe_forward(a); break;
     }
     return RP_OK;
 }
@@ -139,5 +144,6 @@ void rpi_layer_backward(const layer_args *a, const float *dout, float *din) {
         break;
     case RP_LAYER_MUL: break; /* the net routes its gradients (rpi_mul_backward) */
     case RP_LAYER_ATTENTION: rpi_attention_backward(a, dout, din); break;
+    case RP_LAYER_MOE: rpi_moe_backward(a, dout, din); break;
     }
 }

@@ -203,4 +203,21 @@ size_t rpi_block_scratch(const rp_layer *L, int B);
 void rpi_block_forward(const layer_args *a);
 void rpi_block_backward(const layer_args *a, const float *dout, float *din);
 
+/* layers_moe.c: a mixture of experts. The router's steps in double
+** precision on R tokens, samples of T: the scores s (R x E) to u (in place
+** allowed), each token's top_k experts best first and their gates; the
+** balance loss of the R / T samples (their sum); the gradient of the scores
+** from the gates' (R x top_k) and the balance loss's weight. */
+size_t rpi_moe_aux_bytes(const rp_layer *L, int B);
+size_t rpi_moe_scratch(const rp_layer *L, int B);
+void rpi_moe_route(const rp_layer *L, const double *s, size_t R, double *u, int *chosen,
+                   double *gate);
+double rpi_moe_balance_loss(const rp_layer *L, const double *u, const int *chosen, size_t R,
+                            int T);
+void rpi_moe_route_backward(const rp_layer *L, const double *u, const int *chosen,
+                            const double *gate, const double *dgate, double weight, size_t R,
+                            int T, double *ds);
+void rpi_moe_forward(const layer_args *a);
+void rpi_moe_backward(const layer_args *a, const float *dout, float *din);
+
 #endif /* REPIPE_LAYERS_IMPL_H */

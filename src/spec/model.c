@@ -41,6 +41,7 @@ const char *rp_layer_name(rp_layer_type t) {
     case RP_LAYER_SILU: return "silu";
     case RP_LAYER_MUL: return "mul";
     case RP_LAYER_ATTENTION: return "attention";
+    case RP_LAYER_MOE: return "moe";
     }
     return "?";
 }
@@ -107,8 +108,9 @@ void rp_model_init_params(const rp_model *m, int first, int last, uint64_t seed,
                 for (size_t e = 0; e < var->count; e++)
                     p[e] = (float)gauss(seed, ve, ge, e, E->std);
             } else {
-                /* fan_in of the layer's weight: all its dimensions but the first */
-                const rp_variable *w = &m->vars[L->first_var];
+                /* fan_in of the layer's weight: all its dimensions but the first (an
+                ** moe's variables are each a weight: each its own) */
+                const rp_variable *w = &m->vars[L->type == RP_LAYER_MOE ? vi : L->first_var];
                 double fan_in = (double)w->count / w->shape.dim[0];
                 double bound = 1.0 / sqrt(fan_in);
                 for (size_t e = 0; e < var->count; e++)
@@ -144,6 +146,11 @@ uint32_t rp_model_fingerprint(const rp_model *m) {
             int at[] = {l->heads, l->kv_heads};
             c = fold(c, at, sizeof at);
             c = fold(c, &l->rope_theta, sizeof l->rope_theta);
+        }
+        if (l->type == RP_LAYER_MOE) {
+            int moe[] = {l->experts, l->top_k, l->ffn, l->gate_sigmoid, l->gate_norm};
+            c = fold(c, moe, sizeof moe);
+            c = fold(c, &l->balance, sizeof l->balance);
         }
         if (l->num_inputs != 1 || l->inputs[0] != i - 1) { /* a graph's edges */
             c = fold(c, &l->num_inputs, sizeof l->num_inputs);

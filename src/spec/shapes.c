@@ -124,6 +124,19 @@ static rp_status infer_attention(pctx *c, rp_layer *L, rp_shape *out) {
     return RP_OK;
 }
 
+/* moe: features, or positions x features, out as in; a router and three
+** weights an expert. */
+static rp_status infer_moe(pctx *c, rp_layer *L) {
+    rp_shape in = L->in;
+    if (in.ndim != 1 && in.ndim != 2)
+        return shape_error(c, L, "features, or a 2-dimensional input (positions x features)");
+    double C = in.dim[in.ndim - 1];
+    if (C * L->experts * (1 + 3.0 * L->ffn) > (double)(1u << 30))
+        return shape_error(c, L, "fewer features (its weights would exceed 2^30 floats)");
+    L->num_vars = 1 + 3 * L->experts;
+    return RP_OK;
+}
+
 /* GPT-2's transformer block: positions x features, the features split by
 ** its heads. */
 static rp_status infer_block(pctx *c, rp_layer *L) {
@@ -209,6 +222,7 @@ rp_status rpi_spec_infer(pctx *c, rp_layer *L, rp_model *m) {
         L->num_vars = 1;
         break;
     case RP_LAYER_TRANSFORMER_BLOCK: st = infer_block(c, L); break;
+    case RP_LAYER_MOE: st = infer_moe(c, L); break;
     case RP_LAYER_SOFTMAX_CE: st = infer_loss(c, L, m, &out); break;
     default:
         break;
@@ -217,6 +231,63 @@ rp_status rpi_spec_infer(pctx *c, rp_layer *L, rp_model *m) {
         return st;
     L->out = out;
     return RP_OK;
+}
+
+/* Variable v of moe layer l: the router, then each expert's w1 (the gate),
+** w3 (up) and w2 (down). */
+static void moe_variable(const rp_layer *L, int l, int v, rp_variable *var) {
+    static const char *const wn[] = {"w1", "w3", "w2"};
+    int e = (v - 1) / 3, k = (v - 1) % 3, C = L->in.dim[L->in.ndim - 1];
+    if (v == 0)
+        snprintf(var->name, RP_NAME_MAX, "%d.router", l);
+    else
+        snprintf(var->name, RP_NAME_MAX, "%d.experts.%d.%s", l, e, wn[k]);
+    var->shape = v == 0  ? (rp_shape){2, {L->experts, C}}
+                 : k < 2 ? (rp_shape){2, {L->ffn, C}}
+                         : (rp_shape){2, {C, L->ffn}};
+}
+
+/* Variable v of layer l: its name and shape. */
+static void variable(const rp_layer *L, int l, int v, rp_variable *var) {
+    bool weight = v == 0;
+    snprintf(var->name, RP_NAME_MAX, "%d.%s", l, weight ? "weight" : "bias");
+    int D = L->in.dim[L->in.ndim - 1];
+    switch (L->type) {
+    case RP_LAYER_TRANSFORMER_BLOCK:
+        snprintf(var->name, RP_NAME_MAX, "%d.%s", l, rpi_block_var_name(v));
+        var->shape = rpi_block_var_shape(L, v);
+        break;
+    case RP_LAYER_LINEAR:
+        var->shape = weight ? (rp_shape){2, {L->units, D}} : (rp_shape){1, {L->units}};
+        break;
+    case RP_LAYER_CONV2D:
+        var->shape = weight ? (rp_shape){4, {L->units, L->in.dim[0] / L->groups, L->kernel,
+                                             L->kernel}}
+                            : (rp_shape){1, {L->units}};
+        break;
+    case RP_LAYER_LAYERNORM:
+    case RP_LAYER_RMSNORM:
+        var->shape = (rp_shape){1, {D}};
+        break;
+    case RP_LAYER_BATCHNORM2D:
+    case RP_LAYER_BATCHNORM1D: { /* PyTorch's names for the statistics */
+        static const char *const vn[] = {"weight", "bias", "running_mean", "running_var"};
+        snprintf(var->name, RP_NAME_MAX, "%d.%s", l, vn[v]);
+        var->shape = (rp_shape){1, {L->in.dim[0]}};
+        break;
+    }
+    case RP_LAYER_EMBEDDING:
+        var->shape = (rp_shape){2, {L->vocab, L->dim}};
+        break;
+    case RP_LAYER_POSITION_EMBEDDING:
+        var->shape = L->in;
+        break;
+    case RP_LAYER_MOE:
+        moe_variable(L, l, v, var);
+        break;
+    default:
+        break;
+    }
 }
 
 /* Fills the layers' variables and parameter offsets. */
@@ -236,42 +307,7 @@ rp_status rpi_spec_layout(rp_model *m, rp_error *err) {
             rp_variable *var = &m->vars[m->num_vars++];
             var->layer = l;
             var->offset = off;
-            bool weight = v == 0;
-            snprintf(var->name, RP_NAME_MAX, "%d.%s", l, weight ? "weight" : "bias");
-            int D = L->in.dim[L->in.ndim - 1];
-            switch (L->type) {
-            case RP_LAYER_TRANSFORMER_BLOCK:
-                snprintf(var->name, RP_NAME_MAX, "%d.%s", l, rpi_block_var_name(v));
-                var->shape = rpi_block_var_shape(L, v);
-                break;
-            case RP_LAYER_LINEAR:
-                var->shape = weight ? (rp_shape){2, {L->units, D}} : (rp_shape){1, {L->units}};
-                break;
-            case RP_LAYER_CONV2D:
-                var->shape = weight ? (rp_shape){4, {L->units, L->in.dim[0] / L->groups, L->kernel,
-                                                     L->kernel}}
-                                    : (rp_shape){1, {L->units}};
-                break;
-            case RP_LAYER_LAYERNORM:
-            case RP_LAYER_RMSNORM:
-                var->shape = (rp_shape){1, {D}};
-                break;
-            case RP_LAYER_BATCHNORM2D:
-            case RP_LAYER_BATCHNORM1D: { /* PyTorch's names for the statistics */
-                static const char *const vn[] = {"weight", "bias", "running_mean", "running_var"};
-                snprintf(var->name, RP_NAME_MAX, "%d.%s", l, vn[v]);
-                var->shape = (rp_shape){1, {L->in.dim[0]}};
-                break;
-            }
-            case RP_LAYER_EMBEDDING:
-                var->shape = (rp_shape){2, {L->vocab, L->dim}};
-                break;
-            case RP_LAYER_POSITION_EMBEDDING:
-                var->shape = L->in;
-                break;
-            default:
-                break;
-            }
+            variable(L, l, v, var);
             var->count = rp_shape_size(&var->shape);
             off += var->count;
         }

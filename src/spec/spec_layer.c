@@ -54,6 +54,9 @@ static int *int_option(rp_layer *L, const char *k, long *lo, long *hi) {
         {"heads", 1, 1 << 16, offsetof(rp_layer, heads)},
         {"kv_heads", 1, 1 << 16, offsetof(rp_layer, kv_heads)},
         {"mlp", 1, 64, offsetof(rp_layer, mlp)},
+        {"experts", 1, 1 << 12, offsetof(rp_layer, experts)},
+        {"top_k", 1, 1 << 12, offsetof(rp_layer, top_k)},
+        {"ffn", 1, 1 << 20, offsetof(rp_layer, ffn)},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (strcmp(k, ints[i].key) == 0) {
@@ -84,6 +87,13 @@ static rp_status float_option(pctx *c, rp_layer *L, const char *k, const char *v
             return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: momentum: '%s' is not a number in (0, 1]",
                            c->name, c->line, v);
         L->momentum = (float)d;
+    } else if (strcmp(k, "balance") == 0) {
+        if (!ok || d < 0 || d > 1e3)
+            return rp_fail(c->err, RP_ERR_PARSE,
+                           "%s:%d: balance: '%s' is not a number in [0, 1000] (the balance "
+                           "loss's weight)",
+                           c->name, c->line, v);
+        L->balance = (float)d;
     } else if (strcmp(k, "eps") == 0 || strcmp(k, "p") == 0 || strcmp(k, "dropout") == 0) {
         bool is_p = k[0] != 'e';
         if (!ok || (is_p ? (d < 0 || d >= 1) : d <= 0))
@@ -97,18 +107,23 @@ static rp_status float_option(pctx *c, rp_layer *L, const char *k, const char *v
     return RP_OK;
 }
 
-/* A word option: gelu's form and bias. */
+/* A word option: gelu's form, bias, an moe's gate and whether it is normalised. */
 static rp_status word_option(pctx *c, rp_layer *L, const char *k, const char *v) {
     if (strcmp(k, "gelu") == 0) {
         if (strcmp(v, "tanh") != 0 && strcmp(v, "erf") != 0)
             return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: gelu: '%s' is not tanh or erf",
                            c->name, c->line, v);
         L->gelu_erf = v[0] == 'e';
-    } else if (strcmp(k, "bias") == 0) {
-        if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0)
-            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: bias: '%s' is not true or false",
+    } else if (strcmp(k, "gate") == 0) {
+        if (strcmp(v, "softmax") != 0 && strcmp(v, "sigmoid") != 0)
+            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: gate: '%s' is not softmax or sigmoid",
                            c->name, c->line, v);
-        L->bias = v[0] == 't';
+        L->gate_sigmoid = v[1] == 'i';
+    } else if (strcmp(k, "bias") == 0 || strcmp(k, "norm") == 0) {
+        if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0)
+            return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: %s: '%s' is not true or false",
+                           c->name, c->line, k, v);
+        *(k[0] == 'b' ? &L->bias : &L->gate_norm) = v[0] == 't';
     }
     return RP_OK;
 }
@@ -180,6 +195,7 @@ static const struct layer_kind {
     {"silu", RP_LAYER_SILU, 0, " "},
     {"mul", RP_LAYER_MUL, 0, " "},
     {"attention", RP_LAYER_ATTENTION, 0, " heads kv_heads rope_theta "},
+    {"moe", RP_LAYER_MOE, 0, " experts top_k ffn gate norm balance "},
 };
 
 /* The positional arguments: units, a kernel, a vocabulary and its size, a
@@ -240,6 +256,8 @@ static void defaults(rp_layer *L) {
     L->std = 1;
     L->groups = 1;
     L->momentum = 0.1f;
+    L->top_k = 2; /* Megatron-LM's --moe-router-topk */
+    L->gate_norm = true;
 }
 
 /* The options a layer cannot go without, and those that default to others. */
@@ -253,6 +271,12 @@ static rp_status required(pctx *c, rp_layer *L) {
     if (L->type == RP_LAYER_TRANSFORMER_BLOCK && L->heads == 0)
         return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: transformer_block needs heads=H", c->name,
                        c->line);
+    if (L->type == RP_LAYER_MOE && (L->experts == 0 || L->ffn == 0))
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: moe needs experts=E and ffn=F", c->name,
+                       c->line);
+    if (L->type == RP_LAYER_MOE && L->top_k > L->experts)
+        return rp_fail(c->err, RP_ERR_PARSE, "%s:%d: moe: top_k=%d is more than its %d experts",
+                       c->name, c->line, L->top_k, L->experts);
     if (L->stride == 0)
         L->stride = L->type == RP_LAYER_MAXPOOL2D || L->type == RP_LAYER_AVGPOOL2D ? L->kernel : 1;
     return RP_OK;

@@ -14,7 +14,15 @@ batch size, and:
     parameter gradient its sum, sum of absolute values and 64 sampled entries.
 Dropout is left out (its masks come from repipe's own counter-based generator); the
 finite-difference checks of tests/test_layers.c cover it.
+
+The mixture-of-experts cases (`--moe`, written to tests/torch/moe_refs.txt with PyPI's torch 2:
+    ~/.cache/repipe/venv-torch/bin/python tests/torch/make_refs.py --moe > tests/torch/moe_refs.txt)
+are a layer case each (the objective plus the layer's balance losses) and router cases: the
+router alone in float64 on scores from the same formula, its gates, the balance loss and the
+scores' gradient, printed to 17 digits.
 """
+import sys
+
 import torch
 
 torch.set_default_dtype(torch.float32)
@@ -131,6 +139,55 @@ class Attention(torch.nn.Module):
         att = (q @ k.transpose(-2, -1)) / hs ** 0.5
         att = att.masked_fill(torch.tril(torch.ones(T, T)) == 0, float("-inf")).softmax(dim=-1)
         return (att @ v).transpose(1, 2).reshape(B, T, H * hs)
+
+
+class MoE(torch.nn.Module):
+    """A mixture of SwiGLU experts as Mixtral's and DeepSeek-V3's references write it: a
+    linear router without bias, softmax (or sigmoid) scores in float64, the top k, gates
+    renormalised over them (norm), each expert w2(silu(w1 x) * w3 x) on the tokens routed to
+    it, scaled by its gate; and DeepSeek-V3's sequence-wise balance loss (its report's eqs.
+    17-20: f_i = E / (K T) x the sample's tokens on expert i, P_i the mean over the sample of
+    the normalised scores, alpha sum_i f_i P_i), kept in self.aux as the sum over samples."""
+
+    def __init__(s, C, E, K, F, gate="softmax", norm=True, balance=0.0):
+        super().__init__()
+        nn = torch.nn
+        s.E, s.K, s.gate, s.norm, s.balance = E, K, gate, norm, balance
+        s.router = nn.Linear(C, E, bias=False)
+        s.w1 = nn.ModuleList(nn.Linear(C, F, bias=False) for _ in range(E))
+        s.w3 = nn.ModuleList(nn.Linear(C, F, bias=False) for _ in range(E))
+        s.w2 = nn.ModuleList(nn.Linear(F, C, bias=False) for _ in range(E))
+        s.ordered = [s.router.weight]
+        for e in range(E):
+            s.ordered += [s.w1[e].weight, s.w3[e].weight, s.w2[e].weight]
+
+    def route(s, logits, B, T):
+        u = torch.sigmoid(logits) if s.gate == "sigmoid" else torch.softmax(logits, dim=-1)
+        top, idx = torch.topk(u, s.K, dim=-1)
+        gates = top / top.sum(-1, keepdim=True) if s.norm else top
+        aux = logits.new_zeros(())
+        if s.balance:
+            counts = torch.zeros(B, s.E, dtype=torch.float64)
+            counts.scatter_add_(1, idx.reshape(B, T * s.K), torch.ones(B, T * s.K, dtype=torch.float64))
+            f = counts * s.E / (s.K * T)
+            P = (u / u.sum(-1, keepdim=True)).reshape(B, T, s.E).mean(1)
+            aux = s.balance * (f * P).sum()
+        return gates, idx, aux
+
+    def forward(s, x):
+        B, C = x.shape[0], x.shape[-1]
+        T = x.shape[1] if x.dim() == 3 else 1
+        flat = x.reshape(-1, C)
+        logits = flat.double() @ s.router.weight.double().t()
+        gates, idx, s.aux = s.route(logits, B, T)
+        out = torch.zeros_like(flat)
+        for e in range(s.E):
+            rows, slot = torch.nonzero(idx == e, as_tuple=True)
+            if rows.numel():
+                xe = flat[rows]
+                y = s.w2[e](torch.nn.functional.silu(s.w1[e](xe)) * s.w3[e](xe))
+                out = out.index_add(0, rows, y * gates[rows, slot].float()[:, None])
+        return out.reshape(x.shape)
 
 
 class Positions(torch.nn.Module):
@@ -269,7 +326,7 @@ def layer_case(name, spec, shape, make, whole=False):
     for m in mods:
         out = m(out)
     r = tensor(out.numel(), 7, 2.0, out.shape)
-    (out * r).sum().backward()
+    ((out * r).sum() + sum(getattr(m, "aux", 0) for m in mods)).backward()
     print("case", name, "layer", shape[0])
     if whole:
         print("spec", spec)
@@ -321,7 +378,56 @@ def model_case(name, spec, mods, B):
     print("end")
 
 
+MOE_CASES = [
+    ("moe_softmax", "moe experts=4 top_k=2 ffn=6", (2, 5, 8), lambda: [MoE(8, 4, 2, 6)]),
+    ("moe_balance", "moe experts=4 top_k=2 ffn=6 balance=0.25", (2, 5, 8),
+     lambda: [MoE(8, 4, 2, 6, balance=0.25)]),
+    ("moe_sigmoid", "moe experts=4 top_k=3 ffn=5 gate=sigmoid balance=0.5", (3, 4, 6),
+     lambda: [MoE(6, 4, 3, 5, gate="sigmoid", balance=0.5)]),
+    ("moe_topk1_raw", "moe experts=4 top_k=1 ffn=4 norm=false", (3, 7), lambda: [MoE(7, 4, 1, 4, norm=False)]),
+]
+
+# name, options of the moe layer, samples B, tokens a sample T
+ROUTER_CASES = [
+    ("router_softmax", "experts=6 top_k=2 ffn=1 balance=0.25", 3, 5),
+    ("router_sigmoid", "experts=8 top_k=3 ffn=1 gate=sigmoid balance=0.5", 2, 6),
+    ("router_raw", "experts=5 top_k=2 ffn=1 norm=false balance=1", 2, 4),
+]
+
+
+def router_case(name, options, B, T):
+    """The router alone in float64: scores value(i, 3, 6), the gates' gradient value(i, 9, 2),
+    the balance loss weighted 1 / B (the C test's loss_scale)."""
+    words = dict(w.split("=") for w in options.split())
+    E, K = int(words["experts"]), int(words["top_k"])
+    m = MoE(1, E, K, 1, gate=words.get("gate", "softmax"), norm=words.get("norm", "true") == "true",
+            balance=float(words["balance"]))
+    R = B * T
+    logits = torch.tensor([value(i, 3, 6.0) for i in range(R * E)], dtype=torch.float64)
+    logits = logits.reshape(R, E).requires_grad_(True)
+    dgate = torch.tensor([value(i, 9, 2.0) for i in range(R * K)], dtype=torch.float64).reshape(R, K)
+    gates, idx, aux = m.route(logits, B, T)
+    ((gates * dgate).sum() + aux / B).backward()
+    print("case", name, "router", B)
+    print("spec input %d 1 | moe %s" % (T, options))
+    print("chosen", R * K, " ".join(str(int(v)) for v in idx.reshape(-1).tolist()))
+    for key, t in (("gate", gates), ("loss", aux.reshape(1)), ("dlogits", logits.grad)):
+        flat = t.detach().reshape(-1).tolist()
+        print(key, len(flat), " ".join("%.17g" % v for v in flat))
+    print("end")
+
+
+def moe_main():
+    print("# PyTorch %s reference outputs; see make_refs.py (--moe)" % torch.__version__)
+    for case in MOE_CASES:
+        layer_case(*case)
+    for case in ROUTER_CASES:
+        router_case(*case)
+
+
 def main():
+    if "--moe" in sys.argv:
+        return moe_main()
     print("# PyTorch %s reference outputs; see make_refs.py" % torch.__version__)
     for case in LAYER_CASES:
         layer_case(*case)
