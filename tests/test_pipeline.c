@@ -213,8 +213,16 @@ static void tokens(bool use_mpi, int only_workers, int kind) {
     static const pcase gpt_picks[] = {{2, 2, {1, 1}, 1, "1f1b"}, {2, 1, {2, 1}, 4, "gpipe"},
                                       {2, 2, {2, 1}, 4, "1f1b"}, {3, 1, {1, 2, 1}, 4, "1f1b"},
                                       {3, 2, {1, 1, 1}, 1, "gpipe"}};
-    const pcase *picks = gpt ? gpt_picks : lm_picks;
-    size_t npicks = gpt ? sizeof gpt_picks / sizeof *gpt_picks : sizeof lm_picks / sizeof *lm_picks;
+    /* and with expert parallelism: the experts over 2 or 4 replicas, one group or two */
+    static const pcase moe_picks[] = {{2, 2, {1, 1}, 1, "1f1b"},  {2, 1, {2, 1}, 4, "gpipe"},
+                                      {2, 2, {1, 1}, 3, "1f1b"},  {2, 2, {1, 1}, 4, "zb-h1"},
+                                      {1, 4, {1}, 2, "gpipe"},    {1, 4, {1}, 3, "1f1b"},
+                                      {3, 2, {1, 1, 1}, 2, "gpipe"}};
+    static const int moe_ep[] = {1, 1, 2, 2, 4, 2, 2}; /* expert_parallel of each */
+    const pcase *picks = kind == MOE ? moe_picks : gpt ? gpt_picks : lm_picks;
+    size_t npicks = kind == MOE ? sizeof moe_picks / sizeof *moe_picks
+                    : gpt       ? sizeof gpt_picks / sizeof *gpt_picks
+                                : sizeof lm_picks / sizeof *lm_picks;
     /* SGD for the GPT: a key bias's gradient is zero up to rounding (softmax
     ** ignores a constant added to a row's scores), which Adam would scale up */
     const char *adam = gpt ? "{\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9}, \"gradient_clipping\": 1, "
@@ -229,6 +237,8 @@ static void tokens(bool use_mpi, int only_workers, int kind) {
         rp_model *m = test_model(SPECS[kind]);
         CHECK_INT(m->num_targets, 8);
         rp_config pipe = config(pc, false, adam), one = config(pc, true, adam);
+        int ep = kind == MOE ? moe_ep[k] : 1;
+        pipe.expert_parallel = ep;
         if (gpt) { /* one micro-batch of them all: rows differ, dropout must not */
             one.micro_batch_size *= one.gradient_accumulation_steps;
             one.gradient_accumulation_steps = 1;
@@ -264,8 +274,6 @@ static void tokens(bool use_mpi, int only_workers, int kind) {
             rp_result r;
             CHECK_OK(rp_session_run(s, x, y, ids, &r, &err), err);
             first[v] = r.losses[0];
-            for (int i = 0; gpt && i < per; i++) /* the second update: other samples */
-                ids[i] += per;
             double mean = 0; /* equal micro-batches: the mean of their means */
             for (int i = 0; i < r.count; i++)
                 mean += r.losses[i] / r.count;
@@ -274,7 +282,9 @@ static void tokens(bool use_mpi, int only_workers, int kind) {
                         fabs(all - mean) <= 1e-6 * fabs(all)),
                    "loss %.9g and %.9g, the update's %.9g and %.9g", before, all, r.losses[0],
                    mean);
-            if (gpt) {
+            for (int u = 0; u < (kind == MOE ? 4 : gpt); u++) { /* updates 2 to 5: other samples */
+                for (long long i = 0; i < per; i++)
+                    ids[i] += per;
                 rp_result r2;
                 CHECK_OK(rp_session_run(s, x, y, ids, &r2, &err), err);
             }
@@ -287,8 +297,8 @@ static void tokens(bool use_mpi, int only_workers, int kind) {
             CHECK(e && h && memcmp(e->data, h->data, sizeof(float) * 13 * 8) == 0);
         }
         double d = test_weights_diff(w[0], w[1]);
-        CHECKF(d <= 1e-5, "%s P=%d R=%d r=[%d,%d,%d] GA=%d: differs by %g", SPECS[kind],
-               pc->P, pc->R, pc->r[0], pc->r[1], pc->r[2], pc->GA, d);
+        CHECKF(d <= 1e-5, "%s P=%d R=%d r=[%d,%d,%d] GA=%d ep=%d: differs by %g", SPECS[kind],
+               pc->P, pc->R, pc->r[0], pc->r[1], pc->r[2], pc->GA, ep, d);
         CHECK(first[0] > 2.0f && first[0] < 3.5f); /* about log 13: per token, not per sample */
         rp_weights_free(w[0]), rp_weights_free(w[1]);
         rp_model_free(m);
@@ -297,6 +307,42 @@ static void tokens(bool use_mpi, int only_workers, int kind) {
     CHECK(run > 0);
     static const char *const NAMES[] = {"token-model", "GPT", "MoE GPT"};
     printf("%d %s pipelines compared with one worker\n", run, NAMES[kind]);
+}
+
+/* What expert parallelism cannot be, each refused with its reason. */
+static void expert_refusals(void) {
+    static const struct {
+        const char *spec, *json, *msg;
+    } cases[] = {
+        {"input 4\nembedding 9 6\nmoe experts=4 ffn=3\nlinear 9\nsoftmax_cross_entropy\n",
+         "{\"replication_factor\": 3, \"expert_parallel\": 2}",
+         "expert_parallel 2 does not divide replication_factor"},
+        {"input 4\nembedding 9 6\nmoe experts=4 ffn=3\nlinear 9\nsoftmax_cross_entropy\n",
+         "{\"replication_factor\": 2, \"expert_parallel\": 2, \"layers_per_stage\": [2, -1], "
+         "\"stage_replication\": [2, 1]}",
+         "needs every stage unreplicated"},
+        {"input 4\nembedding 9 6\nmoe experts=4 ffn=3\nlinear 9\nsoftmax_cross_entropy\n",
+         "{\"replication_factor\": 2, \"expert_parallel\": 2, \"schedule\": \"pipedream\"}",
+         "not pipedream, pipedream-2bw or dualpipe"},
+        {"input 4\nembedding 9 6\nmoe experts=3 ffn=3\nlinear 9\nsoftmax_cross_entropy\n",
+         "{\"replication_factor\": 2, \"expert_parallel\": 2}",
+         "layer 1 (moe, line 3) has a number of experts it does not divide"},
+        {"input 4\nembedding 9 6\nmoe experts=4 ffn=3\nlinear 9\nsoftmax_cross_entropy\n",
+         "{\"replication_factor\": 4, \"expert_parallel\": 2, "
+         "\"replica_grouping\": {\"group_size\": 2, \"stride\": 2}}",
+         "does not hold whole expert groups"},
+        {"input 4\nembedding 9 6\nlinear 9\nsoftmax_cross_entropy\n",
+         "{\"replication_factor\": 2, \"expert_parallel\": 2}", "the model has no moe layer"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        rp_model *m = test_model(cases[k].spec);
+        rp_config c = test_config(cases[k].json);
+        rp_session *s;
+        rp_error err;
+        CHECK(rp_session_create(m, &c, &s, &err) == RP_ERR_INVALID);
+        CHECK_STR_HAS(err.msg, cases[k].msg);
+        rp_model_free(m);
+    }
 }
 
 /* What a tie cannot be: sharded apart, or shared by some replicas only. */
@@ -484,6 +530,7 @@ int main(int argc, char **argv) {
         tokens(false, 0, GPT);
         tokens(false, 0, MOE);
         tie_refusals();
+        expert_refusals();
         determinism();
         rc = test_finish("test_pipeline (local)");
     }

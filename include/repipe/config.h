@@ -124,6 +124,11 @@ typedef struct rp_config {
     ** split over this many workers of each (replica, stage, stage replica),
     ** its tensor group [1: none] */
     int tensor_parallel;
+    /* Megatron-LM's expert parallelism: the experts of every moe layer split
+    ** over groups of this many consecutive replicas, each running its share
+    ** of the experts for the group's tokens (exchanged by all-to-all) [1:
+    ** none] */
+    int expert_parallel;
     /* ...and the embeddings, the head and the loss split by vocabulary over
     ** the group too (Megatron's parallel embedding and cross-entropy) [true] */
     bool vocab_parallel;

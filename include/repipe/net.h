@@ -67,6 +67,15 @@ typedef struct rp_net_options {
     ** (the group's size x n), in rank order; a vocabulary-split loss's. */
     void (*tp_allgather)(void *ctx, const float *in, size_t n, float *out);
     void *tp_ctx;
+    /* Expert parallelism: the moe layers' group of ep_size members (0, 1:
+    ** none), this net's place in it, and its all-to-all: block j of `in`
+    ** (n floats at in + j n) to member j, member j's block for this one at
+    ** out + j n. Member j runs experts [j E / ep_size, (j + 1) E / ep_size)
+    ** of each moe layer for the whole group in training; evaluation runs
+    ** every expert locally. */
+    int ep_size, ep_rank;
+    void (*ep_alltoall)(void *ctx, const float *in, size_t n, float *out);
+    void *ep_ctx;
     /* Which kernel runs the convolutions: RP_CONV_AUTO (0) chooses each
     ** layer's by its shape (rp_net_conv_kernel says which it chose);
     ** RP_CONV_IM2COL lowers every one to a matrix product (as

@@ -59,11 +59,12 @@ class Faults(unittest.TestCase):
         # the process group's timeout is 8 s: the others end at step 2 within it (and torchrun
         # then ends the sleeper), not after the sleeper's 600 s; where the batches are
         # checked, at the check, with an error a script can catch; inside the step's
-        # exchanges (check_batches=False), by ending the process
+        # exchanges (check_batches=False), by ending the process. The bound is the sleeper's
+        # 600 s, far off: three ranks' imports of torch under a loaded make test took 68 s
         for case in ("stuck", "stuck-inside"):
             p, took, met = run(case, self.tmp.name)
             self.assertNotEqual(p.returncode, 0)
-            self.assertLess(took, 60, p.stderr[-2000:])
+            self.assertLess(took, 180, p.stderr[-2000:])
             for r in (0, 2):
                 said = "rt.Pipeline: rank %d (global %d): step 2 did not finish in 8 s" % (r, r)
                 if case == "stuck":

@@ -26,6 +26,7 @@ void rp_config_default(rp_config *cfg) {
     cfg->schedule = RP_SCHEDULE_1F1B;
     cfg->zb_pass_times[0] = cfg->zb_pass_times[1] = cfg->zb_pass_times[2] = 1.0;
     cfg->tensor_parallel = 1;
+    cfg->expert_parallel = 1;
     cfg->vocab_parallel = true;
     cfg->virtual_stages = 1;
     cfg->replica_grouping = rp_grouping_all(1);
@@ -151,6 +152,8 @@ static void features_json(cJSON *r, const rp_config *cfg) {
         cJSON_AddNumberToObject(r, "virtual_stages", cfg->virtual_stages);
     if (cfg->tensor_parallel > 1)
         cJSON_AddNumberToObject(r, "tensor_parallel", cfg->tensor_parallel);
+    if (cfg->expert_parallel > 1)
+        cJSON_AddNumberToObject(r, "expert_parallel", cfg->expert_parallel);
     if (!cfg->vocab_parallel)
         cJSON_AddBoolToObject(r, "vocab_parallel", false);
     cJSON_AddBoolToObject(r, "auto_loss_scaling", cfg->auto_loss_scaling);
@@ -303,6 +306,7 @@ bool rp_config_equal(const rp_config *a, const rp_config *b) {
            memcmp(a->zb_pass_times, b->zb_pass_times, sizeof a->zb_pass_times) == 0 &&
            a->zb_max_in_flight == b->zb_max_in_flight && a->virtual_stages == b->virtual_stages &&
            a->tensor_parallel == b->tensor_parallel && a->vocab_parallel == b->vocab_parallel &&
+           a->expert_parallel == b->expert_parallel &&
            a->sequential_data == b->sequential_data &&
            oa->type == ob->type && oa->lr == ob->lr && oa->momentum == ob->momentum &&
            oa->weight_decay == ob->weight_decay && oa->beta1 == ob->beta1 &&

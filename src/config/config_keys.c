@@ -137,6 +137,11 @@ static rp_status k_tensor_parallel(rp_config *cfg, rpi_load *c, const char *key,
     return rpi_get_int(c, key, v, 1, &cfg->tensor_parallel);
 }
 
+static rp_status k_expert_parallel(rp_config *cfg, rpi_load *c, const char *key,
+                                   const cJSON *v) {
+    return rpi_get_int(c, key, v, 1, &cfg->expert_parallel);
+}
+
 static rp_status k_virtual_stages(rp_config *cfg, rpi_load *c, const char *key,
                                   const cJSON *v) {
     return rpi_get_int(c, key, v, 1, &cfg->virtual_stages);
@@ -463,6 +468,7 @@ static const struct key_def {
     {"zb_pass_times", k_zb_times, cJSON_Array},
     {"zb_max_in_flight", k_zb_limit, cJSON_Number},
     {"tensor_parallel", k_tensor_parallel, cJSON_Number},
+    {"expert_parallel", k_expert_parallel, cJSON_Number},
     {"vocab_parallel", k_vocab_parallel, cJSON_True | cJSON_False},
     {"virtual_stages", k_virtual_stages, cJSON_Number},
     {"fp16_exchange", k_fp16, cJSON_True | cJSON_False},

@@ -20,7 +20,7 @@ size_t rpi_layer_aux_bytes(const rp_layer *L, int B) {
     case RP_LAYER_BATCHNORM2D:
     case RP_LAYER_BATCHNORM1D: return sizeof(float) * 2 * (size_t)L->in.dim[0]; /* mean, 1/std */
     case RP_LAYER_ATTENTION: return rpi_attention_aux_bytes(L, B);
-    case RP_LAYER_MOE: return rpi_moe_aux_bytes(L, B);
+    case RP_LAYER_MOE: return rpi_moe_aux_bytes(L, B, 1);
     case RP_LAYER_RMSNORM: /* 1 / rms per row */
         return sizeof(float) * (rp_shape_size(&L->in) / L->in.dim[L->in.ndim - 1]) * B;
     default: return 0;
@@ -57,7 +57,7 @@ void rpi_layer_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size
     if (L->type == RP_LAYER_ATTENTION)
         *tmp = rpi_attention_scratch(L);
     if (L->type == RP_LAYER_MOE)
-        *tmp = rpi_moe_scratch(L, B);
+        *tmp = rpi_moe_scratch(L, B, 1);
     if (L->type == RP_LAYER_SOFTMAX_CE && L->tp_ranks > 1) /* 3 floats a row, the group's too */
         *tmp = 3 * (size_t)B * (rp_shape_size(&L->in) / L->in.dim[L->in.ndim - 1]) *
                (L->tp_ranks + 1);

@@ -71,6 +71,11 @@ typedef struct layer_args {
     void (*tp_allreduce)(void *ctx, float *buf, size_t n);
     void (*tp_allgather)(void *ctx, const float *in, size_t n, float *out);
     void *tp_ctx;
+    /* An moe layer's expert-parallel group (rp_net_options.ep_*): its size
+    ** (0, 1: none), this member's place, and its all-to-all. */
+    int ep_size, ep_rank;
+    void (*ep_alltoall)(void *ctx, const float *in, size_t n, float *out);
+    void *ep_ctx;
 } layer_args;
 
 /* A split backward (zero-bubble schedules) runs a layer's backward in two
@@ -208,8 +213,8 @@ void rpi_block_backward(const layer_args *a, const float *dout, float *din);
 ** allowed), each token's top_k experts best first and their gates; the
 ** balance loss of the R / T samples (their sum); the gradient of the scores
 ** from the gates' (R x top_k) and the balance loss's weight. */
-size_t rpi_moe_aux_bytes(const rp_layer *L, int B);
-size_t rpi_moe_scratch(const rp_layer *L, int B);
+size_t rpi_moe_aux_bytes(const rp_layer *L, int B, int ep_size);
+size_t rpi_moe_scratch(const rp_layer *L, int B, int ep_size);
 void rpi_moe_route(const rp_layer *L, const double *s, size_t R, double *u, int *chosen,
                    double *gate);
 double rpi_moe_balance_loss(const rp_layer *L, const double *u, const int *chosen, size_t R,

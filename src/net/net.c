@@ -28,9 +28,13 @@
 #include "../core/util.h"
 #include "net_impl.h"
 
-
-
-
+/* A layer's aux state in this net: an moe layer's holds its expert-parallel
+** group's rows. */
+static size_t aux_bytes(const rp_net *n, const rp_layer *L, int batch) {
+    if (L->type == RP_LAYER_MOE && n->opt.ep_size > 1)
+        return rpi_moe_aux_bytes(L, batch, n->opt.ep_size);
+    return rpi_layer_aux_bytes(L, batch);
+}
 
 /* Which outputs and aux states an activation set keeps, and where the
 ** others go in the overlay: each segment's from offset 0. */
@@ -58,7 +62,7 @@ static rp_status plan_recompute(rp_net *n, rp_error *err) {
         }
         if (!n->keep_aux[i]) {
             n->ov_aux[i] = at;
-            at += ALIGN64(rpi_layer_aux_bytes(Ly, n->max_batch));
+            at += ALIGN64(aux_bytes(n, Ly, n->max_batch));
         }
         n->overlay_bytes = at > n->overlay_bytes ? at : n->overlay_bytes;
         /* a flatten changes only the shape: its output is its input's memory,
@@ -145,6 +149,8 @@ rp_status rp_net_create_with(const rp_model *m, int first, int last, int max_bat
                            l, L->line, need, limit);
         }
         rpi_layer_scratch(L, max_batch, n->opt.scratch_limit, &c, &t);
+        if (L->type == RP_LAYER_MOE && n->opt.ep_size > 1) /* the group's rows */
+            t = rpi_moe_scratch(L, max_batch, n->opt.ep_size);
         n->col_n = c > n->col_n ? c : n->col_n;
         n->tmp_n = t > n->tmp_n ? t : n->tmp_n;
         n->gmax = in_size(L) > n->gmax ? in_size(L) : n->gmax;
@@ -259,7 +265,7 @@ static size_t acts_layout(const rp_net *n, int batch, size_t *off_out, size_t *o
         if (n->keep_aux[i]) {
             if (off_aux)
                 off_aux[i] = at;
-            at += ALIGN64(rpi_layer_aux_bytes(L, batch));
+            at += ALIGN64(aux_bytes(n, L, batch));
         }
         if (n->opt.split_backward && rpi_layer_wstash_floats(L, batch)) {
             if (off_ws)

@@ -67,6 +67,10 @@ layer_args rpi_net_args(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx,
         .tp_allreduce = n->opt.tp_allreduce,
         .tp_allgather = n->opt.tp_allgather,
         .tp_ctx = n->opt.tp_ctx,
+        .ep_size = n->opt.ep_size,
+        .ep_rank = n->opt.ep_rank,
+        .ep_alltoall = n->opt.ep_alltoall,
+        .ep_ctx = n->opt.ep_ctx,
     };
     return x;
 }

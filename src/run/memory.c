@@ -186,6 +186,7 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
             const char *kind = ev->kind == RPI_TRACE_TP_FORWARD    ? "tensor all-reduce (forward)"
                                : ev->kind == RPI_TRACE_TP_BACKWARD ? "tensor all-reduce (backward)"
                                : ev->kind == RPI_TRACE_TP_GATHER   ? "tensor all-gather (loss)"
+                               : ev->kind == RPI_TRACE_EP_ALLTOALL ? "expert all-to-all"
                                : ev->kind == RPI_TRACE_BUCKET      ? "reduce bucket"
                                                                    : rp_op_name((rp_op_kind)ev->kind);
             if (ev->mb >= 0)

@@ -71,6 +71,7 @@ void rp_session_free(rp_session *s) {
         for (int q = 0; q < s->ngroupings; q++)
             rp_comm_free(w->reduce[q]);
         rp_comm_free(w->tp);
+        rp_comm_free(w->ep);
         for (int i = 0; i < MAX_TIES; i++)
             rp_comm_free(w->tie_comm[i]);
         if (w->net && w->own) /* a pass that failed may have left another version in */

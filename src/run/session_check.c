@@ -122,6 +122,48 @@ static rp_status check_layers(const rp_model *m, const rp_config *cfg, rp_error 
     return RP_OK;
 }
 
+static bool stage_replicated(const rp_config *cfg) {
+    for (int t = 0; t < cfg->stage_replication_count; t++)
+        if (cfg->stage_replication[t] > 1)
+            return true;
+    return false;
+}
+
+/* Expert parallelism: groups of G replicas that run the same operations
+** (every stage unreplicated, a synchronous schedule whose replicas run
+** alike), within the moe layers' replica groupings, and experts G divides. */
+static rp_status check_experts(const rp_model *m, const rp_config *cfg, rp_error *err) {
+    int G = cfg->expert_parallel, R = cfg->replication_factor, moe = 0;
+    if (G <= 1)
+        return RP_OK;
+    const char *why = R % G ? "does not divide replication_factor"
+                      : stage_replicated(cfg) ? "needs every stage unreplicated (stage_replication 1)"
+                      : cfg->schedule >= RP_SCHEDULE_PIPEDREAM || cfg->schedule == RP_SCHEDULE_DUALPIPE
+                          ? "needs a schedule whose replicas run the same operations (not "
+                            "pipedream, pipedream-2bw or dualpipe)"
+                          : NULL;
+    if (why)
+        return rp_fail(err, RP_ERR_INVALID, "expert_parallel %d %s", G, why);
+    for (int l = 0; l < m->num_layers; l++) {
+        const rp_layer *L = &m->layers[l];
+        if (L->type != RP_LAYER_MOE)
+            continue;
+        moe++;
+        int g = L->group_size ? L->group_size : cfg->replica_grouping.group_size;
+        int stride = L->group_size ? 1 : cfg->replica_grouping.stride;
+        if (L->experts % G || g % G || stride != 1)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "expert_parallel %d: layer %d (moe, line %d) %s", G, l, L->line,
+                           L->experts % G ? "has a number of experts it does not divide"
+                                          : "is reduced over a replica grouping that does not "
+                                            "hold whole expert groups (group_size a multiple "
+                                            "of it, stride 1)");
+    }
+    if (!moe)
+        return rp_fail(err, RP_ERR_INVALID, "expert_parallel %d: the model has no moe layer", G);
+    return RP_OK;
+}
+
 static rp_status check(const rp_model *m, const rp_config *cfg, rp_error *err) {
     if (m->num_classes == 0 || m->layers[m->num_layers - 1].type != RP_LAYER_SOFTMAX_CE)
         return rp_fail(err, RP_ERR_INVALID,
@@ -141,7 +183,8 @@ static rp_status check(const rp_model *m, const rp_config *cfg, rp_error *err) {
         rp_model_free(lm);
         free(map);
     }
-    if ((st = check_pipedream(m, cfg, err)) || (st = check_layers(m, cfg, err)))
+    if ((st = check_pipedream(m, cfg, err)) || (st = check_layers(m, cfg, err)) ||
+        (st = check_experts(m, cfg, err)))
         return st;
     rp_derived der;
     rp_config_derive(cfg, &der);

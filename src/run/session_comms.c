@@ -135,6 +135,23 @@ static rp_status tensor_group(rp_session *s, worker *w, rp_error *err) {
     return RP_OK;
 }
 
+/* Each worker's expert-parallel group: the workers of its stage and tensor
+** rank in the G consecutive replicas from its group's first. */
+static rp_status expert_group(rp_session *s, worker *w, rp_error *err) {
+    int G = s->cfg.expert_parallel, members[RP_MAX_WORKERS];
+    rp_grouping g;
+    rp_status st = rp_grouping_init(&g, s->R, G, 1, err);
+    if (st)
+        return st;
+    int n = rpi_reduce_members(s, &g, w->replica, w->stage, w->tensor_rank, members);
+    if (s->comm) /* a color no other group of the split has */
+        return rp_comm_split(s->comm, (w->stage * s->R + w->replica / G) * s->T + w->tensor_rank,
+                             w->replica % G, &w->ep, err);
+    if (!(w->ep = rp_world_subcomm(s->world, members, n, w->replica % G)))
+        return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's expert group", w->id);
+    return RP_OK;
+}
+
 rp_status rpi_session_comms(rp_session *s, rp_error *err) {
     rp_status st = workers(s, err);
     for (int i = 0; !st && i < s->nties && s->plan->devices; i++)
@@ -143,5 +160,7 @@ rp_status rpi_session_comms(rp_session *s, rp_error *err) {
         st = device_group(s, err);
     for (int i = 0; !st && i < s->nlocal && s->T > 1; i++)
         st = tensor_group(s, &s->w[i], err);
+    for (int i = 0; !st && i < s->nlocal && s->cfg.expert_parallel > 1; i++)
+        st = expert_group(s, &s->w[i], err);
     return st;
 }

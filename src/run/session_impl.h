@@ -47,6 +47,7 @@ typedef struct trace_event {
 ** backward, and of its all-gathers (a vocabulary-split loss's), beside the
 ** operations' kinds. */
 enum { RPI_TRACE_TP_FORWARD = RP_OP_COUNT, RPI_TRACE_TP_BACKWARD, RPI_TRACE_TP_GATHER,
+       RPI_TRACE_EP_ALLTOALL, /* an moe layer's exchange with its expert-parallel group */
        RPI_TRACE_BUCKET /* a bucket's sum, from its start until it was seen done */ };
 /* A worker's buckets are drawn on a track of their own, this far from its
 ** own: they run beside its operations, not inside them. */
@@ -62,6 +63,7 @@ typedef struct worker {
     rp_comm *tp;                       /* its tensor group, or NULL */
     rp_status tp_status;               /* the first failed all-reduce of the group */
     const rp_op *tp_op;                /* the operation its all-reduces run in */
+    rp_comm *ep;                       /* its expert-parallel group, or NULL */
     rp_comm *reduce[MAX_GROUPINGS];    /* per distinct grouping: this stage, this group */
     rp_net *net;
     rp_acts **acts;                    /* one per slot */
@@ -216,6 +218,9 @@ void rpi_worker_run(worker *w);
 ** (worker.c). */
 void rpi_tp_allreduce(void *worker, float *buf, size_t n);
 void rpi_tp_allgather(void *worker, const float *in, size_t n, float *out);
+/* Expert parallelism: an moe layer's all-to-all over the worker's group
+** (rp_net_options.ep_alltoall), its failure kept as the tensor group's are. */
+void rpi_ep_alltoall(void *worker, const float *in, size_t n, float *out);
 void *rpi_worker_thread(void *arg);
 /* The gradient exchange and step of an update (exchange.c). */
 rp_status rpi_reduce(worker *w);

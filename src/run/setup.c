@@ -79,6 +79,10 @@ static rp_status make_net(rp_session *s, worker *w, rp_error *err) {
     rp_net_options no = rpi_net_options(&s->cfg, w->stage, false);
     if (s->T > 1)
         no.tp_allreduce = rpi_tp_allreduce, no.tp_allgather = rpi_tp_allgather, no.tp_ctx = w;
+    if (s->cfg.expert_parallel > 1) { /* the group: consecutive replicas (session_check.c) */
+        no.ep_size = s->cfg.expert_parallel, no.ep_rank = w->replica % no.ep_size;
+        no.ep_alltoall = rpi_ep_alltoall, no.ep_ctx = w;
+    }
     if (s->cfg.replicated_tensor_sharding) /* room for a padded all-gather's tail */
         no.param_slack = (size_t)s->R * rp_config_stage_replicas(&s->cfg, w->stage);
     no.stat_slots = s->GA * s->R; /* batchnorm: a slot per micro-batch of the update */

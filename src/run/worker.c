@@ -72,6 +72,15 @@ void rpi_tp_allgather(void *arg, const float *in, size_t n, float *out) {
     tp_traced(w, RPI_TRACE_TP_GATHER, t0);
 }
 
+void rpi_ep_alltoall(void *arg, const float *in, size_t n, float *out) {
+    worker *w = arg;
+    if (w->tp_status)
+        return;
+    double t0 = w->s->tracing ? rp_now() : 0;
+    w->tp_status = rp_comm_alltoall(w->ep, NULL, in, n, out, &w->err);
+    tp_traced(w, RPI_TRACE_EP_ALLTOALL, t0);
+}
+
 /* A worker's update d begins: its gradients zeroed, its statistics'
 ** slots, the version its passes use, the update's learning rate. */
 static void update_begin(worker *w, int d) {
