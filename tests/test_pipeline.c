@@ -217,8 +217,9 @@ static void tokens(bool use_mpi, int only_workers, int kind) {
     static const pcase moe_picks[] = {{2, 2, {1, 1}, 1, "1f1b"},  {2, 1, {2, 1}, 4, "gpipe"},
                                       {2, 2, {1, 1}, 3, "1f1b"},  {2, 2, {1, 1}, 4, "zb-h1"},
                                       {1, 4, {1}, 2, "gpipe"},    {1, 4, {1}, 3, "1f1b"},
-                                      {3, 2, {1, 1, 1}, 2, "gpipe"}};
-    static const int moe_ep[] = {1, 1, 2, 2, 4, 2, 2}; /* expert_parallel of each */
+                                      {3, 2, {1, 1, 1}, 2, "gpipe"}, {2, 2, {1, 1}, 2, "1f1b"}};
+    static const int moe_ep[] = {1, 1, 2, 2, 4, 2, 2, 2}; /* expert_parallel of each */
+    int moe_tp = 7; /* the pick with tensor groups of 2 too: 8 workers */
     const pcase *picks = kind == MOE ? moe_picks : gpt ? gpt_picks : lm_picks;
     size_t npicks = kind == MOE ? sizeof moe_picks / sizeof *moe_picks
                     : gpt       ? sizeof gpt_picks / sizeof *gpt_picks
@@ -232,13 +233,15 @@ static void tokens(bool use_mpi, int only_workers, int kind) {
     int run = 0;
     for (size_t k = 0; k < npicks; k++) {
         const pcase *pc = &picks[k];
-        if (only_workers && test_workers(pc->P, pc->r, pc->R) != only_workers)
-            continue;
+        if (only_workers && (test_workers(pc->P, pc->r, pc->R) != only_workers ||
+                             (kind == MOE && (int)k == moe_tp)))
+            continue; /* (the tensor groups' workers are not test_workers') */
         rp_model *m = test_model(SPECS[kind]);
         CHECK_INT(m->num_targets, 8);
         rp_config pipe = config(pc, false, adam), one = config(pc, true, adam);
         int ep = kind == MOE ? moe_ep[k] : 1;
         pipe.expert_parallel = ep;
+        pipe.tensor_parallel = kind == MOE && (int)k == moe_tp ? 2 : 1;
         if (gpt) { /* one micro-batch of them all: rows differ, dropout must not */
             one.micro_batch_size *= one.gradient_accumulation_steps;
             one.gradient_accumulation_steps = 1;
