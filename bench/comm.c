@@ -16,6 +16,9 @@
 **                        the median of 7, beside what the cluster file's
 **                        links predict (rp_cluster_all_to_all, the price a
 **                        mixture's expert group of all the ranks pays)
+**   bench_comm price CLUSTER N STRIDE BYTES...
+**                        no MPI: what rp_cluster_all_to_all prices an
+**                        all-to-all of BYTES a rank over N ranks at (ms)
 ** Prints one line per case: backend, workers, bytes, best time, and the bus
 ** bandwidth 2(n-1)/n * bytes / time (the figure NCCL reports); the sweep
 ** ends with "fit latency S bandwidth B/s", what 'repipe simulate --latency
@@ -246,7 +249,22 @@ static int run_alltoall(rp_comm *c, const char *cluster, int stride) {
     return 0;
 }
 
+static int run_price(int argc, char **argv) {
+    rp_error err;
+    rp_cluster cl;
+    if (rp_cluster_get(argv[2], &cl, &err)) {
+        fprintf(stderr, "bench_comm price: %s\n", err.msg);
+        return 2;
+    }
+    for (int i = 5; i < argc; i++)
+        printf("price %s bytes a rank on %s ranks  predicted %9.3f ms\n", argv[i], argv[3],
+               rp_cluster_all_to_all(&cl, atoi(argv[3]), atoi(argv[4]), atof(argv[i])) * 1e3);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 6 && strcmp(argv[1], "price") == 0)
+        return run_price(argc, argv);
     if (argc >= 3 && strcmp(argv[1], "local") == 0)
         return run_local(atoi(argv[2]));
     if (argc >= 3 && strcmp(argv[1], "alltoall") == 0) {
@@ -274,7 +292,7 @@ int main(int argc, char **argv) {
         return rc;
     }
     fprintf(stderr, "usage: bench_comm local W | bench_comm mpi | bench_comm sweep | "
-                    "bench_comm pingpong | bench_comm alltoall CLUSTER [STRIDE] (the last four "
-                    "under mpirun)\n");
+                    "bench_comm pingpong | bench_comm alltoall CLUSTER [STRIDE] (those four "
+                    "under mpirun) | bench_comm price CLUSTER N STRIDE BYTES...\n");
     return 2;
 }

@@ -200,6 +200,8 @@ rp_status rp_session_write_trace(const rp_session *s, const char *path, rp_error
                     (ev->t0 - s->t_origin) * 1e6, (ev->t1 - ev->t0) * 1e6);
         }
     }
-    fprintf(f, "\n]}\n");
+    /* where ts 0 is on the host's monotonic clock: the traces of the ranks
+    ** of one host line up */
+    fprintf(f, "\n],\"otherData\":{\"clock_origin_s\":%.9f}}\n", s->t_origin);
     return rp_write_memstream_atomic(f, &text, &len, path, "the trace", err);
 }
