@@ -27,7 +27,7 @@ static rp_comm *mpi;
 
 typedef struct pcase {
     int P, R;
-    int r[3];
+    int r[4];
     int GA;
     const char *schedule;
 } pcase;
@@ -60,8 +60,8 @@ static rp_config config(const pcase *pc, bool single, const char *opt) {
              "{\"seed\": 3, \"micro_batch_size\": 4, \"gradient_accumulation_steps\": %d, "
              "\"replication_factor\": %d, \"layers_per_stage\": %s], \"stage_replication\": %s], "
              "\"schedule\": \"%s\", \"output_mode\": \"all\", \"optimizer\": %s}",
-             single ? pc->GA * pc->R : pc->GA, single ? 1 : pc->R, layers, reps, pc->schedule,
-             opt);
+             single ? pc->GA * pc->R : pc->GA, single ? 1 : pc->R, layers, reps,
+             single && strcmp(pc->schedule, "dualpipev") == 0 ? "1f1b" : pc->schedule, opt);
     return test_config(json);
 }
 
@@ -217,8 +217,9 @@ static void tokens(bool use_mpi, int only_workers, int kind) {
     static const pcase moe_picks[] = {{2, 2, {1, 1}, 1, "1f1b"},  {2, 1, {2, 1}, 4, "gpipe"},
                                       {2, 2, {1, 1}, 3, "1f1b"},  {2, 2, {1, 1}, 4, "zb-h1"},
                                       {1, 4, {1}, 2, "gpipe"},    {1, 4, {1}, 3, "1f1b"},
-                                      {3, 2, {1, 1, 1}, 2, "gpipe"}, {2, 2, {1, 1}, 2, "1f1b"}};
-    static const int moe_ep[] = {1, 1, 2, 2, 4, 2, 2, 2}; /* expert_parallel of each */
+                                      {3, 2, {1, 1, 1}, 2, "gpipe"}, {2, 2, {1, 1}, 2, "1f1b"},
+                                      {4, 2, {1, 1, 1, 1}, 4, "dualpipev"}};
+    static const int moe_ep[] = {1, 1, 2, 2, 4, 2, 2, 2, 2}; /* expert_parallel of each */
     int moe_tp = 7; /* the pick with tensor groups of 2 too: 8 workers */
     const pcase *picks = kind == MOE ? moe_picks : gpt ? gpt_picks : lm_picks;
     size_t npicks = kind == MOE ? sizeof moe_picks / sizeof *moe_picks
