@@ -218,8 +218,9 @@ static void tokens(bool use_mpi, int only_workers, int kind) {
                                       {2, 2, {1, 1}, 3, "1f1b"},  {2, 2, {1, 1}, 4, "zb-h1"},
                                       {1, 4, {1}, 2, "gpipe"},    {1, 4, {1}, 3, "1f1b"},
                                       {3, 2, {1, 1, 1}, 2, "gpipe"}, {2, 2, {1, 1}, 2, "1f1b"},
-                                      {4, 2, {1, 1, 1, 1}, 4, "dualpipev"}};
-    static const int moe_ep[] = {1, 1, 2, 2, 4, 2, 2, 2, 2}; /* expert_parallel of each */
+                                      {4, 2, {1, 1, 1, 1}, 4, "dualpipev"},
+                                      {2, 2, {2, 1}, 4, "1f1b"}};
+    static const int moe_ep[] = {1, 1, 2, 2, 4, 2, 2, 2, 2, 2}; /* expert_parallel of each */
     int moe_tp = 7; /* the pick with tensor groups of 2 too: 8 workers */
     const pcase *picks = kind == MOE ? moe_picks : gpt ? gpt_picks : lm_picks;
     size_t npicks = kind == MOE ? sizeof moe_picks / sizeof *moe_picks
@@ -321,10 +322,6 @@ static void expert_refusals(void) {
         {"input 4\nembedding 9 6\nmoe experts=4 ffn=3\nlinear 9\nsoftmax_cross_entropy\n",
          "{\"replication_factor\": 3, \"expert_parallel\": 2}",
          "expert_parallel 2 does not divide replication_factor"},
-        {"input 4\nembedding 9 6\nmoe experts=4 ffn=3\nlinear 9\nsoftmax_cross_entropy\n",
-         "{\"replication_factor\": 2, \"expert_parallel\": 2, \"layers_per_stage\": [2, -1], "
-         "\"stage_replication\": [2, 1]}",
-         "needs every stage unreplicated"},
         {"input 4\nembedding 9 6\nmoe experts=4 ffn=3\nlinear 9\nsoftmax_cross_entropy\n",
          "{\"replication_factor\": 2, \"expert_parallel\": 2, \"schedule\": \"pipedream\"}",
          "not pipedream, pipedream-2bw or dualpipe"},

@@ -122,22 +122,14 @@ static rp_status check_layers(const rp_model *m, const rp_config *cfg, rp_error 
     return RP_OK;
 }
 
-static bool stage_replicated(const rp_config *cfg) {
-    for (int t = 0; t < cfg->stage_replication_count; t++)
-        if (cfg->stage_replication[t] > 1)
-            return true;
-    return false;
-}
-
-/* Expert parallelism: groups of G replicas that run the same operations
-** (every stage unreplicated, a synchronous schedule whose replicas run
-** alike), within the moe layers' replica groupings, and experts G divides. */
+/* Expert parallelism: groups of G replicas that run the same operations (a
+** synchronous schedule whose replicas run alike), within the moe layers'
+** replica groupings, and experts G divides. */
 static rp_status check_experts(const rp_model *m, const rp_config *cfg, rp_error *err) {
     int G = cfg->expert_parallel, R = cfg->replication_factor, moe = 0;
     if (G <= 1)
         return RP_OK;
     const char *why = R % G ? "does not divide replication_factor"
-                      : stage_replicated(cfg) ? "needs every stage unreplicated (stage_replication 1)"
                       : cfg->schedule >= RP_SCHEDULE_PIPEDREAM || cfg->schedule == RP_SCHEDULE_DUALPIPE
                           ? "needs a schedule whose replicas run the same operations (not "
                             "pipedream, pipedream-2bw or dualpipe)"

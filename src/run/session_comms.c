@@ -135,19 +135,17 @@ static rp_status tensor_group(rp_session *s, worker *w, rp_error *err) {
     return RP_OK;
 }
 
-/* Each worker's expert-parallel group: the workers of its stage and tensor
-** rank in the G consecutive replicas from its group's first. */
+/* Each worker's expert-parallel group: the workers of its stage, stage
+** replica and tensor rank in the G consecutive replicas from its group's
+** first (they run the same operations). */
 static rp_status expert_group(rp_session *s, worker *w, rp_error *err) {
-    int G = s->cfg.expert_parallel, members[RP_MAX_WORKERS];
-    rp_grouping g;
-    rp_status st = rp_grouping_init(&g, s->R, G, 1, err);
-    if (st)
-        return st;
-    int n = rpi_reduce_members(s, &g, w->replica, w->stage, w->tensor_rank, members);
-    if (s->comm) /* a color no other group of the split has */
-        return rp_comm_split(s->comm, (w->stage * s->R + w->replica / G) * s->T + w->tensor_rank,
-                             w->replica % G, &w->ep, err);
-    if (!(w->ep = rp_world_subcomm(s->world, members, n, w->replica % G)))
+    int G = s->cfg.expert_parallel, first = w->replica - w->replica % G, members[RP_MAX_WORKERS];
+    for (int i = 0; i < G; i++)
+        members[i] = rp_workplan_worker(&s->cfg, first + i, w->stage, w->stage_replica) +
+                     w->tensor_rank;
+    if (s->comm) /* a color no other group of the split has: its first member */
+        return rp_comm_split(s->comm, members[0], w->replica % G, &w->ep, err);
+    if (!(w->ep = rp_world_subcomm(s->world, members, G, w->replica % G)))
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for worker %d's expert group", w->id);
     return RP_OK;
 }
