@@ -61,7 +61,7 @@ static rp_config config(const pcase *pc, bool single, const char *opt) {
              "\"replication_factor\": %d, \"layers_per_stage\": %s], \"stage_replication\": %s], "
              "\"schedule\": \"%s\", \"output_mode\": \"all\", \"optimizer\": %s}",
              single ? pc->GA * pc->R : pc->GA, single ? 1 : pc->R, layers, reps,
-             single && strcmp(pc->schedule, "dualpipev") == 0 ? "1f1b" : pc->schedule, opt);
+             single && strncmp(pc->schedule, "dualpipe", 8) == 0 ? "1f1b" : pc->schedule, opt);
     return test_config(json);
 }
 
@@ -219,8 +219,9 @@ static void tokens(bool use_mpi, int only_workers, int kind) {
                                       {1, 4, {1}, 2, "gpipe"},    {1, 4, {1}, 3, "1f1b"},
                                       {3, 2, {1, 1, 1}, 2, "gpipe"}, {2, 2, {1, 1}, 2, "1f1b"},
                                       {4, 2, {1, 1, 1, 1}, 4, "dualpipev"},
-                                      {2, 2, {2, 1}, 4, "1f1b"}};
-    static const int moe_ep[] = {1, 1, 2, 2, 4, 2, 2, 2, 2, 2}; /* expert_parallel of each */
+                                      {2, 2, {2, 1}, 4, "1f1b"},  {2, 2, {1, 1}, 4, "dualpipe"},
+                                      {4, 2, {1, 1, 1, 1}, 8, "dualpipe"}};
+    static const int moe_ep[] = {1, 1, 2, 2, 4, 2, 2, 2, 2, 2, 2, 2}; /* expert_parallel of each */
     int moe_tp = 7; /* the pick with tensor groups of 2 too: 8 workers */
     const pcase *picks = kind == MOE ? moe_picks : gpt ? gpt_picks : lm_picks;
     size_t npicks = kind == MOE ? sizeof moe_picks / sizeof *moe_picks
@@ -235,8 +236,10 @@ static void tokens(bool use_mpi, int only_workers, int kind) {
     int run = 0;
     for (size_t k = 0; k < npicks; k++) {
         const pcase *pc = &picks[k];
-        if (only_workers && (test_workers(pc->P, pc->r, pc->R) != only_workers ||
-                             (kind == MOE && (int)k == moe_tp)))
+        /* MPI ranks: a rank a worker, or a device of two chunks (the V and DualPipe) */
+        int ranks = strncmp(pc->schedule, "dualpipe", 8) == 0 ? pc->P * pc->R / 2
+                                                               : test_workers(pc->P, pc->r, pc->R);
+        if (only_workers && (ranks != only_workers || (kind == MOE && (int)k == moe_tp)))
             continue; /* (the tensor groups' workers are not test_workers') */
         rp_model *m = test_model(SPECS[kind]);
         CHECK_INT(m->num_targets, 8);
@@ -324,7 +327,7 @@ static void expert_refusals(void) {
          "expert_parallel 2 does not divide replication_factor"},
         {"input 4\nembedding 9 6\nmoe experts=4 ffn=3\nlinear 9\nsoftmax_cross_entropy\n",
          "{\"replication_factor\": 2, \"expert_parallel\": 2, \"schedule\": \"pipedream\"}",
-         "not pipedream, pipedream-2bw or dualpipe"},
+         "needs a synchronous schedule (not pipedream or pipedream-2bw"},
         {"input 4\nembedding 9 6\nmoe experts=3 ffn=3\nlinear 9\nsoftmax_cross_entropy\n",
          "{\"replication_factor\": 2, \"expert_parallel\": 2}",
          "layer 1 (moe, line 3) has a number of experts it does not divide"},

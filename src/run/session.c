@@ -418,6 +418,8 @@ static rp_status create(const rp_model *m, const rp_config *cfg, rp_comm *comm, 
     if (!st)
         st = schedule(s, &cache, err);
     if (!st)
+        st = rpi_expert_order_check(s, err);
+    if (!st)
         st = rpi_blas_single(err); /* one BLAS thread per worker */
     if (!st && !comm)
         st = rp_world_create(W, &s->world, err);

@@ -130,9 +130,9 @@ static rp_status check_experts(const rp_model *m, const rp_config *cfg, rp_error
     if (G <= 1)
         return RP_OK;
     const char *why = R % G ? "does not divide replication_factor"
-                      : cfg->schedule >= RP_SCHEDULE_PIPEDREAM || cfg->schedule == RP_SCHEDULE_DUALPIPE
-                          ? "needs a schedule whose replicas run the same operations (not "
-                            "pipedream, pipedream-2bw or dualpipe)"
+                      : cfg->schedule >= RP_SCHEDULE_PIPEDREAM
+                          ? "needs a synchronous schedule (not pipedream or pipedream-2bw: "
+                            "the group's members would run different weight versions)"
                           : NULL;
     if (why)
         return rp_fail(err, RP_ERR_INVALID, "expert_parallel %d %s", G, why);

@@ -203,6 +203,9 @@ static inline worker *rpi_worker_of(rp_session *s, int id) {
 /* This process's workers set up, with every communicator they sum over
 ** (session_comms.c). */
 rp_status rpi_session_comms(rp_session *s, rp_error *err);
+/* Expert parallelism where devices run several workers: every two devices
+** reach the expert groups they share in one order (expert_order.c). */
+rp_status rpi_expert_order_check(const rp_session *s, rp_error *err);
 /* Worker id's net, buffers, state and first weights (setup.c). */
 rp_status rpi_setup_worker(rp_session *s, worker *w, int id, rp_error *err);
 
