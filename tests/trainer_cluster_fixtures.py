@@ -48,14 +48,15 @@ CASES = [
     ("llama3-8b-full-balanced", "8B",
      ["--cluster", "dgx-h100", "--devices", "32", "--global-batch", "64", "--transformer",
       "llama3-8b", "--tp", "2", "--pp", "4", "--recompute", "full", "--vp", "1"]),
-    # mixtures of experts, Megatron-LM's reading only (torchtitan's are models of its own): the
-    # published H100 runs of Megatron-Bridge's summary, and repipe's own plan for one
-    ("qwen3-30b-a3b-ep16", None,
+    # mixtures of experts: the published H100 runs of Megatron-Bridge's summary, and repipe's
+    # own plan for one; torchtitan reads the Qwen3 ones on its own Qwen3 MoE models
+    # ("module:flavour"), whose shapes are the checkpoints'
+    ("qwen3-30b-a3b-ep16", "qwen3:30B-A3B",
      ["--cluster", "dgx-h100", "--devices", "16", "--global-batch", "1024",
       "--transformer-config", os.path.join(HERE, "fixtures", "hf-configs", "qwen3-30b-a3b.json"),
       "--transformer", "seq=4096", "--tp", "1", "--pp", "1", "--cp", "1", "--vp", "1",
       "--micro-batch", "1", "--ep", "16", "--precision", "fp8"]),
-    ("qwen3-235b-t2-p8-v4-ep32", None,
+    ("qwen3-235b-t2-p8-v4-ep32", "qwen3:235B-A22B",
      ["--cluster", "dgx-h100", "--devices", "256", "--global-batch", "8192", "--transformer",
       QWEN3_235B, "--tp", "2", "--pp", "8", "--cp", "1", "--vp", "4", "--micro-batch", "1",
       "--ep", "32", "--precision", "fp8", "--recompute", "none"]),
@@ -131,13 +132,17 @@ def titan_reads(settings, flavour):
     from torchtitan.config.manager import ConfigManager
     from torchtitan.distributed.pipeline_parallel import (
         _get_pp_rank_to_stage_indices_mapping, _split_module)
-    from torchtitan.models.llama3 import model_registry
+    import importlib
     import torch
+    module, flavour = flavour.split(":") if ":" in flavour else ("llama3", flavour)
+    model_registry = importlib.import_module("torchtitan.models." + module).model_registry
     # torchtitan's llama3_405b config turns on its Float8 converter, which refuses a machine
-    # without an fp8 GPU: the settings are read on its 70B config (the same settings and
-    # checks), the split made of the 405B model
-    argv = ["--module", "llama3", "--config",
-            "llama3_" + ("70b" if flavour == "405B" else flavour.lower())]
+    # without an fp8 GPU, and it has no config for Qwen3-235B-A22B (a model flavour only): the
+    # settings are read on its 70B and 30B-A3B configs (the same settings and checks), the
+    # split made of the 405B and 235B models
+    config = {"405B": "70b", "235B-A22B": "30b_a3b"}.get(flavour,
+                                                         flavour.lower().replace("-", "_"))
+    argv = ["--module", module, "--config", module + "_" + config]
     for line in settings.splitlines():
         argv += line.split(" ")
     cfg = ConfigManager().parse_args(argv)
@@ -153,7 +158,9 @@ def titan_reads(settings, flavour):
            "global_batch_size": cfg.training.global_batch_size,
            "seq_len": cfg.training.seq_len,
            "mixed_precision_param": cfg.training.mixed_precision_param,
-           "activation_checkpoint": type(cfg.activation_checkpoint).__qualname__}
+           "activation_checkpoint": type(cfg.activation_checkpoint).__qualname__,
+           "expert_parallel_degree": par.expert_parallel_degree,
+           "disable_cuda_graphs": cfg.training.disable_cuda_graphs}
     parts = par.module_fqns_per_model_part
     if parts:
         with torch.device("meta"):

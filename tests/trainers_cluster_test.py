@@ -134,6 +134,10 @@ for case in data["cases"]:
             "seq_len": int(shape["seq"]),
             "activation_checkpoint": {"none": "NoneType", "full": "FullAC.Config",
                                       "selective": "SelectiveAC.Config"}[plan["recompute"]]}
+    if plan.get("expert_parallel", 1) > 1:
+        # torchtitan's own Qwen3 MoE models; its CUDA graphs refuse the all-to-all dispatcher
+        want.update({"expert_parallel_degree": plan["expert_parallel"],
+                     "disable_cuda_graphs": True})
     if plan["pipeline_parallel"] > 1:
         want["pipeline_parallel_schedule"] = ("Interleaved1F1B" if plan["virtual_stages"] > 1
                                               else "1F1B")

@@ -166,6 +166,11 @@ static size_t torchtitan_experts(FILE *f, const rp_transformer *m, const rp_scal
     int ep = p->run.expert_parallel > 1 ? p->run.expert_parallel : 1;
     if (ep > 1)
         fprintf(f, "--parallelism.expert_parallel_degree %d\n", ep);
+    /* torchtitan's CUDA graphs refuse its all-to-all dispatcher, which waits
+    ** on the host for the tokens' counts (its parser says so); a pipeline
+    ** has turned them off already */
+    if (ep > 1 && p->p <= 1)
+        fprintf(f, "--training.disable_cuda_graphs\n");
     if (p->run.expert_tensor_parallel > 1)
         SAY("%storchtitan 0.3 has no expert tensor parallelism: each expert whole on a rank",
             n ? "; " : "");
@@ -179,9 +184,9 @@ static size_t torchtitan_experts(FILE *f, const rp_transformer *m, const rp_scal
     if (p->run.capacity > 0)
         SAY("%storchtitan's mixtures are dropless: no capacity factor", n ? "; " : "");
     if (m->experts)
-        SAY("%storchtitan's mixtures of experts are its own models (deepseek_v3, llama4, "
-            "qwen3), chosen by --model.name: the shape is theirs, the settings above are the "
-            "plan's", n ? "; " : "");
+        SAY("%storchtitan's mixtures of experts are its own models (deepseek_v3, qwen3, "
+            "gpt_oss, ...), chosen by --module and --config (qwen3 and qwen3_30b_a3b, say): the "
+            "shape is theirs, the settings above are the plan's", n ? "; " : "");
 #undef SAY
     return n;
 }
@@ -229,7 +234,9 @@ static void torchtitan(FILE *f, const rp_transformer *m, const rp_scale_plan *p,
             (long long)p->b * p->cfg.gradient_accumulation_steps, B);
     fprintf(f, "--training.mixed_precision_param %s\n",
             p->run.precision == RP_PRECISION_FP32 ? "float32" : "bfloat16");
-    /* activation checkpointing is a subcommand of torchtitan's settings */
+    n = torchtitan_experts(f, m, p, why, cap, n);
+    /* activation checkpointing is a subcommand of torchtitan's settings: what
+    ** follows it would be the subcommand's, so it comes last */
     fprintf(f, "activation-checkpoint:%s\n",
             p->run.recompute == RP_RECOMPUTE_FULL        ? "full"
             : p->run.recompute == RP_RECOMPUTE_SELECTIVE ? "selective"
@@ -238,7 +245,6 @@ static void torchtitan(FILE *f, const rp_transformer *m, const rp_scale_plan *p,
         SAY("%storchtitan's selective recomputation is per operation: it keeps the products' "
             "outputs (every other one) and redoes the rest, attention's core among it",
             n ? "; " : "");
-    n = torchtitan_experts(f, m, p, why, cap, n);
     if (p->run.precision == RP_PRECISION_FP8)
         SAY("%storchtitan 0.3 turns fp8 on in a model's config function (a "
             "Float8LinearConverter in its model_spec, as its llama3_debugmodel_float8 does), not "
