@@ -191,6 +191,23 @@ static size_t torchtitan_experts(FILE *f, const rp_transformer *m, const rp_scal
     return n;
 }
 
+/* torchtitan's pipeline: its schedule, each stage's modules, and CUDA graphs
+** off (torchtitan 0.3 runs no pipeline under them). */
+static void torchtitan_pipeline(FILE *f, const rp_transformer *m, const rp_scale_plan *p) {
+    bool dv = p->cfg.schedule == RP_SCHEDULE_DUALPIPEV;
+    fprintf(f, "--parallelism.pipeline_parallel_degree %d\n", p->p);
+    fprintf(f, "--parallelism.pipeline_parallel_schedule %s\n",
+            dv ? "DualPipeV" : p->v > 1 ? "Interleaved1F1B" : "1F1B");
+    fprintf(f, "--parallelism.module_fqns_per_model_part");
+    for (int s = 0, l = 0; s < p->cfg.layers_per_stage.count; s++) {
+        fputc(' ', f);
+        modules(f, m, l, p->cfg.layers_per_stage.layers[s]);
+        l += p->cfg.layers_per_stage.layers[s];
+    }
+    fprintf(f, "\n--parallelism.pipeline_parallel_microbatch_size %d\n", p->b);
+    fprintf(f, "--training.disable_cuda_graphs\n");
+}
+
 static void torchtitan(FILE *f, const rp_transformer *m, const rp_scale_plan *p, long long B,
                        char *why, size_t cap) {
     size_t n = 0;
@@ -200,20 +217,8 @@ static void torchtitan(FILE *f, const rp_transformer *m, const rp_scale_plan *p,
     fprintf(f, "--parallelism.tensor_parallel_degree %d\n", p->t);
     if (p->cp > 1)
         fprintf(f, "--parallelism.context_parallel_degree %d\n", p->cp);
-    if (p->p > 1) {
-        bool dv = p->cfg.schedule == RP_SCHEDULE_DUALPIPEV;
-        fprintf(f, "--parallelism.pipeline_parallel_degree %d\n", p->p);
-        fprintf(f, "--parallelism.pipeline_parallel_schedule %s\n",
-                dv ? "DualPipeV" : p->v > 1 ? "Interleaved1F1B" : "1F1B");
-        fprintf(f, "--parallelism.module_fqns_per_model_part");
-        for (int s = 0, l = 0; s < p->cfg.layers_per_stage.count; s++) {
-            fputc(' ', f);
-            modules(f, m, l, p->cfg.layers_per_stage.layers[s]);
-            l += p->cfg.layers_per_stage.layers[s];
-        }
-        fprintf(f, "\n--parallelism.pipeline_parallel_microbatch_size %d\n", p->b);
-        fprintf(f, "--training.disable_cuda_graphs\n");
-    }
+    if (p->p > 1)
+        torchtitan_pipeline(f, m, p);
     /* torchtitan's data parallelism replicates (DDP) or shards everything
     ** (FSDP): no ZeRO-1 */
     int R = p->d;
