@@ -20,21 +20,7 @@ link=${4:-100mbit}
 need_root "scripts/cluster makes network namespaces"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fit() { # scripts/cluster options: "latency bandwidth" of a ping-pong between ranks 0 and 1
-  scripts/cluster "$@" --timeout 300 -- -np 2 "$build/bench/bench_comm" sweep 2>/dev/null \
-    </dev/null | sed -n 's/^fit latency \([^ ]*\) bandwidth \([^ ]*\)$/\1 \2/p'
-}
-read -r lat_in bw_in <<<"$(fit --servers 1 --machines 2 --rate "$rate")"
-read -r lat_out bw_out <<<"$(fit --servers 2 --machines 1 --rate "$rate" --link-rate "$link")"
-echo "inside a server ($rate machine links): latency $lat_in s, bandwidth $bw_in B/s"
-echo "between servers ($link): latency $lat_out s, bandwidth $bw_out B/s"
-python3 - "$bw_in" "$bw_out" "$lat_in" "$lat_out" > "$tmp/links.json" <<'EOF'
-import json, sys
-bw_in, bw_out, lat_in, lat_out = map(float, sys.argv[1:])
-json.dump({"name": "namespaces-2x2", "device": "h100-80gb", "per_node": 2,
-           "node_bandwidth": bw_in, "network_bandwidth": bw_out / 2,
-           "latency": max(lat_in, lat_out)}, sys.stdout)
-EOF
+links_2x2 "$rate" "$link" "$tmp/links.json"
 for r in $(seq "$rounds"); do
   scripts/cluster --servers 2 --machines 2 --rate "$rate" --link-rate "$link" --timeout 600 -- \
     -np 4 "$build/bench/bench_comm" alltoall "$tmp/links.json" 2>/dev/null </dev/null |
