@@ -25,7 +25,8 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
+
+import planner_runs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "fixtures", "planners", "aceso.json")
@@ -85,11 +86,7 @@ def link_bandwidth(aceso):
 
 
 def repipe_cluster(repipe, aceso, tmp):
-    prof = os.path.join(tmp, "block.txt")
-    subprocess.run([repipe, "profile", "--transformer", SHAPE, "--device", "v100-32gb", "--out",
-                    prof], check=True, capture_output=True)
-    line = [l for l in open(prof) if "layers.0:" in l][0]
-    mine = sum(float(x) for x in re.findall(r"(?:forward|backward)_compute_time=([\d.]+)", line))
+    mine = planner_runs.block_ms(repipe, SHAPE, "v100-32gb")
     theirs = block_us(aceso) / 1e3
     slow = theirs / mine
     dev = {"name": "aceso-gpu", "peak_flops": 125e12 / slow, "peak_fp32": 15.7e12 / slow,
@@ -140,17 +137,10 @@ def as_aceso(plan, template):
 
 
 def repipe_plan(repipe, cluster_file, extra=()):
-    js = tempfile.mktemp(suffix=".json")
     args = ["plan", "--cluster", cluster_file, "--devices", str(GPUS), "--global-batch",
             str(GBS), "--transformer", SHAPE] + list(extra)
-    seconds = []
-    for _ in range(5):  # the least of 5: the process's start is most of it
-        t0 = time.time()
-        subprocess.run([repipe] + args + ["--json", js], check=True, capture_output=True)
-        seconds.append(time.time() - t0)
-    plan = json.load(open(js))
-    os.unlink(js)
-    return args, plan, min(seconds)
+    plan, seconds = planner_runs.plan(repipe, args)
+    return args, plan, seconds
 
 
 def main():

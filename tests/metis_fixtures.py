@@ -21,11 +21,12 @@ prediction of the same block ('repipe profile --transformer'); memory 80 GiB (Me
 import importlib.metadata
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
+
+import planner_runs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "fixtures", "planners", "metis.json")
@@ -137,11 +138,7 @@ def stage_memory(profile, plan):
 
 def repipe_device(repipe, profile, tmp, nodes, per_node):
     """repipe's cluster file for the case: a100-80gb slowed to Metis's measured block."""
-    prof = os.path.join(tmp, "block.txt")
-    subprocess.run([repipe, "profile", "--transformer", SHAPE, "--device", "a100-80gb", "--out",
-                    prof], check=True, capture_output=True)
-    line = [l for l in open(prof) if "layers.0:" in l][0]
-    mine = sum(float(x) for x in re.findall(r"(?:forward|backward)_compute_time=([\d.]+)", line))
+    mine = planner_runs.block_ms(repipe, SHAPE, "a100-80gb")
     theirs = profile["DeviceType.A100"]["tp1_bs1"]["time"]["layer-computes"][1]
     slow = theirs / mine
     dev = {"name": "metis-a100", "peak_flops": 312e12 / slow, "peak_fp32": 19.5e12 / slow,
@@ -155,17 +152,9 @@ def repipe_device(repipe, profile, tmp, nodes, per_node):
 
 
 def repipe_plan(repipe, cluster_file, devices, gbs, extra=()):
-    js = tempfile.mktemp(suffix=".json")
     args = ["plan", "--cluster", cluster_file, "--devices", str(devices), "--global-batch",
             str(gbs), "--transformer", SHAPE] + list(extra)
-    seconds = []
-    for _ in range(5):  # the least of 5: the process's start is most of it
-        t0 = time.time()
-        subprocess.run([repipe] + args + ["--json", js], check=True, capture_output=True)
-        seconds.append(time.time() - t0)
-    seconds = min(seconds)
-    plan = json.load(open(js))
-    os.unlink(js)
+    plan, seconds = planner_runs.plan(repipe, args)
     return args, plan, seconds
 
 
