@@ -75,22 +75,24 @@ for case in aceso["cases"]:
                   name, which, ", ".join("%s %s" % (k, plan[k]) for k in KEYS[:6])))
     r, full = case["repipe"], case["repipe_full"]
     # the plan in Aceso's form: the embedding 1 op, a block 13, the head 2, cut where repipe cuts
-    plan = r["plan"]
-    counts = [26 - sum(c for c in plan["layers_per_stage"] if c > 0) if c < 0 else c
+    plan, L = r["plan"], case["layers"]
+    counts = [L + 2 - sum(c for c in plan["layers_per_stage"] if c > 0) if c < 0 else c
               for c in plan["layers_per_stage"]]
-    ops = [1] + [13] * 24 + [2]
+    ops = [1] + [13] * L + [2]
     cuts = [sum(counts[:i]) for i in range(len(counts) + 1)]
     mine = [sum(ops[cuts[i]:cuts[i + 1]]) for i in range(len(counts))]
     check(mine == r["as_aceso"]["num_ops_in_each_stage"] and
           r["as_aceso"]["micro_batch_size"] == plan["micro_batch"] * plan["data_parallel"],
           "%s: repipe's plan in Aceso's form is the one it priced (%s ops a stage)" % (name, mine))
-    check(abs(a["priced_ms"] / 1e3 - a["time_s"]) < 0.01 and a["priced_memory_mb"] <= 12000,
+    check(abs(a["priced_ms"] / 1e3 - a["time_s"]) < 0.01 and
+          a["priced_memory_mb"] <= case["memory_mb"],
           "%s: Aceso's cost model prices its own choice as its search said: %.2f s, %.0f MB" % (
               name, a["time_s"], a["priced_memory_mb"]))
     check(a["seconds"] >= 10 * r["seconds_to_plan"],
           "%s: Aceso searched %d configurations in %.1f s, repipe planned in %.4f s" % (
               name, a["explored"], a["seconds"], r["seconds_to_plan"]))
-    check(full["by_aceso_memory_mb"] <= 12000 < r["by_aceso_memory_mb"],
-          "%s: by Aceso's memory, repipe's selective plan needs %.0f MB of its 12000, every block "
-          "recomputed %.0f" % (name, r["by_aceso_memory_mb"], full["by_aceso_memory_mb"]))
+    # where each of repipe's plans stands by Aceso's model (docs/planner.md's table)
+    print("   %s: Aceso %.2f s; repipe's %.2f s, %.0f MB; every block recomputed %.2f s, %.0f MB" %
+          (name, a["time_s"], r["by_aceso_ms"] / 1e3, r["by_aceso_memory_mb"],
+           full["by_aceso_ms"] / 1e3, full["by_aceso_memory_mb"]))
 finish()
