@@ -27,6 +27,18 @@ static int group_of(const rp_session *s, int x) {
            w->tensor_rank;
 }
 
+/* Whether worker x's expert group has a member on device e: its G members,
+** one a replica of the group, at x's stage, stage replica and tensor rank. */
+static bool on_device(const rp_session *s, int x, int e) {
+    const rp_worker_ops *w = &s->plan->w[x];
+    int G = s->cfg.expert_parallel, first = w->replica - w->replica % G;
+    for (int i = 0; i < G; i++)
+        if (s->plan->device_of[rp_workplan_worker(&s->cfg, first + i, w->stage,
+                                                  w->stage_replica) + w->tensor_rank] == e)
+            return true;
+    return false;
+}
+
 /* Device d's passes, in order, of the groups that also have a member on
 ** device e: (group, backward, micro-batch) into out; their number. */
 static int passes(const rp_session *s, const int *group, int d, int e, int *out) {
@@ -38,10 +50,7 @@ static int passes(const rp_session *s, const int *group, int d, int e, int *out)
         const rp_op *op = &p->w[x].ops[dv->op[i]];
         bool fwd = op->kind == RP_OP_FORWARD;
         bool back = op->kind == RP_OP_BACKWARD || op->kind == RP_OP_BACKWARD_INPUT;
-        bool shared = false;
-        for (int y = 0; g >= 0 && y < p->workers && !shared; y++)
-            shared = group[y] == g && p->device_of[y] == e;
-        if ((fwd || back) && shared) {
+        if ((fwd || back) && g >= 0 && on_device(s, x, e)) {
             out[n++] = g, out[n++] = back, out[n++] = op->mb;
         }
     }
