@@ -68,6 +68,14 @@ COMMON = ["--disable-bias-linear", "--position-embedding-type", "rope", "--bf16"
 # --moe-layer-freq 2), and DeepSeek's dense first blocks (as a --moe-layer-freq pattern).
 LLAMA_KIND = ["--swiglu", "--normalization", "RMSNorm", "--untie-embeddings-and-output-weights",
               "--hidden-dropout", "0", "--attention-dropout", "0"]
+# DeepSeek-V3's attention at 8 blocks (latent attention), as repipe's shape and as Megatron-LM's
+DSV3_SHAPE = ("layers=8,hidden=7168,heads=128,ffn=18432,seq=4096,vocab=129280,mlp=swiglu,"
+              "norm=rmsnorm,position=rope,bias=none,tied=0,flash=1,dropout=0,kv_lora=512,"
+              "q_lora=1536,head_dim=128,rope_dim=64,v_dim=128")
+DSV3_ARGS = ["--num-layers", "8", "--hidden-size", "7168", "--num-attention-heads", "128",
+             "--ffn-hidden-size", "18432", "--seq-length", "4096", "--vocab-size", "129280",
+             "--multi-latent-attention", "--q-lora-rank", "1536", "--kv-lora-rank", "512",
+             "--qk-head-dim", "128", "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128"]
 MOE_SHAPES = [
     ("mixtral-8x7b-l8", "layers=8,hidden=4096,heads=32,kv_heads=8,ffn=14336,seq=4096,vocab=32000,"
      "mlp=swiglu,norm=rmsnorm,position=rope,bias=none,tied=0,flash=1,dropout=0,experts=8,top_k=2",
@@ -101,27 +109,14 @@ MOE_SHAPES = [
     # DeepSeek-V3's blocks at 8 (latent attention, 256 experts of 2048, 8 a token, a shared expert;
     # with its dense first block and multi-token prediction on one pipeline rank, without them
     # on several)
-    ("deepseek-v3-l8", "layers=8,hidden=7168,heads=128,ffn=18432,seq=4096,vocab=129280,"
-     "mlp=swiglu,norm=rmsnorm,position=rope,bias=none,tied=0,flash=1,dropout=0,kv_lora=512,"
-     "q_lora=1536,head_dim=128,rope_dim=64,v_dim=128,mtp=1,experts=256,top_k=8,moe_ffn=2048,"
-     "shared_ffn=2048,dense_first=1",
-     ["--num-layers", "8", "--hidden-size", "7168", "--num-attention-heads", "128",
-      "--ffn-hidden-size", "18432", "--seq-length", "4096", "--vocab-size", "129280",
-      "--multi-latent-attention", "--q-lora-rank", "1536", "--kv-lora-rank", "512",
-      "--qk-head-dim", "128", "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128",
-      "--mtp-num-layers", "1", "--num-experts", "256", "--moe-router-topk", "8",
-      "--moe-ffn-hidden-size", "2048", "--moe-shared-expert-intermediate-size", "2048",
-      "--moe-layer-freq", "([0]*1+[1]*7)"] + LLAMA_KIND, 1),
-    ("mla-moe-l8", "layers=8,hidden=7168,heads=128,ffn=18432,seq=4096,vocab=129280,"
-     "mlp=swiglu,norm=rmsnorm,position=rope,bias=none,tied=0,flash=1,dropout=0,kv_lora=512,"
-     "q_lora=1536,head_dim=128,rope_dim=64,v_dim=128,experts=256,top_k=8,moe_ffn=2048,"
-     "shared_ffn=2048",
-     ["--num-layers", "8", "--hidden-size", "7168", "--num-attention-heads", "128",
-      "--ffn-hidden-size", "18432", "--seq-length", "4096", "--vocab-size", "129280",
-      "--multi-latent-attention", "--q-lora-rank", "1536", "--kv-lora-rank", "512",
-      "--qk-head-dim", "128", "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128",
-      "--num-experts", "256", "--moe-router-topk", "8", "--moe-ffn-hidden-size", "2048",
-      "--moe-shared-expert-intermediate-size", "2048"] + LLAMA_KIND, 0),
+    ("deepseek-v3-l8", DSV3_SHAPE + ",mtp=1,experts=256,top_k=8,moe_ffn=2048,shared_ffn=2048,"
+     "dense_first=1",
+     DSV3_ARGS + ["--mtp-num-layers", "1", "--num-experts", "256", "--moe-router-topk", "8",
+                  "--moe-ffn-hidden-size", "2048", "--moe-shared-expert-intermediate-size",
+                  "2048", "--moe-layer-freq", "([0]*1+[1]*7)"] + LLAMA_KIND, 1),
+    ("mla-moe-l8", DSV3_SHAPE + ",experts=256,top_k=8,moe_ffn=2048,shared_ffn=2048",
+     DSV3_ARGS + ["--num-experts", "256", "--moe-router-topk", "8", "--moe-ffn-hidden-size",
+                  "2048", "--moe-shared-expert-intermediate-size", "2048"] + LLAMA_KIND, 0),
 ]
 
 
