@@ -3,12 +3,15 @@ LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set for each; when one rank fails 
 are ended and the launch fails with its code), but each rank is forked from this process
 after PyTorch, its pipelining and repipe.torch were imported once here:
 
-    python fork_ranks.py --nproc-per-node 16 [--preload MODULE] [--warm MODULE:FUNCTION] SCRIPT ARGS...
+    python fork_ranks.py --nproc-per-node 16 [--preload MODULE] [--warm MODULE:FUNCTION]
+                         [--prepare MODULE:FUNCTION] SCRIPT ARGS...
 
 Importing them costs each process about 3 CPU-seconds; a test suite that launches 50 ranks
 on a 2-core machine spent a third of its time there. --preload imports more modules first;
 --warm calls a function that runs what loads more on first use (torch.export's machinery,
-transformers' lazy modules), so that each rank starts with it loaded. Forking is safe at that point because
+transformers' lazy modules), so that each rank starts with it loaded; --prepare calls a
+function with the script's arguments (torch_pipeline_run.prepare: the cases' models made and
+exported once, not once a rank). Forking is safe at that point because
 the imports start no thread (checked below: the launch refuses to fork a process that has
 more than one). The tests keep launches under torchrun itself where torchrun's own part is
 what they check (a stuck peer ended by it, the teardown at exit)."""
@@ -32,7 +35,7 @@ def threads():
 
 def main():
     argv = sys.argv[1:]
-    n, preload, warm = 1, [], []
+    n, preload, warm, prepare = 1, [], [], []
     while argv and argv[0].startswith("--"):
         opt, argv = argv[0], argv[1:]
         if opt == "--nproc-per-node":
@@ -41,11 +44,13 @@ def main():
             preload, argv = preload + [argv[0]], argv[1:]
         elif opt == "--warm":
             warm, argv = warm + [argv[0]], argv[1:]
+        elif opt == "--prepare":
+            prepare, argv = prepare + [argv[0]], argv[1:]
         else:
             raise SystemExit("fork_ranks.py: unknown option " + opt)
     if not argv:
         raise SystemExit("usage: fork_ranks.py [--nproc-per-node N] [--preload MODULE] "
-                         "[--warm MODULE:FUNCTION] SCRIPT ...")
+                         "[--warm MODULE:FUNCTION] [--prepare MODULE:FUNCTION] SCRIPT ...")
     script, args = argv[0], argv[1:]
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import torch  # noqa: F401
@@ -57,6 +62,9 @@ def main():
     for w in warm:
         module, _, function = w.partition(":")
         getattr(__import__(module), function)()
+    for p in prepare:
+        module, _, function = p.partition(":")
+        getattr(__import__(module), function)(args)
     if threads() != 1:
         raise SystemExit("fork_ranks.py: %d threads after the imports; forking would copy "
                          "their locks mid-use" % threads())

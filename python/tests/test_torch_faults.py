@@ -27,10 +27,11 @@ except ImportError:
 
 
 def run(case, tmp, timeout=120):
-    """The case on 3 ranks: a stuck peer under torchrun itself (which ends the sleeper), the
-    others forked from one process that imported PyTorch once (fork_ranks.py)."""
+    """The case on 3 ranks: a stuck peer at the batches' check under torchrun itself (which
+    ends the sleeper), the others forked from one process that imported PyTorch once
+    (fork_ranks.py, which ends the others as torchrun does when one rank fails)."""
     out = os.path.join(tmp, case)
-    if case.startswith("stuck"):
+    if case == "stuck":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     else:
         cmd = [sys.executable, os.path.join(HERE, "fork_ranks.py"), "--warm", "torch_models:warm"]

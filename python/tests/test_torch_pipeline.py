@@ -43,12 +43,13 @@ def plan(**keys):
 
 
 def launch(world, cases, tmp, warm="warm"):
-    """The cases on `world` ranks, forked from one process that imported PyTorch once and ran
-    torch_models' `warm` (fork_ranks.py: the environment torchrun gives a rank, without the 3
-    CPU-seconds of imports and first uses a rank)."""
+    """The cases on `world` ranks, forked from one process that imported PyTorch once, ran
+    torch_models' `warm` and made and exported the cases' models (fork_ranks.py: the
+    environment torchrun gives a rank, without the 3 CPU-seconds of imports and first uses a
+    rank, nor an export of each model on each)."""
     out = os.path.join(tmp, "result-%d.json" % world)
     cmd = [sys.executable, os.path.join(HERE, "fork_ranks.py"), "--warm", "torch_models:" + warm,
-           "--nproc-per-node", str(world), os.path.join(HERE, "torch_pipeline_run.py"),
+           "--prepare", "torch_pipeline_run:prepare", "--nproc-per-node", str(world), os.path.join(HERE, "torch_pipeline_run.py"),
            "--out", out]
     for c in cases:
         cmd += ["--case", json.dumps(c)]

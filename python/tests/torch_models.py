@@ -1,7 +1,11 @@
 """Models the PyTorch tests train: ordinary PyTorch, written as their users write them."""
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+import repipe.torch_graph as torch_graph
 
 
 class SelfAttention(nn.Module):
@@ -177,3 +181,72 @@ def hf_batch(n, vocab=64, seq=16, seed=0):
     g = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, vocab, (n, seq + 1), generator=g)
     return idx[:, :-1].contiguous(), idx[:, 1:].contiguous()
+
+
+def make(model):
+    """The model named, seeded: the same weights on every rank and in every case."""
+    torch.manual_seed(1)
+    if model == "gpt":
+        return GPT()
+    if model == "gpt-mha":
+        return GPT(mha=True)
+    if model == "resnet18":
+        return resnet18()
+    if model == "vgg16":
+        return VGG16()
+    if model == "skip":
+        return Skip()
+    if model.startswith("hf-"):
+        return hf(model[3:])
+    raise SystemExit("unknown model " + model)
+
+
+def batch(model, n, k):
+    if model.startswith("gpt"):
+        return gpt_batch(n, seed=100 + k)
+    if model.startswith("hf-"):
+        return hf_batch(n, seed=100 + k)
+    g = torch.Generator().manual_seed(100 + k)
+    if model == "skip":
+        return torch.randn(n, 16, generator=g), torch.randint(0, 5, (n,), generator=g)
+    size = 64 if model == "resnet18" else 32
+    ch = 3 if model == "vgg16" else 1
+    return torch.randn(n, ch, size, size, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+# A launch's cases share their models: each (model, dtype) is made once a process (or once
+# before the ranks fork: torch_pipeline_run.prepare) and put back to its first weights for each
+# case, and torch.export's graph of it, which rt.Pipeline makes on every rank, kept for the cases
+# after the first (the same module and micro-batch shape: the same graph over the same
+# parameters). The Hugging Face test's 25 cases on 4 ranks spent two thirds of their CPU time
+# exporting 10 graphs 100 times.
+_MADE, _EXPORTED = {}, {}
+
+
+def fresh(model, dtype):
+    """The model's module in `dtype` at its first weights, with no gradients."""
+    if (model, dtype) not in _MADE:
+        module = make(model).to(dtype)
+        _MADE[model, dtype] = (module, copy.deepcopy(module.state_dict()))
+    module, first = _MADE[model, dtype]
+    with torch.no_grad():
+        module.load_state_dict(first)
+    for p in module.parameters():
+        p.grad = None
+    return module
+
+
+def share_exports():
+    """rt.Pipeline's exports kept, by module (held, so that its id is not another's later),
+    example shape and arguments: for torch_pipeline_run.py's cases only."""
+    export = torch_graph._export
+    if getattr(export, "shared", False):
+        return
+
+    def once(module, example, kwargs):
+        key = (id(module), tuple((tuple(t.shape), t.dtype) for t in example), repr(kwargs))
+        if key not in _EXPORTED:
+            _EXPORTED[key] = (module, export(module, example, kwargs))
+        return _EXPORTED[key][1]
+    once.shared = True
+    torch_graph._export = once

@@ -22,37 +22,10 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import repipe.torch as rt  # noqa: E402
+import repipe.torch_graph as torch_graph  # noqa: E402
 import torch_models  # noqa: E402
 
-
-def make(model):
-    torch.manual_seed(1)
-    if model == "gpt":
-        return torch_models.GPT()
-    if model == "gpt-mha":
-        return torch_models.GPT(mha=True)
-    if model == "resnet18":
-        return torch_models.resnet18()
-    if model == "vgg16":
-        return torch_models.VGG16()
-    if model == "skip":
-        return torch_models.Skip()
-    if model.startswith("hf-"):
-        return torch_models.hf(model[3:])
-    raise SystemExit("unknown model " + model)
-
-
-def batch(model, n, k):
-    if model.startswith("gpt"):
-        return torch_models.gpt_batch(n, seed=100 + k)
-    if model.startswith("hf-"):
-        return torch_models.hf_batch(n, seed=100 + k)
-    g = torch.Generator().manual_seed(100 + k)
-    if model == "skip":
-        return torch.randn(n, 16, generator=g), torch.randint(0, 5, (n,), generator=g)
-    size = 64 if model == "resnet18" else 32
-    ch = 3 if model == "vgg16" else 1
-    return torch.randn(n, ch, size, size, generator=g), torch.randint(0, 10, (n,), generator=g)
+torch_models.share_exports()
 
 
 def loss_fn(out, y):
@@ -116,7 +89,7 @@ def run_case(case, rank, results):
         if rank >= case["ranks"]:
             dist.barrier()
             return
-    module = make(model).to(dtype)
+    module = torch_models.fresh(model, dtype)
     ref = copy.deepcopy(module)
     make_opt = optimizer(case, lr)
     pipe = rt.Pipeline(module, plan, loss_fn=loss_fn, runner=case.get("runner", "auto"),
@@ -126,7 +99,7 @@ def run_case(case, rank, results):
     opt = make_opt(list(ref.parameters()))
     try:
         for k in range(updates):
-            x, y = batch(model, n, k)
+            x, y = torch_models.batch(model, n, k)
             if x.is_floating_point():
                 x = x.to(dtype)
             if k == 0 and case.get("mutate"):
@@ -171,11 +144,32 @@ def run_case(case, rank, results):
     dist.barrier()
 
 
-def main():
+def arguments(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", action="append", required=True, help="a case, as JSON")
     ap.add_argument("--out", required=True)
-    a = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def prepare(argv):
+    """fork_ranks.py --prepare: each case's model made and exported once, before the ranks
+    fork, as each rank's rt.Pipeline will export it (its first micro-batch)."""
+    for text in arguments(argv).case:
+        case = json.loads(text)
+        plan = case["plan"]
+        if isinstance(plan, str):
+            with open(plan[5:]) as f:
+                plan = json.load(f)
+        dtype = getattr(torch, case.get("dtype", "float32"))
+        module = torch_models.fresh(case["model"], dtype)
+        x, _ = torch_models.batch(case["model"], plan.get("micro_batch_size", 1), 0)
+        if x.is_floating_point():
+            x = x.to(dtype)
+        torch_graph._export(module, (x,), torch_graph.call_kwargs(module))
+
+
+def main():
+    a = arguments()
     torch.set_num_threads(1)
     if os.environ.get("REPIPE_TEST_STACKS"):  # a hang's stacks, after that many seconds
         faulthandler.dump_traceback_later(int(os.environ["REPIPE_TEST_STACKS"]), exit=True)
