@@ -144,6 +144,11 @@ expect_fail "7 devices, --tp 2" 1 "--tp 2 must divide the 7 devices" -- \
   $C --devices 7 --global-batch 7 --transformer llama3-8b --tp 2
 expect_grep "--micro-batch 3" "micro-batches of 3 x" -- \
   $C --devices 8 --global-batch 24 --transformer llama3-8b --micro-batch 3
+# micro-batches a pipeline fixed (Galvatron's settle_chunk): the plan has that many
+expect_grep "--micro-batches 32" "micro-batches of [0-9]* x 32," -- \
+  $C --devices 8 --global-batch 64 --transformer llama3-8b --micro-batches 32
+expect_fail "--micro-batches 5 of 64" 1 "--micro-batches 5 does not divide the global batch of 64" -- \
+  $C --devices 8 --global-batch 64 --transformer llama3-8b --micro-batches 5
 printf 'node0 -- Input0 micro_batch=1 -- forward_compute_time=0, backward_compute_time=0, activation_size=4, parameter_size=0\nnode1 -- fc: Linear -- forward_compute_time=1, backward_compute_time=2, activation_size=64, parameter_size=4096\n\tnode0 -- node1\n' \
   > "$tmp/one.txt"
 expect_fail "a 1-layer profile with --pp 2" 1 "pipelines of 2 stages need 2 layers or more; the profile has 1" -- \

@@ -81,7 +81,7 @@ static const cli_opt OPTS[] = {
     [OPT_CONFIG_OUT] = {"config-out", 0, "FILE", "write the plan as an execution configuration (chain profiles)"},
     [OPT_BASE_CONFIG] = {"base-config", 0, "FILE", "keep this configuration's other settings and its samples per update"},
     [OPT_SCHEDULE] = {"schedule", 0, "gpipe|1f1b", "also predict repipe's engine running the plan with this schedule"},
-    [OPT_MICRO_BATCHES] = {"micro-batches", 0, "M", "with --schedule: micro-batches per replica and update [8]"},
+    [OPT_MICRO_BATCHES] = {"micro-batches", 0, "M", "with --schedule: micro-batches per replica and update [8]; with --cluster: micro-batches a pipeline and update (Galvatron's settle_chunk) [any]"},
     [OPT_DEVICE_MEMORY] = {"device-memory", 0, "BYTES", "with --schedule: reject a plan whose workers need more [the base config's]"},
     [OPT_OBJECTIVE] = {"objective", 0, "engine|pipedream", "engine: the fastest synchronous run of repipe's engine [with --config-out]; pipedream: PipeDream's objective [otherwise]"},
     [OPT_GLOBAL_BATCH] = {"global-batch", 0, "N", "engine objective: samples per update [the base config's, else profile batch x machines]"},
@@ -318,7 +318,7 @@ static int parse_options(const cli_cmd *cmd, int argc, char **argv, plan_args *a
 static int run_cluster(const cli_cmd *cmd, plan_args *a) {
     static const int cluster_opts[] = {
         OPT_CLUSTER, OPT_DEVICES, OPT_TRANSFORMER, OPT_TRANSFORMER_CONFIG, OPT_PROFILE,
-        OPT_TP, OPT_CP, OPT_VP, OPT_PP, OPT_MICRO_BATCH, OPT_RECOMPUTE,
+        OPT_TP, OPT_CP, OPT_VP, OPT_PP, OPT_MICRO_BATCH, OPT_MICRO_BATCHES, OPT_RECOMPUTE,
         OPT_SEQUENCE_PARALLEL, OPT_SHARDING, OPT_PRECISION, OPT_OVERLAP, OPT_STAGES,
         OPT_GLOBAL_BATCH, OPT_EP, OPT_ETP, OPT_CAPACITY,
         OPT_SCHEDULES, OPT_JSON, OPT_CONFIG_OUT, OPT_EMIT, OPT_EMIT_OUT, OPT_MEMORY_SIZE};
@@ -352,6 +352,7 @@ static int run_cluster(const cli_cmd *cmd, plan_args *a) {
     s->o.expert_parallel = (int)a->ep, s->o.expert_tensor_parallel = (int)a->etp;
     s->o.capacity = a->capacity;
     s->o.micro_batch = (int)a->micro;
+    s->o.micro_batches = a->given & (1ull << OPT_MICRO_BATCHES) ? (int)a->micro_batches : 0;
     s->o.memory_bytes = a->memory_given ? a->mem_v[0] : 0;
     s->o.schedules = a->schedules;
     return plan_scale_run(cmd, s);

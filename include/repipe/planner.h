@@ -292,6 +292,10 @@ typedef struct rp_scale_options {
     ** what is left; micro-batches: 1, 2, 4, 8; virtual: 1 (1f1b) and the
     ** chunks a rank that divide the layers */
     int tensor_parallel, context_parallel, pipeline_parallel, micro_batch, virtual_stages;
+    /* micro-batches a pipeline and update [0: any]: with the replicas and
+    ** the micro-batch, what Galvatron's settle_chunk and Megatron-LM's global
+    ** batch over micro-batch and replicas fix */
+    int micro_batches;
     /* a mixture's expert groups (0: any; expert groups of the powers of two
     ** that divide the experts and a stage's ranks) and each expert's tensor
     ** group [0: 1] */

@@ -256,6 +256,10 @@ static rp_status nothing_to_try(const rp_transformer *m, const rp_cluster *c,
     if (b && o->global_batch % b)
         return rp_fail(err, RP_ERR_INFEASIBLE, "plan: micro-batches of %d do not divide the "
                        "global batch of %lld", b, o->global_batch);
+    int M = o->micro_batches;
+    if (M && o->global_batch % M)
+        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: --micro-batches %d does not divide the "
+                       "global batch of %lld", M, o->global_batch);
     int ep = o->expert_parallel, etp = o->expert_tensor_parallel;
     if (o->capacity > 0 && !m->experts)
         return rp_fail(err, RP_ERR_INFEASIBLE, "plan: --capacity is a mixture's experts': the "
@@ -271,7 +275,7 @@ static rp_status nothing_to_try(const rp_transformer *m, const rp_cluster *c,
     return rp_fail(err, RP_ERR_INFEASIBLE, "plan: no tensor, context and pipeline sizes, "
                    "replicas and micro-batches multiply to %d devices and divide %lld sequences "
                    "an update%s", N, o->global_batch,
-                   t || cp || pp || b ? " with the sizes given" : "");
+                   t || cp || pp || b || M ? " with the sizes given" : "");
 }
 
 /* The shapes priced so far: those that fit, and how many were tried. */
@@ -383,7 +387,7 @@ static bool shapes_of_run(const rp_transformer *m, const rp_cluster *c, const rp
         if (B % ((long long)b * d))
             continue;
         long long mb = B / ((long long)b * d);
-        if (mb > 1 << 20)
+        if (mb > 1 << 20 || (o->micro_batches > 0 && mb != o->micro_batches))
             continue;
         for (int k = 0; k < ng; k++) {
             if (((long long)t * cp * d) % ((long long)g[k].ep * etp))
