@@ -4,7 +4,9 @@ tests/aceso_fixtures.py, each where that planner runs): repipe still plans what 
 plan in the planner's form is the one the planner's cost model priced, and repipe planned at
 least 10 times faster than the planner searched. Metis: repipe's plan no slower by Metis's own
 estimator. Aceso: its own configuration priced as its search said; repipe's plans' prices as
-recorded (docs/planner.md says where repipe loses, and why).
+recorded (docs/planner.md says where repipe loses, and why). Galvatron (galvatron.json by
+tests/galvatron_fixtures.py): its own search-engine test's answers reproduced (2.6485 and 2.5246
+samples/s), repipe's plans in its form as priced, and where they stand.
 
     python3 tests/planners_test.py build/repipe SOURCE_DIR
 """
@@ -95,4 +97,39 @@ for case in aceso["cases"]:
     print("   %s: Aceso %.2f s; repipe's %.2f s, %.0f MB; every block recomputed %.2f s, %.0f MB" %
           (name, a["time_s"], r["by_aceso_ms"] / 1e3, r["by_aceso_memory_mb"],
            full["by_aceso_ms"] / 1e3, full["by_aceso_memory_mb"]))
+galv = fixture("galvatron.json")
+# Galvatron's own test (tests/search_engine/test_parallelsim_optimization.py) asserts these
+t0, t1 = galv["cases"][0]["galvatron"], galv["cases"][1]["galvatron"]
+check(abs(t0["throughput"] - 2.6485091403918064) < 1e-6 and
+      t0["strategies"] == ["1-4*-2f-c"] * 14 + ["1-4*-2f"] * 12 + ["1-4*-2"] * 2 and
+      abs(t1["throughput"] - 2.5246283459057333) < 1e-6 and t1["strategies"] == ["1-1-8f-c"] * 28,
+      "Galvatron %s: its search engine's test answers reproduced (%.4f and %.4f samples/s)" % (
+          galv["galvatron"][:7], t0["throughput"], t1["throughput"]))
+for case in galv["cases"]:
+    name, g = case["name"], case["galvatron"]
+    for which, cluster in (("repipe", galv["cluster"]), ("repipe_scaled", galv["cluster_scaled"])):
+        r = case[which]
+        if r is None:
+            print("   %s: %s: no plan fits" % (name, which))
+            continue
+        plan = replan(cluster, r["args"])
+        check(all(plan[k] == r["plan"][k] for k in KEYS),
+              "%s: repipe plans the shape recorded (%s: %s)" % (
+                  name, which, ", ".join("%s %s" % (k, plan[k]) for k in KEYS[:6])))
+        # the plan in Galvatron's form: pp-tp-dp, * where tensor parallel, f where ZeRO-3, -c
+        # where every layer recomputes; its chunks the micro-batches of a pipeline
+        p, t, d = plan["pipeline_parallel"], plan["tensor_parallel"], plan["data_parallel"]
+        form = "%d-%s-%d%s%s" % (p, "%d*" % t if t > 1 else "1", d,
+                                 "f" if d > 1 and plan["sharding"] == "fsdp" else "",
+                                 "-c" if plan["recompute"] == "full" else "")
+        priced = r["by_galvatron"]
+        check(form == priced["form"] and priced["chunks"] == plan["micro_batches"],
+              "%s: %s's plan in Galvatron's form is the one it priced (%s x%d)" % (
+                  name, which, form, plan["micro_batches"]))
+        check(g["seconds"] >= 10 * r["seconds_to_plan"],
+              "%s: Galvatron searched in %.3f s, repipe planned in %.4f s" % (
+                  name, g["seconds"], r["seconds_to_plan"]))
+        print("   %s: Galvatron %.3f s; %s's %s %.3f s by Galvatron%s" % (
+            name, g["time_s"], which, form, priced["time_s"],
+            "" if priced["fits"] else " (over its memory)"))
 finish()
