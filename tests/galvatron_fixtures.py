@@ -141,11 +141,76 @@ def as_galvatron(plan):
     return layer, EmbeddingLMHeadStrategy(pp_size=p, tp_size=t, dp_size=d, dp_type=dp)
 
 
+def as_galvatron_layers(se, plan):
+    """repipe's plan as Galvatron's strategy of each layer: a stage's first recompute_blocks
+    layers checkpointed (Megatron-LM's --recompute-method block), the rest not; Galvatron's
+    stages are its even division, as repipe's --stages even."""
+    from galvatron.core.search_engine.search_engine import pp_division_even
+    layer, emb = as_galvatron(plan)
+    redo = copy.deepcopy(layer)
+    redo.checkpoint = True
+    layers = []
+    for count in pp_division_even(se.layernum_list, layer.pp_size):
+        n = min(count, plan["recompute_blocks"])
+        layers += [redo] * n + [layer] * (count - n)
+    return layers, emb
+
+
+def galvatron_cost(se, chunks, strategies, emb):
+    """Galvatron's own cost model on one strategy a layer, composed as its check_cost_model
+    composes it for one strategy on every layer (emb: the embedding's and head's strategy):
+    its pipeline time (its embedding's and
+    head's passes included) and each stage's memory in MB (their embedding's and head's, and
+    each of the stage's layers' by its own strategy, summed)."""
+    from galvatron.core.cost_model.components.embedding_lmhead_cost import (
+        EmbeddingLMHeadMemoryCostModel, EmbeddingLMHeadTimeCostModel)
+    from galvatron.core.cost_model.components.layer_cost import MemoryCostModelBase
+    from galvatron.core.cost_model.cost_model_handler import pipeline_costmodel
+    from galvatron.core.search_engine.search_engine import pp_division_even
+    first = strategies[0]
+    pp = first.pp_size
+    partition = pp_division_even(se.layernum_list, pp)
+    args = dict(global_batch_size=GBS, chunks=chunks, logger=None,
+                model_args=se.model_args_list[0], train_args=se.train_args_list[0],
+                parallel_args=se.parallel_args_list[0],
+                profile_model_args=se.profile_model_args_list[0])
+    _, emb_time = EmbeddingLMHeadTimeCostModel(
+        strategy=emb, sequence_length_list=se.seqlen_list,
+        profile_hardware_args=se.profile_hardware_args_list[0], **args).gen_result()
+    time_s = pipeline_costmodel(
+        layer_num_list=se.layernum_list, model_args_list=se.model_args_list,
+        train_args_list=se.train_args_list, parallel_args_list=se.parallel_args_list,
+        profile_model_args_list=se.profile_model_args_list,
+        profile_hardware_args_list=se.profile_hardware_args_list, strategy_list=strategies,
+        partition=partition, chunks=chunks, gbsz=GBS, pp_size=pp, other_time_cost=emb_time,
+        logger=None, return_stage_cost=False)
+    emb_mem = EmbeddingLMHeadMemoryCostModel(strategy=emb, **args).get_memory_cost()["enc_total"]
+    memory, at = [], 0
+    for stage in range(pp):
+        mb = emb_mem[stage]
+        for layer in strategies[at:at + partition[stage]]:
+            mb += MemoryCostModelBase(strategy=layer, stage_idx=stage,
+                                      **args).get_memory_cost()["enc_total"]
+        at += partition[stage]
+        memory.append(float(mb))
+    return float(time_s), memory
+
+
 def galvatron_price(tmp, plan):
     """Galvatron's search with its space cut to repipe's plan: its time (s) and memory, or
     its refusal (out of its memory)."""
     layer, emb = as_galvatron(plan)
     chunks = plan["micro_batches"]  # Galvatron's chunks: micro-batches a replica
+    if plan["recompute"] == "blocks":  # one strategy a layer: its cost model on them
+        se = engine(tmp, chunks, 1)
+        layers, emb = as_galvatron_layers(se, plan)
+        with contextlib.redirect_stdout(io.StringIO()):
+            time_s, memory = galvatron_cost(se, chunks, layers, emb)
+        limit = MEMORY_GB * 1024 - int(MEMORY_GB * 1024 * RESERVE)
+        return {"form": layer.to_simple_string(), "chunks": chunks,
+                "checkpointed_layers": sum(1 for x in layers if x.checkpoint),
+                "fits": max(memory) <= limit, "time_s": time_s, "memory_mb": memory,
+                "limit_mb": limit}
     se = engine(tmp, chunks, 0)
     se.layer_strategy_list = [layer]
     se.embedding_lmhead_strategy_list = [emb]
@@ -198,12 +263,13 @@ def repipe_cluster(repipe, se, tmp):
     return cluster, scaled, slow, theirs, mine, memory
 
 
-def repipe_plan(repipe, cluster_file, chunks):
+def repipe_plan(repipe, cluster_file, chunks, fine):
     """repipe's plan in Galvatron's space, its micro-batches a pipeline those the case settles:
-    the better by repipe's model of recomputing nothing and everything; its time to plan, both
-    runs."""
+    the best by repipe's model of recomputing nothing, every block, and (where the case lets
+    each layer have its own strategy) the fewest first blocks of each stage that fit; its time
+    to plan, all runs."""
     best, total = None, 0.0
-    for recompute in ("none", "full"):
+    for recompute in ("none", "full", "blocks") if fine else ("none", "full"):
         args = ["plan", "--cluster", cluster_file, "--devices", str(DEVICES), "--global-batch",
                 str(GBS), "--transformer", SHAPE, "--schedules", "1f1b", "--vp", "1", "--cp", "1",
                 "--stages", "even", "--recompute", recompute]
@@ -243,7 +309,7 @@ def main():
             said = "%s: Galvatron %.3f s (%s x%d, %d checkpointed)" % (
                 name, g["time_s"], g["strategies"][0], g["chunks"], g["checkpointed_layers"])
             for which in ("repipe", "repipe_scaled"):
-                r = repipe_plan(repipe, files[which], chunks)
+                r = repipe_plan(repipe, files[which], chunks, fine)
                 if r is None:  # nothing fits repipe's count of that memory
                     case[which] = None
                     said += "; %s: no plan fits" % which
@@ -255,11 +321,12 @@ def main():
                                    "tensor_parallel", "pipeline_parallel", "data_parallel",
                                    "context_parallel", "micro_batch", "micro_batches",
                                    "virtual_stages", "sequence_parallel", "recompute",
-                                   "sharding", "layers_per_stage", "seconds_per_update",
-                                   "peak_memory_bytes")},
+                                   "recompute_blocks", "sharding", "layers_per_stage",
+                                   "seconds_per_update", "peak_memory_bytes")},
                                "by_galvatron": priced}
-                said += "; %s: %s x%d by Galvatron %.3f s%s, by repipe %.3f s" % (
-                    which, priced["form"], priced["chunks"], priced["time_s"],
+                said += "; %s: %s%s x%d by Galvatron %.3f s%s, by repipe %.3f s" % (
+                    which, priced["form"], " (%d checkpointed)" % priced["checkpointed_layers"]
+                    if "checkpointed_layers" in priced else "", priced["chunks"], priced["time_s"],
                     "" if priced["fits"] else " (over its memory)", plan["seconds_per_update"])
             print(said)
             cases.append(case)

@@ -12,6 +12,7 @@ samples/s), repipe's plans in its form as priced, and where they stand.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -113,9 +114,10 @@ for case in galv["cases"]:
             print("   %s: %s: no plan fits" % (name, which))
             continue
         plan = replan(cluster, r["args"])
-        check(all(plan[k] == r["plan"][k] for k in KEYS),
-              "%s: repipe plans the shape recorded (%s: %s)" % (
-                  name, which, ", ".join("%s %s" % (k, plan[k]) for k in KEYS[:6])))
+        check(all(plan[k] == r["plan"][k] for k in KEYS + ("recompute_blocks",)),
+              "%s: repipe plans the shape recorded (%s: %s, %s %d)" % (
+                  name, which, ", ".join("%s %s" % (k, plan[k]) for k in KEYS[:6]),
+                  plan["recompute"], plan["recompute_blocks"]))
         # the plan in Galvatron's form: pp-tp-dp, * where tensor parallel, f where ZeRO-3, -c
         # where every layer recomputes; its chunks the micro-batches of a pipeline
         p, t, d = plan["pipeline_parallel"], plan["tensor_parallel"], plan["data_parallel"]
@@ -126,6 +128,16 @@ for case in galv["cases"]:
         check(form == priced["form"] and priced["chunks"] == plan["micro_batches"],
               "%s: %s's plan in Galvatron's form is the one it priced (%s x%d)" % (
                   name, which, form, plan["micro_batches"]))
+        if plan["recompute"] == "blocks":  # each stage's first blocks checkpointed
+            layers = int(re.search(r"layers=(\d+)", plan["transformer"]).group(1))
+            lps = plan["layers_per_stage"]  # (-1: the rest)
+            cut = [c if c >= 0 else layers + 2 - sum(x for x in lps if x > 0) for c in lps]
+            blocks = [c - (i == 0) - (i == p - 1) for i, c in enumerate(cut)]
+            redo = sum(min(b, plan["recompute_blocks"]) for b in blocks)
+            check(priced["checkpointed_layers"] == redo,
+                  "%s: %s's plan checkpoints %d of Galvatron's layers (the first %d of each of "
+                  "%d stages)" % (name, which, redo, plan["recompute_blocks"], p))
+            form += " (%d checkpointed)" % redo
         check(g["seconds"] >= 10 * r["seconds_to_plan"],
               "%s: Galvatron searched in %.3f s, repipe planned in %.4f s" % (
                   name, g["seconds"], r["seconds_to_plan"]))

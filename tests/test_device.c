@@ -482,6 +482,80 @@ static void table1(void) {
     CHECK(strstr(err.msg, "micro-batches of 8 do not divide the global batch of 4") != NULL);
 }
 
+/* Recomputing the first n blocks of each chunk (Megatron-LM's block
+** method): a middle rank of blocks alone holds, by the two ends' counts,
+** B blocks' whole s each without recomputation and B inputs c plus one
+** whole while recomputing all of them; with n recomputed, n inputs, B - n
+** wholes and the one being recomputed. The planner recomputes the fewest
+** that fit, the simulation of its choice agrees, and Megatron-LM's
+** settings say it. */
+static void block_recompute(void) {
+    rp_transformer m;
+    rp_cluster c;
+    rp_error err;
+    CHECK(rp_cluster_get("dgx-h100", &c, &err) == RP_OK);
+    CHECK(rp_transformer_parse("llama3-8b", &m, &err) == RP_OK);
+    rp_transformer_run run;
+    rp_transformer_run_default(&run);
+    int counts[3] = {9, 16, 9}; /* the embedding and 8 blocks, 16 blocks, 8 and the head */
+    rp_transformer_layout lay = {.p = 3, .d = 1, .v = 1, .micro_batches = 8,
+                                 .layers_per_stage = counts};
+    rp_transformer_memory none, full, part;
+    CHECK_OK(rp_transformer_rank_memory(&m, &run, &lay, 1, &none, &err), err);
+    run.recompute = RP_RECOMPUTE_FULL;
+    CHECK_OK(rp_transformer_rank_memory(&m, &run, &lay, 1, &full, &err), err);
+    double flight = 2, B = 16, s = none.activations / (flight * B);
+    double ck = (full.activations - s) / (flight * B);
+    run.recompute = RP_RECOMPUTE_BLOCKS;
+    for (int n = 1; n <= 20; n += 6) {
+        run.recompute_blocks = n;
+        CHECK_OK(rp_transformer_rank_memory(&m, &run, &lay, 1, &part, &err), err);
+        double k = n < B ? n : B;
+        CHECK(fabs(part.activations - (flight * (k * ck + (B - k) * s) + s)) <
+              1e-9 * part.activations);
+        CHECK(part.weights == none.weights);
+    }
+    run.recompute_blocks = 0;
+    CHECK(rp_transformer_run_check(&m, &c, &run, &err) == RP_ERR_INVALID &&
+          strstr(err.msg, "needs 1 or more"));
+    /* 40 GB: no recomputation does not fit one stage of 8 replicas, every
+    ** block does; the planner's choice is the fewest first blocks that fit */
+    rp_scale_options o;
+    rp_scale_options_default(&o);
+    o.devices = 8, o.global_batch = 64, o.tensor_parallel = 1, o.context_parallel = 1;
+    o.pipeline_parallel = 1, o.memory_bytes = 40e9;
+    rp_scale_plan r, rf;
+    CHECK_OK(rp_scale_plan_compute(&m, &c, &o, &r, &err), err);
+    CHECK(r.run.recompute == RP_RECOMPUTE_BLOCKS && r.run.recompute_blocks > 0 &&
+          r.run.recompute_blocks < m.layers && r.memory.total <= o.memory_bytes);
+    rp_transformer_run fewer = r.run;
+    fewer.recompute_blocks--;
+    rp_transformer_layout one = {.p = 1, .d = r.d, .v = 1,
+                                 .micro_batches = r.cfg.gradient_accumulation_steps,
+                                 .sharding = r.sharding};
+    CHECK_OK(rp_transformer_rank_memory(&m, &fewer, &one, 0, &part, &err), err);
+    CHECK(part.total > o.memory_bytes);
+    double sec;
+    rp_transformer_memory mem;
+    CHECK_OK(rp_scale_simulate(&m, &c, &r.run, r.sharding, &r.cfg, &sec, &mem, &err), err);
+    CHECK(fabs(sec - r.seconds) < 1e-9 * sec && mem.total == r.memory.total);
+    /* faster than every block recomputed, slower than none with room for it */
+    o.recompute = RP_RECOMPUTE_FULL;
+    CHECK_OK(rp_scale_plan_compute(&m, &c, &o, &rf, &err), err);
+    CHECK(r.seconds < rf.seconds);
+    o.recompute = -1, o.memory_bytes = 80e9;
+    CHECK_OK(rp_scale_plan_compute(&m, &c, &o, &rf, &err), err);
+    CHECK(rf.run.recompute == RP_RECOMPUTE_NONE && rf.seconds < r.seconds);
+    char *text, why[512];
+    CHECK_OK(rp_scale_settings(RP_TRAINER_MEGATRON, &m, &r, 64, &text, why, sizeof why, &err),
+             err);
+    char want[128];
+    snprintf(want, sizeof want, "--recompute-granularity full\n--recompute-method block\n"
+             "--recompute-num-layers %d\n", r.run.recompute_blocks);
+    CHECK(strstr(text, want) != NULL);
+    free(text);
+}
+
 int main(void) {
     if (!mkdtemp(dir))
         return 1;
@@ -494,6 +568,7 @@ int main(void) {
     block_bytes();
     fp32_runs();
     table1();
+    block_recompute();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {

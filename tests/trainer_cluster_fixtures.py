@@ -1,7 +1,8 @@
 """Regenerates tests/fixtures/trainers/cluster_cases.json: what Megatron-LM's and torchtitan's own
 code make of the settings `repipe plan --cluster ... --emit megatron|torchtitan` writes for
 today's runs (GQA, SwiGLU, untied heads, sequence and context parallelism, the distributed
-optimizer and FSDP, selective and full recomputation, fp8, interleaved stages cut by a layout).
+optimizer and FSDP, selective, full and some blocks' recomputation, fp8, interleaved stages cut
+by a layout).
 Run it where megatron-core 0.19 and torchtitan 0.3 are installed (a scratch environment, Python
 3.12; neither is a dependency of repipe), with the repipe to record:
 
@@ -45,6 +46,10 @@ CASES = [
     ("llama3-70b-selective-free", "70B",
      ["--cluster", "dgx-h100", "--devices", "128", "--global-batch", "256", "--transformer",
       "llama3-70b,flash=0", "--recompute", "selective"]),
+    ("llama3-8b-blocks-50gb", "8B",
+     ["--cluster", "dgx-h100", "--devices", "8", "--global-batch", "64", "--transformer",
+      "llama3-8b", "--tp", "1", "--cp", "1", "--pp", "2", "--memory-size", "50e9",
+      "--recompute", "blocks"]),
     ("llama3-8b-full-balanced", "8B",
      ["--cluster", "dgx-h100", "--devices", "32", "--global-batch", "64", "--transformer",
       "llama3-8b", "--tp", "2", "--pp", "4", "--recompute", "full", "--vp", "1"]),
@@ -200,7 +205,8 @@ def main():
             case["plan"] = {k: plan[k] for k in (
                 "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel",
                 "micro_batch", "micro_batches", "virtual_stages", "schedule", "sequence_parallel",
-                "recompute", "sharding", "precision", "overlap", "layers_per_stage",
+                "recompute", "recompute_blocks", "sharding", "precision", "overlap",
+                "layers_per_stage",
                 "transformer", "global_batch", "devices", "expert_parallel",
                 "expert_tensor_parallel", "capacity")}
             print(name, trainer, "ok")

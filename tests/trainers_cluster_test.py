@@ -71,7 +71,8 @@ for case in data["cases"]:
             "sequence_parallel": plan["sequence_parallel"],
             "use_distributed_optimizer": plan["sharding"] != "none",
             "use_megatron_fsdp": plan["sharding"] == "fsdp",
-            "recompute_granularity": None if plan["recompute"] == "none" else plan["recompute"],
+            "recompute_granularity": {"none": None, "blocks": "full"}.get(plan["recompute"],
+                                                                         plan["recompute"]),
             "fp8": "hybrid" if plan["precision"] == "fp8" else None,
             "micro_batch_size": plan["micro_batch"], "global_batch_size": plan["global_batch"],
             "num_layers": int(shape["layers"]), "hidden_size": int(shape["hidden"]),
@@ -109,6 +110,9 @@ for case in data["cases"]:
     if "mtp" in shape:
         want["mtp_num_layers"] = int(shape["mtp"])
     want["qk_layernorm"] = shape.get("qk_norm") == "1"
+    if plan["recompute"] == "blocks":  # the first n blocks of each chunk (its block method)
+        want.update({"recompute_method": "block",
+                     "recompute_num_layers": plan["recompute_blocks"]})
     for k, v in want.items():
         check(m[k] == v, "%s: Megatron-LM read %s %r (the plan's %r)" % (name, k, m[k], v))
     if plan["pipeline_parallel"] > 1:
@@ -133,6 +137,7 @@ for case in data["cases"]:
             "local_batch_size": plan["micro_batch"] * plan["micro_batches"],
             "seq_len": int(shape["seq"]),
             "activation_checkpoint": {"none": "NoneType", "full": "FullAC.Config",
+                                      "blocks": "FullAC.Config",  # (every block: said)
                                       "selective": "SelectiveAC.Config"}[plan["recompute"]]}
     if plan.get("expert_parallel", 1) > 1:
         # torchtitan's own Qwen3 MoE models; its CUDA graphs refuse the all-to-all dispatcher

@@ -34,7 +34,8 @@ static int word(const cli_cmd *cmd, const char *opt, const char *w, const char *
 
 /* The words of the feature options into o. */
 static bool features(const cli_cmd *cmd, const plan_scale *ps, rp_scale_options *o) {
-    static const char *const recompute[] = {"none", "selective", "full", "any", "off", "on", NULL};
+    static const char *const recompute[] = {"none", "selective", "full", "any", "off", "on",
+                                            "blocks", NULL};
     static const char *const onoff[] = {"off", "on", NULL};
     static const char *const sharding[] = {"none", "optimizer", "fsdp", "any", NULL};
     static const char *const precision[] = {"bf16", "fp8", "fp32", "any", NULL};
@@ -42,7 +43,11 @@ static bool features(const cli_cmd *cmd, const plan_scale *ps, rp_scale_options 
     if (ps->recompute) {
         if ((k = word(cmd, "recompute", ps->recompute, recompute)) < 0)
             return false;
-        o->recompute = k == 3 ? -1 : k == 4 ? RP_RECOMPUTE_NONE : k == 5 ? RP_RECOMPUTE_FULL : k;
+        o->recompute = k == 3   ? -1
+                       : k == 4 ? RP_RECOMPUTE_NONE
+                       : k == 5 ? RP_RECOMPUTE_FULL
+                       : k == 6 ? RP_RECOMPUTE_BLOCKS
+                                : k;
     }
     if (ps->sequence_parallel) {
         if ((k = word(cmd, "sequence-parallel", ps->sequence_parallel, onoff)) < 0)
@@ -160,9 +165,14 @@ static void describe_plan(FILE *f, const rp_scale_plan *r, const rp_cluster *c, 
     if (r->sharding != RP_SHARD_NONE)
         fprintf(f, " (%s)", r->sharding == RP_SHARD_FULL ? "fully sharded, FSDP"
                                                          : "optimizer state sharded");
+    char redo[96];
+    snprintf(redo, sizeof redo, "the first %d block%s of each %s recomputed",
+             r->run.recompute_blocks, r->run.recompute_blocks == 1 ? "" : "s",
+             r->v > 1 ? "chunk" : "stage");
     fprintf(f, ", micro-batches of %d x %d, %s, %s\n", r->b, r->cfg.gradient_accumulation_steps,
             r->run.recompute == RP_RECOMPUTE_FULL        ? "every block recomputed"
             : r->run.recompute == RP_RECOMPUTE_SELECTIVE ? "attention's core recomputed"
+            : r->run.recompute == RP_RECOMPUTE_BLOCKS    ? redo
                                                          : "no recomputation",
             rp_precision_name(r->run.precision));
     double peak = rp_precision_peak(&c->device, r->run.precision);
@@ -214,7 +224,8 @@ static char *json_of(const rp_scale_plan *r, const rp_cluster *c, const rp_trans
                "\t\"capacity\":\t%g,\n"
                "\t\"pipeline_parallel\":\t%d,\n\t\"data_parallel\":\t%d,\n\t\"micro_batch\":\t%d,\n"
                "\t\"micro_batches\":\t%d,\n\t\"virtual_stages\":\t%d,\n\t\"schedule\":\t\"%s\",\n"
-               "\t\"sequence_parallel\":\t%s,\n\t\"recompute\":\t\"%s\",\n\t\"sharding\":\t\"%s\",\n"
+               "\t\"sequence_parallel\":\t%s,\n\t\"recompute\":\t\"%s\",\n"
+               "\t\"recompute_blocks\":\t%d,\n\t\"sharding\":\t\"%s\",\n"
                "\t\"precision\":\t\"%s\",\n\t\"overlap\":\t%s,\n"
                "\t\"seconds_per_update\":\t%.9g,\n\t\"tflops_per_device\":\t%.6g,\n"
                "\t\"tflops_per_device_eq3\":\t%.6g,\n\t\"mfu\":\t%.6g,\n"
@@ -231,6 +242,7 @@ static char *json_of(const rp_scale_plan *r, const rp_cluster *c, const rp_trans
             r->b,
             r->cfg.gradient_accumulation_steps, r->v, rp_schedule_name(r->cfg.schedule),
             r->run.sequence_parallel ? "true" : "false", rp_recompute_name(r->run.recompute),
+            r->run.recompute == RP_RECOMPUTE_BLOCKS ? r->run.recompute_blocks : 0,
             rp_sharding_name(r->sharding), rp_precision_name(r->run.precision),
             r->run.overlap ? "true" : "false", r->seconds, r->tflops_per_device, r->tflops_eq3,
             r->mfu, rp_transformer_flops_megatron(m, r->t, (double)o->global_batch),
@@ -377,6 +389,10 @@ int plan_scale_run(const cli_cmd *cmd, const plan_scale *ps) {
     else if (w.n && rp_write_files_atomic(w.n, w.paths, w.texts, &err)) {
         cli_error(cmd, "%s (nothing written)", err.msg);
         rc = 1;
+    } else if (ps->config_out && r.run.recompute == RP_RECOMPUTE_BLOCKS) {
+        fprintf(f, "configuration written to %s (its recomputation of some blocks is not a "
+                   "configuration's: the engine's recomputes every layer or none)\n",
+                ps->config_out);
     } else if (ps->config_out) {
         char shape[512];
         rp_transformer_format(&m, shape, sizeof shape);

@@ -155,7 +155,11 @@ typedef enum rp_recompute {
     RP_RECOMPUTE_SELECTIVE, /* attention's core (softmax, dropout, the products with Q, K, V);
                             ** with latent attention its up products too (Megatron-LM's
                             ** mla_up_proj) */
-    RP_RECOMPUTE_FULL       /* every block from its input */
+    RP_RECOMPUTE_FULL,      /* every block from its input */
+    RP_RECOMPUTE_BLOCKS     /* the first recompute_blocks blocks of each chunk from their
+                            ** inputs, the rest kept (Megatron-LM's --recompute-method block
+                            ** --recompute-num-layers n: megatron-core 0.19's recompute.py takes
+                            ** a model chunk's first n layers; Galvatron's checkpoint on some) */
 } rp_recompute;
 /* bf16: bf16 products, weights and activations, fp32 master weights,
 ** gradients and Adam's state (Megatron-LM's --bf16); fp8: the same with fp8
@@ -193,6 +197,7 @@ typedef struct rp_transformer_run {
     int expert_parallel, expert_tensor_parallel;
     bool sequence_parallel;
     rp_recompute recompute;
+    int recompute_blocks; /* RP_RECOMPUTE_BLOCKS' n (a chunk of fewer: every block) */
     rp_precision precision;
     /* communication behind compute where today's Megatron-LM hides it: the
     ** tensor group's gathers behind its products (--tp-comm-overlap, with
@@ -210,6 +215,11 @@ typedef struct rp_transformer_run {
     ** --moe-pad-expert-input-to-capacity); 0: dropless, every token its own */
     double capacity;
 } rp_transformer_run;
+
+/* How many of a chunk's `blocks` blocks run r recomputes (its first ones):
+** all under full recomputation, the first recompute_blocks under
+** RP_RECOMPUTE_BLOCKS, none otherwise. */
+int rp_transformer_recomputed_blocks(const rp_transformer_run *r, int blocks);
 
 /* b 1, t 1, cp 1, ep 1, etp 1, no sequence parallelism, no recomputation,
 ** bf16, overlap. */

@@ -41,7 +41,18 @@ void rp_transformer_run_default(rp_transformer_run *r) {
 }
 
 const char *rp_recompute_name(rp_recompute r) {
-    return r == RP_RECOMPUTE_FULL ? "full" : r == RP_RECOMPUTE_SELECTIVE ? "selective" : "none";
+    return r == RP_RECOMPUTE_FULL        ? "full"
+           : r == RP_RECOMPUTE_SELECTIVE ? "selective"
+           : r == RP_RECOMPUTE_BLOCKS    ? "blocks"
+                                         : "none";
+}
+
+int rp_transformer_recomputed_blocks(const rp_transformer_run *r, int blocks) {
+    if (r->recompute == RP_RECOMPUTE_FULL)
+        return blocks;
+    if (r->recompute == RP_RECOMPUTE_BLOCKS)
+        return r->recompute_blocks < blocks ? r->recompute_blocks : blocks;
+    return 0;
 }
 
 const char *rp_precision_name(rp_precision p) {
@@ -91,6 +102,9 @@ rp_status rp_transformer_run_check(const rp_transformer *m, const rp_cluster *c,
         return rp_fail(err, RP_ERR_INVALID, "transformer: %s has no fp32 rate (no peak_fp32): "
                        "add it to the device's file, or measure the device with "
                        "python -m repipe.calibrate", c->device.name);
+    if (r->recompute == RP_RECOMPUTE_BLOCKS && r->recompute_blocks < 1)
+        return rp_fail(err, RP_ERR_INVALID, "transformer: recomputing the first blocks of each "
+                       "chunk needs 1 or more of them (not %d)", r->recompute_blocks);
     if (r->sequence_parallel && t < 2)
         return rp_fail(err, RP_ERR_INVALID, "transformer: sequence parallelism splits over a "
                        "tensor group: it needs tensor groups of 2 or more");
@@ -451,6 +465,9 @@ static void describe(const rp_transformer *m, const rp_cluster *c, const rp_tran
              r->sequence_parallel, rp_recompute_name(r->recompute),
              rp_precision_name(r->precision), r->overlap, c->device.name);
     size_t n = strlen(out);
+    if (r->recompute == RP_RECOMPUTE_BLOCKS && n < cap)
+        snprintf(out + n, cap - n, " recompute_blocks=%d", r->recompute_blocks);
+    n = strlen(out);
     if (m->experts && n < cap)
         snprintf(out + n, cap - n, " expert_parallel=%d expert_tensor_parallel=%d a2a_overlap=%d "
                  "capacity=%g", rpi_xf_ep(r), rpi_xf_etp(r), r->a2a_overlap, r->capacity);
@@ -538,7 +555,8 @@ bool rp_transformer_of_profile(const char *desc, rp_transformer *m, rp_transform
     const struct { const char *key; int *at; } counts[] = {
         {"micro_batch", &r->micro_batch},         {"tensor_parallel", &r->tensor_parallel},
         {"context_parallel", &r->context_parallel}, {"expert_parallel", &r->expert_parallel},
-        {"expert_tensor_parallel", &r->expert_tensor_parallel}};
+        {"expert_tensor_parallel", &r->expert_tensor_parallel},
+        {"recompute_blocks", &r->recompute_blocks}};
     const struct { const char *key; bool *at; } flags[] = {
         {"sequence_parallel", &r->sequence_parallel}, {"overlap", &r->overlap},
         {"a2a_overlap", &r->a2a_overlap}};
@@ -551,6 +569,7 @@ bool rp_transformer_of_profile(const char *desc, rp_transformer *m, rp_transform
     if (field(desc, "recompute", v, sizeof v))
         r->recompute = strcmp(v, "selective") == 0 ? RP_RECOMPUTE_SELECTIVE
                        : strcmp(v, "full") == 0    ? RP_RECOMPUTE_FULL
+                       : strcmp(v, "blocks") == 0  ? RP_RECOMPUTE_BLOCKS
                                                    : RP_RECOMPUTE_NONE;
     if (field(desc, "capacity", v, sizeof v))
         r->capacity = atof(v);

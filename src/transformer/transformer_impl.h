@@ -51,6 +51,17 @@ static inline bool rpi_xf_is_block(int kind) {
     return kind == RPI_XF_BLOCK || kind == RPI_XF_MOE;
 }
 
+/* The blocks among layers [first, end) of the L + 2. */
+static inline int rpi_xf_blocks(int first, int end, int layers) {
+    int a = first > 1 ? first : 1, b = end < layers + 1 ? end : layers + 1;
+    return b > a ? b - a : 0;
+}
+
+/* Which of the L + 2 layers run r recomputes, its C chunks holding counts
+** of them: each chunk's first rp_transformer_recomputed_blocks blocks. */
+void rpi_xf_recomputed(const rp_transformer *m, const rp_transformer_run *r, const int *counts,
+                       int C, bool *out);
+
 /* A run's expert groups: ep and etp, 1 where unset. */
 static inline int rpi_xf_ep(const rp_transformer_run *r) {
     return r->expert_parallel > 1 ? r->expert_parallel : 1;

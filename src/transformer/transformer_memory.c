@@ -8,8 +8,9 @@
 ** keeps for a micro-batch, times the micro-batches the schedule holds in
 ** flight there: 1F1B's p - r on rank r (at most the update's), interleaved
 ** 1F1B's warm-up of 2 (p - r - 1) + (v - 1) p + 1 chunk passes, DualPipeV's
-** p + 1; under full recomputation each block keeps its input and the one
-** being recomputed its whole. This is Megatron-LM's theoretical memory
+** p + 1; a recomputed block (every one under full recomputation, a chunk's
+** first n under RP_RECOMPUTE_BLOCKS) keeps its input, and the one being
+** recomputed its whole. This is Megatron-LM's theoretical memory
 ** report's count (megatron/training/theoretical_memory_usage.py) where that
 ** applies; tests/fixtures/megatron holds the two side by side.
 */
@@ -27,11 +28,21 @@ void rpi_xf_split(int layers, int chunks, int *counts) {
     counts[chunks - 1]++;
 }
 
+void rpi_xf_recomputed(const rp_transformer *m, const rp_transformer_run *r, const int *counts,
+                       int C, bool *out) {
+    for (int c = 0, l = 0; c < C; l += counts[c++]) {
+        int redo = rp_transformer_recomputed_blocks(r, rpi_xf_blocks(l, l + counts[c],
+                                                                     m->layers));
+        for (int j = l, b = 0; j < l + counts[c]; j++)
+            out[j] = rpi_xf_is_block(rpi_xf_kind(m, j)) && b++ < redo;
+    }
+}
+
 void rpi_xf_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
                         const rpi_xf_part parts[RPI_XF_PARTS], const rp_transformer_layout *lay,
                         const int *counts, int rank, rp_transformer_memory *out) {
     int p = lay->p, v = lay->v > 1 ? lay->v : 1, C = p * v;
-    bool full = r->recompute == RP_RECOMPUTE_FULL;
+    bool redone = false;
     double params = 0, experts = 0, kept = 0, most = 0, gathered = 0;
     int first[RP_MAX_STAGES + 1]; /* chunk c's first layer */
     first[0] = 0;
@@ -42,12 +53,15 @@ void rpi_xf_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
         ** rank and 2 p - 1 - rank; the embedding opens the first chunk, the
         ** head closes the last, blocks between */
         int c = lay->v_shape ? (k == 0 ? rank : 2 * p - 1 - rank) : k * p + rank;
-        for (int l = first[c]; l < first[c + 1]; l++) {
+        int redo = rp_transformer_recomputed_blocks(r, rpi_xf_blocks(first[c], first[c + 1],
+                                                                     m->layers));
+        redone = redone || redo > 0;
+        for (int l = first[c], b = 0; l < first[c + 1]; l++) {
             int kind = rpi_xf_kind(m, l);
             const rpi_xf_part *x = &parts[kind];
             bool block = rpi_xf_is_block(kind);
             params += x->params, experts += x->expert_params;
-            kept += block && full ? x->checkpoint : x->saved;
+            kept += block && b++ < redo ? x->checkpoint : x->saved;
             most = fmax(most, x->saved);
             gathered = fmax(gathered, block ? x->params + x->expert_params : 0);
             /* a tied head on the embedding's rank is the embedding's table */
@@ -72,7 +86,7 @@ void rpi_xf_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
                    experts * rpi_xf_bytes_per_parameter(lay->sharding, ne, C > 1, r->precision);
     if (lay->sharding == RP_SHARD_FULL && C == 1) /* two blocks gathered: one computing, the next */
         out->weights += 2 * rpi_xf_gathered_bytes(r->precision) * gathered;
-    out->activations = flight * kept + (full ? most : 0);
+    out->activations = flight * kept + (redone ? most : 0);
     out->total = out->weights + out->activations;
 }
 

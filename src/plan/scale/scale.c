@@ -104,39 +104,106 @@ static double ring_time(int n, double bytes, double bw, double latency) {
     return n > 1 ? 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * latency : 0;
 }
 
-/* The estimate of shape k (DBL_MAX where it does not fit). */
-static double estimate(const rp_transformer *m, const rp_cluster *c, const rpi_xf_part *x,
-                       cand *k, double memory, bool even) {
-    const rpi_xf_part *parts = x;
-    int L = m->layers, P = k->p, C = P * k->v;
-    bool full = k->run.recompute == RP_RECOMPUTE_FULL;
+/* The chunks' layer counts of shape k: Megatron-LM's even split, or
+** spread by the passes' costs. */
+static void cut(const rp_transformer *m, const rpi_xf_part *x, const cand *k, bool even,
+                int *counts) {
     double cost[RPI_XF_PARTS];
-    pass_costs(x, full, cost);
-    /* each rank's passes, its chunks' layers as the cut lays them */
-    int counts[RP_MAX_STAGES];
+    pass_costs(x, k->run.recompute == RP_RECOMPUTE_FULL, cost);
+    int C = k->p * (k->dv ? 2 : k->v);
     if (even)
-        rpi_xf_split(L, C, counts);
+        rpi_xf_split(m->layers, C, counts);
     else
         spread(m, cost, C, counts);
+}
+
+/* The most any rank of shape k holds, its chunks as counts lay them;
+** *params: the most parameters a rank holds. */
+static double shape_memory(const rp_transformer *m, const rpi_xf_part *x, const cand *k,
+                           const int *counts, double *params) {
+    rp_transformer_layout lay = {.p = k->p, .d = k->d, .v = k->dv ? 2 : k->v, .v_shape = k->dv,
+                                 .micro_batches = k->m, .sharding = k->sharding};
+    double most = 0;
+    *params = 0;
+    for (int r = 0; r < k->p; r++) {
+        rp_transformer_memory mem;
+        rpi_xf_rank_memory(m, &k->run, x, &lay, counts, r, &mem);
+        most = fmax(most, mem.total);
+        *params = fmax(*params, mem.parameters);
+    }
+    return most;
+}
+
+/* Under RP_RECOMPUTE_BLOCKS, the fewest blocks a chunk recomputes for
+** shape k to fit `memory` (its time grows with them, its memory shrinks),
+** set in k's run. False where no recomputation fits already or only every
+** block does (the shapes of none and of full recomputation) unless blocks
+** were asked for (`asked`), or where none fits at all. */
+static int imax(int a, int b) {
+    return a > b ? a : b;
+}
+
+static bool fewest_blocks(const rp_transformer *m, const rpi_xf_part *x, cand *k,
+                          const int *counts, double memory, bool asked) {
+    int C = k->p * (k->dv ? 2 : k->v), most = 0;
+    double params;
+    for (int c = 0, l = 0; c < C; l += counts[c++])
+        most = imax(most, rpi_xf_blocks(l, l + counts[c], m->layers));
+    int lo = 1, hi = asked ? imax(most, 1) : most - 1;
+    if (hi < lo)
+        return false;
+    if (!asked) {
+        k->run.recompute = RP_RECOMPUTE_NONE;
+        bool none = shape_memory(m, x, k, counts, &params) <= memory;
+        k->run.recompute = RP_RECOMPUTE_BLOCKS;
+        if (none)
+            return false;
+    }
+    k->run.recompute_blocks = hi;
+    if (shape_memory(m, x, k, counts, &params) > memory)
+        return false;
+    while (lo < hi) {
+        k->run.recompute_blocks = (lo + hi) / 2;
+        if (shape_memory(m, x, k, counts, &params) <= memory)
+            hi = k->run.recompute_blocks;
+        else
+            lo = k->run.recompute_blocks + 1;
+    }
+    k->run.recompute_blocks = lo;
+    return true;
+}
+
+/* The estimate of shape k (DBL_MAX where it does not fit); under
+** RP_RECOMPUTE_BLOCKS, with the fewest recomputed blocks that fit. */
+static double estimate(const rp_transformer *m, const rp_cluster *c, const rpi_xf_part *x,
+                       cand *k, double memory, const rp_scale_options *o) {
+    int L = m->layers, P = k->p, C = P * k->v;
+    double cost[RPI_XF_PARTS];
+    pass_costs(x, k->run.recompute == RP_RECOMPUTE_FULL, cost);
+    int counts[RP_MAX_STAGES];
+    cut(m, x, k, o->even_stages, counts);
+    if (k->run.recompute == RP_RECOMPUTE_BLOCKS &&
+        !fewest_blocks(m, x, k, counts, memory, o->recompute == RP_RECOMPUTE_BLOCKS))
+        return DBL_MAX;
+    /* each rank's passes, its chunks' layers as the cut lays them, a
+    ** recomputed block's forward twice */
+    bool partial = k->run.recompute == RP_RECOMPUTE_BLOCKS;
     double rank[RP_MAX_STAGES] = {0}, most = 0, all = 0;
     for (int c = 0, l = 0; c < C; l += counts[c++]) {
         int r = k->dv ? (c < P ? c : 2 * P - 1 - c) : c % P;
-        for (int j = l; j < l + counts[c]; j++)
-            rank[r] += cost[rpi_xf_kind(m, j)];
+        int redo = rp_transformer_recomputed_blocks(&k->run, rpi_xf_blocks(l, l + counts[c], L));
+        for (int j = l, b = 0; j < l + counts[c]; j++) {
+            int kind = rpi_xf_kind(m, j);
+            rank[r] += cost[kind];
+            if (partial && rpi_xf_is_block(kind) && b++ < redo)
+                rank[r] += x[kind].f;
+        }
     }
     for (int r = 0; r < P; r++)
         most = fmax(most, rank[r]), all += rank[r];
     /* memory: every rank's, as the cut lays the layers */
-    rp_transformer_layout lay = {.p = P, .d = k->d, .v = k->dv ? 2 : k->v, .v_shape = k->dv,
-                                 .micro_batches = k->m, .sharding = k->sharding};
-    double params = 0;
-    k->memory = 0;
-    for (int r = 0; r < P; r++) {
-        rp_transformer_memory x;
-        rpi_xf_rank_memory(m, &k->run, parts, &lay, counts, r, &x);
-        k->memory = fmax(k->memory, x.total);
-        params = fmax(params, x.parameters);
-    }
+    double params;
+    k->memory = shape_memory(m, x, k, counts, &params);
     if (k->memory > memory)
         return DBL_MAX;
     /* the transfers of the fill: a stage's output, over the node's link
@@ -205,7 +272,7 @@ static bool admits(int o, int x) {
 static int runs_of(const rp_transformer *m, const rp_cluster *c, const rp_scale_options *o,
                    int t, int cp, int b, rp_transformer_run *out) {
     int n = 0;
-    for (int rc = RP_RECOMPUTE_NONE; rc <= RP_RECOMPUTE_FULL; rc++)
+    for (int rc = RP_RECOMPUTE_NONE; rc <= RP_RECOMPUTE_BLOCKS; rc++)
         for (int pr = RP_PRECISION_BF16; pr <= RP_PRECISION_FP32; pr++) {
             /* either of bf16 and fp8 where the device has it; fp32 only where asked */
             if ((o->recompute >= 0 && rc != o->recompute) ||
@@ -222,6 +289,7 @@ static int runs_of(const rp_transformer *m, const rp_cluster *c, const rp_scale_
             r.micro_batch = b, r.tensor_parallel = t, r.context_parallel = cp;
             r.sequence_parallel = t > 1 && o->sequence_parallel >= 0;
             r.recompute = (rp_recompute)rc, r.precision = (rp_precision)pr;
+            r.recompute_blocks = rc == RP_RECOMPUTE_BLOCKS; /* (the estimate's to choose) */
             r.overlap = !o->no_overlap;
             r.capacity = o->capacity;
             rp_error err;
@@ -325,7 +393,8 @@ static bool shapes_of_layout(const rp_transformer *m, const rp_cluster *c,
         ** backward (interleaved 1F1B's, DualPipeV's) hides a mixture's
         ** all-to-alls where the run overlaps; not under full recomputation
         ** (Megatron-LM's rule) */
-        bool pairs = x_a2a && v != 1 && run->recompute != RP_RECOMPUTE_FULL;
+        bool pairs = x_a2a && v != 1 && run->recompute != RP_RECOMPUTE_FULL &&
+                     run->recompute != RP_RECOMPUTE_BLOCKS;
         for (int sh = RP_SHARD_NONE; admits_chunks(m, o, sched, p, mb, v) &&
                                      sh <= RP_SHARD_FULL; sh++) {
             if ((o->sharding >= 0 ? sh != o->sharding : sh == RP_SHARD_NONE && d * cp > 1) ||
@@ -335,7 +404,7 @@ static bool shapes_of_layout(const rp_transformer *m, const rp_cluster *c,
                       .dv = v == 0, .sharding = (rp_sharding)sh};
             k.run.a2a_overlap = pairs;
             l->shapes++;
-            k.estimate = estimate(m, c, pairs ? x_a2a : x, &k, memory, o->even_stages);
+            k.estimate = estimate(m, c, pairs ? x_a2a : x, &k, memory, o);
             if (k.estimate != DBL_MAX && !push_cand(l, &k))
                 return false;
         }
@@ -417,7 +486,7 @@ static rp_status enumerate(const rp_transformer *m, const rp_cluster *c,
             for (int b = b0; b <= (o->micro_batch > 0 ? b0 : 8); b *= 2) {
                 if (N % (t * cp) || o->global_batch % b)
                     continue;
-                rp_transformer_run runs[6];
+                rp_transformer_run runs[12];
                 int nr = runs_of(m, c, o, t, cp, b, runs);
                 for (int ri = 0; ri < nr; ri++)
                     if (!shapes_of_run(m, c, o, &runs[ri], memory, l))
@@ -433,14 +502,8 @@ static rp_status try_cand(const rp_transformer *m, const rp_cluster *c,
                           rp_scale_plan *out, bool *fits, rp_error *err) {
     rpi_xf_part x[RPI_XF_PARTS];
     rpi_xf_parts(m, c, &k->run, x);
-    double cost[RPI_XF_PARTS];
-    pass_costs(x, k->run.recompute == RP_RECOMPUTE_FULL, cost);
     int counts[RP_MAX_STAGES];
-    int C = k->p * (k->dv ? 2 : k->v);
-    if (o->even_stages)
-        rpi_xf_split(m->layers, C, counts);
-    else
-        spread(m, cost, C, counts);
+    cut(m, x, k, o->even_stages, counts);
     rp_config cfg;
     config_of(k, counts, &cfg);
     double sec;
@@ -465,8 +528,8 @@ static rp_status try_cand(const rp_transformer *m, const rp_cluster *c,
 /* The best estimates, simulated; those that do not fit make room for the
 ** next; DualPipeV's best few too, where asked for (the closed form prices
 ** it as interleaving's two chunks, not its overlap of passes); and the best
-** of each kind of shape (no pipeline, 1F1B, interleaving; by sharding)
-** within 5 % of the best estimate: the estimates come within a few percent
+** of each kind of shape (no pipeline, 1F1B, interleaving; by sharding and
+** recomputation) within 5 % of the best estimate: the estimates come within a few percent
 ** of the simulation, and where kinds of shape are that close the
 ** simulation is to choose between them. *fit: how many fitted. */
 static rp_status simulate_best(const rp_transformer *m, const rp_cluster *c,
@@ -476,13 +539,13 @@ static rp_status simulate_best(const rp_transformer *m, const rp_cluster *c,
     int want = o->candidates > 0 ? o->candidates : 3, dv_tried = 0, dv_left = 0;
     for (int i = 0; i < l->n; i++)
         dv_left += cs[i].dv;
-    bool kind_seen[2][2][3] = {{{false}}};
+    bool kind_seen[2][2][3][4] = {{{{false}}}};
     *fit = 0;
     for (int i = 0; i < l->n; i++) {
         /* (an estimate a tenth worse than the best is not simulated) */
         bool best = *fit < want && i < 4 * want && cs[i].estimate <= 1.1 * cs[0].estimate;
         bool dv = cs[i].dv && dv_tried < want;
-        bool *seen = &kind_seen[cs[i].p > 1][cs[i].v > 1][cs[i].sharding];
+        bool *seen = &kind_seen[cs[i].p > 1][cs[i].v > 1][cs[i].sharding][cs[i].run.recompute];
         bool kind = !cs[i].dv && !*seen && cs[i].estimate <= 1.05 * cs[0].estimate;
         *seen = *seen || !cs[i].dv;
         dv_left -= cs[i].dv;

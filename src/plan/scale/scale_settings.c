@@ -129,6 +129,9 @@ static void megatron(FILE *f, const rp_transformer *m, const rp_scale_plan *p, l
     else if (p->run.recompute == RP_RECOMPUTE_FULL)
         fprintf(f, "--recompute-granularity full\n--recompute-method uniform\n"
                    "--recompute-num-layers 1\n");
+    else if (p->run.recompute == RP_RECOMPUTE_BLOCKS)
+        fprintf(f, "--recompute-granularity full\n--recompute-method block\n"
+                   "--recompute-num-layers %d\n", p->run.recompute_blocks);
     fprintf(f, "--micro-batch-size %d\n--global-batch-size %lld\n%s", p->b, B,
             p->run.precision == RP_PRECISION_FP32 ? "" : "--bf16\n"); /* (fp32: its default) */
     if (p->run.precision == RP_PRECISION_FP8)
@@ -243,9 +246,14 @@ static void torchtitan(FILE *f, const rp_transformer *m, const rp_scale_plan *p,
     /* activation checkpointing is a subcommand of torchtitan's settings: what
     ** follows it would be the subcommand's, so it comes last */
     fprintf(f, "activation-checkpoint:%s\n",
-            p->run.recompute == RP_RECOMPUTE_FULL        ? "full"
+            p->run.recompute == RP_RECOMPUTE_FULL || p->run.recompute == RP_RECOMPUTE_BLOCKS
+                ? "full"
             : p->run.recompute == RP_RECOMPUTE_SELECTIVE ? "selective"
                                                          : "none");
+    if (p->run.recompute == RP_RECOMPUTE_BLOCKS)
+        SAY("%storchtitan recomputes every block or every k-th one, not the first %d of each "
+            "stage: every block here, which holds less and costs a forward of the others",
+            n ? "; " : "", p->run.recompute_blocks);
     if (p->run.recompute == RP_RECOMPUTE_SELECTIVE)
         SAY("%storchtitan's selective recomputation is per operation: it keeps the products' "
             "outputs (every other one) and redoes the rest, attention's core among it",

@@ -49,8 +49,11 @@ rp_status rp_scale_simulate(const rp_transformer *m, const rp_cluster *c,
     rpi_xf_part x[RPI_XF_PARTS];
     rpi_xf_parts(m, c, run, x);
     double *a = malloc(sizeof(double) * (size_t)L * 8);
-    if (!a)
+    bool *redo = calloc((size_t)L, sizeof(bool));
+    if (!a || !redo) {
+        free(a), free(redo);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a profile of %d layers", L);
+    }
     double *fw = a, *bw = a + L, *ob = a + 2 * L, *pb = a + 3 * L, *bi = a + 4 * L,
            *bwt = a + 5 * L, *saved = a + 6 * L, *ck = a + 7 * L;
     for (int l = 0; l < L; l++) {
@@ -59,6 +62,22 @@ rp_status rp_scale_simulate(const rp_transformer *m, const rp_cluster *c,
         bwt[l] = p->bw * 1e3, ob[l] = p->out, pb[l] = 4 * (p->params + p->expert_params);
         saved[l] = p->saved, ck[l] = p->checkpoint;
     }
+    /* some blocks recomputed: each such block's forward again before its
+    ** backward, and only its input kept (the rest as the profile says) */
+    if (run->recompute == RP_RECOMPUTE_BLOCKS) {
+        rp_derived dc;
+        rp_config_derive(cfg, &dc);
+        int counts[RP_MAX_STAGES], C = dc.stages;
+        if (cfg->layers_per_stage.count > 1)
+            memcpy(counts, cfg->layers_per_stage.layers, sizeof(int) * (size_t)C);
+        else
+            rpi_xf_split(m->layers, C, counts);
+        rpi_xf_recomputed(m, run, counts, C, redo);
+        for (int l = 0; l < L; l++)
+            if (redo[l])
+                bw[l] += fw[l], bi[l] += fw[l], saved[l] = ck[l];
+    }
+    free(redo);
     /* one replica played, the others' reductions priced with it */
     rp_config sim = *cfg;
     int d = cfg->replication_factor;
