@@ -6,7 +6,8 @@ least 10 times faster than the planner searched. Metis: repipe's plan no slower 
 estimator. Aceso: its own configuration priced as its search said; repipe's plans' prices as
 recorded (docs/planner.md says where repipe loses, and why). Galvatron (galvatron.json by
 tests/galvatron_fixtures.py): its own search-engine test's answers reproduced (2.6485 and 2.5246
-samples/s), repipe's plans in its form as priced, and where they stand.
+samples/s) and its shipped LLaMA-2 7B configuration by its own search, repipe's plans in its form
+as priced, and where they stand.
 
     python3 tests/planners_test.py build/repipe SOURCE_DIR
 """
@@ -106,9 +107,22 @@ check(abs(t0["throughput"] - 2.6485091403918064) < 1e-6 and
       abs(t1["throughput"] - 2.5246283459057333) < 1e-6 and t1["strategies"] == ["1-1-8f-c"] * 28,
       "Galvatron %s: its search engine's test answers reproduced (%.4f and %.4f samples/s)" % (
           galv["galvatron"][:7], t0["throughput"], t1["throughput"]))
-for case in galv["cases"]:
+# its shipped LLaMA-2 7B configuration (models/gpt/configs/galvatron_config_llama2-7b_1nodes_
+# 8gpus_per_node_36GB_bf16.json: tensor 1, ZeRO-3 over 8, the first 20 of 32 layers
+# checkpointed, 1 chunk, the vocabulary over 2 with ZeRO-3) out of its own search; and its cost
+# model composed one strategy a layer (galvatron_cost) pricing that choice as its search did
+ship = galv["shipped"]
+g = ship["galvatron"]
+check(g["strategies"] == ["1-1-8f-c"] * 20 + ["1-1-8f"] * 12 and g["chunks"] == 1 and
+      g["embedding_tp"] == 2 and g["embedding_zero3"] == 1 and
+      abs(g["time_s_by_cost_model"] - g["time_s"]) < 1e-9 * g["time_s"],
+      "Galvatron's shipped LLaMA-2 7B configuration out of its own search (%.4f s an update), "
+      "priced alike by its cost model a layer at a time (%.4f)" % (
+          g["time_s"], g["time_s_by_cost_model"]))
+for case, clusters in [(c, (galv["cluster"], galv["cluster_scaled"])) for c in galv["cases"]] + [
+        (ship, (ship["cluster"], ship["cluster_scaled"]))]:
     name, g = case["name"], case["galvatron"]
-    for which, cluster in (("repipe", galv["cluster"]), ("repipe_scaled", galv["cluster_scaled"])):
+    for which, cluster in zip(("repipe", "repipe_scaled"), clusters):
         r = case[which]
         if r is None:
             print("   %s: %s: no plan fits" % (name, which))
@@ -128,12 +142,13 @@ for case in galv["cases"]:
         check(form == priced["form"] and priced["chunks"] == plan["micro_batches"],
               "%s: %s's plan in Galvatron's form is the one it priced (%s x%d)" % (
                   name, which, form, plan["micro_batches"]))
-        if plan["recompute"] == "blocks":  # each stage's first blocks checkpointed
+        if "checkpointed_layers" in priced:  # priced a layer at a time: each stage's first
             layers = int(re.search(r"layers=(\d+)", plan["transformer"]).group(1))
             lps = plan["layers_per_stage"]  # (-1: the rest)
             cut = [c if c >= 0 else layers + 2 - sum(x for x in lps if x > 0) for c in lps]
             blocks = [c - (i == 0) - (i == p - 1) for i, c in enumerate(cut)]
-            redo = sum(min(b, plan["recompute_blocks"]) for b in blocks)
+            every = {"full": layers, "blocks": plan["recompute_blocks"]}.get(plan["recompute"], 0)
+            redo = sum(min(b, every) for b in blocks)
             check(priced["checkpointed_layers"] == redo,
                   "%s: %s's plan checkpoints %d of Galvatron's layers (the first %d of each of "
                   "%d stages)" % (name, which, redo, plan["recompute_blocks"], p))
