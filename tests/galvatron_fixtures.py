@@ -171,8 +171,7 @@ def galvatron_cost(se, gbs, chunks, strategies, emb):
     MB (their embedding's and head's, and each of the stage's layers' by its own strategy,
     summed)."""
     from galvatron.core.cost_model.components.embedding_lmhead_cost import (
-        EmbeddingLMHeadMemoryCostModel, EmbeddingLMHeadTimeCostModel)
-    from galvatron.core.cost_model.components.layer_cost import MemoryCostModelBase
+        EmbeddingLMHeadTimeCostModel)
     from galvatron.core.cost_model.cost_model_handler import pipeline_costmodel
     from galvatron.core.search_engine.search_engine import pp_division_even
     first = strategies[0]
@@ -192,16 +191,36 @@ def galvatron_cost(se, gbs, chunks, strategies, emb):
         profile_hardware_args_list=se.profile_hardware_args_list, strategy_list=strategies,
         partition=partition, chunks=chunks, gbsz=gbs, pp_size=pp, other_time_cost=emb_time,
         logger=None, return_stage_cost=False)
-    emb_mem = EmbeddingLMHeadMemoryCostModel(strategy=emb, **args).get_memory_cost()["enc_total"]
-    memory, at = [], 0
-    for stage in range(pp):
-        mb = emb_mem[stage]
-        for layer in strategies[at:at + partition[stage]]:
-            mb += MemoryCostModelBase(strategy=layer, stage_idx=stage,
-                                      **args).get_memory_cost()["enc_total"]
-        at += partition[stage]
-        memory.append(float(mb))
+    memory = [x["states"] + x["activations"] for x in galvatron_memory(se, gbs, chunks,
+                                                                         strategies, emb)]
     return float(time_s), memory
+
+
+def galvatron_memory(se, gbs, chunks, strategies, emb):
+    """Galvatron's memory model on one strategy a layer: each stage's model states (its
+    embedding's and head's, and PyTorch's context, which its count adds) and activations, MB."""
+    from galvatron.core.cost_model.components.embedding_lmhead_cost import (
+        EmbeddingLMHeadMemoryCostModel)
+    from galvatron.core.cost_model.components.layer_cost import MemoryCostModelBase
+    from galvatron.core.search_engine.search_engine import pp_division_even
+    partition = pp_division_even(se.layernum_list, strategies[0].pp_size)
+    args = dict(global_batch_size=gbs, chunks=chunks, logger=None,
+                model_args=se.model_args_list[0], train_args=se.train_args_list[0],
+                parallel_args=se.parallel_args_list[0],
+                profile_model_args=se.profile_model_args_list[0])
+    with contextlib.redirect_stdout(io.StringIO()):
+        e = EmbeddingLMHeadMemoryCostModel(strategy=emb, **args).get_memory_cost()
+    out, at = [], 0
+    for stage, count in enumerate(partition):
+        states = e["model_states"][stage] + e["pytorch_context_mem"][stage]
+        acts = e["activation"][stage]
+        for layer in strategies[at:at + count]:
+            with contextlib.redirect_stdout(io.StringIO()):
+                x = MemoryCostModelBase(strategy=layer, stage_idx=stage, **args).get_memory_cost()
+            states, acts = states + x["model_states"], acts + x["activation"]
+        at += count
+        out.append({"states": float(states), "activations": float(acts)})
+    return out
 
 
 def galvatron_cost_of_plan(se, gbs, plan):
@@ -243,27 +262,32 @@ def galvatron_price(tmp, plan):
 
 def repipe_cluster(repipe, se, tmp, shape, gbs, ref, ref_chunks, name):
     """repipe's cluster files for Galvatron's engine se: a100-80gb slowed to Galvatron's block
-    (its fitted forward at micro-batch 1, tensor 1, times 1 + its backward/forward ratio, over
-    repipe's), its all-reduce bandwidth of the node's GPUs, and memory what Galvatron lets a
-    plan use; and the same with that memory scaled by repipe's count over Galvatron's of one
-    strategy (ref, on every layer, none recomputed; ref_chunks micro-batches a replica)."""
+    (its forward at micro-batch 1, tensor 1, times 1 + its backward/forward ratio, over
+    repipe's; where its profile is a line in the micro-batch, its slope so and its intercept a
+    block pass's latency), its all-reduce bandwidth of the node's GPUs, and memory what
+    Galvatron lets a plan use; and the same calibrated to Galvatron's memory count by one
+    strategy (ref, on every layer, none recomputed; ref_chunks micro-batches a replica): the
+    memory scaled by repipe's count of its model states over Galvatron's, and the activations
+    (activation_scale) by Galvatron's over repipe's times that."""
     import numpy as np
     pm, ph = se.profile_model_args_list[0], se.profile_hardware_args_list[0]
-    fct = pm.forward_computation_time  # (a line in the micro-batch where profiled so)
-    fct = float(fct[0] + fct[1]) if isinstance(fct, np.ndarray) else float(fct)
-    theirs = fct * (1 + ph.bct_fct_coe)
+    fct, latency = pm.forward_computation_time, 0.0
+    if isinstance(fct, np.ndarray):  # m x + c ms a layer's forward of x sequences
+        fct, latency = float(fct[0]), float(fct[1])
+    theirs = float(fct) * (1 + ph.bct_fct_coe)
     mine = planner_runs.block_ms(repipe, shape, "a100-80gb")
     slow = theirs / mine
     dev = {"name": "galvatron-gpu", "peak_flops": 312e12 / slow, "peak_fp32": 19.5e12 / slow,
            "memory_bytes": 1e15, "memory_bandwidth": 2039e9 / slow,
            "gemm_efficiency": 0.75, "gemm_half": 64, "memory_efficiency": 0.80,
            "attention_efficiency": 0.70}
+    if latency:
+        dev["block_latency"] = latency * 1e-3
     bw = float(se.allreduce_bandwidth[str(DEVICES)]) * 2 ** 20 * 1e3
     cluster = {"name": name, "device": dev, "per_node": DEVICES,
                "node_bandwidth": bw, "network_bandwidth": bw, "latency": 0}
-    with contextlib.redirect_stdout(io.StringIO()):
-        _, their_mem = se.check_cost_model(gbs, ref_chunks, [ref])
-    their_bytes = max(their_mem[0]) * 2 ** 20
+    theirs_mem = galvatron_memory(se, gbs, ref_chunks, [ref] * sum(se.layernum_list),
+                                  ref.to_embedding_lmhead_strategy())[0]
     path = os.path.join(tmp, "reference.json")
     json.dump(cluster, open(path, "w"))
     ref_plan, _ = planner_runs.plan(repipe, [
@@ -272,13 +296,16 @@ def repipe_cluster(repipe, se, tmp, shape, gbs, ref, ref_chunks, name):
         "even", "--recompute", "none", "--tp", str(ref.tp_size), "--pp", str(ref.pp_size),
         "--sharding", "fsdp" if ref.dp_type.name == "ZERO3" else "optimizer",
         "--micro-batch", str(gbs // (ref.dp_size * ref_chunks))])
-    scale = ref_plan["peak_memory_bytes"] / their_bytes
+    mine_mem = ref_plan["memory"]
+    states = mine_mem["weights_and_optimizer"] / (theirs_mem["states"] * 2 ** 20)
+    acts = theirs_mem["activations"] * 2 ** 20 / mine_mem["activations"]
     dev["memory_bytes"] = int(se.memory_constraint * 2 ** 20 * (1 - RESERVE))
     scaled = copy.deepcopy(cluster)
-    scaled["device"]["memory_bytes"] = int(dev["memory_bytes"] * scale)
+    scaled["device"]["memory_bytes"] = int(dev["memory_bytes"] * states)
+    scaled["device"]["activation_scale"] = acts * states
     memory = {"reference": ref.to_simple_string(), "reference_chunks": ref_chunks,
-              "galvatron_mb": their_bytes / 2 ** 20,
-              "repipe_bytes": ref_plan["peak_memory_bytes"], "scale": scale}
+              "galvatron_mb": theirs_mem, "repipe_bytes": mine_mem,
+              "states": states, "activations": acts}
     return cluster, scaled, slow, theirs, mine, memory
 
 

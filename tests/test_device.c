@@ -94,6 +94,49 @@ static void user_files(void) {
     rp_device d;
     CHECK(rp_device_get(p, &d, &err) == RP_ERR_INVALID);
     CHECK(strstr(err.msg, "\"gemm_efficiency\" must be a number from 0.001 to 1") != NULL);
+    p = put("scale.json", "{\"peak_flops\": 1e14, \"memory_bytes\": 1e9, \"memory_bandwidth\": 1e11, "
+                            "\"activation_scale\": 1000}");
+    CHECK(rp_device_get(p, &d, &err) == RP_ERR_INVALID &&
+          strstr(err.msg, "\"activation_scale\" must be a number from 0.01 to 100"));
+}
+
+/* A device's block_latency: a block's forward and each half of its
+** backward take that much longer, the embedding and the head not; its
+** activation_scale: the activations a rank holds that many times repipe's
+** count, its weights as they were. */
+static void calibration(void) {
+    rp_cluster c;
+    rp_transformer m;
+    rp_error err;
+    CHECK(rp_cluster_get("dgx-a100", &c, &err) == RP_OK);
+    CHECK(rp_transformer_parse("llama2-7b,seq=2048", &m, &err) == RP_OK);
+    CHECK(c.device.block_latency == 0 && c.device.activation_scale == 0);
+    rp_transformer_run r;
+    rp_transformer_run_default(&r);
+    rpi_xf_part plain[RPI_XF_PARTS], slow[RPI_XF_PARTS];
+    rpi_xf_parts(&m, &c, &r, plain);
+    c.device.block_latency = 1e-3;
+    rpi_xf_parts(&m, &c, &r, slow);
+    CHECK(fabs(slow[RPI_XF_BLOCK].f - plain[RPI_XF_BLOCK].f - 1e-3) < 1e-12 &&
+          fabs(slow[RPI_XF_BLOCK].bi - plain[RPI_XF_BLOCK].bi - 1e-3) < 1e-12 &&
+          fabs(slow[RPI_XF_BLOCK].bw - plain[RPI_XF_BLOCK].bw - 1e-3) < 1e-12);
+    CHECK(slow[RPI_XF_EMBED].f == plain[RPI_XF_EMBED].f && slow[RPI_XF_HEAD].f == plain[RPI_XF_HEAD].f);
+    rp_transformer_layout lay = {.p = 2, .d = 4, .v = 1, .micro_batches = 8,
+                                 .sharding = RP_SHARD_OPTIMIZER};
+    rp_transformer_memory one, two;
+    CHECK_OK(rp_transformer_rank_memory(&m, &r, &lay, 0, &one, &err), err);
+    r.activation_scale = 2.5;
+    CHECK_OK(rp_transformer_rank_memory(&m, &r, &lay, 0, &two, &err), err);
+    CHECK(fabs(two.activations - 2.5 * one.activations) < 1e-9 * two.activations &&
+          two.weights == one.weights);
+    /* the planner's runs carry the device's */
+    c.device.block_latency = 0, c.device.activation_scale = 2.5;
+    rp_scale_options o;
+    rp_scale_options_default(&o);
+    o.devices = 8, o.global_batch = 16;
+    rp_scale_plan plan;
+    CHECK_OK(rp_scale_plan_compute(&m, &c, &o, &plan, &err), err);
+    CHECK(plan.run.activation_scale == 2.5);
 }
 
 static void shapes(void) {
@@ -569,6 +612,7 @@ int main(void) {
     fp32_runs();
     table1();
     block_recompute();
+    calibration();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {

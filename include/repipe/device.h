@@ -38,6 +38,15 @@ typedef struct rp_device {
     /* the share of peak_flops a fused attention kernel (FlashAttention,
     ** cuDNN's) reaches on long sequences, forward and backward together */
     double attention_efficiency;
+    /* seconds a transformer block's pass of one micro-batch costs beyond its
+    ** kernels' work (their launches, the framework's own time), forward and
+    ** each half of the backward alike: a trainer's profile's intercept, as
+    ** Galvatron fits one [0: Megatron-LM's fused kernels hide it] */
+    double block_latency;
+    /* what a trainer keeps for its backward over repipe's count of it (a
+    ** measured or another planner's count; the cluster planner's runs carry
+    ** it) [1] */
+    double activation_scale;
 } rp_device;
 
 typedef struct rp_cluster {

@@ -214,6 +214,9 @@ typedef struct rp_transformer_run {
     ** it (Megatron-LM's --moe-expert-capacity-factor with
     ** --moe-pad-expert-input-to-capacity); 0: dropless, every token its own */
     double capacity;
+    /* the activations' bytes over repipe's count of them (a device's
+    ** activation_scale; 0: 1) */
+    double activation_scale;
 } rp_transformer_run;
 
 /* How many of a chunk's `blocks` blocks run r recomputes (its first ones):

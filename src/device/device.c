@@ -148,7 +148,8 @@ static rp_status device_json(const cJSON *o, const char *file, rp_device *d, rp_
     static const char *const keys[] = {"name", "peak_flops", "peak_fp8", "memory_bytes",
                                        "memory_bandwidth", "gemm_efficiency", "gemm_half",
                                        "memory_efficiency", "attention_efficiency",
-                                       "fp8_efficiency", "peak_fp32"};
+                                       "fp8_efficiency", "peak_fp32", "block_latency",
+                                       "activation_scale"};
     if (!cJSON_IsObject(o))
         return rp_fail(err, RP_ERR_INVALID, "%s: a device is an object of %s, %s, ...", file,
                        keys[1], keys[3]);
@@ -158,16 +159,16 @@ static rp_status device_json(const cJSON *o, const char *file, rp_device *d, rp_
             i++;
         if (i == sizeof keys / sizeof *keys)
             return rp_fail(err, RP_ERR_INVALID, "%s: \"%s\" is not a device's key (%s, %s, %s, "
-                           "%s, %s, %s, %s, %s, %s, %s, %s)", file, k->string, keys[0], keys[1],
-                           keys[2], keys[3], keys[4], keys[5], keys[6], keys[7], keys[8],
-                           keys[9], keys[10]);
+                           "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", file, k->string,
+                           keys[0], keys[1], keys[2], keys[3], keys[4], keys[5], keys[6],
+                           keys[7], keys[8], keys[9], keys[10], keys[11], keys[12]);
     }
     memset(d, 0, sizeof *d);
     rp_status st = name_of(o, file, file, d->name, sizeof d->name, err);
     if (st)
         return st;
     d->gemm_efficiency = 0.8, d->gemm_half = 64, d->memory_efficiency = 0.8;
-    d->attention_efficiency = 0.5;
+    d->attention_efficiency = 0.5, d->activation_scale = 1;
     if ((st = number(o, file, "peak_flops", true, 1e6, 1e18, &d->peak_flops, err)) ||
         (st = number(o, file, "peak_fp8", false, 0, 1e18, &d->peak_fp8, err)) ||
         (st = number(o, file, "peak_fp32", false, 0, 1e18, &d->peak_fp32, err)) ||
@@ -177,7 +178,9 @@ static rp_status device_json(const cJSON *o, const char *file, rp_device *d, rp_
         (st = number(o, file, "gemm_half", false, 0, 1e6, &d->gemm_half, err)) ||
         (st = number(o, file, "memory_efficiency", false, 1e-3, 1, &d->memory_efficiency, err)) ||
         (st = number(o, file, "attention_efficiency", false, 1e-3, 1, &d->attention_efficiency,
-                     err)))
+                     err)) ||
+        (st = number(o, file, "block_latency", false, 0, 1, &d->block_latency, err)) ||
+        (st = number(o, file, "activation_scale", false, 0.01, 100, &d->activation_scale, err)))
         return st;
     d->fp8_efficiency = d->gemm_efficiency;
     if ((st = number(o, file, "fp8_efficiency", false, 1e-3, 1, &d->fp8_efficiency, err)))

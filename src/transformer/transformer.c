@@ -344,6 +344,9 @@ static void block(const rp_transformer *m, const rates *x, const rp_transformer_
     p->bi = linear + core_b + eb + tpb + cpb + a2a_b +
             (selective ? core_f + at.up + (m->flash ? 0 : ef / 4) : 0);
     p->bw = linear;
+    /* the pass's own time beyond its kernels' (a device's block_latency) */
+    double lat = x->c->device.block_latency;
+    p->f += lat, p->bi += lat, p->bw += lat;
     p->out = 2 * vb * BS * H / T; /* sent in t pieces, gathered on the next rank */
     /* kept: the norms' inputs, the attention's and the MLP's inputs (fp8
     ** copies where the products run in fp8, as Transformer Engine keeps

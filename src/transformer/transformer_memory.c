@@ -86,7 +86,8 @@ void rpi_xf_rank_memory(const rp_transformer *m, const rp_transformer_run *r,
                    experts * rpi_xf_bytes_per_parameter(lay->sharding, ne, C > 1, r->precision);
     if (lay->sharding == RP_SHARD_FULL && C == 1) /* two blocks gathered: one computing, the next */
         out->weights += 2 * rpi_xf_gathered_bytes(r->precision) * gathered;
-    out->activations = flight * kept + (redone ? most : 0);
+    out->activations = (flight * kept + (redone ? most : 0)) *
+                       (r->activation_scale > 0 ? r->activation_scale : 1);
     out->total = out->weights + out->activations;
 }
 

@@ -292,6 +292,7 @@ static int runs_of(const rp_transformer *m, const rp_cluster *c, const rp_scale_
             r.recompute_blocks = rc == RP_RECOMPUTE_BLOCKS; /* (the estimate's to choose) */
             r.overlap = !o->no_overlap;
             r.capacity = o->capacity;
+            r.activation_scale = c->device.activation_scale;
             rp_error err;
             if (rp_transformer_run_check(m, c, &r, &err) == RP_OK)
                 out[n++] = r;
@@ -528,10 +529,11 @@ static rp_status try_cand(const rp_transformer *m, const rp_cluster *c,
 /* The best estimates, simulated; those that do not fit make room for the
 ** next; DualPipeV's best few too, where asked for (the closed form prices
 ** it as interleaving's two chunks, not its overlap of passes); and the best
-** of each kind of shape (no pipeline, 1F1B, interleaving; by sharding and
-** recomputation) within 5 % of the best estimate: the estimates come within a few percent
-** of the simulation, and where kinds of shape are that close the
-** simulation is to choose between them. *fit: how many fitted. */
+** of each kind of shape (no pipeline, 1F1B, interleaving; by sharding,
+** recomputation, and with a tensor group or without) within 5 % of the
+** best estimate: the estimates come within a few percent of the
+** simulation, and where kinds of shape are that close the simulation is to
+** choose between them. *fit: how many fitted. */
 static rp_status simulate_best(const rp_transformer *m, const rp_cluster *c,
                                const rp_scale_options *o, const cand_list *l, double memory,
                                rp_scale_plan *out, int *fit, rp_error *err) {
@@ -539,13 +541,14 @@ static rp_status simulate_best(const rp_transformer *m, const rp_cluster *c,
     int want = o->candidates > 0 ? o->candidates : 3, dv_tried = 0, dv_left = 0;
     for (int i = 0; i < l->n; i++)
         dv_left += cs[i].dv;
-    bool kind_seen[2][2][3][4] = {{{{false}}}};
+    bool kind_seen[2][2][3][4][2] = {{{{{false}}}}};
     *fit = 0;
     for (int i = 0; i < l->n; i++) {
         /* (an estimate a tenth worse than the best is not simulated) */
         bool best = *fit < want && i < 4 * want && cs[i].estimate <= 1.1 * cs[0].estimate;
         bool dv = cs[i].dv && dv_tried < want;
-        bool *seen = &kind_seen[cs[i].p > 1][cs[i].v > 1][cs[i].sharding][cs[i].run.recompute];
+        bool *seen = &kind_seen[cs[i].p > 1][cs[i].v > 1][cs[i].sharding][cs[i].run.recompute]
+                               [cs[i].run.tensor_parallel > 1];
         bool kind = !cs[i].dv && !*seen && cs[i].estimate <= 1.05 * cs[0].estimate;
         *seen = *seen || !cs[i].dv;
         dv_left -= cs[i].dv;
