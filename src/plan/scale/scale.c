@@ -105,11 +105,9 @@ static double ring_time(int n, double bytes, double bw, double latency) {
 }
 
 /* The chunks' layer counts of shape k: Megatron-LM's even split, or
-** spread by the passes' costs. */
-static void cut(const rp_transformer *m, const rpi_xf_part *x, const cand *k, bool even,
-                int *counts) {
-    double cost[RPI_XF_PARTS];
-    pass_costs(x, k->run.recompute == RP_RECOMPUTE_FULL, cost);
+** spread by the passes' costs (pass_costs'). */
+static void cut(const rp_transformer *m, const double cost[RPI_XF_PARTS], const cand *k,
+                bool even, int *counts) {
     int C = k->p * (k->dv ? 2 : k->v);
     if (even)
         rpi_xf_split(m->layers, C, counts);
@@ -134,15 +132,15 @@ static double shape_memory(const rp_transformer *m, const rpi_xf_part *x, const 
     return most;
 }
 
+static int imax(int a, int b) {
+    return a > b ? a : b;
+}
+
 /* Under RP_RECOMPUTE_BLOCKS, the fewest blocks a chunk recomputes for
 ** shape k to fit `memory` (its time grows with them, its memory shrinks),
 ** set in k's run. False where no recomputation fits already or only every
 ** block does (the shapes of none and of full recomputation) unless blocks
 ** were asked for (`asked`), or where none fits at all. */
-static int imax(int a, int b) {
-    return a > b ? a : b;
-}
-
 static bool fewest_blocks(const rp_transformer *m, const rpi_xf_part *x, cand *k,
                           const int *counts, double memory, bool asked) {
     int C = k->p * (k->dv ? 2 : k->v), most = 0;
@@ -181,21 +179,22 @@ static double estimate(const rp_transformer *m, const rp_cluster *c, const rpi_x
     double cost[RPI_XF_PARTS];
     pass_costs(x, k->run.recompute == RP_RECOMPUTE_FULL, cost);
     int counts[RP_MAX_STAGES];
-    cut(m, x, k, o->even_stages, counts);
-    if (k->run.recompute == RP_RECOMPUTE_BLOCKS &&
-        !fewest_blocks(m, x, k, counts, memory, o->recompute == RP_RECOMPUTE_BLOCKS))
+    cut(m, cost, k, o->even_stages, counts);
+    bool partial = k->run.recompute == RP_RECOMPUTE_BLOCKS;
+    if (partial && !fewest_blocks(m, x, k, counts, memory, o->recompute == RP_RECOMPUTE_BLOCKS))
         return DBL_MAX;
     /* each rank's passes, its chunks' layers as the cut lays them, a
-    ** recomputed block's forward twice */
-    bool partial = k->run.recompute == RP_RECOMPUTE_BLOCKS;
+    ** recomputed block's forward twice (full recomputation's are in cost) */
     double rank[RP_MAX_STAGES] = {0}, most = 0, all = 0;
     for (int c = 0, l = 0; c < C; l += counts[c++]) {
         int r = k->dv ? (c < P ? c : 2 * P - 1 - c) : c % P;
-        int redo = rp_transformer_recomputed_blocks(&k->run, rpi_xf_blocks(l, l + counts[c], L));
+        int redo = partial ? rp_transformer_recomputed_blocks(
+                                 &k->run, rpi_xf_blocks(l, l + counts[c], L))
+                           : 0;
         for (int j = l, b = 0; j < l + counts[c]; j++) {
             int kind = rpi_xf_kind(m, j);
             rank[r] += cost[kind];
-            if (partial && rpi_xf_is_block(kind) && b++ < redo)
+            if (rpi_xf_is_block(kind) && b++ < redo)
                 rank[r] += x[kind].f;
         }
     }
@@ -503,8 +502,10 @@ static rp_status try_cand(const rp_transformer *m, const rp_cluster *c,
                           rp_scale_plan *out, bool *fits, rp_error *err) {
     rpi_xf_part x[RPI_XF_PARTS];
     rpi_xf_parts(m, c, &k->run, x);
+    double cost[RPI_XF_PARTS];
+    pass_costs(x, k->run.recompute == RP_RECOMPUTE_FULL, cost);
     int counts[RP_MAX_STAGES];
-    cut(m, x, k, o->even_stages, counts);
+    cut(m, cost, k, o->even_stages, counts);
     rp_config cfg;
     config_of(k, counts, &cfg);
     double sec;

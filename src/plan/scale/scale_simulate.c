@@ -49,8 +49,8 @@ rp_status rp_scale_simulate(const rp_transformer *m, const rp_cluster *c,
     rpi_xf_part x[RPI_XF_PARTS];
     rpi_xf_parts(m, c, run, x);
     double *a = malloc(sizeof(double) * (size_t)L * 8);
-    bool *redo = calloc((size_t)L, sizeof(bool));
-    if (!a || !redo) {
+    bool *redo = run->recompute == RP_RECOMPUTE_BLOCKS ? calloc((size_t)L, sizeof(bool)) : NULL;
+    if (!a || (run->recompute == RP_RECOMPUTE_BLOCKS && !redo)) {
         free(a), free(redo);
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for a profile of %d layers", L);
     }
@@ -64,7 +64,7 @@ rp_status rp_scale_simulate(const rp_transformer *m, const rp_cluster *c,
     }
     /* some blocks recomputed: each such block's forward again before its
     ** backward, and only its input kept (the rest as the profile says) */
-    if (run->recompute == RP_RECOMPUTE_BLOCKS) {
+    if (redo) {
         rp_derived dc;
         rp_config_derive(cfg, &dc);
         int counts[RP_MAX_STAGES], C = dc.stages;
