@@ -26,35 +26,57 @@ except ImportError:
     HAVE = False
 
 
-def run(case, tmp, timeout=120):
-    """The case on 3 ranks: a stuck peer at the batches' check under torchrun itself (which
-    ends the sleeper), the others forked from one process that imported PyTorch once
-    (fork_ranks.py, which ends the others as torchrun does when one rank fails)."""
-    out = os.path.join(tmp, case)
-    if case == "stuck":
+def run(cases, tmp, timeout=120):
+    """The cases on 3 ranks, one after another in one launch: a stuck peer at the batches'
+    check under torchrun itself (which ends the sleeper), the others forked from one process
+    that imported PyTorch once (fork_ranks.py, which ends the others as torchrun does when one
+    rank fails). Returns the launch, its seconds, and what each rank met in each case."""
+    if cases[0] == "stuck":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     else:
         cmd = [sys.executable, os.path.join(HERE, "fork_ranks.py"), "--warm", "torch_models:warm"]
-    cmd += ["--nproc-per-node", "3", os.path.join(HERE, "torch_faults_run.py"), case, out]
+    cmd += ["--nproc-per-node", "3", os.path.join(HERE, "torch_faults_run.py"), ",".join(cases),
+            tmp]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     t0 = time.monotonic()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     took = time.monotonic() - t0
-    met = {}
-    for f in glob.glob(out + ".*.json"):
-        with open(f) as h:
-            r = json.load(h)
-        met[r["rank"]] = r
+    met = {c: {} for c in cases}
+    for c in cases:
+        for f in glob.glob(os.path.join(tmp, c + ".*.json")):
+            with open(f) as h:
+                r = json.load(h)
+            met[c][r["rank"]] = r
     return p, took, met
 
 
 @unittest.skipUnless(HAVE, "needs PyTorch 2 with torch.distributed.pipelining")
 class Faults(unittest.TestCase):
+    # the cases that end with the ranks in step, in one launch (each on a Pipeline of its own)
+    TOGETHER = ("early", "relu", "batches", "skipped")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.together = tempfile.TemporaryDirectory()
+        # (past the group's 120 s: where a fault hangs a step, its watchdog ends the launch and
+        # each case says what it met)
+        cls.launch = run(cls.TOGETHER, cls.together.name, timeout=300)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.together.cleanup()
+
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
 
     def tearDown(self):
         self.tmp.cleanup()
+
+    def case(self, name):
+        """What each rank met in one of the cases launched together, all three ranks'."""
+        p, took, met = self.launch
+        self.assertEqual(sorted(met[name]), [0, 1, 2], p.stderr[-3000:])
+        return met[name]
 
     def test_stuck_peer_ends_the_others(self):
         # the process group's timeout is 8 s: the others end at step 2 within it (and torchrun
@@ -63,7 +85,8 @@ class Faults(unittest.TestCase):
         # exchanges (check_batches=False), by ending the process. The bound is the sleeper's
         # 600 s, far off: three ranks' imports of torch under a loaded make test took 68 s
         for case in ("stuck", "stuck-inside"):
-            p, took, met = run(case, self.tmp.name)
+            p, took, met = run([case], self.tmp.name)
+            met = met[case]
             self.assertNotEqual(p.returncode, 0)
             self.assertLess(took, 180, p.stderr[-2000:])
             for r in (0, 2):
@@ -74,25 +97,21 @@ class Faults(unittest.TestCase):
                     self.assertIn(said, p.stderr)
 
     def test_different_batches_are_refused(self):
-        p, took, met = run("batches", self.tmp.name)
-        self.assertEqual(sorted(met), [0, 1, 2], p.stderr[-2000:])
+        met = self.case("batches")
         for r in range(3):
             self.assertEqual(met[r]["losses"], [])
             self.assertIn("step 0: ranks 1 passed a batch that differs from rank 0's",
                           met[r]["error"])
 
     def test_a_skipped_step_is_refused_not_waited_for(self):
-        p, took, met = run("skipped", self.tmp.name)
-        self.assertEqual(sorted(met), [0, 1, 2], p.stderr[-2000:])
+        met = self.case("skipped")
         self.assertIn("the plan's update takes 8 samples", met[1]["caught"])
         for r in range(3):  # step 1: the others at batch 1, rank 1 at batch 2
             self.assertEqual(len(met[r]["losses"]), 1)
             self.assertIn("passed a batch that differs", met[r]["error"])
 
     def test_a_stage_without_parameters_trains(self):
-        p, took, met = run("relu", self.tmp.name)
-        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
-        r = met[0]
+        r = self.case("relu")[0]
         for a, b in zip(r["losses"], r["ref_losses"]):
             self.assertLessEqual(abs(a - b), 1e-5 * abs(b))
         self.assertLessEqual(r["weights_rel"], 1e-5)
@@ -128,7 +147,7 @@ class Faults(unittest.TestCase):
             dist.destroy_process_group()
 
     def test_state_dict_before_the_first_step(self):
-        p, took, met = run("early", self.tmp.name)
+        met = self.case("early")
         for r in range(3):
             self.assertIn("no stage is built yet", met[r]["error"])
             self.assertIn("call step() first", met[r]["error"])
