@@ -134,14 +134,18 @@ if [ $rc = 1 ] && grep -q "\-\-save $tmp/no/such/dir/w.rpw: cannot write in $tmp
 # reach FD N: reads lines from fd 3 until one logs update N or later.
 reach() { local line; while read -r line <&3; do
   [[ $line =~ ^\{\"update\":([0-9]+), ]] && [ "${BASH_REMATCH[1]}" -ge "$1" ] && return 0; done; return 1; }
-train --config "$tmp/r2.json" --updates 3000 --save "$tmp/long.rpw" >/dev/null 2>&1
-# running NAME ARGS: a run of 3000 updates in the background ($pid), logging
+# The runs to stop are $long updates: a line of the log is about 100 bytes, so
+# a FIFO's 64 KiB holds a run some 650 updates past the last line read, and
+# 1500 leave it far from its end when the signal comes.
+long=1500
+train --config "$tmp/r2.json" --updates $long --save "$tmp/long.rpw" >/dev/null 2>&1
+# running NAME ARGS: a run of $long updates in the background ($pid), logging
 # to the FIFO $tmp/NAME.fifo (read on fd 3) and to $tmp/NAME.err, read as far
 # as update 5.
 running() {
   local name=$1; shift
   mkfifo "$tmp/$name.fifo"
-  start --config "$tmp/r2.json" --updates 3000 --checkpoint-every 1000000 \
+  start --config "$tmp/r2.json" --updates $long --checkpoint-every 1000000 \
     --json-log "$tmp/$name.fifo" --log-every 1 "$@" >/dev/null 2>"$tmp/$name.err" &
   pid=$!
   exec 3<"$tmp/$name.fifo"
@@ -159,8 +163,8 @@ if [ $rc = 130 ] && grep -q '^{"stopped":"SIGINT","update":[0-9]*}$' <<<"$last" 
    grep -q "stopped by SIGINT after update [0-9]*: a checkpoint of it is written" "$tmp/i.err" &&
    ls "$tmp/i"/ckpt-*.rpc >/dev/null 2>&1; then ok; else bad "SIGINT: exit $rc, last line $last, $(cat "$tmp/i.err")"; fi
 n=$(sed -n 's/.*"update":\([0-9]*\)}$/\1/p' <<<"$last")
-if [ -n "$n" ] && [ "$n" -lt 3000 ]; then ok; else bad "SIGINT came after the end ($n)"; fi
-train --config "$tmp/r2.json" --updates 3000 --resume "$tmp/i" --save "$tmp/i.rpw" >/dev/null 2>&1
+if [ -n "$n" ] && [ "$n" -lt $long ]; then ok; else bad "SIGINT came after the end ($n)"; fi
+train --config "$tmp/r2.json" --updates $long --resume "$tmp/i" --save "$tmp/i.rpw" >/dev/null 2>&1
 same "SIGINT, resumed = straight" "$tmp/long.rpw" "$tmp/i.rpw" 0
 
 # Two runs, one directory: the second is refused at once, naming the first;
@@ -176,7 +180,7 @@ if [ $rc = 1 ] && grep -q "$tmp/t is in use by another run (run [0-9a-f]*, pid $
 
 # SIGKILL: nothing but the checkpoints survive; resuming finishes exactly.
 mkfifo "$tmp/k.fifo"
-start --config "$tmp/r2.json" --updates 3000 --checkpoint-dir "$tmp/k" --checkpoint-every 200 \
+start --config "$tmp/r2.json" --updates $long --checkpoint-dir "$tmp/k" --checkpoint-every 200 \
   --json-log "$tmp/k.fifo" --log-every 1 >/dev/null 2>&1 &
 pid=$!
 exec 3<"$tmp/k.fifo"
@@ -185,7 +189,7 @@ for _ in $(seq 600); do [ -e "$tmp/k/ckpt-000000000200.rpc" ] && break; sleep 0.
 kill -KILL $pid; exec 3<&-
 { wait $pid; } 2>/dev/null; rc=$?
 if [ $rc = 137 ]; then ok; else bad "SIGKILL: exit $rc"; fi
-out=$(train --config "$tmp/r2.json" --updates 3000 --resume "$tmp/k" --save "$tmp/k.rpw" 2>&1)
+out=$(train --config "$tmp/r2.json" --updates $long --resume "$tmp/k" --save "$tmp/k.rpw" 2>&1)
 if grep -q "^resuming from .*: update [1-9][0-9]*00 " <<<"$out"; then ok; else bad "SIGKILL resume: $out"; fi
 same "SIGKILL, resumed = straight" "$tmp/long.rpw" "$tmp/k.rpw" 0
 
