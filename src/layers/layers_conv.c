@@ -313,34 +313,55 @@ static void scatter_taps(const rp_layer *L, const lowering *lw, const float *dwr
 ** tiled over a few samples at a time through col and tmp. With G groups,
 ** group g's output channels read its C / G input channels alone: rows
 ** g C K K / G onwards of the columns, one product per group. */
+/* What forward and backward both set up: the sizes, the tile of samples,
+** the masks and the lowering, and the weights as the products read them
+** (gathered to the kept taps in tmp, after the tile's outputs, where the
+** lowering drops some). */
+typedef struct conv_job {
+    int G, O, Og, HW, tile;
+    int R;           /* the rows of a group's columns and its weights' width: C / G x taps */
+    size_t in_per;   /* one sample's input values */
+    size_t weights;  /* the weights' values before the bias (O x C / G x K x K) */
+    const int *mask; /* conv_masks' */
+    lowering lw;
+    const float *w;  /* the weights the products read */
+    float *wr;       /* their gathered copy in tmp, or NULL */
+    int mask_buf[SAME_MAX];
+} conv_job;
+
+static void conv_job_init(const layer_args *a, conv_job *j) {
+    const rp_layer *L = a->L;
+    j->G = L->groups, j->O = L->units, j->Og = j->O / j->G;
+    j->HW = L->out.dim[1] * L->out.dim[2];
+    j->in_per = rp_shape_size(&L->in);
+    j->weights = (size_t)j->O * (L->in.dim[0] * L->kernel * L->kernel / j->G);
+    j->tile = conv_tile(L, a->B, a->scratch_limit);
+    j->mask = conv_masks(L, j->mask_buf);
+    conv_lowering(L, &j->lw);
+    j->R = L->in.dim[0] / j->G * j->lw.T;
+    j->w = a->w, j->wr = NULL;
+    if (j->lw.reduced) {
+        j->wr = a->tmp + (size_t)j->O * j->tile * j->HW;
+        gather_taps(L, &j->lw, a->w, j->wr);
+        j->w = j->wr;
+    }
+}
+
 RP_HOT
 void rpi_conv_forward(const layer_args *a) {
     if (rpi_conv_accel_forward(a->accel, a))
         return;
     const rp_layer *L = a->L;
-    int G = L->groups, O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
-    int Og = O / G, CKKg = CKK / G;
-    int HW = L->out.dim[1] * L->out.dim[2];
-    size_t in_per = rp_shape_size(&L->in);
-    const float *bias = a->w + (size_t)O * CKKg;
-    int tile = conv_tile(L, a->B, a->scratch_limit), mask_buf[SAME_MAX];
-    const int *mask = conv_masks(L, mask_buf);
-    lowering lw;
-    conv_lowering(L, &lw);
-    /* the rows of a group's columns and its weights' width: C / G x taps */
-    int R = L->in.dim[0] / G * lw.T;
-    const float *w = a->w;
-    if (lw.reduced) {
-        float *wr = a->tmp + (size_t)O * tile * HW;
-        gather_taps(L, &lw, a->w, wr);
-        w = wr;
-    }
+    conv_job j;
+    conv_job_init(a, &j);
+    int G = j.G, O = j.O, Og = j.Og, HW = j.HW, R = j.R, tile = j.tile;
+    const float *bias = a->w + j.weights;
     for (int b0 = 0; b0 < a->B; b0 += tile) {
         int nb = a->B - b0 < tile ? a->B - b0 : tile, ncols = nb * HW;
-        lower(L, nb, mask, &lw, a->in + b0 * in_per, a->col, NULL, NULL);
+        lower(L, nb, j.mask, &j.lw, a->in + b0 * j.in_per, a->col, NULL, NULL);
         for (int g = 0; g < G; g++)
             rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Og, ncols, R, 1.0f,
-                        w + (size_t)g * Og * R, R, a->col + (size_t)g * R * ncols,
+                        j.w + (size_t)g * Og * R, R, a->col + (size_t)g * R * ncols,
                         ncols, 0.0f, a->tmp + (size_t)g * Og * ncols, ncols);
         for (int b = 0; b < nb; b++)
             for (int o = 0; o < O; o++) {
@@ -362,24 +383,12 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
     if (rpi_conv_accel_backward(a->accel, a, dout, din))
         return;
     const rp_layer *L = a->L;
-    int G = L->groups, O = L->units, CKK = L->in.dim[0] * L->kernel * L->kernel;
-    int Og = O / G, CKKg = CKK / G;
-    int HW = L->out.dim[1] * L->out.dim[2];
-    size_t in_per = rp_shape_size(&L->in);
-    float *db = a->dw + (size_t)O * CKKg;
-    int tile = conv_tile(L, a->B, a->scratch_limit), mask_buf[SAME_MAX];
-    const int *mask = conv_masks(L, mask_buf);
-    lowering lw;
-    conv_lowering(L, &lw);
-    int R = L->in.dim[0] / G * lw.T;
-    const float *w = a->w;
-    float *dw = a->dw, *dwr = NULL;
-    if (lw.reduced) { /* gathered weights; their gradient summed apart, then scattered */
-        float *wr = a->tmp + (size_t)O * tile * HW;
-        gather_taps(L, &lw, a->w, wr);
-        w = wr;
-        dw = dwr = wr + (size_t)O * R;
-    }
+    conv_job j;
+    conv_job_init(a, &j);
+    int G = j.G, O = j.O, Og = j.Og, HW = j.HW, R = j.R, tile = j.tile;
+    float *db = a->dw + j.weights;
+    /* with gathered weights, their gradient is summed apart, then scattered */
+    float *dw = j.wr ? j.wr + (size_t)O * R : a->dw;
     /* the split halves: B needs only the product with the weights, W the
     ** columns (im2col runs there alone) and the bias sums */
     bool want_w = a->part != RPI_BACK_INPUT;
@@ -413,8 +422,8 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
                     db[o] += sum;
             }
         if (want_w) {
-            lower(L, nb, mask, &lw, a->in + b0 * in_per, a->col, NULL, NULL);
-            bool add = (a->accumulate && !lw.reduced) || b0 > 0;
+            lower(L, nb, j.mask, &j.lw, a->in + b0 * j.in_per, a->col, NULL, NULL);
+            bool add = (a->accumulate && !j.lw.reduced) || b0 > 0;
             for (int g = 0; g < G; g++)
                 rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Og, R, ncols, 1.0f,
                             a->tmp + (size_t)g * Og * ncols, ncols,
@@ -425,12 +434,12 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
             continue;
         for (int g = 0; g < G; g++)
             rpi_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, ncols, Og, 1.0f,
-                        w + (size_t)g * Og * R, R, a->tmp + (size_t)g * Og * ncols,
+                        j.w + (size_t)g * Og * R, R, a->tmp + (size_t)g * Og * ncols,
                         ncols, 0.0f, a->col + (size_t)g * R * ncols, ncols);
-        lower(L, nb, mask, &lw, NULL, NULL, a->col, din + b0 * in_per);
+        lower(L, nb, j.mask, &j.lw, NULL, NULL, a->col, din + b0 * j.in_per);
     }
-    if (dwr && want_w)
-        scatter_taps(L, &lw, dwr, a->dw, a->accumulate);
+    if (j.wr && want_w)
+        scatter_taps(L, &j.lw, dw, a->dw, a->accumulate);
 }
 
 /* in: (B, C, H, W); out: (B, C, OH, OW); aux: for every output, the offset
@@ -528,9 +537,20 @@ static inline void avg_window(const rp_layer *L, int o, int n, int *lo, int *hi)
     *hi = b > n ? n : b;
 }
 
-static inline float avg_divisor(const rp_layer *L, int h0, int h1, int w0, int w1) {
-    return L->type == RP_LAYER_ADAPTIVE_AVGPOOL2D ? (float)((h1 - h0) * (w1 - w0))
-                                                  : (float)(L->kernel * L->kernel);
+/* Output (oh, ow)'s window in an H x W plane and what its sum is divided
+** by. */
+typedef struct avg_cell {
+    int h0, h1, w0, w1;
+    float divisor;
+} avg_cell;
+
+static inline avg_cell avg_cell_at(const rp_layer *L, int oh, int ow, int H, int W) {
+    avg_cell c;
+    avg_window(L, oh, H, &c.h0, &c.h1);
+    avg_window(L, ow, W, &c.w0, &c.w1);
+    c.divisor = L->type == RP_LAYER_ADAPTIVE_AVGPOOL2D ? (float)((c.h1 - c.h0) * (c.w1 - c.w0))
+                                                       : (float)(L->kernel * L->kernel);
+    return c;
 }
 
 void rpi_avgpool_forward(const layer_args *a) {
@@ -539,19 +559,15 @@ void rpi_avgpool_forward(const layer_args *a) {
     for (int bc = 0; bc < a->B * L->in.dim[0]; bc++) {
         const float *plane = a->in + (size_t)bc * H * W;
         float *o = a->out + (size_t)bc * OH * OW;
-        for (int oh = 0; oh < OH; oh++) {
-            int h0, h1;
-            avg_window(L, oh, H, &h0, &h1);
+        for (int oh = 0; oh < OH; oh++)
             for (int ow = 0; ow < OW; ow++) {
-                int w0, w1;
-                avg_window(L, ow, W, &w0, &w1);
+                avg_cell c = avg_cell_at(L, oh, ow, H, W);
                 float sum = 0;
-                for (int h = h0; h < h1; h++)
-                    for (int w = w0; w < w1; w++)
+                for (int h = c.h0; h < c.h1; h++)
+                    for (int w = c.w0; w < c.w1; w++)
                         sum += plane[h * W + w];
-                o[oh * OW + ow] = sum / avg_divisor(L, h0, h1, w0, w1);
+                o[oh * OW + ow] = sum / c.divisor;
             }
-        }
     }
 }
 
@@ -564,17 +580,13 @@ void rpi_avgpool_backward(const layer_args *a, const float *dout, float *din) {
     for (int bc = 0; bc < a->B * L->in.dim[0]; bc++) {
         float *plane = din + (size_t)bc * H * W;
         const float *g = dout + (size_t)bc * OH * OW;
-        for (int oh = 0; oh < OH; oh++) {
-            int h0, h1;
-            avg_window(L, oh, H, &h0, &h1);
+        for (int oh = 0; oh < OH; oh++)
             for (int ow = 0; ow < OW; ow++) {
-                int w0, w1;
-                avg_window(L, ow, W, &w0, &w1);
-                float v = g[oh * OW + ow] / avg_divisor(L, h0, h1, w0, w1);
-                for (int h = h0; h < h1; h++)
-                    for (int w = w0; w < w1; w++)
+                avg_cell c = avg_cell_at(L, oh, ow, H, W);
+                float v = g[oh * OW + ow] / c.divisor;
+                for (int h = c.h0; h < c.h1; h++)
+                    for (int w = c.w0; w < c.w1; w++)
                         plane[h * W + w] += v;
             }
-        }
     }
 }
