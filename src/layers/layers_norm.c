@@ -14,22 +14,29 @@
 
 /* Sums over a channel's n values in double, in 32 running sums (a fixed
 ** order, so every run gives the same bits; four vectors of them, so the
-** loop is not held to one addition's latency): sum(x - shift) and
-** sum((x - shift)^2); or, with y, sum(y) and sum(y (x - shift) k). */
+** loop is not held to one addition's latency): sum(x - shift) into acc[0],
+** or with squares sum((x - shift)^2) into acc[1]; or, with y, sum(y) and
+** sum(y (x - shift) k). */
 #define LANES 32
 static inline void sums(const float *restrict x, const float *restrict y, size_t n, double shift,
-                        double k, double acc[2][LANES]) {
+                        double k, bool squares, double acc[2][LANES]) {
     size_t p = 0;
+    if (!y && !squares) {
+        for (; p + LANES <= n; p += LANES)
+            for (int j = 0; j < LANES; j++)
+                acc[0][j] += x[p + j] - shift;
+        for (; p < n; p++)
+            acc[0][p % LANES] += x[p] - shift;
+        return;
+    }
     if (!y) {
         for (; p + LANES <= n; p += LANES)
             for (int j = 0; j < LANES; j++) {
                 double d = x[p + j] - shift;
-                acc[0][j] += d;
                 acc[1][j] += d * d;
             }
         for (; p < n; p++) {
             double d = x[p] - shift;
-            acc[0][p % LANES] += d;
             acc[1][p % LANES] += d * d;
         }
         return;
@@ -61,23 +68,57 @@ static void bn_dims(const rp_layer *L, int *C, size_t *HW) {
     *HW = rp_shape_size(&L->in) / (size_t)*C;
 }
 
+/* A channel's rows are a sample apart (C HW values, often a power of two:
+** walked channel by channel, 32 rows of a channel fall in the same cache
+** sets and every pass missed). So each pass walks a block of CB channels
+** sample by sample, the block's rows in the order they lie, with a set of
+** running sums for each channel: each channel's values are still added in
+** the same order, so the sums are the same bits as a channel at a time. */
+#define CB 32
+
+/* y = (x - m) k + bias over every value, in the order they lie: k is
+** weight rstd with the batch's statistics (m, rstd: mean and rstd), else
+** weight / sqrt(running variance + eps) with m the running mean. */
+RP_HOT
+static void bn_apply(const layer_args *a, int C, size_t HW, const float *m, const float *rstd) {
+    const rp_layer *L = a->L;
+    const float *g = a->w, *beta = a->w + C, *rv = a->w + 3 * C;
+    size_t per = (size_t)C * HW;
+    for (int b = 0; b < a->B; b++)
+        for (int c = 0; c < C; c++) {
+            const float *x = a->in + b * per + (size_t)c * HW;
+            float *y = a->out + b * per + (size_t)c * HW;
+            float mc = m[c], bc = beta[c];
+            float k = rstd ? rstd[c] * g[c] : g[c] / sqrtf(rv[c] + L->eps);
+            for (size_t p = 0; p < HW; p++)
+                y[p] = (x[p] - mc) * k + bc;
+        }
+}
+
+/* Channels [c0, c0 + n)'s sums over the micro-batch, as sums() takes them
+** (shift[j] and k[j] for channel c0 + j, or 0 where NULL; dy NULL: of x
+** alone, its squares about the shift where one is given). */
+RP_HOT
+static void bn_block_sums(const layer_args *a, int C, size_t HW, int c0, int n, const float *dy,
+                          const double *shift, const double *k, double acc[CB][2][LANES]) {
+    size_t per = (size_t)C * HW;
+    memset(acc, 0, sizeof(double) * CB * 2 * LANES);
+    for (int b = 0; b < a->B; b++)
+        for (int j = 0; j < n; j++) {
+            size_t at = b * per + (size_t)(c0 + j) * HW;
+            sums(a->in + at, dy ? dy + at : NULL, HW, shift ? shift[j] : 0.0, k ? k[j] : 0.0,
+                 shift != NULL, acc[j]);
+        }
+}
+
 RP_HOT
 rp_status rpi_batchnorm_forward(const layer_args *a, rp_error *err) {
     const rp_layer *L = a->L;
     int C;
-    size_t HW, per = rp_shape_size(&L->in);
+    size_t HW;
     bn_dims(L, &C, &HW);
-    const float *g = a->w, *beta = a->w + C, *rm = a->w + 2 * C, *rv = a->w + 3 * C;
     if (!a->ctx->training) { /* the running statistics */
-        for (int c = 0; c < C; c++) {
-            float k = g[c] / sqrtf(rv[c] + L->eps), m = rm[c];
-            for (int b = 0; b < a->B; b++) {
-                const float *x = a->in + b * per + (size_t)c * HW;
-                float *y = a->out + b * per + (size_t)c * HW;
-                for (size_t p = 0; p < HW; p++)
-                    y[p] = (x[p] - m) * k + beta[c];
-            }
-        }
+        bn_apply(a, C, HW, a->w + 2 * C, NULL);
         return RP_OK;
     }
     double N = (double)a->B * HW;
@@ -90,33 +131,29 @@ rp_status rpi_batchnorm_forward(const layer_args *a, rp_error *err) {
     float *mean = a->aux, *rstd = (float *)a->aux + C;
     int slot = a->ctx->stat_slot - 1;
     float *rec = a->stats && slot >= 0 ? a->stats + (size_t)slot * (2 * C + 1) : NULL;
-    for (int c = 0; c < C; c++) {
+    for (int c0 = 0; c0 < C; c0 += CB) {
+        int n = C - c0 < CB ? C - c0 : CB;
         /* two passes in double: the mean, then the squares about it (no
         ** cancellation) */
-        double acc[2][LANES] = {{0}};
-        for (int b = 0; b < a->B; b++)
-            sums(a->in + b * per + (size_t)c * HW, NULL, HW, 0.0, 0.0, acc);
-        double mu = total(acc[0]) / N;
-        memset(acc, 0, sizeof acc);
-        for (int b = 0; b < a->B; b++)
-            sums(a->in + b * per + (size_t)c * HW, NULL, HW, mu, 0.0, acc);
-        double v = total(acc[1]);
-        mean[c] = (float)mu;
-        rstd[c] = (float)(1.0 / sqrt(v / N + L->eps));
-        if (rec) { /* the unbiased variance, as PyTorch's running_var takes it */
-            rec[c] = mean[c];
-            rec[C + c] = (float)(v / (N - 1));
-        }
-        float m = mean[c], k = rstd[c] * g[c];
-        for (int b = 0; b < a->B; b++) {
-            const float *x = a->in + b * per + (size_t)c * HW;
-            float *y = a->out + b * per + (size_t)c * HW;
-            for (size_t p = 0; p < HW; p++)
-                y[p] = (x[p] - m) * k + beta[c];
+        double acc[CB][2][LANES], mu[CB];
+        bn_block_sums(a, C, HW, c0, n, NULL, NULL, NULL, acc);
+        for (int j = 0; j < n; j++)
+            mu[j] = total(acc[j][0]) / N;
+        bn_block_sums(a, C, HW, c0, n, NULL, mu, NULL, acc);
+        for (int j = 0; j < n; j++) {
+            int c = c0 + j;
+            double v = total(acc[j][1]);
+            mean[c] = (float)mu[j];
+            rstd[c] = (float)(1.0 / sqrt(v / N + L->eps));
+            if (rec) { /* the unbiased variance, as PyTorch's running_var takes it */
+                rec[c] = mean[c];
+                rec[C + c] = (float)(v / (N - 1));
+            }
         }
     }
     if (rec)
         rec[2 * C] = 1.0f;
+    bn_apply(a, C, HW, mean, rstd);
     return RP_OK;
 }
 
@@ -131,23 +168,30 @@ void rpi_batchnorm_backward(const layer_args *a, const float *dout, float *din) 
     const float *g = a->w, *mean = a->aux, *rstd = (const float *)a->aux + C;
     float *dg = a->dw, *db = a->dw + C;
     double N = (double)a->B * HW;
-    for (int c = 0; c < C; c++) {
-        float m = mean[c], r = rstd[c];
-        double acc[2][LANES] = {{0}};
-        for (int b = 0; b < a->B; b++)
-            sums(a->in + b * per + (size_t)c * HW, dout + b * per + (size_t)c * HW, HW, m, r, acc);
-        double sg = total(acc[0]), sgx = total(acc[1]);
-        dg[c] = (float)(a->accumulate ? dg[c] + sgx : sgx);
-        db[c] = (float)(a->accumulate ? db[c] + sg : sg);
+    for (int c0 = 0; c0 < C; c0 += CB) {
+        int n = C - c0 < CB ? C - c0 : CB;
+        double acc[CB][2][LANES], shift[CB], r[CB];
+        for (int j = 0; j < n; j++)
+            shift[j] = mean[c0 + j], r[j] = rstd[c0 + j];
+        bn_block_sums(a, C, HW, c0, n, dout, shift, r, acc);
+        float k[CB], mg[CB], mgx[CB];
+        for (int j = 0; j < n; j++) {
+            int c = c0 + j;
+            double sg = total(acc[j][0]), sgx = total(acc[j][1]);
+            dg[c] = (float)(a->accumulate ? dg[c] + sgx : sgx);
+            db[c] = (float)(a->accumulate ? db[c] + sg : sg);
+            k[j] = g[c] * rstd[c], mg[j] = (float)(sg / N), mgx[j] = (float)(sgx / N);
+        }
         if (!din)
             continue;
-        float k = g[c] * r, mg = (float)(sg / N), mgx = (float)(sgx / N);
-        for (int b = 0; b < a->B; b++) {
-            const float *x = a->in + b * per + (size_t)c * HW, *dy = dout + b * per + (size_t)c * HW;
-            float *dx = din + b * per + (size_t)c * HW;
-            for (size_t p = 0; p < HW; p++)
-                dx[p] = k * (dy[p] - mg - (x[p] - m) * r * mgx);
-        }
+        for (int b = 0; b < a->B; b++)
+            for (int j = 0; j < n; j++) {
+                size_t at = b * per + (size_t)(c0 + j) * HW;
+                const float *x = a->in + at, *dy = dout + at;
+                float *dx = din + at, m = mean[c0 + j], rc = rstd[c0 + j];
+                for (size_t p = 0; p < HW; p++)
+                    dx[p] = k[j] * (dy[p] - mg[j] - (x[p] - m) * rc * mgx[j]);
+            }
     }
     if (!a->accumulate)
         memset(a->dw + 2 * C, 0, sizeof(float) * 2 * C);
@@ -167,7 +211,7 @@ void rpi_rmsnorm_forward(const layer_args *a) {
         const float *x = a->in + r * D;
         float *y = a->out + r * D;
         double acc[2][LANES] = {{0}};
-        sums(x, NULL, (size_t)D, 0.0, 0.0, acc);
+        sums(x, NULL, (size_t)D, 0.0, 0.0, true, acc);
         inv[r] = (float)(1.0 / sqrt(total(acc[1]) / D + L->eps));
         for (int d = 0; d < D; d++)
             y[d] = x[d] * inv[r] * g[d];
