@@ -1,5 +1,6 @@
 /*
-** Dense layers: linear, layernorm, embedding and position embedding. Linear acts on the last
+** Dense layers: linear, layernorm (its rows' kernels are the normalisations',
+** layers_norm.c), embedding and position embedding. Linear acts on the last
 ** dimension of its input, so a (tokens x features) sample is handled as
 ** `tokens` rows.
 */
@@ -61,66 +62,6 @@ void rpi_linear_backward(const layer_args *a, const float *dout, float *din) {
     rpi_linear_rows_backward(a->in, dout, a->w, dw, L->bias ? a->dw + (size_t)N * D : NULL,
                              a->part == RPI_BACK_WEIGHT ? NULL : din, a->accumulate,
                              rows_of(&L->in, a->B), D, N);
-}
-
-/* x, y: (R, D); gain g and bias b (D); stats (R, 2): the mean and 1/std of
-** every row, side by side, for backward */
-void rpi_layernorm_rows(const float *in, float *out, const float *g, const float *b,
-                        float *stats, int R, int D, float eps) {
-    for (int r = 0; r < R; r++) {
-        const float *x = in + (size_t)r * D;
-        float *y = out + (size_t)r * D;
-        double mean = 0, var = 0;
-        for (int d = 0; d < D; d++)
-            mean += x[d];
-        mean /= D;
-        for (int d = 0; d < D; d++)
-            var += (x[d] - mean) * (x[d] - mean);
-        var /= D;
-        float rstd = (float)(1.0 / sqrt(var + eps));
-        float m = (float)mean;
-        for (int d = 0; d < D; d++)
-            y[d] = (x[d] - m) * rstd * g[d] + b[d];
-        stats[2 * r] = m;
-        stats[2 * r + 1] = rstd;
-    }
-}
-
-/* dy: (R, D); dg, db (D) += (overwritten when !accumulate); dx (R, D), when
-** not NULL, = the input's gradient (add: += it) */
-void rpi_layernorm_rows_backward(const float *in, const float *dout, const float *g,
-                                 const float *stats, float *dg, float *db, float *dx, bool add,
-                                 bool accumulate, int R, int D) {
-    if (dg && !accumulate) {
-        memset(dg, 0, sizeof(float) * D);
-        memset(db, 0, sizeof(float) * D);
-    }
-    for (int r = 0; r < R; r++) {
-        const float *x = in + (size_t)r * D, *dy = dout + (size_t)r * D;
-        float m = stats[2 * r], rstd = stats[2 * r + 1];
-        if (dg)
-            for (int d = 0; d < D; d++) {
-                float xhat = (x[d] - m) * rstd;
-                dg[d] += dy[d] * xhat;
-                db[d] += dy[d];
-            }
-        if (!dx)
-            continue;
-        double sum_dxhat = 0, sum_dxhat_xhat = 0;
-        for (int d = 0; d < D; d++) {
-            float xhat = (x[d] - m) * rstd;
-            float dxhat = dy[d] * g[d];
-            sum_dxhat += dxhat;
-            sum_dxhat_xhat += dxhat * xhat;
-        }
-        float mean_dxhat = (float)(sum_dxhat / D), mean_dxhat_xhat = (float)(sum_dxhat_xhat / D);
-        float *o = dx + (size_t)r * D;
-        for (int d = 0; d < D; d++) {
-            float xhat = (x[d] - m) * rstd;
-            float v = rstd * (dy[d] * g[d] - mean_dxhat - xhat * mean_dxhat_xhat);
-            o[d] = add ? o[d] + v : v;
-        }
-    }
 }
 
 /* over the last dimension; gain then bias (D) each */

@@ -1,11 +1,11 @@
 /*
 ** Normalisations: batchnorm over a channel's values in a micro-batch
-** (PyTorch's BatchNorm1d and BatchNorm2d on one device), and RMSNorm over a
-** row (LLaMA's). For batchnorm a sample's row is C channels of HW values
-** each: (channels x height x width), (channels x length), or C features with
-** HW = 1; its parameters are weight and bias (C each) and the running mean
-** and variance (C each), which only evaluation reads; the net updates them
-** from the statistics forward records (net_stats.c).
+** (PyTorch's BatchNorm1d and BatchNorm2d on one device), and layernorm and
+** RMSNorm (LLaMA's) over a row. For batchnorm a sample's row is C channels
+** of HW values each: (channels x height x width), (channels x length), or C
+** features with HW = 1; its parameters are weight and bias (C each) and the
+** running mean and variance (C each), which only evaluation reads; the net
+** updates them from the statistics forward records (net_stats.c).
 */
 #include <math.h>
 #include <string.h>
@@ -195,6 +195,74 @@ void rpi_batchnorm_backward(const layer_args *a, const float *dout, float *din) 
     }
     if (!a->accumulate)
         memset(a->dw + 2 * C, 0, sizeof(float) * 2 * C);
+}
+
+/* Layernorm's rows. x, y: (R, D); gain g and bias b (D); stats (R, 2): the
+** mean and 1/std of every row, side by side, for backward. The sums run in
+** double, in running sums. */
+RP_HOT
+void rpi_layernorm_rows(const float *in, float *out, const float *g, const float *b,
+                        float *stats, int R, int D, float eps) {
+    for (int r = 0; r < R; r++) {
+        const float *x = in + (size_t)r * D;
+        float *y = out + (size_t)r * D;
+        double acc[2][LANES] = {{0}};
+        sums(x, NULL, (size_t)D, 0.0, 0.0, false, acc);
+        double mean = total(acc[0]) / D;
+        sums(x, NULL, (size_t)D, mean, 0.0, true, acc);
+        double var = total(acc[1]) / D;
+        float rstd = (float)(1.0 / sqrt(var + eps));
+        float m = (float)mean;
+        for (int d = 0; d < D; d++)
+            y[d] = (x[d] - m) * rstd * g[d] + b[d];
+        stats[2 * r] = m;
+        stats[2 * r + 1] = rstd;
+    }
+}
+
+/* dy: (R, D); dg, db (D) += (overwritten when !accumulate); dx (R, D), when
+** not NULL, = the input's gradient (add: += it) */
+RP_HOT
+void rpi_layernorm_rows_backward(const float *in, const float *dout, const float *g,
+                                 const float *stats, float *dg, float *db, float *dx, bool add,
+                                 bool accumulate, int R, int D) {
+    if (dg && !accumulate) {
+        memset(dg, 0, sizeof(float) * D);
+        memset(db, 0, sizeof(float) * D);
+    }
+    for (int r = 0; r < R; r++) {
+        const float *x = in + (size_t)r * D, *dy = dout + (size_t)r * D;
+        float m = stats[2 * r], rstd = stats[2 * r + 1];
+        if (dg)
+            for (int d = 0; d < D; d++) {
+                float xhat = (x[d] - m) * rstd;
+                dg[d] += dy[d] * xhat;
+                db[d] += dy[d];
+            }
+        if (!dx)
+            continue;
+        /* sum(dxhat) and sum(dxhat xhat), dxhat = dy g, in running sums */
+        double acc[2][LANES] = {{0}};
+        int d = 0;
+        for (; d + LANES <= D; d += LANES)
+            for (int j = 0; j < LANES; j++) {
+                float xhat = (x[d + j] - m) * rstd, dxhat = dy[d + j] * g[d + j];
+                acc[0][j] += dxhat;
+                acc[1][j] += dxhat * xhat;
+            }
+        for (; d < D; d++) {
+            float xhat = (x[d] - m) * rstd, dxhat = dy[d] * g[d];
+            acc[0][d % LANES] += dxhat;
+            acc[1][d % LANES] += dxhat * xhat;
+        }
+        float mean_dxhat = (float)(total(acc[0]) / D), mean_dxhat_xhat = (float)(total(acc[1]) / D);
+        float *o = dx + (size_t)r * D;
+        for (d = 0; d < D; d++) {
+            float xhat = (x[d] - m) * rstd;
+            float v = rstd * (dy[d] * g[d] - mean_dxhat - xhat * mean_dxhat_xhat);
+            o[d] = add ? o[d] + v : v;
+        }
+    }
 }
 
 /* RMSNorm (LLaMA's) over the last dimension: y = x / rms(x) weight, rms(x)
