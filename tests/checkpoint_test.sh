@@ -136,8 +136,9 @@ reach() { local line; while read -r line <&3; do
   [[ $line =~ ^\{\"update\":([0-9]+), ]] && [ "${BASH_REMATCH[1]}" -ge "$1" ] && return 0; done; return 1; }
 # The runs to stop are $long updates: a line of the log is about 100 bytes, so
 # a FIFO's 64 KiB holds a run some 650 updates past the last line read, and
-# 1500 leave it far from its end when the signal comes.
-long=1500
+# 1000 leave it short of its end when the signal comes (the MPI run below, read
+# to update 101, likewise).
+long=1000
 train --config "$tmp/r2.json" --updates $long --save "$tmp/long.rpw" >/dev/null 2>&1
 # running NAME ARGS: a run of $long updates in the background ($pid), logging
 # to the FIFO $tmp/NAME.fifo (read on fd 3) and to $tmp/NAME.err, read as far
@@ -201,9 +202,9 @@ if [ -n "$mpirun" ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
   mpi() { "$mpirun" --oversubscribe --bind-to none --mca btl self,vader -np 2 "$bin" train \
           --model "$tmp/m.model" --data "$tmp/idx" --log-every 1000000 --backend mpi "$@"; }
-  mpi --config "$tmp/r2.json" --updates 1500 --save "$tmp/mpi.rpw" >/dev/null 2>&1
+  mpi --config "$tmp/r2.json" --updates $long --save "$tmp/mpi.rpw" >/dev/null 2>&1
   mkfifo "$tmp/m.fifo"
-  mpi --config "$tmp/r2.json" --updates 1500 --checkpoint-dir "$tmp/m" --checkpoint-every 100 \
+  mpi --config "$tmp/r2.json" --updates $long --checkpoint-dir "$tmp/m" --checkpoint-every 100 \
     --json-log "$tmp/m.fifo" --log-every 1 >/dev/null 2>&1 &
   job=$!
   exec 3<"$tmp/m.fifo"
@@ -218,9 +219,9 @@ if [ -n "$mpirun" ]; then
   t1=$(date +%s)
   if [ -n "$rank" ] && [ $rc != 0 ] && [ $((t1 - t0)) -le 5 ]; then ok; else bad "MPI rank kill: rank '$rank', exit $rc after $((t1 - t0)) s"; fi
   cp -r "$tmp/m" "$tmp/mt" # the killed run's checkpoints, for the threads too
-  mpi --config "$tmp/r2.json" --updates 1500 --resume "$tmp/m" --save "$tmp/m.rpw" >/dev/null 2>&1
+  mpi --config "$tmp/r2.json" --updates $long --resume "$tmp/m" --save "$tmp/m.rpw" >/dev/null 2>&1
   same "MPI rank killed, resumed on ranks = straight on ranks" "$tmp/mpi.rpw" "$tmp/m.rpw" 0
-  train --config "$tmp/r2.json" --updates 1500 --resume "$tmp/mt" --save "$tmp/mt.rpw" >/dev/null 2>&1
+  train --config "$tmp/r2.json" --updates $long --resume "$tmp/mt" --save "$tmp/mt.rpw" >/dev/null 2>&1
   same "MPI checkpoint resumed on threads" "$tmp/mpi.rpw" "$tmp/mt.rpw" 1e-5
 fi
 
