@@ -81,6 +81,7 @@ static void group_sum(const layer_args *a, const block_layout *o, float *x) {
 
 /* y = x + drop_k(b): branch k's dropout of sample r's elements, as the
 ** dropout layer draws them; y may be b. */
+RP_HOT
 static void residual(const layer_args *a, int k, const float *x, const float *b, float *y) {
     size_t n = rp_shape_size(&a->L->in);
     bool drop = a->ctx->training && a->L->p > 0;
@@ -92,6 +93,7 @@ static void residual(const layer_args *a, int k, const float *x, const float *b,
 }
 
 /* dy = drop_k(dy) in place, the mask of residual() */
+RP_HOT
 static void residual_back(const layer_args *a, int k, float *dy) {
     if (!a->ctx->training || a->L->p == 0)
         return;

@@ -29,6 +29,7 @@ void rpi_linear_rows(const float *in, float *out, const float *W, const float *b
 
 /* dout: (R, N); dW (N, D) += dout^T in and db (N) += its column sums (or
 ** overwritten when !accumulate; db NULL: no bias); din (R, D) = dout W */
+RP_HOT
 void rpi_linear_rows_backward(const float *in, const float *dout, const float *W, float *dW,
                               float *db, float *din, bool accumulate, int R, int D, int N) {
     if (dW)
