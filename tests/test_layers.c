@@ -827,6 +827,10 @@ int main(void) {
     check_layer("input 9\nrmsnorm eps=1e-3\n", 3);
     check_layer("input 6\nbatchnorm1d eps=1e-3\n", 4);
     check_layer("input 3 5\nbatchnorm1d momentum=0.5\n", 2);
+    /* past one block of 32 channels, the last block part-full (batchnorm
+    ** walks blocks of channels sample by sample) */
+    check_layer("input 37 2 3\nbatchnorm2d\n", 2);
+    check_layer("input 70\nbatchnorm1d\n", 3);
     /* a residual block as ResNet's: conv, norm, relu, conv, norm, the sum */
     check_layer("x = input 2 4 4\nconv2d 2 kernel=3 pad=1 bias=false\nbatchnorm2d\nrelu\n"
                 "conv2d 2 kernel=3 pad=1 bias=false\nb = batchnorm2d\nadd < b x\nrelu\n", 3);
