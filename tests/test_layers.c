@@ -778,6 +778,7 @@ int main(void) {
     check_layer("input 2 3 2\nflatten\n", 2);
     check_layer("input 20\ndropout 0.3\n", 3);
     check_layer("input 3 6\nlayernorm\n", 2);
+    check_layer("input 2 37\nlayernorm\n", 2); /* a row past its 32 running sums */
     check_layer("input 5\nembedding 7 3\n", 2);
     check_layer("input 4 3\nposition_embedding\n", 3);
     check_layer("input 6\nsoftmax_cross_entropy\n", 4);
