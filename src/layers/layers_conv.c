@@ -309,10 +309,6 @@ static void scatter_taps(const rp_layer *L, const lowering *lw, const float *dwr
     }
 }
 
-/* in: (B, C, H, W); out: (B, O, OH, OW); weight (O, C / G, K, K), bias (O);
-** tiled over a few samples at a time through col and tmp. With G groups,
-** group g's output channels read its C / G input channels alone: rows
-** g C K K / G onwards of the columns, one product per group. */
 /* What forward and backward both set up: the sizes, the tile of samples,
 ** the masks and the lowering, and the weights as the products read them
 ** (gathered to the kept taps in tmp, after the tile's outputs, where the
@@ -347,6 +343,10 @@ static void conv_job_init(const layer_args *a, conv_job *j) {
     }
 }
 
+/* in: (B, C, H, W); out: (B, O, OH, OW); weight (O, C / G, K, K), bias (O);
+** tiled over a few samples at a time through col and tmp. With G groups,
+** group g's output channels read its C / G input channels alone: rows
+** g C K K / G onwards of the columns, one product per group. */
 RP_HOT
 void rpi_conv_forward(const layer_args *a) {
     if (rpi_conv_accel_forward(a->accel, a))
