@@ -634,8 +634,8 @@ static void onednn_equals_im2col(const char *spec, int B, const char *kernel) {
     int l = m->num_layers - 1;
     size_t in = rp_shape_size(&m->input) * B, out = rp_shape_size(&m->layers[l].out) * B;
     size_t np = m->num_params;
-    rp_net *net[2];
-    rp_acts *acts[2];
+    rp_net *net[3];
+    rp_acts *acts[3];
     float *x = malloc(sizeof(float) * in), *r = malloc(sizeof(float) * out);
     for (size_t i = 0; i < in; i++)
         x[i] = (float)(urand() * 2 - 1);
@@ -643,11 +643,12 @@ static void onednn_equals_im2col(const char *spec, int B, const char *kernel) {
         r[i] = (float)(urand() * 2 - 1);
     int64_t ids[16] = {0};
     rp_step_ctx ctx = {.training = true, .seed = 5, .sample_id = ids, .loss_scale = 1.0};
-    const float *y[2], *din[2];
-    float *g[2][3]; /* each net's gradients: written, then twice that, then split */
-    for (int k = 0; k < 2; k++) {
-        rp_net_options o = {.conv_kernel = k == 1 ? RP_CONV_IM2COL : RP_CONV_ONEDNN,
-                            .split_backward = true};
+    const float *y[3], *din[3];
+    float *g[3][3]; /* each net's gradients: written, then twice that, then split */
+    /* oneDNN's, im2col's, and im2col's a sample a tile */
+    for (int k = 0; k < 3; k++) {
+        rp_net_options o = {.conv_kernel = k >= 1 ? RP_CONV_IM2COL : RP_CONV_ONEDNN,
+                            .split_backward = true, .scratch_least = k == 2};
         CHECK(rp_net_create_with(m, 0, m->num_layers, B, &o, &net[k], &err) == RP_OK);
         CHECK(rp_acts_create(net[k], B, &acts[k], &err) == RP_OK);
         float *p = rp_net_params(net[k]);
@@ -680,6 +681,9 @@ static void onednn_equals_im2col(const char *spec, int B, const char *kernel) {
         {y[0], y[1], out, "output"},          {din[0], din[1], in, "input gradient"},
         {g[0][0], g[1][0], np, "weights' gradient"}, {g[0][1], g[1][1], np, "accumulated"},
         {g[0][2], g[1][2], np, "split backward's"},
+        {y[2], y[1], out, "tiled output"},    {din[2], din[1], in, "tiled input gradient"},
+        {g[2][0], g[1][0], np, "tiled weights' gradient"},
+        {g[2][1], g[1][1], np, "tiled, accumulated"}, {g[2][2], g[1][2], np, "tiled, split"},
     };
     for (size_t q = 0; q < sizeof pairs / sizeof *pairs; q++) {
         double big = 0, diff = 0;
@@ -690,7 +694,7 @@ static void onednn_equals_im2col(const char *spec, int B, const char *kernel) {
         CHECKF(diff <= 1e-5 * (big + 1e-30) && big > 0, "%s: %s differs by %g (largest %g)", spec,
                pairs[q].what, diff, big);
     }
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         for (int j = 0; j < 3; j++)
             free(g[k][j]);
         rp_acts_free(acts[k]);
@@ -755,6 +759,13 @@ int main(void) {
     /* a 3 x 3 kernel on a 1 x 1 plane: one tap reaches it; im2col keeps that one */
     onednn_equals_im2col("input 8 1 1\nconv2d 8 kernel=3 pad=1\n",
                          3, "im2col");
+    /* outputs of one position, which im2col lowers a sample to a row: a
+    ** ResNet's 1 x 1 downsampling on 2 x 2 planes, a 3 x 3 kernel whose
+    ** taps all reach, with groups */
+    onednn_equals_im2col("input 8 2 2\nconv2d 16 kernel=1 stride=2\n",
+                         5, "onednn");
+    onednn_equals_im2col("input 8 3 3\nconv2d 8 kernel=3 groups=2 bias=false\n",
+                         3, "onednn");
     check_layer("input 3 5\nlinear 4\n", 3);
     check_layer("input 6\nlinear 2 bias=false\n", 2);
     /* output of the input's size: the flat im2col and col2im */
@@ -766,6 +777,13 @@ int main(void) {
     check_layer("input 2 2 1\nconv2d 2 kernel=5 pad=2\n", 2);
     check_layer("input 1 1 3\nconv2d 2 kernel=3 pad=1\n", 2);
     check_layer("input 1 2 2\nconv2d 2 kernel=7 pad=3\n", 2); /* found by libFuzzer */
+    /* outputs of one position: taps kept at stride 2, groups, a 1 x 1 kernel
+    ** at stride 2, and more taps than a lowering keeps apart (9 x 9) */
+    check_layer("input 2 2 2\nconv2d 3 kernel=3 stride=2 pad=1 bias=false\n", 3);
+    check_layer("input 4 1 1\nconv2d 6 kernel=3 pad=1 groups=2\n", 2);
+    check_layer("input 3 2 2\nconv2d 4 kernel=1 stride=2\n", 3);
+    check_layer("input 1 1 1\nconv2d 2 kernel=9 pad=4\n", 2);
+    check_layer("input 2 1 1\nconv2d 2 kernel=2 stride=9 pad=3\n", 2); /* no tap reaches */
     /* the row by row ones */
     check_layer("input 2 6 5\nconv2d 3 kernel=3\n", 2);
     check_layer("input 2 7 7\nconv2d 2 kernel=3 stride=2\n", 2);

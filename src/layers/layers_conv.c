@@ -343,6 +343,86 @@ static void conv_job_init(const layer_args *a, conv_job *j) {
     }
 }
 
+/* An output plane of one position (a ResNet's last stage on small images:
+** 3 x 3 kernels on 1 x 1 planes, 1 x 1 ones at stride 2 on 2 x 2), with at
+** most MAX_TAPS taps: the columns are laid out a sample to a row, (B, C T),
+** the layout of the input itself, and the product's (B, O) is that of the
+** output and of its gradient, so nothing is reordered and nothing is walked
+** a batch apart. The products are the textbook lowering's, transposed. */
+static void point_cols(const rp_layer *L, const lowering *lw, int nb, const float *in,
+                       float *colT, const float *dcolT, float *din) {
+    int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2], K = L->kernel, T = lw->T;
+    size_t CHW = (size_t)C * H * W, R = (size_t)C * T;
+    /* each tap's position in an input plane, or -1: the lowering keeps the
+    ** taps that reach the input, but keeps all where none does (a pad past
+    ** the kernel) */
+    int off[MAX_TAPS];
+    for (int t = 0; t < T; t++) {
+        int tap = lw->reduced ? lw->tap[t] : t, h = tap / K - L->pad, w = tap % K - L->pad;
+        off[t] = h >= 0 && h < H && w >= 0 && w < W ? h * W + w : -1;
+    }
+    if (din)
+        memset(din, 0, sizeof(float) * nb * CHW);
+    for (int b = 0; b < nb; b++)
+        for (int c = 0; c < C; c++) {
+            size_t plane = b * CHW + (size_t)c * H * W, at = b * R + (size_t)c * T;
+            for (int t = 0; t < T; t++)
+                if (!din)
+                    colT[at + t] = off[t] < 0 ? 0.0f : in[plane + off[t]];
+                else if (off[t] >= 0)
+                    din[plane + off[t]] += dcolT[at + t];
+        }
+}
+
+static void point_forward(const layer_args *a, const conv_job *j) {
+    const rp_layer *L = a->L;
+    int G = j->G, O = j->O, Og = j->Og, R = j->R;
+    const float *bias = a->w + j->weights;
+    for (int b0 = 0; b0 < a->B; b0 += j->tile) {
+        int nb = a->B - b0 < j->tile ? a->B - b0 : j->tile;
+        float *out = a->out + (size_t)b0 * O;
+        point_cols(L, &j->lw, nb, a->in + b0 * j->in_per, a->col, NULL, NULL);
+        for (int b = 0; b < nb; b++)
+            for (int o = 0; o < O; o++)
+                out[(size_t)b * O + o] = L->bias ? bias[o] : 0.0f;
+        for (int g = 0; g < G; g++)
+            rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, Og, R, 1.0f,
+                      a->col + (size_t)g * R, G * R, j->w + (size_t)g * Og * R, R, 1.0f,
+                      out + (size_t)g * Og, O);
+    }
+}
+
+/* dw: the weights' gradient as the products write it (gathered, or a->dw) */
+static void point_backward(const layer_args *a, const conv_job *j, const float *dout,
+                           float *din, float *dw, bool want_w) {
+    const rp_layer *L = a->L;
+    int G = j->G, O = j->O, Og = j->Og, R = j->R;
+    float *db = a->dw + j->weights;
+    for (int b0 = 0; b0 < a->B; b0 += j->tile) {
+        int nb = a->B - b0 < j->tile ? a->B - b0 : j->tile;
+        const float *dy = dout + (size_t)b0 * O;
+        if (want_w && L->bias)
+            for (int b = 0; b < nb; b++)
+                for (int o = 0; o < O; o++)
+                    db[o] += dy[(size_t)b * O + o];
+        if (want_w) {
+            point_cols(L, &j->lw, nb, a->in + b0 * j->in_per, a->col, NULL, NULL);
+            bool add = (a->accumulate && !j->lw.reduced) || b0 > 0;
+            for (int g = 0; g < G; g++)
+                rpi_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Og, R, nb, 1.0f,
+                          dy + (size_t)g * Og, O, a->col + (size_t)g * R, G * R,
+                          add ? 1.0f : 0.0f, dw + (size_t)g * Og * R, R);
+        }
+        if (!din)
+            continue;
+        for (int g = 0; g < G; g++)
+            rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, R, Og, 1.0f,
+                      dy + (size_t)g * Og, O, j->w + (size_t)g * Og * R, R, 0.0f,
+                      a->col + (size_t)g * R, G * R);
+        point_cols(L, &j->lw, nb, NULL, NULL, a->col, din + b0 * j->in_per);
+    }
+}
+
 /* in: (B, C, H, W); out: (B, O, OH, OW); weight (O, C / G, K, K), bias (O);
 ** tiled over a few samples at a time through col and tmp. With G groups,
 ** group g's output channels read its C / G input channels alone: rows
@@ -354,6 +434,10 @@ void rpi_conv_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     conv_job j;
     conv_job_init(a, &j);
+    if (j.HW == 1 && j.lw.T <= MAX_TAPS) {
+        point_forward(a, &j);
+        return;
+    }
     int G = j.G, O = j.O, Og = j.Og, HW = j.HW, R = j.R, tile = j.tile;
     const float *bias = a->w + j.weights;
     for (int b0 = 0; b0 < a->B; b0 += tile) {
@@ -396,7 +480,10 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
         din = NULL;
     if (want_w && L->bias && !a->accumulate)
         memset(db, 0, sizeof(float) * O);
-    for (int b0 = 0; b0 < a->B; b0 += tile) {
+    bool point = HW == 1 && j.lw.T <= MAX_TAPS;
+    if (point)
+        point_backward(a, &j, dout, din, dw, want_w);
+    for (int b0 = 0; !point && b0 < a->B; b0 += tile) {
         int nb = a->B - b0 < tile ? a->B - b0 : tile, ncols = nb * HW;
         for (int b = 0; b < nb; b++)
             for (int o = 0; o < O; o++) {
