@@ -21,6 +21,11 @@ void rpi_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANS
                int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
                float beta, float *C, int ldc);
 
+/* The library rpi_sgemm runs a row-major product of these sides with:
+** "onednn", "openblas", or "none" where no BLAS loads (blas.c says why). */
+const char *rpi_sgemm_library(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
+                              int K);
+
 /* Loads the BLAS and has it run each product on the calling thread alone,
 ** as an engine worker runs them (and the profiler that predicts one). */
 rp_status rpi_blas_single(rp_error *err);
