@@ -8,7 +8,10 @@
 ** ("kept": what the engine multiplies; fewer only where a tap lands on
 ** padding alone, as a 3 x 3 kernel on a 1 x 1 plane); beside them the
 ** layer's forward and backward as the engine runs them (a net of the one
-** layer, fed what it reads). Best of R runs of each. kept / layer is the
+** layer, fed what it reads). The products run as the engine runs them
+** (rpi_sgemm: oneDNN's sgemm where it is ahead, OpenBLAS's elsewhere), and
+** for a 1 x 1 convolution the engine runs as a product a sample
+** (rpi_conv_pointwise), a product a sample. Best of R runs of each. kept / layer is the
 ** fraction of a layer's time its products take: the rest is im2col,
 ** col2im, bias and copies.
 ** Where the engine runs a layer through oneDNN (column "kernel"), its bound
@@ -25,7 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/core/blas.h"
 #include "../src/core/util.h"
+#include "../src/layers/layers_impl.h"
 #include "repipe/repipe.h"
 
 static double best_of(double a, double b) { return a < b ? a : b; }
@@ -134,23 +139,29 @@ static int reaching(int K, int n_out, int n_in, int S, int P) {
 }
 
 /* The three products of one group's lowering, best of R runs. */
-static double products(int G, int O, int K, int N, int R) {
+/* The three products of a group's lowering, G times: one of N columns, or
+** with samples > 0 one per sample of N / samples columns (the weights'
+** gradient added over the samples), as the engine runs a pointwise layer. */
+static double products(int G, int O, int K, int N, int samples, int R) {
     size_t big = (size_t)K * N > (size_t)O * N ? (size_t)K * N : (size_t)O * N;
     float *w = calloc((size_t)O * K, sizeof(float)), *col = calloc(big, sizeof(float));
     float *out = calloc(big, sizeof(float)), *dw = calloc((size_t)O * K, sizeof(float));
     for (size_t i = 0; i < big; i++)
         col[i] = (float)(i % 7) * 0.1f, out[i] = (float)(i % 5) * 0.1f;
+    int S = samples > 0 ? samples : 1, n = N / S;
     double g = 1e30;
     for (int r = 0; r < R; r++) {
         double t = rp_now();
-        for (int k = 0; k < G; k++) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, O, N, K, 1, w, K, col, N, 0,
-                        out, N);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, O, K, N, 1, out, N, col, N, 0,
-                        dw, K);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, O, 1, w, K, out, N, 0,
-                        col, N);
-        }
+        for (int k = 0; k < G; k++)
+            for (int s = 0; s < S; s++) {
+                float *c = col + (size_t)s * K * n, *o = out + (size_t)s * O * n;
+                rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, O, n, K, 1, w, K, c, n, 0,
+                          o, n);
+                rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, O, K, n, 1, o, n, c, n,
+                          s > 0 ? 1 : 0, dw, K);
+                rpi_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, n, O, 1, w, K, o, n, 0, c,
+                          n);
+            }
         g = best_of(g, rp_now() - t);
     }
     free(w), free(col), free(out), free(dw);
@@ -169,6 +180,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_conv_bound: %s\n", err.msg);
         return 1;
     }
+    if (rpi_blas_single(&err)) {
+        fprintf(stderr, "bench_conv_bound: %s\n", err.msg);
+        return 1;
+    }
     openblas_set_num_threads(1);
     double full_total = 0, gemm_total = 0, layer_total = 0, bound_total = 0;
     printf("%-6s %-28s %10s %10s %8s %10s %10s %13s\n", "layer", "shape (O, CKK/G, B*HW)", "full",
@@ -183,9 +198,11 @@ int main(int argc, char **argv) {
                 reaching(L->kernel, L->out.dim[2], L->in.dim[2], L->stride, L->pad);
         if (L->kernel * L->kernel > 64) /* the engine keeps every tap of larger kernels */
             T = L->kernel * L->kernel;
-        double full = products(G, O, K, N, R);
-        double g = T == L->kernel * L->kernel ? full
-                                              : products(G, O, L->in.dim[0] / G * T, N, R);
+        int per_sample = rpi_conv_pointwise(L) ? B : 0;
+        double full = products(G, O, K, N, per_sample, R);
+        double g = T == L->kernel * L->kernel
+                       ? full
+                       : products(G, O, L->in.dim[0] / G * T, N, per_sample, R);
         double bound = g; /* im2col's: the kept products */
         /* the layer as the engine runs it */
         rp_net *net;

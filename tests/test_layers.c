@@ -714,6 +714,10 @@ static void conv_kernel_choice(void) {
         {"input 16 8 8\nconv2d 16 kernel=3 pad=1\n", 3, "im2col"},         /* 192 */
         {"input 16 8 8\nconv2d 16 kernel=3 pad=1 groups=16\n", 4, "onednn"},
         {"input 16 1 1\nconv2d 16 kernel=3 pad=1\n", 512, "im2col"}, /* taps kept */
+        /* 1 x 1 at stride 1: a product a sample from 64 positions a plane */
+        {"input 16 8 8\nconv2d 16 kernel=1\n", 4, "im2col"},
+        {"input 16 4 4\nconv2d 16 kernel=1\n", 16, "onednn"},
+        {"input 16 8 8\nconv2d 16 kernel=1 stride=2\n", 16, "onednn"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         rp_model *m;
@@ -766,12 +770,18 @@ int main(void) {
                          5, "onednn");
     onednn_equals_im2col("input 8 3 3\nconv2d 8 kernel=3 groups=2 bias=false\n",
                          3, "onednn");
+    /* 1 x 1 at stride 1 on planes of 64 positions and more, which im2col runs
+    ** as a product a sample: with a bias, and in groups */
+    onednn_equals_im2col("input 8 8 8\nconv2d 16 kernel=1\n", 5, "onednn");
+    onednn_equals_im2col("input 8 8 9\nconv2d 6 kernel=1 groups=2 bias=false\n", 3, "onednn");
     check_layer("input 3 5\nlinear 4\n", 3);
     check_layer("input 6\nlinear 2 bias=false\n", 2);
     /* output of the input's size: the flat im2col and col2im */
     check_layer("input 2 6 5\nconv2d 3 kernel=3 pad=1\n", 2);
     check_layer("input 2 6 7\nconv2d 2 kernel=5 pad=2\n", 2);
     check_layer("input 3 4 5\nconv2d 2 kernel=1\n", 2);
+    check_layer("input 2 8 8\nconv2d 3 kernel=1\n", 2); /* a product a sample */
+    check_layer("input 4 8 8\nconv2d 4 kernel=1 groups=2 bias=false\n", 2);
     /* inputs no larger than the pad: some taps miss the whole plane */
     check_layer("input 2 1 1\nconv2d 3 kernel=3 pad=1\n", 2);
     check_layer("input 2 2 1\nconv2d 2 kernel=5 pad=2\n", 2);

@@ -143,6 +143,9 @@ void rpi_conv_forward(const layer_args *a);
 /* Whether the convolution's lowering keeps only some kernel taps (some
 ** reach only padding); im2col then beats a direct kernel. */
 bool rpi_conv_reduced(const rp_layer *L);
+/* Whether the convolution is 1 x 1 at stride 1 without padding on planes
+** large enough that im2col runs it as one product a sample, in place. */
+bool rpi_conv_pointwise(const rp_layer *L);
 /* Whether a direct kernel (oneDNN's) is ahead of im2col for the layer at
 ** batch B, by the rule layers_conv.c measures, its lowering keeping every
 ** tap (where it does not, im2col is ahead: rpi_conv_reduced). */
