@@ -146,6 +146,12 @@ bool rpi_conv_reduced(const rp_layer *L);
 /* Whether the convolution is 1 x 1 at stride 1 without padding on planes
 ** large enough that im2col runs it as one product a sample, in place. */
 bool rpi_conv_pointwise(const rp_layer *L);
+/* Such a layer's forward, and backward: the weights' gradient (and the
+** bias's sums) where want_w, the input's where din is not NULL
+** (layers_pointwise.c). */
+void rpi_conv_pointwise_forward(const layer_args *a);
+void rpi_conv_pointwise_backward(const layer_args *a, const float *dout, float *din,
+                                 bool want_w);
 /* Whether a direct kernel (oneDNN's) is ahead of im2col for the layer at
 ** batch B, by the rule layers_conv.c measures, its lowering keeping every
 ** tap (where it does not, im2col is ahead: rpi_conv_reduced). */
