@@ -70,6 +70,7 @@ static void rope(float *x, int B, size_t sample, int T, size_t row, int heads, i
         }
 }
 
+RP_HOT
 void rpi_attention_forward(const layer_args *a) {
     attn_dims d = dims_of(a->L);
     int T = d.T, W = d.W, hs = d.hs, C = d.H * hs;
@@ -89,16 +90,19 @@ void rpi_attention_forward(const layer_args *a) {
             ** in place through the rows' leading dimension W */
             rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, W, k, W, 0.0f,
                         p, T);
-            for (int i = 0; i < T; i++) {
+            for (int i = 0; i < T; i++) { /* each step a loop of its own: they vectorise */
                 float *pi = p + (size_t)i * T, m = pi[0];
                 for (int j = 1; j <= i; j++)
                     m = pi[j] > m ? pi[j] : m;
+                for (int j = 0; j <= i; j++)
+                    pi[j] = rpi_expf(pi[j] - m);
                 double sum = 0;
                 for (int j = 0; j <= i; j++)
-                    sum += (pi[j] = expf(pi[j] - m));
+                    sum += pi[j];
                 float inv = (float)(1.0 / sum);
-                for (int j = 0; j < T; j++)
-                    pi[j] = j <= i ? pi[j] * inv : 0.0f;
+                for (int j = 0; j <= i; j++)
+                    pi[j] *= inv;
+                memset(pi + i + 1, 0, sizeof(float) * (T - 1 - i));
             }
             rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, W, 0.0f,
                         out + h * hs, C);
@@ -106,6 +110,7 @@ void rpi_attention_forward(const layer_args *a) {
     }
 }
 
+RP_HOT
 void rpi_attention_backward(const layer_args *a, const float *dout, float *din) {
     if (!din) /* no parameters: nothing to learn here */
         return;
@@ -134,8 +139,9 @@ void rpi_attention_backward(const layer_args *a, const float *dout, float *din) 
                 double dot = 0;
                 for (int j = 0; j <= i; j++)
                     dot += (double)pi[j] * si[j];
-                for (int j = 0; j < T; j++)
-                    si[j] = j <= i ? pi[j] * (si[j] - (float)dot) * scale : 0.0f;
+                for (int j = 0; j <= i; j++)
+                    si[j] = pi[j] * (si[j] - (float)dot) * scale;
+                memset(si + i + 1, 0, sizeof(float) * (T - 1 - i));
             }
             /* dQ = dS K; dK += dS^T Q */
             rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, dS, T, k, W, 0.0f,
