@@ -13,7 +13,7 @@
 ** 1.23 times OpenBLAS's rate, im2col's forward products 1.1 to 1.4 times;
 ** it was behind on small products (64 x 64 x 64: 0.86-0.90; a 10-class head:
 ** 0.43) and on a weight gradient summed over many more positions than its
-** sides (64 x 576 over 3136: 0.80). sgemm_library() holds the rule. Each
+** sides (64 x 576 over 3136: 0.80). dnnl_ahead() holds the rule. Each
 ** product runs on the calling thread alone (OpenMP's count for it set to 1,
 ** as the convolutions do), so a shape always takes the same kernel and its
 ** result is the same bit for bit from run to run. REPIPE_GEMM=openblas

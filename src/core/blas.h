@@ -1,5 +1,6 @@
 /*
-** The one BLAS routine repipe calls, loaded on first use.
+** The one BLAS routine repipe calls, loaded on first use (OpenBLAS's, and
+** oneDNN's sgemm for the larger products: blas.c).
 **
 ** OpenBLAS's start-up (its kernels picked for the CPU, its thread pool made)
 ** is most of what a small command costs: `repipe plan` or `repipe config`
