@@ -18,16 +18,20 @@ static rp_status label_of(const layer_args *a, int r, int V, int *y, rp_error *e
     return RP_OK;
 }
 
-/* p = e^(z - m) for C scores z, m their maximum; their sum. */
+/* p = e^(z - m) for C scores z, m their maximum; their sum. The
+** exponentials are a loop of their own, so that it vectorises: over a
+** vocabulary of 50 257, glibc's expf a value at a time was a few per cent
+** of a GPT-2's step. */
+RP_HOT
 static double exp_row(const float *z, int C, float *p, float *m_out) {
     float m = z[0];
     for (int c = 1; c < C; c++)
         m = z[c] > m ? z[c] : m;
+    for (int c = 0; c < C; c++)
+        p[c] = rpi_expf(z[c] - m);
     double sum = 0;
-    for (int c = 0; c < C; c++) {
-        p[c] = expf(z[c] - m);
+    for (int c = 0; c < C; c++)
         sum += p[c];
-    }
     *m_out = m;
     return sum;
 }
