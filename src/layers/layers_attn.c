@@ -50,12 +50,14 @@ size_t rpi_attention_scratch(const rp_layer *L) {
 static void rope(float *x, int B, size_t sample, int T, size_t row, int heads, int hs,
                  float theta, double sign) {
     enum { CHUNK = 64 }; /* pairs whose angles are held at once */
-    double c[CHUNK], s[CHUNK];
-    for (int t = 0; t < T; t++)
-        for (int i0 = 0; i0 < hs / 2; i0 += CHUNK) {
-            int n = hs / 2 - i0 < CHUNK ? hs / 2 - i0 : CHUNK;
+    double c[CHUNK], s[CHUNK], f[CHUNK];
+    for (int i0 = 0; i0 < hs / 2; i0 += CHUNK) {
+        int n = hs / 2 - i0 < CHUNK ? hs / 2 - i0 : CHUNK;
+        for (int i = 0; i < n; i++) /* the pairs' frequencies, once for every position */
+            f[i] = pow(theta, -2.0 * (i0 + i) / hs);
+        for (int t = 0; t < T; t++) {
             for (int i = 0; i < n; i++) {
-                double ang = t * pow(theta, -2.0 * (i0 + i) / hs);
+                double ang = t * f[i];
                 c[i] = cos(ang), s[i] = sign * sin(ang);
             }
             for (int b = 0; b < B; b++)
@@ -68,6 +70,7 @@ static void rope(float *x, int B, size_t sample, int T, size_t row, int heads, i
                     }
                 }
         }
+    }
 }
 
 RP_HOT
