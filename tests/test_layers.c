@@ -654,7 +654,7 @@ static void onednn_equals_im2col(const char *spec, int B, const char *kernel) {
         float *p = rp_net_params(net[k]);
         srand(7);
         for (size_t i = 0; i < np; i++)
-            p[i] = (float)rand() / RAND_MAX - 0.5f;
+            p[i] = (float)((double)rand() / RAND_MAX) - 0.5f;
         y[k] = rp_net_forward(net[k], acts[k], x, B, &ctx, NULL);
         rp_net_zero_grads(net[k]);
         din[k] = rp_net_backward(net[k], acts[k], r, &ctx, true);
