@@ -177,18 +177,33 @@ void rpi_relu_backward(const float *restrict x, const float *restrict dy, float 
 static const float SQRT1_2 = 0.70710678118654752f;
 static const float INV_SQRT_2PI = 0.39894228040143268f;
 
+/* The standard normal's distribution function, Phi(x) = erfc(-x / sqrt 2) / 2,
+** from erfc's Chebyshev fit in Numerical Recipes (erfcc: t = 1 / (1 + z / 2),
+** erfc(z) = t e^(-z^2 + P(t)) for z >= 0, a relative error under 1.2e-7)
+** in plain float operations with rpi_expf, so that the loops vectorise:
+** glibc's erff and expf, a value at a time, made the erf-form GELU twenty
+** times the tanh form's cost. Within 2e-7 of Phi (test_layers). */
+static inline float normal_cdf(float x) {
+    float z = (x < 0 ? -x : x) * SQRT1_2, t = 1.0f / (1.0f + 0.5f * z);
+    float p = -1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f +
+              t * (-0.18628806f + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f +
+              t * (-0.82215223f + t * 0.17087277f))))))));
+    float tail = 0.5f * t * rpi_expf(p - z * z); /* Phi(-|x|) */
+    return x < 0 ? tail : 1.0f - tail;
+}
+
 /* GELU, the erf form: x, y: n values */
 RP_HOT
 void rpi_gelu_forward(const float *x, float *y, size_t n) {
     for (size_t i = 0; i < n; i++)
-        y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * SQRT1_2));
+        y[i] = x[i] * normal_cdf(x[i]);
 }
 
 RP_HOT
 void rpi_gelu_backward(const float *x, const float *dy, float *dx, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        float cdf = 0.5f * (1.0f + erff(x[i] * SQRT1_2));
-        dx[i] = dy[i] * (cdf + x[i] * INV_SQRT_2PI * expf(-0.5f * x[i] * x[i]));
+        float v = x[i];
+        dx[i] = dy[i] * (normal_cdf(v) + v * INV_SQRT_2PI * rpi_expf(-0.5f * v * v));
     }
 }
 
