@@ -93,20 +93,8 @@ void rpi_attention_forward(const layer_args *a) {
             ** in place through the rows' leading dimension W */
             rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, W, k, W, 0.0f,
                         p, T);
-            for (int i = 0; i < T; i++) { /* each step a loop of its own: they vectorise */
-                float *pi = p + (size_t)i * T, m = pi[0];
-                for (int j = 1; j <= i; j++)
-                    m = pi[j] > m ? pi[j] : m;
-                for (int j = 0; j <= i; j++)
-                    pi[j] = rpi_expf(pi[j] - m);
-                double sum = 0;
-                for (int j = 0; j <= i; j++)
-                    sum += pi[j];
-                float inv = (float)(1.0 / sum);
-                for (int j = 0; j <= i; j++)
-                    pi[j] *= inv;
-                memset(pi + i + 1, 0, sizeof(float) * (T - 1 - i));
-            }
+            for (int i = 0; i < T; i++)
+                rpi_causal_softmax_row(p + (size_t)i * T, i, T);
             rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, v, W, 0.0f,
                         out + h * hs, C);
         }
@@ -136,16 +124,8 @@ void rpi_attention_backward(const layer_args *a, const float *dout, float *din) 
                         dS, T);
             rpi_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, di, C, 1.0f,
                         dv, W);
-            for (int i = 0; i < T; i++) { /* the softmax's gradient, scaled; 0 above the diagonal */
-                const float *pi = p + (size_t)i * T;
-                float *si = dS + (size_t)i * T;
-                double dot = 0;
-                for (int j = 0; j <= i; j++)
-                    dot += (double)pi[j] * si[j];
-                for (int j = 0; j <= i; j++)
-                    si[j] = pi[j] * (si[j] - (float)dot) * scale;
-                memset(si + i + 1, 0, sizeof(float) * (T - 1 - i));
-            }
+            for (int i = 0; i < T; i++) /* the softmax's gradient, scaled; 0 above the diagonal */
+                rpi_causal_softmax_back_row(p + (size_t)i * T, dS + (size_t)i * T, i, T, scale);
             /* dQ = dS K; dK += dS^T Q */
             rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, dS, T, k, W, 0.0f,
                         dq, W);

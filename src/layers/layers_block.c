@@ -133,20 +133,8 @@ static void attention(const block_layout *o, const float *qkv, float *P, float *
         float *Pb = P + (size_t)r0 * T;
         rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1, o->hs, scale,
                     qkv + (size_t)r0 * C3, C3, qkv + o->A, C3, 0.0f, Pb, T);
-        for (int i = r0; i < r1; i++) {
-            float *p = P + (size_t)i * T, m = p[0];
-            for (int j = 1; j <= i; j++)
-                m = p[j] > m ? p[j] : m;
-            for (int j = 0; j <= i; j++) /* a loop of its own: it vectorises */
-                p[j] = rpi_expf(p[j] - m);
-            double sum = 0;
-            for (int j = 0; j <= i; j++)
-                sum += p[j];
-            float inv = (float)(1.0 / sum);
-            for (int j = 0; j <= i; j++)
-                p[j] *= inv;
-            memset(p + i + 1, 0, sizeof(float) * (T - 1 - i));
-        }
+        for (int i = r0; i < r1; i++)
+            rpi_causal_softmax_row(P + (size_t)i * T, i, T);
         rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, o->hs, r1, 1.0f, Pb, T,
                     qkv + 2 * o->A, C3, 0.0f, att + (size_t)r0 * o->A, o->A);
     }
@@ -172,16 +160,8 @@ static void attention_back(const block_layout *o, const float *qkv, const float 
         rpi_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, n, 1.0f, Pb, T, db, A,
                     r0 ? 1.0f : 0.0f, dqkv + 2 * A, C3);
         /* softmax backward, row by row: dS = P (dP - sum_j P dP), times the scale */
-        for (int i = r0; i < r1; i++) {
-            const float *p = P + (size_t)i * T;
-            float *d = dS + (size_t)i * T;
-            double dot = 0;
-            for (int j = 0; j <= i; j++)
-                dot += (double)p[j] * d[j];
-            for (int j = 0; j <= i; j++)
-                d[j] = p[j] * (d[j] - (float)dot) * scale;
-            memset(d + i + 1, 0, sizeof(float) * (r1 - 1 - i));
-        }
+        for (int i = r0; i < r1; i++)
+            rpi_causal_softmax_back_row(P + (size_t)i * T, dS + (size_t)i * T, i, r1, scale);
         /* dQ = dS K; dK (keys 0..r1) += dS^T Q */
         rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hs, r1, 1.0f, dSb, T,
                     qkv + A, C3, 0.0f, dqkv + (size_t)r0 * C3, C3);

@@ -330,12 +330,17 @@ typedef struct conv_job {
     int mask_buf[SAME_MAX];
 } conv_job;
 
+/* The weights' values before the bias: O x C / G x K x K */
+static size_t weights_of(const rp_layer *L) {
+    return (size_t)L->units * (L->in.dim[0] * L->kernel * L->kernel / L->groups);
+}
+
 static void conv_job_init(const layer_args *a, conv_job *j) {
     const rp_layer *L = a->L;
     j->G = L->groups, j->O = L->units, j->Og = j->O / j->G;
     j->HW = L->out.dim[1] * L->out.dim[2];
     j->in_per = rp_shape_size(&L->in);
-    j->weights = (size_t)j->O * (L->in.dim[0] * L->kernel * L->kernel / j->G);
+    j->weights = weights_of(L);
     j->tile = conv_tile(L, a->B, a->scratch_limit);
     j->mask = conv_masks(L, j->mask_buf);
     conv_lowering(L, &j->lw);
@@ -481,9 +486,8 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
     bool want_w = a->part != RPI_BACK_INPUT;
     if (a->part == RPI_BACK_WEIGHT)
         din = NULL;
-    size_t weights = (size_t)L->units * (L->in.dim[0] * L->kernel * L->kernel / L->groups);
     if (want_w && L->bias && !a->accumulate)
-        memset(a->dw + weights, 0, sizeof(float) * L->units);
+        memset(a->dw + weights_of(L), 0, sizeof(float) * L->units);
     if (rpi_conv_pointwise(L)) {
         rpi_conv_pointwise_backward(a, dout, din, want_w);
         return;

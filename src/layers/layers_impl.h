@@ -8,6 +8,8 @@
 #ifndef REPIPE_LAYERS_IMPL_H
 #define REPIPE_LAYERS_IMPL_H
 
+#include <string.h>
+
 #include "repipe/layers.h"
 #include "repipe/spec.h"
 #include "../spec/block_vars.h"
@@ -46,6 +48,36 @@ static inline float rpi_expf(float x) {
     int32_t e = n == n ? (int32_t)n : 0;
     union { float f; int32_t i; } scale = {.i = (e + 127) << 23};
     return p * scale.f;
+}
+
+/* Row i of a causal attention's scores (p, T wide) to its probabilities:
+** softmax over keys 0..i, zeros past them. Each step a loop of its own, so
+** that they vectorise in the callers' clones. */
+static inline void rpi_causal_softmax_row(float *p, int i, int T) {
+    float m = p[0];
+    for (int j = 1; j <= i; j++)
+        m = p[j] > m ? p[j] : m;
+    for (int j = 0; j <= i; j++)
+        p[j] = rpi_expf(p[j] - m);
+    double sum = 0;
+    for (int j = 0; j <= i; j++)
+        sum += p[j];
+    float inv = (float)(1.0 / sum);
+    for (int j = 0; j <= i; j++)
+        p[j] *= inv;
+    memset(p + i + 1, 0, sizeof(float) * (T - 1 - i));
+}
+
+/* Its gradient: d (the probabilities' gradient, row i) to the scores',
+** d_j = p_j (d_j - p . d) scale for j <= i, zeros from i + 1 to end. */
+static inline void rpi_causal_softmax_back_row(const float *p, float *d, int i, int end,
+                                               float scale) {
+    double dot = 0;
+    for (int j = 0; j <= i; j++)
+        dot += (double)p[j] * d[j];
+    for (int j = 0; j <= i; j++)
+        d[j] = p[j] * (d[j] - (float)dot) * scale;
+    memset(d + i + 1, 0, sizeof(float) * (end - 1 - i));
 }
 
 typedef struct layer_args {
