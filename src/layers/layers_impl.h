@@ -34,19 +34,23 @@
 ** x = n ln 2 + r with |r| <= ln 2 / 2 (ln 2 split in two so r is exact to
 ** float precision), e^r by its Taylor series to r^7 (truncation below
 ** 2e-8), and 2^n put into the exponent bits: within 2 ulp of expf on
-** [-87, 88], the range it is clamped to. A NaN stays one (its scale is
-** taken as 1, not converted: a diverging run's scores must show). Plain
-** float operations, so every clone computes the same bits. */
+** [-87, 88], the range it is clamped to. 2^n is read from the bits of the
+** rounded sum (1.5 x 2^23 + n holds n in its low bits), in unsigned
+** arithmetic: a NaN is never converted to an integer (undefined, and a
+** diverging run's scores meet it) and stays a NaN, and the loops still
+** vectorise, which a test for NaN before a conversion prevented (every
+** caller ran a value at a time). Plain float operations, so every clone
+** computes the same bits. */
 static inline float rpi_expf(float x) {
     x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
     /* n = x / ln 2 rounded to the nearest integer: adding 1.5 x 2^23 leaves no bits
     ** for a fraction */
-    float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+    union { float f; uint32_t u; } sum = {.f = x * 1.44269504f + 12582912.0f}, scale;
+    float n = sum.f - 12582912.0f;
     float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
               r * (1.0f / 720 + r * (1.0f / 5040)))))));
-    int32_t e = n == n ? (int32_t)n : 0;
-    union { float f; int32_t i; } scale = {.i = (e + 127) << 23};
+    scale.u = (sum.u - 0x4B400000u + 127u) << 23; /* n + 127, from 1 to 254 */
     return p * scale.f;
 }
 
