@@ -4,7 +4,9 @@ tests/aceso_fixtures.py, each where that planner runs): repipe still plans what 
 plan in the planner's form is the one the planner's cost model priced, and repipe planned at
 least 10 times faster than the planner searched. Metis: repipe's plan no slower by Metis's own
 estimator. Aceso: its own configuration priced as its search said; repipe's plans' prices as
-recorded (docs/planner.md says where repipe loses, and why). Galvatron (galvatron.json by
+recorded (docs/planner.md says where repipe loses, and why); on the device calibrated to Aceso's
+profile repipe's plan fits Aceso's memory by Aceso's count; the best plan of repipe's space by
+Aceso's model fits it too, its recomputation written as repipe's. Galvatron (galvatron.json by
 tests/galvatron_fixtures.py): its own search-engine test's answers reproduced (2.6485 and 2.5246
 samples/s) and its shipped LLaMA-2 7B configuration by its own search, repipe's plans in its form
 as priced, and where they stand.
@@ -69,6 +71,26 @@ for case in data["cases"]:
           "%s: Metis's choice needs %.0f MB a GPU by its own profile, more than its 81920" % (
               name, m["best_memory_mb"]))
 
+# Aceso's names of attention's core, which selective recomputation redoes
+CORE = ["enc-attention-context", "enc-attention-dropout", "enc-attention-score",
+        "enc-attention-softmax"]
+
+
+def recomputes(plan, names):
+    """Whether each stage of a plan in Aceso's form recomputes, by Aceso's operators' names,
+    what the plan says: attention's core (selective), a block's 13 operators (full, or the
+    first blocks of each stage), nothing."""
+    for stage in names:
+        if plan["recompute"] == "selective" and stage != CORE:
+            return False
+        if plan["recompute"] in ("full", "blocks") and not (
+                len(stage) == 13 and "enc-MLP-gelu" in stage and "enc-attention-qkv" in stage):
+            return False
+        if plan["recompute"] == "none" and stage:
+            return False
+    return True
+
+
 aceso = fixture("aceso.json")
 for case in aceso["cases"]:
     name, a = case["name"], case["aceso"]
@@ -77,24 +99,59 @@ for case in aceso["cases"]:
         check(all(plan[k] == case[which]["plan"][k] for k in KEYS),
               "%s: repipe plans the shape recorded (%s: %s)" % (
                   name, which, ", ".join("%s %s" % (k, plan[k]) for k in KEYS[:6])))
-    r, full = case["repipe"], case["repipe_full"]
-    # the plan in Aceso's form: the embedding 1 op, a block 13, the head 2, cut where repipe cuts
-    plan, L = r["plan"], case["layers"]
-    counts = [L + 2 - sum(c for c in plan["layers_per_stage"] if c > 0) if c < 0 else c
-              for c in plan["layers_per_stage"]]
-    ops = [1] + [13] * L + [2]
-    cuts = [sum(counts[:i]) for i in range(len(counts) + 1)]
-    mine = [sum(ops[cuts[i]:cuts[i + 1]]) for i in range(len(counts))]
-    check(mine == r["as_aceso"]["num_ops_in_each_stage"] and
-          r["as_aceso"]["micro_batch_size"] == plan["micro_batch"] * plan["data_parallel"],
-          "%s: repipe's plan in Aceso's form is the one it priced (%s ops a stage)" % (name, mine))
+    r, full, cal = case["repipe"], case["repipe_full"], case["repipe_calibrated"]
+    plan = replan(cal["cluster"], cal["args"])
+    check(all(plan[k] == cal["plan"][k] for k in KEYS),
+          "%s: on the calibrated device repipe plans the shape recorded (%s)" % (
+              name, ", ".join("%s %s" % (k, plan[k]) for k in KEYS[:6])))
+    # the plans in Aceso's form: the embedding 1 op, a block 13, the head 2, cut where repipe
+    # cuts
+    L = case["layers"]
+    for which, rec in (("repipe's plan", r), ("the calibrated plan", cal)):
+        plan = rec["plan"]
+        counts = [L + 2 - sum(c for c in plan["layers_per_stage"] if c > 0) if c < 0 else c
+                  for c in plan["layers_per_stage"]]
+        ops = [1] + [13] * L + [2]
+        cuts = [sum(counts[:i]) for i in range(len(counts) + 1)]
+        mine = [sum(ops[cuts[i]:cuts[i + 1]]) for i in range(len(counts))]
+        check(mine == rec["as_aceso"]["num_ops_in_each_stage"] and
+              rec["as_aceso"]["micro_batch_size"] == plan["micro_batch"] * plan["data_parallel"],
+              "%s: %s in Aceso's form is the one it priced (%s ops a stage)" % (name, which, mine))
+    # calibrated to Aceso's profile (each tensor size's efficiency, its memory count), repipe's
+    # plan fits Aceso's memory by Aceso's own count
+    dev = cal["cluster"]["device"]
+    check(cal["by_aceso_memory_mb"] <= case["memory_mb"] and
+          recomputes(cal["plan"], cal["recomputed"]),
+          "%s: calibrated (tensor efficiency %s, memory %.0f MB, activations x %.2f), repipe "
+          "plans t %d p %d d %d, micro-batch %d, %s: by Aceso's model %.2f s, %.0f MB" % (
+              name, {k: round(v, 3) for k, v in dev["tensor_efficiency"].items()},
+              dev["memory_bytes"] / 2 ** 20, dev["activation_scale"],
+              cal["plan"]["tensor_parallel"], cal["plan"]["pipeline_parallel"],
+              cal["plan"]["data_parallel"], cal["plan"]["micro_batch"], cal["plan"]["recompute"],
+              cal["by_aceso_ms"] / 1e3, cal["by_aceso_memory_mb"]))
     check(abs(a["priced_ms"] / 1e3 - a["time_s"]) < 0.01 and
           a["priced_memory_mb"] <= case["memory_mb"],
           "%s: Aceso's cost model prices its own choice as its search said: %.2f s, %.0f MB" % (
               name, a["time_s"], a["priced_memory_mb"]))
-    check(a["seconds"] >= 10 * r["seconds_to_plan"],
-          "%s: Aceso searched %d configurations in %.1f s, repipe planned in %.4f s" % (
-              name, a["explored"], a["seconds"], r["seconds_to_plan"]))
+    check(a["seconds"] >= 10 * max(r["seconds_to_plan"], cal["seconds_to_plan"]),
+          "%s: Aceso searched %d configurations in %.1f s, repipe planned in %.4f s (calibrated, "
+          "a plan at each size Aceso's form holds: %.3f s)" % (
+              name, a["explored"], a["seconds"], r["seconds_to_plan"], cal["seconds_to_plan"]))
+    # the best plan of repipe's space by Aceso's own model (space_best): it fits Aceso's memory,
+    # and its recomputation in Aceso's form is repipe's, counted here from the plan: a block's
+    # 13 ops for each block recomputed, the attention core's 4 for selective
+    best, bp = case["repipe_space_best"], case["repipe_space_best"]["plan"]
+    blocks = [n - (i == 0) - (i == len(bp["layers_per_stage"]) - 1)
+              for i, n in enumerate(bp["layers_per_stage"])]
+    per = {"none": [0] * len(blocks), "full": [13 * b for b in blocks],
+           "selective": [4 * b for b in blocks],
+           "blocks": [13 * min(b, bp["recompute_blocks"]) for b in blocks]}[bp["recompute"]]
+    check(best["by_aceso_memory_mb"] <= case["memory_mb"] and best["recomputed_ops"] == per and
+          recomputes(bp, best["recomputed"]),
+          "%s: the best of repipe's space by Aceso's model, t %d d %d, micro-batch %d, %s (%s "
+          "ops a stage recomputed): %.2f s, %.0f MB" % (
+              name, bp["tensor_parallel"], bp["data_parallel"], bp["micro_batch"],
+              bp["recompute"], per, best["by_aceso_ms"] / 1e3, best["by_aceso_memory_mb"]))
     # where each of repipe's plans stands by Aceso's model (docs/planner.md's table)
     print("   %s: Aceso %.2f s; repipe's %.2f s, %.0f MB; every block recomputed %.2f s, %.0f MB" %
           (name, a["time_s"], r["by_aceso_ms"] / 1e3, r["by_aceso_memory_mb"],

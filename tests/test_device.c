@@ -139,6 +139,96 @@ static void calibration(void) {
     CHECK(plan.run.activation_scale == 2.5);
 }
 
+/* A device's tensor_efficiency: a rank of a tensor group of that size has
+** every kernel's rate times it, its collectives' as they were; other sizes
+** keep the device's own. */
+static void tensor_efficiency(void) {
+    rp_device d;
+    rp_error err;
+    const char *p = put("te.json", "{\"peak_flops\": 1e14, \"memory_bytes\": 1e9, "
+                                   "\"memory_bandwidth\": 1e11, \"tensor_efficiency\": "
+                                   "{\"2\": 0.5, \"8\": 0.9}}");
+    CHECK_OK(rp_device_get(p, &d, &err), err);
+    CHECK(rp_device_tensor_efficiency(&d, 1) == 1 && rp_device_tensor_efficiency(&d, 2) == 0.5 &&
+          rp_device_tensor_efficiency(&d, 4) == 1 && rp_device_tensor_efficiency(&d, 8) == 0.9 &&
+          rp_device_tensor_efficiency(&d, 3) == 1);
+    p = put("te3.json", "{\"peak_flops\": 1e14, \"memory_bytes\": 1e9, \"memory_bandwidth\": "
+                        "1e11, \"tensor_efficiency\": {\"3\": 0.5}}");
+    CHECK(rp_device_get(p, &d, &err) == RP_ERR_INVALID &&
+          strstr(err.msg, "te3.json: \"tensor_efficiency\": \"3\" is not a tensor group's size"));
+    p = put("te4.json", "{\"peak_flops\": 1e14, \"memory_bytes\": 1e9, \"memory_bandwidth\": "
+                        "1e11, \"tensor_efficiency\": {\"4\": 3}}");
+    CHECK(rp_device_get(p, &d, &err) == RP_ERR_INVALID &&
+          strstr(err.msg, "\"4\" must be a number from 0.01 to 2"));
+    p = put("te5.json", "{\"peak_flops\": 1e14, \"memory_bytes\": 1e9, \"memory_bandwidth\": "
+                        "1e11, \"tensor_efficiency\": 0.9}");
+    CHECK(rp_device_get(p, &d, &err) == RP_ERR_INVALID && strstr(err.msg, "is an object"));
+
+    rp_cluster c;
+    rp_transformer m;
+    CHECK(rp_cluster_get("dgx-a100", &c, &err) == RP_OK);
+    CHECK(rp_transformer_parse("llama2-7b,seq=2048", &m, &err) == RP_OK);
+    rp_transformer_run r;
+    rp_transformer_run_default(&r);
+    rpi_xf_part plain[3][RPI_XF_PARTS], slow[3][RPI_XF_PARTS];
+    for (int i = 0; i < 3; i++) { /* tensor groups of 1, 2 and 4 */
+        r.tensor_parallel = 1 << i;
+        c.device.tensor_efficiency[1] = 0;
+        rpi_xf_parts(&m, &c, &r, plain[i]);
+        c.device.tensor_efficiency[1] = 0.5;
+        rpi_xf_parts(&m, &c, &r, slow[i]);
+    }
+    CHECK(memcmp(plain[0], slow[0], sizeof plain[0]) == 0 &&
+          memcmp(plain[2], slow[2], sizeof plain[2]) == 0);
+    /* at 2: the weights' half (products alone) takes twice as long, and so
+    ** does the forward but for its two all-reduces of the block's output (b
+    ** s h bf16 values each, a ring of 2 over the node's link) */
+    const rpi_xf_part *a = &plain[1][RPI_XF_BLOCK], *b = &slow[1][RPI_XF_BLOCK];
+    double bytes = 2.0 * 1 * 2048 * 4096;
+    double comm = 2 * (bytes / c.node_bandwidth + 2 * c.latency);
+    CHECK(fabs(b->bw - 2 * a->bw) < 1e-12 * b->bw);
+    CHECK(fabs((b->f - comm) - 2 * (a->f - comm)) < 1e-9 * b->f);
+    CHECK(fabs(slow[1][RPI_XF_HEAD].bw - 2 * plain[1][RPI_XF_HEAD].bw) < 1e-12 &&
+          fabs(slow[1][RPI_XF_EMBED].bi - 2 * plain[1][RPI_XF_EMBED].bi) < 1e-12);
+    CHECK(b->saved == a->saved && b->params == a->params);
+}
+
+/* A pipeline whose balanced cut does not fit: blocks move from the rank
+** that keeps the most to a later stage until it fits (1F1B keeps p - r
+** micro-batches on rank r), where the planner had answered that no shape
+** fits. The memory is set between what the balanced cut and that cut with
+** one block of the first stage moved to the third need, each simulated. */
+static void relieved_cut(void) {
+    rp_cluster c;
+    rp_transformer m;
+    rp_error err;
+    CHECK(rp_cluster_get("dgx-a100", &c, &err) == RP_OK);
+    CHECK(rp_transformer_parse("layers=24,hidden=2048,heads=32,seq=2048,vocab=51200", &m,
+                               &err) == RP_OK);
+    rp_scale_options o;
+    rp_scale_options_default(&o);
+    o.devices = 4, o.global_batch = 64, o.tensor_parallel = 1, o.pipeline_parallel = 4;
+    o.micro_batch = 1, o.virtual_stages = 1, o.context_parallel = 1;
+    o.recompute = RP_RECOMPUTE_NONE, o.sharding = RP_SHARD_NONE, o.memory_bytes = 1e15;
+    rp_scale_plan balanced, plan;
+    CHECK_OK(rp_scale_plan_compute(&m, &c, &o, &balanced, &err), err);
+    const int *cut = balanced.cfg.layers_per_stage.layers;
+    CHECK(balanced.cfg.layers_per_stage.count == 4 && cut[0] > 2 && balanced.busiest_rank == 0);
+    rp_config cfg = balanced.cfg;
+    cfg.layers_per_stage.layers[0]--, cfg.layers_per_stage.layers[2]++;
+    double sec;
+    rp_transformer_memory mem;
+    CHECK_OK(rp_scale_simulate(&m, &c, &balanced.run, RP_SHARD_NONE, &cfg, &sec, &mem, &err), err);
+    CHECK(mem.total < balanced.memory.total);
+    o.memory_bytes = (mem.total + balanced.memory.total) / 2;
+    CHECK_OK(rp_scale_plan_compute(&m, &c, &o, &plan, &err), err);
+    CHECK(plan.memory.total <= o.memory_bytes && plan.cfg.layers_per_stage.layers[0] < cut[0]);
+    int sum = 0;
+    for (int i = 0; i < plan.cfg.layers_per_stage.count; i++)
+        sum += plan.cfg.layers_per_stage.layers[i];
+    CHECK(sum == 26);
+}
+
 static void shapes(void) {
     rp_transformer m;
     rp_error err;
@@ -613,6 +703,8 @@ int main(void) {
     table1();
     block_recompute();
     calibration();
+    tensor_efficiency();
+    relieved_cut();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {

@@ -113,7 +113,7 @@ static const cli_opt OPTS[] = {
     [OPT_PRECISION] = {"precision", 0, "bf16|fp8|fp32|any", "with --cluster: the products' precision (fp32: fp32 throughout, on a device with peak_fp32; any: bf16 or fp8) [bf16]"},
     [OPT_OVERLAP] = {"overlap", 0, "on|off", "with --cluster: communication behind compute where today's Megatron-LM hides it (the replicas' reduction during the last backward, the tensor group's with sequence parallelism); off: as Megatron-LM ran in 2021 [on]"},
     [OPT_SPEED] = {"speed", 0, "S1 [S2 ...]", "engine objective: devices of several kinds, a speed for each machine of the outermost level (a server) or for every machine, relative to the profile's device (0.5: takes twice as long); the plan is set beside the best one for equal devices [all 1]"},
-    [OPT_STAGES] = {"stages", 0, "balanced|even", "with --cluster: the blocks cut to balance the stages' times (Megatron-LM's --pipeline-model-parallel-layout runs it), or split evenly, the embedding and the head beside them, as Megatron-LM does without a layout [balanced]"},
+    [OPT_STAGES] = {"stages", 0, "balanced|even", "with --cluster: the blocks cut to balance the stages' times, moved to later stages where that does not fit (Megatron-LM's --pipeline-model-parallel-layout runs it), or split evenly, the embedding and the head beside them, as Megatron-LM does without a layout [balanced]"},
     [OPT_COUNT] = {NULL, 0, NULL, NULL},
 };
 

@@ -47,6 +47,12 @@ typedef struct rp_device {
     ** measured or another planner's count; the cluster planner's runs carry
     ** it) [1] */
     double activation_scale;
+    /* tensor_efficiency[k]: what a rank of a tensor group of 2^k (k 1 to 7)
+    ** reaches of the rates its split kernels' shapes predict, its products,
+    ** attention and elementwise kernels alike (not its collectives): a
+    ** trainer's profile at each group size over repipe's prediction of it
+    ** [0: 1] */
+    double tensor_efficiency[8];
 } rp_device;
 
 typedef struct rp_cluster {
@@ -65,6 +71,10 @@ rp_status rp_cluster_get(const char *name_or_file, rp_cluster *out, rp_error *er
 /* The presets' names, NULL-terminated. */
 const char *const *rp_device_presets(void);
 const char *const *rp_cluster_presets(void);
+
+/* The device's tensor_efficiency for a tensor group of t (1 for t = 1, and
+** where none is given). */
+double rp_device_tensor_efficiency(const rp_device *d, int t);
 
 /* Seconds of an all-to-all in which each of n ranks sends `bytes` in all,
 ** an n-th to each (its own n-th stays), the ranks `stride` apart in a node's

@@ -144,12 +144,40 @@ static rp_status name_of(const cJSON *o, const char *file, const char *dflt, cha
     return RP_OK;
 }
 
+/* "tensor_efficiency": {"2": e, "4": e, ...}: a share for each tensor
+** group's size, a power of two from 2 to 128 (each kept in
+** tensor_efficiency[log2 size]); a size not given keeps 1. */
+static rp_status tensor_efficiency(const cJSON *o, const char *file, rp_device *d,
+                                   rp_error *err) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tensor_efficiency");
+    if (!t)
+        return RP_OK;
+    if (!cJSON_IsObject(t))
+        return rp_fail(err, RP_ERR_INVALID, "%s: \"tensor_efficiency\" is an object of a share "
+                       "for each tensor group's size ({\"2\": 0.95, \"4\": 0.9})", file);
+    for (const cJSON *e = t->child; e; e = e->next) {
+        char *end;
+        long n = strtol(e->string, &end, 10);
+        int k = 1;
+        while (k < 8 && (1L << k) != n)
+            k++;
+        if (*end || end == e->string || k == 8)
+            return rp_fail(err, RP_ERR_INVALID, "%s: \"tensor_efficiency\": \"%s\" is not a "
+                           "tensor group's size (2, 4, 8, ..., 128)", file, e->string);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0.01 && e->valuedouble <= 2))
+            return rp_fail(err, RP_ERR_INVALID, "%s: \"tensor_efficiency\": \"%s\" must be a "
+                           "number from 0.01 to 2", file, e->string);
+        d->tensor_efficiency[k] = e->valuedouble;
+    }
+    return RP_OK;
+}
+
 static rp_status device_json(const cJSON *o, const char *file, rp_device *d, rp_error *err) {
     static const char *const keys[] = {"name", "peak_flops", "peak_fp8", "memory_bytes",
                                        "memory_bandwidth", "gemm_efficiency", "gemm_half",
                                        "memory_efficiency", "attention_efficiency",
                                        "fp8_efficiency", "peak_fp32", "block_latency",
-                                       "activation_scale"};
+                                       "activation_scale", "tensor_efficiency"};
     if (!cJSON_IsObject(o))
         return rp_fail(err, RP_ERR_INVALID, "%s: a device is an object of %s, %s, ...", file,
                        keys[1], keys[3]);
@@ -159,9 +187,9 @@ static rp_status device_json(const cJSON *o, const char *file, rp_device *d, rp_
             i++;
         if (i == sizeof keys / sizeof *keys)
             return rp_fail(err, RP_ERR_INVALID, "%s: \"%s\" is not a device's key (%s, %s, %s, "
-                           "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", file, k->string,
+                           "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", file, k->string,
                            keys[0], keys[1], keys[2], keys[3], keys[4], keys[5], keys[6],
-                           keys[7], keys[8], keys[9], keys[10], keys[11], keys[12]);
+                           keys[7], keys[8], keys[9], keys[10], keys[11], keys[12], keys[13]);
     }
     memset(d, 0, sizeof *d);
     rp_status st = name_of(o, file, file, d->name, sizeof d->name, err);
@@ -185,7 +213,15 @@ static rp_status device_json(const cJSON *o, const char *file, rp_device *d, rp_
     d->fp8_efficiency = d->gemm_efficiency;
     if ((st = number(o, file, "fp8_efficiency", false, 1e-3, 1, &d->fp8_efficiency, err)))
         return st;
-    return RP_OK;
+    return tensor_efficiency(o, file, d, err);
+}
+
+double rp_device_tensor_efficiency(const rp_device *d, int t) {
+    int k = 0;
+    while (k < 8 && (1 << k) < t)
+        k++;
+    double e = k < 8 && (1 << k) == t ? d->tensor_efficiency[k] : 0;
+    return t > 1 && e > 0 ? e : 1;
 }
 
 static bool preset_device(const char *name, rp_device *out) {

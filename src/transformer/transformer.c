@@ -432,14 +432,17 @@ void rpi_xf_parts(const rp_transformer *m, const rp_cluster *c, const rp_transfo
                   rpi_xf_part parts[RPI_XF_PARTS]) {
     const rp_device *d = &c->device;
     bool fp32 = r->precision == RP_PRECISION_FP32;
-    double peak16 = fp32 ? d->peak_fp32 : d->peak_flops;
+    /* a tensor group's rank at what the device reaches at that size: every
+    ** kernel's rate, not the links' */
+    double e = rp_device_tensor_efficiency(d, r->tensor_parallel);
+    double peak16 = e * (fp32 ? d->peak_fp32 : d->peak_flops);
     rates x = {.c = c,
-               .peak = rp_precision_peak(d, r->precision),
+               .peak = e * rp_precision_peak(d, r->precision),
                .peak16 = peak16,
                .gemm_eff = r->precision == RP_PRECISION_FP8 ? d->fp8_efficiency
                                                             : d->gemm_efficiency,
                .gemm_half = d->gemm_half,
-               .stream_bw = d->memory_bandwidth * d->memory_efficiency,
+               .stream_bw = e * d->memory_bandwidth * d->memory_efficiency,
                .attn_flops = peak16 * d->attention_efficiency,
                .vb = fp32 ? 2 : 1,
                .cp_bw = (double)r->tensor_parallel * r->context_parallel <= c->per_node

@@ -104,21 +104,11 @@ static double ring_time(int n, double bytes, double bw, double latency) {
     return n > 1 ? 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * latency : 0;
 }
 
-/* The chunks' layer counts of shape k: Megatron-LM's even split, or
-** spread by the passes' costs (pass_costs'). */
-static void cut(const rp_transformer *m, const double cost[RPI_XF_PARTS], const cand *k,
-                bool even, int *counts) {
-    int C = k->p * (k->dv ? 2 : k->v);
-    if (even)
-        rpi_xf_split(m->layers, C, counts);
-    else
-        spread(m, cost, C, counts);
-}
-
 /* The most any rank of shape k holds, its chunks as counts lay them;
-** *params: the most parameters a rank holds. */
+** *params: the most parameters a rank holds; *busiest (unless NULL): that
+** rank. */
 static double shape_memory(const rp_transformer *m, const rpi_xf_part *x, const cand *k,
-                           const int *counts, double *params) {
+                           const int *counts, double *params, int *busiest) {
     rp_transformer_layout lay = {.p = k->p, .d = k->d, .v = k->dv ? 2 : k->v, .v_shape = k->dv,
                                  .micro_batches = k->m, .sharding = k->sharding};
     double most = 0;
@@ -126,10 +116,59 @@ static double shape_memory(const rp_transformer *m, const rpi_xf_part *x, const 
     for (int r = 0; r < k->p; r++) {
         rp_transformer_memory mem;
         rpi_xf_rank_memory(m, &k->run, x, &lay, counts, r, &mem);
+        if (mem.total > most && busiest)
+            *busiest = r;
         most = fmax(most, mem.total);
         *params = fmax(*params, mem.parameters);
     }
     return most;
+}
+
+/* Where a balanced cut of a plain pipeline (a chunk a rank) does not fit,
+** blocks move to later stages, one at a time from the rank that holds the
+** most to the quickest stage after it, until it fits or the next move
+** would empty a stage or leave the last: under 1F1B rank r keeps p - r
+** micro-batches' activations, so a block moved later is kept fewer times,
+** and where the stages' times were uneven by a block anyway the slowest
+** stage, and so the step, may take no longer. Not under block
+** recomputation, whose count is chosen for the cut, nor for Megatron-LM's
+** even split. */
+static void relieve(const rp_transformer *m, const rpi_xf_part *x,
+                    const double cost[RPI_XF_PARTS], const cand *k, double memory, int *counts) {
+    int C = k->p * (k->dv ? 2 : k->v);
+    if (C != k->p || k->run.recompute == RP_RECOMPUTE_BLOCKS)
+        return;
+    double params;
+    for (int moves = 0; moves < m->layers; moves++) {
+        int r = 0, at = 0, to = -1;
+        if (shape_memory(m, x, k, counts, &params, &r) <= memory || r == C - 1)
+            return;
+        double quickest = DBL_MAX;
+        for (int c = 0; c < C; at += counts[c++]) {
+            if (c == r && rpi_xf_blocks(at, at + counts[c], m->layers) < 2)
+                return;
+            double t = 0;
+            for (int j = at; j < at + counts[c]; j++)
+                t += cost[rpi_xf_kind(m, j)];
+            if (c > r && t < quickest)
+                quickest = t, to = c;
+        }
+        counts[r]--, counts[to]++;
+    }
+}
+
+/* The chunks' layer counts of shape k: Megatron-LM's even split, or
+** spread by the passes' costs (pass_costs') and relieved where that does
+** not fit `memory`. */
+static void cut(const rp_transformer *m, const rpi_xf_part *x, const double cost[RPI_XF_PARTS],
+                const cand *k, bool even, double memory, int *counts) {
+    int C = k->p * (k->dv ? 2 : k->v);
+    if (even) {
+        rpi_xf_split(m->layers, C, counts);
+        return;
+    }
+    spread(m, cost, C, counts);
+    relieve(m, x, cost, k, memory, counts);
 }
 
 static int imax(int a, int b) {
@@ -152,17 +191,17 @@ static bool fewest_blocks(const rp_transformer *m, const rpi_xf_part *x, cand *k
         return false;
     if (!asked) {
         k->run.recompute = RP_RECOMPUTE_NONE;
-        bool none = shape_memory(m, x, k, counts, &params) <= memory;
+        bool none = shape_memory(m, x, k, counts, &params, NULL) <= memory;
         k->run.recompute = RP_RECOMPUTE_BLOCKS;
         if (none)
             return false;
     }
     k->run.recompute_blocks = hi;
-    if (shape_memory(m, x, k, counts, &params) > memory)
+    if (shape_memory(m, x, k, counts, &params, NULL) > memory)
         return false;
     while (lo < hi) {
         k->run.recompute_blocks = (lo + hi) / 2;
-        if (shape_memory(m, x, k, counts, &params) <= memory)
+        if (shape_memory(m, x, k, counts, &params, NULL) <= memory)
             hi = k->run.recompute_blocks;
         else
             lo = k->run.recompute_blocks + 1;
@@ -179,7 +218,7 @@ static double estimate(const rp_transformer *m, const rp_cluster *c, const rpi_x
     double cost[RPI_XF_PARTS];
     pass_costs(x, k->run.recompute == RP_RECOMPUTE_FULL, cost);
     int counts[RP_MAX_STAGES];
-    cut(m, cost, k, o->even_stages, counts);
+    cut(m, x, cost, k, o->even_stages, memory, counts);
     bool partial = k->run.recompute == RP_RECOMPUTE_BLOCKS;
     if (partial && !fewest_blocks(m, x, k, counts, memory, o->recompute == RP_RECOMPUTE_BLOCKS))
         return DBL_MAX;
@@ -202,7 +241,7 @@ static double estimate(const rp_transformer *m, const rp_cluster *c, const rpi_x
         most = fmax(most, rank[r]), all += rank[r];
     /* memory: every rank's, as the cut lays the layers */
     double params;
-    k->memory = shape_memory(m, x, k, counts, &params);
+    k->memory = shape_memory(m, x, k, counts, &params, NULL);
     if (k->memory > memory)
         return DBL_MAX;
     /* the transfers of the fill: a stage's output, over the node's link
@@ -505,7 +544,7 @@ static rp_status try_cand(const rp_transformer *m, const rp_cluster *c,
     double cost[RPI_XF_PARTS];
     pass_costs(x, k->run.recompute == RP_RECOMPUTE_FULL, cost);
     int counts[RP_MAX_STAGES];
-    cut(m, cost, k, o->even_stages, counts);
+    cut(m, x, cost, k, o->even_stages, memory, counts);
     rp_config cfg;
     config_of(k, counts, &cfg);
     double sec;
