@@ -20,13 +20,17 @@
 #define LANES 32
 static inline void sums(const float *restrict x, const float *restrict y, size_t n, double shift,
                         double k, bool squares, double acc[2][LANES]) {
-    size_t p = 0;
+    /* the tail, t < LANES values, goes to lanes 0 to t - 1 as value p goes
+    ** to lane p % LANES (p is a multiple of LANES there): written so, it
+    ** vectorises, where a plane smaller than LANES (4 x 4, 2 x 2: a
+    ** ResNet's last stages) went a value at a time */
+    size_t p = 0, t = n % LANES;
     if (!y && !squares) {
         for (; p + LANES <= n; p += LANES)
             for (int j = 0; j < LANES; j++)
                 acc[0][j] += x[p + j] - shift;
-        for (; p < n; p++)
-            acc[0][p % LANES] += x[p] - shift;
+        for (size_t j = 0; j < t; j++)
+            acc[0][j] += x[p + j] - shift;
         return;
     }
     if (!y) {
@@ -35,9 +39,9 @@ static inline void sums(const float *restrict x, const float *restrict y, size_t
                 double d = x[p + j] - shift;
                 acc[1][j] += d * d;
             }
-        for (; p < n; p++) {
-            double d = x[p] - shift;
-            acc[1][p % LANES] += d * d;
+        for (size_t j = 0; j < t; j++) {
+            double d = x[p + j] - shift;
+            acc[1][j] += d * d;
         }
         return;
     }
@@ -46,9 +50,9 @@ static inline void sums(const float *restrict x, const float *restrict y, size_t
             acc[0][j] += y[p + j];
             acc[1][j] += y[p + j] * ((x[p + j] - shift) * k);
         }
-    for (; p < n; p++) {
-        acc[0][p % LANES] += y[p];
-        acc[1][p % LANES] += y[p] * ((x[p] - shift) * k);
+    for (size_t j = 0; j < t; j++) {
+        acc[0][j] += y[p + j];
+        acc[1][j] += y[p + j] * ((x[p + j] - shift) * k);
     }
 }
 
