@@ -291,26 +291,44 @@ static void lower(const rp_layer *L, int B, const int *mask, const lowering *lw,
         }
 }
 
-/* A reduced lowering's weights: wr (O x Cg T) from w (O x Cg K K). */
+/* A reduced lowering's weights: wr (O x Cg T) from w (O x Cg K K). One
+** kept tap (a kernel on a plane of one position) is a strided copy the
+** compiler can vectorise: these passes read every line of weights of
+** megabytes (512 x 512 x 3 x 3), and a tap at a time they ran at a
+** quarter of the memory's speed. */
+RP_HOT
 static void gather_taps(const rp_layer *L, const lowering *lw, const float *w, float *wr) {
-    int KK = L->kernel * L->kernel, Cg = L->in.dim[0] / L->groups;
-    for (int oc = 0; oc < L->units * Cg; oc++)
+    size_t KK = (size_t)L->kernel * L->kernel, n = (size_t)L->units * (L->in.dim[0] / L->groups);
+    if (lw->T == 1) {
+        const float *from = w + lw->tap[0];
+        for (size_t oc = 0; oc < n; oc++)
+            wr[oc] = from[oc * KK];
+        return;
+    }
+    for (size_t oc = 0; oc < n; oc++)
         for (int t = 0; t < lw->T; t++)
-            wr[(size_t)oc * lw->T + t] = w[(size_t)oc * KK + lw->tap[t]];
+            wr[oc * lw->T + t] = w[oc * KK + lw->tap[t]];
 }
 
 /* Their gradient back: dw's kept taps take dwr's (added when accumulate),
-** the others nothing (zero when not accumulate). */
+** the others nothing (zero when not accumulate). Not accumulating, a block
+** of rows is zeroed at a time and its kept taps then set while the block
+** is in the cache (0 + g: the bits of the addition, a -0 gradient kept +0). */
+RP_HOT
 static void scatter_taps(const rp_layer *L, const lowering *lw, const float *dwr, float *dw,
                          bool accumulate) {
-    int KK = L->kernel * L->kernel, Cg = L->in.dim[0] / L->groups;
-    for (int oc = 0; oc < L->units * Cg; oc++) {
-        float *d = dw + (size_t)oc * KK;
+    size_t KK = (size_t)L->kernel * L->kernel, n = (size_t)L->units * (L->in.dim[0] / L->groups);
+    int T = lw->T;
+    for (size_t o0 = 0; o0 < n; o0 += 1024) {
+        size_t o1 = n - o0 < 1024 ? n : o0 + 1024;
         if (!accumulate)
-            for (int k = 0; k < KK; k++)
-                d[k] = 0.0f;
-        for (int t = 0; t < lw->T; t++)
-            d[lw->tap[t]] += dwr[(size_t)oc * lw->T + t];
+            memset(dw + o0 * KK, 0, sizeof(float) * (o1 - o0) * KK);
+        for (int t = 0; t < T; t++) {
+            float *d = dw + lw->tap[t];
+            const float *g = dwr + t;
+            for (size_t oc = o0; oc < o1; oc++)
+                d[oc * KK] += g[oc * T];
+        }
     }
 }
 
