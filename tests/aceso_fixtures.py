@@ -124,19 +124,6 @@ def link_bandwidth(c, where):
     return float(rows[1][-1]) * 2 ** 20 * 1e3
 
 
-def repipe_block_ms(repipe, c, cluster, t):
-    """A block's forward and backward at micro-batch 1 on a rank of a tensor group of t, as
-    'repipe profile --transformer' prices it on the cluster (ms)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path, prof = os.path.join(tmp, "cluster.json"), os.path.join(tmp, "block.txt")
-        json.dump(cluster, open(path, "w"))
-        subprocess.run([repipe, "profile", "--transformer", c.shape, "--cluster", path,
-                        "--tensor-parallel", str(t), "--out", prof], check=True,
-                       capture_output=True)
-        line = [l for l in open(prof) if "layers.0:" in l][0]
-    return sum(float(x) for x in re.findall(r"(?:forward|backward)_compute_time=([\d.]+)", line))
-
-
 def tensor_efficiency(repipe, c, cluster):
     """The device's tensor_efficiency for each group size Aceso profiled: the share e of its
     kernels' rates at which repipe's block at tensor t, its all-reduces as they were, takes
@@ -144,15 +131,15 @@ def tensor_efficiency(repipe, c, cluster):
     slowdown already matches): e = repipe's kernels' time / (that target - repipe's
     all-reduces), the kernels' time priced on links too fast to count."""
     fast = dict(cluster, node_bandwidth=1e15, network_bandwidth=1e15, latency=0)
-    one, got = repipe_block_ms(repipe, c, cluster, 1), {}
+    one, got = planner_runs.block_ms(repipe, c.shape, cluster=cluster), {}
     passes = 3 * cluster["device"].get("block_latency", 0) * 1e3  # (ms: no kernel's)
     for t in (2, 4, 8):
         if t > c.per_node or not os.path.exists(
                 os.path.join(c.db, "gpt_%s_mbs1_tp%d_algo0.csv" % (c.size, t))):
             continue
         target = one * block_ms(c, t) / block_ms(c)
-        kernels = repipe_block_ms(repipe, c, fast, t) - passes
-        links = repipe_block_ms(repipe, c, cluster, t) - kernels - passes
+        kernels = planner_runs.block_ms(repipe, c.shape, cluster=fast, tensor=t) - passes
+        links = planner_runs.block_ms(repipe, c.shape, cluster=cluster, tensor=t) - kernels - passes
         got[str(t)] = min(2.0, max(0.01, kernels / (target - links - passes)))
     return got
 

@@ -22,12 +22,18 @@ def plan(repipe, args):
         return json.load(open(js)), min(seconds)
 
 
-def block_ms(repipe, shape, device):
-    """A block's forward and backward at micro-batch 1, tensor 1, as 'repipe profile
-    --transformer' prices it on the device (ms)."""
+def block_ms(repipe, shape, device=None, cluster=None, tensor=1):
+    """A block's forward and backward at micro-batch 1 on a rank of a tensor group of `tensor`,
+    as 'repipe profile --transformer' prices it on the device (a preset's name), or on the
+    cluster (a cluster file's contents: its devices and its node's link) (ms)."""
     with tempfile.TemporaryDirectory() as tmp:
         prof = os.path.join(tmp, "block.txt")
-        subprocess.run([repipe, "profile", "--transformer", shape, "--device", device, "--out",
-                        prof], check=True, capture_output=True)
+        where = ["--device", device]
+        if cluster is not None:
+            where = ["--cluster", os.path.join(tmp, "cluster.json")]
+            json.dump(cluster, open(where[1], "w"))
+        subprocess.run([repipe, "profile", "--transformer", shape] + where +
+                       ["--tensor-parallel", str(tensor), "--out", prof], check=True,
+                       capture_output=True)
         line = [l for l in open(prof) if "layers.0:" in l][0]
     return sum(float(x) for x in re.findall(r"(?:forward|backward)_compute_time=([\d.]+)", line))

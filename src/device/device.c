@@ -144,6 +144,15 @@ static rp_status name_of(const cJSON *o, const char *file, const char *dflt, cha
     return RP_OK;
 }
 
+/* k where n is 2^k (k 1 to 7: a tensor group's size tensor_efficiency
+** holds), else 0 */
+static int size_index(long n) {
+    for (int k = 1; k < 8; k++)
+        if (1L << k == n)
+            return k;
+    return 0;
+}
+
 /* "tensor_efficiency": {"2": e, "4": e, ...}: a share for each tensor
 ** group's size, a power of two from 2 to 128 (each kept in
 ** tensor_efficiency[log2 size]); a size not given keeps 1. */
@@ -157,11 +166,8 @@ static rp_status tensor_efficiency(const cJSON *o, const char *file, rp_device *
                        "for each tensor group's size ({\"2\": 0.95, \"4\": 0.9})", file);
     for (const cJSON *e = t->child; e; e = e->next) {
         char *end;
-        long n = strtol(e->string, &end, 10);
-        int k = 1;
-        while (k < 8 && (1L << k) != n)
-            k++;
-        if (*end || end == e->string || k == 8)
+        int k = size_index(strtol(e->string, &end, 10));
+        if (*end || end == e->string || !k)
             return rp_fail(err, RP_ERR_INVALID, "%s: \"tensor_efficiency\": \"%s\" is not a "
                            "tensor group's size (2, 4, 8, ..., 128)", file, e->string);
         if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0.01 && e->valuedouble <= 2))
@@ -217,11 +223,8 @@ static rp_status device_json(const cJSON *o, const char *file, rp_device *d, rp_
 }
 
 double rp_device_tensor_efficiency(const rp_device *d, int t) {
-    int k = 0;
-    while (k < 8 && (1 << k) < t)
-        k++;
-    double e = k < 8 && (1 << k) == t ? d->tensor_efficiency[k] : 0;
-    return t > 1 && e > 0 ? e : 1;
+    int k = size_index(t);
+    return k && d->tensor_efficiency[k] > 0 ? d->tensor_efficiency[k] : 1;
 }
 
 static bool preset_device(const char *name, rp_device *out) {
