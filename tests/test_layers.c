@@ -729,7 +729,8 @@ static void onednn_equals_im2col(const char *spec, int B, const char *kernel) {
 
 /* The kernel a net chooses by itself (RP_CONV_AUTO): oneDNN's for 8 or
 ** more input channels a group (or groups) and 256 or more output
-** positions, im2col's for the rest. */
+** positions but for planes of 4 positions or fewer without groups,
+** im2col's for the rest. */
 static void conv_kernel_choice(void) {
     static const struct { const char *spec; int B; const char *kernel; } cases[] = {
         {"input 1 28 28\nconv2d 8 kernel=7 stride=2 pad=3\n", 4, "im2col"}, /* a stem */
@@ -737,6 +738,10 @@ static void conv_kernel_choice(void) {
         {"input 16 8 8\nconv2d 16 kernel=3 pad=1\n", 3, "im2col"},         /* 192 */
         {"input 16 8 8\nconv2d 16 kernel=3 pad=1 groups=16\n", 4, "onednn"},
         {"input 16 1 1\nconv2d 16 kernel=3 pad=1\n", 512, "im2col"}, /* taps kept */
+        /* planes of 4 positions and fewer: a position to a row, groups aside */
+        {"input 16 4 4\nconv2d 16 kernel=3 stride=2 pad=1\n", 64, "im2col"},
+        {"input 16 2 2\nconv2d 16 kernel=3 pad=1 groups=16\n", 64, "onednn"},
+        {"input 16 3 3\nconv2d 16 kernel=3 pad=1\n", 64, "onednn"}, /* 9 positions */
         /* 1 x 1 at stride 1: a product a sample from 64 positions a plane */
         {"input 16 8 8\nconv2d 16 kernel=1\n", 4, "im2col"},
         {"input 16 4 4\nconv2d 16 kernel=1\n", 16, "onednn"},
@@ -795,6 +800,11 @@ int main(void) {
                          5, "onednn");
     onednn_equals_im2col("input 8 3 3\nconv2d 8 kernel=3 groups=2 bias=false\n",
                          3, "onednn");
+    /* planes of 2 x 2 and 1 x 3, a position to a row: at stride 2, at the
+    ** input's size, in groups */
+    onednn_equals_im2col("input 8 4 4\nconv2d 16 kernel=3 stride=2 pad=1\n", 5, "onednn");
+    onednn_equals_im2col("input 8 2 2\nconv2d 8 kernel=3 pad=1 bias=false\n", 3, "onednn");
+    onednn_equals_im2col("input 8 3 5\nconv2d 6 kernel=3 stride=2 groups=2\n", 4, "onednn");
     /* 1 x 1 at stride 1 on planes of 64 positions and more, which im2col runs
     ** as a product a sample: with a bias, and in groups */
     onednn_equals_im2col("input 8 8 8\nconv2d 16 kernel=1\n", 5, "onednn");
@@ -819,6 +829,13 @@ int main(void) {
     check_layer("input 3 2 2\nconv2d 4 kernel=1 stride=2\n", 3);
     check_layer("input 1 1 1\nconv2d 2 kernel=9 pad=4\n", 2);
     check_layer("input 2 1 1\nconv2d 2 kernel=2 stride=9 pad=3\n", 2); /* no tap reaches */
+    /* outputs of 2 to 4 positions, a position to a row: 2 x 2 at stride 2,
+    ** at the input's size (every tap reaching), 1 x 3 in groups, 2 x 2 on a
+    ** 1 x 1 input (taps kept) */
+    check_layer("input 2 4 4\nconv2d 3 kernel=3 stride=2 pad=1\n", 3);
+    check_layer("input 3 2 2\nconv2d 2 kernel=3 pad=1 bias=false\n", 2);
+    check_layer("input 4 3 5\nconv2d 4 kernel=3 stride=2 groups=2\n", 2);
+    check_layer("input 2 1 1\nconv2d 2 kernel=2 pad=1\n", 2);
     /* the row by row ones */
     check_layer("input 2 6 5\nconv2d 3 kernel=3\n", 2);
     check_layer("input 2 7 7\nconv2d 2 kernel=3 stride=2\n", 2);

@@ -7,14 +7,14 @@
 ** channel, sample, position) order until it is scattered into the (sample,
 ** out channel, position) rows. The work is done in tiles of a few samples
 ** so that the columns stay in cache. Output planes of one position are
-** lowered a sample to a row instead (point_cols); a 1 x 1 kernel at stride 1
+** lowered a position to a row instead (layers_rows.c); a 1 x 1 kernel at stride 1
 ** needs no lowering at all (layers_pointwise.c).
 */
 #include <stdbool.h>
 #include <string.h>
 
 #include "../core/blas.h"
-#include "layers_impl.h"
+#include "layers_conv.h"
 
 /* Samples per tile: the tile's columns (channels*k*k x positions) should
 ** stay in a core's L2 cache while the product reads them. */
@@ -44,18 +44,6 @@ static int conv_tile(const rp_layer *L, int B, size_t limit) {
         t = 1;
     return (int)(t < (size_t)B ? t : (size_t)B);
 }
-
-/* The kernel taps that reach the input for some output position. A tap
-** that only ever lands on padding (a 3 x 3 kernel on a 1 x 1 plane has one
-** of nine that does not) makes rows of zeros in the columns and products
-** that add nothing: with any such tap the lowering keeps the others alone,
-** and the weights are gathered to match (kernels up to 8 x 8). */
-#define MAX_TAPS 64
-typedef struct lowering {
-    int T;          /* taps kept: K K unless reduced */
-    bool reduced;
-    int tap[MAX_TAPS]; /* ki K + kj of each kept tap, when reduced */
-} lowering;
 
 /* Output columns ow whose input column ow*S - P + kj lies inside [0, W):
 ** [*lo, *hi). */
@@ -108,11 +96,18 @@ bool rpi_conv_reduced(const rp_layer *L) {
 ** positions and 1 x 1 kernels, and behind on the rest: the stems (1 and 3
 ** input channels: 4.2 against 11.7 ms, 33 against 43) and the last stage's
 ** 2 x 2 and 1 x 1 planes at 64 and 128 positions (up to 19 against 30 ms),
-** where the reorders outweigh the kernels. Depthwise and grouped ones go to
-** oneDNN, which has kernels for them. The rule is the shape's alone, so
+** where the reorders outweigh the kernels. Planes of at most ROWS_MAX_HW
+** positions stay im2col's too, lowered a position to a row (resnet18's
+** 256-channel 3 x 3 layers on 2 x 2 planes at batch 64: 5.8 against 7.8 ms
+** with oneDNN, whose kernels alone take 6.5). Depthwise and grouped ones go
+** to oneDNN, which has kernels for them. The rule is the shape's alone, so
 ** the same configuration always computes with the same kernels. */
 bool rpi_conv_direct(const rp_layer *L, int B) {
     if (rpi_conv_pointwise(L))
+        return false;
+    lowering lw;
+    conv_lowering(L, &lw);
+    if (L->groups == 1 && rpi_rows_lowering(L, &lw))
         return false;
     size_t positions = (size_t)B * L->out.dim[1] * L->out.dim[2];
     int per_group = L->in.dim[0] / L->groups;
@@ -137,7 +132,6 @@ void rpi_conv_scratch(const rp_layer *L, int B, size_t limit, size_t *col, size_
 ** in row oh = q / W when the tap's row oh + ki - P is inside the plane:
 ** [q0, q1); within it, q + off falls outside the plane only for masked taps,
 ** so [a, e) is what may be touched. */
-#define SAME_MAX 16384 /* K * H * W of the masks kept on the stack */
 
 typedef struct same_shift {
     int off, a, e;
@@ -332,22 +326,6 @@ static void scatter_taps(const rp_layer *L, const lowering *lw, const float *dwr
     }
 }
 
-/* What forward and backward both set up: the sizes, the tile of samples,
-** the masks and the lowering, and the weights as the products read them
-** (gathered to the kept taps in tmp, after the tile's outputs, where the
-** lowering drops some). */
-typedef struct conv_job {
-    int G, O, Og, HW, tile;
-    int R;           /* the rows of a group's columns and its weights' width: C / G x taps */
-    size_t in_per;   /* one sample's input values */
-    size_t weights;  /* the weights' values before the bias (O x C / G x K x K) */
-    const int *mask; /* conv_masks' */
-    lowering lw;
-    const float *w;  /* the weights the products read */
-    float *wr;       /* their gathered copy in tmp, or NULL */
-    int mask_buf[SAME_MAX];
-} conv_job;
-
 /* The weights' values before the bias: O x C / G x K x K */
 static size_t weights_of(const rp_layer *L) {
     return (size_t)L->units * (L->in.dim[0] * L->kernel * L->kernel / L->groups);
@@ -371,86 +349,6 @@ static void conv_job_init(const layer_args *a, conv_job *j) {
     }
 }
 
-/* An output plane of one position (a ResNet's last stage on small images:
-** 3 x 3 kernels on 1 x 1 planes, 1 x 1 ones at stride 2 on 2 x 2), with at
-** most MAX_TAPS taps: the columns are laid out a sample to a row, (B, C T),
-** the layout of the input itself, and the product's (B, O) is that of the
-** output and of its gradient, so nothing is reordered and nothing is walked
-** a batch apart. The products are the textbook lowering's, transposed. */
-static void point_cols(const rp_layer *L, const lowering *lw, int nb, const float *in,
-                       float *colT, const float *dcolT, float *din) {
-    int C = L->in.dim[0], H = L->in.dim[1], W = L->in.dim[2], K = L->kernel, T = lw->T;
-    size_t CHW = (size_t)C * H * W, R = (size_t)C * T;
-    /* each tap's position in an input plane, or -1: the lowering keeps the
-    ** taps that reach the input, but keeps all where none does (a pad past
-    ** the kernel) */
-    int off[MAX_TAPS];
-    for (int t = 0; t < T; t++) {
-        int tap = lw->reduced ? lw->tap[t] : t, h = tap / K - L->pad, w = tap % K - L->pad;
-        off[t] = h >= 0 && h < H && w >= 0 && w < W ? h * W + w : -1;
-    }
-    if (din)
-        memset(din, 0, sizeof(float) * nb * CHW);
-    for (int b = 0; b < nb; b++)
-        for (int c = 0; c < C; c++) {
-            size_t plane = b * CHW + (size_t)c * H * W, at = b * R + (size_t)c * T;
-            for (int t = 0; t < T; t++)
-                if (!din)
-                    colT[at + t] = off[t] < 0 ? 0.0f : in[plane + off[t]];
-                else if (off[t] >= 0)
-                    din[plane + off[t]] += dcolT[at + t];
-        }
-}
-
-static void point_forward(const layer_args *a, const conv_job *j) {
-    const rp_layer *L = a->L;
-    int G = j->G, O = j->O, Og = j->Og, R = j->R;
-    const float *bias = a->w + j->weights;
-    for (int b0 = 0; b0 < a->B; b0 += j->tile) {
-        int nb = a->B - b0 < j->tile ? a->B - b0 : j->tile;
-        float *out = a->out + (size_t)b0 * O;
-        point_cols(L, &j->lw, nb, a->in + b0 * j->in_per, a->col, NULL, NULL);
-        for (int b = 0; b < nb; b++)
-            for (int o = 0; o < O; o++)
-                out[(size_t)b * O + o] = L->bias ? bias[o] : 0.0f;
-        for (int g = 0; g < G; g++)
-            rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, Og, R, 1.0f,
-                      a->col + (size_t)g * R, G * R, j->w + (size_t)g * Og * R, R, 1.0f,
-                      out + (size_t)g * Og, O);
-    }
-}
-
-/* dw: the weights' gradient as the products write it (gathered, or a->dw) */
-static void point_backward(const layer_args *a, const conv_job *j, const float *dout,
-                           float *din, float *dw, bool want_w) {
-    const rp_layer *L = a->L;
-    int G = j->G, O = j->O, Og = j->Og, R = j->R;
-    float *db = a->dw + j->weights;
-    for (int b0 = 0; b0 < a->B; b0 += j->tile) {
-        int nb = a->B - b0 < j->tile ? a->B - b0 : j->tile;
-        const float *dy = dout + (size_t)b0 * O;
-        if (want_w && L->bias)
-            for (int b = 0; b < nb; b++)
-                for (int o = 0; o < O; o++)
-                    db[o] += dy[(size_t)b * O + o];
-        if (want_w) {
-            point_cols(L, &j->lw, nb, a->in + b0 * j->in_per, a->col, NULL, NULL);
-            bool add = (a->accumulate && !j->lw.reduced) || b0 > 0;
-            for (int g = 0; g < G; g++)
-                rpi_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Og, R, nb, 1.0f,
-                          dy + (size_t)g * Og, O, a->col + (size_t)g * R, G * R,
-                          add ? 1.0f : 0.0f, dw + (size_t)g * Og * R, R);
-        }
-        if (!din)
-            continue;
-        for (int g = 0; g < G; g++)
-            rpi_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, R, Og, 1.0f,
-                      dy + (size_t)g * Og, O, j->w + (size_t)g * Og * R, R, 0.0f,
-                      a->col + (size_t)g * R, G * R);
-        point_cols(L, &j->lw, nb, NULL, NULL, a->col, din + b0 * j->in_per);
-    }
-}
-
 /* in: (B, C, H, W); out: (B, O, OH, OW); weight (O, C / G, K, K), bias (O);
 ** tiled over a few samples at a time through col and tmp. With G groups,
 ** group g's output channels read its C / G input channels alone: rows
@@ -466,8 +364,8 @@ void rpi_conv_forward(const layer_args *a) {
     const rp_layer *L = a->L;
     conv_job j;
     conv_job_init(a, &j);
-    if (j.HW == 1 && j.lw.T <= MAX_TAPS) {
-        point_forward(a, &j);
+    if (rpi_rows_lowering(L, &j.lw)) {
+        rpi_rows_forward(a, &j);
         return;
     }
     int G = j.G, O = j.O, Og = j.Og, HW = j.HW, R = j.R, tile = j.tile;
@@ -516,10 +414,10 @@ void rpi_conv_backward(const layer_args *a, const float *dout, float *din) {
     float *db = a->dw + j.weights;
     /* with gathered weights, their gradient is summed apart, then scattered */
     float *dw = j.wr ? j.wr + (size_t)O * R : a->dw;
-    bool point = HW == 1 && j.lw.T <= MAX_TAPS;
-    if (point)
-        point_backward(a, &j, dout, din, dw, want_w);
-    for (int b0 = 0; !point && b0 < a->B; b0 += tile) {
+    bool rows = rpi_rows_lowering(L, &j.lw);
+    if (rows)
+        rpi_rows_backward(a, &j, dout, din, dw, want_w);
+    for (int b0 = 0; !rows && b0 < a->B; b0 += tile) {
         int nb = a->B - b0 < tile ? a->B - b0 : tile, ncols = nb * HW;
         for (int b = 0; b < nb; b++)
             for (int o = 0; o < O; o++) {
