@@ -59,6 +59,15 @@ expect_grep "config show chunked tensor groups" "tensor groups +replicas=4 group
 printf '{"layers_per_stage": [-1, -1, -1, -1], "replication_factor": 2, "gradient_accumulation_steps": 4, "schedule": "dualpipe"}\n' > "$tmp/dualpipe.json"
 expect_grep "config show dualpipe" "workers needed +4  \(each holds stage s of one replica and 3 - s of its pair's: dualpipe\)" -- "$bin" config show "$tmp/dualpipe.json"
 expect_grep "plan --schedules dualpipe" "two chunks a worker +2 +2 +16 +16 dualpipe " -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512 --schedules 1f1b,dualpipe
+# the engine objective in another planner's space: no stage replicated inside a pipeline
+# (--straight; unconstrained, the first stage takes two workers), the optimizer state never
+# sharded (--sharding none; at this memory the plan shards it)
+expect_grep "plan engine replicated stage" "stage_replication \[2, 1\]" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512
+expect_grep "plan engine --straight" "stage_replication \[1, 1\]" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512 --straight
+printf '{"micro_batch_size": 64, "optimizer": {"type": "adam", "lr": 0.001}}\n' > "$tmp/adam.json"
+expect_grep "plan engine shards where short" "replicated_tensor_sharding true" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --global-batch 512 --memory-size 6e8 --base-config "$tmp/adam.json"
+expect_fail "plan engine --sharding none" 1 "even with recomputation, the optimizer state whole \(no sharding asked\)" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --global-batch 512 --memory-size 6e8 --base-config "$tmp/adam.json" --sharding none
+expect_fail "plan profile --sharding fsdp" 2 "--sharding fsdp with a profile: none .* or optimizer .*; fsdp needs --cluster" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --global-batch 512 --sharding fsdp
 expect_fail "plan --cluster --schedules dualpipe" 2 "1f1b, interleaved-1f1b and dualpipev" -- "$bin" plan --cluster dgx-a100 --devices 64 --global-batch 512 --transformer layers=32,hidden=4096,heads=32,seq=2048,vocab=51200 --schedules dualpipe
 expect_grep "config show layers" "stage 1 +layers 3-6 \(4 layers\)" -- "$bin" config show "$src/examples/pipeline-2x2.json" --layers 7
 expect_grep "config show hybrid" "workers needed +16" -- "$bin" config show "$src/examples/hybrid-7-1.json"

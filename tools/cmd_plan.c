@@ -72,7 +72,7 @@ static const cli_opt OPTS[] = {
     [OPT_BANDWIDTH] = {"bandwidth", 'b', "B1 [B2 ...]", "bytes/s per level [1e9 each]"},
     [OPT_MEMORY_SIZE] = {"memory-size", 's', "BYTES [B2 ...]", "memory per machine, for --memory-constraint [16e9] and the engine objective [no limit]; several: one for each machine of the outermost level (a server) or for every machine, as --speed (PipeDream's objective takes the least)"},
     [OPT_MEMORY_CONSTRAINT] = {"memory-constraint", 0, NULL, "reject stages whose stashed data exceed the memory size"},
-    [OPT_STRAIGHT] = {"straight", 0, NULL, "a straight pipeline: no stage is replicated"},
+    [OPT_STRAIGHT] = {"straight", 0, NULL, "a straight pipeline: no stage is replicated (engine objective: only whole pipelines are)"},
     [OPT_FEWER_MACHINES] = {"fewer-machines", 0, NULL, "allow plans that leave machines unused"},
     [OPT_ACTIVATION_COMPRESSION] = {"activation-compression", 0, "RATIO", "bound stages by activation transfers, compressed by RATIO"},
     [OPT_JSON] = {"json", 0, "OUT", "write the plan as JSON to OUT, with the engine objective's rows when it runs ('-': standard output, the words then go to standard error)"},
@@ -109,7 +109,7 @@ static const cli_opt OPTS[] = {
     [OPT_MICRO_BATCH] = {"micro-batch", 0, "B", "with --cluster: micro-batches of B sequences [any of 1, 2, 4, 8]"},
     [OPT_RECOMPUTE] = {"recompute", 0, "none|selective|full|blocks", "with --cluster: recompute nothing, attention's core, every block, or the fewest first blocks of each stage that fit (Megatron-LM's --recompute-method block), in the backward (on: full, off: none) [any, as it pays]"},
     [OPT_SEQUENCE_PARALLEL] = {"sequence-parallel", 0, "on|off", "with --cluster: split the activations outside the products over the tensor group too [on wherever there is one]"},
-    [OPT_SHARDING] = {"sharding", 0, "none|optimizer|fsdp", "with --cluster: the optimizer state sharded over the replicas (Megatron-LM's distributed optimizer), everything sharded (FSDP), or neither [optimizer or fsdp, wherever there are replicas]"},
+    [OPT_SHARDING] = {"sharding", 0, "none|optimizer|fsdp", "with --cluster: the optimizer state sharded over the replicas (Megatron-LM's distributed optimizer), everything sharded (FSDP), or neither [optimizer or fsdp, wherever there are replicas]; engine objective: none or optimizer [optimizer, where memory is short]"},
     [OPT_PRECISION] = {"precision", 0, "bf16|fp8|fp32|any", "with --cluster: the products' precision (fp32: fp32 throughout, on a device with peak_fp32; any: bf16 or fp8) [bf16]"},
     [OPT_OVERLAP] = {"overlap", 0, "on|off", "with --cluster: communication behind compute where today's Megatron-LM hides it (the replicas' reduction during the last backward, the tensor group's with sequence parallelism); off: as Megatron-LM ran in 2021 [on]"},
     [OPT_SPEED] = {"speed", 0, "S1 [S2 ...]", "engine objective: devices of several kinds, a speed for each machine of the outermost level (a server) or for every machine, relative to the profile's device (0.5: takes twice as long); the plan is set beside the best one for equal devices [all 1]"},
@@ -363,7 +363,7 @@ static int run_cluster(const cli_cmd *cmd, plan_args *a) {
 static int check_profile_options(const cli_cmd *cmd, const plan_args *a) {
     static const int scale_only[] = {OPT_DEVICES, OPT_TRANSFORMER, OPT_TRANSFORMER_CONFIG,
                                      OPT_TP, OPT_CP, OPT_VP, OPT_MICRO_BATCH, OPT_RECOMPUTE,
-                                     OPT_SEQUENCE_PARALLEL, OPT_SHARDING, OPT_PRECISION,
+                                     OPT_SEQUENCE_PARALLEL, OPT_PRECISION,
                                      OPT_OVERLAP, OPT_STAGES, OPT_EP, OPT_ETP, OPT_CAPACITY};
     for (size_t k = 0; k < sizeof scale_only / sizeof *scale_only; k++)
         if (a->given & (1ull << scale_only[k])) {
@@ -371,6 +371,13 @@ static int check_profile_options(const cli_cmd *cmd, const plan_args *a) {
                       OPTS[scale_only[k]].name);
             return 2;
         }
+    if (a->scale.sharding && strcmp(a->scale.sharding, "none") != 0 &&
+        strcmp(a->scale.sharding, "optimizer") != 0) {
+        cli_error(cmd, "--sharding %s with a profile: none (the optimizer state never sharded) "
+                       "or optimizer (sharded where memory is short); fsdp needs --cluster",
+                  a->scale.sharding);
+        return 2;
+    }
     if (a->pp > 8) {
         cli_error(cmd, "--pp %lld: the engine objective plans pipelines of at most 8 stages "
                        "(with --cluster, any)", a->pp);
@@ -506,7 +513,9 @@ static int run_profile(const cli_cmd *cmd, plan_args *a, const rp_profile *prof,
             .min_micro = a->min_micro, .split_model = a->split_model,
             .config_out = a->config_out, .pipedream_out = !engine,
             .json = engine ? a->json : NULL, .emit = &a->emit, .pp = (int)a->pp,
-            .schedules = a->schedules, .speed = speed, .device_memory = memory});
+            .schedules = a->schedules,
+            .no_sharding = a->scale.sharding && strcmp(a->scale.sharding, "none") == 0,
+            .speed = speed, .device_memory = memory});
     free(speed), free(memory);
     return rc;
 }

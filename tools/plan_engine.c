@@ -219,6 +219,8 @@ static int engine_options(const cli_cmd *cmd, const plan_engine *x, rp_config *b
     ao->polling = x->polling;
     ao->min_micro_batch = (int)x->min_micro;
     ao->pipeline_stages = x->pp;
+    ao->one_worker_a_stage = o->straight; /* replicas of whole pipelines only */
+    ao->no_sharding = x->no_sharding;
     ao->schedules = x->schedules;
     ao->device_speed = x->speed;
     ao->device_memory = x->device_memory;

@@ -30,6 +30,7 @@ typedef struct plan_engine {
     const char *json;
     const plan_emit *emit;
     unsigned schedules;
+    bool no_sharding;     /* --sharding none */
     const double *speed; /* per machine, its speed (--speed); NULL: all alike */
     const double *device_memory; /* per machine, its memory (--memory-size B1 B2 ...) */
 } plan_engine;

@@ -158,6 +158,9 @@ typedef struct rp_autoplan_options {
     ** layer j. */
     int pipeline_stages;
     bool one_worker_a_stage;
+    /* no_sharding: never the optimizer state sharded over a stage's
+    ** workers (a trainer or planner whose memory has no such thing) */
+    bool no_sharding;
     unsigned schedules;
     const unsigned char *cuts;
     /* Devices of several kinds: per machine (the product of machines[]), in

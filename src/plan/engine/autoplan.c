@@ -250,9 +250,12 @@ static rp_status none_found(const search *S, int W, const rp_autoplan_options *o
                        o->max_accumulation, o->min_micro_batch);
     return rp_fail(err, RP_ERR_INFEASIBLE,
                    "plan: no configuration of %d workers fits %.0f bytes per worker, even with "
-                   "recomputation, sharded optimizer state and every accumulation up to %d "
+                   "recomputation, %s and every accumulation up to %d "
                    "(micro-batches of %d samples at least)",
-                   W, o->memory_size, o->max_accumulation, o->min_micro_batch);
+                   W, o->memory_size,
+                   o->no_sharding ? "the optimizer state whole (no sharding asked)"
+                                  : "sharded optimizer state",
+                   o->max_accumulation, o->min_micro_batch);
 }
 
 /* The options, each in its range; the number of workers in *W. */
@@ -375,7 +378,7 @@ static rp_status enumerate_shapes(search *S, int W, bool *too_big, rp_error *err
     const rp_autoplan_options *o = S->o;
     const rp_config *base = S->base;
     long long N = o->global_batch;
-    bool saves_shard = !base->replicated_tensor_sharding && W > 1 &&
+    bool saves_shard = !o->no_sharding && !base->replicated_tensor_sharding && W > 1 &&
                        rp_optimizer_state_per_param(&base->optimizer) != 0 &&
                        base->reduction_bucket_mb <= 0; /* (buckets refuse sharding) */
     *too_big = false;
