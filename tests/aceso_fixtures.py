@@ -64,9 +64,13 @@ class Case:
 
 
 def aceso_args(c, tmp, extra):
+    """Aceso's arguments as its search script for the model passes them (a case may name
+    another model and its micro-batches; its script's further settings are the search's)."""
     return [sys.executable] + extra + [
-        "--model-name", "gpt", "--model-size", c.size, "--global-batch-size", str(c.gbs),
-        "--micro-batch-size", "1", "2", "4", "8", "--num-nodes", str(c.nodes),
+        "--model-name", getattr(c, "model", "gpt"), "--model-size", c.size,
+        "--global-batch-size", str(c.gbs), "--micro-batch-size"] + [
+        str(m) for m in getattr(c, "micro_batches", (1, 2, 4, 8))] + [
+        "--num-nodes", str(c.nodes),
         "--num-gpus-per-node", str(c.per_node), "--memory-limit", str(c.memory_mb),
         "--log-path", tmp + "/logs/", "--profiled-time-path", c.db + "/",
         "--config-save-path", tmp + "/configs/", "--config-suffix", "fixture",
@@ -76,7 +80,8 @@ def aceso_args(c, tmp, extra):
 def aceso_search(c, tmp):
     for d in ("logs/trends", "configs/top_configs", "configs/csv"):
         os.makedirs(os.path.join(tmp, d), exist_ok=True)
-    out = subprocess.run(aceso_args(c, tmp, ["aceso_search.py"]), capture_output=True,
+    args = aceso_args(c, tmp, ["aceso_search.py"]) + list(getattr(c, "search_settings", ()))
+    out = subprocess.run(args, capture_output=True,
                          text=True, cwd=os.path.join(c.aceso, "search"), check=True).stdout
     row = re.search(r"^(\d+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s*$", out, re.M)
     seconds = float(re.search(r"overall search time: ([\d.]+) s", out).group(1))

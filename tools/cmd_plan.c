@@ -106,7 +106,7 @@ static const cli_opt OPTS[] = {
     [OPT_CAPACITY] = {"capacity", 0, "C", "with --cluster, a mixture of experts: each expert takes C times its share of the routed tokens, the rest dropped, its input padded to it (Megatron-LM's --moe-expert-capacity-factor with padding) [dropless]"},
     [OPT_ETP] = {"etp", 0, "T", "with --cluster, a mixture of experts: each expert's MLP split over T ranks [1]"},
     [OPT_VP] = {"vp", 0, "V", "with --cluster: V chunks a pipeline rank (interleaved 1F1B; 1: 1F1B) [any]"},
-    [OPT_MICRO_BATCH] = {"micro-batch", 0, "B", "with --cluster: micro-batches of B sequences [any of 1, 2, 4, 8]"},
+    [OPT_MICRO_BATCH] = {"micro-batch", 0, "B", "with --cluster: micro-batches of B sequences [any of 1, 2, 4, 8]; engine objective: of exactly B samples [any]"},
     [OPT_RECOMPUTE] = {"recompute", 0, "none|selective|full|blocks", "with --cluster: recompute nothing, attention's core, every block, or the fewest first blocks of each stage that fit (Megatron-LM's --recompute-method block), in the backward (on: full, off: none) [any, as it pays]"},
     [OPT_SEQUENCE_PARALLEL] = {"sequence-parallel", 0, "on|off", "with --cluster: split the activations outside the products over the tensor group too [on wherever there is one]"},
     [OPT_SHARDING] = {"sharding", 0, "none|optimizer|fsdp", "with --cluster: the optimizer state sharded over the replicas (Megatron-LM's distributed optimizer), everything sharded (FSDP), or neither [optimizer or fsdp, wherever there are replicas]; engine objective: none or optimizer [optimizer, where memory is short]"},
@@ -362,7 +362,7 @@ static int run_cluster(const cli_cmd *cmd, plan_args *a) {
 ** given; 0 to go on, else the exit code. */
 static int check_profile_options(const cli_cmd *cmd, const plan_args *a) {
     static const int scale_only[] = {OPT_DEVICES, OPT_TRANSFORMER, OPT_TRANSFORMER_CONFIG,
-                                     OPT_TP, OPT_CP, OPT_VP, OPT_MICRO_BATCH, OPT_RECOMPUTE,
+                                     OPT_TP, OPT_CP, OPT_VP, OPT_RECOMPUTE,
                                      OPT_SEQUENCE_PARALLEL, OPT_PRECISION,
                                      OPT_OVERLAP, OPT_STAGES, OPT_EP, OPT_ETP, OPT_CAPACITY};
     for (size_t k = 0; k < sizeof scale_only / sizeof *scale_only; k++)
@@ -483,7 +483,7 @@ static int run_profile(const cli_cmd *cmd, plan_args *a, const rp_profile *prof,
     /* --emit and --pp are the engine objective's */
     bool engine = a->objective ? strcmp(a->objective, "engine") == 0
                                : a->config_out || a->emit.on || a->pp > 0 || a->schedules ||
-                                     a->nspeed;
+                                     a->nspeed || a->micro > 0;
     if (a->nspeed && !engine) {
         cli_error(cmd, "--speed plans with the engine objective, not PipeDream's");
         return 2;
@@ -515,6 +515,7 @@ static int run_profile(const cli_cmd *cmd, plan_args *a, const rp_profile *prof,
             .json = engine ? a->json : NULL, .emit = &a->emit, .pp = (int)a->pp,
             .schedules = a->schedules,
             .no_sharding = a->scale.sharding && strcmp(a->scale.sharding, "none") == 0,
+            .micro_batch = (int)a->micro,
             .speed = speed, .device_memory = memory});
     free(speed), free(memory);
     return rc;

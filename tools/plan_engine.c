@@ -221,6 +221,7 @@ static int engine_options(const cli_cmd *cmd, const plan_engine *x, rp_config *b
     ao->pipeline_stages = x->pp;
     ao->one_worker_a_stage = o->straight; /* replicas of whole pipelines only */
     ao->no_sharding = x->no_sharding;
+    ao->micro_batch = x->micro_batch;
     ao->schedules = x->schedules;
     ao->device_speed = x->speed;
     ao->device_memory = x->device_memory;

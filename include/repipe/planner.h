@@ -161,6 +161,9 @@ typedef struct rp_autoplan_options {
     /* no_sharding: never the optimizer state sharded over a stage's
     ** workers (a trainer or planner whose memory has no such thing) */
     bool no_sharding;
+    /* micro_batch: micro-batches of exactly this many samples (a planner
+    ** that prices only the sizes it profiled) [0: any] */
+    int micro_batch;
     unsigned schedules;
     const unsigned char *cuts;
     /* Devices of several kinds: per machine (the product of machines[]), in

@@ -31,6 +31,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -243,19 +244,21 @@ static rp_status none_found(const search *S, int W, const rp_autoplan_options *o
     if (o->cuts && P > 1 && cuts < P - 1)
         return rp_fail(err, RP_ERR_INFEASIBLE, "plan: the trainer can begin a stage at %d of the "
                        "%d layers, too few for pipelines of %d stages", cuts, S->L, P);
+    char mb[64];
+    snprintf(mb, sizeof mb, o->micro_batch > 0 ? "micro-batches of %d samples"
+                                               : "micro-batches of %d samples at least",
+             o->micro_batch > 0 ? o->micro_batch : o->min_micro_batch);
     if (!(o->memory_size > 0) && !o->device_memory)
         return rp_fail(err, RP_ERR_INFEASIBLE, "plan: no configuration of %d workers%s splits "
-                       "the update's samples evenly (accumulation up to %d, micro-batches of %d "
-                       "samples at least)", W, P ? " in pipelines of that many stages" : "",
-                       o->max_accumulation, o->min_micro_batch);
+                       "the update's samples evenly (accumulation up to %d, %s)", W,
+                       P ? " in pipelines of that many stages" : "", o->max_accumulation, mb);
     return rp_fail(err, RP_ERR_INFEASIBLE,
                    "plan: no configuration of %d workers fits %.0f bytes per worker, even with "
-                   "recomputation, %s and every accumulation up to %d "
-                   "(micro-batches of %d samples at least)",
+                   "recomputation, %s and every accumulation up to %d (%s)",
                    W, o->memory_size,
                    o->no_sharding ? "the optimizer state whole (no sharding asked)"
                                   : "sharded optimizer state",
-                   o->max_accumulation, o->min_micro_batch);
+                   o->max_accumulation, mb);
 }
 
 /* The options, each in its range; the number of workers in *W. */
@@ -393,7 +396,8 @@ static rp_status enumerate_shapes(search *S, int W, bool *too_big, rp_error *err
                     *too_big = true;
                     continue;
                 }
-                if (N / R / GA < o->min_micro_batch)
+                if (N / R / GA < o->min_micro_batch ||
+                    (o->micro_batch > 0 && N / R / GA != o->micro_batch))
                     continue;
                 int before = S->n;
                 for (int q = 0; q < 4 && S->n == before; q++) {
