@@ -28,8 +28,9 @@ B --pp P`: a stage's micro-batch over its replicas and each GPU's one Aceso prof
 share of it (in steps of 2 %, down to 30 %) at which the plan repipe makes fits Aceso's count
 (fitted). Beside them, the
 two counts compared on reference plans (2, 4 and 8 stages cut evenly where Aceso's form holds
-them, micro-batches of 16, recomputing nothing or all), and Aceso's own plan priced by repipe's
-model where repipe can run it.
+them, micro-batches of 16, recomputing nothing or all), Aceso's own plan priced by repipe's
+model where repipe can run it, and the best plan of repipe's space in Aceso's form by Aceso's own
+model (space_best, a local search over the cuts).
 """
 import csv
 import json
@@ -252,6 +253,8 @@ def one_case(aceso, repipe, row):
         case["repipe"] = priced(c, best, config, tmp) if best else None
         case["repipe_fitted"], case["shares_tried"] = fitted(repipe, c, profiles, base, config,
                                                              tmp)
+        n = len(open(profiles[16]).read().split("\t")) - 1  # (an edge an operator)
+        case["repipe_space_best"] = space_best(c, n, config, tmp)
     return case
 
 
@@ -268,6 +271,52 @@ def fitted(repipe, c, profiles, base, config, tmp):
         if got and got["by_aceso_memory_mb"] <= MEMORY_MB:
             return dict(got, share=share), tried
     return None, tried
+
+
+def space_best(c, n, template, tmp):
+    """The fastest plan of repipe's space in Aceso's form by Aceso's own model, among those
+    that fit Aceso's memory by Aceso's count: each micro-batch and pipeline size of shapes(),
+    recomputing nothing or all, its n operators cut evenly and then a boundary moved 1, 2 or 8
+    operators at a time while Aceso's model says that helps (the least memory first where it
+    does not fit, then the least time); None where no cut it reaches fits, with the least
+    memory it reached. A local search: faster plans of the space may exist."""
+    N, seen = c.nodes * c.per_node, {}
+
+    def price(mbs, p, rc, layers):
+        key = (mbs, p, rc, tuple(layers))
+        if key not in seen:
+            R = N // p
+            cfg = dict(ADAM, micro_batch_size=mbs, replication_factor=R,
+                       gradient_accumulation_steps=GBS // (mbs * R), layers_per_stage=layers,
+                       schedule="1f1b", recompute_checkpoint_every_layer=rc)
+            seen[key] = aceso_fixtures.aceso_price(c, tmp, as_aceso(c, cfg, template))
+        ms, mem = seen[key]
+        return (0, ms) if mem <= MEMORY_MB else (1, mem)
+
+    best = None
+    for mbs, p in shapes(N):
+        for rc in (False, True):
+            layers = [n // p + (s < n % p) for s in range(p)]
+            now = price(mbs, p, rc, layers)
+            for _ in range(40):
+                moves = []
+                for b in range(p - 1):
+                    for d in (-8, -2, -1, 1, 2, 8):
+                        cut = list(layers)
+                        cut[b], cut[b + 1] = cut[b] + d, cut[b + 1] - d
+                        if min(cut) >= 1:
+                            moves.append((price(mbs, p, rc, cut), cut))
+                if not moves or min(moves)[0] >= now:
+                    break
+                now, layers = min(moves)
+            if best is None or now < best[0]:
+                best = (now, {"micro_batch": mbs, "pipeline": p, "replicas": N // p,
+                              "recompute": rc, "layers_per_stage": layers})
+    (over, _), plan = best
+    ms, mem = seen[(plan["micro_batch"], plan["pipeline"], plan["recompute"],
+                    tuple(plan["layers_per_stage"]))]
+    return dict(plan, fits=not over, by_aceso_ms=ms, by_aceso_memory_mb=mem,
+                evaluations=len(seen))
 
 
 def least_memory(repipe, N, where, profiles, base, hi):
@@ -292,13 +341,15 @@ def main():
     cases = []
     for row in CASES:
         case = one_case(aceso, repipe, row)
-        a, r, k = case["aceso"], case["repipe"], case["repipe_fitted"]
-        print("%s: Aceso %.2f s (%d MB, %.0f s to search); repipe %s; fitted %s" % (
-            case["name"], a["time_s"], a["memory_mb"], a["seconds"],
-            "%.2f s by Aceso (%d MB)" % (r["by_aceso_ms"] / 1e3, r["by_aceso_memory_mb"])
-            if r else "none fits", "%.2f s by Aceso (%d MB)" % (
-                k["by_aceso_ms"] / 1e3, k["by_aceso_memory_mb"]) if k else "none fits"),
-              flush=True)
+        a, r, k, b = (case["aceso"], case["repipe"], case["repipe_fitted"],
+                      case["repipe_space_best"])
+        print("%s: Aceso %.2f s (%d MB, %.0f s to search); repipe %s; fitted %s; the best of "
+              "repipe's space %.2f s (%d MB)" % (
+                  case["name"], a["time_s"], a["memory_mb"], a["seconds"],
+                  "%.2f s by Aceso (%d MB)" % (r["by_aceso_ms"] / 1e3, r["by_aceso_memory_mb"])
+                  if r else "none fits", "%.2f s by Aceso (%d MB)" % (
+                      k["by_aceso_ms"] / 1e3, k["by_aceso_memory_mb"]) if k else "none fits",
+                  b["by_aceso_ms"] / 1e3, b["by_aceso_memory_mb"]), flush=True)
         cases.append(case)
     json.dump({"source": "microsoft/SuperScaler branch Aceso fa80ad0 (MIT): search/aceso_search.py "
                          "and search/aceso_cost_model.py on profiler/profiled-time-eurosys",

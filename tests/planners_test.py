@@ -203,6 +203,21 @@ for case in wr["cases"]:
         check(fit["by_aceso_memory_mb"] <= case["memory_mb"],
               "%s: at %.0f %% of the memory repipe's plan fits Aceso's count (%.0f MB)" % (
                   name, 100 * fit["share"], fit["by_aceso_memory_mb"]))
+    # the best of repipe's space in Aceso's form by Aceso's model: a plan of that space (its
+    # cut covers the profile's operators, its replicas fill the GPUs, Aceso can price its
+    # micro-batches), and, where it fits, within Aceso's memory
+    sb, ops = case["repipe_space_best"], len(open(profiles[16]).read().split("\t")) - 1
+    check(sum(sb["layers_per_stage"]) == ops and min(sb["layers_per_stage"]) >= 1 and
+          len(sb["layers_per_stage"]) * sb["replicas"] == case["nodes"] * case["per_node"] and
+          (sb["micro_batch"], sb["pipeline"]) in aceso_resnet.shapes(
+              case["nodes"] * case["per_node"]) and
+          (sb["by_aceso_memory_mb"] <= case["memory_mb"]) == sb["fits"],
+          "%s: the best of repipe's space by Aceso's model (%d evaluated): %d stages x %d "
+          "replicas, micro-batch %d, %s, %s: %.2f s, %.0f MB%s" % (
+              name, sb["evaluations"], sb["pipeline"], sb["replicas"], sb["micro_batch"],
+              "recomputed" if sb["recompute"] else "nothing recomputed",
+              sb["layers_per_stage"], sb["by_aceso_ms"] / 1e3, sb["by_aceso_memory_mb"],
+              "" if sb["fits"] else ", over Aceso's memory: the least the search reached"))
     r = case["repipe"]
     print("   %s: Aceso %.2f s (%d MB); repipe's %s%s" % (
         name, a["time_s"], a["memory_mb"], "%.2f s (%.0f MB by Aceso's count)" % (
