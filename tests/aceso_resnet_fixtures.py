@@ -93,6 +93,11 @@ def write_profile(c, mbs):
     return path
 
 
+def operators(path):
+    """The operators of a profile this script wrote: an edge each, into it."""
+    return open(path).read().count("\t")
+
+
 def machines(c):
     """repipe's --machines and --bandwidth for the case (innermost level first)."""
     if c.nodes == 1:
@@ -199,7 +204,7 @@ def calibrate(repipe, c, profiles, tmp, template):
     for p, rc in ((p, rc) for p in (2, 4, 8) for rc in (False, True)):
         if (16, p) not in shapes(N):
             continue
-        R, n = N // p, len(open(profiles[16]).read().split("\t")) - 1
+        R, n = N // p, operators(profiles[16])
         layers = [n // p + (s < n % p) for s in range(p)]
         cfg = dict(ADAM, micro_batch_size=16, replication_factor=R,
                    gradient_accumulation_steps=GBS // (16 * R), layers_per_stage=layers,
@@ -253,8 +258,7 @@ def one_case(aceso, repipe, row):
         case["repipe"] = priced(c, best, config, tmp) if best else None
         case["repipe_fitted"], case["shares_tried"] = fitted(repipe, c, profiles, base, config,
                                                              tmp)
-        n = len(open(profiles[16]).read().split("\t")) - 1  # (an edge an operator)
-        case["repipe_space_best"] = space_best(c, n, config, tmp)
+        case["repipe_space_best"] = space_best(c, operators(profiles[16]), config, tmp)
     return case
 
 

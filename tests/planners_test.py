@@ -168,30 +168,28 @@ for case in wr["cases"]:
     name, a = case["name"], case["aceso"]
     profiles = {m: os.path.join(src, "tests", "fixtures", "planners", "aceso_resnet",
                                 "%s_mbs%d.txt" % (case["size"], m)) for m in aceso_resnet.MICRO}
-    for which in ("repipe", "repipe_fitted"):
-        rec = case[which]
-        if rec is None:
-            continue
-        with tempfile.TemporaryDirectory() as tmp:
-            base, js = os.path.join(tmp, "adam.json"), os.path.join(tmp, "plan.json")
-            json.dump(dict(aceso_resnet.ADAM, micro_batch_size=16), open(base, "w"))
+    with tempfile.TemporaryDirectory() as tmp:
+        base = os.path.join(tmp, "adam.json")
+        json.dump(dict(aceso_resnet.ADAM, micro_batch_size=16), open(base, "w"))
+        for which in ("repipe", "repipe_fitted"):
+            rec = case[which]
+            if rec is None:
+                continue
+            js = os.path.join(tmp, "plan.json")
             args = aceso_resnet.plan_args(profiles, case["machines"], base, rec["memory_bytes"],
                                           rec["micro_batch"], rec["pipeline"])
             subprocess.run([repipe] + args + ["--json", js], check=True, capture_output=True)
             best = json.load(open(js))["engine"]["best"]
-        check(all(best["config"].get(k) == v for k, v in rec["plan"].items()) and
-              abs(best["seconds_per_update"] - rec["seconds_per_update"]) < 1e-9 * rec[
-                  "seconds_per_update"] and a["seconds"] >= 10 * rec["seconds_to_plan"],
-              "%s: repipe plans what was priced (%s: %s, micro-batch %d, %s stages, %.2f s) in "
-              "%.3f s, Aceso searched %.0f s" % (
-                  name, which, "%d replicas" % rec["plan"]["replication_factor"],
-                  rec["micro_batch"], rec["plan"]["layers_per_stage"],
-                  rec["seconds_per_update"], rec["seconds_to_plan"], a["seconds"]))
-    # the least memory a GPU at which repipe's space in Aceso's form holds any plan, by
-    # repipe's own count: over the limit exactly where nothing was found at the limit
-    with tempfile.TemporaryDirectory() as tmp:
-        base = os.path.join(tmp, "adam.json")
-        json.dump(dict(aceso_resnet.ADAM, micro_batch_size=16), open(base, "w"))
+            check(all(best["config"].get(k) == v for k, v in rec["plan"].items()) and
+                  abs(best["seconds_per_update"] - rec["seconds_per_update"]) < 1e-9 * rec[
+                      "seconds_per_update"] and a["seconds"] >= 10 * rec["seconds_to_plan"],
+                  "%s: repipe plans what was priced (%s: %s, micro-batch %d, %s stages, %.2f s) "
+                  "in %.3f s, Aceso searched %.0f s" % (
+                      name, which, "%d replicas" % rec["plan"]["replication_factor"],
+                      rec["micro_batch"], rec["plan"]["layers_per_stage"],
+                      rec["seconds_per_update"], rec["seconds_to_plan"], a["seconds"]))
+        # the least memory a GPU at which repipe's space in Aceso's form holds any plan, by
+        # repipe's own count: over the limit exactly where nothing was found at the limit
         least = aceso_resnet.least_memory(repipe, case["nodes"] * case["per_node"],
                                           case["machines"], profiles, base, 2 ** 40)
     check(least is not None and (least > case["memory_mb"] * 2 ** 20) == (case["repipe"] is None),
@@ -206,7 +204,7 @@ for case in wr["cases"]:
     # the best of repipe's space in Aceso's form by Aceso's model: a plan of that space (its
     # cut covers the profile's operators, its replicas fill the GPUs, Aceso can price its
     # micro-batches), and, where it fits, within Aceso's memory
-    sb, ops = case["repipe_space_best"], len(open(profiles[16]).read().split("\t")) - 1
+    sb, ops = case["repipe_space_best"], aceso_resnet.operators(profiles[16])
     check(sum(sb["layers_per_stage"]) == ops and min(sb["layers_per_stage"]) >= 1 and
           len(sb["layers_per_stage"]) * sb["replicas"] == case["nodes"] * case["per_node"] and
           (sb["micro_batch"], sb["pipeline"]) in aceso_resnet.shapes(

@@ -123,8 +123,8 @@ static const float *rows_dout(const layer_args *a, const conv_job *j, const floa
     return a->tmp;
 }
 
-void rpi_rows_backward(const layer_args *a, const conv_job *j, const float *dout,
-                          float *din, float *dw, bool want_w) {
+void rpi_rows_backward(const layer_args *a, const conv_job *j, const float *dout, float *din,
+                       float *dw, bool want_w) {
     const rp_layer *L = a->L;
     int G = j->G, O = j->O, Og = j->Og, R = j->R, HW = j->HW;
     for (int b0 = 0; b0 < a->B; b0 += j->tile) {
