@@ -302,10 +302,13 @@ static void print_rows(const rp_autoplan *r, const rp_autoplan_options *ao,
         return;
     printf("  none: no configuration of that kind runs here: each needs the workers and "
            "stages of its kind, and its replicas' micro-batches must split %lld samples an "
-           "update evenly (1 to %d micro-batches a replica, of %d samples%s)",
-           ao->global_batch, ao->max_accumulation,
-           ao->micro_batch > 0 ? ao->micro_batch : ao->min_micro_batch,
-           ao->micro_batch > 0 ? " exactly" : " or more");
+           "update evenly (", ao->global_batch);
+    if (ao->micro_batch > 0) /* (the accumulation is what the micro-batch makes) */
+        printf("micro-batches of %d samples exactly", ao->micro_batch);
+    else
+        printf("1 to %d micro-batches a replica, of %d samples or more", ao->max_accumulation,
+               ao->min_micro_batch);
+    printf(")");
     if (ao->one_worker_a_stage)
         printf(", no stage replicated inside a pipeline");
     if (ao->device_memory)

@@ -248,17 +248,20 @@ static rp_status none_found(const search *S, int W, const rp_autoplan_options *o
     snprintf(mb, sizeof mb, o->micro_batch > 0 ? "micro-batches of %d samples"
                                                : "micro-batches of %d samples at least",
              o->micro_batch > 0 ? o->micro_batch : o->min_micro_batch);
+    char acc[64] = "any accumulation"; /* (an exact micro-batch makes its own: no cap) */
+    if (o->micro_batch <= 0)
+        snprintf(acc, sizeof acc, "every accumulation up to %d", o->max_accumulation);
     if (!(o->memory_size > 0) && !o->device_memory)
         return rp_fail(err, RP_ERR_INFEASIBLE, "plan: no configuration of %d workers%s splits "
-                       "the update's samples evenly (accumulation up to %d, %s)", W,
-                       P ? " in pipelines of that many stages" : "", o->max_accumulation, mb);
+                       "the update's samples evenly (%s, %s)", W,
+                       P ? " in pipelines of that many stages" : "", acc, mb);
     return rp_fail(err, RP_ERR_INFEASIBLE,
                    "plan: no configuration of %d workers fits %.0f bytes per worker, even with "
-                   "recomputation, %s and every accumulation up to %d (%s)",
+                   "recomputation, %s and %s (%s)",
                    W, o->memory_size,
                    o->no_sharding ? "the optimizer state whole (no sharding asked)"
                                   : "sharded optimizer state",
-                   o->max_accumulation, mb);
+                   acc, mb);
 }
 
 /* The options, each in its range; the number of workers in *W. */
@@ -368,16 +371,35 @@ static rp_status prepare(search *S, int W, rp_error *err) {
     return rpi_cluster_make(&S->sim, W, &S->net, err);
 }
 
-/* Every shape: workers per replica, replicas, accumulation; where memory
-** is short, the savings the engine has, cheapest first: sharding the
-** optimizer state over a stage's workers (its reduction becomes a
-** reduce-scatter and a gather, as much traffic), then recomputation (a
-** second forward), then both. Each shape's stages come from the
-** programme; *too_big: shapes passed over, their micro-batches beyond an
-** int. */
-static rp_status enumerate_shapes(search *S, int W, bool *too_big, rp_error *err) {
+/* One shape's stages at accumulation GA: where memory is short, the
+** savings the engine has, cheapest first: sharding the optimizer state
+** over a stage's workers (its reduction becomes a reduce-scatter and a
+** gather, as much traffic), then recomputation (a second forward), then
+** both. */
+static rp_status shape_ladder(search *S, int R, int per, int GA, bool saves_shard,
+                              rp_error *err) {
     static const bool ladder[4][2] = {{false, false}, {false, true}, {true, false},
                                       {true, true}};
+    const rp_autoplan_options *o = S->o;
+    int before = S->n;
+    for (int q = 0; q < 4 && S->n == before; q++) {
+        bool rc = ladder[q][0], sh = ladder[q][1];
+        if (q > 0 && !(o->memory_size > 0) && !o->device_memory)
+            break;
+        if ((rc && S->base->recompute_checkpoint_every_layer) || (sh && !saves_shard))
+            continue; /* already on, or saves nothing */
+        if (!programme(S, R, per, GA, rc, sh))
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner");
+    }
+    return RP_OK;
+}
+
+/* Every shape: workers per replica, replicas, accumulation (up to
+** max_accumulation; with an exact micro-batch, the one it makes, however
+** many micro-batches that is), each through shape_ladder. Each shape's
+** stages come from the programme; *too_big: shapes passed over, their
+** micro-batches beyond an int. */
+static rp_status enumerate_shapes(search *S, int W, bool *too_big, rp_error *err) {
     const rp_autoplan_options *o = S->o;
     const rp_config *base = S->base;
     long long N = o->global_batch;
@@ -385,34 +407,29 @@ static rp_status enumerate_shapes(search *S, int W, bool *too_big, rp_error *err
                        rp_optimizer_state_per_param(&base->optimizer) != 0 &&
                        base->reduction_bucket_mb <= 0; /* (buckets refuse sharding) */
     *too_big = false;
+    rp_status st = RP_OK;
     for (int per = 1; per <= W && per <= S->L; per++)
-        for (int R = 1; R * per <= W; R++) {
+        for (int R = 1; !st && R * per <= W; R++) {
             if (per < o->pipeline_stages || N % R)
                 continue; /* (fewer workers than the stages asked for) */
-            for (int GA = 1; GA <= o->max_accumulation && GA <= N / R; GA++) {
+            if (o->micro_batch > 0) {
+                long long GA = N / R / o->micro_batch;
+                if ((N / R) % o->micro_batch == 0 && GA <= INT_MAX)
+                    st = shape_ladder(S, R, per, (int)GA, saves_shard, err);
+                continue;
+            }
+            for (int GA = 1; !st && GA <= o->max_accumulation && GA <= N / R; GA++) {
                 if ((N / R) % GA)
                     continue;
                 if (N / R / GA > INT_MAX) { /* a micro-batch is an int of samples */
                     *too_big = true;
                     continue;
                 }
-                if (N / R / GA < o->min_micro_batch ||
-                    (o->micro_batch > 0 && N / R / GA != o->micro_batch))
-                    continue;
-                int before = S->n;
-                for (int q = 0; q < 4 && S->n == before; q++) {
-                    bool rc = ladder[q][0], sh = ladder[q][1];
-                    if (q > 0 && !(o->memory_size > 0) && !o->device_memory)
-                        break;
-                    if ((rc && base->recompute_checkpoint_every_layer) || (sh && !saves_shard))
-                        continue; /* already on, or saves nothing */
-                    if (!programme(S, R, per, GA, rc, sh))
-                        return rp_fail(err, RP_ERR_NOMEM,
-                                       "out of memory for the engine's planner");
-                }
+                if (N / R / GA >= o->min_micro_batch)
+                    st = shape_ladder(S, R, per, GA, saves_shard, err);
             }
         }
-    return RP_OK;
+    return st;
 }
 
 /* Simulated exactly: the best estimates; and, whatever their estimates,
@@ -492,7 +509,12 @@ static void pipedream_shape(const search *S, const rp_profile *profile, const rp
     int R = pd.replication_factor, most = 1;
     for (int s = 0; s < pd.layers_per_stage.count; s++)
         most = rp_config_stage_replicas(&pd, s) > most ? rp_config_stage_replicas(&pd, s) : most;
-    for (int GA = most; N % R == 0 && GA <= o->max_accumulation && GA <= N / R; GA++) {
+    int lo = most, hi = o->max_accumulation;
+    if (o->micro_batch > 0) { /* that micro-batch exactly: the accumulation it makes */
+        long long GA = N % R == 0 && (N / R) % o->micro_batch == 0 ? N / R / o->micro_batch : 0;
+        lo = hi = GA >= most && GA <= INT_MAX ? (int)GA : 0;
+    }
+    for (int GA = lo; N % R == 0 && GA >= 1 && GA <= hi && GA <= N / R; GA++) {
         if ((N / R) % GA || N / R / GA > INT_MAX || N / R / GA < o->min_micro_batch)
             continue;
         pd.gradient_accumulation_steps = GA;
