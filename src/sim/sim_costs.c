@@ -22,20 +22,53 @@ void rp_sim_options_default(rp_sim_options *o) {
     };
 }
 
-double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const double *param_bytes,
-                       int first, int count, int r, int slots, double per_mb,
-                       const rp_sim_options *opt) {
-    /* activations a micro-batch keeps: every output, or with recomputation
-    ** the outputs that end a segment (the next layer has parameters, or
-    ** the stage ends) and one segment's worth of the others, shared; where
-    ** the profile says what each layer keeps, and keeps when recomputed,
-    ** those */
-    double acts = 0, seg = 0, most = 0, par = 0, scratch = 0;
+/* One layer's part of what a stage holds (last: the stage's last layer),
+** into the running sums of a (see rpi_stage_bytes for what each holds). */
+static void stage_acc_layer(rpi_stage_acc *a, int l, bool last) {
+    const rp_config *cfg = a->cfg;
+    const rp_sim_options *opt = a->opt;
+    const double *out_bytes = a->out_bytes, *param_bytes = a->param_bytes;
     bool split = rp_schedule_splits_backward(cfg->schedule);
     bool rc = cfg->recompute_checkpoint_every_layer;
     const double *kept = opt && opt->kept_bytes ? opt->kept_bytes : out_bytes;
     const double *ck = opt ? opt->recompute_kept_bytes : NULL;
     int T = rp_config_tensor_parallel(cfg);
+    bool net = opt && opt->scratch_bytes;
+    bool end = last || param_bytes[l + 1] > 0;
+    /* a tensor rank holds its share of a split layer's parameters */
+    bool part = T > 1 && opt && opt->tensor_split && (opt->tensor_split[l] & RP_SIM_TP_SPLIT);
+    a->par += part ? param_bytes[l] / T : param_bytes[l];
+    if (opt && opt->scratch_bytes)
+        a->scratch = opt->scratch_bytes[l] > a->scratch ? opt->scratch_bytes[l] : a->scratch;
+    if (split && opt && opt->wstash_bytes)
+        a->acts += opt->wstash_bytes[l];
+    else if (split && param_bytes[l] > 0) /* the output gradient waiting for its W */
+        a->acts += out_bytes[l];
+    if (rc && ck && !net) { /* the checkpoints kept; one layer made again at a time */
+        a->acts += ck[l];
+        a->most = kept[l] > a->most ? kept[l] : a->most;
+        return;
+    }
+    if (rc && ck) { /* the checkpoints kept; a segment's rest made again, one at a
+                    ** time; the stage's last layer kept whole, its backward next */
+        a->acts += last ? kept[l] : ck[l];
+        a->seg += !last && kept[l] > ck[l] ? kept[l] - ck[l] : 0;
+        if (ck[l] > 0 || last)
+            a->most = a->seg > a->most ? a->seg : a->most, a->seg = 0;
+        return;
+    }
+    if (!rc || end)
+        a->acts += kept[l];
+    else
+        a->seg += kept[l];
+    if (end)
+        a->most = a->seg > a->most ? a->seg : a->most, a->seg = 0;
+}
+
+void rpi_stage_acc_begin(rpi_stage_acc *a, const rp_config *cfg, const double *out_bytes,
+                         const double *param_bytes, int first, const rp_sim_options *opt) {
+    *a = (rpi_stage_acc){.cfg = cfg, .out_bytes = out_bytes, .param_bytes = param_bytes,
+                         .opt = opt, .first = first, .next = first};
     /* A profile of repipe's own nets (it says each layer's scratch) counts
     ** as a net lays a stage out: the input received held beside the
     ** layers' outputs, and when recomputed the stage's last layer kept
@@ -44,40 +77,18 @@ double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const doub
     ** keeps them. */
     bool net = opt && opt->scratch_bytes;
     if (net && opt->kept_bytes && first > 0) /* the stage's input, received */
-        acts += opt->cut_bytes ? opt->cut_bytes[first] : out_bytes[first - 1];
-    for (int l = first; l < first + count; l++) {
-        bool last = l == first + count - 1, end = last || param_bytes[l + 1] > 0;
-        /* a tensor rank holds its share of a split layer's parameters */
-        bool part = T > 1 && opt && opt->tensor_split && (opt->tensor_split[l] & RP_SIM_TP_SPLIT);
-        par += part ? param_bytes[l] / T : param_bytes[l];
-        if (opt && opt->scratch_bytes)
-            scratch = opt->scratch_bytes[l] > scratch ? opt->scratch_bytes[l] : scratch;
-        if (split && opt && opt->wstash_bytes)
-            acts += opt->wstash_bytes[l];
-        else if (split && param_bytes[l] > 0) /* the output gradient waiting for its W */
-            acts += out_bytes[l];
-        if (rc && ck && !net) { /* the checkpoints kept; one layer made again at a time */
-            acts += ck[l];
-            most = kept[l] > most ? kept[l] : most;
-            continue;
-        }
-        if (rc && ck) { /* the checkpoints kept; a segment's rest made again, one at a
-                        ** time; the stage's last layer kept whole, its backward next */
-            acts += last ? kept[l] : ck[l];
-            seg += !last && kept[l] > ck[l] ? kept[l] - ck[l] : 0;
-            if (ck[l] > 0 || last)
-                most = seg > most ? seg : most, seg = 0;
-            continue;
-        }
-        if (!rc || end)
-            acts += kept[l];
-        else
-            seg += kept[l];
-        if (end)
-            most = seg > most ? seg : most, seg = 0;
-    }
+        a->acts += opt->cut_bytes ? opt->cut_bytes[first] : out_bytes[first - 1];
+}
+
+void rpi_stage_acc_push(rpi_stage_acc *a) { stage_acc_layer(a, a->next++, false); }
+
+/* What a stage of the layers in a holds. */
+static double stage_acc_finish(const rpi_stage_acc *s, int r, int slots, double per_mb) {
+    const rp_config *cfg = s->cfg;
+    const rp_sim_options *opt = s->opt;
+    double par = s->par, scratch = s->scratch;
     /* a graph's gradient buffers, one per tensor, shared by the sets */
-    for (int l = first; opt && opt->grad_bytes && l < first + count; l++)
+    for (int l = s->first; opt && opt->grad_bytes && l < s->next; l++)
         scratch += opt->grad_bytes[l];
     /* optimizer state: per parameter, sharded over the workers that share
     ** the stage's variables, streamed a chunk at a time when offchip */
@@ -92,7 +103,29 @@ double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const doub
     bool mpi = opt && opt->polling;
     double copy = cfg->reduction_bucket_mb > 0 && mpi ? par : 0; /* (as the engine's plan) */
     double half = opt && opt->mixed_precision ? par / 2 : 0; /* the bf16 weights */
-    return 2 * par + half + copy + state + (slots * acts + most + scratch) * per_mb;
+    return 2 * par + half + copy + state + (slots * s->acts + s->most + scratch) * per_mb;
+}
+
+double rpi_stage_acc_bytes(const rpi_stage_acc *a, int r, int slots, double per_mb) {
+    rpi_stage_acc s = *a; /* the layers pushed, then layer `next` as the stage's last */
+    stage_acc_layer(&s, s.next++, true);
+    return stage_acc_finish(&s, r, slots, per_mb);
+}
+
+/* activations a micro-batch keeps: every output, or with recomputation the
+** outputs that end a segment (the next layer has parameters, or the stage
+** ends) and one segment's worth of the others, shared; where the profile
+** says what each layer keeps, and keeps when recomputed, those */
+double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const double *param_bytes,
+                       int first, int count, int r, int slots, double per_mb,
+                       const rp_sim_options *opt) {
+    rpi_stage_acc a;
+    rpi_stage_acc_begin(&a, cfg, out_bytes, param_bytes, first, opt);
+    if (count < 1)
+        return stage_acc_finish(&a, r, slots, per_mb);
+    while (a.next < first + count - 1)
+        rpi_stage_acc_push(&a);
+    return rpi_stage_acc_bytes(&a, r, slots, per_mb);
 }
 
 /* The link a tensor group of t consecutive workers all-reduces over: the

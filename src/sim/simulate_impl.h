@@ -72,6 +72,23 @@ double rpi_stage_bytes(const rp_config *cfg, const double *out_bytes, const doub
                        int first, int count, int r, int slots, double per_mb,
                        const rp_sim_options *opt);
 
+/* The same a layer at a time, for a planner that grows a stage: begin at
+** layer `first`, push the layers before the stage's last one by one, and
+** read the bytes of the stage ending at layer `next` (kept as its last;
+** the layers pushed are not last). rpi_stage_bytes is these, so each
+** gives the same bytes. */
+typedef struct rpi_stage_acc {
+    const rp_config *cfg;
+    const double *out_bytes, *param_bytes;
+    const rp_sim_options *opt;
+    int first, next;
+    double acts, seg, most, par, scratch; /* the running sums of the layers pushed */
+} rpi_stage_acc;
+void rpi_stage_acc_begin(rpi_stage_acc *a, const rp_config *cfg, const double *out_bytes,
+                         const double *param_bytes, int first, const rp_sim_options *opt);
+void rpi_stage_acc_push(rpi_stage_acc *a);
+double rpi_stage_acc_bytes(const rpi_stage_acc *a, int r, int slots, double per_mb);
+
 /* reduction_bucket_mb: each stage's buckets, from its last layer down, as
 ** the engine starts them: the bytes of each and the fraction of the
 ** stage's last backward (its weights' half under the zero-bubble

@@ -110,9 +110,11 @@ typedef struct shape {
 
 /* Stage i..j-1 on r of the k workers left, under the rest's best: its
 ** busiest time (a worker's micro-batches, the reduction, the step), or
-** DBL_MAX where it does not fit the memory or beat best. */
+** DBL_MAX where it does not fit the memory or beat best. acc: layers
+** i..j-2 pushed, so that a stage's bytes cost a layer's work, not the
+** stage's (a T5's 821 operators: 20 s a shape before). */
 static double stage_cost(const search *S, const shape *h, int i, int j, int k, int r, double rest,
-                         double best) {
+                         double best, const rpi_stage_acc *acc) {
     const measured *M = h->M;
     int R = h->R, per = h->per, GA = h->GA;
     double f = (M->cf[j] - M->cf[i]) * h->scale;
@@ -133,8 +135,7 @@ static double stage_cost(const search *S, const shape *h, int i, int j, int k, i
     double cap = stage_memory(S, R, per, off, r);
     if (cap > 0) {
         int inflight = k < GA ? k : GA, slots = (inflight + r - 1) / r;
-        if (rpi_stage_bytes(&h->cfg, M->out, M->par, i, j - i, r, slots, h->scale, &S->sim) >
-            cap)
+        if (rpi_stage_acc_bytes(acc, r, slots, h->scale) > cap)
             return DBL_MAX;
     }
     return m;
@@ -153,14 +154,18 @@ static void fill_table(search *S, const shape *h) {
         for (int i = L - 1; i >= 0; i--)
             for (int k = p; k <= per; k++) {
                 double *b = &S->best[AT(p, i, k)];
+                rpi_stage_acc acc;
+                rpi_stage_acc_begin(&acc, &h->cfg, h->M->out, h->M->par, i, &S->sim);
                 for (int j = i + 1; j <= L - (p - 1); j++) {
+                    if (j > i + 1)
+                        rpi_stage_acc_push(&acc); /* layers i..j-2 */
                     if (j < L && S->o->cuts && !S->o->cuts[j])
                         continue; /* (a cut the trainer cannot make) */
                     for (int r = 1; r <= k - (p - 1) && r <= rmax; r++) {
                         double rest = S->best[AT(p - 1, j, k - r)]; /* finite: stages fill k */
                         if (rest == DBL_MAX)
                             continue;
-                        double m = stage_cost(S, h, i, j, k, r, rest, *b);
+                        double m = stage_cost(S, h, i, j, k, r, rest, *b, &acc);
                         if (m == DBL_MAX)
                             continue;
                         *b = m;
