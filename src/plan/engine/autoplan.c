@@ -210,6 +210,8 @@ static bool programme(search *S, int R, int per, int GA, bool recompute, bool sh
                .PM = per < RP_AUTOPLAN_STAGES ? per : RP_AUTOPLAN_STAGES};
     if (h.PM > L)
         h.PM = L;
+    if (S->o->pipeline_stages > 0 && h.PM > S->o->pipeline_stages)
+        h.PM = S->o->pipeline_stages; /* (the table's rows past it are never read) */
     h.B = (int)(S->o->global_batch / ((long long)R * GA));
     h.prof = rpi_plan_nearest(S, h.B);
     h.M = &S->m[h.prof];
@@ -417,6 +419,8 @@ static rp_status enumerate_shapes(search *S, int W, bool *too_big, rp_error *err
         for (int R = 1; !st && R * per <= W; R++) {
             if (per < o->pipeline_stages || N % R)
                 continue; /* (fewer workers than the stages asked for) */
+            if (o->one_worker_a_stage && o->pipeline_stages && per != o->pipeline_stages)
+                continue; /* (a worker a stage: as many workers as stages) */
             if (o->micro_batch > 0) {
                 long long GA = N / R / o->micro_batch;
                 if ((N / R) % o->micro_batch == 0 && GA <= INT_MAX)
