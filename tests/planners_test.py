@@ -6,9 +6,10 @@ least 10 times faster than the planner searched. Metis: repipe's plan no slower 
 estimator. Aceso: its own configuration priced as its search said; repipe's plans' prices as
 recorded (docs/planner.md says where repipe loses, and why); on the device calibrated to Aceso's
 profile repipe's plan fits Aceso's memory by Aceso's count; the best plan of repipe's space by
-Aceso's model fits it too, its recomputation written as repipe's; on its Wide-ResNet cases
-(aceso_resnet.json by tests/aceso_resnet_fixtures.py) repipe plans from Aceso's operator profiles
-what was priced, and at the fitted share of the memory its plan fits Aceso's count. Galvatron (galvatron.json by
+Aceso's model fits it too, its recomputation written as repipe's; on its Wide-ResNet and T5
+cases (aceso_resnet.json and aceso_t5.json by tests/aceso_operator_fixtures.py) repipe plans from
+Aceso's operator profiles what was priced, at the fitted share of the memory its plan fits
+Aceso's count, and its least memory is where it was. Galvatron (galvatron.json by
 tests/galvatron_fixtures.py): its own search-engine test's answers reproduced (2.6485 and 2.5246
 samples/s) and its shipped LLaMA-2 7B configuration by its own search, repipe's plans in its form
 as priced, and where they stand.
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 
-import aceso_resnet_fixtures as aceso_resnet
+import aceso_operator_fixtures as aceso_ops
 from checks import check, finish
 
 repipe, src = sys.argv[1], sys.argv[2]
@@ -37,6 +38,74 @@ def replan(cluster_json, args):
         args[args.index("--cluster") + 1] = cluster
         subprocess.run([repipe] + args + ["--json", js], check=True, capture_output=True)
         return json.load(open(js))
+
+
+def aceso_case(fam, case):
+    """A case of Aceso's from its operator profiles (see below)."""
+    name, a, gbs = case["name"], case["aceso"], case["global_batch"]
+    folder = os.path.join(src, "tests", "fixtures", "planners", os.path.basename(fam.profiles))
+    profiles = {m: os.path.join(folder, "%s_mbs%d.txt" % (case["size"], m)) for m in fam.micro}
+    profiles = {m: p for m, p in profiles.items() if os.path.exists(p)}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = os.path.join(tmp, "adam.json")
+        json.dump(dict(aceso_ops.ADAM, micro_batch_size=min(profiles)), open(base, "w"))
+        for which in ("repipe", "repipe_fitted"):
+            rec = case[which]
+            if rec is None:
+                continue
+            js = os.path.join(tmp, "plan.json")
+            args = aceso_ops.plan_args(gbs, profiles, case["machines"], base, rec["memory_bytes"],
+                                       rec["micro_batch"], rec["pipeline"])
+            subprocess.run([repipe] + args + ["--json", js], check=True, capture_output=True)
+            best = json.load(open(js))["engine"]["best"]
+            check(all(best["config"].get(k) == v for k, v in rec["plan"].items()) and
+                  abs(best["seconds_per_update"] - rec["seconds_per_update"]) < 1e-9 * rec[
+                      "seconds_per_update"] and a["seconds"] >= 10 * rec["seconds_to_plan"],
+                  "%s: repipe plans what was priced (%s: %s, micro-batch %d, %s stages, %.2f s) "
+                  "in %.3f s, Aceso searched %.0f s" % (
+                      name, which, "%d replicas" % rec["plan"]["replication_factor"],
+                      rec["micro_batch"], rec["plan"]["layers_per_stage"],
+                      rec["seconds_per_update"], rec["seconds_to_plan"], a["seconds"]))
+        # the least memory a GPU at which repipe's space in Aceso's form holds any plan, by
+        # repipe's own count (recorded to 1 %: a plan there, none 1 % below), over the limit
+        # exactly where nothing was found at the limit
+        least = case["repipe_least_memory_bytes"]
+        where = (gbs, repipe, case["nodes"] * case["per_node"], case["machines"], profiles, base)
+        check(aceso_ops.fits_somewhere(*where, least) and
+              not aceso_ops.fits_somewhere(*where, 0.99 * least) and
+              (least > case["memory_mb"] * 2 ** 20) == (case["repipe"] is None),
+              "%s: repipe's space in Aceso's form needs %.0f MB a GPU at least by repipe's "
+              "count (%s the %d MB limit)" % (name, least / 2 ** 20, "over" if case["repipe"]
+                                              is None else "within", case["memory_mb"]))
+    fit = case["repipe_fitted"]
+    if fit:  # (else no share of the memory down to 30 % made one: docs/planner.md says why)
+        check(fit["by_aceso_memory_mb"] <= case["memory_mb"],
+              "%s: at %.0f %% of the memory repipe's plan fits Aceso's count (%.0f MB)" % (
+                  name, 100 * fit["share"], fit["by_aceso_memory_mb"]))
+    # the best of repipe's space in Aceso's form by Aceso's model (Wide-ResNet's): a plan of
+    # that space (its cut covers the profile's operators, its replicas fill the GPUs, Aceso can
+    # price its micro-batches), and, where it fits, within Aceso's memory
+    sb = case.get("repipe_space_best")
+    check((sb is not None) == bool(fam.moves), "%s: the space's best searched where the family "
+          "says (%s)" % (name, "yes" if fam.moves else "no"))
+    if sb:
+        ops = aceso_ops.operators(profiles[min(profiles)])
+        check(sum(sb["layers_per_stage"]) == ops and min(sb["layers_per_stage"]) >= 1 and
+              len(sb["layers_per_stage"]) * sb["replicas"] == case["nodes"] * case["per_node"] and
+              (sb["micro_batch"], sb["pipeline"]) in aceso_ops.shapes(
+                  sorted(profiles), case["nodes"] * case["per_node"]) and
+              (sb["by_aceso_memory_mb"] <= case["memory_mb"]) == sb["fits"],
+              "%s: the best of repipe's space by Aceso's model (%d evaluated): %d stages x %d "
+              "replicas, micro-batch %d, %s, %s: %.2f s, %.0f MB%s" % (
+                  name, sb["evaluations"], sb["pipeline"], sb["replicas"], sb["micro_batch"],
+                  "recomputed" if sb["recompute"] else "nothing recomputed",
+                  sb["layers_per_stage"], sb["by_aceso_ms"] / 1e3, sb["by_aceso_memory_mb"],
+                  "" if sb["fits"] else ", over Aceso's memory: the least the search reached"))
+    r = case["repipe"]
+    print("   %s: Aceso %.2f s (%d MB); repipe's %s%s" % (
+        name, a["time_s"], a["memory_mb"], "%.2f s (%.0f MB by Aceso's count)" % (
+            r["by_aceso_ms"] / 1e3, r["by_aceso_memory_mb"]) if r else "none fits",
+        "; fitted %.2f s" % (fit["by_aceso_ms"] / 1e3) if fit else ""))
 
 
 def fixture(name):
@@ -159,68 +228,14 @@ for case in aceso["cases"]:
     print("   %s: Aceso %.2f s; repipe's %.2f s, %.0f MB; every block recomputed %.2f s, %.0f MB" %
           (name, a["time_s"], r["by_aceso_ms"] / 1e3, r["by_aceso_memory_mb"],
            full["by_aceso_ms"] / 1e3, full["by_aceso_memory_mb"]))
-# Aceso's Wide-ResNet cases (aceso_resnet.json by tests/aceso_resnet_fixtures.py): repipe plans
-# from Aceso's operator profiles as that script wrote them (fixtures/planners/aceso_resnet/),
-# in Aceso's form (whole pipelines replicated, the optimizer state whole, 1F1B, a micro-batch
-# Aceso profiled), on Aceso's memory and on the share of it fitted to Aceso's count
-wr = fixture("aceso_resnet.json")
-for case in wr["cases"]:
-    name, a = case["name"], case["aceso"]
-    profiles = {m: os.path.join(src, "tests", "fixtures", "planners", "aceso_resnet",
-                                "%s_mbs%d.txt" % (case["size"], m)) for m in aceso_resnet.MICRO}
-    with tempfile.TemporaryDirectory() as tmp:
-        base = os.path.join(tmp, "adam.json")
-        json.dump(dict(aceso_resnet.ADAM, micro_batch_size=16), open(base, "w"))
-        for which in ("repipe", "repipe_fitted"):
-            rec = case[which]
-            if rec is None:
-                continue
-            js = os.path.join(tmp, "plan.json")
-            args = aceso_resnet.plan_args(profiles, case["machines"], base, rec["memory_bytes"],
-                                          rec["micro_batch"], rec["pipeline"])
-            subprocess.run([repipe] + args + ["--json", js], check=True, capture_output=True)
-            best = json.load(open(js))["engine"]["best"]
-            check(all(best["config"].get(k) == v for k, v in rec["plan"].items()) and
-                  abs(best["seconds_per_update"] - rec["seconds_per_update"]) < 1e-9 * rec[
-                      "seconds_per_update"] and a["seconds"] >= 10 * rec["seconds_to_plan"],
-                  "%s: repipe plans what was priced (%s: %s, micro-batch %d, %s stages, %.2f s) "
-                  "in %.3f s, Aceso searched %.0f s" % (
-                      name, which, "%d replicas" % rec["plan"]["replication_factor"],
-                      rec["micro_batch"], rec["plan"]["layers_per_stage"],
-                      rec["seconds_per_update"], rec["seconds_to_plan"], a["seconds"]))
-        # the least memory a GPU at which repipe's space in Aceso's form holds any plan, by
-        # repipe's own count: over the limit exactly where nothing was found at the limit
-        least = aceso_resnet.least_memory(repipe, case["nodes"] * case["per_node"],
-                                          case["machines"], profiles, base, 2 ** 40)
-    check(least is not None and (least > case["memory_mb"] * 2 ** 20) == (case["repipe"] is None),
-          "%s: repipe's space in Aceso's form needs %.0f MB a GPU at least by repipe's count "
-          "(%s the %d MB limit)" % (name, least / 2 ** 20, "over" if case["repipe"] is None else
-                                   "within", case["memory_mb"]))
-    fit = case["repipe_fitted"]
-    if fit:  # (else no share of the memory down to 30 % made one: docs/planner.md says why)
-        check(fit["by_aceso_memory_mb"] <= case["memory_mb"],
-              "%s: at %.0f %% of the memory repipe's plan fits Aceso's count (%.0f MB)" % (
-                  name, 100 * fit["share"], fit["by_aceso_memory_mb"]))
-    # the best of repipe's space in Aceso's form by Aceso's model: a plan of that space (its
-    # cut covers the profile's operators, its replicas fill the GPUs, Aceso can price its
-    # micro-batches), and, where it fits, within Aceso's memory
-    sb, ops = case["repipe_space_best"], aceso_resnet.operators(profiles[16])
-    check(sum(sb["layers_per_stage"]) == ops and min(sb["layers_per_stage"]) >= 1 and
-          len(sb["layers_per_stage"]) * sb["replicas"] == case["nodes"] * case["per_node"] and
-          (sb["micro_batch"], sb["pipeline"]) in aceso_resnet.shapes(
-              case["nodes"] * case["per_node"]) and
-          (sb["by_aceso_memory_mb"] <= case["memory_mb"]) == sb["fits"],
-          "%s: the best of repipe's space by Aceso's model (%d evaluated): %d stages x %d "
-          "replicas, micro-batch %d, %s, %s: %.2f s, %.0f MB%s" % (
-              name, sb["evaluations"], sb["pipeline"], sb["replicas"], sb["micro_batch"],
-              "recomputed" if sb["recompute"] else "nothing recomputed",
-              sb["layers_per_stage"], sb["by_aceso_ms"] / 1e3, sb["by_aceso_memory_mb"],
-              "" if sb["fits"] else ", over Aceso's memory: the least the search reached"))
-    r = case["repipe"]
-    print("   %s: Aceso %.2f s (%d MB); repipe's %s%s" % (
-        name, a["time_s"], a["memory_mb"], "%.2f s (%.0f MB by Aceso's count)" % (
-            r["by_aceso_ms"] / 1e3, r["by_aceso_memory_mb"]) if r else "none fits",
-        "; fitted %.2f s" % (fit["by_aceso_ms"] / 1e3) if fit else ""))
+# Aceso's Wide-ResNet and T5 cases (aceso_resnet.json and aceso_t5.json by
+# tests/aceso_operator_fixtures.py): repipe plans from Aceso's operator profiles as that script
+# wrote them (fixtures/planners/aceso_resnet/, aceso_t5/), in Aceso's form (whole pipelines
+# replicated, the optimizer state whole, 1F1B, a micro-batch Aceso profiled), on Aceso's memory
+# and on the share of it fitted to Aceso's count
+for fam in (aceso_ops.FAMILIES["resnet"], aceso_ops.FAMILIES["t5"]):
+    for case in fixture(os.path.basename(fam.out))["cases"]:
+        aceso_case(fam, case)
 galv = fixture("galvatron.json")
 # Galvatron's own test (tests/search_engine/test_parallelsim_optimization.py) asserts these
 t0, t1 = galv["cases"][0]["galvatron"], galv["cases"][1]["galvatron"]

@@ -1,0 +1,446 @@
+"""Regenerates, for a family of Aceso's models, tests/fixtures/planners/aceso_FAMILY.json and the
+profiles it plans from (tests/fixtures/planners/aceso_FAMILY/): Aceso (microsoft/SuperScaler,
+branch Aceso, fa80ad0; EuroSys'24; MIT) and repipe on Aceso's cases of its Wide-ResNet (resnet)
+or T5 (t5), each plan priced by both cost models.
+
+Aceso's code runs as its search/scripts/search_FAMILY.sh runs it (search/aceso_search.py, budget
+200 s, 7 hops, a balanced start; for Wide-ResNet fine-tuning after each trial and micro-batches of
+16, 32, 48 and 64, for T5 micro-batches of 1, 2, 4 and 8), and its cost model on a configuration
+(search/aceso_cost_model.py --initial-point CONFIG), from ACESO_DIR (its search/ and profiler/
+folders), standard library only. Kept of it: the numbers it printed, and its per-operator
+profiles as repipe profiles (data, MIT). Run:
+
+    python3 tests/aceso_operator_fixtures.py resnet|t5 ACESO_DIR build/repipe
+
+The cases: the settings the scripts list from Aceso's paper, on V100-32GB, 28 000 MB a GPU,
+profiler/profiled-time-eurosys. Wide-ResNet of 2B parameters on 1 x 4, 4B on 1 x 8, 6.8B on
+2 x 8 and 13B on 4 x 8, 1536 images an update; T5 of 3B on 1 x 4, 6B on 1 x 8, 11B on 2 x 8 and
+22B on 4 x 8 (the 11B's operators, 48 layers), 1024 sequences an update.
+
+The mapping (docs/planner.md): repipe's profile is Aceso's operators in order (a T5's as Aceso
+lays them out: the encoder's layer repeated, then the decoder's), one node each, at tensor 1:
+forward and backward times, weights (a T5's at twice their fp16 bytes: Aceso counts eight fp16
+copies of a T5's weights, fp16 weights and gradients and fp32 master weights and Adam's two
+states, where repipe counts four fp32 ones), and as activation_size what Aceso's memory count
+keeps of the operator (its activations; none for those it counts as sharing another's space:
+Wide-ResNet's bn1, each block's bn3 and the later blocks' downsample, T5's encoder softmax,
+whose dropout it counts one and a half times); one profile per micro-batch Aceso profiled. The
+links: Aceso's point-to-point bandwidth at its largest size, within a node and between. The
+optimizer: Adam. repipe plans with the engine objective in Aceso's form: whole pipelines
+replicated (`--straight`: a stage's GPUs are its data-parallel ranks), the optimizer state whole
+(`--sharding none`), 1F1B, at each micro-batch and pipeline size Aceso's form holds
+(`--micro-batch B --pp P`: a stage's micro-batch over its replicas and each GPU's one Aceso
+profiled), the fastest by repipe's model kept. Two memories: Aceso's limit, and the largest share
+of it (in steps of 2 %, down to 30 %) at which the plan repipe makes fits Aceso's count
+(fitted), and the least memory a GPU at which repipe's space in Aceso's form holds any plan
+by repipe's own count (to 1 %, by bisection). Beside them, the two counts compared on reference
+plans (2, 4 and 8 stages cut evenly where Aceso's form holds them, the least micro-batch,
+recomputing nothing or all), Aceso's own plan priced by repipe's model where repipe can run it,
+and for Wide-ResNet the best plan of repipe's space in Aceso's form by Aceso's own model
+(space_best, a local search over the cuts; a T5's 821 operators and more are past what that
+search covers in the time).
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import aceso_fixtures
+import planner_runs
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PLANNERS = os.path.join(HERE, "fixtures", "planners")
+ADAM = {"optimizer": {"type": "adam", "lr": 0.001}}
+
+
+class Family:
+    """What differs between Aceso's models here: the cases (name, Aceso's model size, nodes, GPUs
+    a node), the batch, memory and micro-batches of its script, its further search settings, the
+    operators it never recomputes, and how its profile maps to repipe's."""
+
+    def __init__(self, model, cases, gbs, micro, settings, fixed, weight_bytes, moves):
+        self.model, self.cases, self.gbs, self.micro = model, cases, gbs, micro
+        self.memory_mb, self.settings, self.fixed = 28000, settings, fixed
+        self.weight_bytes = weight_bytes  # repipe's bytes a byte of Aceso's weights
+        self.moves = moves                # space_best's moves of a boundary; () for none
+        self.out = os.path.join(PLANNERS, "aceso_%s.json" % model)
+        self.profiles = os.path.join(PLANNERS, "aceso_%s" % model)
+
+    def kept_mb(self, op, mb):
+        """What Aceso's memory count keeps of an operator's activations, mb (its
+        consider_shared_space: these share the space of the operator before them, and the
+        encoder's attention dropout counts one and a half)."""
+        if op in ("enc-attention-softmax", "bn1") or "-bn3" in op or (
+                "-downsample" in op and "0-0" not in op):
+            return 0.0
+        return mb * 1.5 if op == "enc-attention-dropout" else mb
+
+    def csv(self, db, size, mbs):
+        """Aceso's profile of a size at micro-batch mbs, tensor 1 (22B: the 11B's)."""
+        name = "11B" if (self.model, size) == ("t5", "22B") else size
+        return os.path.join(db, "%s_%s_mbs%d_tp1_algo0.csv" % (self.model, name, mbs))
+
+    def rows(self, db, size, mbs):
+        """Aceso's operators in its order at tensor 1, micro-batch mbs: a T5's profile holds one
+        encoder and one decoder layer, repeated as its model_ops_info lays them out (22B: 48
+        layers)."""
+        rows = list(csv.reader(open(self.csv(db, size, mbs))))[1:]
+        if self.model != "t5":
+            return rows
+        n = 48 if size == "22B" else 24
+        return (rows[:1] + rows[1:14] * n + rows[14:16] + rows[16:37] * n + rows[37:])
+
+
+FAMILIES = {
+    "resnet": Family("resnet", [("wide-resnet 2B, 1 x 4", "2B", 1, 4),
+                                ("wide-resnet 4B, 1 x 8", "4B", 1, 8),
+                                ("wide-resnet 6.8B, 2 x 8", "6_8B", 2, 8),
+                                ("wide-resnet 13B, 4 x 8", "13B", 4, 8)],
+                     1536, (16, 32, 48, 64),
+                     ["--finetune-after-trial", "1", "--initial-point", "balance"], ("conv1",),
+                     1, (-8, -2, -1, 1, 2, 8)),
+    "t5": Family("t5", [("t5 3B, 1 x 4", "3B", 1, 4), ("t5 6B, 1 x 8", "6B", 1, 8),
+                        ("t5 11B, 2 x 8", "11B", 2, 8), ("t5 22B, 4 x 8", "22B", 4, 8)],
+                 1024, (1, 2, 4, 8), ["--initial-point", "balance"],
+                 ("encoder-embedding", "decoder-embedding", "t5-post-process"), 2, ()),
+}
+
+
+class Case:
+    """A case in the form aceso_fixtures' helpers read."""
+
+    def __init__(self, f, aceso, row):
+        self.f = f
+        self.name, self.size, self.nodes, self.per_node = row
+        self.model, self.micro_batches = f.model, f.micro
+        self.search_settings = f.settings
+        self.gbs, self.memory_mb = f.gbs, f.memory_mb
+        self.db = os.path.join(aceso, "profiler", "profiled-time-eurosys")
+        self.aceso = aceso
+        # the micro-batches Aceso profiled this size at (T5 11B: not 8)
+        self.micro = tuple(m for m in f.micro if os.path.exists(f.csv(self.db, self.size, m)))
+
+
+def write_profile(c, mbs):
+    """Aceso's operators at tensor 1, micro-batch mbs, as a repipe profile; its path."""
+    rows = c.f.rows(c.db, c.size, mbs)
+    mb = 2 ** 20  # (Aceso's MB)
+    path = os.path.join(c.f.profiles, "%s_mbs%d.txt" % (c.size, mbs))
+    with open(path, "w") as out:
+        out.write("node0 -- Input0 micro_batch=%d -- forward_compute_time=0, "
+                  "backward_compute_time=0, activation_size=%d, parameter_size=0\n" %
+                  (mbs, round(float(rows[0][3]) * mb)))
+        for i, r in enumerate(rows, 1):
+            out.write("node%d -- %s -- forward_compute_time=%.6f, backward_compute_time=%.6f, "
+                      "activation_size=%d, parameter_size=%d\n" %
+                      (i, r[0], float(r[1]) / 1e3, float(r[2]) / 1e3,
+                       round(c.f.kept_mb(r[0], float(r[6])) * mb),
+                       round(float(r[5]) * mb * c.f.weight_bytes)))
+        for i in range(len(rows)):
+            out.write("\tnode%d -- node%d\n" % (i, i + 1))
+    return path
+
+
+def operators(path):
+    """The operators of a profile this script wrote: an edge each, into it."""
+    return open(path).read().count("\t")
+
+
+def op_names(path):
+    """The operators' names of a profile this script wrote, in order."""
+    return [line.split(" -- ")[1] for line in open(path) if line.startswith("node")][1:]
+
+
+def machines(c):
+    """repipe's --machines and --bandwidth for the case (innermost level first)."""
+    if c.nodes == 1:
+        return ["--machines", str(c.per_node), "--bandwidth",
+                repr(aceso_fixtures.link_bandwidth(c, "intra"))]
+    return ["--machines", str(c.per_node), str(c.nodes), "--bandwidth",
+            repr(aceso_fixtures.link_bandwidth(c, "intra")),
+            repr(aceso_fixtures.link_bandwidth(c, "inter"))]
+
+
+def shapes(micro, N):
+    """The micro-batches and pipeline sizes of Aceso's form on N GPUs: a stage's micro-batch
+    over its replicas (B R) one Aceso profiled (of micro), as is each GPU's (B); pipelines of
+    at most 8 stages."""
+    return [(mbs, p) for mbs in micro for p in (1, 2, 4, 8)
+            if N % p == 0 and N // p * mbs in micro]
+
+
+def plan_args(gbs, profiles, where, base, memory_bytes, mbs, pp):
+    """repipe plan's arguments for a case: its batch, its profiles (micro-batch -> path), its
+    machines (machines(c)), the base configuration's path, the micro-batch and pipeline size."""
+    args = ["plan", "--objective", "engine"]
+    for m in sorted(profiles):
+        args += ["--profile", profiles[m]]
+    return args + where + [
+        "--global-batch", str(gbs), "--memory-size", "%d" % memory_bytes, "--base-config",
+        base, "--schedules", "1f1b", "--straight", "--sharding", "none", "--micro-batch",
+        str(mbs), "--pp", str(pp)]
+
+
+def repipe_best(gbs, repipe, N, where, profiles, base, memory_bytes):
+    """The fastest of repipe's plans at each shape of Aceso's form on N GPUs (where: their
+    --machines and --bandwidth), by repipe's model: the plan's engine entry, its micro-batch,
+    pipeline size and memory, and the time to plan them all (s)."""
+    best, total = None, 0.0
+    for mbs, pp in shapes(sorted(profiles), N):
+        args = plan_args(gbs, profiles, where, base, memory_bytes, mbs, pp)
+        try:
+            plan, seconds = planner_runs.plan(repipe, args)
+        except subprocess.CalledProcessError:
+            continue  # nothing fits at this micro-batch
+        total += seconds
+        entry = plan["engine"]["best"]
+        if best is None or entry["seconds_per_update"] < best["seconds_per_update"]:
+            best = dict(entry, micro_batch=mbs, pipeline=pp, memory_bytes=memory_bytes)
+    if best:
+        best["seconds_to_plan"] = total
+    return best
+
+
+# the keys of Aceso's configuration that as_aceso writes; the others are the model's
+PLAN_KEYS = ("global_batch_size", "micro_batch_size", "num_stages", "num_gpus",
+             "checkpoint_activations", "resharding_stages", "num_ops_in_each_stage",
+             "model_parallel_size_of_each_op", "data_parallel_size_of_each_op", "recompute_ops",
+             "algo_of_each_op")
+
+
+def recomputed(c, layers, rc):
+    """Aceso's recompute_ops for repipe's recomputation: every operator of each stage, but those
+    Aceso never recomputes, or none."""
+    ops, out, at = c.ops, [], 0
+    for n in layers:
+        out.append([int(rc and ops[at + k] not in c.f.fixed) for k in range(n)])
+        at += n
+    return out
+
+
+def as_aceso(c, cfg, template):
+    """repipe's configuration as Aceso's: its stages (an operator a layer of repipe's), each of
+    the replicas' GPUs (Aceso's micro-batch is a stage's, over its data-parallel ranks), every
+    operator at tensor 1; recomputation as repipe's."""
+    layers, R = cfg["layers_per_stage"], cfg["replication_factor"]
+    rc = cfg.get("recompute_checkpoint_every_layer", False)
+    out = {k: v for k, v in template.items() if k not in PLAN_KEYS}
+    out.update(global_batch_size=c.f.gbs, micro_batch_size=cfg["micro_batch_size"] * R,
+               num_stages=len(layers), num_gpus=[R] * len(layers),
+               checkpoint_activations=[rc] * len(layers), resharding_stages=[False] * len(layers),
+               num_ops_in_each_stage=list(layers),
+               model_parallel_size_of_each_op=[[1] * n for n in layers],
+               data_parallel_size_of_each_op=[[R] * n for n in layers],
+               recompute_ops=recomputed(c, layers, rc),
+               algo_of_each_op=[[0] * n for n in layers])
+    return out
+
+
+def as_repipe(c, config):
+    """Aceso's configuration as repipe's, where repipe runs it: every stage as wide, every
+    operator at tensor 1 and that width, recomputing nothing or every operator it can; None
+    elsewhere."""
+    R = config["num_gpus"][0]
+    flat = lambda k: [x for s in config[k] for x in s]
+    rc = config["recompute_ops"]
+    every = any(map(any, rc))
+    if (any(g != R for g in config["num_gpus"]) or any(t != 1 for t in flat(
+            "model_parallel_size_of_each_op")) or any(d != R for d in flat(
+            "data_parallel_size_of_each_op")) or
+            rc != recomputed(c, config["num_ops_in_each_stage"], every)):
+        return None
+    return dict(ADAM, micro_batch_size=config["micro_batch_size"] // R, replication_factor=R,
+                gradient_accumulation_steps=c.f.gbs // config["micro_batch_size"],
+                layers_per_stage=config["num_ops_in_each_stage"], schedule="1f1b",
+                recompute_checkpoint_every_layer=every)
+
+
+def simulate(repipe, c, profiles, cfg, tmp):
+    """repipe's model of a configuration: seconds an update, and its busiest stage's bytes."""
+    path = os.path.join(tmp, "simulate.json")
+    json.dump(cfg, open(path, "w"))
+    out = subprocess.run([repipe, "simulate", "--profile", profiles[cfg["micro_batch_size"]],
+                          "--config", path] + machines(c) + ["--json", "-"],
+                         capture_output=True, text=True, check=True).stdout
+    got = json.loads(out)
+    return got["seconds_per_update"], max(got["stage_memory_bytes"])
+
+
+def calibrate(repipe, c, profiles, tmp, template):
+    """The least, over the reference plans, of repipe's count of the busiest stage over
+    Aceso's; and the references."""
+    refs, N, m = [], c.nodes * c.per_node, c.micro[0]
+    for p, rc in ((p, rc) for p in (2, 4, 8) for rc in (False, True)):
+        if (m, p) not in shapes(c.micro, N):
+            continue
+        R, n = N // p, operators(profiles[m])
+        layers = [n // p + (s < n % p) for s in range(p)]
+        cfg = dict(ADAM, micro_batch_size=m, replication_factor=R,
+                   gradient_accumulation_steps=c.f.gbs // (m * R), layers_per_stage=layers,
+                   schedule="1f1b", recompute_checkpoint_every_layer=rc)
+        _, mine = simulate(repipe, c, profiles, cfg, tmp)
+        _, theirs = aceso_fixtures.aceso_price(c, tmp, as_aceso(c, cfg, template))
+        refs.append({"stages": p, "replicas": R, "recompute": rc, "repipe_mb": mine / 2 ** 20,
+                     "aceso_mb": theirs, "ratio": mine / 2 ** 20 / theirs})
+    return min(r["ratio"] for r in refs), refs
+
+
+def priced(c, best, template, tmp):
+    cfg = best["config"]
+    ms, mem = aceso_fixtures.aceso_price(c, tmp, as_aceso(c, cfg, template))
+    keys = ("micro_batch_size", "replication_factor", "gradient_accumulation_steps",
+            "layers_per_stage", "recompute_checkpoint_every_layer")
+    return {"plan": {k: cfg.get(k) for k in keys}, "micro_batch": best["micro_batch"],
+            "pipeline": best["pipeline"],
+            "memory_bytes": best["memory_bytes"],
+            "seconds_per_update": best["seconds_per_update"],
+            "worker_mb": best["worker_bytes"] / 2 ** 20,
+            "seconds_to_plan": best["seconds_to_plan"], "by_aceso_ms": ms,
+            "by_aceso_memory_mb": mem}
+
+
+def one_case(f, aceso, repipe, row):
+    c = Case(f, aceso, row)
+    os.makedirs(f.profiles, exist_ok=True)
+    profiles = {m: write_profile(c, m) for m in c.micro}
+    c.ops = op_names(profiles[c.micro[0]])
+    with tempfile.TemporaryDirectory() as tmp:
+        base = os.path.join(tmp, "adam.json")
+        json.dump(dict(ADAM, micro_batch_size=c.micro[0]), open(base, "w"))
+        found, config = aceso_fixtures.aceso_search(c, tmp)
+        case = {"name": c.name, "size": c.size, "nodes": c.nodes, "per_node": c.per_node,
+                "global_batch": f.gbs, "memory_mb": f.memory_mb,
+                "aceso": dict(found, config={k: config[k] for k in (
+                    "micro_batch_size", "num_stages", "num_gpus", "num_ops_in_each_stage")},
+                    recomputed_ops=sum(map(sum, config["recompute_ops"])),
+                    tensor_parallel=sorted({t for s in config["model_parallel_size_of_each_op"]
+                                            for t in s}))}
+        theirs = as_repipe(c, config)
+        if theirs:  # Aceso's plan by repipe's model
+            s, b = simulate(repipe, c, profiles, theirs, tmp)
+            case["aceso"]["by_repipe"] = {"seconds_per_update": s, "worker_mb": b / 2 ** 20}
+        ratio, refs = calibrate(repipe, c, profiles, tmp, config)
+        case["calibration"] = {"ratio": ratio, "references": refs}
+        limit = f.memory_mb * 2 ** 20
+        case["machines"] = machines(c)
+        best = repipe_best(f.gbs, repipe, c.nodes * c.per_node, case["machines"], profiles, base,
+                           limit)
+        case["repipe"] = priced(c, best, config, tmp) if best else None
+        case["repipe_fitted"], case["shares_tried"] = fitted(repipe, c, profiles, base, config,
+                                                             tmp)
+        case["repipe_least_memory_bytes"] = least_memory(
+            f.gbs, repipe, c.nodes * c.per_node, case["machines"], profiles, base, 2 ** 40)
+        if f.moves:
+            case["repipe_space_best"] = space_best(c, operators(profiles[c.micro[0]]), config,
+                                                   tmp)
+    return case
+
+
+def fitted(repipe, c, profiles, base, config, tmp):
+    """repipe's plan at the largest share of the limit, from all of it down to 30 % in steps
+    of 2 %, at which the plan it makes fits Aceso's count; and every share tried."""
+    limit, tried = c.f.memory_mb * 2 ** 20, []
+    for step in range(36):
+        share = 1 - 0.02 * step
+        plan = repipe_best(c.f.gbs, repipe, c.nodes * c.per_node, machines(c), profiles, base,
+                           limit * share)
+        got = priced(c, plan, config, tmp) if plan else None
+        tried.append([round(share, 2), got and got["by_aceso_memory_mb"]])
+        if got and got["by_aceso_memory_mb"] <= c.f.memory_mb:
+            return dict(got, share=share), tried
+    return None, tried
+
+
+def space_best(c, n, template, tmp):
+    """The fastest plan of repipe's space in Aceso's form by Aceso's own model, among those
+    that fit Aceso's memory by Aceso's count: each micro-batch and pipeline size of shapes(),
+    recomputing nothing or all, its n operators cut evenly and then a boundary moved by one of
+    the family's moves at a time while Aceso's model says that helps (the least memory first
+    where it does not fit, then the least time); None where no cut it reaches fits, with the
+    least memory it reached. A local search: faster plans of the space may exist."""
+    N, seen, f = c.nodes * c.per_node, {}, c.f
+
+    def price(mbs, p, rc, layers):
+        key = (mbs, p, rc, tuple(layers))
+        if key not in seen:
+            R = N // p
+            cfg = dict(ADAM, micro_batch_size=mbs, replication_factor=R,
+                       gradient_accumulation_steps=f.gbs // (mbs * R), layers_per_stage=layers,
+                       schedule="1f1b", recompute_checkpoint_every_layer=rc)
+            seen[key] = aceso_fixtures.aceso_price(c, tmp, as_aceso(c, cfg, template))
+        ms, mem = seen[key]
+        return (0, ms) if mem <= f.memory_mb else (1, mem)
+
+    best = None
+    for mbs, p in shapes(c.micro, N):
+        for rc in (False, True):
+            layers = [n // p + (s < n % p) for s in range(p)]
+            now = price(mbs, p, rc, layers)
+            for _ in range(40):
+                moves = []
+                for b in range(p - 1):
+                    for d in f.moves:
+                        cut = list(layers)
+                        cut[b], cut[b + 1] = cut[b] + d, cut[b + 1] - d
+                        if min(cut) >= 1:
+                            moves.append((price(mbs, p, rc, cut), cut))
+                if not moves or min(moves)[0] >= now:
+                    break
+                now, layers = min(moves)
+            if best is None or now < best[0]:
+                best = (now, {"micro_batch": mbs, "pipeline": p, "replicas": N // p,
+                              "recompute": rc, "layers_per_stage": layers})
+    (over, _), plan = best
+    ms, mem = seen[(plan["micro_batch"], plan["pipeline"], plan["recompute"],
+                    tuple(plan["layers_per_stage"]))]
+    return dict(plan, fits=not over, by_aceso_ms=ms, by_aceso_memory_mb=mem,
+                evaluations=len(seen))
+
+
+def fits_somewhere(gbs, repipe, N, where, profiles, base, memory):
+    """Whether repipe finds a plan of Aceso's form on N GPUs with memory bytes a GPU."""
+    return any(subprocess.run([repipe] + plan_args(gbs, profiles, where, base, memory, mbs, pp),
+                              capture_output=True).returncode == 0
+               for mbs, pp in shapes(sorted(profiles), N))
+
+
+def least_memory(gbs, repipe, N, where, profiles, base, hi):
+    """The least memory a GPU (to 1 %, below hi bytes) at which repipe finds a plan of Aceso's
+    form on N GPUs, by bisection; None where none fits hi."""
+    fits = lambda memory: fits_somewhere(gbs, repipe, N, where, profiles, base, memory)
+    if not fits(hi):
+        return None
+    lo = 0.0
+    while hi - lo > 0.01 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[1] not in FAMILIES:
+        sys.exit("usage: aceso_operator_fixtures.py resnet|t5 ACESO_DIR REPIPE")
+    f = FAMILIES[sys.argv[1]]
+    aceso, repipe = os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
+    cases = []
+    for row in f.cases:
+        case = one_case(f, aceso, repipe, row)
+        a, r, k, b = (case["aceso"], case["repipe"], case["repipe_fitted"],
+                      case.get("repipe_space_best"))
+        print("%s: Aceso %.2f s (%d MB, %.0f s to search); repipe %s; fitted %s%s" % (
+            case["name"], a["time_s"], a["memory_mb"], a["seconds"],
+            "%.2f s by Aceso (%d MB)" % (r["by_aceso_ms"] / 1e3, r["by_aceso_memory_mb"])
+            if r else "none fits", "%.2f s by Aceso (%d MB)" % (
+                k["by_aceso_ms"] / 1e3, k["by_aceso_memory_mb"]) if k else "none fits",
+            "; the best of repipe's space %.2f s (%d MB)" % (
+                b["by_aceso_ms"] / 1e3, b["by_aceso_memory_mb"]) if b else ""), flush=True)
+        cases.append(case)
+    json.dump({"source": "microsoft/SuperScaler branch Aceso fa80ad0 (MIT): search/aceso_search.py "
+                         "and search/aceso_cost_model.py on profiler/profiled-time-eurosys",
+               "cases": cases}, open(f.out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
