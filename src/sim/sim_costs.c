@@ -25,15 +25,11 @@ void rp_sim_options_default(rp_sim_options *o) {
 /* One layer's part of what a stage holds (last: the stage's last layer),
 ** into the running sums of a (see rpi_stage_bytes for what each holds). */
 static void stage_acc_layer(rpi_stage_acc *a, int l, bool last) {
-    const rp_config *cfg = a->cfg;
     const rp_sim_options *opt = a->opt;
     const double *out_bytes = a->out_bytes, *param_bytes = a->param_bytes;
-    bool split = rp_schedule_splits_backward(cfg->schedule);
-    bool rc = cfg->recompute_checkpoint_every_layer;
-    const double *kept = opt && opt->kept_bytes ? opt->kept_bytes : out_bytes;
-    const double *ck = opt ? opt->recompute_kept_bytes : NULL;
-    int T = rp_config_tensor_parallel(cfg);
-    bool net = opt && opt->scratch_bytes;
+    const double *kept = a->kept, *ck = a->ck;
+    bool split = a->split, rc = a->rc, net = a->net;
+    int T = a->T;
     bool end = last || param_bytes[l + 1] > 0;
     /* a tensor rank holds its share of a split layer's parameters */
     bool part = T > 1 && opt && opt->tensor_split && (opt->tensor_split[l] & RP_SIM_TP_SPLIT);
@@ -68,15 +64,20 @@ static void stage_acc_layer(rpi_stage_acc *a, int l, bool last) {
 void rpi_stage_acc_begin(rpi_stage_acc *a, const rp_config *cfg, const double *out_bytes,
                          const double *param_bytes, int first, const rp_sim_options *opt) {
     *a = (rpi_stage_acc){.cfg = cfg, .out_bytes = out_bytes, .param_bytes = param_bytes,
-                         .opt = opt, .first = first, .next = first};
+                         .opt = opt, .first = first, .next = first,
+                         .kept = opt && opt->kept_bytes ? opt->kept_bytes : out_bytes,
+                         .ck = opt ? opt->recompute_kept_bytes : NULL,
+                         .split = rp_schedule_splits_backward(cfg->schedule),
+                         .rc = cfg->recompute_checkpoint_every_layer,
+                         .net = opt && opt->scratch_bytes,
+                         .T = rp_config_tensor_parallel(cfg)};
     /* A profile of repipe's own nets (it says each layer's scratch) counts
     ** as a net lays a stage out: the input received held beside the
     ** layers' outputs, and when recomputed the stage's last layer kept
     ** whole, its backward the first. A transformer profile's checkpoints
     ** are each block's input, the stage's own among them, as Megatron-LM
     ** keeps them. */
-    bool net = opt && opt->scratch_bytes;
-    if (net && opt->kept_bytes && first > 0) /* the stage's input, received */
+    if (a->net && opt->kept_bytes && first > 0) /* the stage's input, received */
         a->acts += opt->cut_bytes ? opt->cut_bytes[first] : out_bytes[first - 1];
 }
 

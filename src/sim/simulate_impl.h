@@ -81,6 +81,9 @@ typedef struct rpi_stage_acc {
     const rp_config *cfg;
     const double *out_bytes, *param_bytes;
     const rp_sim_options *opt;
+    const double *kept, *ck; /* what a layer keeps, and keeps when recomputed (or NULL) */
+    bool split, rc, net;     /* backward split in two; recomputed; a profile of repipe's nets */
+    int T;                   /* the tensor group */
     int first, next;
     double acts, seg, most, par, scratch; /* the running sums of the layers pushed */
 } rpi_stage_acc;

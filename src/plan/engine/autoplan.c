@@ -401,6 +401,15 @@ static rp_status shape_ladder(search *S, int R, int per, int GA, bool saves_shar
     return RP_OK;
 }
 
+/* The accumulation an exact micro-batch makes on R replicas (N samples an
+** update), or 0 where it does not split them evenly or is past an int. */
+static int exact_accumulation(const rp_autoplan_options *o, long long N, int R) {
+    if (N % R || (N / R) % o->micro_batch)
+        return 0;
+    long long GA = N / R / o->micro_batch;
+    return GA <= INT_MAX ? (int)GA : 0;
+}
+
 /* Every shape: workers per replica, replicas, accumulation (up to
 ** max_accumulation; with an exact micro-batch, the one it makes, however
 ** many micro-batches that is), each through shape_ladder. Each shape's
@@ -422,9 +431,9 @@ static rp_status enumerate_shapes(search *S, int W, bool *too_big, rp_error *err
             if (o->one_worker_a_stage && o->pipeline_stages && per != o->pipeline_stages)
                 continue; /* (a worker a stage: as many workers as stages) */
             if (o->micro_batch > 0) {
-                long long GA = N / R / o->micro_batch;
-                if ((N / R) % o->micro_batch == 0 && GA <= INT_MAX)
-                    st = shape_ladder(S, R, per, (int)GA, saves_shard, err);
+                int GA = exact_accumulation(o, N, R);
+                if (GA)
+                    st = shape_ladder(S, R, per, GA, saves_shard, err);
                 continue;
             }
             for (int GA = 1; !st && GA <= o->max_accumulation && GA <= N / R; GA++) {
@@ -520,8 +529,8 @@ static void pipedream_shape(const search *S, const rp_profile *profile, const rp
         most = rp_config_stage_replicas(&pd, s) > most ? rp_config_stage_replicas(&pd, s) : most;
     int lo = most, hi = o->max_accumulation;
     if (o->micro_batch > 0) { /* that micro-batch exactly: the accumulation it makes */
-        long long GA = N % R == 0 && (N / R) % o->micro_batch == 0 ? N / R / o->micro_batch : 0;
-        lo = hi = GA >= most && GA <= INT_MAX ? (int)GA : 0;
+        int GA = exact_accumulation(o, N, R);
+        lo = hi = GA >= most ? GA : 0;
     }
     for (int GA = lo; N % R == 0 && GA >= 1 && GA <= hi && GA <= N / R; GA++) {
         if ((N / R) % GA || N / R / GA > INT_MAX || N / R / GA < o->min_micro_batch)
