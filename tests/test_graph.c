@@ -322,6 +322,74 @@ static void running_statistics(void) {
     rp_model_free(m);
 }
 
+/* Recomputation by layer (recompute_layers) on each graph, two stages of
+** 1f1b: the first update's weights, running statistics and losses are the
+** same bit for bit as keeping every layer (each layer made again runs the
+** same products on the same rows), and the activation sets hold less. The
+** lists: every layer (each stage's last is kept), every other layer, and
+** the two layers before the sum or concat that a skip crosses. */
+static void by_layer(void) {
+    static const char *lists[3][MODELS] = {
+        {"[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]", "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]",
+         "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]"},
+        {"[1, 3, 5, 7, 9]", "[0, 2, 4, 6, 8, 10]", "[1, 3, 5, 7, 9, 11]"},
+        {"[3, 4]", "[5, 6]", "[6, 7]"}};
+    for (int k = 0; k < MODELS; k++) {
+        rp_model *m = test_model(spec_of(k));
+        rp_memory mem[4] = {0};
+        rp_weights *w[4] = {0}, *w1[4] = {0};
+        float loss[4][8];
+        for (int v = 0; v < 4; v++) {
+            char json[640];
+            snprintf(json, sizeof json,
+                     "{\"seed\": 3, \"micro_batch_size\": 4, \"gradient_accumulation_steps\": 2, "
+                     "\"layers_per_stage\": %s, \"schedule\": \"1f1b\", \"output_mode\": \"all\", "
+                     "%s%s%s \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9}}",
+                     cuts(k, 2), v ? "\"recompute_layers\": " : "", v ? lists[v - 1][k] : "",
+                     v ? "," : "");
+            rp_config c = test_config(json);
+            w[v] = train(m, &c, false, loss[v], &w1[v]);
+            rp_session *s = test_session(m, &c, NULL);
+            rp_error err;
+            mem[v].activations = 0;
+            for (int st = 0; s && st < 2; st++) { /* both stages' sets */
+                rp_memory ms;
+                CHECK_OK(rp_session_memory(s, st, &ms, &err), err);
+                mem[v].activations += ms.activations;
+            }
+            rp_session_free(s);
+        }
+        for (int v = 1; v < 4 && w1[0]; v++) {
+            if (!w1[v])
+                continue;
+            for (int t = 0; t < w1[0]->num_tensors; t++)
+                CHECKF(memcmp(w1[0]->tensors[t].data, w1[v]->tensors[t].data,
+                              sizeof(float) * rp_shape_size(&w1[0]->tensors[t].shape)) == 0,
+                       "%s, recompute_layers %s: tensor %s differs", NAMES[k],
+                       lists[v - 1][k], w1[0]->tensors[t].name);
+            CHECKF(memcmp(loss[0], loss[v], sizeof loss[0]) == 0, "%s, recompute_layers %s: "
+                   "the losses differ", NAMES[k], lists[v - 1][k]);
+            CHECKF(mem[v].activations < mem[0].activations, "%s, recompute_layers %s: the "
+                   "activation sets hold %zu bytes, keeping all %zu", NAMES[k],
+                   lists[v - 1][k], mem[v].activations, mem[0].activations);
+        }
+        for (int v = 0; v < 4; v++)
+            rp_weights_free(w[v]), rp_weights_free(w1[v]);
+        rp_model_free(m);
+    }
+    /* a layer the model does not have, and with every layer recomputed */
+    rp_model *m = test_model(RESIDUAL);
+    rp_error err;
+    rp_config c = test_config("{\"recompute_layers\": [2, 11]}");
+    CHECK(rp_session_check(m, &c, &err) != RP_OK);
+    CHECK_STR_HAS(err.msg, "recompute_layers: layer 11; the model's layers are 0 to 10");
+    rp_config both;
+    const char *two = "{\"recompute_layers\": [2], \"recompute_checkpoint_every_layer\": true}";
+    CHECK(rp_config_load_string(&both, two, strlen(two), "t", &err) != RP_OK);
+    CHECK_STR_HAS(err.msg, "give one of them");
+    rp_model_free(m);
+}
+
 static void with_mpi(int ranks) {
     sweep(true, ranks);
 }
@@ -329,6 +397,7 @@ static void with_mpi(int ranks) {
 static void local(void) {
     boundaries();
     running_statistics();
+    by_layer();
     sweep(false, 0);
 }
 

@@ -6,9 +6,9 @@
 **       bit-identical on the local backend (a shard's sum is the
 **       allreduce's, the arithmetic the same); each worker keeps its share
 **       of the optimizer state, offchip one chunk at most;
-**   recompute_checkpoint_every_layer: bit-identical (the same products on
-**       the same rows, dropout masks from a counter-based stream); fewer
-**       activation bytes;
+**   recompute_checkpoint_every_layer, and recompute_layers (by layer):
+**       bit-identical (the same products on the same rows, dropout masks
+**       from a counter-based stream); fewer activation bytes;
 **   auto_loss_scaling, and a fixed loss_scaling: bit-identical while
 **       nothing overflows (the scale is a power of two, so scaling and
 **       unscaling are exact);
@@ -113,6 +113,7 @@ static const struct variant {
     {"sharded + offchip",
      "\"replicated_tensor_sharding\": true, \"optimizer_state_offchip\": true", SUM_ORDER},
     {"recompute", "\"recompute_checkpoint_every_layer\": true", EXACT},
+    {"recompute by layer", "\"recompute_layers\": [1, 2, 3, 5]", EXACT},
     {"loss scaling", "\"auto_loss_scaling\": true", EXACT},
     {"fp16 exchange", "\"auto_loss_scaling\": true, \"fp16_exchange\": true", HALF},
     {"fixed loss scale", "\"loss_scaling\": 1024", EXACT},
@@ -167,6 +168,7 @@ static void compare(const char *shape, int sharers, int workers) {
         /* recomputation keeps fewer activations and adds one segment's buffer */
         CHECK(mem[3].activations < mo.activations);
         CHECK(mem[3].scratch > mo.scratch);
+        CHECK(mem[4].activations < mo.activations); /* (the linear, relu, dropout and a relu) */
         rp_weights_free(a);
     }
     rp_model_free(m);

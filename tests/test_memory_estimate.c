@@ -4,7 +4,8 @@
 ** configuration (rp_session_memory: the bytes its workers allocate for
 ** parameters, gradients, optimizer state, activations and scratch), for the
 ** example GPT and LLaMA under 1f1b, zb-h2, interleaved-1f1b, tensor
-** parallelism and recomputation: within 10 % on every stage.
+** parallelism and recomputation (of every layer, and by layer): within
+** 10 % on every stage.
 **
 **   test_memory_estimate GPT_MODEL LLAMA_MODEL
 */
@@ -32,6 +33,8 @@ static const struct {
      false},
     {"recompute", "\"layers_per_stage\": %s, \"gradient_accumulation_steps\": 4, "
                   "\"recompute_checkpoint_every_layer\": true", false},
+    {"by layer", "\"layers_per_stage\": %s, \"gradient_accumulation_steps\": 4, "
+                 "\"recompute_layers\": [1, 2, 3, 5, 6, 7]", false},
 };
 
 /* Cuts between blocks: the GPT's blocks are one line each, after its
@@ -115,6 +118,30 @@ int main(int argc, char **argv) {
             rp_sim_result_free(&res);
             rp_session_free(s);
         }
+        /* the time: one worker, one micro-batch, so an update is its forward,
+        ** backward and step; recomputing layers 1 to 3 adds their forwards
+        ** (layer 4 the last: it is kept) */
+        double t[3];
+        for (int k = 0; k < 3; k++) {
+            static const char *rc[3] = {"", ", \"recompute_layers\": [1, 2, 3]",
+                                        ", \"recompute_layers\": [1, 2, 3, 4]"};
+            char json[256];
+            snprintf(json, sizeof json, "{\"micro_batch_size\": 4, \"layers_per_stage\": [5, -1], "
+                                        "\"stage_replication\": [1, 1]%s}", rc[k]);
+            rp_config cfg = test_config(json);
+            rp_sim_options opt;
+            rp_sim_options_default(&opt);
+            opt.profile_batch = 4;
+            rp_sim_result res;
+            CHECK_OK(rp_simulate(&cfg, fw, bw, ob, pb, L, &opt, &res, &err), err);
+            t[k] = res.update_time;
+            rp_sim_result_free(&res);
+        }
+        double again = (fw[1] + fw[2] + fw[3]) * 1e-3;
+        CHECKF(fabs(t[1] - t[0] - again) < 1e-9 * t[0], "%s: recomputing layers 1-3 adds %g s, "
+               "not their forwards' %g", argv[mi], t[1] - t[0], again);
+        CHECKF(t[2] == t[1], "%s: the stage's last layer is kept, yet it adds %g s", argv[mi],
+               t[2] - t[1]);
         free(fw), free(bw), free(ob), free(pb), free(cut), free(bi), free(bwt);
         free(saved), free(ck), free(ws), free(sc), free(gr), free(node);
         rp_profile_free(p);

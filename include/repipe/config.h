@@ -28,6 +28,8 @@ extern "C" {
 #define RP_MAX_WARNINGS 32
 #define RP_WARNING_MAX 256
 #define RP_PATH_MAX 1024
+/* recompute_layers names layers 0 .. RP_MAX_RECOMPUTE_LAYERS - 1 */
+#define RP_MAX_RECOMPUTE_LAYERS 4096
 
 typedef enum rp_output_mode {
     RP_OUTPUT_FINAL = 0, /* training default */
@@ -107,6 +109,14 @@ typedef struct rp_config {
     bool replicated_tensor_sharding;
     bool optimizer_state_offchip;
     bool recompute_checkpoint_every_layer;
+    /* recompute_layers: the layers (of the whole model, from 0) whose
+    ** outputs and state an activation set does not keep; the backward makes
+    ** them again from the nearest kept output before them, a run of them at
+    ** a time (Aceso's recomputation by operator). A stage's last layer is
+    ** kept whatever the list says. A bit a layer; recompute_layers_count
+    ** bits set (0: none). Not with recompute_checkpoint_every_layer. */
+    int recompute_layers_count;
+    uint64_t recompute_layers[RP_MAX_RECOMPUTE_LAYERS / 64];
     /* schedule pipedream: every stage runs micro-batch m on the version that
     ** reflects the micro-batches the input stage's version for m did
     ** (PipeDream's vertical sync) */
@@ -266,6 +276,11 @@ typedef struct rp_derived {
 /* Workers of a tensor group: tensor_parallel, 1 when unset. */
 static inline int rp_config_tensor_parallel(const rp_config *cfg) {
     return cfg->tensor_parallel > 1 ? cfg->tensor_parallel : 1;
+}
+/* Whether recompute_layers names layer l. */
+static inline bool rp_config_recomputes_layer(const rp_config *cfg, int l) {
+    return cfg->recompute_layers_count > 0 && l >= 0 && l < RP_MAX_RECOMPUTE_LAYERS &&
+           (cfg->recompute_layers[l / 64] >> (l % 64) & 1);
 }
 /* The flags of rp_model_tensor_split (spec.h) the configuration asks for. */
 static inline unsigned rp_config_tp_flags(const rp_config *cfg) {

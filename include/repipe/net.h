@@ -37,6 +37,12 @@ typedef struct rp_net_options {
     ** are recomputed from the first during backward, in one buffer the net
     ** shares between its activation sets. */
     bool recompute;
+    /* recompute_layers (config.h), a bit a layer of the model, or NULL: an
+    ** activation set keeps neither the output nor the state of a layer
+    ** named (but the net's last), and backward makes a run of them again
+    ** from the kept output before it, when it reaches the layer after the
+    ** run. Read when the net is made. Not with recompute. */
+    const uint64_t *recompute_layers;
     /* matmul_proportion x device_memory: bytes the scratch of one product
     ** (im2col columns and the product) may take; convolutions are tiled to
     ** fit. 0: no limit. A limit below one sample's scratch is refused. */

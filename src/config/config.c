@@ -140,6 +140,12 @@ static void features_json(cJSON *r, const rp_config *cfg) {
     cJSON_AddBoolToObject(r, "optimizer_state_offchip", cfg->optimizer_state_offchip);
     cJSON_AddBoolToObject(r, "recompute_checkpoint_every_layer",
                           cfg->recompute_checkpoint_every_layer);
+    if (cfg->recompute_layers_count) {
+        cJSON *l = cJSON_AddArrayToObject(r, "recompute_layers");
+        for (int k = 0; l && k < RP_MAX_RECOMPUTE_LAYERS; k++)
+            if (rp_config_recomputes_layer(cfg, k))
+                cJSON_AddItemToArray(l, cJSON_CreateNumber(k));
+    }
     if (cfg->pipedream_vertical_sync)
         cJSON_AddBoolToObject(r, "pipedream_vertical_sync", true);
     if (cfg->schedule == RP_SCHEDULE_ZB_AUTO) {
@@ -276,6 +282,8 @@ bool rp_config_equal(const rp_config *a, const rp_config *b) {
            a->replicated_tensor_sharding == b->replicated_tensor_sharding &&
            a->optimizer_state_offchip == b->optimizer_state_offchip &&
            a->recompute_checkpoint_every_layer == b->recompute_checkpoint_every_layer &&
+           a->recompute_layers_count == b->recompute_layers_count &&
+           memcmp(a->recompute_layers, b->recompute_layers, sizeof a->recompute_layers) == 0 &&
            a->auto_loss_scaling == b->auto_loss_scaling &&
            a->fp16_exchange == b->fp16_exchange &&
            a->reduction_bucket_mb == b->reduction_bucket_mb &&

@@ -427,6 +427,26 @@ static rp_status k_stage_replication(rp_config *cfg, rpi_load *c, const char *ke
     return RP_OK;
 }
 
+/* The layers recomputed, each named once, in any order. */
+static rp_status k_recompute_layers(rp_config *cfg, rpi_load *c, const char *key,
+                                    const cJSON *v) {
+    char rule[96];
+    snprintf(rule, sizeof rule, "must be a list of layer indices 0 to %d, each once",
+             RP_MAX_RECOMPUTE_LAYERS - 1);
+    memset(cfg->recompute_layers, 0, sizeof cfg->recompute_layers);
+    cfg->recompute_layers_count = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        if (!rpi_is_whole(e, 0, RP_MAX_RECOMPUTE_LAYERS - 1) ||
+            rp_config_recomputes_layer(cfg, (int)e->valuedouble))
+            return rpi_bad_value(c, key, v, rule);
+        int l = (int)e->valuedouble;
+        cfg->recompute_layers[l / 64] |= 1ull << (l % 64);
+        cfg->recompute_layers_count++;
+    }
+    return RP_OK;
+}
+
 /* JSON numbers are doubles: integers beyond 2^53 would not survive. */
 static rp_status get_int53(rpi_load *c, const char *key, const cJSON *v, const char *rule,
                            int64_t *out) {
@@ -463,6 +483,7 @@ static const struct key_def {
     {"inference_layers_per_stage", k_inf_layers, cJSON_Array},
     {"stage_replication", k_stage_replication, cJSON_Array},
     {"schedule", k_schedule, cJSON_String},
+    {"recompute_layers", k_recompute_layers, cJSON_Array},
     {"replica_grouping", k_grouping, cJSON_Object},
     {"pipedream_vertical_sync", k_vsync, cJSON_True | cJSON_False},
     {"zb_pass_times", k_zb_times, cJSON_Array},
@@ -516,6 +537,11 @@ rp_status rpi_validate(rpi_load *c) {
                        "(one entry per stage of %s)",
                        c->name, cfg->stage_replication_count, stages,
                        c->layers_key ? c->layers_key : "layers_per_stage");
+    if (cfg->recompute_layers_count && cfg->recompute_checkpoint_every_layer)
+        return rp_fail(c->err, RP_ERR_INVALID,
+                       "%s: key 'recompute_layers' names layers to recompute, and "
+                       "'recompute_checkpoint_every_layer' recomputes every one: give one of "
+                       "them", c->name);
     int inf_stages = rp_config_num_stages(cfg, true);
     /* derived products, in doubles so that nothing wraps: every worker a
     ** thread or rank of one world, every host call's samples a count */

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "repipe/config.h"
 #include "../core/util.h"
 #include "net_impl.h"
 
@@ -47,13 +48,24 @@ static rp_status plan_recompute(rp_net *n, rp_error *err) {
     n->alias = calloc(L, sizeof(bool));
     if (!n->keep_out || !n->keep_aux || !n->ov_out || !n->ov_aux || !n->alias)
         return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    if (n->opt.recompute_layers) { /* (the caller's bits are read here only) */
+        if (!(n->rc_layer = calloc(L, sizeof(bool))))
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory");
+        for (int l = n->first; l < n->last - 1; l++)
+            n->rc_layer[l - n->first] = l < RP_MAX_RECOMPUTE_LAYERS &&
+                                        (n->opt.recompute_layers[l / 64] >> (l % 64) & 1);
+        n->opt.recompute_layers = NULL;
+    }
+    n->recomputes = n->opt.recompute || n->rc_layer;
     size_t at = 0;
     for (int l = n->first; l < n->last; l++) {
         const rp_layer *Ly = &n->m->layers[l];
         int i = l - n->first;
         bool end = l == n->last - 1 || rpi_net_is_checkpoint(n, l + 1);
-        n->keep_out[i] = !n->opt.recompute || end || (n->graph && rpi_net_read_later(n, l));
-        n->keep_aux[i] = !n->opt.recompute || l == n->last - 1;
+        n->keep_out[i] = !n->recomputes || end || (n->graph && rpi_net_read_later(n, l));
+        /* by layer, a layer not named keeps its state too: only the run
+        ** before it is made again */
+        n->keep_aux[i] = !n->recomputes || l == n->last - 1 || (n->rc_layer && end);
         if (rpi_net_is_checkpoint(n, l))
             at = 0;
         if (!n->keep_out[i]) {
@@ -194,7 +206,7 @@ void rp_net_free(rp_net *n) {
     free(n->accel), free(n->accel_ws);
     free(n->params), free(n->grads), free(n->col), free(n->tmp), free(n->g[0]), free(n->g[1]);
     free(n->keep_out), free(n->keep_aux), free(n->ov_out), free(n->ov_aux), free(n->overlay);
-    free(n->alias), free(n->dirty);
+    free(n->alias), free(n->dirty), free(n->rc_layer);
     if (n->gt)
         for (int k = 0; k < n->nin + (n->last - n->first); k++)
             free(n->gt[k]);

@@ -9,6 +9,8 @@
 #include "net_impl.h"
 
 bool rpi_net_is_checkpoint(const rp_net *n, int l) {
+    if (n->rc_layer) /* by layer: a segment begins after each output kept */
+        return l == n->first || !n->rc_layer[l - 1 - n->first];
     return l == n->first || n->m->layers[l].num_vars > 0;
 }
 
@@ -129,7 +131,7 @@ void rpi_net_reduce_grad(rp_net *n, int t, float *g, int rows) {
 ** again from its checkpoint, skipping a layer whose output and aux are
 ** kept. */
 void rpi_net_recompute(rp_net *n, rp_acts *a, int l, const rp_step_ctx *ctx) {
-    if (!n->opt.recompute || (l != n->last - 1 && !rpi_net_is_checkpoint(n, l + 1)))
+    if (!n->recomputes || (l != n->last - 1 && !rpi_net_is_checkpoint(n, l + 1)))
         return;
     const float *ins[RP_MAX_INPUTS];
     for (int k = rpi_net_segment_of(n, l); k <= l; k++) {

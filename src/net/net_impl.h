@@ -24,6 +24,9 @@ struct rp_net {
                  ** (until then zero by contract: the next backward overwrites) */
     rp_net_options opt;
     bool *keep_out, *keep_aux; /* per layer: held by the activation set */
+    /* recomputation: of every layer (opt.recompute) or by layer (rc_layer:
+    ** per layer, named in opt.recompute_layers and not the net's last) */
+    bool recomputes, *rc_layer;
     bool *alias;               /* per layer: a flatten whose output is its input */
     size_t *ov_out, *ov_aux;   /* per layer not kept: offset in the overlay */
     unsigned char *overlay;

@@ -15,6 +15,9 @@
 ** scratch of a product limited to matmul_proportion of device_memory. */
 rp_net_options rpi_net_options(const rp_config *cfg, int stage, bool inference) {
     rp_net_options o = {.recompute = !inference && cfg->recompute_checkpoint_every_layer,
+                        .recompute_layers = !inference && cfg->recompute_layers_count
+                                                ? cfg->recompute_layers
+                                                : NULL,
                         .split_backward = !inference &&
                                           rp_schedule_splits_backward(cfg->schedule)};
     const double *prop = cfg->matmul_proportion;

@@ -156,6 +156,25 @@ static rp_status check_experts(const rp_model *m, const rp_config *cfg, rp_error
     return RP_OK;
 }
 
+/* recompute_layers names the model's layers; a tensor group's nets are of
+** a model split anew, whose layers it does not name. */
+static rp_status check_recompute_layers(const rp_model *m, const rp_config *cfg, rp_error *err) {
+    if (!cfg->recompute_layers_count)
+        return RP_OK;
+    for (int l = m->num_layers; l < RP_MAX_RECOMPUTE_LAYERS; l++)
+        if (rp_config_recomputes_layer(cfg, l))
+            return rp_fail(err, RP_ERR_INVALID,
+                           "recompute_layers: layer %d; the model's layers are 0 to %d", l,
+                           m->num_layers - 1);
+    if (rp_config_tensor_parallel(cfg) > 1)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "recompute_layers with tensor_parallel %d: the layers of a tensor "
+                       "group's split model are not the model's; recompute whole stages "
+                       "(recompute_checkpoint_every_layer) there",
+                       cfg->tensor_parallel);
+    return RP_OK;
+}
+
 static rp_status check(const rp_model *m, const rp_config *cfg, rp_error *err) {
     if (m->num_classes == 0 || m->layers[m->num_layers - 1].type != RP_LAYER_SOFTMAX_CE)
         return rp_fail(err, RP_ERR_INVALID,
@@ -175,7 +194,8 @@ static rp_status check(const rp_model *m, const rp_config *cfg, rp_error *err) {
         rp_model_free(lm);
         free(map);
     }
-    if ((st = check_pipedream(m, cfg, err)) || (st = check_layers(m, cfg, err)) ||
+    if ((st = check_recompute_layers(m, cfg, err)) || (st = check_pipedream(m, cfg, err)) ||
+        (st = check_layers(m, cfg, err)) ||
         (st = check_experts(m, cfg, err)))
         return st;
     rp_derived der;

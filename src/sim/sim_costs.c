@@ -40,6 +40,16 @@ static void stage_acc_layer(rpi_stage_acc *a, int l, bool last) {
         a->acts += opt->wstash_bytes[l];
     else if (split && param_bytes[l] > 0) /* the output gradient waiting for its W */
         a->acts += out_bytes[l];
+    if (a->by_layer) { /* a layer named keeps nothing; a run of them is made again at a
+                       ** time, before the layer after it, which keeps all */
+        if (!last && rp_config_recomputes_layer(a->cfg, l)) {
+            a->seg += kept[l];
+        } else {
+            a->acts += kept[l];
+            a->most = a->seg > a->most ? a->seg : a->most, a->seg = 0;
+        }
+        return;
+    }
     if (rc && ck && !net) { /* the checkpoints kept; one layer made again at a time */
         a->acts += ck[l];
         a->most = kept[l] > a->most ? kept[l] : a->most;
@@ -69,6 +79,7 @@ void rpi_stage_acc_begin(rpi_stage_acc *a, const rp_config *cfg, const double *o
                          .ck = opt ? opt->recompute_kept_bytes : NULL,
                          .split = rp_schedule_splits_backward(cfg->schedule),
                          .rc = cfg->recompute_checkpoint_every_layer,
+                         .by_layer = cfg->recompute_layers_count > 0,
                          .net = opt && opt->scratch_bytes,
                          .T = rp_config_tensor_parallel(cfg)};
     /* A profile of repipe's own nets (it says each layer's scratch) counts
@@ -153,6 +164,7 @@ void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const 
     double tbw = tensor_bandwidth(opt, T);
     for (int s = 0, l = 0; s < P; s++) {
         c->f[s] = c->b[s] = c->bi[s] = c->bw[s] = c->par[s] = c->tp_sums[s] = 0;
+        double again = 0; /* recompute_layers: the forwards made again */
         for (int k = 0; k < counts[s]; k++, l++) {
             double w = opt->bwd_weight_ms ? opt->bwd_weight_ms[l]
                        : param_bytes[l] > 0 ? 0.5 * bwd_ms[l]
@@ -172,9 +184,12 @@ void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const 
             c->bw[s] += w * 1e-3 * per_mb * part;
             c->par[s] += param_bytes[l] * part;
             c->tp_sums[s] += fsum + bsum;
+            if (k < counts[s] - 1 && rp_config_recomputes_layer(cfg, l))
+                again += fwd_ms[l] * 1e-3 * per_mb * part + fsum;
         }
         if (cfg->recompute_checkpoint_every_layer) /* backward runs the stage forward again */
             c->b[s] += c->f[s], c->bi[s] += c->f[s];
+        c->b[s] += again, c->bi[s] += again;
         /* what the stage sends, per micro-batch: a graph's cut may carry
         ** several tensors */
         c->act[s] = l > 0 ? (opt->cut_bytes && l < num_layers ? opt->cut_bytes[l] : out_bytes[l - 1]) *

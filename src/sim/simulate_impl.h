@@ -83,6 +83,7 @@ typedef struct rpi_stage_acc {
     const rp_sim_options *opt;
     const double *kept, *ck; /* what a layer keeps, and keeps when recomputed (or NULL) */
     bool split, rc, net;     /* backward split in two; recomputed; a profile of repipe's nets */
+    bool by_layer;           /* recompute_layers */
     int T;                   /* the tensor group */
     int first, next;
     double acts, seg, most, par, scratch; /* the running sums of the layers pushed */
