@@ -210,12 +210,19 @@ PLAN_KEYS = ("global_batch_size", "micro_batch_size", "num_stages", "num_gpus",
              "algo_of_each_op")
 
 
-def recomputed(c, layers, rc):
+def recomputed(c, layers, rc, named=()):
     """Aceso's recompute_ops for repipe's recomputation: every operator of each stage, but those
-    Aceso never recomputes, or none."""
+    Aceso never recomputes, or none; by layer (named: recompute_layers), each layer named and
+    the one after it in its stage (Aceso's count drops an operator's activations where it and
+    the next are recomputed, and makes both again: the one after once more than repipe)."""
     ops, out, at = c.ops, [], 0
     for n in layers:
-        out.append([int(rc and ops[at + k] not in c.f.fixed) for k in range(n)])
+        row = [int(rc and ops[at + k] not in c.f.fixed) for k in range(n)]
+        for k in range(n):
+            if at + k in named:
+                row[k] = 1
+                row[min(k + 1, n - 1)] = 1
+        out.append(row)
         at += n
     return out
 
@@ -226,35 +233,43 @@ def as_aceso(c, cfg, template):
     operator at tensor 1; recomputation as repipe's."""
     layers, R = cfg["layers_per_stage"], cfg["replication_factor"]
     rc = cfg.get("recompute_checkpoint_every_layer", False)
+    ops = recomputed(c, layers, rc, set(cfg.get("recompute_layers", ())))
     out = {k: v for k, v in template.items() if k not in PLAN_KEYS}
     out.update(global_batch_size=c.f.gbs, micro_batch_size=cfg["micro_batch_size"] * R,
                num_stages=len(layers), num_gpus=[R] * len(layers),
-               checkpoint_activations=[rc] * len(layers), resharding_stages=[False] * len(layers),
+               checkpoint_activations=[rc or any(s) for s in ops],
+               resharding_stages=[False] * len(layers),
                num_ops_in_each_stage=list(layers),
                model_parallel_size_of_each_op=[[1] * n for n in layers],
                data_parallel_size_of_each_op=[[R] * n for n in layers],
-               recompute_ops=recomputed(c, layers, rc),
+               recompute_ops=ops,
                algo_of_each_op=[[0] * n for n in layers])
     return out
 
 
 def as_repipe(c, config):
     """Aceso's configuration as repipe's, where repipe runs it: every stage as wide, every
-    operator at tensor 1 and that width, recomputing nothing or every operator it can; None
-    elsewhere."""
+    operator at tensor 1 and that width, recomputing nothing, every operator it can, or by
+    operator (recompute_layers: those whose activations Aceso's count drops, each with the next
+    recomputed); None elsewhere."""
     R = config["num_gpus"][0]
     flat = lambda k: [x for s in config[k] for x in s]
-    rc = config["recompute_ops"]
-    every = any(map(any, rc))
+    rc, layers = config["recompute_ops"], config["num_ops_in_each_stage"]
+    every = any(map(any, rc)) and rc == recomputed(c, layers, True)
     if (any(g != R for g in config["num_gpus"]) or any(t != 1 for t in flat(
             "model_parallel_size_of_each_op")) or any(d != R for d in flat(
-            "data_parallel_size_of_each_op")) or
-            rc != recomputed(c, config["num_ops_in_each_stage"], every)):
+            "data_parallel_size_of_each_op"))):
         return None
-    return dict(ADAM, micro_batch_size=config["micro_batch_size"] // R, replication_factor=R,
-                gradient_accumulation_steps=c.f.gbs // config["micro_batch_size"],
-                layers_per_stage=config["num_ops_in_each_stage"], schedule="1f1b",
-                recompute_checkpoint_every_layer=every)
+    named, at = [], 0
+    for row in rc:
+        named += [at + k for k in range(len(row) - 1) if row[k] and row[k + 1]]
+        at += len(row)
+    out = dict(ADAM, micro_batch_size=config["micro_batch_size"] // R, replication_factor=R,
+               gradient_accumulation_steps=c.f.gbs // config["micro_batch_size"],
+               layers_per_stage=layers, schedule="1f1b", recompute_checkpoint_every_layer=every)
+    if named and not every:
+        out["recompute_layers"] = named
+    return out
 
 
 def simulate(repipe, c, profiles, cfg, tmp):
@@ -291,7 +306,7 @@ def priced(c, best, template, tmp):
     cfg = best["config"]
     ms, mem = aceso_fixtures.aceso_price(c, tmp, as_aceso(c, cfg, template))
     keys = ("micro_batch_size", "replication_factor", "gradient_accumulation_steps",
-            "layers_per_stage", "recompute_checkpoint_every_layer")
+            "layers_per_stage", "recompute_checkpoint_every_layer", "recompute_layers")
     return {"plan": {k: cfg.get(k) for k in keys}, "micro_batch": best["micro_batch"],
             "pipeline": best["pipeline"],
             "memory_bytes": best["memory_bytes"],

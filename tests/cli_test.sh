@@ -71,6 +71,16 @@ expect_grep "plan engine --micro-batch" "replication_factor 4, micro_batch_size 
 # an exact micro-batch makes its own accumulation, past the 64 the planner otherwise tries
 expect_grep "plan engine --micro-batch past 64" "replication_factor 4, micro_batch_size 1, gradient_accumulation_steps 128" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512 --micro-batch 1 --straight --schedules 1f1b
 expect_fail "plan engine --micro-batch none splits" 1 "any accumulation, micro-batches of 7 samples\)" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512 --micro-batch 7
+# where memory is short, recomputation by layer before recomputing every layer (VGG-16 in 1 GB a
+# worker: its first stage's cheapest activations made again, 15 layers), and --recompute full
+# for the old way; the list reaches --config-out, which config check reads
+expect_grep "plan engine recompute by layer" "layers_per_stage \[29, 11\], stage_replication \[2, 1\], recompute_checkpoint_every_layer false, replicated_tensor_sharding false, recompute_layers: 15 layers" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/vgg16/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 256 --memory-size 1e9 --sharding none --config-out "$tmp/vgg-layers.json"
+if grep -q '"recompute_layers":\[0,1,3,4,6,8,9,11,13,15,16,18,20,22,27\]' <(tr -d ' \n\t' < "$tmp/vgg-layers.json") &&
+   "$bin" config check "$tmp/vgg-layers.json" --layers 40 >/dev/null 2>&1 &&
+   "$bin" config show "$tmp/vgg-layers.json" | grep -q "the outputs of 15 layers recomputed in backward: 0 1 3 4 6 8 9 11 13 15 16 18 20 22 27$"
+then ok; else bad "plan --config-out recompute_layers: $(cat "$tmp/vgg-layers.json")"; fi
+expect_grep "plan engine --recompute full" "layers_per_stage \[29, 11\], stage_replication \[2, 1\], recompute_checkpoint_every_layer true, replicated_tensor_sharding false\$" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/vgg16/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 256 --memory-size 1e9 --sharding none --recompute full
+expect_fail "plan profile --recompute selective" 2 "--recompute selective with a profile: layers .* or full .*; none, selective and blocks need --cluster" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/vgg16/graph.txt" -n 4 --objective engine --global-batch 256 --recompute selective
 expect_fail "plan profile --sharding fsdp" 2 "--sharding fsdp with a profile: none .* or optimizer .*; fsdp needs --cluster" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --global-batch 512 --sharding fsdp
 expect_fail "plan --cluster --schedules dualpipe" 2 "1f1b, interleaved-1f1b and dualpipev" -- "$bin" plan --cluster dgx-a100 --devices 64 --global-batch 512 --transformer layers=32,hidden=4096,heads=32,seq=2048,vocab=51200 --schedules dualpipe
 expect_grep "config show layers" "stage 1 +layers 3-6 \(4 layers\)" -- "$bin" config show "$src/examples/pipeline-2x2.json" --layers 7

@@ -484,7 +484,53 @@ static void unequal_devices(void) {
     rp_profile_free(p);
 }
 
+/* Recomputation by layer: two stages of a worker each, four micro-batches
+** of 16 an update, so the first stage holds two in flight. Each stage's
+** layers alternate a cheap layer that keeps 1e8 bytes (a dropout: its
+** forward 1 ms) and one that keeps 1e6 (10 ms); the first of each four
+** has parameters, so recomputing every layer keeps a stage's last output
+** and makes the rest again. In 2.5e8 bytes the first stage cannot keep
+** its two micro-batches' 4e8: naming its two cheap layers keeps 2e6 a
+** micro-batch and makes one of them again at a time (1e8), for 2 ms more a
+** micro-batch, where recomputing every layer pays all 22 ms of forward
+** again; the second stage, one micro-batch in flight, fits as it is.
+** Told not to recompute by layer, the planner recomputes every layer. */
+static void by_layer(void) {
+    double fw[8], bw[8], act[8], par[8];
+    for (int l = 0; l < 8; l++) {
+        bool cheap = l % 2 == 0;
+        fw[l] = cheap ? 1 : 10, bw[l] = 2 * fw[l];
+        act[l] = cheap ? 1e8 : 1e6, par[l] = l == 0 || l == 4 ? 1e3 : 0;
+    }
+    rp_profile *p = chain(8, fw, bw, act, par);
+    rp_autoplan_options o = machines(2, 1e10, 64);
+    o.memory_size = 2.5e8;
+    o.micro_batch = 16;
+    o.pipeline_stages = 2;
+    o.one_worker_a_stage = true;
+    o.schedules = 1u << RP_SCHEDULE_1F1B;
+    rp_autoplan whole, r;
+    rp_error err;
+    o.no_recompute_by_layer = true;
+    CHECK_OK(plan(p, &o, &whole, &err), err);
+    CHECK(whole.best.cfg.recompute_checkpoint_every_layer);
+    CHECK_INT(whole.best.cfg.recompute_layers_count, 0);
+    o.no_recompute_by_layer = false;
+    CHECK_OK(plan(p, &o, &r, &err), err);
+    const rp_config *c = &r.best.cfg;
+    CHECK(!c->recompute_checkpoint_every_layer);
+    CHECK_INT(c->layers_per_stage.layers[0], 4);
+    CHECK_INT(c->recompute_layers_count, 2);
+    CHECK(rp_config_recomputes_layer(c, 0) && rp_config_recomputes_layer(c, 2));
+    CHECK(r.best.worker_bytes <= 2.5e8);
+    /* 4 micro-batches through the first stage: 4 x 20 ms of forwards saved */
+    CHECKF(r.best.seconds < whole.best.seconds - 0.06, "by layer %g s, every layer %g s",
+           r.best.seconds, whole.best.seconds);
+    rp_profile_free(p);
+}
+
 int main(void) {
+    by_layer();
     unequal_devices();
     reductions_that_pay();
     interleaved_row();

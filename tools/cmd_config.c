@@ -111,7 +111,8 @@ static void show_optimizer(const rp_config *cfg) {
 /* The memory features that are on, one line each, and the device's memory. */
 static void show_memory(const rp_config *cfg) {
     bool any = cfg->replicated_tensor_sharding || cfg->optimizer_state_offchip ||
-               cfg->recompute_checkpoint_every_layer || cfg->auto_loss_scaling ||
+               cfg->recompute_checkpoint_every_layer || cfg->recompute_layers_count ||
+               cfg->auto_loss_scaling ||
                cfg->fp16_exchange || cfg->loss_scaling > 0 ||
                cfg->embedding_serialization_factor > 1 || cfg->executable_cache_dir[0];
     printf("  memory features%s\n", any ? "" : "            none");
@@ -121,6 +122,13 @@ static void show_memory(const rp_config *cfg) {
         printf("    optimizer state in files, streamed in for the update\n");
     if (cfg->recompute_checkpoint_every_layer)
         printf("    activations recomputed from checkpoints in backward\n");
+    if (cfg->recompute_layers_count) {
+        printf("    the outputs of %d layers recomputed in backward:", cfg->recompute_layers_count);
+        for (int l = 0; l < RP_MAX_RECOMPUTE_LAYERS; l++)
+            if (rp_config_recomputes_layer(cfg, l))
+                printf(" %d", l);
+        printf("\n");
+    }
     if (cfg->auto_loss_scaling)
         printf("    dynamic loss scaling from %g, doubling after %d clean updates\n",
                rp_config_loss_scale(cfg), cfg->loss_scaling_growth_interval);

@@ -107,7 +107,7 @@ static const cli_opt OPTS[] = {
     [OPT_ETP] = {"etp", 0, "T", "with --cluster, a mixture of experts: each expert's MLP split over T ranks [1]"},
     [OPT_VP] = {"vp", 0, "V", "with --cluster: V chunks a pipeline rank (interleaved 1F1B; 1: 1F1B) [any]"},
     [OPT_MICRO_BATCH] = {"micro-batch", 0, "B", "with --cluster: micro-batches of B sequences [any of 1, 2, 4, 8]; engine objective: of exactly B samples [any]"},
-    [OPT_RECOMPUTE] = {"recompute", 0, "none|selective|full|blocks", "with --cluster: recompute nothing, attention's core, every block, or the fewest first blocks of each stage that fit (Megatron-LM's --recompute-method block), in the backward (on: full, off: none) [any, as it pays]"},
+    [OPT_RECOMPUTE] = {"recompute", 0, "none|selective|full|blocks|layers", "with --cluster: recompute nothing, attention's core, every block, or the fewest first blocks of each stage that fit (Megatron-LM's --recompute-method block), in the backward (on: full, off: none) [any, as it pays]; with a profile (engine objective), where memory is short: layers, recomputation by layer (recompute_layers: each stage the least that fits, the layers that keep the most bytes for their forward's time first), then of every layer; full, of every layer only [layers]"},
     [OPT_SEQUENCE_PARALLEL] = {"sequence-parallel", 0, "on|off", "with --cluster: split the activations outside the products over the tensor group too [on wherever there is one]"},
     [OPT_SHARDING] = {"sharding", 0, "none|optimizer|fsdp", "with --cluster: the optimizer state sharded over the replicas (Megatron-LM's distributed optimizer), everything sharded (FSDP), or neither [optimizer or fsdp, wherever there are replicas]; engine objective: none or optimizer [optimizer, where memory is short]"},
     [OPT_PRECISION] = {"precision", 0, "bf16|fp8|fp32|any", "with --cluster: the products' precision (fp32: fp32 throughout, on a device with peak_fp32; any: bf16 or fp8) [bf16]"},
@@ -362,7 +362,7 @@ static int run_cluster(const cli_cmd *cmd, plan_args *a) {
 ** given; 0 to go on, else the exit code. */
 static int check_profile_options(const cli_cmd *cmd, const plan_args *a) {
     static const int scale_only[] = {OPT_DEVICES, OPT_TRANSFORMER, OPT_TRANSFORMER_CONFIG,
-                                     OPT_TP, OPT_CP, OPT_VP, OPT_RECOMPUTE,
+                                     OPT_TP, OPT_CP, OPT_VP,
                                      OPT_SEQUENCE_PARALLEL, OPT_PRECISION,
                                      OPT_OVERLAP, OPT_STAGES, OPT_EP, OPT_ETP, OPT_CAPACITY};
     for (size_t k = 0; k < sizeof scale_only / sizeof *scale_only; k++)
@@ -371,6 +371,14 @@ static int check_profile_options(const cli_cmd *cmd, const plan_args *a) {
                       OPTS[scale_only[k]].name);
             return 2;
         }
+    if (a->scale.recompute && strcmp(a->scale.recompute, "layers") != 0 &&
+        strcmp(a->scale.recompute, "full") != 0) {
+        cli_error(cmd, "--recompute %s with a profile: layers (by layer, then every layer, "
+                       "where memory is short) or full (every layer, never by layer); none, "
+                       "selective and blocks need --cluster",
+                  a->scale.recompute);
+        return 2;
+    }
     if (a->scale.sharding && strcmp(a->scale.sharding, "none") != 0 &&
         strcmp(a->scale.sharding, "optimizer") != 0) {
         cli_error(cmd, "--sharding %s with a profile: none (the optimizer state never sharded) "
@@ -515,6 +523,7 @@ static int run_profile(const cli_cmd *cmd, plan_args *a, const rp_profile *prof,
             .json = engine ? a->json : NULL, .emit = &a->emit, .pp = (int)a->pp,
             .schedules = a->schedules,
             .no_sharding = a->scale.sharding && strcmp(a->scale.sharding, "none") == 0,
+            .whole_recompute = a->scale.recompute && strcmp(a->scale.recompute, "full") == 0,
             .micro_batch = (int)a->micro,
             .speed = speed, .device_memory = memory});
     free(speed), free(memory);

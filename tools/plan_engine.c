@@ -141,6 +141,8 @@ static void print_keys(const rp_config *c) {
     printf("], recompute_checkpoint_every_layer %s, replicated_tensor_sharding %s",
            c->recompute_checkpoint_every_layer ? "true" : "false",
            c->replicated_tensor_sharding ? "true" : "false");
+    if (c->recompute_layers_count) /* (the list itself: --config-out) */
+        printf(", recompute_layers: %d layers", c->recompute_layers_count);
     if (c->tensor_parallel > 1)
         printf(", tensor_parallel %d", c->tensor_parallel);
     if (c->workers_per_server > 0)
@@ -221,6 +223,7 @@ static int engine_options(const cli_cmd *cmd, const plan_engine *x, rp_config *b
     ao->pipeline_stages = x->pp;
     ao->one_worker_a_stage = o->straight; /* replicas of whole pipelines only */
     ao->no_sharding = x->no_sharding;
+    ao->no_recompute_by_layer = x->whole_recompute;
     ao->micro_batch = x->micro_batch;
     ao->schedules = x->schedules;
     ao->device_speed = x->speed;

@@ -31,6 +31,7 @@ typedef struct plan_engine {
     const plan_emit *emit;
     unsigned schedules;
     bool no_sharding;     /* --sharding none */
+    bool whole_recompute; /* --recompute full: never by layer */
     int micro_batch;      /* --micro-batch B: exactly B samples [0: any] */
     const double *speed; /* per machine, its speed (--speed); NULL: all alike */
     const double *device_memory; /* per machine, its memory (--memory-size B1 B2 ...) */

@@ -161,6 +161,13 @@ typedef struct rp_autoplan_options {
     /* no_sharding: never the optimizer state sharded over a stage's
     ** workers (a trainer or planner whose memory has no such thing) */
     bool no_sharding;
+    /* Where memory is short the planner tries sharding, then recomputation
+    ** by layer (recompute_layers: stage by stage the least that fits, the
+    ** layers that keep the most bytes for their forward's time first, as
+    ** Aceso recomputes operators), then recomputing every layer.
+    ** no_recompute_by_layer: recompute every layer or none (a trainer that
+    ** recomputes whole blocks) */
+    bool no_recompute_by_layer;
     /* micro_batch: micro-batches of exactly this many samples (a planner
     ** that prices only the sizes it profiled) [0: any] */
     int micro_batch;

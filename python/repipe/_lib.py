@@ -81,7 +81,8 @@ class _AutoplanOptions(ctypes.Structure):
                 ("latency", ctypes.c_double), ("polling", ctypes.c_bool),
                 ("tensor_split", ctypes.c_void_p), ("tensor_degrees", ctypes.c_uint),
                 ("pipeline_stages", ctypes.c_int), ("one_worker_a_stage", ctypes.c_bool),
-                ("no_sharding", ctypes.c_bool), ("micro_batch", ctypes.c_int),
+                ("no_sharding", ctypes.c_bool), ("no_recompute_by_layer", ctypes.c_bool),
+                ("micro_batch", ctypes.c_int),
                 ("schedules", ctypes.c_uint), ("cuts", ctypes.c_void_p),
                 ("device_speed", ctypes.c_void_p), ("device_memory", ctypes.c_void_p)]
 

@@ -117,6 +117,9 @@ class Pipeline(Building):
         self.v = c.get("virtual_stages", 1) or 1
         if c.get("tensor_parallel", 1) not in (0, 1):
             raise repipe.Error("rt.Pipeline: tensor_parallel is repipe's engine's; run it there")
+        if c.get("recompute_layers"):
+            raise repipe.Error("rt.Pipeline: recompute_layers (recomputation by layer) is repipe's "
+                               "engine's; run it there")
         self.group = group or dist.group.WORLD
         self.ranks = dist.get_process_group_ranks(self.group)
         self.me = dist.get_rank(self.group)

@@ -204,6 +204,7 @@ rp_status rp_trainer_restrict(rp_trainer t, const rp_profile *p, rp_autoplan_opt
         (*cuts)[j] = cut_ok(t, p, &m, j, &a, &b);
     o->cuts = *cuts;
     o->one_worker_a_stage = true;
+    o->no_recompute_by_layer = true; /* (whole blocks, or attention's core) */
     o->schedules = o->schedules ? o->schedules & schedules_of(t) : schedules_of(t);
     modules_free(&m);
     return RP_OK;
@@ -251,6 +252,12 @@ bool rp_trainer_runs(rp_trainer t, const rp_profile *p, const rp_config *plan, c
                      rp_trainer_name(t), rp_config_chunked(cfg) ? "chunk" : "stage", s, r);
             goto done;
         }
+    }
+    if (cfg->recompute_layers_count) {
+        snprintf(why, cap, "%s recomputes whole blocks (or attention's core), not a list of "
+                 "layers; this plan recomputes %d layers by recompute_layers",
+                 rp_trainer_name(t), cfg->recompute_layers_count);
+        goto done;
     }
     if (!(schedules_of(t) & (1u << cfg->schedule))) {
         snprintf(why, cap, "%s has no %s schedule", rp_trainer_name(t),

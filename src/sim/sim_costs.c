@@ -124,6 +124,12 @@ double rpi_stage_acc_bytes(const rpi_stage_acc *a, int r, int slots, double per_
     return stage_acc_finish(&s, r, slots, per_mb);
 }
 
+double rpi_stage_acc_floor(const rpi_stage_acc *a, int r) {
+    rpi_stage_acc s = *a; /* the weights, their gradients and state: no activations */
+    s.acts = s.most = 0;
+    return stage_acc_finish(&s, r, 0, 0);
+}
+
 /* activations a micro-batch keeps: every output, or with recomputation the
 ** outputs that end a segment (the next layer has parameters, or the stage
 ** ends) and one segment's worth of the others, shared; where the profile

@@ -92,6 +92,10 @@ void rpi_stage_acc_begin(rpi_stage_acc *a, const rp_config *cfg, const double *o
                          const double *param_bytes, int first, const rp_sim_options *opt);
 void rpi_stage_acc_push(rpi_stage_acc *a);
 double rpi_stage_acc_bytes(const rpi_stage_acc *a, int r, int slots, double per_mb);
+/* What the layers pushed hold whatever else the stage holds (their
+** weights, gradients and optimizer state over r replicas): a floor under
+** the bytes of the stage and of every longer one. */
+double rpi_stage_acc_floor(const rpi_stage_acc *a, int r);
 
 /* reduction_bucket_mb: each stage's buckets, from its last layer down, as
 ** the engine starts them: the bytes of each and the fraction of the

@@ -26,7 +26,9 @@
 ** Where reductions leave a machine, each simulation also tries the
 ** reductions that pay on a slow link (workers_per_server, then
 ** reduction_bucket_mb) and keeps them where they are faster. This file
-** searches the shapes; autoplan_try.c prices and chooses them.
+** searches the shapes; autoplan_try.c prices and chooses them,
+** autoplan_rungs.c says which layers a stage recomputes by layer, and
+** autoplan_setup.c makes and frees the search's state.
 */
 #include <float.h>
 #include <limits.h>
@@ -70,7 +72,6 @@ static bool push(search *S, const cand *k) {
 ** programme's bottleneck does not see them, the estimate and the
 ** simulation do). best[p][i][k]: the busiest stage of layers i..L-1 in p
 ** stages on k workers. */
-#define RP_AUTOPLAN_STAGES 8
 #define AT(p, i, k) ((((size_t)(p) * (L + 1)) + (i)) * W1 + (k))
 
 /* The least of v over a stage's devices: workers off .. off + r - 1 of each
@@ -105,16 +106,18 @@ typedef struct shape {
     const measured *M;
     double scale;
     bool recompute, shard;
+    int rungs; /* recomputation by layer: rungs 0 .. rungs - 1 (1: none) */
     rp_config cfg;
 } shape;
 
 /* Stage i..j-1 on r of the k workers left, under the rest's best: its
 ** busiest time (a worker's micro-batches, the reduction, the step), or
-** DBL_MAX where it does not fit the memory or beat best. acc: layers
-** i..j-2 pushed, so that a stage's bytes cost a layer's work, not the
-** stage's (a T5's 821 operators: 20 s a shape before). */
+** DBL_MAX where it does not fit the memory or beat best. acc: for each
+** rung of recomputation by layer, layers i..j-2 pushed, so that a stage's
+** bytes cost a layer's work, not the stage's (a T5's 821 operators: 20 s a
+** shape before); *rung: the least that fits. */
 static double stage_cost(const search *S, const shape *h, int i, int j, int k, int r, double rest,
-                         double best, const rpi_stage_acc *acc) {
+                         double best, const rpi_stage_acc *acc, int *rung) {
     const measured *M = h->M;
     int R = h->R, per = h->per, GA = h->GA;
     double f = (M->cf[j] - M->cf[i]) * h->scale;
@@ -126,19 +129,37 @@ static double stage_cost(const search *S, const shape *h, int i, int j, int k, i
     int off = per - k;
     int top = rpi_level_of(&S->net, off, (R - 1) * per + off + r - 1);
     double slow = stage_slowness(S, R, per, off, r);
-    double cost = (double)((GA + r - 1) / r) * t * slow +
-                  rpi_allreduce_time(R * r, par, S->net.bw[top], S->net.latency) +
-                  par / S->sim.memory_bandwidth * slow;
-    double m = cost > rest ? cost : rest;
-    if (m >= best)
-        return DBL_MAX;
+    double fixed = rpi_allreduce_time(R * r, par, S->net.bw[top], S->net.latency) +
+                   par / S->sim.memory_bandwidth * slow;
     double cap = stage_memory(S, R, per, off, r);
-    if (cap > 0) {
-        int inflight = k < GA ? k : GA, slots = (inflight + r - 1) / r;
-        if (rpi_stage_acc_bytes(acc, r, slots, h->scale) > cap)
+    int inflight = k < GA ? k : GA, slots = (inflight + r - 1) / r;
+    for (int q = 0; q < h->rungs; q++) { /* each rung recomputes more than the last */
+        double again = q ? (M->crf[q][j - 1] - M->crf[q][i]) * h->scale : 0;
+        double cost = (double)((GA + r - 1) / r) * (t + again) * slow + fixed;
+        double m = cost > rest ? cost : rest;
+        if (m >= best)
             return DBL_MAX;
+        if (cap > 0 && rpi_stage_acc_bytes(&acc[q], r, slots, h->scale) > cap)
+            continue;
+        *rung = q;
+        return m;
     }
-    return m;
+    return DBL_MAX;
+}
+
+/* Whether stage i..j-1 on k workers left, and so every longer stage, cannot
+** beat best: its passes alone, on as many replicas as it may take and at
+** the pace of its fastest device, take longer. */
+static bool longer_loses(const search *S, const shape *h, int i, int j, int k, int rtop,
+                         double best) {
+    if (best == DBL_MAX)
+        return false;
+    const measured *M = h->M;
+    double f = (M->cf[j] - M->cf[i]) * h->scale;
+    double t = f + (M->cb[j] - M->cb[i]) * h->scale; /* (as stage_cost sums it) */
+    int off = h->per - k;
+    return (double)((h->GA + rtop - 1) / rtop) * t * stage_slowness(S, h->R, h->per, off, 1) >=
+           best;
 }
 
 /* The programme's table: best[p][i][k], the busiest stage of layers
@@ -154,23 +175,32 @@ static void fill_table(search *S, const shape *h) {
         for (int i = L - 1; i >= 0; i--)
             for (int k = p; k <= per; k++) {
                 double *b = &S->best[AT(p, i, k)];
-                rpi_stage_acc acc;
-                rpi_stage_acc_begin(&acc, &h->cfg, h->M->out, h->M->par, i, &S->sim);
+                rpi_stage_acc acc[RPI_RUNGS + 1];
+                for (int q = 0; q < h->rungs; q++)
+                    rpi_stage_acc_begin(&acc[q], q ? &S->rung_cfg[q] : &h->cfg, h->M->out,
+                                        h->M->par, i, &S->sim);
+                int rtop = k - (p - 1) < rmax ? k - (p - 1) : rmax;
+                double cap1 = stage_memory(S, h->R, per, per - k, 1);
                 for (int j = i + 1; j <= L - (p - 1); j++) {
-                    if (j > i + 1)
-                        rpi_stage_acc_push(&acc); /* layers i..j-2 */
+                    for (int q = 0; q < h->rungs && j > i + 1; q++)
+                        rpi_stage_acc_push(&acc[q]); /* layers i..j-2 */
+                    if (longer_loses(S, h, i, j, k, rtop, *b) ||
+                        (cap1 > 0 && rpi_stage_acc_floor(&acc[0], rtop) > cap1))
+                        break; /* (nor can any longer stage: the same floors grow) */
                     if (j < L && S->o->cuts && !S->o->cuts[j])
                         continue; /* (a cut the trainer cannot make) */
                     for (int r = 1; r <= k - (p - 1) && r <= rmax; r++) {
                         double rest = S->best[AT(p - 1, j, k - r)]; /* finite: stages fill k */
                         if (rest == DBL_MAX)
                             continue;
-                        double m = stage_cost(S, h, i, j, k, r, rest, *b, &acc);
+                        int rung = 0;
+                        double m = stage_cost(S, h, i, j, k, r, rest, *b, acc, &rung);
                         if (m == DBL_MAX)
                             continue;
                         *b = m;
                         S->cut[AT(p, i, k)] = j;
                         S->rep[AT(p, i, k)] = r;
+                        S->rung[AT(p, i, k)] = (unsigned char)rung;
                     }
                 }
             }
@@ -190,6 +220,7 @@ static cand unfold_plan(const search *S, const shape *h, int P) {
         int j = S->cut[AT(p, i, k)], r = S->rep[AT(p, i, k)];
         c.layers[P - p] = j - i;
         c.reps[P - p] = r;
+        c.rung[P - p] = S->rung[AT(p, i, k)];
         double t = (M->cf[j] - M->cf[i] + M->cb[j] - M->cb[i]) * h->scale *
                    stage_slowness(S, h->R, per, per - k, r);
         sum += t;
@@ -204,10 +235,12 @@ static cand unfold_plan(const search *S, const shape *h, int P) {
     return c;
 }
 
-static bool programme(search *S, int R, int per, int GA, bool recompute, bool shard) {
+static bool programme(search *S, int R, int per, int GA, bool recompute, bool shard,
+                      bool by_layer) {
     int L = S->L, W1 = per + 1;
     shape h = {.R = R, .per = per, .GA = GA, .recompute = recompute, .shard = shard,
-               .PM = per < RP_AUTOPLAN_STAGES ? per : RP_AUTOPLAN_STAGES};
+               .PM = per < RP_AUTOPLAN_STAGES ? per : RP_AUTOPLAN_STAGES,
+               .rungs = by_layer ? RPI_RUNGS + 1 : 1};
     if (h.PM > L)
         h.PM = L;
     if (S->o->pipeline_stages > 0 && h.PM > S->o->pipeline_stages)
@@ -220,6 +253,10 @@ static bool programme(search *S, int R, int per, int GA, bool recompute, bool sh
     h.cfg.recompute_checkpoint_every_layer = S->base->recompute_checkpoint_every_layer || recompute;
     h.cfg.replicated_tensor_sharding = S->base->replicated_tensor_sharding || shard;
     h.cfg.replica_grouping = rp_grouping_all(R);
+    for (int q = 1; q < h.rungs; q++) {
+        S->rung_cfg[q] = h.cfg;
+        rpi_rungs_config(h.M, q, L, &S->rung_cfg[q]);
+    }
     fill_table(S, &h);
     for (int P = 1; P <= h.PM; P++) {
         if (S->best[AT(P, 0, per)] == DBL_MAX)
@@ -238,164 +275,27 @@ static int by_estimate(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Why no configuration was found, by its cause: the layers too few for the
-** stages asked, the cuts a trainer can make, or the memory. */
-static rp_status none_found(const search *S, int W, const rp_autoplan_options *o,
-                            rp_error *err) {
-    int P = o->pipeline_stages, cuts = 0;
-    if (P > S->L)
-        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: pipelines of %d stages need %d layers or "
-                       "more; the profile has %d (a stage holds one layer at least)", P, P, S->L);
-    for (int j = 1; o->cuts && j < S->L; j++)
-        cuts += o->cuts[j] != 0;
-    if (o->cuts && P > 1 && cuts < P - 1)
-        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: the trainer can begin a stage at %d of the "
-                       "%d layers, too few for pipelines of %d stages", cuts, S->L, P);
-    char mb[64];
-    snprintf(mb, sizeof mb, o->micro_batch > 0 ? "micro-batches of %d samples"
-                                               : "micro-batches of %d samples at least",
-             o->micro_batch > 0 ? o->micro_batch : o->min_micro_batch);
-    char acc[64] = "any accumulation"; /* (an exact micro-batch makes its own: no cap) */
-    if (o->micro_batch <= 0)
-        snprintf(acc, sizeof acc, "every accumulation up to %d", o->max_accumulation);
-    if (!(o->memory_size > 0) && !o->device_memory)
-        return rp_fail(err, RP_ERR_INFEASIBLE, "plan: no configuration of %d workers%s splits "
-                       "the update's samples evenly (%s, %s)", W,
-                       P ? " in pipelines of that many stages" : "", acc, mb);
-    return rp_fail(err, RP_ERR_INFEASIBLE,
-                   "plan: no configuration of %d workers fits %.0f bytes per worker, even with "
-                   "recomputation, %s and %s (%s)",
-                   W, o->memory_size,
-                   o->no_sharding ? "the optimizer state whole (no sharding asked)"
-                                  : "sharded optimizer state",
-                   acc, mb);
-}
-
-/* The options, each in its range; the number of workers in *W. */
-static rp_status check_options(const rp_autoplan_options *o, int num_profiles, int *W,
-                               rp_error *err) {
-    if (o->global_batch < 1 || o->global_batch > RP_MAX_SAMPLES)
-        return rp_fail(err, RP_ERR_INVALID,
-                       "plan: the engine objective needs a global batch of 1 to %lld samples, "
-                       "not %lld",
-                       (long long)RP_MAX_SAMPLES, o->global_batch);
-    if (!(o->memory_size >= 0) || isinf(o->memory_size))
-        return rp_fail(err, RP_ERR_INVALID,
-                       "plan: memory_size must be a number of bytes >= 0 (0: no limit), not %g",
-                       o->memory_size);
-    if (o->max_accumulation < 1)
-        return rp_fail(err, RP_ERR_INVALID,
-                       "plan: max_accumulation must be at least 1 (one micro-batch an update), "
-                       "not %d",
-                       o->max_accumulation);
-    if (!(o->latency >= 0))
-        return rp_fail(err, RP_ERR_INVALID, "plan: latency must be >= 0 seconds, not %g",
-                       o->latency);
-    if (o->pipeline_stages < 0 || o->pipeline_stages > RP_AUTOPLAN_STAGES)
-        return rp_fail(err, RP_ERR_INVALID,
-                       "plan: pipeline_stages must be 0 (any) to %d, not %d",
-                       RP_AUTOPLAN_STAGES, o->pipeline_stages);
-    if (o->cores < 0)
-        return rp_fail(err, RP_ERR_INVALID, "plan: cores must be >= 0 (0: one a worker), not %d",
-                       o->cores);
-    if (num_profiles < 1 || num_profiles > RP_AUTOPLAN_MAX_PROFILES)
-        return rp_fail(err, RP_ERR_INVALID, "plan: %d profiles (1 to %d)", num_profiles,
-                       RP_AUTOPLAN_MAX_PROFILES);
-    *W = 1;
-    for (int l = 0; l < o->num_levels; l++)
-        *W *= o->machines[l];
-    for (int d = 0; o->device_speed && d < *W; d++)
-        if (!(o->device_speed[d] > 0) || isinf(o->device_speed[d]))
-            return rp_fail(err, RP_ERR_INVALID,
-                           "plan: device %d's speed is %g (a positive number, 1 for the "
-                           "profile's device)", d, o->device_speed[d]);
-    for (int d = 0; o->device_memory && d < *W; d++)
-        if (!(o->device_memory[d] > 0) || isinf(o->device_memory[d]))
-            return rp_fail(err, RP_ERR_INVALID,
-                           "plan: device %d's memory is %g bytes (a positive number)", d,
-                           o->device_memory[d]);
-    return RP_OK;
-}
-
-/* Profile i's rows into S->m[i], with their running sums; S->nm counts
-** each profile begun, so that free_search frees what it holds. */
-static rp_status read_profile(search *S, const rp_profile *p, double batch, rp_error *err) {
-    int i = S->nm++, *node = NULL, L;
-    measured *m = &S->m[i];
-    if (!(batch > 0))
-        return rp_fail(err, RP_ERR_INVALID, "plan: profile %d: its micro-batch is %g", i + 1,
-                       batch);
-    m->batch = batch;
-    rp_status st = rp_profile_layers(p, &m->fw, &m->bw, &m->out, &m->par, &node, &L, err);
-    if (!st)
-        st = rp_profile_cut_bytes(p, node, L, &m->cut, err);
-    if (!st)
-        st = rp_profile_split_ms(p, node, L, &m->bi, &m->bwt, err);
-    if (!st)
-        st = rp_profile_memory(p, node, L, m->mem, err);
-    free(node);
-    if (st)
-        return st;
-    m->cf = calloc(L + 1, sizeof(double));
-    m->cb = calloc(L + 1, sizeof(double));
-    m->cp = calloc(L + 1, sizeof(double));
-    if (!m->cf || !m->cb || !m->cp)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for %d layers", L);
-    for (int l = 0; l < L; l++) {
-        m->cf[l + 1] = m->cf[l] + m->fw[l] * 1e-3;
-        m->cb[l + 1] = m->cb[l] + m->bw[l] * 1e-3;
-        m->cp[l + 1] = m->cp[l] + m->par[l];
-    }
-    if (i == 0)
-        S->L = L;
-    else if (L != S->L || m->cp[L] != S->m[0].cp[L])
-        return rp_fail(err, RP_ERR_INVALID,
-                       "plan: profile %d has %d layers and %.0f parameter bytes, the first %d "
-                       "and %.0f: profiles of one model are needed",
-                       i + 1, L, m->cp[L], S->L, S->m[0].cp[S->L]);
-    return RP_OK;
-}
-
-/* The simulator's options and cluster, and the programme's tables. */
-static rp_status prepare(search *S, int W, rp_error *err) {
-    const rp_autoplan_options *o = S->o;
-    rp_sim_options_default(&S->sim);
-    S->sim.num_levels = o->num_levels;
-    S->sim.cores = o->cores;
-    S->sim.latency = o->latency;
-    S->sim.polling = o->polling;
-    memcpy(S->sim.machines, o->machines, sizeof o->machines);
-    memcpy(S->sim.bandwidth, o->bandwidth, sizeof o->bandwidth);
-    S->sim.tensor_split = o->tensor_split;
-    S->sim.device_speed = o->device_speed;
-    size_t cells = (size_t)(RP_AUTOPLAN_STAGES + 1) * (S->L + 1) * (W + 1);
-    S->best = malloc(sizeof(double) * cells);
-    S->cut = malloc(sizeof(int) * cells);
-    S->rep = malloc(sizeof(int) * cells);
-    if (!S->best || !S->cut || !S->rep)
-        return rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner (%d layers, "
-                                          "%d workers)", S->L, W);
-    return rpi_cluster_make(&S->sim, W, &S->net, err);
-}
-
 /* One shape's stages at accumulation GA: where memory is short, the
 ** savings the engine has, cheapest first: sharding the optimizer state
 ** over a stage's workers (its reduction becomes a reduce-scatter and a
-** gather, as much traffic), then recomputation (a second forward), then
-** both. */
+** gather, as much traffic), then recomputation by layer (a second forward
+** of the layers that save the most), then recomputation of every layer,
+** each alone and with sharding. */
 static rp_status shape_ladder(search *S, int R, int per, int GA, bool saves_shard,
                               rp_error *err) {
-    static const bool ladder[4][2] = {{false, false}, {false, true}, {true, false},
-                                      {true, true}};
+    static const bool ladder[6][3] = {{false, false, false}, {false, true, false},
+                                      {false, false, true},  {false, true, true},
+                                      {true, false, false},  {true, true, false}};
     const rp_autoplan_options *o = S->o;
     int before = S->n;
-    for (int q = 0; q < 4 && S->n == before; q++) {
-        bool rc = ladder[q][0], sh = ladder[q][1];
+    for (int q = 0; q < 6 && S->n == before; q++) {
+        bool rc = ladder[q][0], sh = ladder[q][1], bl = ladder[q][2];
         if (q > 0 && !(o->memory_size > 0) && !o->device_memory)
             break;
-        if ((rc && S->base->recompute_checkpoint_every_layer) || (sh && !saves_shard))
-            continue; /* already on, or saves nothing */
-        if (!programme(S, R, per, GA, rc, sh))
+        if ((rc && S->base->recompute_checkpoint_every_layer) || (sh && !saves_shard) ||
+            (bl && !S->rung_cfg))
+            continue; /* already on, saves nothing, or not to be tried */
+        if (!programme(S, R, per, GA, rc, sh, bl))
             return rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner");
     }
     return RP_OK;
@@ -491,8 +391,11 @@ static void tensor_shapes(const search *S, int W, rp_autoplan *out) {
             continue;
         for (int i = 0, tried = 0; i < S->n && tried < o->candidates; i++) {
             const cand *k = &S->c[i];
-            if (k->per * k->R * t != W)
-                continue;
+            bool by_layer = false;
+            for (int s = 0; s < k->P; s++)
+                by_layer = by_layer || k->rung[s];
+            if (k->per * k->R * t != W || by_layer)
+                continue; /* (a tensor group's layers are not the model's) */
             tried++;
             rp_config cfg;
             double sec, bytes;
@@ -586,18 +489,6 @@ static rp_status equal_devices(const search *S, int W, const rp_profile *const *
     return RP_OK;
 }
 
-static void free_search(search *S) {
-    for (int k = 0; k < S->nm; k++) {
-        measured *m = &S->m[k];
-        free(m->fw), free(m->bw), free(m->out), free(m->par), free(m->cut);
-        free(m->cf), free(m->cb), free(m->cp), free(m->bi), free(m->bwt);
-        for (int j = 0; j < 5; j++)
-            free(m->mem[j]);
-    }
-    free(S->best), free(S->cut), free(S->rep);
-    free(S->c);
-}
-
 /* The search, in the steps above: the options and profiles read, every
 ** shape's stages by the programme, the best estimates simulated (with the
 ** zero-bubble, interleaved and DualPipe schedules, and tensor groups),
@@ -608,15 +499,15 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
                               const rp_autoplan_options *o, rp_autoplan *out, rp_error *err) {
     memset(out, 0, sizeof *out);
     int W = 1;
-    rp_status st = check_options(o, num_profiles, &W, err);
+    rp_status st = rpi_plan_check_options(o, num_profiles, &W, err);
     if (st)
         return st;
     double fastest = DBL_MAX;
     search S = {.base = base, .o = o, .fastest = &fastest};
     while (!st && S.nm < num_profiles)
-        st = read_profile(&S, profiles[S.nm], batches[S.nm], err);
+        st = rpi_plan_read_profile(&S, profiles[S.nm], batches[S.nm], err);
     if (!st)
-        st = prepare(&S, W, err);
+        st = rpi_plan_prepare(&S, W, err);
     bool too_big = false;
     if (!st)
         st = enumerate_shapes(&S, W, &too_big, err);
@@ -627,17 +518,17 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
                      "than %d samples: give a smaller global batch, or one with more divisors",
                      o->global_batch, W, o->max_accumulation, INT_MAX);
     if (!st && S.n == 0)
-        st = none_found(&S, W, o, err);
+        st = rpi_plan_none_found(&S, W, o, err);
     if (!st) {
         qsort(S.c, S.n, sizeof(cand), by_estimate);
         simulate_shapes(&S, W, out);
         tensor_shapes(&S, W, out);
         pipedream_shape(&S, profiles[0], pipedream, out, err);
         if (!out->best.found)
-            st = none_found(&S, W, o, err);
+            st = rpi_plan_none_found(&S, W, o, err);
     }
     if (!st && (o->device_speed || o->device_memory))
         st = equal_devices(&S, W, profiles, batches, num_profiles, pipedream, out, err);
-    free_search(&S);
+    rpi_plan_free(&S);
     return st;
 }

@@ -1,6 +1,7 @@
 /*
 ** The engine's planner's parts (autoplan.c searches the shapes,
-** autoplan_try.c prices and chooses them): its candidates, its profiles
+** autoplan_try.c prices and chooses them, autoplan_rungs.c recomputes by
+** layer, autoplan_setup.c makes the state): its candidates, its profiles
 ** and its search state. Not part of the API.
 */
 #ifndef REPIPE_AUTOPLAN_IMPL_H
@@ -13,10 +14,19 @@
 #include "repipe/simulate.h"
 #include "../../sim/simulate_impl.h"
 
+/* The most stages the programme plans a pipeline in. */
+#define RP_AUTOPLAN_STAGES 8
+
+/* Recomputation by layer: rung q of RPI_RUNGS names the layers that keep
+** the most bytes for a millisecond of their forward, RPI_SHARE[q] of what
+** all layers keep; rung 0 names none (autoplan_rungs.c). */
+#define RPI_RUNGS 10
+
 /* A shape whose stages the programme chose, with its estimate. */
 typedef struct cand {
     int R, per, GA, B, P, prof; /* prof: the profile its times come from */
     bool recompute, shard; /* recomputation, replicated tensor sharding */
+    unsigned char rung[RP_MAX_STAGES]; /* each stage's recomputation by layer */
     int layers[RP_MAX_STAGES], reps[RP_MAX_STAGES];
     double estimate;
 } cand;
@@ -31,6 +41,10 @@ typedef struct measured {
     /* what each layer keeps, where the profile says (rp_layer_memory) */
     double *mem[5];
     double *cf, *cb, *cp;
+    /* recomputation by layer: each rung's least bytes kept a millisecond of
+    ** forward, and its layers' forward seconds summed (crf[0] NULL) */
+    double theta[RPI_RUNGS + 1];
+    double *crf[RPI_RUNGS + 1];
 } measured;
 
 typedef struct search {
@@ -44,10 +58,32 @@ typedef struct search {
     /* the programme's tables, stages x (L + 1) x (per + 1) */
     double *best;
     int *cut, *rep;
+    unsigned char *rung;  /* the stage's rung of recomputation by layer */
+    rp_config *rung_cfg;  /* a shape's configuration with each rung's layers */
     cand *c;
     int n, cap;
     double *fastest; /* the fastest simulation so far (the keys are tried near it) */
 } search;
+
+/* The search's state (autoplan_setup.c): the options checked (the
+** workers in *W), profile i's rows read into S->m[S->nm++], the
+** simulator's options and the programme's tables, all freed; and the
+** error that says why nothing was found. */
+rp_status rpi_plan_check_options(const rp_autoplan_options *o, int num_profiles, int *W,
+                                 rp_error *err);
+rp_status rpi_plan_read_profile(search *S, const rp_profile *p, double batch, rp_error *err);
+rp_status rpi_plan_prepare(search *S, int W, rp_error *err);
+void rpi_plan_free(search *S);
+rp_status rpi_plan_none_found(const search *S, int W, const rp_autoplan_options *o,
+                              rp_error *err);
+
+/* Recomputation by layer (autoplan_rungs.c): each rung's layers of
+** profile m and their running sums; whether rung q names layer l; cfg's
+** recompute_layers for stages that each take a rung. */
+rp_status rpi_rungs_make(measured *m, int L, rp_error *err);
+bool rpi_rung_names(const measured *m, int q, int l);
+void rpi_rungs_config(const measured *m, int q, int L, rp_config *cfg);
+void rpi_rungs_stages(const search *S, const cand *k, rp_config *cfg);
 
 /* The profile measured nearest B rows (by ratio). */
 int rpi_plan_nearest(const search *S, double B);

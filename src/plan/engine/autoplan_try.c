@@ -38,6 +38,7 @@ void rpi_plan_config(const search *S, const cand *k, rp_config *cfg) {
     cfg->matmul_proportion_count = 1;
     cfg->grouping_set = false;
     cfg->replica_grouping = rp_grouping_all(k->R);
+    rpi_rungs_stages(S, k, cfg);
 }
 
 /* zb-auto's relative pass times for a candidate: the forward, input
@@ -195,10 +196,11 @@ void rpi_plan_consider(const search *S, rp_autoplan_entry *e, const rp_config *c
     rp_config_derive(cfg, &d);
     if (e->found) {
         rp_config_derive(&e->cfg, &de);
-        /* then fewer workers, fewer stages, then the micro-batch nearest the
-        ** profiles': their times were measured there, and scaling them to
-        ** other micro-batches is where the model is weakest (a CPU's caches
-        ** favour small ones, a GPU's width large ones) */
+        /* then fewer workers, fewer stages, fewer layers recomputed by
+        ** layer, then the micro-batch nearest the profiles': their times
+        ** were measured there, and scaling them to other micro-batches is
+        ** where the model is weakest (a CPU's caches favour small ones, a
+        ** GPU's width large ones) */
         double B = cfg->micro_batch_size, Be = e->cfg.micro_batch_size;
         double near = fabs(log(B / S->m[rpi_plan_nearest(S, B)].batch));
         double near_e = fabs(log(Be / S->m[rpi_plan_nearest(S, Be)].batch));
@@ -206,7 +208,9 @@ void rpi_plan_consider(const search *S, rp_autoplan_entry *e, const rp_config *c
         bool simpler = even != even_e           ? even
                        : d.workers != de.workers ? d.workers < de.workers
                        : d.stages != de.stages   ? d.stages < de.stages
-                                                 : near < near_e;
+                       : cfg->recompute_layers_count != e->cfg.recompute_layers_count
+                           ? cfg->recompute_layers_count < e->cfg.recompute_layers_count
+                           : near < near_e;
         if (!(t < e->seconds * (simpler ? 1.01 : 0.99)))
             return;
     }
