@@ -174,6 +174,8 @@ static void fill_table(search *S, const shape *h) {
     for (int p = 1; p <= h->PM; p++)
         for (int i = L - 1; i >= 0; i--)
             for (int k = p; k <= per; k++) {
+                if ((long long)p * rmax < k)
+                    continue; /* (p stages of rmax workers at most cannot fill k) */
                 double *b = &S->best[AT(p, i, k)];
                 rpi_stage_acc acc[RPI_RUNGS + 1];
                 for (int q = 0; q < h->rungs; q++)
