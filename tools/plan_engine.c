@@ -178,6 +178,11 @@ void plan_print_launch(const rp_config *c, const rp_plan_options *o, const char 
     ** machines its processes (rt.Pipeline numbers them as the engine does) */
     int nodes = o->num_levels > 1 ? (ranks + o->machines[0] - 1) / o->machines[0] : 1;
     int per = nodes > 1 ? o->machines[0] : ranks;
+    if (c->recompute_layers_count || rp_config_tensor_parallel(c) > 1) {
+        printf("(not with PyTorch's rt.Pipeline: it runs neither recompute_layers nor "
+               "tensor_parallel)\n");
+        return;
+    }
     printf("or with PyTorch (docs/python.md): rt.Pipeline(module, \"%s\", ...) in your "
            "script, over the module the profile came from, then\n  torchrun", config);
     if (nodes > 1)
