@@ -282,6 +282,22 @@ static inline bool rp_config_recomputes_layer(const rp_config *cfg, int l) {
     return cfg->recompute_layers_count > 0 && l >= 0 && l < RP_MAX_RECOMPUTE_LAYERS &&
            (cfg->recompute_layers[l / 64] >> (l % 64) & 1);
 }
+/* Names layer l in recompute_layers (nothing where it is named already or
+** past RP_MAX_RECOMPUTE_LAYERS). */
+static inline void rp_config_recompute_layer(rp_config *cfg, int l) {
+    if (l >= 0 && l < RP_MAX_RECOMPUTE_LAYERS && !rp_config_recomputes_layer(cfg, l)) {
+        cfg->recompute_layers[l / 64] |= 1ull << (l % 64);
+        cfg->recompute_layers_count++;
+    }
+}
+/* The highest layer recompute_layers names, or -1 where it names none. */
+static inline int rp_config_last_recomputed(const rp_config *cfg) {
+    for (int w = RP_MAX_RECOMPUTE_LAYERS / 64 - 1; cfg->recompute_layers_count > 0 && w >= 0; w--)
+        for (int b = 63; cfg->recompute_layers[w] && b >= 0; b--)
+            if (cfg->recompute_layers[w] >> b & 1)
+                return w * 64 + b;
+    return -1;
+}
 /* The flags of rp_model_tensor_split (spec.h) the configuration asks for. */
 static inline unsigned rp_config_tp_flags(const rp_config *cfg) {
     return cfg->vocab_parallel ? 1u /* RP_TP_VOCAB */ : 0u;

@@ -440,9 +440,7 @@ static rp_status k_recompute_layers(rp_config *cfg, rpi_load *c, const char *key
         if (!rpi_is_whole(e, 0, RP_MAX_RECOMPUTE_LAYERS - 1) ||
             rp_config_recomputes_layer(cfg, (int)e->valuedouble))
             return rpi_bad_value(c, key, v, rule);
-        int l = (int)e->valuedouble;
-        cfg->recompute_layers[l / 64] |= 1ull << (l % 64);
-        cfg->recompute_layers_count++;
+        rp_config_recompute_layer(cfg, (int)e->valuedouble);
     }
     return RP_OK;
 }

@@ -161,11 +161,11 @@ static rp_status check_experts(const rp_model *m, const rp_config *cfg, rp_error
 static rp_status check_recompute_layers(const rp_model *m, const rp_config *cfg, rp_error *err) {
     if (!cfg->recompute_layers_count)
         return RP_OK;
-    for (int l = m->num_layers; l < RP_MAX_RECOMPUTE_LAYERS; l++)
-        if (rp_config_recomputes_layer(cfg, l))
-            return rp_fail(err, RP_ERR_INVALID,
-                           "recompute_layers: layer %d; the model's layers are 0 to %d", l,
-                           m->num_layers - 1);
+    int l = rp_config_last_recomputed(cfg);
+    if (l >= m->num_layers)
+        return rp_fail(err, RP_ERR_INVALID,
+                       "recompute_layers: layer %d; the model's layers are 0 to %d", l,
+                       m->num_layers - 1);
     if (rp_config_tensor_parallel(cfg) > 1)
         return rp_fail(err, RP_ERR_INVALID,
                        "recompute_layers with tensor_parallel %d: the layers of a tensor "

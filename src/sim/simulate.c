@@ -238,11 +238,10 @@ rp_status rp_simulate(const rp_config *cfg, const double *fwd_ms, const double *
     memset(res, 0, sizeof *res);
     int counts[RP_MAX_STAGES];
     rp_status st = rp_config_stage_layers(cfg, false, num_layers, counts, err);
-    for (int l = num_layers; !st && l < RP_MAX_RECOMPUTE_LAYERS; l++)
-        if (rp_config_recomputes_layer(cfg, l))
-            st = rp_fail(err, RP_ERR_INVALID,
-                         "simulate: recompute_layers names layer %d; the profile's layers are 0 "
-                         "to %d", l, num_layers - 1);
+    if (!st && rp_config_last_recomputed(cfg) >= num_layers)
+        st = rp_fail(err, RP_ERR_INVALID,
+                     "simulate: recompute_layers names layer %d; the profile's layers are 0 to %d",
+                     rp_config_last_recomputed(cfg), num_layers - 1);
     if (st || (st = rp_schedule_check_config(cfg, err)))
         return st;
     sim m = {.cfg = cfg, .opt = opt, .res = res};

@@ -65,20 +65,17 @@ rp_status rpi_rungs_make(measured *m, int L, rp_error *err) {
     return RP_OK;
 }
 
-/* Sets bit l of cfg's recompute_layers. */
-static void name_layer(rp_config *cfg, int l) {
-    if (l < RP_MAX_RECOMPUTE_LAYERS && !rp_config_recomputes_layer(cfg, l)) {
-        cfg->recompute_layers[l / 64] |= 1ull << (l % 64);
-        cfg->recompute_layers_count++;
-    }
+/* cfg's recompute_layers emptied. */
+static void name_none(rp_config *cfg) {
+    memset(cfg->recompute_layers, 0, sizeof cfg->recompute_layers);
+    cfg->recompute_layers_count = 0;
 }
 
 void rpi_rungs_config(const measured *m, int q, int L, rp_config *cfg) {
-    memset(cfg->recompute_layers, 0, sizeof cfg->recompute_layers);
-    cfg->recompute_layers_count = 0;
+    name_none(cfg);
     for (int l = 0; l < L; l++)
         if (rpi_rung_names(m, q, l))
-            name_layer(cfg, l);
+            rp_config_recompute_layer(cfg, l);
 }
 
 void rpi_rungs_stages(const search *S, const cand *k, rp_config *cfg) {
@@ -87,11 +84,10 @@ void rpi_rungs_stages(const search *S, const cand *k, rp_config *cfg) {
         any = any || k->rung[s];
     if (!any)
         return; /* (the base configuration's, if it names any) */
-    memset(cfg->recompute_layers, 0, sizeof cfg->recompute_layers);
-    cfg->recompute_layers_count = 0;
+    name_none(cfg);
     const measured *m = &S->m[k->prof];
     for (int s = 0, first = 0; s < k->P; first += k->layers[s++])
         for (int l = first; l < first + k->layers[s] - 1; l++) /* (the last is kept) */
             if (rpi_rung_names(m, k->rung[s], l))
-                name_layer(cfg, l);
+                rp_config_recompute_layer(cfg, l);
 }
