@@ -1,44 +1,52 @@
 """Regenerates, for a family of Aceso's models, tests/fixtures/planners/aceso_FAMILY.json and the
 profiles it plans from (tests/fixtures/planners/aceso_FAMILY/): Aceso (microsoft/SuperScaler,
-branch Aceso, fa80ad0; EuroSys'24; MIT) and repipe on Aceso's cases of its Wide-ResNet (resnet)
-or T5 (t5), each plan priced by both cost models.
+branch Aceso, fa80ad0; EuroSys'24; MIT) and repipe on Aceso's cases of its Wide-ResNet (resnet),
+T5 (t5) or GPT (gpt), each plan priced by both cost models.
 
 Aceso's code runs as its search/scripts/search_FAMILY.sh runs it (search/aceso_search.py, budget
-200 s, 7 hops, a balanced start; for Wide-ResNet fine-tuning after each trial and micro-batches of
-16, 32, 48 and 64, for T5 micro-batches of 1, 2, 4 and 8), and its cost model on a configuration
+200 s, 7 hops; for Wide-ResNet and T5 a balanced start, for Wide-ResNet fine-tuning after each
+trial and micro-batches of 16, 32, 48 and 64, for T5 and GPT micro-batches of 1, 2, 4 and 8; the
+GPT's settings as tests/aceso_fixtures.py runs them), and its cost model on a configuration
 (search/aceso_cost_model.py --initial-point CONFIG), from ACESO_DIR (its search/ and profiler/
 folders), standard library only. Kept of it: the numbers it printed, and its per-operator
 profiles as repipe profiles (data, MIT). Run:
 
-    python3 tests/aceso_operator_fixtures.py resnet|t5 ACESO_DIR build/repipe
+    python3 tests/aceso_operator_fixtures.py resnet|t5|gpt ACESO_DIR build/repipe [CASE,...]
 
-The cases: the settings the scripts list from Aceso's paper, on V100-32GB, 28 000 MB a GPU,
-profiler/profiled-time-eurosys. Wide-ResNet of 2B parameters on 1 x 4, 4B on 1 x 8, 6.8B on
-2 x 8 and 13B on 4 x 8, 1536 images an update; T5 of 3B on 1 x 4, 6B on 1 x 8, 11B on 2 x 8 and
-22B on 4 x 8 (the 11B's operators, 48 layers), 1024 sequences an update.
+(with CASE numbers, those cases only, printed, the fixture kept.) The cases: the settings the
+scripts list from Aceso's paper, on V100-32GB, 28 000 MB a GPU, profiler/profiled-time-eurosys.
+Wide-ResNet of 2B parameters on 1 x 4, 4B on 1 x 8, 6.8B on 2 x 8 and 13B on 4 x 8, 1536 images
+an update; T5 of 3B on 1 x 4, 6B on 1 x 8, 11B on 2 x 8 and 22B on 4 x 8 (the 11B's operators, 48
+layers), 1024 sequences an update; GPT of 1.3B on 1 x 4, 2.6B on 1 x 8 and 6.7B on 2 x 8, 1024
+sequences, and its README's case on profiler/profiled-time-miniset (1.3B on 1 x 4, 12 000 MB,
+512 sequences): tests/aceso_fixtures.py's cases, which plan the GPT as a transformer shape.
 
-The mapping (docs/planner.md): repipe's profile is Aceso's operators in order (a T5's as Aceso
-lays them out: the encoder's layer repeated, then the decoder's), one node each, at tensor 1:
-forward and backward times, weights (a T5's at twice their fp16 bytes: Aceso counts eight fp16
-copies of a T5's weights, fp16 weights and gradients and fp32 master weights and Adam's two
-states, where repipe counts four fp32 ones), and as activation_size what Aceso's memory count
-keeps of the operator (its activations; none for those it counts as sharing another's space:
-Wide-ResNet's bn1, each block's bn3 and the later blocks' downsample, T5's encoder softmax,
-whose dropout it counts one and a half times); one profile per micro-batch Aceso profiled. The
-links: Aceso's point-to-point bandwidth at its largest size, within a node and between. The
+The mapping (docs/planner.md): repipe's profile is Aceso's operators in order (a GPT's and a
+T5's as Aceso lays them out: its one layer repeated, a T5's encoder layer and then its decoder
+layer), one node each, at tensor 1: forward and backward times, as activation_size the
+operator's output (what crosses a cut there, as Aceso prices a stage's messages), weights (a
+GPT's and a T5's at twice their fp16 bytes: Aceso counts eight fp16 copies of their weights,
+fp16 weights and gradients and fp32 master weights and Adam's two states, where repipe counts
+four fp32 ones), as saved_bytes what Aceso's memory count keeps of the operator (its
+activations; none for those it counts as sharing another's space: Wide-ResNet's bn1, each
+block's bn3 and the later blocks' downsample, the attention softmax, whose dropout it counts one
+and a half times), and as scratch_bytes its workspace, Aceso's reserved memory at its forward
+and its backward summed (Aceso holds the most of each of a stage's operators; repipe the most
+of their sums); one profile per micro-batch Aceso profiled. The links: Aceso's point-to-point
+bandwidth at its largest size, within a node and between. The
 optimizer: Adam. repipe plans with the engine objective in Aceso's form: whole pipelines
 replicated (`--straight`: a stage's GPUs are its data-parallel ranks), the optimizer state whole
 (`--sharding none`), 1F1B, at each micro-batch and pipeline size Aceso's form holds
 (`--micro-batch B --pp P`: a stage's micro-batch over its replicas and each GPU's one Aceso
 profiled), the fastest by repipe's model kept. Two memories: Aceso's limit, and the largest share
-of it (in steps of 2 %, down to 30 %) at which the plan repipe makes fits Aceso's count
-(fitted), and the least memory a GPU at which repipe's space in Aceso's form holds any plan
-by repipe's own count (to 1 %, by bisection). Beside them, the two counts compared on reference
-plans (2, 4 and 8 stages cut evenly where Aceso's form holds them, the least micro-batch,
-recomputing nothing or all), Aceso's own plan priced by repipe's model where repipe can run it,
-and for Wide-ResNet the best plan of repipe's space in Aceso's form by Aceso's own model
-(space_best, a local search over the cuts; a T5's 821 operators and more are past what that
-search covers in the time).
+of it (in steps of 2 % down to 30 %, then the 1 % above the first that fits) at which the plan
+repipe makes fits Aceso's count (fitted), and the least memory a GPU at which repipe's space in
+Aceso's form holds any plan by repipe's own count (to 1 %, by bisection). Beside them, the two
+counts compared on reference plans (2, 4 and 8 stages cut evenly where Aceso's form holds them,
+the least micro-batch, recomputing nothing or all), Aceso's own plan priced by repipe's model
+where repipe can run it, and for Wide-ResNet the best plan of repipe's space in Aceso's form by
+Aceso's own model (space_best, a local search over the cuts; a T5's 821 operators and more, and
+a GPT's 315 and more, are past what that search covers in the time).
 """
 import csv
 import json
@@ -63,6 +71,7 @@ class Family:
     def __init__(self, model, cases, gbs, micro, settings, fixed, weight_bytes, moves):
         self.model, self.cases, self.gbs, self.micro = model, cases, gbs, micro
         self.memory_mb, self.settings, self.fixed = 28000, settings, fixed
+        self.db = "eurosys"
         self.weight_bytes = weight_bytes  # repipe's bytes a byte of Aceso's weights
         self.moves = moves                # space_best's moves of a boundary; () for none
         self.out = os.path.join(PLANNERS, "aceso_%s.json" % model)
@@ -83,10 +92,12 @@ class Family:
         return os.path.join(db, "%s_%s_mbs%d_tp1_algo0.csv" % (self.model, name, mbs))
 
     def rows(self, db, size, mbs):
-        """Aceso's operators in its order at tensor 1, micro-batch mbs: a T5's profile holds one
-        encoder and one decoder layer, repeated as its model_ops_info lays them out (22B: 48
-        layers)."""
+        """Aceso's operators in its order at tensor 1, micro-batch mbs: a GPT's or T5's profile
+        holds one layer (a T5's one encoder and one decoder layer), repeated as its
+        model_ops_info lays them out (a GPT of 1.3B 24 layers, of 2.6B and 6.7B 32; T5 22B 48)."""
         rows = list(csv.reader(open(self.csv(db, size, mbs))))[1:]
+        if self.model == "gpt":
+            return rows[:1] + rows[1:14] * (24 if size == "1_3B" else 32) + rows[14:]
         if self.model != "t5":
             return rows
         n = 48 if size == "22B" else 24
@@ -105,6 +116,12 @@ FAMILIES = {
                         ("t5 11B, 2 x 8", "11B", 2, 8), ("t5 22B, 4 x 8", "22B", 4, 8)],
                  1024, (1, 2, 4, 8), ["--initial-point", "balance"],
                  ("encoder-embedding", "decoder-embedding", "t5-post-process"), 2, ()),
+    # the cases of aceso_fixtures (its README's on the miniset: 12 000 MB, 512 sequences)
+    "gpt": Family("gpt", [("gpt 1.3B, 1 x 4, 12000 MB, batch 512", "1_3B", 1, 4, "miniset",
+                           12000, 512),
+                          ("gpt 1.3B, 1 x 4", "1_3B", 1, 4), ("gpt 2.6B, 1 x 8", "2_6B", 1, 8),
+                          ("gpt 6.7B, 2 x 8", "6_7B", 2, 8)],
+                  1024, (1, 2, 4, 8), [], ("encoder-embedding", "gpt-post-process"), 2, ()),
 }
 
 
@@ -113,11 +130,12 @@ class Case:
 
     def __init__(self, f, aceso, row):
         self.f = f
-        self.name, self.size, self.nodes, self.per_node = row
+        self.name, self.size, self.nodes, self.per_node = row[:4]
+        db, self.memory_mb, self.gbs = row[4:] or (f.db, f.memory_mb, f.gbs)
         self.model, self.micro_batches = f.model, f.micro
         self.search_settings = f.settings
-        self.gbs, self.memory_mb = f.gbs, f.memory_mb
-        self.db = os.path.join(aceso, "profiler", "profiled-time-eurosys")
+        self.db = os.path.join(aceso, "profiler", "profiled-time-" + db)
+        self.tag = self.size if db == f.db else "%s_%s" % (self.size, db)
         self.aceso = aceso
         # the micro-batches Aceso profiled this size at (T5 11B: not 8)
         self.micro = tuple(m for m in f.micro if os.path.exists(f.csv(self.db, self.size, m)))
@@ -127,16 +145,17 @@ def write_profile(c, mbs):
     """Aceso's operators at tensor 1, micro-batch mbs, as a repipe profile; its path."""
     rows = c.f.rows(c.db, c.size, mbs)
     mb = 2 ** 20  # (Aceso's MB)
-    path = os.path.join(c.f.profiles, "%s_mbs%d.txt" % (c.size, mbs))
+    path = os.path.join(c.f.profiles, "%s_mbs%d.txt" % (c.tag, mbs))
     with open(path, "w") as out:
         out.write("node0 -- Input0 micro_batch=%d -- forward_compute_time=0, "
                   "backward_compute_time=0, activation_size=%d, parameter_size=0\n" %
                   (mbs, round(float(rows[0][3]) * mb)))
         for i, r in enumerate(rows, 1):
-            out.write("node%d -- %s -- forward_compute_time=%.6f, backward_compute_time=%.6f, "
-                      "activation_size=%d, parameter_size=%d\n" %
-                      (i, r[0], float(r[1]) / 1e3, float(r[2]) / 1e3,
-                       round(c.f.kept_mb(r[0], float(r[6])) * mb),
+            out.write("node%d -- %s saved_bytes=%d scratch_bytes=%d -- forward_compute_time=%.6f, "
+                      "backward_compute_time=%.6f, activation_size=%d, parameter_size=%d\n" %
+                      (i, r[0], round(c.f.kept_mb(r[0], float(r[6])) * mb),
+                       round((float(r[7]) + float(r[8])) * mb), float(r[1]) / 1e3,
+                       float(r[2]) / 1e3, round(float(r[4]) * mb),
                        round(float(r[5]) * mb * c.f.weight_bytes)))
         for i in range(len(rows)):
             out.write("\tnode%d -- node%d\n" % (i, i + 1))
@@ -150,7 +169,7 @@ def operators(path):
 
 def op_names(path):
     """The operators' names of a profile this script wrote, in order."""
-    return [line.split(" -- ")[1] for line in open(path) if line.startswith("node")][1:]
+    return [line.split(" -- ")[1].split()[0] for line in open(path) if line.startswith("node")][1:]
 
 
 def machines(c):
@@ -235,7 +254,7 @@ def as_aceso(c, cfg, template):
     rc = cfg.get("recompute_checkpoint_every_layer", False)
     ops = recomputed(c, layers, rc, set(cfg.get("recompute_layers", ())))
     out = {k: v for k, v in template.items() if k not in PLAN_KEYS}
-    out.update(global_batch_size=c.f.gbs, micro_batch_size=cfg["micro_batch_size"] * R,
+    out.update(global_batch_size=c.gbs, micro_batch_size=cfg["micro_batch_size"] * R,
                num_stages=len(layers), num_gpus=[R] * len(layers),
                checkpoint_activations=[rc or any(s) for s in ops],
                resharding_stages=[False] * len(layers),
@@ -265,7 +284,7 @@ def as_repipe(c, config):
         named += [at + k for k in range(len(row) - 1) if row[k] and row[k + 1]]
         at += len(row)
     out = dict(ADAM, micro_batch_size=config["micro_batch_size"] // R, replication_factor=R,
-               gradient_accumulation_steps=c.f.gbs // config["micro_batch_size"],
+               gradient_accumulation_steps=c.gbs // config["micro_batch_size"],
                layers_per_stage=layers, schedule="1f1b", recompute_checkpoint_every_layer=every)
     if named and not every:
         out["recompute_layers"] = named
@@ -293,7 +312,7 @@ def calibrate(repipe, c, profiles, tmp, template):
         R, n = N // p, operators(profiles[m])
         layers = [n // p + (s < n % p) for s in range(p)]
         cfg = dict(ADAM, micro_batch_size=m, replication_factor=R,
-                   gradient_accumulation_steps=c.f.gbs // (m * R), layers_per_stage=layers,
+                   gradient_accumulation_steps=c.gbs // (m * R), layers_per_stage=layers,
                    schedule="1f1b", recompute_checkpoint_every_layer=rc)
         _, mine = simulate(repipe, c, profiles, cfg, tmp)
         _, theirs = aceso_fixtures.aceso_price(c, tmp, as_aceso(c, cfg, template))
@@ -325,8 +344,9 @@ def one_case(f, aceso, repipe, row):
         base = os.path.join(tmp, "adam.json")
         json.dump(dict(ADAM, micro_batch_size=c.micro[0]), open(base, "w"))
         found, config = aceso_fixtures.aceso_search(c, tmp)
-        case = {"name": c.name, "size": c.size, "nodes": c.nodes, "per_node": c.per_node,
-                "global_batch": f.gbs, "memory_mb": f.memory_mb,
+        case = {"name": c.name, "size": c.size, "profile": c.tag, "nodes": c.nodes,
+                "per_node": c.per_node,
+                "global_batch": c.gbs, "memory_mb": c.memory_mb,
                 "aceso": dict(found, config={k: config[k] for k in (
                     "micro_batch_size", "num_stages", "num_gpus", "num_ops_in_each_stage")},
                     recomputed_ops=sum(map(sum, config["recompute_ops"])),
@@ -338,15 +358,15 @@ def one_case(f, aceso, repipe, row):
             case["aceso"]["by_repipe"] = {"seconds_per_update": s, "worker_mb": b / 2 ** 20}
         ratio, refs = calibrate(repipe, c, profiles, tmp, config)
         case["calibration"] = {"ratio": ratio, "references": refs}
-        limit = f.memory_mb * 2 ** 20
+        limit = c.memory_mb * 2 ** 20
         case["machines"] = machines(c)
-        best = repipe_best(f.gbs, repipe, c.nodes * c.per_node, case["machines"], profiles, base,
+        best = repipe_best(c.gbs, repipe, c.nodes * c.per_node, case["machines"], profiles, base,
                            limit)
         case["repipe"] = priced(c, best, config, tmp) if best else None
         case["repipe_fitted"], case["shares_tried"] = fitted(repipe, c, profiles, base, config,
                                                              tmp)
         case["repipe_least_memory_bytes"] = least_memory(
-            f.gbs, repipe, c.nodes * c.per_node, case["machines"], profiles, base, 2 ** 40)
+            c.gbs, repipe, c.nodes * c.per_node, case["machines"], profiles, base, 2 ** 40)
         if f.moves:
             case["repipe_space_best"] = space_best(c, operators(profiles[c.micro[0]]), config,
                                                    tmp)
@@ -355,16 +375,21 @@ def one_case(f, aceso, repipe, row):
 
 def fitted(repipe, c, profiles, base, config, tmp):
     """repipe's plan at the largest share of the limit, from all of it down to 30 % in steps
-    of 2 %, at which the plan it makes fits Aceso's count; and every share tried."""
-    limit, tried = c.f.memory_mb * 2 ** 20, []
-    for step in range(36):
-        share = 1 - 0.02 * step
-        plan = repipe_best(c.f.gbs, repipe, c.nodes * c.per_node, machines(c), profiles, base,
+    of 2 % and then the 1 % above the first that fits, at which the plan it makes fits Aceso's
+    count; and every share tried."""
+    limit, tried, found = c.memory_mb * 2 ** 20, [], None
+
+    def at(share):
+        plan = repipe_best(c.gbs, repipe, c.nodes * c.per_node, machines(c), profiles, base,
                            limit * share)
         got = priced(c, plan, config, tmp) if plan else None
         tried.append([round(share, 2), got and got["by_aceso_memory_mb"]])
-        if got and got["by_aceso_memory_mb"] <= c.f.memory_mb:
-            return dict(got, share=share), tried
+        return dict(got, share=share) if got and got["by_aceso_memory_mb"] <= c.memory_mb else None
+
+    for step in range(36):
+        found = at(1 - 0.02 * step)
+        if found:
+            return (at(1.01 - 0.02 * step) if step else None) or found, tried
     return None, tried
 
 
@@ -382,11 +407,11 @@ def space_best(c, n, template, tmp):
         if key not in seen:
             R = N // p
             cfg = dict(ADAM, micro_batch_size=mbs, replication_factor=R,
-                       gradient_accumulation_steps=f.gbs // (mbs * R), layers_per_stage=layers,
+                       gradient_accumulation_steps=c.gbs // (mbs * R), layers_per_stage=layers,
                        schedule="1f1b", recompute_checkpoint_every_layer=rc)
             seen[key] = aceso_fixtures.aceso_price(c, tmp, as_aceso(c, cfg, template))
         ms, mem = seen[key]
-        return (0, ms) if mem <= f.memory_mb else (1, mem)
+        return (0, ms) if mem <= c.memory_mb else (1, mem)
 
     best = None
     for mbs, p in shapes(c.micro, N):
@@ -435,12 +460,14 @@ def least_memory(gbs, repipe, N, where, profiles, base, hi):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in FAMILIES:
-        sys.exit("usage: aceso_operator_fixtures.py resnet|t5 ACESO_DIR REPIPE")
+    if len(sys.argv) not in (4, 5) or sys.argv[1] not in FAMILIES:
+        sys.exit("usage: aceso_operator_fixtures.py resnet|t5|gpt ACESO_DIR REPIPE [CASE,...]\n"
+                 "(with CASE, the cases of those numbers from 0, printed, the fixture kept)")
     f = FAMILIES[sys.argv[1]]
     aceso, repipe = os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
+    only = [int(k) for k in sys.argv[4].split(",")] if len(sys.argv) == 5 else None
     cases = []
-    for row in f.cases:
+    for row in ([f.cases[k] for k in only] if only else f.cases):
         case = one_case(f, aceso, repipe, row)
         a, r, k, b = (case["aceso"], case["repipe"], case["repipe_fitted"],
                       case.get("repipe_space_best"))
@@ -452,6 +479,9 @@ def main():
             "; the best of repipe's space %.2f s (%d MB)" % (
                 b["by_aceso_ms"] / 1e3, b["by_aceso_memory_mb"]) if b else ""), flush=True)
         cases.append(case)
+    if only:
+        json.dump(cases, sys.stdout, indent=1)
+        return
     json.dump({"source": "microsoft/SuperScaler branch Aceso fa80ad0 (MIT): search/aceso_search.py "
                          "and search/aceso_cost_model.py on profiler/profiled-time-eurosys",
                "cases": cases}, open(f.out, "w"), indent=1)

@@ -58,23 +58,23 @@ printf '{"layers_per_stage": [-1, -1, -1, -1], "schedule": "zb-v", "virtual_stag
 expect_grep "config show chunked tensor groups" "tensor groups +replicas=4 group_size=2 stride=1 \(2 groups\) over the 4 workers, each the same rank of its chunks' groups" -- "$bin" config show "$tmp/zbv-tp.json"
 printf '{"layers_per_stage": [-1, -1, -1, -1], "replication_factor": 2, "gradient_accumulation_steps": 4, "schedule": "dualpipe"}\n' > "$tmp/dualpipe.json"
 expect_grep "config show dualpipe" "workers needed +4  \(each holds stage s of one replica and 3 - s of its pair's: dualpipe\)" -- "$bin" config show "$tmp/dualpipe.json"
-expect_grep "plan --schedules dualpipe" "two chunks a worker +2 +2 +16 +16 dualpipe " -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512 --schedules 1f1b,dualpipe
+expect_grep "plan --schedules dualpipe" "two chunks a worker +4 +4 +32 +8 dualpipe " -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512 --schedules 1f1b,dualpipe
 # the engine objective in another planner's space: no stage replicated inside a pipeline
-# (--straight; unconstrained, the first stage takes two workers), the optimizer state never
+# (--straight; unconstrained, the first stage takes three workers), the optimizer state never
 # sharded (--sharding none; at this memory the plan shards it)
-expect_grep "plan engine replicated stage" "stage_replication \[2, 1\]" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512
-expect_grep "plan engine --straight" "stage_replication \[1, 1\]" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512 --straight
+expect_grep "plan engine replicated stage" "stage_replication \[3, 1\]" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512
+expect_grep "plan engine --straight" "stage_replication \[1, 1, 1, 1\]" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512 --straight
 printf '{"micro_batch_size": 64, "optimizer": {"type": "adam", "lr": 0.001}}\n' > "$tmp/adam.json"
 expect_grep "plan engine shards where short" "replicated_tensor_sharding true" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --global-batch 512 --memory-size 6e8 --base-config "$tmp/adam.json"
 expect_fail "plan engine --sharding none" 1 "even with recomputation, the optimizer state whole \(no sharding asked\)" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --global-batch 512 --memory-size 6e8 --base-config "$tmp/adam.json" --sharding none
-expect_grep "plan engine --micro-batch" "replication_factor 4, micro_batch_size 32, gradient_accumulation_steps 4" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512 --micro-batch 32 --straight --schedules 1f1b
+expect_grep "plan engine --micro-batch" "replication_factor 2, micro_batch_size 32, gradient_accumulation_steps 8" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512 --micro-batch 32 --straight --schedules 1f1b
 # an exact micro-batch makes its own accumulation, past the 64 the planner otherwise tries
 expect_grep "plan engine --micro-batch past 64" "replication_factor 4, micro_batch_size 1, gradient_accumulation_steps 128" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512 --micro-batch 1 --straight --schedules 1f1b
 expect_fail "plan engine --micro-batch none splits" 1 "any accumulation, micro-batches of 7 samples\)" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 512 --micro-batch 7
 # where memory is short, recomputation by layer before recomputing every layer (VGG-16 in 1 GB a
 # worker: its first stage's cheapest activations made again, 15 layers), and --recompute full
 # for the old way; the list reaches --config-out, which config check reads
-expect_grep "plan engine recompute by layer" "layers_per_stage \[29, 11\], stage_replication \[2, 1\], recompute_checkpoint_every_layer false, replicated_tensor_sharding false, recompute_layers: 15 layers" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/vgg16/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 256 --memory-size 1e9 --sharding none --config-out "$tmp/vgg-layers.json"
+expect_grep "plan engine recompute by layer" "layers_per_stage \[29, 11\], stage_replication \[3, 1\], recompute_checkpoint_every_layer false, replicated_tensor_sharding false, recompute_layers: 15 layers" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/vgg16/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 256 --memory-size 1e9 --sharding none --config-out "$tmp/vgg-layers.json"
 if grep -q '"recompute_layers":\[0,1,3,4,6,8,9,11,13,15,16,18,20,22,27\]' <(tr -d ' \n\t' < "$tmp/vgg-layers.json") &&
    "$bin" config check "$tmp/vgg-layers.json" --layers 40 >/dev/null 2>&1 &&
    "$bin" config show "$tmp/vgg-layers.json" | grep -q "the outputs of 15 layers recomputed in backward: 0 1 3 4 6 8 9 11 13 15 16 18 20 22 27$"

@@ -6,10 +6,10 @@ least 10 times faster than the planner searched. Metis: repipe's plan no slower 
 estimator. Aceso: its own configuration priced as its search said; repipe's plans' prices as
 recorded (docs/planner.md says where repipe loses, and why); on the device calibrated to Aceso's
 profile repipe's plan fits Aceso's memory by Aceso's count; the best plan of repipe's space by
-Aceso's model fits it too, its recomputation written as repipe's; on its Wide-ResNet and T5
-cases (aceso_resnet.json and aceso_t5.json by tests/aceso_operator_fixtures.py) repipe plans from
-Aceso's operator profiles what was priced, at the fitted share of the memory its plan fits
-Aceso's count, and its least memory is where it was. Galvatron (galvatron.json by
+Aceso's model fits it too, its recomputation written as repipe's; on its Wide-ResNet, T5 and GPT
+cases (aceso_resnet.json, aceso_t5.json and aceso_gpt.json by tests/aceso_operator_fixtures.py)
+repipe plans from Aceso's operator profiles what was priced, at the fitted share of the memory
+its plan fits Aceso's count, and its least memory is where it was. Galvatron (galvatron.json by
 tests/galvatron_fixtures.py): its own search-engine test's answers reproduced (2.6485 and 2.5246
 samples/s) and its shipped LLaMA-2 7B configuration by its own search, repipe's plans in its form
 as priced, and where they stand.
@@ -44,7 +44,8 @@ def aceso_case(fam, case):
     """A case of Aceso's from its operator profiles (see below)."""
     name, a, gbs = case["name"], case["aceso"], case["global_batch"]
     folder = os.path.join(src, "tests", "fixtures", "planners", os.path.basename(fam.profiles))
-    profiles = {m: os.path.join(folder, "%s_mbs%d.txt" % (case["size"], m)) for m in fam.micro}
+    profiles = {m: os.path.join(folder, "%s_mbs%d.txt" % (case.get("profile", case["size"]), m))
+                for m in fam.micro}
     profiles = {m: p for m, p in profiles.items() if os.path.exists(p)}
     with tempfile.TemporaryDirectory() as tmp:
         base = os.path.join(tmp, "adam.json")
@@ -228,12 +229,12 @@ for case in aceso["cases"]:
     print("   %s: Aceso %.2f s; repipe's %.2f s, %.0f MB; every block recomputed %.2f s, %.0f MB" %
           (name, a["time_s"], r["by_aceso_ms"] / 1e3, r["by_aceso_memory_mb"],
            full["by_aceso_ms"] / 1e3, full["by_aceso_memory_mb"]))
-# Aceso's Wide-ResNet and T5 cases (aceso_resnet.json and aceso_t5.json by
+# Aceso's Wide-ResNet, T5 and GPT cases (aceso_resnet.json, aceso_t5.json and aceso_gpt.json by
 # tests/aceso_operator_fixtures.py): repipe plans from Aceso's operator profiles as that script
-# wrote them (fixtures/planners/aceso_resnet/, aceso_t5/), in Aceso's form (whole pipelines
+# wrote them (fixtures/planners/aceso_resnet/, aceso_t5/, aceso_gpt/), in Aceso's form (whole pipelines
 # replicated, the optimizer state whole, 1F1B, a micro-batch Aceso profiled), on Aceso's memory
 # and on the share of it fitted to Aceso's count
-for fam in (aceso_ops.FAMILIES["resnet"], aceso_ops.FAMILIES["t5"]):
+for fam in (aceso_ops.FAMILIES["resnet"], aceso_ops.FAMILIES["t5"], aceso_ops.FAMILIES["gpt"]):
     for case in fixture(os.path.basename(fam.out))["cases"]:
         aceso_case(fam, case)
 galv = fixture("galvatron.json")

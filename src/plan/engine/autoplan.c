@@ -108,6 +108,7 @@ typedef struct shape {
     bool recompute, shard;
     int rungs; /* recomputation by layer: rungs 0 .. rungs - 1 (1: none) */
     rp_config cfg;
+    rp_sim_options sim; /* the search's, with what the profile says its layers keep */
 } shape;
 
 /* Stage i..j-1 on r of the k workers left, under the rest's best: its
@@ -115,9 +116,17 @@ typedef struct shape {
 ** DBL_MAX where it does not fit the memory or beat best. acc: for each
 ** rung of recomputation by layer, layers i..j-2 pushed, so that a stage's
 ** bytes cost a layer's work, not the stage's (a T5's 821 operators: 20 s a
-** shape before); *rung: the least that fits. */
+** shape before); *rung: the least that fits.
+**
+** A micro-batch's round trip bounds the pace too: with `inflight` of them
+** in the stages from here on, each must come back through every stage
+** after this one, and the messages both ways, before the next can start
+** (*loop: that trip, for the stage before). A stage cut where a large
+** tensor crosses (an attention's scores) costs every micro-batch its
+** transfer twice, though no stage is busier. */
 static double stage_cost(const search *S, const shape *h, int i, int j, int k, int r, double rest,
-                         double best, const rpi_stage_acc *acc, int *rung) {
+                         double loop_rest, double best, const rpi_stage_acc *acc, int *rung,
+                         double *loop) {
     const measured *M = h->M;
     int R = h->R, per = h->per, GA = h->GA;
     double f = (M->cf[j] - M->cf[i]) * h->scale;
@@ -133,15 +142,24 @@ static double stage_cost(const search *S, const shape *h, int i, int j, int k, i
                    par / S->sim.memory_bandwidth * slow;
     double cap = stage_memory(S, R, per, off, r);
     int inflight = k < GA ? k : GA, slots = (inflight + r - 1) / r;
+    double trip = loop_rest;
+    if (j < S->L) { /* the activation out and its gradient back */
+        double wire = S->base->fp16_exchange ? 0.5 : 1.0;
+        int l = rpi_level_of(&S->net, off + r - 1, off + r);
+        trip += 2 * (S->net.latency + M->cut[j] * h->scale * wire / S->net.bw[l]);
+    }
     for (int q = 0; q < h->rungs; q++) { /* each rung recomputes more than the last */
         double again = q ? (M->crf[q][j - 1] - M->crf[q][i]) * h->scale : 0;
         double cost = (double)((GA + r - 1) / r) * (t + again) * slow + fixed;
+        double round = (double)GA / inflight * ((t + again) * slow + trip);
         double m = cost > rest ? cost : rest;
+        m = round > m ? round : m;
         if (m >= best)
             return DBL_MAX;
         if (cap > 0 && rpi_stage_acc_bytes(&acc[q], r, slots, h->scale) > cap)
             continue;
         *rung = q;
+        *loop = (t + again) * slow + trip;
         return m;
     }
     return DBL_MAX;
@@ -170,6 +188,7 @@ static void fill_table(search *S, const shape *h) {
     for (size_t x = 0; x < AT(h->PM + 1, 0, 0); x++)
         S->best[x] = DBL_MAX;
     S->best[AT(0, L, 0)] = 0;
+    S->loop[AT(0, L, 0)] = 0;
     int rmax = S->o->one_worker_a_stage ? 1 : GA;
     for (int p = 1; p <= h->PM; p++)
         for (int i = L - 1; i >= 0; i--)
@@ -180,7 +199,7 @@ static void fill_table(search *S, const shape *h) {
                 rpi_stage_acc acc[RPI_RUNGS + 1];
                 for (int q = 0; q < h->rungs; q++)
                     rpi_stage_acc_begin(&acc[q], q ? &S->rung_cfg[q] : &h->cfg, h->M->out,
-                                        h->M->par, i, &S->sim);
+                                        h->M->par, i, &h->sim);
                 int rtop = k - (p - 1) < rmax ? k - (p - 1) : rmax;
                 double cap1 = stage_memory(S, h->R, per, per - k, 1);
                 for (int j = i + 1; j <= L - (p - 1); j++) {
@@ -196,10 +215,13 @@ static void fill_table(search *S, const shape *h) {
                         if (rest == DBL_MAX)
                             continue;
                         int rung = 0;
-                        double m = stage_cost(S, h, i, j, k, r, rest, *b, acc, &rung);
+                        double loop = 0;
+                        double m = stage_cost(S, h, i, j, k, r, rest, S->loop[AT(p - 1, j, k - r)],
+                                              *b, acc, &rung, &loop);
                         if (m == DBL_MAX)
                             continue;
                         *b = m;
+                        S->loop[AT(p, i, k)] = loop;
                         S->cut[AT(p, i, k)] = j;
                         S->rep[AT(p, i, k)] = r;
                         S->rung[AT(p, i, k)] = (unsigned char)rung;
@@ -255,6 +277,10 @@ static bool programme(search *S, int R, int per, int GA, bool recompute, bool sh
     h.cfg.recompute_checkpoint_every_layer = S->base->recompute_checkpoint_every_layer || recompute;
     h.cfg.replicated_tensor_sharding = S->base->replicated_tensor_sharding || shard;
     h.cfg.replica_grouping = rp_grouping_all(R);
+    /* what the layers keep as the simulation counts it (rpi_plan_simulate_as_is) */
+    h.sim = S->sim;
+    if (rp_config_tensor_parallel(&h.cfg) == 1)
+        rp_sim_options_memory(&h.sim, h.M->mem);
     for (int q = 1; q < h.rungs; q++) {
         S->rung_cfg[q] = h.cfg;
         rpi_rungs_config(h.M, q, L, &S->rung_cfg[q]);
@@ -277,28 +303,56 @@ static int by_estimate(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Whether a candidate of the shape's, from the first'th on, recomputes no
+** layer. */
+static bool pushed_plain(const search *S, int first) {
+    for (int i = first; i < S->n; i++) {
+        bool any = false;
+        for (int s = 0; s < S->c[i].P; s++)
+            any = any || S->c[i].rung[s];
+        if (!any)
+            return true;
+    }
+    return false;
+}
+
 /* One shape's stages at accumulation GA: where memory is short, the
 ** savings the engine has, cheapest first: sharding the optimizer state
 ** over a stage's workers (its reduction becomes a reduce-scatter and a
 ** gather, as much traffic), then recomputation by layer (a second forward
 ** of the layers that save the most), then recomputation of every layer,
-** each alone and with sharding. */
+** each alone and with sharding. Recomputation by layer's lowest rung names
+** nothing, so where it may be had the programme runs with it from the
+** first step: a stage that fits only cut short (a first stage of 1F1B, with
+** the most micro-batches in flight) may instead recompute a few layers and
+** leave the others less to do. Its plans that recompute nothing end the
+** ladder there, as nothing saved did; those that recompute some go on to
+** sharding beside them. */
 static rp_status shape_ladder(search *S, int R, int per, int GA, bool saves_shard,
                               rp_error *err) {
     static const bool ladder[6][3] = {{false, false, false}, {false, true, false},
                                       {false, false, true},  {false, true, true},
                                       {true, false, false},  {true, true, false}};
     const rp_autoplan_options *o = S->o;
+    bool bounded = o->memory_size > 0 || o->device_memory, rungs = S->rung_cfg != NULL;
     int before = S->n;
-    for (int q = 0; q < 6 && S->n == before; q++) {
+    for (int q = 0; q < 6; q++) {
         bool rc = ladder[q][0], sh = ladder[q][1], bl = ladder[q][2];
-        if (q > 0 && !(o->memory_size > 0) && !o->device_memory)
+        if (q > 0 && !bounded)
             break;
+        if (bounded && rungs && !rc) {
+            if (bl)
+                continue; /* (run with the steps before) */
+            bl = true;
+        }
         if ((rc && S->base->recompute_checkpoint_every_layer) || (sh && !saves_shard) ||
-            (bl && !S->rung_cfg))
+            (bl && !rungs))
             continue; /* already on, saves nothing, or not to be tried */
+        int from = S->n;
         if (!programme(S, R, per, GA, rc, sh, bl))
             return rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner");
+        if (q == 0 && bl ? pushed_plain(S, from) : S->n > before)
+            break;
     }
     return RP_OK;
 }

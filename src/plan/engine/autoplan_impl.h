@@ -41,9 +41,11 @@ typedef struct measured {
     /* what each layer keeps, where the profile says (rp_layer_memory) */
     double *mem[5];
     double *cf, *cb, *cp;
-    /* recomputation by layer: each rung's least bytes kept a millisecond of
-    ** forward, and its layers' forward seconds summed (crf[0] NULL) */
-    double theta[RPI_RUNGS + 1];
+    /* recomputation by layer: each layer's place in the ranking (INT_MAX
+    ** where it keeps nothing), how many of the first each rung names, and
+    ** its layers' forward seconds summed (crf[0] NULL) */
+    int *rank;
+    int named[RPI_RUNGS + 1];
     double *crf[RPI_RUNGS + 1];
 } measured;
 
@@ -57,6 +59,9 @@ typedef struct search {
     rp_sim_options sim;
     /* the programme's tables, stages x (L + 1) x (per + 1) */
     double *best;
+    /* the micro-batch's round trip through the stages of each cell's plan:
+    ** their passes and the messages between them (autoplan.c) */
+    double *loop;
     int *cut, *rep;
     unsigned char *rung;  /* the stage's rung of recomputation by layer */
     rp_config *rung_cfg;  /* a shape's configuration with each rung's layers */

@@ -146,12 +146,13 @@ rp_status rpi_plan_prepare(search *S, int W, rp_error *err) {
     S->sim.device_speed = o->device_speed;
     size_t cells = (size_t)(RP_AUTOPLAN_STAGES + 1) * (S->L + 1) * (W + 1);
     S->best = malloc(sizeof(double) * cells);
+    S->loop = malloc(sizeof(double) * cells);
     S->cut = malloc(sizeof(int) * cells);
     S->rep = malloc(sizeof(int) * cells);
     S->rung = calloc(cells, 1);
     if (S->m[0].crf[1]) /* recomputation by layer asked, and the profile's layers nameable */
         S->rung_cfg = malloc(sizeof(rp_config) * (RPI_RUNGS + 1));
-    if (!S->best || !S->cut || !S->rep || !S->rung || (S->m[0].crf[1] && !S->rung_cfg))
+    if (!S->best || !S->loop || !S->cut || !S->rep || !S->rung || (S->m[0].crf[1] && !S->rung_cfg))
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner (%d layers, "
                                           "%d workers)", S->L, W);
     return rpi_cluster_make(&S->sim, W, &S->net, err);
@@ -166,7 +167,8 @@ void rpi_plan_free(search *S) {
             free(m->mem[j]);
         for (int q = 0; q <= RPI_RUNGS; q++)
             free(m->crf[q]);
+        free(m->rank);
     }
-    free(S->best), free(S->cut), free(S->rep), free(S->rung), free(S->rung_cfg);
+    free(S->best), free(S->loop), free(S->cut), free(S->rep), free(S->rung), free(S->rung_cfg);
     free(S->c);
 }
