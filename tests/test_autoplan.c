@@ -72,6 +72,16 @@ static rp_autoplan_options machines(int W, double bw, long long batch) {
     return o;
 }
 
+/* Two workers, a stage each, under 1F1B at micro-batches of 16 samples. */
+static rp_autoplan_options two_stages(double bw, long long batch) {
+    rp_autoplan_options o = machines(2, bw, batch);
+    o.micro_batch = 16;
+    o.pipeline_stages = 2;
+    o.one_worker_a_stage = true;
+    o.schedules = 1u << RP_SCHEDULE_1F1B;
+    return o;
+}
+
 static void dominant_layer(void) {
     double fw[] = {10, 0.1, 0.1, 0.1}, bw[] = {20, 0.2, 0.2, 0.2};
     double act[] = {1000, 1000, 1000, 1000}, par[] = {0, 2e7, 2e7, 2e7};
@@ -511,12 +521,8 @@ static void by_layer(void) {
         act[l] = cheap ? 1e8 : 1e6, par[l] = l == 0 || l == 4 ? 1e3 : 0;
     }
     rp_profile *p = chain(8, fw, bw, act, par);
-    rp_autoplan_options o = machines(2, 1e10, 64);
+    rp_autoplan_options o = two_stages(1e10, 64);
     o.memory_size = 2.5e8;
-    o.micro_batch = 16;
-    o.pipeline_stages = 2;
-    o.one_worker_a_stage = true;
-    o.schedules = 1u << RP_SCHEDULE_1F1B;
     rp_autoplan whole, r;
     rp_error err;
     o.no_recompute_by_layer = true;
@@ -561,11 +567,7 @@ static void cut_where_little_crosses(void) {
     for (int l = 0; l < 8; l++)
         fw[l] = 10, bw[l] = 20, act[l] = l == 3 ? 1e8 : 1e6, par[l] = 1e3;
     rp_profile *p = chain(8, fw, bw, act, par);
-    rp_autoplan_options o = machines(2, 1e9, 64);
-    o.micro_batch = 16;
-    o.pipeline_stages = 2;
-    o.one_worker_a_stage = true;
-    o.schedules = 1u << RP_SCHEDULE_1F1B;
+    rp_autoplan_options o = two_stages(1e9, 64);
     rp_autoplan r;
     rp_error err;
     CHECK_OK(plan(p, &o, &r, &err), err);
@@ -591,12 +593,8 @@ static void alike_layers_spread(void) {
     for (int l = 0; l < 20; l++)
         fw[l] = 1, bw[l] = 2, act[l] = 1e8, par[l] = 1e3;
     rp_profile *p = chain(20, fw, bw, act, par);
-    rp_autoplan_options o = machines(2, 1e10, 16);
+    rp_autoplan_options o = two_stages(1e10, 16);
     o.memory_size = 7.5e8;
-    o.micro_batch = 16;
-    o.pipeline_stages = 2;
-    o.one_worker_a_stage = true;
-    o.schedules = 1u << RP_SCHEDULE_1F1B;
     rp_autoplan r;
     rp_error err;
     CHECK_OK(plan(p, &o, &r, &err), err);
