@@ -111,6 +111,14 @@ typedef struct shape {
     rp_sim_options sim; /* the search's, with what the profile says its layers keep */
 } shape;
 
+/* Seconds a micro-batch's activation at cut j takes one way, sent from
+** worker w of a replica to worker w + 1 (fp16 exchange halves it). */
+static double cut_seconds(const search *S, const shape *h, int j, int w) {
+    double wire = S->base->fp16_exchange ? 0.5 : 1.0;
+    int l = rpi_level_of(&S->net, w, w + 1);
+    return S->net.latency + h->M->cut[j] * h->scale * wire / S->net.bw[l];
+}
+
 /* Stage i..j-1 on r of the k workers left, under the rest's best: its
 ** busiest time (a worker's micro-batches, the reduction, the step), or
 ** DBL_MAX where it does not fit the memory or beat best. acc: for each
@@ -142,12 +150,9 @@ static double stage_cost(const search *S, const shape *h, int i, int j, int k, i
                    par / S->sim.memory_bandwidth * slow;
     double cap = stage_memory(S, R, per, off, r);
     int inflight = k < GA ? k : GA, slots = (inflight + r - 1) / r;
-    double trip = loop_rest;
-    if (j < S->L) { /* the activation out and its gradient back */
-        double wire = S->base->fp16_exchange ? 0.5 : 1.0;
-        int l = rpi_level_of(&S->net, off + r - 1, off + r);
-        trip += 2 * (S->net.latency + M->cut[j] * h->scale * wire / S->net.bw[l]);
-    }
+    double trip = loop_rest; /* and the activation out and its gradient back: */
+    if (j < S->L)
+        trip += 2 * cut_seconds(S, h, j, off + r - 1);
     for (int q = 0; q < h->rungs; q++) { /* each rung recomputes more than the last */
         double again = q ? (M->crf[q][j - 1] - M->crf[q][i]) * h->scale : 0;
         double cost = (double)((GA + r - 1) / r) * (t + again) * slow + fixed;
@@ -236,7 +241,6 @@ static void fill_table(search *S, const shape *h) {
 static cand unfold_plan(const search *S, const shape *h, int P) {
     int L = S->L, per = h->per, W1 = per + 1;
     const measured *M = h->M;
-    double wire = S->base->fp16_exchange ? 0.5 : 1.0;
     cand c = {.R = h->R, .per = per, .GA = h->GA, .B = h->B, .recompute = h->recompute,
               .shard = h->shard, .P = P, .prof = h->prof};
     double sum = 0, most = 0;
@@ -250,8 +254,7 @@ static cand unfold_plan(const search *S, const shape *h, int P) {
         sum += t;
         most = t > most ? t : most;
         if (j < L) { /* the activation out and its gradient back, at the level they cross */
-            int l = rpi_level_of(&S->net, per - k + r - 1, per - k + r);
-            sum += 2 * (S->net.latency + M->cut[j] * h->scale * wire / S->net.bw[l]);
+            sum += 2 * cut_seconds(S, h, j, per - k + r - 1);
         }
         i = j, k -= r;
     }
@@ -306,48 +309,36 @@ static int by_estimate(const void *a, const void *b) {
 /* Whether a candidate of the shape's, from the first'th on, recomputes no
 ** layer. */
 static bool pushed_plain(const search *S, int first) {
-    for (int i = first; i < S->n; i++) {
-        bool any = false;
-        for (int s = 0; s < S->c[i].P; s++)
-            any = any || S->c[i].rung[s];
-        if (!any)
+    for (int i = first; i < S->n; i++)
+        if (!rpi_cand_by_layer(&S->c[i]))
             return true;
-    }
     return false;
 }
 
 /* One shape's stages at accumulation GA: where memory is short, the
 ** savings the engine has, cheapest first: sharding the optimizer state
 ** over a stage's workers (its reduction becomes a reduce-scatter and a
-** gather, as much traffic), then recomputation by layer (a second forward
-** of the layers that save the most), then recomputation of every layer,
-** each alone and with sharding. Recomputation by layer's lowest rung names
-** nothing, so where it may be had the programme runs with it from the
-** first step: a stage that fits only cut short (a first stage of 1F1B, with
-** the most micro-batches in flight) may instead recompute a few layers and
-** leave the others less to do. Its plans that recompute nothing end the
-** ladder there, as nothing saved did; those that recompute some go on to
-** sharding beside them. */
+** gather, as much traffic), then recomputation of every layer, then both.
+** Recomputation by layer (a second forward of the layers that save the
+** most, stage by stage) goes with the steps that do not recompute every
+** layer: its lowest rung names nothing, so a stage that fits only cut
+** short (a first stage of 1F1B, with the most micro-batches in flight)
+** may instead recompute a few layers and leave the others less to do. Its
+** plans that recompute nothing end the ladder there, as nothing saved did;
+** those that recompute some go on to sharding beside them. */
 static rp_status shape_ladder(search *S, int R, int per, int GA, bool saves_shard,
                               rp_error *err) {
-    static const bool ladder[6][3] = {{false, false, false}, {false, true, false},
-                                      {false, false, true},  {false, true, true},
-                                      {true, false, false},  {true, true, false}};
+    static const bool ladder[4][2] = {{false, false}, {false, true}, {true, false},
+                                      {true, true}};
     const rp_autoplan_options *o = S->o;
-    bool bounded = o->memory_size > 0 || o->device_memory, rungs = S->rung_cfg != NULL;
+    bool bounded = o->memory_size > 0 || o->device_memory;
     int before = S->n;
-    for (int q = 0; q < 6; q++) {
-        bool rc = ladder[q][0], sh = ladder[q][1], bl = ladder[q][2];
+    for (int q = 0; q < 4; q++) {
+        bool rc = ladder[q][0], sh = ladder[q][1], bl = bounded && S->rung_cfg && !rc;
         if (q > 0 && !bounded)
             break;
-        if (bounded && rungs && !rc) {
-            if (bl)
-                continue; /* (run with the steps before) */
-            bl = true;
-        }
-        if ((rc && S->base->recompute_checkpoint_every_layer) || (sh && !saves_shard) ||
-            (bl && !rungs))
-            continue; /* already on, saves nothing, or not to be tried */
+        if ((rc && S->base->recompute_checkpoint_every_layer) || (sh && !saves_shard))
+            continue; /* already on, or saves nothing */
         int from = S->n;
         if (!programme(S, R, per, GA, rc, sh, bl))
             return rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner");
@@ -447,10 +438,7 @@ static void tensor_shapes(const search *S, int W, rp_autoplan *out) {
             continue;
         for (int i = 0, tried = 0; i < S->n && tried < o->candidates; i++) {
             const cand *k = &S->c[i];
-            bool by_layer = false;
-            for (int s = 0; s < k->P; s++)
-                by_layer = by_layer || k->rung[s];
-            if (k->per * k->R * t != W || by_layer)
+            if (k->per * k->R * t != W || rpi_cand_by_layer(k))
                 continue; /* (a tensor group's layers are not the model's) */
             tried++;
             rp_config cfg;

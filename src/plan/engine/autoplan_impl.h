@@ -31,6 +31,14 @@ typedef struct cand {
     double estimate;
 } cand;
 
+/* Whether some stage of k recomputes by layer. */
+static inline bool rpi_cand_by_layer(const cand *k) {
+    for (int s = 0; s < k->P; s++)
+        if (k->rung[s])
+            return true;
+    return false;
+}
+
 /* One profile of the model: its layers, measured on `batch` rows, and
 ** prefix sums of forward and backward seconds and parameter bytes. */
 typedef struct measured {

@@ -120,10 +120,7 @@ void rpi_rungs_config(const measured *m, int q, int L, rp_config *cfg) {
 }
 
 void rpi_rungs_stages(const search *S, const cand *k, rp_config *cfg) {
-    bool any = false;
-    for (int s = 0; s < k->P; s++)
-        any = any || k->rung[s];
-    if (!any)
+    if (!rpi_cand_by_layer(k))
         return; /* (the base configuration's, if it names any) */
     name_none(cfg);
     const measured *m = &S->m[k->prof];
