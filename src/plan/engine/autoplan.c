@@ -119,6 +119,33 @@ static double cut_seconds(const search *S, const shape *h, int j, int w) {
     return S->net.latency + h->M->cut[j] * h->scale * wire / S->net.bw[l];
 }
 
+/* Stage i..j-1's passes of a micro-batch on the profile's device (its
+** forward twice where every layer is recomputed), and, on r of the k
+** workers left, *slow (how much longer its devices take) and *fixed
+** (seconds an update: the reduction, the step). */
+static double stage_passes(const search *S, const shape *h, int i, int j, int k, int r,
+                           double *slow, double *fixed) {
+    const measured *M = h->M;
+    double f = (M->cf[j] - M->cf[i]) * h->scale;
+    double t = f + (M->cb[j] - M->cb[i]) * h->scale;
+    if (h->cfg.recompute_checkpoint_every_layer)
+        t += f;
+    double par = M->cp[j] - M->cp[i];
+    /* this stage's workers: offset per - k in every replica */
+    int off = h->per - k;
+    int top = rpi_level_of(&S->net, off, (h->R - 1) * h->per + off + r - 1);
+    *slow = stage_slowness(S, h->R, h->per, off, r);
+    *fixed = rpi_allreduce_time(h->R * r, par, S->net.bw[top], S->net.latency) +
+             par / S->sim.memory_bandwidth * *slow;
+    return t;
+}
+
+/* A stage's busiest worker: its share of the GA micro-batches, each of
+** passes seconds on a profile's device, and the fixed seconds. */
+static double stage_busy(const shape *h, double passes, int r, double slow, double fixed) {
+    return (double)((h->GA + r - 1) / r) * passes * slow + fixed;
+}
+
 /* Stage i..j-1 on r of the k workers left, under the rest's best: its
 ** busiest time (a worker's micro-batches, the reduction, the step), or
 ** DBL_MAX where it does not fit the memory or beat best. acc: for each
@@ -136,26 +163,16 @@ static double stage_cost(const search *S, const shape *h, int i, int j, int k, i
                          double loop_rest, double best, const rpi_stage_acc *acc, int *rung,
                          double *loop) {
     const measured *M = h->M;
-    int R = h->R, per = h->per, GA = h->GA;
-    double f = (M->cf[j] - M->cf[i]) * h->scale;
-    double t = f + (M->cb[j] - M->cb[i]) * h->scale;
-    if (h->cfg.recompute_checkpoint_every_layer)
-        t += f;
-    double par = M->cp[j] - M->cp[i];
-    /* this stage's workers: offset per - k in every replica */
-    int off = per - k;
-    int top = rpi_level_of(&S->net, off, (R - 1) * per + off + r - 1);
-    double slow = stage_slowness(S, R, per, off, r);
-    double fixed = rpi_allreduce_time(R * r, par, S->net.bw[top], S->net.latency) +
-                   par / S->sim.memory_bandwidth * slow;
-    double cap = stage_memory(S, R, per, off, r);
+    int GA = h->GA, off = h->per - k;
+    double slow, fixed, t = stage_passes(S, h, i, j, k, r, &slow, &fixed);
+    double cap = stage_memory(S, h->R, h->per, off, r);
     int inflight = k < GA ? k : GA, slots = (inflight + r - 1) / r;
     double trip = loop_rest; /* and the activation out and its gradient back: */
     if (j < S->L)
         trip += 2 * cut_seconds(S, h, j, off + r - 1);
     for (int q = 0; q < h->rungs; q++) { /* each rung recomputes more than the last */
         double again = q ? (M->crf[q][j - 1] - M->crf[q][i]) * h->scale : 0;
-        double cost = (double)((GA + r - 1) / r) * (t + again) * slow + fixed;
+        double cost = stage_busy(h, t + again, r, slow, fixed);
         double round = (double)GA / inflight * ((t + again) * slow + trip);
         double m = cost > rest ? cost : rest;
         m = round > m ? round : m;
@@ -237,20 +254,25 @@ static void fill_table(search *S, const shape *h) {
 
 /* The table's plan of P stages as a candidate, with its estimate: the
 ** busiest stage, plus a micro-batch through the others and the messages
-** between them (fill and drain). */
+** between them (fill and drain); or the table's pace where a micro-batch's
+** round trip set it, which holds the fill already (a plan of one
+** micro-batch is its trip, not twice it). */
 static cand unfold_plan(const search *S, const shape *h, int P) {
     int L = S->L, per = h->per, W1 = per + 1;
     const measured *M = h->M;
     cand c = {.R = h->R, .per = per, .GA = h->GA, .B = h->B, .recompute = h->recompute,
               .shard = h->shard, .P = P, .prof = h->prof};
-    double sum = 0, most = 0;
+    double sum = 0, most = 0, busiest = 0;
     for (int p = P, i = 0, k = per; p > 0; p--) {
-        int j = S->cut[AT(p, i, k)], r = S->rep[AT(p, i, k)];
+        int j = S->cut[AT(p, i, k)], r = S->rep[AT(p, i, k)], q = S->rung[AT(p, i, k)];
         c.layers[P - p] = j - i;
         c.reps[P - p] = r;
-        c.rung[P - p] = S->rung[AT(p, i, k)];
-        double t = (M->cf[j] - M->cf[i] + M->cb[j] - M->cb[i]) * h->scale *
-                   stage_slowness(S, h->R, per, per - k, r);
+        c.rung[P - p] = q;
+        double slow, fixed, passes = stage_passes(S, h, i, j, k, r, &slow, &fixed);
+        double again = q ? (M->crf[q][j - 1] - M->crf[q][i]) * h->scale : 0;
+        double busy = stage_busy(h, passes + again, r, slow, fixed);
+        busiest = busy > busiest ? busy : busiest;
+        double t = (M->cf[j] - M->cf[i] + M->cb[j] - M->cb[i]) * h->scale * slow;
         sum += t;
         most = t > most ? t : most;
         if (j < L) { /* the activation out and its gradient back, at the level they cross */
@@ -258,7 +280,8 @@ static cand unfold_plan(const search *S, const shape *h, int P) {
         }
         i = j, k -= r;
     }
-    c.estimate = S->best[AT(P, 0, per)] + sum - most;
+    double pace = S->best[AT(P, 0, per)];
+    c.estimate = busiest + sum - most > pace ? busiest + sum - most : pace;
     return c;
 }
 
