@@ -81,6 +81,21 @@ if grep -q '"recompute_layers":\[0,1,3,4,6,8,9,11,13,15,16,18,20,22,27\]' <(tr -
 then ok; else bad "plan --config-out recompute_layers: $(cat "$tmp/vgg-layers.json")"; fi
 expect_grep "plan engine recompute by layer: not rt.Pipeline" "not with PyTorch's rt.Pipeline: it runs neither recompute_layers nor tensor_parallel" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/vgg16/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 256 --memory-size 1e9 --sharding none --config-out "$tmp/vgg-layers2.json"
 expect_grep "plan engine --recompute full" "layers_per_stage \[29, 11\], stage_replication \[2, 1\], recompute_checkpoint_every_layer true, replicated_tensor_sharding false\$" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/vgg16/graph.txt" -n 4 --objective engine --profile-batch 64 --global-batch 256 --memory-size 1e9 --sharding none --recompute full
+# profiles measured on a rank of a tensor group (tensor_parallel= in the Input's description):
+# two layers of 4e9 parameter bytes fit 6e9 a worker only split over groups of 2; the plan's
+# tensor group is priced from the rank's profile as it is, and repipe simulate agrees
+chain2() { # FILE INPUT_WORDS FORWARD_MS BACKWARD_MS PARAMETER_BYTES
+  printf 'node0 -- Input0 micro_batch=16%s -- forward_compute_time=0, backward_compute_time=0, activation_size=1000, parameter_size=0\n' "$2" > "$1"
+  for l in 1 2; do printf 'node%d -- layer%d -- forward_compute_time=%s, backward_compute_time=%s, activation_size=1e6, parameter_size=%s\n' $l $l "$3" "$4" "$5" >> "$1"; done
+  printf '\tnode0 -- node1\n\tnode1 -- node2\n' >> "$1"
+}
+chain2 "$tmp/t1.txt" "" 10 20 4e9
+chain2 "$tmp/t2.txt" " tensor_parallel=2" 6 12 2e9
+expect_grep "plan engine tensor groups from a rank's profile" "layers_per_stage \[1, 1\], stage_replication \[1, 1\], recompute_checkpoint_every_layer false, replicated_tensor_sharding false, tensor_parallel 2\$" -- "$bin" plan -f "$tmp/t1.txt" -f "$tmp/t2.txt" -n 4 -b 1e10 --objective engine --global-batch 64 --memory-size 6e9 --config-out "$tmp/tp-measured.json"
+expect_grep "simulate a rank's profile" "predicted time per update   275.280 ms" -- "$bin" simulate --profile "$tmp/t2.txt" --config "$tmp/tp-measured.json" --machines 4 --bandwidth 1e10
+expect_fail "plan engine --tp 1: nothing fits whole" 1 "no configuration of 4 workers fits 6000000000 bytes per worker" -- "$bin" plan -f "$tmp/t1.txt" -f "$tmp/t2.txt" -n 4 -b 1e10 --objective engine --global-batch 64 --memory-size 6e9 --tp 1
+expect_fail "simulate a rank's profile at another tensor size" 1 "the profile was measured on a rank of a tensor group of 2 \(tensor_parallel= in its Input's description\): the configuration's tensor_parallel is 1" -- "$bin" simulate --profile "$tmp/t2.txt" --config "$tmp/adam.json" --machines 4 --bandwidth 1e10
+expect_fail "plan: the first profile one worker's" 1 "the first --profile must be measured on one worker" -- "$bin" plan -f "$tmp/t2.txt" -f "$tmp/t1.txt" -n 4 -b 1e10 --objective engine --global-batch 64
 expect_fail "plan profile --recompute selective" 2 "--recompute selective with a profile: layers .* or full .*; none, selective and blocks need --cluster" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/vgg16/graph.txt" -n 4 --objective engine --global-batch 256 --recompute selective
 expect_fail "plan profile --sharding fsdp" 2 "--sharding fsdp with a profile: none .* or optimizer .*; fsdp needs --cluster" -- "$bin" plan -f "$src/tests/fixtures/pipedream/profiles/alexnet/graph.txt" -n 4 --objective engine --global-batch 512 --sharding fsdp
 expect_fail "plan --cluster --schedules dualpipe" 2 "1f1b, interleaved-1f1b and dualpipev" -- "$bin" plan --cluster dgx-a100 --devices 64 --global-batch 512 --transformer layers=32,hidden=4096,heads=32,seq=2048,vocab=51200 --schedules dualpipe

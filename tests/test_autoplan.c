@@ -670,7 +670,47 @@ static void one_micro_batch_trip(void) {
     rp_profile_free((rp_profile *)p[1]);
 }
 
+/* Profiles measured on a rank of a tensor group (profile_tensor): two
+** layers whose 30 ms at 16 rows take 12 ms on a rank of a group of 2 (its
+** all-reduces in them). 32 samples on 2 workers: data parallelism's 16 rows
+** a worker take 2 x 30 ms; one group of 2, its rank's times as they are,
+** 2 x 2 x 12 ms. Asked for no groups (tensor_parallel 1), data parallelism;
+** the profiles of groups alone, their plan too. */
+static void measured_tensor_groups(void) {
+    double fw[2] = {10, 10}, bw[2] = {20, 20}, act[2] = {1e3, 1e3}, par[2] = {1e3, 1e3};
+    double fw2[2] = {4, 4}, bw2[2] = {8, 8}, par2[2] = {5e2, 5e2};
+    rp_profile *one = chain(2, fw, bw, act, par), *two = chain(2, fw2, bw2, act, par2);
+    const rp_profile *p[2] = {one, two};
+    double batch[2] = {16, 16};
+    int sizes[2] = {1, 2};
+    rp_autoplan_options o = machines(2, 1e10, 32);
+    o.profile_tensor = sizes;
+    rp_config base;
+    rp_config_default(&base);
+    rp_autoplan r;
+    rp_error err;
+    CHECK_OK(rp_autoplan_compute(p, batch, 2, &base, NULL, &o, &r, &err), err);
+    CHECK_INT(rp_config_tensor_parallel(&r.best.cfg), 2);
+    CHECK_INT(r.best.cfg.replication_factor, 1);
+    CHECKF(fabs(r.best.seconds - 0.048) < 0.002, "%g s", r.best.seconds);
+    CHECK(r.tensor_parallel.found && r.tensor_parallel.seconds == r.best.seconds);
+    CHECKF(fabs(r.data_parallel.seconds - 0.060) < 0.002, "%g s", r.data_parallel.seconds);
+    o.tensor_parallel = 1;
+    CHECK_OK(rp_autoplan_compute(p, batch, 2, &base, NULL, &o, &r, &err), err);
+    CHECK_INT(rp_config_tensor_parallel(&r.best.cfg), 1);
+    CHECK(!r.tensor_parallel.found);
+    o.tensor_parallel = 2;
+    CHECK_OK(rp_autoplan_compute(p, batch, 2, &base, NULL, &o, &r, &err), err);
+    CHECK_INT(rp_config_tensor_parallel(&r.best.cfg), 2);
+    CHECK(!r.data_parallel.found);
+    sizes[0] = 2; /* none measured on one worker */
+    CHECK(rp_autoplan_compute(p, batch, 2, &base, NULL, &o, &r, &err) == RP_ERR_INVALID);
+    rp_profile_free(one);
+    rp_profile_free(two);
+}
+
 int main(void) {
+    measured_tensor_groups();
     one_micro_batch_trip();
     kept_not_outputs();
     alike_layers_spread();

@@ -100,7 +100,7 @@ static const cli_opt OPTS[] = {
     [OPT_DEVICES] = {"devices", 0, "N", "with --cluster: the devices to use"},
     [OPT_TRANSFORMER] = {"transformer", 0, "SPEC", "with --cluster: the shape, [PRESET,]layers=L,hidden=H,heads=A,seq=S,vocab=V[,kv_heads=G][,ffn=F][,mlp=gelu|swiglu][,norm=layernorm|rmsnorm][,position=learned|rope][,bias=all|none|qkv][,tied=0|1][,flash=0|1][,qk_norm=0|1]; a mixture of experts: experts=E[,top_k=K][,moe_ffn=F][,shared_ffn=S][,moe_every=N][,dense_first=N]; latent attention: kv_lora=R[,q_lora=R][,rope_dim=D][,v_dim=D]; [,mtp=N] (presets: llama3-8b, llama3-70b, llama3-405b, llama2-7b, llama2-70b, gpt3-175b); with --transformer-config, keys that change the file's (seq=S)"},
     [OPT_TRANSFORMER_CONFIG] = {"transformer-config", 0, "FILE", "with --cluster: the shape from a Hugging Face config.json (GPT-2, LLaMA, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE, DeepSeek-V3)"},
-    [OPT_TP] = {"tp", 0, "T", "with --cluster: tensor groups of T [any of 1, 2, 4, 8 that divide a node, the heads and the MLP]"},
+    [OPT_TP] = {"tp", 0, "T", "with --cluster: tensor groups of T [any of 1, 2, 4, 8 that divide a node, the heads and the MLP]; engine objective: tensor groups of T only (1: none), from the profiles measured on a rank of one (tensor_parallel=T in the Input's description) or --tensor-split [any]"},
     [OPT_CP] = {"cp", 0, "C", "with --cluster: context groups of C, each rank a C-th of every sequence (ring attention) [any of 1, 2, 4, ..., 64]"},
     [OPT_EP] = {"ep", 0, "E", "with --cluster, a mixture of experts: expert groups of E, each rank an E-th of each layer's experts, tokens exchanged by all-to-all [any power of two that divides the experts and a stage's devices]"},
     [OPT_CAPACITY] = {"capacity", 0, "C", "with --cluster, a mixture of experts: each expert takes C times its share of the routed tokens, the rest dropped, its input padded to it (Megatron-LM's --moe-expert-capacity-factor with padding) [dropless]"},
@@ -362,7 +362,7 @@ static int run_cluster(const cli_cmd *cmd, plan_args *a) {
 ** given; 0 to go on, else the exit code. */
 static int check_profile_options(const cli_cmd *cmd, const plan_args *a) {
     static const int scale_only[] = {OPT_DEVICES, OPT_TRANSFORMER, OPT_TRANSFORMER_CONFIG,
-                                     OPT_TP, OPT_CP, OPT_VP,
+                                     OPT_CP, OPT_VP,
                                      OPT_SEQUENCE_PARALLEL, OPT_PRECISION,
                                      OPT_OVERLAP, OPT_STAGES, OPT_EP, OPT_ETP, OPT_CAPACITY};
     for (size_t k = 0; k < sizeof scale_only / sizeof *scale_only; k++)
@@ -384,6 +384,11 @@ static int check_profile_options(const cli_cmd *cmd, const plan_args *a) {
         cli_error(cmd, "--sharding %s with a profile: none (the optimizer state never sharded) "
                        "or optimizer (sharded where memory is short); fsdp needs --cluster",
                   a->scale.sharding);
+        return 2;
+    }
+    if (a->tp > 64) {
+        cli_error(cmd, "--tp %lld: the engine objective plans tensor groups of at most 64",
+                  a->tp);
         return 2;
     }
     if (a->pp > 8) {
@@ -490,7 +495,8 @@ static int run_profile(const cli_cmd *cmd, plan_args *a, const rp_profile *prof,
     double *speed = NULL, *memory = NULL;
     /* --emit and --pp are the engine objective's */
     bool engine = a->objective ? strcmp(a->objective, "engine") == 0
-                               : a->config_out || a->emit.on || a->pp > 0 || a->schedules ||
+                               : a->config_out || a->emit.on || a->pp > 0 || a->tp > 0 ||
+                                     a->schedules ||
                                      a->nspeed || a->micro > 0;
     if (a->nspeed && !engine) {
         cli_error(cmd, "--speed plans with the engine objective, not PipeDream's");
@@ -521,6 +527,7 @@ static int run_profile(const cli_cmd *cmd, plan_args *a, const rp_profile *prof,
             .min_micro = a->min_micro, .split_model = a->split_model,
             .config_out = a->config_out, .pipedream_out = !engine,
             .json = engine ? a->json : NULL, .emit = &a->emit, .pp = (int)a->pp,
+            .tp = (int)a->tp,
             .schedules = a->schedules,
             .no_sharding = a->scale.sharding && strcmp(a->scale.sharding, "none") == 0,
             .whole_recompute = a->scale.recompute && strcmp(a->scale.recompute, "full") == 0,

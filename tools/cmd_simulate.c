@@ -369,9 +369,30 @@ static bool rows_and_machines(const cli_cmd *cmd, sim_job *j, rp_error *err) {
 }
 
 /* --tensor-split: the layers a tensor group splits, and what a tensor rank
-** keeps, from the split model itself; false (said) when it fails. */
+** keeps, from the split model itself; or a profile measured on a rank of
+** the configuration's tensor group, as it is; false (said) when it fails. */
 static bool tensor_split(const cli_cmd *cmd, sim_job *j, rp_error *err) {
     const rp_config *cfg = &j->cfg;
+    int measured = rp_profile_tensor_parallel(j->p);
+    if (measured == 1 && !j->split_model && rp_config_tensor_parallel(cfg) > 1) {
+        cli_error(cmd, "the configuration's tensor_parallel %d needs --tensor-split MODEL (the "
+                       "layers a group splits) or a profile measured on a rank of such a group "
+                       "(tensor_parallel=%d in its Input's description)",
+                  cfg->tensor_parallel, cfg->tensor_parallel);
+        return false;
+    }
+    if (measured != 1) {
+        if (measured != rp_config_tensor_parallel(cfg) || j->split_model) {
+            cli_error(cmd, "the profile was measured on a rank of a tensor group of %d "
+                           "(tensor_parallel= in its Input's description): the "
+                           "configuration's tensor_parallel is %d%s",
+                      measured, rp_config_tensor_parallel(cfg),
+                      j->split_model ? ", and --tensor-split splits one worker's profile" : "");
+            return false;
+        }
+        j->opt.tensor_measured = true;
+        return true;
+    }
     if (!j->split_model || rp_config_tensor_parallel(cfg) <= 1)
         return true;
     unsigned degrees;

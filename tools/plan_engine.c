@@ -226,6 +226,7 @@ static int engine_options(const cli_cmd *cmd, const plan_engine *x, rp_config *b
     ao->polling = x->polling;
     ao->min_micro_batch = (int)x->min_micro;
     ao->pipeline_stages = x->pp;
+    ao->tensor_parallel = x->tp;
     ao->one_worker_a_stage = o->straight; /* replicas of whole pipelines only */
     ao->no_sharding = x->no_sharding;
     ao->no_recompute_by_layer = x->whole_recompute;
@@ -282,6 +283,31 @@ static bool read_more(const cli_cmd *cmd, const plan_engine *x, const rp_profile
             return false;
         }
     }
+    return true;
+}
+
+/* The tensor group each profile was measured on a rank of (its Input's
+** tensor_parallel=), into sizes and ao where one says more than 1; false (said) where
+** one says what is not a size, or the first (PipeDream's plan's) is not
+** one worker's. */
+static bool tensor_sizes(const cli_cmd *cmd, const plan_engine *x, const rp_profile **profs,
+                         int np, int *sizes, rp_autoplan_options *ao) {
+    bool any = false;
+    for (int k = 0; k < np; k++) {
+        const char *path = k ? x->more[k - 1] : "the first profile";
+        if (!(sizes[k] = rp_profile_tensor_parallel(profs[k]))) {
+            cli_error(cmd, "%s: tensor_parallel= in its Input's description must be a tensor "
+                           "group's size, 1 to 64", path);
+            return false;
+        }
+        any = any || sizes[k] > 1;
+    }
+    if (sizes[0] != 1) {
+        cli_error(cmd, "the first --profile must be measured on one worker (tensor_parallel=1): "
+                       "PipeDream's plan is made from it");
+        return false;
+    }
+    ao->profile_tensor = any ? sizes : NULL;
     return true;
 }
 
@@ -475,18 +501,20 @@ int plan_engine_run(const cli_cmd *cmd, const plan_engine *x) {
     /* the profile, and those of the same model at other micro-batches */
     const rp_profile *profs[RP_AUTOPLAN_MAX_PROFILES] = {x->prof};
     double batches[RP_AUTOPLAN_MAX_PROFILES] = {(double)profile_batch};
-    int np = 1;
+    int np = 1, sizes[RP_AUTOPLAN_MAX_PROFILES];
     rc = 1;
     rp_error err;
     rp_autoplan *r = malloc(sizeof *r);
     if (!r)
         cli_error(cmd, "out of memory");
-    else if (!read_more(cmd, x, profs, batches, &np))
+    else if (!read_more(cmd, x, profs, batches, &np) ||
+             !tensor_sizes(cmd, x, profs, np, sizes, &ao))
         ;
     else if (rp_autoplan_compute(profs, batches, np, &base, x->plan, &ao, r, &err))
         cli_error(cmd, "%s", err.msg);
     else
-        rc = report(cmd, x, r, &base, &ao, profs, batches, np, split != NULL);
+        rc = report(cmd, x, r, &base, &ao, profs, batches, np,
+                    split != NULL || ao.profile_tensor);
     free(r);
     for (int k = 1; k < np; k++)
         rp_profile_free((rp_profile *)profs[k]);

@@ -22,7 +22,7 @@ typedef struct plan_engine {
     const char *base_config;
     long long global_batch, profile_batch, min_micro;
     double memory, latency;
-    int cores, pp;
+    int cores, pp, tp;
     bool polling;
     const char *split_model; /* --tensor-split */
     const char *config_out;

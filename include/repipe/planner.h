@@ -149,6 +149,16 @@ typedef struct rp_autoplan_options {
     ** A tensor group stays inside a unit of the innermost level. */
     const unsigned char *tensor_split;
     unsigned tensor_degrees;
+    /* Profiles measured on a rank of a tensor group (per profile its t,
+    ** rp_profile_tensor_parallel; NULL: every one 1): those of t = 1 are
+    ** planned as above; those of each t > 1 by the same programme with a
+    ** group of t as its worker (a unit of the innermost level holds
+    ** machines[0] / t of them), its best estimates simulated on every
+    ** worker with tensor_parallel t (rp_sim_options.tensor_measured).
+    ** tensor_parallel: only that t, from its profiles or tensor_split [0:
+    ** any]. */
+    const int *profile_tensor;
+    int tensor_parallel;
     /* What another trainer can run (rp_trainer_restrict sets them; zero:
     ** anything repipe's engine runs). pipeline_stages: pipelines of exactly
     ** this many stages (with two chunks a worker, this many workers), the

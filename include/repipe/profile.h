@@ -76,6 +76,12 @@ rp_status rp_profile_cut_bytes(const rp_profile *p, const int *node, int n, doub
 ** the profile does not say. */
 int rp_profile_micro_batch(const rp_profile *p);
 
+/* The tensor group the profile was measured on a rank of
+** ("Input0 micro_batch=1 tensor_parallel=2": its times hold the group's
+** all-reduces, its parameters and memory are the rank's); 1 when the
+** profile does not say, 0 where it says something else than 1 to 64. */
+int rp_profile_tensor_parallel(const rp_profile *p);
+
 /* Per layer of rp_profile_layers' order (node, n), the two halves of a
 ** split backward (the zero-bubble schedules'): the input's gradient (B)
 ** and the weights' (W). 'repipe profile' times them apart and records them

@@ -52,6 +52,11 @@ typedef struct rp_sim_options {
     ** layer's output in forward, or its output's gradient in backward,
     ** over the innermost level that holds the group's t workers */
     const unsigned char *tensor_split;
+    /* the profile was measured on a rank of a tensor group of tensor_parallel
+    ** (its Input's tensor_parallel=, rp_profile_tensor_parallel): its times
+    ** hold the group's all-reduces, and its parameters and memory are a
+    ** rank's, so nothing is split again (tensor_split unused) [false] */
+    bool tensor_measured;
     /* per layer, the activation bytes a micro-batch keeps for the layer's
     ** backward [NULL: its output, out_bytes], and what it keeps of them when
     ** the layer is recomputed (its input, a checkpoint; one layer's whole is

@@ -170,15 +170,28 @@ rp_status rp_profile_memory(const rp_profile *p, const int *node, int n, double 
     return st;
 }
 
-int rp_profile_micro_batch(const rp_profile *p) {
+/* The positive integer after key in the Input source's description, at
+** most most; 0 when it is not one, -1 when no Input source says it. */
+static long input_number(const rp_profile *p, const char *key, long most) {
+    size_t n = strlen(key);
     for (int i = 0; i < p->num_nodes; i++) {
         const char *d = p->nodes[i].desc, *at;
-        if (strncmp(d, "Input", 5) == 0 && (at = strstr(d, " micro_batch="))) {
-            long v = strtol(at + 13, NULL, 10);
-            return v > 0 && v <= (1L << 30) ? (int)v : 0;
+        if (strncmp(d, "Input", 5) == 0 && (at = strstr(d, key))) {
+            long v = strtol(at + n, NULL, 10);
+            return v > 0 && v <= most ? v : 0;
         }
     }
-    return 0;
+    return -1;
+}
+
+int rp_profile_micro_batch(const rp_profile *p) {
+    long v = input_number(p, " micro_batch=", 1L << 30);
+    return v > 0 ? (int)v : 0;
+}
+
+int rp_profile_tensor_parallel(const rp_profile *p) {
+    long v = input_number(p, " tensor_parallel=", 64);
+    return v < 0 ? 1 : (int)v;
 }
 
 int rp_profile_find(const rp_profile *p, const char *id) {

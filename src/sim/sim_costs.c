@@ -32,7 +32,8 @@ static void stage_acc_layer(rpi_stage_acc *a, int l, bool last) {
     int T = a->T;
     bool end = last || param_bytes[l + 1] > 0;
     /* a tensor rank holds its share of a split layer's parameters */
-    bool part = T > 1 && opt && opt->tensor_split && (opt->tensor_split[l] & RP_SIM_TP_SPLIT);
+    bool part = T > 1 && opt && opt->tensor_split && !opt->tensor_measured &&
+                (opt->tensor_split[l] & RP_SIM_TP_SPLIT);
     a->par += part ? param_bytes[l] / T : param_bytes[l];
     if (opt && opt->scratch_bytes)
         a->scratch = opt->scratch_bytes[l] > a->scratch ? opt->scratch_bytes[l] : a->scratch;
@@ -175,7 +176,8 @@ void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const 
             double w = opt->bwd_weight_ms ? opt->bwd_weight_ms[l]
                        : param_bytes[l] > 0 ? 0.5 * bwd_ms[l]
                                             : 0;
-            int tp = T > 1 && opt->tensor_split ? opt->tensor_split[l] : 0;
+            int tp = T > 1 && opt->tensor_split && !opt->tensor_measured ? opt->tensor_split[l]
+                                                                         : 0;
             double part = tp & RP_SIM_TP_SPLIT ? 1.0 / T : 1.0;
             double sum = out_bytes[l] * per_mb; /* a tensor group's all-reduce, when it has one */
             double n = tp & RP_SIM_TP_TWICE ? 2 : 1;

@@ -168,10 +168,11 @@ static rp_status sim_plan(sim *m, rp_error *err) {
                          "simulate: device %d's speed is %g (a positive number, 1 for the "
                          "profile's device)", d, opt->device_speed[d]);
     }
-    if (!st && m->T > 1 && !opt->tensor_split)
+    if (!st && m->T > 1 && !opt->tensor_split && !opt->tensor_measured)
         st = rp_fail(err, RP_ERR_INVALID,
                      "simulate: tensor_parallel %d needs the layers' split (--tensor-split "
-                     "MODEL: the profiled model)", m->T);
+                     "MODEL: the profiled model) or a profile measured on a rank of such a "
+                     "group (tensor_parallel=%d in its Input's description)", m->T, m->T);
     if (st) {
         rp_workplan_free(m->plan);
         m->plan = NULL;

@@ -457,7 +457,8 @@ static void simulate_shapes(const search *S, int W, rp_autoplan *out) {
 static void tensor_shapes(const search *S, int W, rp_autoplan *out) {
     const rp_autoplan_options *o = S->o;
     for (int t = 2; t <= 8 && o->tensor_split && o->num_levels > 0; t *= 2) {
-        if (!(o->tensor_degrees & (1u << t)) || o->machines[0] % t)
+        if (!(o->tensor_degrees & (1u << t)) || o->machines[0] % t ||
+            (o->tensor_parallel && t != o->tensor_parallel))
             continue;
         for (int i = 0, tried = 0; i < S->n && tried < o->candidates; i++) {
             const cand *k = &S->c[i];
@@ -556,11 +557,77 @@ static rp_status equal_devices(const search *S, int W, const rp_profile *const *
     return RP_OK;
 }
 
+/* Of the n profiles, those measured on a rank of a group of t (o's
+** profile_tensor) into ps and bs; how many. */
+static int profiles_at(const rp_autoplan_options *o, int t, const rp_profile *const *profiles,
+                       const double *batches, int n, const rp_profile **ps, double *bs) {
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if ((o->profile_tensor ? o->profile_tensor[i] : 1) == t)
+            ps[k] = profiles[i], bs[k++] = batches[i];
+    return k;
+}
+
+/* The shapes of one profile set: read, every shape's stages by the
+** programme (on W workers, as o lays them out), sorted by estimate; false
+** where none runs (*too_big: micro-batches past an int passed over). */
+static rp_status programme_all(search *S, const rp_profile *const *ps, const double *bs, int n,
+                               int W, bool *too_big, rp_error *err) {
+    rp_status st = RP_OK;
+    while (!st && S->nm < n)
+        st = rpi_plan_read_profile(S, ps[S->nm], bs[S->nm], err);
+    if (!st)
+        st = rpi_plan_prepare(S, W, err);
+    if (!st)
+        st = enumerate_shapes(S, W, too_big, err);
+    if (!st)
+        qsort(S->c, S->n, sizeof(cand), by_estimate);
+    return st;
+}
+
+/* Tensor groups of t, from the profiles measured on a rank of one: the
+** programme with a group as its worker (a unit of the innermost level holds
+** machines[0] / t; a group's link to the next is the level's), then its
+** best estimates simulated on all W workers with tensor_parallel t, the
+** profile's times, parameters and memory a rank's as they are. */
+static rp_status measured_groups(const rp_profile *const *ps, const double *bs, int n, int t,
+                                 const rp_config *base, const rp_autoplan_options *o, int W,
+                                 double *fastest, rp_autoplan *out, rp_error *err) {
+    if (o->num_levels < 1 || o->machines[0] % t)
+        return RP_OK; /* (a group inside a unit of the innermost level) */
+    rp_autoplan_options ot = *o;
+    ot.machines[0] /= t;
+    ot.profile_tensor = NULL, ot.tensor_split = NULL;
+    search S = {.base = base, .o = &ot, .fastest = fastest};
+    bool too_big = false;
+    rp_autoplan *e = calloc(1, sizeof *e);
+    rp_status st = e ? programme_all(&S, ps, bs, n, W / t, &too_big, err)
+                     : rp_fail(err, RP_ERR_NOMEM, "out of memory");
+    if (!st && S.n) {
+        rp_config bt = *base;
+        bt.tensor_parallel = t;
+        S.base = &bt, S.o = o;
+        memcpy(S.sim.machines, o->machines, sizeof o->machines);
+        S.sim.tensor_measured = true;
+        simulate_shapes(&S, W, e);
+        out->simulated += e->simulated;
+        if (e->best.found) {
+            rpi_plan_consider(&S, &out->tensor_parallel, &e->best.cfg, e->best.seconds,
+                              e->best.worker_bytes);
+            rpi_plan_consider(&S, &out->best, &e->best.cfg, e->best.seconds,
+                              e->best.worker_bytes);
+        }
+    }
+    free(e);
+    rpi_plan_free(&S);
+    return st;
+}
+
 /* The search, in the steps above: the options and profiles read, every
 ** shape's stages by the programme, the best estimates simulated (with the
 ** zero-bubble, interleaved and DualPipe schedules, and tensor groups),
 ** PipeDream's plan beside them, and equal devices' choice where they are
-** not. */
+** not; then tensor groups from profiles measured on their ranks. */
 rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *batches,
                               int num_profiles, const rp_config *base, const rp_plan *pipedream,
                               const rp_autoplan_options *o, rp_autoplan *out, rp_error *err) {
@@ -569,31 +636,44 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
     rp_status st = rpi_plan_check_options(o, num_profiles, &W, err);
     if (st)
         return st;
-    double fastest = DBL_MAX;
+    const rp_profile *ps[RP_AUTOPLAN_MAX_PROFILES];
+    double bs[RP_AUTOPLAN_MAX_PROFILES], fastest = DBL_MAX;
+    int n = profiles_at(o, 1, profiles, batches, num_profiles, ps, bs);
+    if (n == 0)
+        return rp_fail(err, RP_ERR_INVALID, "plan: a profile measured on one worker "
+                       "(tensor_parallel 1) is needed beside those of tensor groups");
+    /* plain: the plans of one worker a device; with a t asked for, only
+    ** tensor_split's groups of it are made from the plain shapes */
     search S = {.base = base, .o = o, .fastest = &fastest};
-    while (!st && S.nm < num_profiles)
-        st = rpi_plan_read_profile(&S, profiles[S.nm], batches[S.nm], err);
-    if (!st)
-        st = rpi_plan_prepare(&S, W, err);
-    bool too_big = false;
-    if (!st)
-        st = enumerate_shapes(&S, W, &too_big, err);
-    if (!st && S.n == 0 && too_big)
+    bool too_big = false, plain = o->tensor_parallel <= 1, split = plain || o->tensor_split;
+    if (split)
+        st = programme_all(&S, ps, bs, n, W, &too_big, err);
+    for (int t = 2; !st && o->profile_tensor && t <= 64; t++) {
+        const rp_profile *pt[RP_AUTOPLAN_MAX_PROFILES];
+        double bt[RP_AUTOPLAN_MAX_PROFILES];
+        int k = profiles_at(o, t, profiles, batches, num_profiles, pt, bt);
+        if (k && (!o->tensor_parallel || o->tensor_parallel == t))
+            st = measured_groups(pt, bt, k, t, base, o, W, &fastest, out, err);
+    }
+    if (!st && plain)
+        simulate_shapes(&S, W, out);
+    if (!st && split)
+        tensor_shapes(&S, W, out);
+    if (!st && plain)
+        pipedream_shape(&S, ps[0], pipedream, out, err);
+    if (!st && !split && !out->best.found)
+        st = rp_fail(err, RP_ERR_INFEASIBLE, "plan: no configuration of %d workers in tensor "
+                     "groups of %d%s fits (profiles measured on their ranks: tensor_parallel=%d "
+                     "in the Input's description)", W, o->tensor_parallel,
+                     o->memory_size > 0 ? " within the memory" : "", o->tensor_parallel);
+    if (!st && !out->best.found && S.n == 0 && too_big)
         st = rp_fail(err, RP_ERR_INFEASIBLE,
                      "plan: %lld samples per update split over at most %d replicas and %d "
                      "micro-batches an update (max_accumulation) leave micro-batches of more "
                      "than %d samples: give a smaller global batch, or one with more divisors",
                      o->global_batch, W, o->max_accumulation, INT_MAX);
-    if (!st && S.n == 0)
+    if (!st && !out->best.found)
         st = rpi_plan_none_found(&S, W, o, err);
-    if (!st) {
-        qsort(S.c, S.n, sizeof(cand), by_estimate);
-        simulate_shapes(&S, W, out);
-        tensor_shapes(&S, W, out);
-        pipedream_shape(&S, profiles[0], pipedream, out, err);
-        if (!out->best.found)
-            st = rpi_plan_none_found(&S, W, o, err);
-    }
     if (!st && (o->device_speed || o->device_memory))
         st = equal_devices(&S, W, profiles, batches, num_profiles, pipedream, out, err);
     rpi_plan_free(&S);

@@ -74,6 +74,17 @@ rp_status rpi_plan_check_options(const rp_autoplan_options *o, int num_profiles,
     if (num_profiles < 1 || num_profiles > RP_AUTOPLAN_MAX_PROFILES)
         return rp_fail(err, RP_ERR_INVALID, "plan: %d profiles (1 to %d)", num_profiles,
                        RP_AUTOPLAN_MAX_PROFILES);
+    for (int i = 0; o->profile_tensor && i < num_profiles; i++)
+        if (o->profile_tensor[i] < 1 || o->profile_tensor[i] > 64)
+            return rp_fail(err, RP_ERR_INVALID,
+                           "plan: profile %d was measured on a rank of a tensor group of %d "
+                           "(1 to 64)", i + 1, o->profile_tensor[i]);
+    if (o->profile_tensor && (o->device_speed || o->device_memory))
+        return rp_fail(err, RP_ERR_INVALID, "plan: profiles of tensor groups' ranks plan "
+                       "devices alike: not with each device's speed or memory");
+    if (o->tensor_parallel < 0 || o->tensor_parallel > 64)
+        return rp_fail(err, RP_ERR_INVALID, "plan: tensor_parallel must be 0 (any) to 64, not %d",
+                       o->tensor_parallel);
     *W = 1;
     for (int l = 0; l < o->num_levels; l++)
         *W *= o->machines[l];

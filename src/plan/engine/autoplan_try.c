@@ -75,7 +75,7 @@ bool rpi_plan_simulate_as_is(const search *S, const rp_config *cfg, double *t, d
     so.bwd_input_ms = m->bi, so.bwd_weight_ms = m->bwt;
     /* what the layers keep, as the profile's net lays them out: a whole
     ** model's, so not for a tensor rank, whose share the model would say */
-    if (rp_config_tensor_parallel(cfg) == 1) {
+    if (rp_config_tensor_parallel(cfg) == 1 || so.tensor_measured) {
         rp_sim_options_memory(&so, m->mem);
     }
     if (rp_simulate(cfg, m->fw, m->bw, m->out, m->par, S->L, &so, &r, &err))
