@@ -24,6 +24,7 @@ micro-batch, each tensor size's efficiency, the memory as Aceso counts it); and 
 repipe's whole space by Aceso's own model is searched beside them (space_best).
 """
 import csv
+import hashlib
 import json
 import os
 import re
@@ -78,9 +79,27 @@ def aceso_args(c, tmp, extra):
 
 
 def aceso_search(c, tmp):
+    """Aceso's search on a case: what it printed of its choice, and the choice. With
+    ACESO_SEARCH_CACHE=DIR, kept there by the search's arguments and read back by later runs
+    (its search is budgeted by time: a run beside other work may find a slower plan)."""
     for d in ("logs/trends", "configs/top_configs", "configs/csv"):
         os.makedirs(os.path.join(tmp, d), exist_ok=True)
     args = aceso_args(c, tmp, ["aceso_search.py"]) + list(getattr(c, "search_settings", ()))
+    cache = os.environ.get("ACESO_SEARCH_CACHE")
+    if cache:
+        key = hashlib.sha1(" ".join(args).replace(tmp, "TMP").encode()).hexdigest()[:16]
+        path = os.path.join(cache, "%s_%s_%s.json" % (getattr(c, "model", "gpt"), c.size, key))
+        if os.path.exists(path):
+            found, config = json.load(open(path))
+            return found, config
+    found, config = run_search(c, tmp, args)
+    if cache:
+        os.makedirs(cache, exist_ok=True)
+        json.dump([found, config], open(path, "w"))
+    return found, config
+
+
+def run_search(c, tmp, args):
     out = subprocess.run(args, capture_output=True,
                          text=True, cwd=os.path.join(c.aceso, "search"), check=True).stdout
     row = re.search(r"^(\d+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s*$", out, re.M)

@@ -32,13 +32,17 @@ activations; none for those it counts as sharing another's space: Wide-ResNet's 
 block's bn3 and the later blocks' downsample, the attention softmax, whose dropout it counts one
 and a half times), and as scratch_bytes its workspace, Aceso's reserved memory at its forward
 and its backward summed (Aceso holds the most of each of a stage's operators; repipe the most
-of their sums); one profile per micro-batch Aceso profiled. The links: Aceso's point-to-point
+of their sums); one profile per micro-batch Aceso profiled, and one per micro-batch on a rank
+of a tensor group of 2 and of 4 from Aceso's profile at that tensor size (tensor_parallel= in
+its Input's description: the operators' times with their groups' all-reduces, as Aceso timed
+them, weights and memory a rank's; every operator of a plan at its one tensor size, where Aceso
+may give each its own). The links: Aceso's point-to-point
 bandwidth at its largest size, within a node and between. The
 optimizer: Adam. repipe plans with the engine objective in Aceso's form: whole pipelines
 replicated (`--straight`: a stage's GPUs are its data-parallel ranks), the optimizer state whole
 (`--sharding none`), 1F1B, at each micro-batch and pipeline size Aceso's form holds
-(`--micro-batch B --pp P`: a stage's micro-batch over its replicas and each GPU's one Aceso
-profiled), the fastest by repipe's model kept. Two memories: Aceso's limit, and the largest share
+(`--micro-batch B --pp P --tp T`: a stage's micro-batch over its replicas and each GPU's one
+Aceso profiled, at tensor 1, 2 and 4), the fastest by repipe's model kept. Two memories: Aceso's limit, and the largest share
 of it (in steps of 2 % down to 30 %, then the 1 % above the first that fits) at which the plan
 repipe makes fits Aceso's count (fitted), and the least memory a GPU at which repipe's space in
 Aceso's form holds any plan by repipe's own count (to 1 %, by bisection). Beside them, the two
@@ -49,7 +53,9 @@ Aceso's own model (space_best, a local search over the cuts; a T5's 821 operator
 a GPT's 315 and more, are past what that search covers in the time).
 """
 import csv
+import functools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -57,6 +63,10 @@ import tempfile
 
 import aceso_fixtures
 import planner_runs
+
+# the tensor groups repipe plans with from Aceso's profiles of a group's rank (those Aceso's
+# choices take most; each adds a profile per micro-batch)
+TENSORS = (2, 4)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PLANNERS = os.path.join(HERE, "fixtures", "planners")
@@ -86,16 +96,16 @@ class Family:
             return 0.0
         return mb * 1.5 if op == "enc-attention-dropout" else mb
 
-    def csv(self, db, size, mbs):
-        """Aceso's profile of a size at micro-batch mbs, tensor 1 (22B: the 11B's)."""
+    def csv(self, db, size, mbs, tp=1):
+        """Aceso's profile of a size at micro-batch mbs, tensor tp (22B: the 11B's)."""
         name = "11B" if (self.model, size) == ("t5", "22B") else size
-        return os.path.join(db, "%s_%s_mbs%d_tp1_algo0.csv" % (self.model, name, mbs))
+        return os.path.join(db, "%s_%s_mbs%d_tp%d_algo0.csv" % (self.model, name, mbs, tp))
 
-    def rows(self, db, size, mbs):
+    def rows(self, db, size, mbs, tp=1):
         """Aceso's operators in its order at tensor 1, micro-batch mbs: a GPT's or T5's profile
         holds one layer (a T5's one encoder and one decoder layer), repeated as its
         model_ops_info lays them out (a GPT of 1.3B 24 layers, of 2.6B and 6.7B 32; T5 22B 48)."""
-        rows = list(csv.reader(open(self.csv(db, size, mbs))))[1:]
+        rows = list(csv.reader(open(self.csv(db, size, mbs, tp))))[1:]
         if self.model == "gpt":
             return rows[:1] + rows[1:14] * (24 if size == "1_3B" else 32) + rows[14:]
         if self.model != "t5":
@@ -137,19 +147,25 @@ class Case:
         self.db = os.path.join(aceso, "profiler", "profiled-time-" + db)
         self.tag = self.size if db == f.db else "%s_%s" % (self.size, db)
         self.aceso = aceso
-        # the micro-batches Aceso profiled this size at (T5 11B: not 8)
+        # the micro-batches Aceso profiled this size at (T5 11B: not 8), and the tensor groups
+        # (of TENSORS, inside a node) it profiled at each
         self.micro = tuple(m for m in f.micro if os.path.exists(f.csv(self.db, self.size, m)))
+        self.tensors = tuple(t for t in TENSORS if t <= self.per_node and all(
+            os.path.exists(f.csv(self.db, self.size, m, t)) for m in self.micro))
 
 
-def write_profile(c, mbs):
-    """Aceso's operators at tensor 1, micro-batch mbs, as a repipe profile; its path."""
-    rows = c.f.rows(c.db, c.size, mbs)
+def write_profile(c, mbs, tp=1):
+    """Aceso's operators at tensor tp, micro-batch mbs, as a repipe profile (at tp > 1 a
+    rank's: its times with the group's all-reduces, as Aceso timed them, its weights and memory
+    the rank's); its path."""
+    rows = c.f.rows(c.db, c.size, mbs, tp)
     mb = 2 ** 20  # (Aceso's MB)
-    path = os.path.join(c.f.profiles, "%s_mbs%d.txt" % (c.tag, mbs))
+    path = os.path.join(c.f.profiles, tensor_profile_name(c.tag, mbs, tp))
     with open(path, "w") as out:
-        out.write("node0 -- Input0 micro_batch=%d -- forward_compute_time=0, "
+        out.write("node0 -- Input0 micro_batch=%d%s -- forward_compute_time=0, "
                   "backward_compute_time=0, activation_size=%d, parameter_size=0\n" %
-                  (mbs, round(float(rows[0][3]) * mb)))
+                  (mbs, " tensor_parallel=%d" % tp if tp > 1 else "",
+                   round(float(rows[0][3]) * mb)))
         for i, r in enumerate(rows, 1):
             out.write("node%d -- %s saved_bytes=%d scratch_bytes=%d -- forward_compute_time=%.6f, "
                       "backward_compute_time=%.6f, activation_size=%d, parameter_size=%d\n" %
@@ -182,33 +198,45 @@ def machines(c):
             repr(aceso_fixtures.link_bandwidth(c, "inter"))]
 
 
-def shapes(micro, N):
-    """The micro-batches and pipeline sizes of Aceso's form on N GPUs: a stage's micro-batch
-    over its replicas (B R) one Aceso profiled (of micro), as is each GPU's (B); pipelines of
-    at most 8 stages."""
-    return [(mbs, p) for mbs in micro for p in (1, 2, 4, 8)
-            if N % p == 0 and N // p * mbs in micro]
+def tensor_profile_name(tag, mbs, tp):
+    """The file of a size's profile at micro-batch mbs, on a rank of a tensor group of tp."""
+    return "%s_mbs%d%s.txt" % (tag, mbs, "_tp%d" % tp if tp > 1 else "")
 
 
-def plan_args(gbs, profiles, where, base, memory_bytes, mbs, pp):
+def shapes(micro, N, tensors=()):
+    """The micro-batches, pipeline sizes and tensor groups of Aceso's form on N GPUs: a stage's
+    micro-batch over its replicas (B R, R = N / (p t)) one Aceso profiled (of micro), as is each
+    GPU's (B); pipelines of at most 8 stages; tensor 1 and those of tensors."""
+    return [(mbs, p, t) for t in (1,) + tuple(tensors) for mbs in micro for p in (1, 2, 4, 8)
+            if N % (p * t) == 0 and N // (p * t) * mbs in micro]
+
+
+def plan_args(gbs, profiles, where, base, memory_bytes, mbs, pp, tp=1, tprofiles=None):
     """repipe plan's arguments for a case: its batch, its profiles (micro-batch -> path), its
-    machines (machines(c)), the base configuration's path, the micro-batch and pipeline size."""
+    machines (machines(c)), the base configuration's path, the micro-batch and pipeline size;
+    at tp > 1 tensor groups of tp only, from tprofiles ((micro-batch, tp) -> path)."""
     args = ["plan", "--objective", "engine"]
     for m in sorted(profiles):
         args += ["--profile", profiles[m]]
+    if tp > 1:
+        for m in sorted(profiles):
+            args += ["--profile", tprofiles[(m, tp)]]
+        args += ["--tp", str(tp)]
     return args + where + [
         "--global-batch", str(gbs), "--memory-size", "%d" % memory_bytes, "--base-config",
         base, "--schedules", "1f1b", "--straight", "--sharding", "none", "--micro-batch",
         str(mbs), "--pp", str(pp)]
 
 
-def repipe_best(gbs, repipe, N, where, profiles, base, memory_bytes):
+def repipe_best(gbs, repipe, N, where, profiles, base, memory_bytes, tprofiles=None):
     """The fastest of repipe's plans at each shape of Aceso's form on N GPUs (where: their
-    --machines and --bandwidth), by repipe's model: the plan's engine entry, its micro-batch,
-    pipeline size and memory, and the time to plan them all (s)."""
+    --machines and --bandwidth), by repipe's model, with tensor groups where tprofiles holds
+    their ranks' profiles: the plan's engine entry, its micro-batch, pipeline size, tensor
+    group and memory, and the time to plan them all (s)."""
     best, total = None, 0.0
-    for mbs, pp in shapes(sorted(profiles), N):
-        args = plan_args(gbs, profiles, where, base, memory_bytes, mbs, pp)
+    tensors = sorted({t for _, t in tprofiles or ()})
+    for mbs, pp, tp in shapes(sorted(profiles), N, tensors):
+        args = plan_args(gbs, profiles, where, base, memory_bytes, mbs, pp, tp, tprofiles)
         try:
             plan, seconds = planner_runs.plan(repipe, args)
         except subprocess.CalledProcessError:
@@ -216,7 +244,8 @@ def repipe_best(gbs, repipe, N, where, profiles, base, memory_bytes):
         total += seconds
         entry = plan["engine"]["best"]
         if best is None or entry["seconds_per_update"] < best["seconds_per_update"]:
-            best = dict(entry, micro_batch=mbs, pipeline=pp, memory_bytes=memory_bytes)
+            best = dict(entry, micro_batch=mbs, pipeline=pp, tensor=tp,
+                        memory_bytes=memory_bytes)
     if best:
         best["seconds_to_plan"] = total
     return best
@@ -247,37 +276,44 @@ def recomputed(c, layers, rc, named=()):
 
 
 def as_aceso(c, cfg, template):
-    """repipe's configuration as Aceso's: its stages (an operator a layer of repipe's), each of
-    the replicas' GPUs (Aceso's micro-batch is a stage's, over its data-parallel ranks), every
-    operator at tensor 1; recomputation as repipe's."""
+    """repipe's configuration as Aceso's: its stages (an operator a layer of repipe's), each on
+    its replicas' GPUs (Aceso's micro-batch is a stage's, over its data-parallel ranks: a
+    stage replicated r times in each of R pipelines has R r ranks, each of a micro-batch over
+    r), every operator at the plan's tensor group; recomputation as repipe's."""
     layers, R = cfg["layers_per_stage"], cfg["replication_factor"]
+    width = [R * r for r in cfg.get("stage_replication", [1] * len(layers))]
+    tp = cfg.get("tensor_parallel", 1)
     rc = cfg.get("recompute_checkpoint_every_layer", False)
     ops = recomputed(c, layers, rc, set(cfg.get("recompute_layers", ())))
     out = {k: v for k, v in template.items() if k not in PLAN_KEYS}
     out.update(global_batch_size=c.gbs, micro_batch_size=cfg["micro_batch_size"] * R,
-               num_stages=len(layers), num_gpus=[R] * len(layers),
+               num_stages=len(layers), num_gpus=[w * tp for w in width],
                checkpoint_activations=[rc or any(s) for s in ops],
                resharding_stages=[False] * len(layers),
                num_ops_in_each_stage=list(layers),
-               model_parallel_size_of_each_op=[[1] * n for n in layers],
-               data_parallel_size_of_each_op=[[R] * n for n in layers],
+               model_parallel_size_of_each_op=[[tp] * n for n in layers],
+               data_parallel_size_of_each_op=[[w] * n for n, w in zip(layers, width)],
                recompute_ops=ops,
                algo_of_each_op=[[0] * n for n in layers])
     return out
 
 
 def as_repipe(c, config):
-    """Aceso's configuration as repipe's, where repipe runs it: every stage as wide, every
-    operator at tensor 1 and that width, recomputing nothing, every operator it can, or by
-    operator (recompute_layers: those whose activations Aceso's count drops, each with the next
+    """Aceso's configuration as repipe's, where repipe runs it: every operator at one tensor
+    group (1 or one of c.tensors) and its stage's width; stages of one width as replicas of whole pipelines, of several as
+    stages replicated (each of its GPUs a micro-batch over its width, a replica of repipe's a
+    whole one in turn); recomputing nothing, every operator it can, or by operator
+    (recompute_layers: those whose activations Aceso's count drops, each with the next
     recomputed); None elsewhere."""
-    R = config["num_gpus"][0]
     flat = lambda k: [x for s in config[k] for x in s]
+    tps = set(flat("model_parallel_size_of_each_op"))
+    tp = min(tps)
+    widths = [g // tp for g in config["num_gpus"]]
+    R = functools.reduce(math.gcd, widths)
     rc, layers = config["recompute_ops"], config["num_ops_in_each_stage"]
     every = any(map(any, rc)) and rc == recomputed(c, layers, True)
-    if (any(g != R for g in config["num_gpus"]) or any(t != 1 for t in flat(
-            "model_parallel_size_of_each_op")) or any(d != R for d in flat(
-            "data_parallel_size_of_each_op"))):
+    if len(tps) > 1 or (tp > 1 and tp not in c.tensors) or any(
+            d != w for s, w in zip(config["data_parallel_size_of_each_op"], widths) for d in s):
         return None
     named, at = [], 0
     for row in rc:
@@ -286,6 +322,10 @@ def as_repipe(c, config):
     out = dict(ADAM, micro_batch_size=config["micro_batch_size"] // R, replication_factor=R,
                gradient_accumulation_steps=c.gbs // config["micro_batch_size"],
                layers_per_stage=layers, schedule="1f1b", recompute_checkpoint_every_layer=every)
+    if len(set(widths)) > 1:
+        out["stage_replication"] = [w // R for w in widths]
+    if tp > 1:
+        out["tensor_parallel"] = tp
     if named and not every:
         out["recompute_layers"] = named
     return out
@@ -295,7 +335,9 @@ def simulate(repipe, c, profiles, cfg, tmp):
     """repipe's model of a configuration: seconds an update, and its busiest stage's bytes."""
     path = os.path.join(tmp, "simulate.json")
     json.dump(cfg, open(path, "w"))
-    out = subprocess.run([repipe, "simulate", "--profile", profiles[cfg["micro_batch_size"]],
+    tp, mbs = cfg.get("tensor_parallel", 1), cfg["micro_batch_size"]
+    path_p = profiles[mbs] if tp == 1 else c.tprofiles[(mbs, tp)]
+    out = subprocess.run([repipe, "simulate", "--profile", path_p,
                           "--config", path] + machines(c) + ["--json", "-"],
                          capture_output=True, text=True, check=True).stdout
     got = json.loads(out)
@@ -307,7 +349,7 @@ def calibrate(repipe, c, profiles, tmp, template):
     Aceso's; and the references."""
     refs, N, m = [], c.nodes * c.per_node, c.micro[0]
     for p, rc in ((p, rc) for p in (2, 4, 8) for rc in (False, True)):
-        if (m, p) not in shapes(c.micro, N):
+        if (m, p, 1) not in shapes(c.micro, N):
             continue
         R, n = N // p, operators(profiles[m])
         layers = [n // p + (s < n % p) for s in range(p)]
@@ -325,9 +367,10 @@ def priced(c, best, template, tmp):
     cfg = best["config"]
     ms, mem = aceso_fixtures.aceso_price(c, tmp, as_aceso(c, cfg, template))
     keys = ("micro_batch_size", "replication_factor", "gradient_accumulation_steps",
-            "layers_per_stage", "recompute_checkpoint_every_layer", "recompute_layers")
+            "layers_per_stage", "recompute_checkpoint_every_layer", "recompute_layers",
+            "tensor_parallel")
     return {"plan": {k: cfg.get(k) for k in keys}, "micro_batch": best["micro_batch"],
-            "pipeline": best["pipeline"],
+            "pipeline": best["pipeline"], "tensor": best["tensor"],
             "memory_bytes": best["memory_bytes"],
             "seconds_per_update": best["seconds_per_update"],
             "worker_mb": best["worker_bytes"] / 2 ** 20,
@@ -339,6 +382,7 @@ def one_case(f, aceso, repipe, row):
     c = Case(f, aceso, row)
     os.makedirs(f.profiles, exist_ok=True)
     profiles = {m: write_profile(c, m) for m in c.micro}
+    c.tprofiles = {(m, t): write_profile(c, m, t) for m in c.micro for t in c.tensors}
     c.ops = op_names(profiles[c.micro[0]])
     with tempfile.TemporaryDirectory() as tmp:
         base = os.path.join(tmp, "adam.json")
@@ -361,12 +405,13 @@ def one_case(f, aceso, repipe, row):
         limit = c.memory_mb * 2 ** 20
         case["machines"] = machines(c)
         best = repipe_best(c.gbs, repipe, c.nodes * c.per_node, case["machines"], profiles, base,
-                           limit)
+                           limit, c.tprofiles)
         case["repipe"] = priced(c, best, config, tmp) if best else None
         case["repipe_fitted"], case["shares_tried"] = fitted(repipe, c, profiles, base, config,
                                                              tmp)
         case["repipe_least_memory_bytes"] = least_memory(
-            c.gbs, repipe, c.nodes * c.per_node, case["machines"], profiles, base, 2 ** 40)
+            c.gbs, repipe, c.nodes * c.per_node, case["machines"], profiles, base, 2 ** 40,
+            c.tprofiles)
         if f.moves:
             case["repipe_space_best"] = space_best(c, operators(profiles[c.micro[0]]), config,
                                                    tmp)
@@ -381,7 +426,7 @@ def fitted(repipe, c, profiles, base, config, tmp):
 
     def at(share):
         plan = repipe_best(c.gbs, repipe, c.nodes * c.per_node, machines(c), profiles, base,
-                           limit * share)
+                           limit * share, c.tprofiles)
         got = priced(c, plan, config, tmp) if plan else None
         tried.append([round(share, 2), got and got["by_aceso_memory_mb"]])
         return dict(got, share=share) if got and got["by_aceso_memory_mb"] <= c.memory_mb else None
@@ -414,7 +459,7 @@ def space_best(c, n, template, tmp):
         return (0, ms) if mem <= c.memory_mb else (1, mem)
 
     best = None
-    for mbs, p in shapes(c.micro, N):
+    for mbs, p, _ in shapes(c.micro, N):
         for rc in (False, True):
             layers = [n // p + (s < n % p) for s in range(p)]
             now = price(mbs, p, rc, layers)
@@ -439,17 +484,21 @@ def space_best(c, n, template, tmp):
                 evaluations=len(seen))
 
 
-def fits_somewhere(gbs, repipe, N, where, profiles, base, memory):
-    """Whether repipe finds a plan of Aceso's form on N GPUs with memory bytes a GPU."""
-    return any(subprocess.run([repipe] + plan_args(gbs, profiles, where, base, memory, mbs, pp),
+def fits_somewhere(gbs, repipe, N, where, profiles, base, memory, tprofiles=None):
+    """Whether repipe finds a plan of Aceso's form on N GPUs with memory bytes a GPU (with
+    tensor groups where tprofiles holds their ranks' profiles)."""
+    tensors = sorted({t for _, t in tprofiles or ()})
+    return any(subprocess.run([repipe] + plan_args(gbs, profiles, where, base, memory, mbs, pp,
+                                                   tp, tprofiles),
                               capture_output=True).returncode == 0
-               for mbs, pp in shapes(sorted(profiles), N))
+               for mbs, pp, tp in shapes(sorted(profiles), N, tensors))
 
 
-def least_memory(gbs, repipe, N, where, profiles, base, hi):
+def least_memory(gbs, repipe, N, where, profiles, base, hi, tprofiles=None):
     """The least memory a GPU (to 1 %, below hi bytes) at which repipe finds a plan of Aceso's
     form on N GPUs, by bisection; None where none fits hi."""
-    fits = lambda memory: fits_somewhere(gbs, repipe, N, where, profiles, base, memory)
+    fits = lambda memory: fits_somewhere(gbs, repipe, N, where, profiles, base, memory,
+                                         tprofiles)
     if not fits(hi):
         return None
     lo = 0.0

@@ -8,7 +8,8 @@ recorded (docs/planner.md says where repipe loses, and why); on the device calib
 profile repipe's plan fits Aceso's memory by Aceso's count; the best plan of repipe's space by
 Aceso's model fits it too, its recomputation written as repipe's; on its Wide-ResNet, T5 and GPT
 cases (aceso_resnet.json, aceso_t5.json and aceso_gpt.json by tests/aceso_operator_fixtures.py)
-repipe plans from Aceso's operator profiles what was priced, at the fitted share of the memory
+repipe plans from Aceso's operator profiles (at tensor 1, and on a rank of tensor groups of 2
+and 4) what was priced, at the fitted share of the memory
 its plan fits Aceso's count, and its least memory is where it was. Galvatron (galvatron.json by
 tests/galvatron_fixtures.py): its own search-engine test's answers reproduced (2.6485 and 2.5246
 samples/s) and its shipped LLaMA-2 7B configuration by its own search, repipe's plans in its form
@@ -47,6 +48,9 @@ def aceso_case(fam, case):
     profiles = {m: os.path.join(folder, "%s_mbs%d.txt" % (case.get("profile", case["size"]), m))
                 for m in fam.micro}
     profiles = {m: p for m, p in profiles.items() if os.path.exists(p)}
+    tprofiles = {(m, t): os.path.join(folder, aceso_ops.tensor_profile_name(
+        case.get("profile", case["size"]), m, t)) for m in profiles for t in aceso_ops.TENSORS}
+    tprofiles = {k: p for k, p in tprofiles.items() if os.path.exists(p)}
     with tempfile.TemporaryDirectory() as tmp:
         base = os.path.join(tmp, "adam.json")
         json.dump(dict(aceso_ops.ADAM, micro_batch_size=min(profiles)), open(base, "w"))
@@ -56,7 +60,8 @@ def aceso_case(fam, case):
                 continue
             js = os.path.join(tmp, "plan.json")
             args = aceso_ops.plan_args(gbs, profiles, case["machines"], base, rec["memory_bytes"],
-                                       rec["micro_batch"], rec["pipeline"])
+                                       rec["micro_batch"], rec["pipeline"], rec.get("tensor", 1),
+                                       tprofiles)
             subprocess.run([repipe] + args + ["--json", js], check=True, capture_output=True)
             best = json.load(open(js))["engine"]["best"]
             check(all(best["config"].get(k) == v for k, v in rec["plan"].items()) and
@@ -72,8 +77,8 @@ def aceso_case(fam, case):
         # exactly where nothing was found at the limit
         least = case["repipe_least_memory_bytes"]
         where = (gbs, repipe, case["nodes"] * case["per_node"], case["machines"], profiles, base)
-        check(aceso_ops.fits_somewhere(*where, least) and
-              not aceso_ops.fits_somewhere(*where, 0.99 * least) and
+        check(aceso_ops.fits_somewhere(*where, least, tprofiles) and
+              not aceso_ops.fits_somewhere(*where, 0.99 * least, tprofiles) and
               (least > case["memory_mb"] * 2 ** 20) == (case["repipe"] is None),
               "%s: repipe's space in Aceso's form needs %.0f MB a GPU at least by repipe's "
               "count (%s the %d MB limit)" % (name, least / 2 ** 20, "over" if case["repipe"]
@@ -93,7 +98,7 @@ def aceso_case(fam, case):
         ops = aceso_ops.operators(profiles[min(profiles)])
         check(sum(sb["layers_per_stage"]) == ops and min(sb["layers_per_stage"]) >= 1 and
               len(sb["layers_per_stage"]) * sb["replicas"] == case["nodes"] * case["per_node"] and
-              (sb["micro_batch"], sb["pipeline"]) in aceso_ops.shapes(
+              (sb["micro_batch"], sb["pipeline"], 1) in aceso_ops.shapes(
                   sorted(profiles), case["nodes"] * case["per_node"]) and
               (sb["by_aceso_memory_mb"] <= case["memory_mb"]) == sb["fits"],
               "%s: the best of repipe's space by Aceso's model (%d evaluated): %d stages x %d "
