@@ -61,7 +61,7 @@ done
 "$bin" profile --transformer llama3-8b --cluster dgx-h100 --out "$tmp/l8.txt" >/dev/null 2>&1
 expect_fail "--profile beside --transformer" 2 "--profile or --transformer, not both" -- \
   $C --devices 8 --global-batch 8 --transformer llama3-8b --profile "$tmp/l8.txt"
-expect_fail "--tp without --cluster" 2 "--tp plans a transformer on a cluster: it needs --cluster" -- \
+expect_fail "--tp without --cluster, no profile of its groups" 1 "--tp 2: give the profiles measured on a rank of a tensor group of 2" -- \
   $bin plan --profile "$tmp/l8.txt" --machines 2 --tp 2
 # --device with --cluster prices that device on the cluster's links
 expect_grep "--device v100-32gb --cluster dgx-h100" "on v100-32gb of dgx-h100" -- \

@@ -307,6 +307,15 @@ static bool tensor_sizes(const cli_cmd *cmd, const plan_engine *x, const rp_prof
                        "PipeDream's plan is made from it");
         return false;
     }
+    bool given = x->tp <= 1 || x->split_model;
+    for (int k = 0; k < np; k++)
+        given = given || sizes[k] == x->tp;
+    if (!given) {
+        cli_error(cmd, "--tp %d: give the profiles measured on a rank of a tensor group of %d "
+                       "(tensor_parallel=%d in their Input's description) or --tensor-split MODEL",
+                  x->tp, x->tp, x->tp);
+        return false;
+    }
     ao->profile_tensor = any ? sizes : NULL;
     return true;
 }

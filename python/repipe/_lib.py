@@ -80,6 +80,7 @@ class _AutoplanOptions(ctypes.Structure):
                 ("min_micro_batch", ctypes.c_int), ("candidates", ctypes.c_int), ("cores", ctypes.c_int),
                 ("latency", ctypes.c_double), ("polling", ctypes.c_bool),
                 ("tensor_split", ctypes.c_void_p), ("tensor_degrees", ctypes.c_uint),
+                ("profile_tensor", ctypes.c_void_p), ("tensor_parallel", ctypes.c_int),
                 ("pipeline_stages", ctypes.c_int), ("one_worker_a_stage", ctypes.c_bool),
                 ("no_sharding", ctypes.c_bool), ("no_recompute_by_layer", ctypes.c_bool),
                 ("micro_batch", ctypes.c_int),

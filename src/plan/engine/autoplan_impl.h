@@ -1,8 +1,9 @@
 /*
-** The engine's planner's parts (autoplan.c searches the shapes,
-** autoplan_try.c prices and chooses them, autoplan_rungs.c recomputes by
-** layer, autoplan_setup.c makes the state): its candidates, its profiles
-** and its search state. Not part of the API.
+** The engine's planner's parts (autoplan_programme.c plans every shape's
+** stages, autoplan.c simulates them, autoplan_try.c prices and chooses
+** them, autoplan_rungs.c recomputes by layer, autoplan_setup.c makes the
+** state): its candidates, its profiles and its search state. Not part of
+** the API.
 */
 #ifndef REPIPE_AUTOPLAN_IMPL_H
 #define REPIPE_AUTOPLAN_IMPL_H
@@ -89,6 +90,15 @@ rp_status rpi_plan_prepare(search *S, int W, rp_error *err);
 void rpi_plan_free(search *S);
 rp_status rpi_plan_none_found(const search *S, int W, const rp_autoplan_options *o,
                               rp_error *err);
+
+/* The programme (autoplan_programme.c): profiles ps (n, measured on bs
+** rows) read into S, and every shape's stages on W workers as o lays them
+** out pushed into S->c, sorted by estimate (*too_big: shapes whose
+** micro-batches pass an int, passed over); and the accumulation that an
+** exact micro-batch (o->micro_batch) makes on R replicas, 0 where none. */
+rp_status rpi_plan_programme(search *S, const rp_profile *const *ps, const double *bs, int n,
+                             int W, bool *too_big, rp_error *err);
+int rpi_exact_accumulation(const rp_autoplan_options *o, long long N, int R);
 
 /* Recomputation by layer (autoplan_rungs.c): each rung's layers of
 ** profile m and their running sums; whether rung q names layer l; cfg's

@@ -1,0 +1,395 @@
+/*
+** The engine's planner's dynamic programme (autoplan.c says what it
+** minimises): for every shape of the run, the stages, their replication
+** and each stage's recomputation by layer that make the busiest stage, or
+** a micro-batch's round trip, the least; each shape's best plan for every
+** number of stages pushed as a candidate with its estimate, sorted by it.
+*/
+#include <float.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include "autoplan_impl.h"
+
+static bool push(search *S, const cand *k) {
+    if (S->n == S->cap) {
+        int cap = S->cap ? 2 * S->cap : 64;
+        cand *c = realloc(S->c, sizeof(cand) * cap);
+        if (!c)
+            return false;
+        S->c = c;
+        S->cap = cap;
+    }
+    S->c[S->n++] = *k;
+    return true;
+}
+
+/* The programme for one shape; pushes its best plan for every number of
+** stages up to RP_AUTOPLAN_STAGES (fewer stages, fewer messages: the
+** programme's bottleneck does not see them, the estimate and the
+** simulation do). best[p][i][k]: the busiest stage of layers i..L-1 in p
+** stages on k workers. */
+#define AT(p, i, k) ((((size_t)(p) * (L + 1)) + (i)) * W1 + (k))
+
+/* The least of v over a stage's devices: workers off .. off + r - 1 of each
+** of the R replicas of per workers. */
+static double stage_least(const double *v, int R, int per, int off, int r) {
+    double least = DBL_MAX;
+    for (int q = 0; q < R; q++)
+        for (int i = off; i < off + r; i++)
+            least = v[q * per + i] < least ? v[q * per + i] : least;
+    return least;
+}
+
+/* How much longer a stage's passes take than the profile's: its
+** micro-batches dealt round-robin, the slowest device sets the pace. */
+static double stage_slowness(const search *S, int R, int per, int off, int r) {
+    return S->o->device_speed ? 1 / stage_least(S->o->device_speed, R, per, off, r) : 1;
+}
+
+/* The bytes a worker of the stage may hold: the least of its devices' (0:
+** no limit). */
+static double stage_memory(const search *S, int R, int per, int off, int r) {
+    return S->o->device_memory ? stage_least(S->o->device_memory, R, per, off, r)
+                               : S->o->memory_size;
+}
+
+/* One shape the programme plans: R replicas of per workers, GA
+** micro-batches of B samples an update, priced from profile prof (M)
+** scaled to B rows, with recomputation and sharding as asked; PM stages at
+** most. */
+typedef struct shape {
+    int R, per, GA, B, prof, PM;
+    const measured *M;
+    double scale;
+    bool recompute, shard;
+    int rungs; /* recomputation by layer: rungs 0 .. rungs - 1 (1: none) */
+    rp_config cfg;
+    rp_sim_options sim; /* the search's, with what the profile says its layers keep */
+} shape;
+
+/* Seconds a micro-batch's activation at cut j takes one way, sent from
+** worker w of a replica to worker w + 1 (fp16 exchange halves it). */
+static double cut_seconds(const search *S, const shape *h, int j, int w) {
+    double wire = S->base->fp16_exchange ? 0.5 : 1.0;
+    int l = rpi_level_of(&S->net, w, w + 1);
+    return S->net.latency + h->M->cut[j] * h->scale * wire / S->net.bw[l];
+}
+
+/* Stage i..j-1's passes of a micro-batch on the profile's device (its
+** forward twice where every layer is recomputed), and, on r of the k
+** workers left, *slow (how much longer its devices take) and *fixed
+** (seconds an update: the reduction, the step). */
+static double stage_passes(const search *S, const shape *h, int i, int j, int k, int r,
+                           double *slow, double *fixed) {
+    const measured *M = h->M;
+    double f = (M->cf[j] - M->cf[i]) * h->scale;
+    double t = f + (M->cb[j] - M->cb[i]) * h->scale;
+    if (h->cfg.recompute_checkpoint_every_layer)
+        t += f;
+    double par = M->cp[j] - M->cp[i];
+    /* this stage's workers: offset per - k in every replica */
+    int off = h->per - k;
+    int top = rpi_level_of(&S->net, off, (h->R - 1) * h->per + off + r - 1);
+    *slow = stage_slowness(S, h->R, h->per, off, r);
+    *fixed = rpi_allreduce_time(h->R * r, par, S->net.bw[top], S->net.latency) +
+             par / S->sim.memory_bandwidth * *slow;
+    return t;
+}
+
+/* A stage's busiest worker: its share of the GA micro-batches, each of
+** passes seconds on a profile's device, and the fixed seconds. */
+static double stage_busy(const shape *h, double passes, int r, double slow, double fixed) {
+    return (double)((h->GA + r - 1) / r) * passes * slow + fixed;
+}
+
+/* Stage i..j-1 on r of the k workers left, under the rest's best: its
+** busiest time (a worker's micro-batches, the reduction, the step), or
+** DBL_MAX where it does not fit the memory or beat best. acc: for each
+** rung of recomputation by layer, layers i..j-2 pushed, so that a stage's
+** bytes cost a layer's work, not the stage's (a T5's 821 operators: 20 s a
+** shape before); *rung: the least that fits.
+**
+** A micro-batch's round trip bounds the pace too: with `inflight` of them
+** in the stages from here on, each must come back through every stage
+** after this one, and the messages both ways, before the next can start
+** (*loop: that trip, for the stage before). A stage cut where a large
+** tensor crosses (an attention's scores) costs every micro-batch its
+** transfer twice, though no stage is busier. */
+static double stage_cost(const search *S, const shape *h, int i, int j, int k, int r, double rest,
+                         double loop_rest, double best, const rpi_stage_acc *acc, int *rung,
+                         double *loop) {
+    const measured *M = h->M;
+    int GA = h->GA, off = h->per - k;
+    double slow, fixed, t = stage_passes(S, h, i, j, k, r, &slow, &fixed);
+    double cap = stage_memory(S, h->R, h->per, off, r);
+    int inflight = k < GA ? k : GA, slots = (inflight + r - 1) / r;
+    double trip = loop_rest; /* and the activation out and its gradient back: */
+    if (j < S->L)
+        trip += 2 * cut_seconds(S, h, j, off + r - 1);
+    for (int q = 0; q < h->rungs; q++) { /* each rung recomputes more than the last */
+        double again = q ? (M->crf[q][j - 1] - M->crf[q][i]) * h->scale : 0;
+        double cost = stage_busy(h, t + again, r, slow, fixed);
+        double round = (double)GA / inflight * ((t + again) * slow + trip);
+        double m = cost > rest ? cost : rest;
+        m = round > m ? round : m;
+        if (m >= best)
+            return DBL_MAX;
+        if (cap > 0 && rpi_stage_acc_bytes(&acc[q], r, slots, h->scale) > cap)
+            continue;
+        *rung = q;
+        *loop = (t + again) * slow + trip;
+        return m;
+    }
+    return DBL_MAX;
+}
+
+/* Whether stage i..j-1 on k workers left, and so every longer stage, cannot
+** beat best: its passes alone, on as many replicas as it may take and at
+** the pace of its fastest device, take longer. */
+static bool longer_loses(const search *S, const shape *h, int i, int j, int k, int rtop,
+                         double best) {
+    if (best == DBL_MAX)
+        return false;
+    const measured *M = h->M;
+    double f = (M->cf[j] - M->cf[i]) * h->scale;
+    double t = f + (M->cb[j] - M->cb[i]) * h->scale; /* (as stage_cost sums it) */
+    int off = h->per - k;
+    return (double)((h->GA + rtop - 1) / rtop) * t * stage_slowness(S, h->R, h->per, off, 1) >=
+           best;
+}
+
+/* The programme's table: best[p][i][k], the busiest stage of layers
+** i..L-1 in p stages on k workers, with the cut and the replicas that make
+** it. */
+static void fill_table(search *S, const shape *h) {
+    int L = S->L, per = h->per, W1 = per + 1, GA = h->GA;
+    for (size_t x = 0; x < AT(h->PM + 1, 0, 0); x++)
+        S->best[x] = DBL_MAX;
+    S->best[AT(0, L, 0)] = 0;
+    S->loop[AT(0, L, 0)] = 0;
+    int rmax = S->o->one_worker_a_stage ? 1 : GA;
+    for (int p = 1; p <= h->PM; p++)
+        for (int i = L - 1; i >= 0; i--)
+            for (int k = p; k <= per; k++) {
+                if ((long long)p * rmax < k)
+                    continue; /* (p stages of rmax workers at most cannot fill k) */
+                double *b = &S->best[AT(p, i, k)];
+                rpi_stage_acc acc[RPI_RUNGS + 1];
+                for (int q = 0; q < h->rungs; q++)
+                    rpi_stage_acc_begin(&acc[q], q ? &S->rung_cfg[q] : &h->cfg, h->M->out,
+                                        h->M->par, i, &h->sim);
+                int rtop = k - (p - 1) < rmax ? k - (p - 1) : rmax;
+                double cap1 = stage_memory(S, h->R, per, per - k, 1);
+                for (int j = i + 1; j <= L - (p - 1); j++) {
+                    for (int q = 0; q < h->rungs && j > i + 1; q++)
+                        rpi_stage_acc_push(&acc[q]); /* layers i..j-2 */
+                    if (longer_loses(S, h, i, j, k, rtop, *b) ||
+                        (cap1 > 0 && rpi_stage_acc_floor(&acc[0], rtop) > cap1))
+                        break; /* (nor can any longer stage: the same floors grow) */
+                    if (j < L && S->o->cuts && !S->o->cuts[j])
+                        continue; /* (a cut the trainer cannot make) */
+                    for (int r = 1; r <= k - (p - 1) && r <= rmax; r++) {
+                        double rest = S->best[AT(p - 1, j, k - r)]; /* finite: stages fill k */
+                        if (rest == DBL_MAX)
+                            continue;
+                        int rung = 0;
+                        double loop = 0;
+                        double m = stage_cost(S, h, i, j, k, r, rest, S->loop[AT(p - 1, j, k - r)],
+                                              *b, acc, &rung, &loop);
+                        if (m == DBL_MAX)
+                            continue;
+                        *b = m;
+                        S->loop[AT(p, i, k)] = loop;
+                        S->cut[AT(p, i, k)] = j;
+                        S->rep[AT(p, i, k)] = r;
+                        S->rung[AT(p, i, k)] = (unsigned char)rung;
+                    }
+                }
+            }
+}
+
+/* The table's plan of P stages as a candidate, with its estimate: the
+** busiest stage, plus a micro-batch through the others and the messages
+** between them (fill and drain); or the table's pace where a micro-batch's
+** round trip set it, which holds the fill already (a plan of one
+** micro-batch is its trip, not twice it). */
+static cand unfold_plan(const search *S, const shape *h, int P) {
+    int L = S->L, per = h->per, W1 = per + 1;
+    const measured *M = h->M;
+    cand c = {.R = h->R, .per = per, .GA = h->GA, .B = h->B, .recompute = h->recompute,
+              .shard = h->shard, .P = P, .prof = h->prof};
+    double sum = 0, most = 0, busiest = 0;
+    for (int p = P, i = 0, k = per; p > 0; p--) {
+        int j = S->cut[AT(p, i, k)], r = S->rep[AT(p, i, k)], q = S->rung[AT(p, i, k)];
+        c.layers[P - p] = j - i;
+        c.reps[P - p] = r;
+        c.rung[P - p] = q;
+        double slow, fixed, passes = stage_passes(S, h, i, j, k, r, &slow, &fixed);
+        double again = q ? (M->crf[q][j - 1] - M->crf[q][i]) * h->scale : 0;
+        double busy = stage_busy(h, passes + again, r, slow, fixed);
+        busiest = busy > busiest ? busy : busiest;
+        double t = (M->cf[j] - M->cf[i] + M->cb[j] - M->cb[i]) * h->scale * slow;
+        sum += t;
+        most = t > most ? t : most;
+        if (j < L) { /* the activation out and its gradient back, at the level they cross */
+            sum += 2 * cut_seconds(S, h, j, per - k + r - 1);
+        }
+        i = j, k -= r;
+    }
+    double pace = S->best[AT(P, 0, per)];
+    c.estimate = busiest + sum - most > pace ? busiest + sum - most : pace;
+    return c;
+}
+
+static bool programme(search *S, int R, int per, int GA, bool recompute, bool shard,
+                      bool by_layer) {
+    int L = S->L, W1 = per + 1;
+    shape h = {.R = R, .per = per, .GA = GA, .recompute = recompute, .shard = shard,
+               .PM = per < RP_AUTOPLAN_STAGES ? per : RP_AUTOPLAN_STAGES,
+               .rungs = by_layer ? RPI_RUNGS + 1 : 1};
+    if (h.PM > L)
+        h.PM = L;
+    if (S->o->pipeline_stages > 0 && h.PM > S->o->pipeline_stages)
+        h.PM = S->o->pipeline_stages; /* (the table's rows past it are never read) */
+    h.B = (int)(S->o->global_batch / ((long long)R * GA));
+    h.prof = rpi_plan_nearest(S, h.B);
+    h.M = &S->m[h.prof];
+    h.scale = h.B / h.M->batch;
+    h.cfg = *S->base;
+    h.cfg.recompute_checkpoint_every_layer = S->base->recompute_checkpoint_every_layer || recompute;
+    h.cfg.replicated_tensor_sharding = S->base->replicated_tensor_sharding || shard;
+    h.cfg.replica_grouping = rp_grouping_all(R);
+    /* what the layers keep as the simulation counts it (rpi_plan_simulate_as_is) */
+    h.sim = S->sim;
+    if (rp_config_tensor_parallel(&h.cfg) == 1)
+        rp_sim_options_memory(&h.sim, h.M->mem);
+    for (int q = 1; q < h.rungs; q++) {
+        S->rung_cfg[q] = h.cfg;
+        rpi_rungs_config(h.M, q, L, &S->rung_cfg[q]);
+    }
+    fill_table(S, &h);
+    for (int P = 1; P <= h.PM; P++) {
+        if (S->best[AT(P, 0, per)] == DBL_MAX)
+            continue; /* nothing fits */
+        if (S->o->pipeline_stages > 0 && P != S->o->pipeline_stages)
+            continue;
+        cand c = unfold_plan(S, &h, P);
+        if (!push(S, &c))
+            return false;
+    }
+    return true;
+}
+
+static int by_estimate(const void *a, const void *b) {
+    double x = ((const cand *)a)->estimate, y = ((const cand *)b)->estimate;
+    return x < y ? -1 : x > y;
+}
+
+/* Whether a candidate of the shape's, from the first'th on, recomputes no
+** layer. */
+static bool pushed_plain(const search *S, int first) {
+    for (int i = first; i < S->n; i++)
+        if (!rpi_cand_by_layer(&S->c[i]))
+            return true;
+    return false;
+}
+
+/* One shape's stages at accumulation GA: where memory is short, the
+** savings the engine has, cheapest first: sharding the optimizer state
+** over a stage's workers (its reduction becomes a reduce-scatter and a
+** gather, as much traffic), then recomputation of every layer, then both.
+** Recomputation by layer (a second forward of the layers that save the
+** most, stage by stage) goes with the steps that do not recompute every
+** layer: its lowest rung names nothing, so a stage that fits only cut
+** short (a first stage of 1F1B, with the most micro-batches in flight)
+** may instead recompute a few layers and leave the others less to do. Its
+** plans that recompute nothing end the ladder there, as nothing saved did;
+** those that recompute some go on to sharding beside them. */
+static rp_status shape_ladder(search *S, int R, int per, int GA, bool saves_shard,
+                              rp_error *err) {
+    static const bool ladder[4][2] = {{false, false}, {false, true}, {true, false},
+                                      {true, true}};
+    const rp_autoplan_options *o = S->o;
+    bool bounded = o->memory_size > 0 || o->device_memory;
+    int before = S->n;
+    for (int q = 0; q < 4; q++) {
+        bool rc = ladder[q][0], sh = ladder[q][1], bl = bounded && S->rung_cfg && !rc;
+        if (q > 0 && !bounded)
+            break;
+        if ((rc && S->base->recompute_checkpoint_every_layer) || (sh && !saves_shard))
+            continue; /* already on, or saves nothing */
+        int from = S->n;
+        if (!programme(S, R, per, GA, rc, sh, bl))
+            return rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner");
+        if (q == 0 && bl ? pushed_plain(S, from) : S->n > before)
+            break;
+    }
+    return RP_OK;
+}
+
+/* The accumulation an exact micro-batch makes on R replicas (N samples an
+** update), or 0 where it does not split them evenly or is past an int. */
+int rpi_exact_accumulation(const rp_autoplan_options *o, long long N, int R) {
+    if (N % R || (N / R) % o->micro_batch)
+        return 0;
+    long long GA = N / R / o->micro_batch;
+    return GA <= INT_MAX ? (int)GA : 0;
+}
+
+/* Every shape: workers per replica, replicas, accumulation (up to
+** max_accumulation; with an exact micro-batch, the one it makes, however
+** many micro-batches that is), each through shape_ladder. Each shape's
+** stages come from the programme; *too_big: shapes passed over, their
+** micro-batches beyond an int. */
+static rp_status enumerate_shapes(search *S, int W, bool *too_big, rp_error *err) {
+    const rp_autoplan_options *o = S->o;
+    const rp_config *base = S->base;
+    long long N = o->global_batch;
+    bool saves_shard = !o->no_sharding && !base->replicated_tensor_sharding && W > 1 &&
+                       rp_optimizer_state_per_param(&base->optimizer) != 0 &&
+                       base->reduction_bucket_mb <= 0; /* (buckets refuse sharding) */
+    *too_big = false;
+    rp_status st = RP_OK;
+    for (int per = 1; per <= W && per <= S->L; per++)
+        for (int R = 1; !st && R * per <= W; R++) {
+            if (per < o->pipeline_stages || N % R)
+                continue; /* (fewer workers than the stages asked for) */
+            if (o->one_worker_a_stage && o->pipeline_stages && per != o->pipeline_stages)
+                continue; /* (a worker a stage: as many workers as stages) */
+            if (o->micro_batch > 0) {
+                int GA = rpi_exact_accumulation(o, N, R);
+                if (GA)
+                    st = shape_ladder(S, R, per, GA, saves_shard, err);
+                continue;
+            }
+            for (int GA = 1; !st && GA <= o->max_accumulation && GA <= N / R; GA++) {
+                if ((N / R) % GA)
+                    continue;
+                if (N / R / GA > INT_MAX) { /* a micro-batch is an int of samples */
+                    *too_big = true;
+                    continue;
+                }
+                if (N / R / GA >= o->min_micro_batch)
+                    st = shape_ladder(S, R, per, GA, saves_shard, err);
+            }
+        }
+    return st;
+}
+
+/* The shapes of one profile set: read, every shape's stages by the
+** programme (on W workers, as o lays them out), sorted by estimate; false
+** where none runs (*too_big: micro-batches past an int passed over). */
+rp_status rpi_plan_programme(search *S, const rp_profile *const *ps, const double *bs, int n,
+                             int W, bool *too_big, rp_error *err) {
+    rp_status st = RP_OK;
+    while (!st && S->nm < n)
+        st = rpi_plan_read_profile(S, ps[S->nm], bs[S->nm], err);
+    if (!st)
+        st = rpi_plan_prepare(S, W, err);
+    if (!st)
+        st = enumerate_shapes(S, W, too_big, err);
+    if (!st)
+        qsort(S->c, S->n, sizeof(cand), by_estimate);
+    return st;
+}
