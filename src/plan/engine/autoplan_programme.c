@@ -378,8 +378,8 @@ static rp_status enumerate_shapes(search *S, int W, bool *too_big, rp_error *err
 }
 
 /* The shapes of one profile set: read, every shape's stages by the
-** programme (on W workers, as o lays them out), sorted by estimate; false
-** where none runs (*too_big: micro-batches past an int passed over). */
+** programme (on W workers, as o lays them out), sorted by estimate (none
+** where none runs; *too_big: micro-batches past an int passed over). */
 rp_status rpi_plan_programme(search *S, const rp_profile *const *ps, const double *bs, int n,
                              int W, bool *too_big, rp_error *err) {
     rp_status st = RP_OK;
@@ -389,7 +389,7 @@ rp_status rpi_plan_programme(search *S, const rp_profile *const *ps, const doubl
         st = rpi_plan_prepare(S, W, err);
     if (!st)
         st = enumerate_shapes(S, W, too_big, err);
-    if (!st)
+    if (!st && S->n) /* (S->c is NULL where nothing was pushed) */
         qsort(S->c, S->n, sizeof(cand), by_estimate);
     return st;
 }
