@@ -203,6 +203,11 @@ def tensor_profile_name(tag, mbs, tp):
     return "%s_mbs%d%s.txt" % (tag, mbs, "_tp%d" % tp if tp > 1 else "")
 
 
+def tensor_sizes(tprofiles):
+    """The tensor groups of tprofiles ((micro-batch, tp) -> path; None: none)."""
+    return sorted({t for _, t in tprofiles or ()})
+
+
 def shapes(micro, N, tensors=()):
     """The micro-batches, pipeline sizes and tensor groups of Aceso's form on N GPUs: a stage's
     micro-batch over its replicas (B R, R = N / (p t)) one Aceso profiled (of micro), as is each
@@ -234,7 +239,7 @@ def repipe_best(gbs, repipe, N, where, profiles, base, memory_bytes, tprofiles=N
     their ranks' profiles: the plan's engine entry, its micro-batch, pipeline size, tensor
     group and memory, and the time to plan them all (s)."""
     best, total = None, 0.0
-    tensors = sorted({t for _, t in tprofiles or ()})
+    tensors = tensor_sizes(tprofiles)
     for mbs, pp, tp in shapes(sorted(profiles), N, tensors):
         args = plan_args(gbs, profiles, where, base, memory_bytes, mbs, pp, tp, tprofiles)
         try:
@@ -487,7 +492,7 @@ def space_best(c, n, template, tmp):
 def fits_somewhere(gbs, repipe, N, where, profiles, base, memory, tprofiles=None):
     """Whether repipe finds a plan of Aceso's form on N GPUs with memory bytes a GPU (with
     tensor groups where tprofiles holds their ranks' profiles)."""
-    tensors = sorted({t for _, t in tprofiles or ()})
+    tensors = tensor_sizes(tprofiles)
     return any(subprocess.run([repipe] + plan_args(gbs, profiles, where, base, memory, mbs, pp,
                                                    tp, tprofiles),
                               capture_output=True).returncode == 0

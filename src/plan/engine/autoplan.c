@@ -259,11 +259,11 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
     if (n == 0)
         return rp_fail(err, RP_ERR_INVALID, "plan: a profile measured on one worker "
                        "(tensor_parallel 1) is needed beside those of tensor groups");
-    /* plain: the plans of one worker a device; with a t asked for, only
-    ** tensor_split's groups of it are made from the plain shapes */
+    /* plain: the plans of one worker a device; shapes: the programme over
+    ** them runs (with a t asked for, only for tensor_split's groups of it) */
     search S = {.base = base, .o = o, .fastest = &fastest};
-    bool too_big = false, plain = o->tensor_parallel <= 1, split = plain || o->tensor_split;
-    if (split)
+    bool too_big = false, plain = o->tensor_parallel <= 1, shapes = plain || o->tensor_split;
+    if (shapes)
         st = rpi_plan_programme(&S, ps, bs, n, W, &too_big, err);
     for (int t = 2; !st && o->profile_tensor && t <= 64; t++) {
         const rp_profile *pt[RP_AUTOPLAN_MAX_PROFILES];
@@ -274,11 +274,11 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
     }
     if (!st && plain)
         simulate_shapes(&S, W, out);
-    if (!st && split)
+    if (!st && shapes)
         tensor_shapes(&S, W, out);
     if (!st && plain)
         pipedream_shape(&S, ps[0], pipedream, out, err);
-    if (!st && !split && !out->best.found)
+    if (!st && !shapes && !out->best.found)
         st = rp_fail(err, RP_ERR_INFEASIBLE, "plan: no configuration of %d workers in tensor "
                      "groups of %d%s fits (profiles measured on their ranks: tensor_parallel=%d "
                      "in the Input's description)", W, o->tensor_parallel,
