@@ -226,6 +226,9 @@ static inline void row_to_col(float *restrict dst, const float *restrict src, in
         dst[ow] = 0.0f;
     if (S == 1)
         memcpy(dst + lo, src + lo, sizeof(float) * (hi - lo));
+    else if (S == 2) /* a constant stride: the loop vectorises (a stem's 7 x 7) */
+        for (int ow = lo; ow < hi; ow++)
+            dst[ow] = src[2 * ow];
     else
         for (int ow = lo; ow < hi; ow++)
             dst[ow] = src[ow * S];
@@ -239,6 +242,9 @@ static inline void col_to_row(float *restrict dst, const float *restrict src, in
     if (S == 1)
         for (int ow = lo; ow < hi; ow++)
             dst[ow] += src[ow];
+    else if (S == 2)
+        for (int ow = lo; ow < hi; ow++)
+            dst[2 * ow] += src[ow];
     else
         for (int ow = lo; ow < hi; ow++)
             dst[ow * S] += src[ow];
