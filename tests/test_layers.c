@@ -729,7 +729,8 @@ static void onednn_equals_im2col(const char *spec, int B, const char *kernel) {
 
 /* The kernel a net chooses by itself (RP_CONV_AUTO): oneDNN's for 8 or
 ** more input channels a group (or groups) and 256 or more output
-** positions but for planes of 4 positions or fewer without groups,
+** positions but for planes of 4 positions or fewer without groups and 1 x 1
+** kernels at a stride onto planes under 64 positions (groups aside),
 ** im2col's for the rest. */
 static void conv_kernel_choice(void) {
     static const struct { const char *spec; int B; const char *kernel; } cases[] = {
@@ -745,7 +746,11 @@ static void conv_kernel_choice(void) {
         /* 1 x 1 at stride 1: a product a sample from 64 positions a plane */
         {"input 16 8 8\nconv2d 16 kernel=1\n", 4, "im2col"},
         {"input 16 4 4\nconv2d 16 kernel=1\n", 16, "onednn"},
-        {"input 16 8 8\nconv2d 16 kernel=1 stride=2\n", 16, "onednn"},
+        /* 1 x 1 at a stride: im2col's onto planes under 64 positions */
+        {"input 16 8 8\nconv2d 16 kernel=1 stride=2\n", 16, "im2col"},
+        {"input 16 14 16\nconv2d 16 kernel=1 stride=2\n", 8, "im2col"}, /* 7 x 8 */
+        {"input 16 16 16\nconv2d 16 kernel=1 stride=2\n", 4, "onednn"},
+        {"input 16 8 8\nconv2d 16 kernel=1 stride=2 groups=2\n", 16, "onednn"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         rp_model *m;
