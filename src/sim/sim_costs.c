@@ -35,6 +35,8 @@ static void stage_acc_layer(rpi_stage_acc *a, int l, bool last) {
     bool part = T > 1 && opt && opt->tensor_split && !opt->tensor_measured &&
                 (opt->tensor_split[l] & RP_SIM_TP_SPLIT);
     a->par += part ? param_bytes[l] / T : param_bytes[l];
+    if (opt && opt->grad_bytes)
+        a->grads += opt->grad_bytes[l];
     if (opt && opt->scratch_bytes)
         a->scratch = opt->scratch_bytes[l] > a->scratch ? opt->scratch_bytes[l] : a->scratch;
     if (split && opt && opt->wstash_bytes)
@@ -99,10 +101,8 @@ void rpi_stage_acc_push(rpi_stage_acc *a) { stage_acc_layer(a, a->next++, false)
 static double stage_acc_finish(const rpi_stage_acc *s, int r, int slots, double per_mb) {
     const rp_config *cfg = s->cfg;
     const rp_sim_options *opt = s->opt;
-    double par = s->par, scratch = s->scratch;
     /* a graph's gradient buffers, one per tensor, shared by the sets */
-    for (int l = s->first; opt && opt->grad_bytes && l < s->next; l++)
-        scratch += opt->grad_bytes[l];
+    double par = s->par, scratch = s->scratch + s->grads;
     /* optimizer state: per parameter, sharded over the workers that share
     ** the stage's variables, streamed a chunk at a time when offchip */
     double state = par * rp_optimizer_state_per_param(&cfg->optimizer);

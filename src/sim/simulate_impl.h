@@ -86,7 +86,7 @@ typedef struct rpi_stage_acc {
     bool by_layer;           /* recompute_layers */
     int T;                   /* the tensor group */
     int first, next;
-    double acts, seg, most, par, scratch; /* the running sums of the layers pushed */
+    double acts, seg, most, par, scratch, grads; /* the running sums of the layers pushed */
 } rpi_stage_acc;
 void rpi_stage_acc_begin(rpi_stage_acc *a, const rp_config *cfg, const double *out_bytes,
                          const double *param_bytes, int first, const rp_sim_options *opt);

@@ -30,6 +30,7 @@ typedef struct cand {
     unsigned char rung[RP_MAX_STAGES]; /* each stage's recomputation by layer */
     int layers[RP_MAX_STAGES], reps[RP_MAX_STAGES];
     double estimate;
+    int ord, seq; /* its shape's place in the enumeration, its own among the pushed */
 } cand;
 
 /* Whether some stage of k recomputes by layer. */
@@ -74,8 +75,20 @@ typedef struct search {
     int *cut, *rep;
     unsigned char *rung;  /* the stage's rung of recomputation by layer */
     rp_config *rung_cfg;  /* a shape's configuration with each rung's layers */
+    /* the stage memory's running sums from one first layer, (L + 1) rows of
+    ** RPI_RUNGS + 1 (autoplan_programme.c) */
+    rpi_stage_acc *sums;
+    /* for the stages from one first layer on r replicas (0 .. workers): the
+    ** layer at which their weights no longer fit stop_cap[r] (-1: not yet) */
+    int *stop;
+    double *stop_cap;
+    /* each (stages, first layer) row's least and most workers with a plan */
+    int *kmin, *kmax;
     cand *c;
     int n, cap;
+    double *top; /* the least estimates pushed, `candidates` at most (autoplan_programme.c) */
+    int ntop;
+    int ord; /* the place of the shape being planned in the enumeration */
     double *fastest; /* the fastest simulation so far (the keys are tried near it) */
 } search;
 

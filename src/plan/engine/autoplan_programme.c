@@ -11,6 +11,8 @@
 
 #include "autoplan_impl.h"
 
+/* A candidate pushed; S->top keeps the least `candidates` estimates of all
+** (the most of them first once full), those simulated whatever else. */
 static bool push(search *S, const cand *k) {
     if (S->n == S->cap) {
         int cap = S->cap ? 2 * S->cap : 64;
@@ -20,8 +22,47 @@ static bool push(search *S, const cand *k) {
         S->c = c;
         S->cap = cap;
     }
-    S->c[S->n++] = *k;
+    S->c[S->n] = *k;
+    S->c[S->n].ord = S->ord;
+    S->c[S->n].seq = S->n;
+    S->n++;
+    int want = S->o->candidates;
+    if (S->ntop < want)
+        S->top[S->ntop++] = k->estimate;
+    else if (want > 0 && k->estimate < S->top[0])
+        S->top[0] = k->estimate;
+    else
+        return true;
+    for (int i = 1; i < S->ntop; i++) /* the most first again */
+        if (S->top[i] > S->top[0]) {
+            double t = S->top[0];
+            S->top[0] = S->top[i], S->top[i] = t;
+        }
     return true;
+}
+
+/* Whether a shape of R replicas of per workers at accumulation GA cannot
+** make a candidate that is simulated: every candidate's estimate is at
+** least its busiest stage, which is at least the shape's work shared
+** evenly over its workers at the fastest device's pace, and that is past
+** the `candidates` least estimates already pushed. Shapes simulated
+** whatever their estimates (one worker a replica) and those whose workers
+** tensor groups fill (tensor_shapes tries their best) are always planned,
+** so the plans chosen are the same as without this. */
+static bool cannot_place(const search *S, int R, int per, int GA, int W) {
+    const rp_autoplan_options *o = S->o;
+    if (per == 1 || o->candidates <= 0 || S->ntop < o->candidates)
+        return false;
+    for (int t = 2; t <= 8 && o->tensor_split && o->num_levels > 0; t *= 2)
+        if (R * per * t == W)
+            return false;
+    double B = (double)(o->global_batch / ((long long)R * GA));
+    const measured *M = &S->m[rpi_plan_nearest(S, B)];
+    double fastest = 1;
+    for (int w = 0; o->device_speed && w < W; w++)
+        fastest = w == 0 || o->device_speed[w] > fastest ? o->device_speed[w] : fastest;
+    double work = GA * (M->cf[S->L] + M->cb[S->L]) * (B / M->batch) / fastest;
+    return work / per > S->top[0];
 }
 
 /* The programme for one shape; pushes its best plan for every number of
@@ -159,54 +200,121 @@ static bool longer_loses(const search *S, const shape *h, int i, int j, int k, i
            best;
 }
 
+/* Row j of the stage memory's running sums for stages from layer i: each
+** rung's accumulator with layers i..j-2 pushed (row i + 1 begun), made
+** from row j - 1. They depend on the stages' first and last layers alone,
+** so one row serves every number of stages and workers. */
+static void stage_sums(search *S, const shape *h, int i, int j) {
+    rpi_stage_acc *a = S->sums + (size_t)j * (RPI_RUNGS + 1);
+    for (int q = 0; q < h->rungs; q++) {
+        if (j == i + 1) {
+            rpi_stage_acc_begin(&a[q], q ? &S->rung_cfg[q] : &h->cfg, h->M->out, h->M->par, i,
+                                &h->sim);
+            continue;
+        }
+        a[q] = a[q - (RPI_RUNGS + 1)];
+        rpi_stage_acc_push(&a[q]); /* layer j - 2 */
+    }
+}
+
+/* The first layer j past i at which a stage i..j-1 on r replicas cannot
+** hold its weights, their gradients and state in cap bytes (L + 1: none):
+** the floor grows with every layer, so each (i, r, cap) is found once, the
+** running sums made as far as it reads. */
+static int floor_stop(search *S, const shape *h, int i, int r, double cap, int *made) {
+    if (S->stop[r] >= 0 && S->stop_cap[r] == cap)
+        return S->stop[r];
+    int j = i + 1;
+    for (; j <= S->L; j++) {
+        for (; *made < j; (*made)++)
+            stage_sums(S, h, i, *made + 1);
+        if (rpi_stage_acc_floor(&S->sums[(size_t)j * (RPI_RUNGS + 1)], r) > cap)
+            break;
+    }
+    S->stop[r] = j, S->stop_cap[r] = cap;
+    return j;
+}
+
+/* Cell best[p][i][k]: stage i..j-1 on r workers before the best of the
+** rest, over every cut j and r. The cells of p - 1 stages read are those
+** of later layers, already made; made: rows i + 1 .. *made of the running
+** sums. One stage reads only the end (j = L): the longer stages it passes
+** lose as it would. */
+static void fill_cell(search *S, const shape *h, int p, int i, int k, int rmax, int *made) {
+    int L = S->L, per = h->per, W1 = per + 1;
+    double *b = &S->best[AT(p, i, k)];
+    int rtop = k - (p - 1) < rmax ? k - (p - 1) : rmax;
+    double cap1 = stage_memory(S, h->R, per, per - k, 1);
+    int stop = cap1 > 0 ? floor_stop(S, h, i, rtop, cap1, made) : L + 1;
+    for (int j = p == 1 ? L : i + 1; j <= L - (p - 1) && j < stop; j++) {
+        if (longer_loses(S, h, i, j, k, rtop, *b))
+            break; /* (nor can any longer stage) */
+        for (; *made < j; (*made)++)
+            stage_sums(S, h, i, *made + 1);
+        const rpi_stage_acc *acc = S->sums + (size_t)j * (RPI_RUNGS + 1);
+        if (j < L && S->o->cuts && !S->o->cuts[j])
+            continue; /* (a cut the trainer cannot make) */
+        size_t below = (size_t)(p - 1) * (L + 1) + j;
+        int r0 = k - S->kmax[below] > 1 ? k - S->kmax[below] : 1;
+        int r1 = k - S->kmin[below] < rtop ? k - S->kmin[below] : rtop;
+        for (int r = r0; r <= r1; r++) {
+            double rest = S->best[AT(p - 1, j, k - r)]; /* finite: stages fill k */
+            if (rest == DBL_MAX)
+                continue;
+            int rung = 0;
+            double loop = 0;
+            double m = stage_cost(S, h, i, j, k, r, rest, S->loop[AT(p - 1, j, k - r)], *b, acc,
+                                  &rung, &loop);
+            if (m == DBL_MAX)
+                continue;
+            *b = m;
+            S->loop[AT(p, i, k)] = loop;
+            S->cut[AT(p, i, k)] = j;
+            S->rep[AT(p, i, k)] = r;
+            S->rung[AT(p, i, k)] = (unsigned char)rung;
+        }
+    }
+}
+
 /* The programme's table: best[p][i][k], the busiest stage of layers
 ** i..L-1 in p stages on k workers, with the cut and the replicas that make
-** it. */
+** it. A cell reads the cells of one stage fewer from later layers, so the
+** layers are the outer loop: each first layer's running sums are made
+** once, as far as any cell reads them. kmin and kmax hold each row's
+** least and most workers with a plan (a cell reads only those of the row
+** below), rows[p] how many rows of p stages hold one: a row of p stages
+** holds none while no later row of p - 1 does. */
 static void fill_table(search *S, const shape *h) {
     int L = S->L, per = h->per, W1 = per + 1, GA = h->GA;
     for (size_t x = 0; x < AT(h->PM + 1, 0, 0); x++)
         S->best[x] = DBL_MAX;
     S->best[AT(0, L, 0)] = 0;
     S->loop[AT(0, L, 0)] = 0;
+    for (size_t x = 0; x < (size_t)(h->PM + 1) * (L + 1); x++)
+        S->kmin[x] = INT_MAX, S->kmax[x] = -1;
+    S->kmin[L] = S->kmax[L] = 0;
+    int rows[RP_AUTOPLAN_STAGES + 1] = {1};
     int rmax = S->o->one_worker_a_stage ? 1 : GA;
-    for (int p = 1; p <= h->PM; p++)
-        for (int i = L - 1; i >= 0; i--)
+    for (int i = L - 1; i >= 0; i--) {
+        int made = i;
+        for (int r = 0; r <= per; r++)
+            S->stop[r] = -1;
+        for (int p = 1; p <= h->PM; p++) {
+            if (!rows[p - 1])
+                continue;
+            size_t row = (size_t)p * (L + 1) + i;
             for (int k = p; k <= per; k++) {
                 if ((long long)p * rmax < k)
                     continue; /* (p stages of rmax workers at most cannot fill k) */
-                double *b = &S->best[AT(p, i, k)];
-                rpi_stage_acc acc[RPI_RUNGS + 1];
-                for (int q = 0; q < h->rungs; q++)
-                    rpi_stage_acc_begin(&acc[q], q ? &S->rung_cfg[q] : &h->cfg, h->M->out,
-                                        h->M->par, i, &h->sim);
-                int rtop = k - (p - 1) < rmax ? k - (p - 1) : rmax;
-                double cap1 = stage_memory(S, h->R, per, per - k, 1);
-                for (int j = i + 1; j <= L - (p - 1); j++) {
-                    for (int q = 0; q < h->rungs && j > i + 1; q++)
-                        rpi_stage_acc_push(&acc[q]); /* layers i..j-2 */
-                    if (longer_loses(S, h, i, j, k, rtop, *b) ||
-                        (cap1 > 0 && rpi_stage_acc_floor(&acc[0], rtop) > cap1))
-                        break; /* (nor can any longer stage: the same floors grow) */
-                    if (j < L && S->o->cuts && !S->o->cuts[j])
-                        continue; /* (a cut the trainer cannot make) */
-                    for (int r = 1; r <= k - (p - 1) && r <= rmax; r++) {
-                        double rest = S->best[AT(p - 1, j, k - r)]; /* finite: stages fill k */
-                        if (rest == DBL_MAX)
-                            continue;
-                        int rung = 0;
-                        double loop = 0;
-                        double m = stage_cost(S, h, i, j, k, r, rest, S->loop[AT(p - 1, j, k - r)],
-                                              *b, acc, &rung, &loop);
-                        if (m == DBL_MAX)
-                            continue;
-                        *b = m;
-                        S->loop[AT(p, i, k)] = loop;
-                        S->cut[AT(p, i, k)] = j;
-                        S->rep[AT(p, i, k)] = r;
-                        S->rung[AT(p, i, k)] = (unsigned char)rung;
-                    }
+                fill_cell(S, h, p, i, k, rmax, &made);
+                if (S->best[AT(p, i, k)] < DBL_MAX) {
+                    S->kmin[row] = k < S->kmin[row] ? k : S->kmin[row];
+                    S->kmax[row] = k > S->kmax[row] ? k : S->kmax[row];
                 }
             }
+            rows[p] += S->kmax[row] >= 0;
+        }
+    }
 }
 
 /* The table's plan of P stages as a candidate, with its estimate: the
@@ -281,9 +389,15 @@ static bool programme(search *S, int R, int per, int GA, bool recompute, bool sh
     return true;
 }
 
+/* By estimate; equal ones in the order the shapes were enumerated and
+** pushed (a stable sort of that order, whatever qsort's own). */
 static int by_estimate(const void *a, const void *b) {
-    double x = ((const cand *)a)->estimate, y = ((const cand *)b)->estimate;
-    return x < y ? -1 : x > y;
+    const cand *p = a, *q = b;
+    if (p->estimate != q->estimate)
+        return p->estimate < q->estimate ? -1 : 1;
+    if (p->ord != q->ord)
+        return p->ord < q->ord ? -1 : 1;
+    return (p->seq > q->seq) - (p->seq < q->seq);
 }
 
 /* Whether a candidate of the shape's, from the first'th on, recomputes no
@@ -351,29 +465,39 @@ static rp_status enumerate_shapes(search *S, int W, bool *too_big, rp_error *err
                        base->reduction_bucket_mb <= 0; /* (buckets refuse sharding) */
     *too_big = false;
     rp_status st = RP_OK;
-    for (int per = 1; per <= W && per <= S->L; per++)
-        for (int R = 1; !st && R * per <= W; R++) {
-            if (per < o->pipeline_stages || N % R)
-                continue; /* (fewer workers than the stages asked for) */
-            if (o->one_worker_a_stage && o->pipeline_stages && per != o->pipeline_stages)
-                continue; /* (a worker a stage: as many workers as stages) */
-            if (o->micro_batch > 0) {
-                int GA = rpi_exact_accumulation(o, N, R);
-                if (GA)
-                    st = shape_ladder(S, R, per, GA, saves_shard, err);
-                continue;
-            }
-            for (int GA = 1; !st && GA <= o->max_accumulation && GA <= N / R; GA++) {
-                if ((N / R) % GA)
-                    continue;
-                if (N / R / GA > INT_MAX) { /* a micro-batch is an int of samples */
-                    *too_big = true;
+    /* the shapes of every worker first, then the others, which the first
+    ** mostly outrun (cannot_place); each keeps its place in the one order
+    ** (ord), which sorts the candidates of equal estimates */
+    for (int pass = 0; pass < 2; pass++) {
+        int ord = 0;
+        for (int per = 1; per <= W && per <= S->L; per++)
+            for (int R = 1; !st && R * per <= W; R++) {
+                if (per < o->pipeline_stages || N % R)
+                    continue; /* (fewer workers than the stages asked for) */
+                if (o->one_worker_a_stage && o->pipeline_stages && per != o->pipeline_stages)
+                    continue; /* (a worker a stage: as many workers as stages) */
+                bool now = (R * per == W) == (pass == 0);
+                if (o->micro_batch > 0) {
+                    int GA = rpi_exact_accumulation(o, N, R);
+                    S->ord = ord++;
+                    if (GA && now && !cannot_place(S, R, per, GA, W))
+                        st = shape_ladder(S, R, per, GA, saves_shard, err);
                     continue;
                 }
-                if (N / R / GA >= o->min_micro_batch)
-                    st = shape_ladder(S, R, per, GA, saves_shard, err);
+                for (int GA = 1; !st && GA <= o->max_accumulation && GA <= N / R; GA++) {
+                    if ((N / R) % GA)
+                        continue;
+                    if (N / R / GA > INT_MAX) { /* a micro-batch is an int of samples */
+                        *too_big = true;
+                        continue;
+                    }
+                    S->ord = ord++;
+                    if (now && N / R / GA >= o->min_micro_batch &&
+                        !cannot_place(S, R, per, GA, W))
+                        st = shape_ladder(S, R, per, GA, saves_shard, err);
+                }
             }
-        }
+    }
     return st;
 }
 
