@@ -167,17 +167,27 @@ static void no_parameters(void) {
 
 /* Numbers that wrapped or looped: a global batch past 2^31 (micro-batch 1
 ** for 2^32 + 1, 0 for 2^40; 2^31 never ended), a NaN memory size and no
-** accumulation; each refused, naming what is wrong, or planned right. */
+** accumulation; each refused, naming what is wrong, or planned right. The
+** profile's micro-batches of 16 let an update take up to 65536 of them:
+** 2^32 + 1 = 641 x 6700417 splits into 641, 2^40 into 65536; a prime past
+** 2^31 splits into none. */
 static void bad_numbers(void) {
     double fw[] = {1, 1}, bw[] = {2, 2}, act[] = {1000, 1000}, par[] = {1e6, 1e6};
     rp_profile *p = chain(2, fw, bw, act, par);
     rp_autoplan r;
     rp_error err;
     rp_autoplan_options o = machines(2, 1e10, (1LL << 32) + 1);
-    CHECK(plan(p, &o, &r, &err) == RP_ERR_INFEASIBLE);
-    CHECK_STR_HAS(err.msg, "4294967297 samples per update split over at most 2 replicas");
+    CHECK(plan(p, &o, &r, &err) == RP_OK);
+    CHECK_INT(r.best.cfg.gradient_accumulation_steps, 641);
+    CHECK_INT(r.best.cfg.micro_batch_size, 6700417);
     o.global_batch = 1LL << 40;
+    CHECK(plan(p, &o, &r, &err) == RP_OK);
+    CHECK((long long)r.best.cfg.micro_batch_size * r.best.cfg.gradient_accumulation_steps *
+              r.best.cfg.replication_factor == 1LL << 40);
+    o.global_batch = 1099511627689LL; /* a prime */
     CHECK(plan(p, &o, &r, &err) == RP_ERR_INFEASIBLE);
+    CHECK_STR_HAS(err.msg, "1099511627689 samples per update split over at most 2 replicas and "
+                           "65536 micro-batches");
     CHECK_STR_HAS(err.msg, "micro-batches of more than 2147483647 samples");
     o.global_batch = (1LL << 40) + 1;
     CHECK(plan(p, &o, &r, &err) == RP_ERR_INVALID);
@@ -709,7 +719,36 @@ static void measured_tensor_groups(void) {
     rp_profile_free(two);
 }
 
+/* A profile of one sample a micro-batch, 1024 an update on a pipeline of
+** two workers (a large model on a slow link: replicas would exchange 8 GB of
+** gradients): the bubble shrinks with the micro-batch, so the best plan
+** runs 1024 micro-batches of one, past the 64 the option holds by default,
+** as the profile was measured that small. */
+static void many_micro_batches(void) {
+    double fw[] = {1, 1}, bw[] = {2, 2}, act[] = {1e3, 1e3}, par[] = {4e9, 4e9};
+    rp_profile *p = chain(2, fw, bw, act, par);
+    rp_autoplan_options o = machines(2, 1e8, 1024);
+    rp_autoplan r;
+    rp_error err;
+    double batch = 1;
+    rp_config base;
+    rp_config_default(&base);
+    CHECK(rp_autoplan_compute((const rp_profile *const *)&p, &batch, 1, &base, NULL, &o, &r,
+                              &err) == RP_OK);
+    CHECK_INT(r.best.cfg.layers_per_stage.count, 2);
+    CHECK_INT(r.best.cfg.micro_batch_size, 1);
+    CHECK_INT(r.best.cfg.gradient_accumulation_steps, 1024);
+    /* measured on 16 samples, the profile says nothing below them: 64 at most */
+    batch = 16;
+    CHECK(rp_autoplan_compute((const rp_profile *const *)&p, &batch, 1, &base, NULL, &o, &r,
+                              &err) == RP_OK);
+    CHECK_INT(r.best.cfg.micro_batch_size, 16);
+    CHECK_INT(r.best.cfg.gradient_accumulation_steps, 64);
+    rp_profile_free(p);
+}
+
 int main(void) {
+    many_micro_batches();
     measured_tensor_groups();
     one_micro_batch_trip();
     kept_not_outputs();

@@ -349,7 +349,8 @@ static void print_rows(const rp_autoplan *r, const rp_autoplan_options *ao,
     if (ao->micro_batch > 0) /* (the accumulation is what the micro-batch makes) */
         printf("micro-batches of %d samples exactly", ao->micro_batch);
     else
-        printf("1 to %d micro-batches a replica, of %d samples or more", ao->max_accumulation,
+        printf("1 to %d micro-batches a replica, or as many as leave micro-batches as small as "
+               "the smallest profiled, of %d samples or more", ao->max_accumulation,
                ao->min_micro_batch);
     printf(")");
     if (ao->one_worker_a_stage)

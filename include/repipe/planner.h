@@ -136,7 +136,8 @@ typedef struct rp_autoplan_options {
     double bandwidth[RP_PLAN_MAX_LEVELS]; /* bytes/s per level */
     long long global_batch; /* samples per update (required) */
     double memory_size;     /* bytes a worker may hold; 0: no limit */
-    int max_accumulation;   /* largest GA tried [64] */
+    int max_accumulation;   /* largest GA tried [64]; more, up to 65536, where that leaves
+                            ** micro-batches as small as the smallest profiled */
     int min_micro_batch;    /* smallest micro-batch tried [1]: batchnorm normalises by a
                             ** micro-batch's statistics, which a few samples make poor */
     int candidates;         /* the programme's best shapes simulated exactly [24] */

@@ -132,7 +132,7 @@ static void pipedream_shape(const search *S, const rp_profile *profile, const rp
     int R = pd.replication_factor, most = 1;
     for (int s = 0; s < pd.layers_per_stage.count; s++)
         most = rp_config_stage_replicas(&pd, s) > most ? rp_config_stage_replicas(&pd, s) : most;
-    int lo = most, hi = o->max_accumulation;
+    int lo = most, hi = rpi_accumulation_cap(S, N, R);
     if (o->micro_batch > 0) { /* that micro-batch exactly: the accumulation it makes */
         int GA = rpi_exact_accumulation(o, N, R);
         lo = hi = GA >= most ? GA : 0;
@@ -286,9 +286,10 @@ rp_status rp_autoplan_compute(const rp_profile *const *profiles, const double *b
     if (!st && !out->best.found && S.n == 0 && too_big)
         st = rp_fail(err, RP_ERR_INFEASIBLE,
                      "plan: %lld samples per update split over at most %d replicas and %d "
-                     "micro-batches an update (max_accumulation) leave micro-batches of more "
+                     "micro-batches an update leave micro-batches of more "
                      "than %d samples: give a smaller global batch, or one with more divisors",
-                     o->global_batch, W, o->max_accumulation, INT_MAX);
+                     o->global_batch, W, rpi_accumulation_cap(&S, o->global_batch, 1),
+                     INT_MAX);
     if (!st && !out->best.found)
         st = rpi_plan_none_found(&S, W, o, err);
     if (!st && (o->device_speed || o->device_memory))

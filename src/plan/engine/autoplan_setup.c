@@ -30,7 +30,8 @@ rp_status rpi_plan_none_found(const search *S, int W, const rp_autoplan_options 
              o->micro_batch > 0 ? o->micro_batch : o->min_micro_batch);
     char acc[64] = "any accumulation"; /* (an exact micro-batch makes its own: no cap) */
     if (o->micro_batch <= 0)
-        snprintf(acc, sizeof acc, "every accumulation up to %d", o->max_accumulation);
+        snprintf(acc, sizeof acc, "every accumulation up to %d",
+                 rpi_accumulation_cap(S, o->global_batch, 1));
     if (!(o->memory_size > 0) && !o->device_memory)
         return rp_fail(err, RP_ERR_INFEASIBLE, "plan: no configuration of %d workers%s splits "
                        "the update's samples evenly (%s, %s)", W,
