@@ -105,12 +105,12 @@ static double stage_acc_finish(const rpi_stage_acc *s, int r, int slots, double 
     double par = s->par, scratch = s->scratch + s->grads;
     /* optimizer state: per parameter, sharded over the workers that share
     ** the stage's variables, streamed a chunk at a time when offchip */
-    double state = par * rp_optimizer_state_per_param(&cfg->optimizer);
+    int per_param = rp_optimizer_state_per_param(&cfg->optimizer);
+    double state = par * per_param;
     int sharers = cfg->replica_grouping.group_size * r;
-    if (rpi_sharded(cfg, sharers, (size_t)rp_optimizer_state_per_param(&cfg->optimizer)))
+    if (rpi_sharded(cfg, sharers, (size_t)per_param))
         state /= sharers;
-    double chunk = sizeof(float) * (double)RP_OFFCHIP_CHUNK *
-                   rp_optimizer_state_per_param(&cfg->optimizer);
+    double chunk = sizeof(float) * (double)RP_OFFCHIP_CHUNK * per_param;
     if (cfg->optimizer_state_offchip && state > chunk)
         state = chunk;
     bool mpi = opt && opt->polling;
@@ -125,10 +125,17 @@ double rpi_stage_acc_bytes(const rpi_stage_acc *a, int r, int slots, double per_
     return stage_acc_finish(&s, r, slots, per_mb);
 }
 
-double rpi_stage_acc_floor(const rpi_stage_acc *a, int r) {
-    rpi_stage_acc s = *a; /* the weights, their gradients and state: no activations */
-    s.acts = s.most = 0;
-    return stage_acc_finish(&s, r, 0, 0);
+double rpi_stage_acc_least(const rpi_stage_acc *a, int r, int slots, double per_mb) {
+    rpi_stage_acc s = *a; /* as rpi_stage_acc_bytes, without a run made again */
+    stage_acc_layer(&s, s.next++, true);
+    s.most = 0;
+    return stage_acc_finish(&s, r, slots, per_mb);
+}
+
+double rpi_stage_acc_held(const rpi_stage_acc *a, int r, int slots, double per_mb) {
+    rpi_stage_acc s = *a; /* the layers pushed, no run of them made again */
+    s.most = 0;
+    return stage_acc_finish(&s, r, slots, per_mb);
 }
 
 /* activations a micro-batch keeps: every output, or with recomputation the

@@ -92,10 +92,17 @@ void rpi_stage_acc_begin(rpi_stage_acc *a, const rp_config *cfg, const double *o
                          const double *param_bytes, int first, const rp_sim_options *opt);
 void rpi_stage_acc_push(rpi_stage_acc *a);
 double rpi_stage_acc_bytes(const rpi_stage_acc *a, int r, int slots, double per_mb);
-/* What the layers pushed hold whatever else the stage holds (their
-** weights, gradients and optimizer state over r replicas): a floor under
-** the bytes of the stage and of every longer one. */
-double rpi_stage_acc_floor(const rpi_stage_acc *a, int r);
+/* The same without the run of layers made again that it holds at once: a
+** floor under the bytes of the stage recomputing by layer any of the layers
+** a recomputes (what every layer kept is summed in the same order, with
+** fewer terms), so none fits where this does not. */
+double rpi_stage_acc_least(const rpi_stage_acc *a, int r, int slots, double per_mb);
+/* What the layers pushed hold without a run made again, their weights,
+** gradients and state on r replicas and slots micro-batches of what they
+** keep: a floor under every longer stage that recomputes by layer what a
+** recomputes or less (with no slots and per_mb 0, its weights alone: a
+** floor under every longer stage). */
+double rpi_stage_acc_held(const rpi_stage_acc *a, int r, int slots, double per_mb);
 
 /* reduction_bucket_mb: each stage's buckets, from its last layer down, as
 ** the engine starts them: the bytes of each and the fraction of the

@@ -59,6 +59,15 @@ typedef struct measured {
     double *crf[RPI_RUNGS + 1];
 } measured;
 
+/* A stage's first layer's stop: the layer from which it no longer fits cap
+** bytes on r replicas with slots micro-batches in flight. */
+#define RPI_FIT_STOPS 64
+typedef struct rpi_fit_stop {
+    long long gen;
+    int r, slots, stop;
+    double cap;
+} rpi_fit_stop;
+
 typedef struct search {
     const rp_config *base;
     const rp_autoplan_options *o;
@@ -78,10 +87,10 @@ typedef struct search {
     /* the stage memory's running sums from one first layer, (L + 1) rows of
     ** RPI_RUNGS + 1 (autoplan_programme.c) */
     rpi_stage_acc *sums;
-    /* for the stages from one first layer on r replicas (0 .. workers): the
-    ** layer at which their weights no longer fit stop_cap[r] (-1: not yet) */
-    int *stop;
-    double *stop_cap;
+    /* for the stages from one first layer (generation stop_gen): the layer
+    ** at which they no longer fit (autoplan_programme.c) */
+    rpi_fit_stop stops[RPI_FIT_STOPS];
+    long long stop_gen;
     /* each (stages, first layer) row's least and most workers with a plan */
     int *kmin, *kmax;
     cand *c;

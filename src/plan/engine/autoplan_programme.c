@@ -176,6 +176,12 @@ static double stage_cost(const search *S, const shape *h, int i, int j, int k, i
         m = round > m ? round : m;
         if (m >= best)
             return DBL_MAX;
+        /* the last rung names every layer the others do (rung 0 none, where
+        ** the base names none): where what it keeps outside its runs is too
+        ** much, no rung fits */
+        if (q == 0 && cap > 0 && h->rungs > 1 && h->cfg.recompute_layers_count == 0 &&
+            rpi_stage_acc_least(&acc[h->rungs - 1], r, slots, h->scale) > cap)
+            return DBL_MAX;
         if (cap > 0 && rpi_stage_acc_bytes(&acc[q], r, slots, h->scale) > cap)
             continue;
         *rung = q;
@@ -217,21 +223,28 @@ static void stage_sums(search *S, const shape *h, int i, int j) {
     }
 }
 
-/* The first layer j past i at which a stage i..j-1 on r replicas cannot
-** hold its weights, their gradients and state in cap bytes (L + 1: none):
-** the floor grows with every layer, so each (i, r, cap) is found once, the
-** running sums made as far as it reads. */
-static int floor_stop(search *S, const shape *h, int i, int r, double cap, int *made) {
-    if (S->stop[r] >= 0 && S->stop_cap[r] == cap)
-        return S->stop[r];
+/* The first layer j past i at which a stage i..j-1 on r replicas, slots
+** micro-batches in flight, cannot fit cap bytes (L + 1: none) by what every
+** rung holds: the weights, their gradients and state, and what the layers
+** kept outside the last rung's runs (rung 0 names none, where the base
+** names none; else the weights alone). That grows with every layer, so
+** each (i, r, slots, cap) is found once, kept in a small cache, the running
+** sums made as far as it reads. */
+static int fit_stop(search *S, const shape *h, int i, int r, int slots, double cap, int *made) {
+    bool acts = h->rungs == 1 || h->cfg.recompute_layers_count == 0;
+    rpi_fit_stop *e = &S->stops[((unsigned)r * 31u + (unsigned)slots) % RPI_FIT_STOPS];
+    if (e->gen == S->stop_gen && e->r == r && e->slots == slots && e->cap == cap)
+        return e->stop;
     int j = i + 1;
     for (; j <= S->L; j++) {
         for (; *made < j; (*made)++)
             stage_sums(S, h, i, *made + 1);
-        if (rpi_stage_acc_floor(&S->sums[(size_t)j * (RPI_RUNGS + 1)], r) > cap)
+        const rpi_stage_acc *row = &S->sums[(size_t)j * (RPI_RUNGS + 1)];
+        if (acts ? rpi_stage_acc_held(&row[h->rungs - 1], r, slots, h->scale) > cap
+                 : rpi_stage_acc_held(&row[0], r, 0, 0) > cap)
             break;
     }
-    S->stop[r] = j, S->stop_cap[r] = cap;
+    *e = (rpi_fit_stop){.gen = S->stop_gen, .r = r, .slots = slots, .stop = j, .cap = cap};
     return j;
 }
 
@@ -245,7 +258,8 @@ static void fill_cell(search *S, const shape *h, int p, int i, int k, int rmax, 
     double *b = &S->best[AT(p, i, k)];
     int rtop = k - (p - 1) < rmax ? k - (p - 1) : rmax;
     double cap1 = stage_memory(S, h->R, per, per - k, 1);
-    int stop = cap1 > 0 ? floor_stop(S, h, i, rtop, cap1, made) : L + 1;
+    int inflight = k < h->GA ? k : h->GA, least = (inflight + rtop - 1) / rtop;
+    int stop = cap1 > 0 ? fit_stop(S, h, i, rtop, least, cap1, made) : L + 1;
     for (int j = p == 1 ? L : i + 1; j <= L - (p - 1) && j < stop; j++) {
         if (longer_loses(S, h, i, j, k, rtop, *b))
             break; /* (nor can any longer stage) */
@@ -259,8 +273,8 @@ static void fill_cell(search *S, const shape *h, int p, int i, int k, int rmax, 
         int r1 = k - S->kmin[below] < rtop ? k - S->kmin[below] : rtop;
         for (int r = r0; r <= r1; r++) {
             double rest = S->best[AT(p - 1, j, k - r)]; /* finite: stages fill k */
-            if (rest == DBL_MAX)
-                continue;
+            if (rest >= *b)
+                continue; /* (none, or the rest alone loses) */
             int rung = 0;
             double loop = 0;
             double m = stage_cost(S, h, i, j, k, r, rest, S->loop[AT(p - 1, j, k - r)], *b, acc,
@@ -297,8 +311,7 @@ static void fill_table(search *S, const shape *h) {
     int rmax = S->o->one_worker_a_stage ? 1 : GA;
     for (int i = L - 1; i >= 0; i--) {
         int made = i;
-        for (int r = 0; r <= per; r++)
-            S->stop[r] = -1;
+        S->stop_gen++; /* (the cache's stops are this first layer's) */
         for (int p = 1; p <= h->PM; p++) {
             if (!rows[p - 1])
                 continue;

@@ -163,15 +163,12 @@ rp_status rpi_plan_prepare(search *S, int W, rp_error *err) {
     S->rep = malloc(sizeof(int) * cells);
     S->rung = calloc(cells, 1);
     S->sums = malloc(sizeof(rpi_stage_acc) * (S->L + 1) * (RPI_RUNGS + 1));
-    S->stop = malloc(sizeof(int) * (W + 1));
-    S->stop_cap = malloc(sizeof(double) * (W + 1));
     S->kmin = malloc(sizeof(int) * (RP_AUTOPLAN_STAGES + 1) * (S->L + 1));
     S->kmax = malloc(sizeof(int) * (RP_AUTOPLAN_STAGES + 1) * (S->L + 1));
     S->top = malloc(sizeof(double) * (o->candidates > 0 ? o->candidates : 1));
     if (S->m[0].crf[1]) /* recomputation by layer asked, and the profile's layers nameable */
         S->rung_cfg = malloc(sizeof(rp_config) * (RPI_RUNGS + 1));
-    if (!S->best || !S->loop || !S->cut || !S->rep || !S->rung || !S->sums || !S->stop ||
-        !S->stop_cap || !S->kmin || !S->kmax || !S->top ||
+    if (!S->best || !S->loop || !S->cut || !S->rep || !S->rung || !S->sums || !S->kmin || !S->kmax || !S->top ||
         (S->m[0].crf[1] && !S->rung_cfg))
         return rp_fail(err, RP_ERR_NOMEM, "out of memory for the engine's planner (%d layers, "
                                           "%d workers)", S->L, W);
@@ -190,6 +187,6 @@ void rpi_plan_free(search *S) {
         free(m->rank);
     }
     free(S->best), free(S->loop), free(S->cut), free(S->rep), free(S->rung), free(S->rung_cfg);
-    free(S->sums), free(S->stop), free(S->stop_cap);
+    free(S->sums);
     free(S->kmin), free(S->kmax), free(S->top), free(S->c);
 }
