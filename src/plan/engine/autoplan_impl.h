@@ -64,7 +64,7 @@ typedef struct measured {
 #define RPI_FIT_STOPS 64
 typedef struct rpi_fit_stop {
     long long gen;
-    int r, slots, stop;
+    int r, slots, fits, stop; /* stages to layer `fits` fit; from `stop` none */
     double cap;
 } rpi_fit_stop;
 

@@ -223,29 +223,31 @@ static void stage_sums(search *S, const shape *h, int i, int j) {
     }
 }
 
-/* The first layer j past i at which a stage i..j-1 on r replicas, slots
-** micro-batches in flight, cannot fit cap bytes (L + 1: none) by what every
-** rung holds: the weights, their gradients and state, and what the layers
-** kept outside the last rung's runs (rung 0 names none, where the base
-** names none; else the weights alone). That grows with every layer, so
-** each (i, r, slots, cap) is found once, kept in a small cache, the running
-** sums made as far as it reads. */
-static int fit_stop(search *S, const shape *h, int i, int r, int slots, double cap, int *made) {
+/* Whether stage i..j-1 on r replicas, slots micro-batches in flight, may
+** fit cap bytes by what every rung holds: the weights, their gradients and
+** state, and what the layers kept outside the last rung's runs (rung 0
+** names none, where the base names none; else the weights alone). That
+** grows with every layer, so where it fails no longer stage fits: each
+** (i, r, slots, cap) keeps in a small cache how far it fits and where it
+** stops, the layers read once; made: rows i + 1 .. *made of the running
+** sums, made as far as j. */
+static bool may_fit(search *S, const shape *h, int i, int j, int r, int slots, double cap,
+                    int *made) {
     bool acts = h->rungs == 1 || h->cfg.recompute_layers_count == 0;
     rpi_fit_stop *e = &S->stops[((unsigned)r * 31u + (unsigned)slots) % RPI_FIT_STOPS];
-    if (e->gen == S->stop_gen && e->r == r && e->slots == slots && e->cap == cap)
-        return e->stop;
-    int j = i + 1;
-    for (; j <= S->L; j++) {
-        for (; *made < j; (*made)++)
+    if (e->gen != S->stop_gen || e->r != r || e->slots != slots || e->cap != cap)
+        *e = (rpi_fit_stop){.gen = S->stop_gen, .r = r, .slots = slots, .fits = i,
+                            .stop = S->L + 1, .cap = cap};
+    for (; e->fits < j && e->stop > S->L; e->fits++) {
+        int at = e->fits + 1;
+        for (; *made < at; (*made)++)
             stage_sums(S, h, i, *made + 1);
-        const rpi_stage_acc *row = &S->sums[(size_t)j * (RPI_RUNGS + 1)];
+        const rpi_stage_acc *row = &S->sums[(size_t)at * (RPI_RUNGS + 1)];
         if (acts ? rpi_stage_acc_held(&row[h->rungs - 1], r, slots, h->scale) > cap
                  : rpi_stage_acc_held(&row[0], r, 0, 0) > cap)
-            break;
+            e->stop = at;
     }
-    *e = (rpi_fit_stop){.gen = S->stop_gen, .r = r, .slots = slots, .stop = j, .cap = cap};
-    return j;
+    return j < e->stop;
 }
 
 /* Cell best[p][i][k]: stage i..j-1 on r workers before the best of the
@@ -259,9 +261,9 @@ static void fill_cell(search *S, const shape *h, int p, int i, int k, int rmax, 
     int rtop = k - (p - 1) < rmax ? k - (p - 1) : rmax;
     double cap1 = stage_memory(S, h->R, per, per - k, 1);
     int inflight = k < h->GA ? k : h->GA, least = (inflight + rtop - 1) / rtop;
-    int stop = cap1 > 0 ? fit_stop(S, h, i, rtop, least, cap1, made) : L + 1;
-    for (int j = p == 1 ? L : i + 1; j <= L - (p - 1) && j < stop; j++) {
-        if (longer_loses(S, h, i, j, k, rtop, *b))
+    for (int j = p == 1 ? L : i + 1; j <= L - (p - 1); j++) {
+        if (longer_loses(S, h, i, j, k, rtop, *b) ||
+            (cap1 > 0 && !may_fit(S, h, i, j, rtop, least, cap1, made)))
             break; /* (nor can any longer stage) */
         for (; *made < j; (*made)++)
             stage_sums(S, h, i, *made + 1);
