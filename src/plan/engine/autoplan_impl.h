@@ -112,6 +112,10 @@ rp_status rpi_plan_prepare(search *S, int W, rp_error *err);
 void rpi_plan_free(search *S);
 rp_status rpi_plan_none_found(const search *S, int W, const rp_autoplan_options *o,
                               rp_error *err);
+/* The most micro-batches an update the shapes on R replicas take (N
+** samples): at most max_accumulation, or as many as leave micro-batches no
+** smaller than the smallest profiled. */
+int rpi_accumulation_cap(const search *S, long long N, int R);
 
 /* The programme (autoplan_programme.c): profiles ps (n, measured on bs
 ** rows) read into S, and every shape's stages on W workers as o lays them
@@ -121,10 +125,6 @@ rp_status rpi_plan_none_found(const search *S, int W, const rp_autoplan_options 
 rp_status rpi_plan_programme(search *S, const rp_profile *const *ps, const double *bs, int n,
                              int W, bool *too_big, rp_error *err);
 int rpi_exact_accumulation(const rp_autoplan_options *o, long long N, int R);
-/* The most micro-batches an update the shapes on R replicas take: at most
-** max_accumulation, or as many as leave micro-batches no smaller than the
-** smallest profiled. */
-int rpi_accumulation_cap(const search *S, long long N, int R);
 
 /* Recomputation by layer (autoplan_rungs.c): each rung's layers of
 ** profile m and their running sums; whether rung q names layer l; cfg's

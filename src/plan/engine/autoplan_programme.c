@@ -457,23 +457,6 @@ static rp_status shape_ladder(search *S, int R, int per, int GA, bool saves_shar
     return RP_OK;
 }
 
-/* The most micro-batches an update on R replicas of N samples: the
-** option's, or more where the profiles were measured on micro-batches that
-** small (a run of a large batch on a few workers, Megatron-LM's hundreds of
-** micro-batches of one sequence): the planner's times come from the nearest
-** profile, scaled, so a micro-batch no smaller than the smallest profiled
-** is priced from a measurement, not extrapolated below it. RPI_MOST_MICRO
-** bounds it (a shape's accumulations are tried one by one). */
-#define RPI_MOST_MICRO 65536
-int rpi_accumulation_cap(const search *S, long long N, int R) {
-    double least = S->m[0].batch;
-    for (int i = 1; i < S->nm; i++)
-        least = S->m[i].batch < least ? S->m[i].batch : least;
-    double measured = least >= 1 ? (double)(N / R) / least : 0;
-    int most = measured < RPI_MOST_MICRO ? (int)measured : RPI_MOST_MICRO;
-    return most > S->o->max_accumulation ? most : S->o->max_accumulation;
-}
-
 /* The accumulation an exact micro-batch makes on R replicas (N samples an
 ** update), or 0 where it does not split them evenly or is past an int. */
 int rpi_exact_accumulation(const rp_autoplan_options *o, long long N, int R) {

@@ -1,7 +1,8 @@
 /*
 ** The engine's planner's search state: its options checked, its profiles
-** read (with their running sums), the simulator's options and the
-** programme's tables made, and all of it freed; and why nothing was found.
+** read (with their running sums) and the accumulations they let a shape
+** take, the simulator's options and the programme's tables made, and all of
+** it freed; and why nothing was found.
 */
 #include <float.h>
 #include <math.h>
@@ -142,6 +143,23 @@ rp_status rpi_plan_read_profile(search *S, const rp_profile *p, double batch, rp
                        "and %.0f: profiles of one model are needed",
                        i + 1, L, m->cp[L], S->L, S->m[0].cp[S->L]);
     return RP_OK;
+}
+
+/* The most micro-batches an update on R replicas of N samples: the
+** option's, or more where the profiles were measured on micro-batches that
+** small (a run of a large batch on a few workers, Megatron-LM's hundreds of
+** micro-batches of one sequence): the planner's times come from the nearest
+** profile, scaled, so a micro-batch no smaller than the smallest profiled
+** is priced from a measurement, not extrapolated below it. RPI_MOST_MICRO
+** bounds it (a shape's accumulations are tried one by one). */
+#define RPI_MOST_MICRO 65536
+int rpi_accumulation_cap(const search *S, long long N, int R) {
+    double least = S->m[0].batch;
+    for (int i = 1; i < S->nm; i++)
+        least = S->m[i].batch < least ? S->m[i].batch : least;
+    double measured = least >= 1 ? (double)(N / R) / least : 0;
+    int most = measured < RPI_MOST_MICRO ? (int)measured : RPI_MOST_MICRO;
+    return most > S->o->max_accumulation ? most : S->o->max_accumulation;
 }
 
 /* The simulator's options and cluster, and the programme's tables. */
