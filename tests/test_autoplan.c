@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "plan/engine/autoplan_impl.h"
 #include "repipe/planner.h"
 #include "repipe/schedule.h"
 #include "repipe/simulate.h"
@@ -747,7 +748,64 @@ static void many_micro_batches(void) {
     rp_profile_free(p);
 }
 
+/* The bounds that pass shapes and stages over leave the plans as they are:
+** random chains (some layers heavy in memory, a memory limit near what the
+** model holds, so that some shapes and stages fit and others not, profiles
+** of 1 or 16 samples, one level or two, few candidates simulated so that
+** the shapes' bound bites, with recomputation by layer and without), each
+** planned with them and in full
+** (rpi_plan_exhaustive), give the same best plan, the same seconds and as
+** many simulations. */
+static void bounds_keep_plans(void) {
+    srand(11);
+    int differ = 0;
+    for (int c = 0; c < 60; c++) {
+        int n = 4 + rand() % 21;
+        double fw[24], bw[24], act[24], par[24], saved[24], held = 0;
+        for (int l = 0; l < n; l++) {
+            fw[l] = 1 + rand() % 9, bw[l] = fw[l] * (1 + rand() % 3);
+            act[l] = 1e5 * (1 + rand() % 50), saved[l] = act[l] * (rand() % 4);
+            par[l] = rand() % 3 ? 1e6 * (1 + rand() % 20) : 0;
+            held += 4 * par[l] + saved[l];
+        }
+        rp_profile *p = chain_kept(n, fw, bw, NULL, saved, act, par);
+        int workers[] = {2, 3, 4, 6, 8, 12, 16};
+        long long batches[] = {16, 24, 64, 96};
+        rp_autoplan_options o = machines(workers[rand() % 7], 1e9, batches[rand() % 4]);
+        int W = o.machines[0];
+        if (o.machines[0] % 2 == 0 && rand() % 2) { /* two levels */
+            o.num_levels = 2, o.machines[1] = 2, o.machines[0] /= 2, o.bandwidth[1] = 2e8;
+        }
+        o.memory_size = rand() % 4 ? held / W * (0.5 + 0.25 * (rand() % 12)) : 0;
+        o.candidates = 1 + rand() % 8;
+        o.no_recompute_by_layer = rand() % 2; /* (then a stage's kept bytes bound it) */
+        double batch = rand() % 2 ? 1 : 16;
+        rp_config base;
+        rp_config_default(&base);
+        base.optimizer.type = RP_OPT_ADAM;
+        rp_autoplan a, b;
+        rp_error ea, eb;
+        rp_status sa = rp_autoplan_compute((const rp_profile *const *)&p, &batch, 1, &base,
+                                           NULL, &o, &a, &ea);
+        rpi_plan_exhaustive = true;
+        rp_status sb = rp_autoplan_compute((const rp_profile *const *)&p, &batch, 1, &base,
+                                           NULL, &o, &b, &eb);
+        rpi_plan_exhaustive = false;
+        bool same = sa == sb && (sa != RP_OK || (a.best.found == b.best.found &&
+                                                 a.best.seconds == b.best.seconds &&
+                                                 a.simulated == b.simulated &&
+                                                 rp_config_equal(&a.best.cfg, &b.best.cfg)));
+        CHECKF(same, "chain %d (%d layers, %d workers, batch %lld): %g s, %d simulated against "
+                     "%g s, %d in full", c, n, W, o.global_batch, a.best.seconds, a.simulated,
+               b.best.seconds, b.simulated);
+        differ += !same;
+        rp_profile_free(p);
+    }
+    CHECK_INT(differ, 0);
+}
+
 int main(void) {
+    bounds_keep_plans();
     many_micro_batches();
     measured_tensor_groups();
     one_micro_batch_trip();

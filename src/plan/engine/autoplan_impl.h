@@ -101,6 +101,11 @@ typedef struct search {
     double *fastest; /* the fastest simulation so far (the keys are tried near it) */
 } search;
 
+/* For the tests: plan every shape and stage in full, none passed over by
+** the bounds that leave the plans as they are (test_autoplan compares the
+** two on random chains). Not an option: the plans are the same. */
+extern bool rpi_plan_exhaustive;
+
 /* The search's state (autoplan_setup.c): the options checked (the
 ** workers in *W), profile i's rows read into S->m[S->nm++], the
 ** simulator's options and the programme's tables, all freed; and the

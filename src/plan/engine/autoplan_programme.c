@@ -13,6 +13,8 @@
 
 /* A candidate pushed; S->top keeps the least `candidates` estimates of all
 ** (the most of them first once full), those simulated whatever else. */
+bool rpi_plan_exhaustive = false;
+
 static bool push(search *S, const cand *k) {
     if (S->n == S->cap) {
         int cap = S->cap ? 2 * S->cap : 64;
@@ -51,7 +53,7 @@ static bool push(search *S, const cand *k) {
 ** so the plans chosen are the same as without this. */
 static bool cannot_place(const search *S, int R, int per, int GA, int W) {
     const rp_autoplan_options *o = S->o;
-    if (per == 1 || o->candidates <= 0 || S->ntop < o->candidates)
+    if (per == 1 || o->candidates <= 0 || S->ntop < o->candidates || rpi_plan_exhaustive)
         return false;
     for (int t = 2; t <= 8 && o->tensor_split && o->num_levels > 0; t *= 2)
         if (R * per * t == W)
@@ -180,6 +182,7 @@ static double stage_cost(const search *S, const shape *h, int i, int j, int k, i
         ** the base names none): where what it keeps outside its runs is too
         ** much, no rung fits */
         if (q == 0 && cap > 0 && h->rungs > 1 && h->cfg.recompute_layers_count == 0 &&
+            !rpi_plan_exhaustive &&
             rpi_stage_acc_least(&acc[h->rungs - 1], r, slots, h->scale) > cap)
             return DBL_MAX;
         if (cap > 0 && rpi_stage_acc_bytes(&acc[q], r, slots, h->scale) > cap)
@@ -233,7 +236,7 @@ static void stage_sums(search *S, const shape *h, int i, int j) {
 ** sums, made as far as j. */
 static bool may_fit(search *S, const shape *h, int i, int j, int r, int slots, double cap,
                     int *made) {
-    bool acts = h->rungs == 1 || h->cfg.recompute_layers_count == 0;
+    bool acts = (h->rungs == 1 || h->cfg.recompute_layers_count == 0) && !rpi_plan_exhaustive;
     rpi_fit_stop *e = &S->stops[((unsigned)r * 31u + (unsigned)slots) % RPI_FIT_STOPS];
     if (e->gen != S->stop_gen || e->r != r || e->slots != slots || e->cap != cap)
         *e = (rpi_fit_stop){.gen = S->stop_gen, .r = r, .slots = slots, .fits = i,
@@ -275,7 +278,7 @@ static void fill_cell(search *S, const shape *h, int p, int i, int k, int rmax, 
         int r1 = k - S->kmin[below] < rtop ? k - S->kmin[below] : rtop;
         for (int r = r0; r <= r1; r++) {
             double rest = S->best[AT(p - 1, j, k - r)]; /* finite: stages fill k */
-            if (rest >= *b)
+            if (rest == DBL_MAX || (rest >= *b && !rpi_plan_exhaustive))
                 continue; /* (none, or the rest alone loses) */
             int rung = 0;
             double loop = 0;
