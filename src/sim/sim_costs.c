@@ -32,8 +32,7 @@ static void stage_acc_layer(rpi_stage_acc *a, int l, bool last) {
     int T = a->T;
     bool end = last || param_bytes[l + 1] > 0;
     /* a tensor rank holds its share of a split layer's parameters */
-    bool part = T > 1 && opt && opt->tensor_split && !opt->tensor_measured &&
-                (opt->tensor_split[l] & RP_SIM_TP_SPLIT);
+    bool part = rpi_tensor_split_of(opt, T, l) & RP_SIM_TP_SPLIT;
     a->par += part ? param_bytes[l] / T : param_bytes[l];
     if (opt && opt->grad_bytes)
         a->grads += opt->grad_bytes[l];
@@ -125,17 +124,16 @@ double rpi_stage_acc_bytes(const rpi_stage_acc *a, int r, int slots, double per_
     return stage_acc_finish(&s, r, slots, per_mb);
 }
 
-double rpi_stage_acc_least(const rpi_stage_acc *a, int r, int slots, double per_mb) {
-    rpi_stage_acc s = *a; /* as rpi_stage_acc_bytes, without a run made again */
-    stage_acc_layer(&s, s.next++, true);
-    s.most = 0;
-    return stage_acc_finish(&s, r, slots, per_mb);
-}
-
 double rpi_stage_acc_held(const rpi_stage_acc *a, int r, int slots, double per_mb) {
     rpi_stage_acc s = *a; /* the layers pushed, no run of them made again */
     s.most = 0;
     return stage_acc_finish(&s, r, slots, per_mb);
+}
+
+double rpi_stage_acc_least(const rpi_stage_acc *a, int r, int slots, double per_mb) {
+    rpi_stage_acc s = *a; /* as rpi_stage_acc_bytes: the last layer kept */
+    stage_acc_layer(&s, s.next++, true);
+    return rpi_stage_acc_held(&s, r, slots, per_mb);
 }
 
 /* activations a micro-batch keeps: every output, or with recomputation the
@@ -183,8 +181,7 @@ void rpi_stage_costs_make(const rp_config *cfg, const int *counts, int P, const 
             double w = opt->bwd_weight_ms ? opt->bwd_weight_ms[l]
                        : param_bytes[l] > 0 ? 0.5 * bwd_ms[l]
                                             : 0;
-            int tp = T > 1 && opt->tensor_split && !opt->tensor_measured ? opt->tensor_split[l]
-                                                                         : 0;
+            unsigned tp = rpi_tensor_split_of(opt, T, l);
             double part = tp & RP_SIM_TP_SPLIT ? 1.0 / T : 1.0;
             double sum = out_bytes[l] * per_mb; /* a tensor group's all-reduce, when it has one */
             double n = tp & RP_SIM_TP_TWICE ? 2 : 1;

@@ -141,8 +141,7 @@ rp_status rpi_buckets_make(const rp_config *cfg, const int *counts, int P, const
             done += !split ? bwd_ms[l]
                     : opt->bwd_weight_ms ? opt->bwd_weight_ms[l]
                     : param_bytes[l] > 0 ? 0.5 * bwd_ms[l] : 0;
-            bool part = T > 1 && opt->tensor_split && !opt->tensor_measured &&
-                        (opt->tensor_split[l] & RP_SIM_TP_SPLIT);
+            bool part = rpi_tensor_split_of(opt, T, l) & RP_SIM_TP_SPLIT;
             held += part ? param_bytes[l] / T : param_bytes[l];
             if (held > 0 && (held >= cap || l == lowest)) /* as pieces of at most cap */
                 for (; held > 0; held -= cap) {

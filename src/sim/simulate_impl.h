@@ -92,17 +92,25 @@ void rpi_stage_acc_begin(rpi_stage_acc *a, const rp_config *cfg, const double *o
                          const double *param_bytes, int first, const rp_sim_options *opt);
 void rpi_stage_acc_push(rpi_stage_acc *a);
 double rpi_stage_acc_bytes(const rpi_stage_acc *a, int r, int slots, double per_mb);
-/* The same without the run of layers made again that it holds at once: a
-** floor under the bytes of the stage recomputing by layer any of the layers
-** a recomputes (what every layer kept is summed in the same order, with
-** fewer terms), so none fits where this does not. */
-double rpi_stage_acc_least(const rpi_stage_acc *a, int r, int slots, double per_mb);
 /* What the layers pushed hold without a run made again, their weights,
 ** gradients and state on r replicas and slots micro-batches of what they
 ** keep: a floor under every longer stage that recomputes by layer what a
 ** recomputes or less (with no slots and per_mb 0, its weights alone: a
 ** floor under every longer stage). */
 double rpi_stage_acc_held(const rpi_stage_acc *a, int r, int slots, double per_mb);
+/* The same for the stage ending at layer `next` (rpi_stage_acc_bytes's
+** stage, without its run made again): a floor under its bytes with any of
+** the layers a recomputes named (what every layer kept is summed in the
+** same order, with fewer terms), so none fits where this does not. */
+double rpi_stage_acc_least(const rpi_stage_acc *a, int r, int slots, double per_mb);
+
+/* What a tensor group of T does to layer l (RP_SIM_TP_*): its tensor_split,
+** nothing on one worker, where nothing is split, or where the profile was
+** measured on a rank of the group (tensor_measured: it says the rank's
+** share already). */
+static inline unsigned rpi_tensor_split_of(const rp_sim_options *opt, int T, int l) {
+    return T > 1 && opt && opt->tensor_split && !opt->tensor_measured ? opt->tensor_split[l] : 0;
+}
 
 /* reduction_bucket_mb: each stage's buckets, from its last layer down, as
 ** the engine starts them: the bytes of each and the fraction of the
