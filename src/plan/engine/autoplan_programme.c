@@ -11,10 +11,10 @@
 
 #include "autoplan_impl.h"
 
-/* A candidate pushed; S->top keeps the least `candidates` estimates of all
-** (the most of them first once full), those simulated whatever else. */
 bool rpi_plan_exhaustive = false;
 
+/* A candidate pushed; S->top keeps the least `candidates` estimates of all
+** (the most of them first once full), those simulated whatever else. */
 static bool push(search *S, const cand *k) {
     if (S->n == S->cap) {
         int cap = S->cap ? 2 * S->cap : 64;
